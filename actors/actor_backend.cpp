@@ -1,0 +1,484 @@
+// The "actor" backend: plans each c10d call onto one of the algorithm
+// families (actors/call.hpp) over flat buffers, and submits it to the group
+// actor through the rank's work relay. Arguments arrive validated by
+// process_group; cross-rank mismatches are caught by the algorithms.
+
+#include <map>
+#include <mutex>
+
+#include "actors/group_actor.hpp"
+#include "actors/rank_runtime.hpp"
+#include "src/reduce_kernels.hpp"
+#include "src/work_state.hpp"
+#include "transport/in_process.hpp"
+#include "troupe/backend.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+struct registry_entry {
+  backend_creator creator;
+  std::vector<device_type> devices;
+};
+
+namespace {
+
+tensor flat(const tensor& t) { return t.defined() ? t.view({t.numel()}) : t; }
+
+std::int64_t total_numel(const tensor_list& ts) {
+  std::int64_t n = 0;
+  for (auto& t : ts) n += t.numel();
+  return n;
+}
+
+/// Copies the tensors one after another into a new flat buffer.
+tensor pack(const tensor_list& ts) {
+  auto buf = tensor::empty({total_numel(ts)}, ts.front().scalar_type());
+  std::int64_t off = 0;
+  for (auto& t : ts) {
+    buf.flat_slice(off, t.numel()).copy_from(flat(t));
+    off += t.numel();
+  }
+  return buf;
+}
+
+/// Copies consecutive parts of `buf`, starting at `off`, into the tensors.
+std::int64_t unpack(const tensor& buf, std::int64_t off, const tensor_list& ts) {
+  for (auto& t : ts) {
+    flat(t).copy_from(buf.flat_slice(off, t.numel()));
+    off += t.numel();
+  }
+  return off;
+}
+
+class actor_backend final : public backend {
+ public:
+  explicit actor_backend(const backend_context& ctx)
+      : backend(ctx),
+        rt_(*static_cast<rank_runtime*>(ctx.runtime)),
+        timeout_(ctx.timeout),
+        key_prefix_(rt_.job() + "/" + ctx.group_name + "/") {
+    group_ = spawn_group_actor(rt_.system(),
+                               group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks});
+    auto& dir = in_process_directory::instance();
+    dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
+    // Find every peer's group actor (they create theirs concurrently).
+    std::vector<group_actor> peers;
+    for (int r = 0; r < ctx.size; ++r) {
+      auto p = r == ctx.rank ? group_ : dir.find(key_prefix_ + std::to_string(r), ctx.timeout);
+      if (!p) {
+        shutdown("group set-up failed");
+        throw error(errc::timeout, "new_group: Timeout after " + std::to_string(ctx.timeout.count()) +
+                                       " ms waiting for rank " + std::to_string(r) + " (world rank " +
+                                       std::to_string(ctx.global_ranks[static_cast<std::size_t>(r)]) +
+                                       ") to create group '" + ctx.group_name + "'");
+      }
+      peers.push_back(p);
+    }
+    auto net = std::make_shared<in_process_transport>(std::move(peers), ctx.global_ranks);
+    caf::scoped_actor self{rt_.system()};
+    self->request(group_, caf::infinite, peers_atom::value, std::shared_ptr<transport>(net))
+        .receive([](bool) {}, [](caf::error&) {});
+  }
+
+  ~actor_backend() override { shutdown("the group was destroyed"); }
+
+  std::string name() const override { return "actor"; }
+
+  work broadcast(tensor_list& ts, const broadcast_options& o) override {
+    auto c = make_call(op_code::broadcast, "broadcast", o.timeout, ts);
+    c->root = o.root_rank;
+    auto buf = flat(ts[static_cast<std::size_t>(rank() == o.root_rank ? o.root_tensor : 0)]);
+    c->input = c->output = buf;
+    if (ts.size() > 1)
+      c->on_success = [buf, ts] {
+        for (auto& t : ts)
+          if (!flat(t).is_same(buf)) flat(t).copy_from(buf);
+      };
+    return submit(c);
+  }
+
+  work allreduce(tensor_list& ts, const allreduce_options& o) override {
+    return reducing(op_code::allreduce, "allreduce", o.op, 0, 0, o.timeout, ts, false);
+  }
+
+  work allreduce_coalesced(tensor_list& ts, const allreduce_coalesced_options& o) override {
+    auto c = make_call(op_code::allreduce, "allreduce_coalesced", o.timeout, ts);
+    c->op = o.op;
+    c->input = c->output = pack(ts);
+    c->on_success = [buf = c->output, ts] { unpack(buf, 0, ts); };
+    return submit(c);
+  }
+
+  work reduce(tensor_list& ts, const reduce_options& o) override {
+    return reducing(op_code::reduce, "reduce", o.op, o.root_rank, o.root_tensor, o.timeout, ts,
+                    true);
+  }
+
+  work allgather(std::vector<tensor_list>& outs, tensor_list& ins,
+                 const allgather_options& o) override {
+    // outs[i][r] <- rank r's ins[i]
+    return gather_blocks("allgather", o.timeout, ins, [outs](const tensor& all, int size) {
+      std::int64_t off = 0;
+      for (int r = 0; r < size; ++r)
+        for (auto& per_input : outs) {
+          auto& t = per_input[static_cast<std::size_t>(r)];
+          flat(t).copy_from(all.flat_slice(off, t.numel()));
+          off += t.numel();
+        }
+    }, flatten(outs));
+  }
+
+  work allgather_coalesced(std::vector<tensor_list>& outs, tensor_list& ins,
+                           const allgather_options& o) override {
+    // outs[r][i] <- rank r's ins[i]
+    return gather_blocks("allgather_coalesced", o.timeout, ins, [outs](const tensor& all, int) {
+      std::int64_t off = 0;
+      for (auto& per_rank : outs) off = unpack(all, off, per_rank);
+    }, flatten(outs));
+  }
+
+  work allgather_into_tensor_coalesced(tensor_list& outs, tensor_list& ins,
+                                       const allgather_options& o) override {
+    // outs[i] holds size blocks of ins[i]'s numel; the gathered buffer is rank-major.
+    return gather_blocks("allgather_into_tensor_coalesced", o.timeout, ins,
+                         [outs, ins](const tensor& all, int size) {
+                           std::int64_t off = 0;
+                           for (int r = 0; r < size; ++r)
+                             for (std::size_t i = 0; i < ins.size(); ++i) {
+                               auto m = ins[i].numel();
+                               flat(outs[i]).flat_slice(r * m, m).copy_from(all.flat_slice(off, m));
+                               off += m;
+                             }
+                         },
+                         outs);
+  }
+
+  work allgather_into_tensor(tensor& out, tensor& in, const allgather_options& o) override {
+    auto c = make_call(op_code::allgatherv, "allgather_into_tensor", o.timeout, {out});
+    c->input = flat(in);
+    c->output = flat(out);
+    c->counts.assign(static_cast<std::size_t>(size()), in.numel());
+    return submit(c);
+  }
+
+  work allgatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
+                  const allgather_options& o) override {
+    auto c = make_call(op_code::allgatherv, "allgatherv", o.timeout, {out});
+    c->input = flat(in);
+    c->output = flat(out);
+    c->counts = counts;
+    return submit(c);
+  }
+
+  work gather(std::vector<tensor_list>& outs, tensor_list& ins, const gather_options& o) override {
+    auto c = make_call(op_code::gatherv, "gather", o.timeout, flatten(outs));
+    c->root = o.root_rank;
+    c->input = flat(ins[0]);
+    c->counts.assign(static_cast<std::size_t>(size()), ins[0].numel());
+    if (rank() == o.root_rank) {
+      c->output = tensor::empty({ins[0].numel() * size()}, ins[0].scalar_type());
+      c->on_success = [buf = c->output, list = outs[0]] { unpack(buf, 0, list); };
+    }
+    return submit(c);
+  }
+
+  work gatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
+               const gather_options& o) override {
+    auto c = make_call(op_code::gatherv, "gatherv", o.timeout, {out});
+    c->root = o.root_rank;
+    c->input = flat(in);
+    if (rank() == o.root_rank) c->output = flat(out);
+    c->counts = counts;
+    return submit(c);
+  }
+
+  work scatter(tensor_list& outs, std::vector<tensor_list>& ins, const scatter_options& o) override {
+    auto c = make_call(op_code::scatterv, "scatter", o.timeout, outs);
+    c->root = o.root_rank;
+    c->output = flat(outs[0]);
+    c->input = rank() == o.root_rank ? pack(ins[0]) : c->output;
+    c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
+    return submit(c);
+  }
+
+  work scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
+                const scatter_options& o) override {
+    auto c = make_call(op_code::scatterv, "scatterv", o.timeout, {out});
+    c->root = o.root_rank;
+    c->output = flat(out);
+    c->input = rank() == o.root_rank ? flat(in) : c->output;
+    c->counts = counts;
+    return submit(c);
+  }
+
+  work reduce_scatter(tensor_list& outs, std::vector<tensor_list>& ins,
+                      const reduce_scatter_options& o) override {
+    auto c = make_call(op_code::reduce_scatterv, "reduce_scatter", o.timeout, outs);
+    c->op = o.op;
+    c->input = pack(ins[0]);
+    c->output = flat(outs[0]);
+    c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
+    return submit(c);
+  }
+
+  work reduce_scatter_tensor(tensor& out, tensor& in, const reduce_scatter_options& o) override {
+    auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor", o.timeout, {out});
+    c->op = o.op;
+    c->input = flat(in);
+    c->output = flat(out);
+    c->counts.assign(static_cast<std::size_t>(size()), out.numel());
+    return submit(c);
+  }
+
+  work reduce_scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
+                       const reduce_scatter_options& o) override {
+    auto c = make_call(op_code::reduce_scatterv, "reduce_scatterv", o.timeout, {out});
+    c->op = o.op;
+    c->input = flat(in);
+    c->output = flat(out);
+    c->counts = counts;
+    return submit(c);
+  }
+
+  work reduce_scatter_tensor_coalesced(tensor_list& outs, tensor_list& ins,
+                                       const reduce_scatter_options& o) override {
+    // Block r of the packed input is the concatenation of block r of every input.
+    auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor_coalesced", o.timeout, outs);
+    c->op = o.op;
+    const auto per_rank = total_numel(outs);
+    c->input = tensor::empty({per_rank * size()}, ins[0].scalar_type());
+    std::int64_t off = 0;
+    for (int r = 0; r < size(); ++r)
+      for (std::size_t i = 0; i < ins.size(); ++i) {
+        auto m = outs[i].numel();
+        c->input.flat_slice(off, m).copy_from(flat(ins[i]).flat_slice(r * m, m));
+        off += m;
+      }
+    c->output = tensor::empty({per_rank}, ins[0].scalar_type());
+    c->counts.assign(static_cast<std::size_t>(size()), per_rank);
+    c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
+    return submit(c);
+  }
+
+  work alltoall_single(tensor& out, tensor& in, const std::vector<std::int64_t>& out_splits,
+                       const std::vector<std::int64_t>& in_splits,
+                       const alltoall_options& o) override {
+    auto c = make_call(op_code::alltoallv, "alltoall_single", o.timeout, {out});
+    c->input = flat(in);
+    c->output = flat(out);
+    c->counts = rows_to_elements(in, in_splits);
+    c->recv_counts = rows_to_elements(out, out_splits);
+    return submit(c);
+  }
+
+  work alltoall(tensor_list& outs, tensor_list& ins, const alltoall_options& o) override {
+    auto c = make_call(op_code::alltoallv, "alltoall", o.timeout, outs);
+    c->input = pack(ins);
+    c->output = tensor::empty({total_numel(outs)}, ins[0].scalar_type());
+    for (auto& t : ins) c->counts.push_back(t.numel());
+    for (auto& t : outs) c->recv_counts.push_back(t.numel());
+    c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
+    return submit(c);
+  }
+
+  work barrier(const barrier_options& o) override {
+    return submit(make_call(op_code::barrier, "barrier", o.timeout, {}));
+  }
+
+  work monitored_barrier(const monitored_barrier_options& o) override {
+    auto c = make_call(op_code::monitored_barrier, "monitored_barrier", o.timeout, {});
+    c->wait_all_ranks = o.wait_all_ranks;
+    return submit(c);
+  }
+
+  work send(tensor_list& ts, int dst, const p2p_options& o) override {
+    return submit_p2p(p2p_call::send, "send", dst, ts[0], o);
+  }
+  work recv(tensor_list& ts, int src, const p2p_options& o) override {
+    return submit_p2p(p2p_call::recv, "recv", src, ts[0], o);
+  }
+  work recv_any_source(tensor_list& ts, const p2p_options& o) override {
+    return submit_p2p(p2p_call::recv_any, "recv_any_source", -1, ts[0], o);
+  }
+
+  std::uint64_t sequence_number() override {
+    std::uint64_t seq = 0;
+    caf::scoped_actor self{rt_.system()};
+    self->request(group_, timeout_, seq_atom::value)
+        .receive([&](std::uint64_t s) { seq = s; },
+                 [&](caf::error& e) {
+                   throw error(errc::timeout, "sequence_number of group '" + group_name() +
+                                                  "': " + caf::to_string(e));
+                 });
+    return seq;
+  }
+
+  void abort(const std::string& reason) override {
+    caf::anon_send(group_, abort_atom::value, reason);
+  }
+
+ private:
+  static tensor_list flatten(const std::vector<tensor_list>& lists) {
+    tensor_list r;
+    for (auto& l : lists) r.insert(r.end(), l.begin(), l.end());
+    return r;
+  }
+
+  std::vector<std::int64_t> rows_to_elements(const tensor& t,
+                                             const std::vector<std::int64_t>& splits) const {
+    const auto rows = t.dim() == 0 ? 1 : t.shape()[0];
+    const auto row = rows == 0 ? 0 : t.numel() / rows;
+    std::vector<std::int64_t> r;
+    for (int p = 0; p < size(); ++p)
+      r.push_back(splits.empty() ? t.numel() / size() : splits[static_cast<std::size_t>(p)] * row);
+    return r;
+  }
+
+  /// allreduce and reduce over one tensor (in place) or several (combined locally first).
+  work reducing(op_code code, const char* name, const reduce_op& op, int root, int root_tensor,
+                timeout_t timeout, tensor_list& ts, bool root_only) {
+    auto c = make_call(code, name, timeout, ts);
+    c->op = op;
+    c->root = root;
+    if (ts.size() == 1) {
+      c->input = c->output = flat(ts[0]);
+      return submit(c);
+    }
+    auto local_op = op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM
+                        ? reduce_op::SUM
+                        : op.op();
+    std::vector<const void*> srcs;
+    for (auto& t : ts) srcs.push_back(t.data());
+    c->input = tensor::empty({ts[0].numel()}, ts[0].scalar_type());
+    reduce_many(c->input.scalar_type(), local_op, c->input.data(), srcs.data(), srcs.size(),
+                static_cast<std::size_t>(ts[0].numel()));
+    c->output = c->input;
+    c->avg_local = static_cast<std::int64_t>(ts.size());
+    const bool write = !root_only || rank() == root;
+    c->on_success = [buf = c->output, ts, write, root_only, root_tensor] {
+      if (!write) return;
+      if (root_only) {
+        flat(ts[static_cast<std::size_t>(root_tensor)]).copy_from(buf);
+        return;
+      }
+      for (auto& t : ts) flat(t).copy_from(buf);
+    };
+    return submit(c);
+  }
+
+  /// An allgather of this rank's `ins` packed into one block; `scatter_out`
+  /// copies the gathered buffer into the caller's outputs.
+  template <class F>
+  work gather_blocks(const char* name, timeout_t timeout, const tensor_list& ins, F scatter_out,
+                     tensor_list outputs) {
+    auto c = make_call(op_code::allgatherv, name, timeout, std::move(outputs));
+    c->input = ins.size() == 1 ? flat(ins[0]) : pack(ins);
+    c->counts.assign(static_cast<std::size_t>(size()), c->input.numel());
+    c->output = tensor::empty({c->input.numel() * size()}, ins[0].scalar_type());
+    c->on_success = [buf = c->output, f = std::move(scatter_out), n = size()] { f(buf, n); };
+    return submit(c);
+  }
+
+  call_ptr make_call(op_code code, const char* name, timeout_t timeout, tensor_list outputs) {
+    auto c = std::make_shared<collective_call>();
+    c->code = code;
+    c->name = name;
+    c->timeout = timeout == use_group_timeout ? timeout_ : timeout;
+    c->outputs = std::move(outputs);
+    c->handle = work::make(name, group_name());
+    return c;
+  }
+
+  work submit(const call_ptr& c) {
+    track(c->handle);
+    caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
+    return c->handle;
+  }
+
+  work submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
+                  const p2p_options& o) {
+    auto c = std::make_shared<p2p_call>();
+    c->kind = kind;
+    c->name = name;
+    c->peer = peer;
+    c->tag = o.tag;
+    c->buffer = flat(buf);
+    c->timeout = o.timeout == use_group_timeout ? timeout_ : o.timeout;
+    c->handle = work::make(name, group_name());
+    track(c->handle);
+    caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
+    return c->handle;
+  }
+
+  /// Remembers pending works so that destroying the group fails them instead of
+  /// leaving a waiter behind.
+  void track(const work& w) {
+    std::lock_guard<std::mutex> g{mtx_};
+    if (pending_.size() > 64)
+      std::erase_if(pending_, [](auto& p) {
+        auto s = p.lock();
+        return !s || work_done(*s);
+      });
+    pending_.push_back(w.state());
+  }
+
+  static bool work_done(work_state& s) {
+    std::lock_guard<std::mutex> g{s.mtx};
+    return s.done;
+  }
+
+  void shutdown(const std::string& reason) {
+    if (!group_) return;
+    in_process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
+    {
+      caf::scoped_actor self{rt_.system()};
+      self->send_exit(group_, caf::exit_reason::user_shutdown);
+    }
+    group_ = nullptr;
+    std::vector<std::weak_ptr<work_state>> pending;
+    {
+      std::lock_guard<std::mutex> g{mtx_};
+      pending.swap(pending_);
+    }
+    for (auto& p : pending)
+      if (auto s = p.lock()) {
+        auto w = work::make(s->op, s->group);  // a façade over the same state
+        (void)w;
+        std::vector<std::function<void(const work&)>> cbs;
+        fail_state(s, reason);
+      }
+  }
+
+  void fail_state(const std::shared_ptr<work_state>& s, const std::string& reason) {
+    std::vector<std::function<void(const work&)>> callbacks;
+    {
+      std::lock_guard<std::mutex> g{s->mtx};
+      if (s->done) return;
+      s->done = true;
+      s->error = std::make_exception_ptr(
+          error(errc::aborted, s->op + " on group '" + s->group + "' failed: " + reason));
+      callbacks.swap(s->callbacks);
+    }
+    s->cv.notify_all();
+    (void)callbacks;  // the owners of these callbacks are gone with the group
+  }
+
+  rank_runtime& rt_;
+  timeout_t timeout_;
+  std::string key_prefix_;
+  group_actor group_;
+  std::mutex mtx_;
+  std::vector<std::weak_ptr<work_state>> pending_;
+};
+
+}  // namespace
+
+void register_builtin_backends(std::map<std::string, registry_entry>& entries) {
+  entries.emplace("actor", registry_entry{[](const backend_context& ctx) -> std::shared_ptr<backend> {
+                                            return std::make_shared<actor_backend>(ctx);
+                                          },
+                                          {device_type::cpu, device_type::cuda}});
+}
+
+}  // namespace troupe::detail

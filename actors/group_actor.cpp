@@ -1,0 +1,277 @@
+// The group actor: sequence numbers, running collectives, early messages,
+// point-to-point matching, timeouts and aborts of one (group, rank).
+
+#include "actors/group_actor.hpp"
+
+#include <deque>
+#include <map>
+#include <optional>
+
+#include "algorithms/algorithm.hpp"
+#include "transport/transport.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+namespace {
+
+/// The op_context of a running collective: sends go through the transport.
+class actor_op_context final : public op_context {
+ public:
+  actor_op_context(int rank, int size, collective_call& call, std::uint64_t seq, transport& net)
+      : op_context(rank, size, call), seq_(seq), net_(net) {}
+  void send(int peer, std::uint32_t step, tensor payload) override {
+    net_.send(peer, envelope{seq_, step, rank(), call().code, std::move(payload)});
+  }
+
+ private:
+  std::uint64_t seq_;
+  transport& net_;
+};
+
+struct running_op {
+  call_ptr call;
+  std::unique_ptr<algorithm> alg;
+  std::unique_ptr<actor_op_context> ctx;
+  caf::typed_response_promise<tensor_list> rp;
+};
+
+struct pending_recv {
+  p2p_ptr call;
+  caf::typed_response_promise<tensor_list> rp;
+};
+
+struct group_state {
+  group_info info;
+  std::shared_ptr<transport> net;
+  std::uint64_t issued = 0;  // collectives issued; the last one has seq == issued
+  std::map<std::uint64_t, running_op> ops;
+  std::map<std::uint64_t, std::vector<envelope>> early;  // data for calls not made yet
+  std::deque<p2p_envelope> unmatched;                    // p2p messages nobody asked for yet
+  std::map<std::uint64_t, pending_recv> recvs;           // by post order
+  std::uint64_t next_recv = 0;
+  std::optional<std::pair<errc, std::string>> aborted;
+  std::map<caf::actor_addr, int> watched;  // peer actor -> group rank
+  static inline const char* name = "troupe.group";
+};
+
+using self_ptr = group_actor::stateful_pointer<group_state>;
+
+std::string where(const group_state& st, const std::string& op, std::uint64_t seq) {
+  auto r = op + " on group '" + st.info.name + "' (rank " + std::to_string(st.info.rank);
+  if (seq != 0) r += ", seq " + std::to_string(seq);
+  return r + ")";
+}
+
+void fail_op(self_ptr self, std::uint64_t seq, errc code, const std::string& cause) {
+  auto& st = self->state;
+  auto i = st.ops.find(seq);
+  if (i == st.ops.end()) return;
+  auto op = std::move(i->second);
+  st.ops.erase(i);
+  op.rp.deliver(make_troupe_error(static_cast<int>(code),
+                                  where(st, op.call->name, seq) + " failed: " + cause));
+}
+
+void advance(self_ptr self, std::uint64_t seq) {
+  auto& st = self->state;
+  auto i = st.ops.find(seq);
+  if (i == st.ops.end()) return;
+  auto& op = i->second;
+  try {
+    if (!op.alg->progress(*op.ctx)) return;
+    if (op.call->on_success) op.call->on_success();
+  } catch (const error& e) {
+    fail_op(self, seq, e.code(), e.what());
+    return;
+  } catch (const std::exception& e) {
+    fail_op(self, seq, errc::internal, e.what());
+    return;
+  }
+  auto done = std::move(i->second);
+  st.ops.erase(i);
+  done.rp.deliver(done.call->outputs);
+}
+
+/// Hands one envelope to the running op (checking that both ranks run the same collective).
+void deliver(self_ptr self, running_op& op, std::uint64_t seq, envelope& env) {
+  if (env.code != op.call->code) {
+    fail_op(self, seq, errc::mismatch,
+            "collective mismatch: this rank called " + std::string(to_string(op.call->code)) +
+                " but rank " + std::to_string(env.src) + " called " + to_string(env.code) +
+                " at the same sequence number");
+    return;
+  }
+  op.ctx->deliver(env.src, env.step, std::move(env.payload));
+}
+
+void fail_everything(self_ptr self, errc code, const std::string& reason) {
+  auto& st = self->state;
+  st.aborted = std::make_pair(code, reason);
+  std::vector<std::uint64_t> seqs;
+  for (auto& kv : st.ops) seqs.push_back(kv.first);
+  for (auto s : seqs) fail_op(self, s, code, reason);
+  for (auto& kv : st.recvs)
+    kv.second.rp.deliver(make_troupe_error(
+        static_cast<int>(code), where(st, kv.second.call->name, 0) + " failed: " + reason));
+  st.recvs.clear();
+}
+
+/// Completes a receive with a message (checking its size).
+void complete_recv(group_state& st, pending_recv& r, p2p_envelope& msg) {
+  auto& buf = r.call->buffer;
+  if (msg.payload.nbytes() != buf.nbytes() || msg.payload.scalar_type() != buf.scalar_type()) {
+    r.rp.deliver(make_troupe_error(
+        static_cast<int>(errc::invalid_argument),
+        where(st, r.call->name, 0) + " failed: rank " + std::to_string(msg.src) + " sent " +
+            std::to_string(msg.payload.nbytes()) + " bytes of " +
+            std::string(to_string(msg.payload.scalar_type())) + " with tag " +
+            std::to_string(msg.tag) + ", but the receive buffer holds " +
+            std::to_string(buf.nbytes()) + " bytes of " +
+            std::string(to_string(buf.scalar_type()))));
+    return;
+  }
+  if (buf.nbytes() > 0) buf.copy_from(msg.payload);
+  r.call->source = msg.src;
+  r.rp.deliver(tensor_list{buf});
+}
+
+bool matches(const p2p_call& c, const p2p_envelope& m) {
+  return m.tag == c.tag && (c.kind == p2p_call::recv_any || m.src == c.peer);
+}
+
+}  // namespace
+
+group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
+  return sys.spawn([info = std::move(info)](self_ptr self) -> group_actor::behavior_type {
+    self->state.info = info;
+    // A peer that goes away takes the group with it: fail what is pending.
+    self->set_down_handler([self](const caf::down_msg& dm) {
+      auto& st = self->state;
+      auto i = st.watched.find(dm.source);
+      auto who = i != st.watched.end() ? st.net->describe_peer(i->second) : std::string("a peer");
+      fail_everything(self, errc::peer_failure,
+                      who + " left group '" + st.info.name + "' (" +
+                          self->system().render(dm.reason) + ")");
+    });
+    return {
+        [self](run_atom, call_ptr call) -> caf::typed_response_promise<tensor_list> {
+          auto& st = self->state;
+          auto rp = self->make_response_promise<tensor_list>();
+          if (st.aborted) {
+            rp.deliver(make_troupe_error(static_cast<int>(st.aborted->first),
+                                         where(st, call->name, 0) + " failed: " +
+                                             st.aborted->second));
+            return rp;
+          }
+          const auto seq = ++st.issued;
+          call->handle.set_sequence_number(seq);
+          auto& op = st.ops[seq];
+          op.call = call;
+          op.rp = rp;
+          op.ctx = std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq,
+                                                      *st.net);
+          op.alg = make_algorithm(*call, st.info.rank, st.info.size);
+          if (auto e = st.early.find(seq); e != st.early.end()) {
+            auto msgs = std::move(e->second);
+            st.early.erase(e);
+            for (auto& env : msgs) {
+              if (!st.ops.count(seq)) break;
+              deliver(self, st.ops[seq], seq, env);
+            }
+            if (!st.ops.count(seq)) return rp;
+          }
+          self->delayed_send(self, call->timeout, timeout_atom::value, seq, false);
+          advance(self, seq);
+          return rp;
+        },
+        [self](p2p_atom, p2p_ptr call) -> caf::typed_response_promise<tensor_list> {
+          auto& st = self->state;
+          auto rp = self->make_response_promise<tensor_list>();
+          if (st.aborted) {
+            rp.deliver(make_troupe_error(static_cast<int>(st.aborted->first),
+                                         where(st, call->name, 0) + " failed: " +
+                                             st.aborted->second));
+            return rp;
+          }
+          if (call->kind == p2p_call::send) {
+            // Eager send: the payload is a copy, so the caller's buffer is free at once.
+            st.net->send(call->peer, p2p_envelope{st.info.rank, call->tag, call->buffer.clone()});
+            rp.deliver(tensor_list{call->buffer});
+            return rp;
+          }
+          pending_recv r{call, rp};
+          for (auto i = st.unmatched.begin(); i != st.unmatched.end(); ++i) {
+            if (!matches(*call, *i)) continue;
+            auto msg = std::move(*i);
+            st.unmatched.erase(i);
+            complete_recv(st, r, msg);
+            return rp;
+          }
+          const auto id = ++st.next_recv;
+          st.recvs.emplace(id, std::move(r));
+          self->delayed_send(self, call->timeout, timeout_atom::value, id, true);
+          return rp;
+        },
+        [self](data_atom, envelope& env) {
+          auto& st = self->state;
+          if (auto i = st.ops.find(env.seq); i != st.ops.end()) {
+            deliver(self, i->second, env.seq, env);
+            advance(self, env.seq);
+          } else if (env.seq > st.issued) {
+            st.early[env.seq].push_back(std::move(env));
+          }  // else: the call already finished or failed here; drop the late message
+        },
+        [self](msg_atom, p2p_envelope& msg) {
+          auto& st = self->state;
+          for (auto i = st.recvs.begin(); i != st.recvs.end(); ++i) {
+            if (!matches(*i->second.call, msg)) continue;
+            auto r = std::move(i->second);
+            st.recvs.erase(i);
+            complete_recv(st, r, msg);
+            return;
+          }
+          st.unmatched.push_back(std::move(msg));
+        },
+        [self](timeout_atom, std::uint64_t id, bool p2p) {
+          auto& st = self->state;
+          if (!p2p) {
+            auto i = st.ops.find(id);
+            if (i == st.ops.end()) return;
+            auto& op = i->second;
+            auto what = op.alg->on_timeout(*op.ctx);
+            fail_op(self, id, errc::timeout,
+                    "Timeout after " + std::to_string(op.call->timeout.count()) + " ms: " + what);
+            return;
+          }
+          auto i = st.recvs.find(id);
+          if (i == st.recvs.end()) return;
+          auto r = std::move(i->second);
+          st.recvs.erase(i);
+          const auto& c = *r.call;
+          auto from = c.kind == p2p_call::recv_any ? std::string("any rank")
+                                                   : st.net->describe_peer(c.peer);
+          r.rp.deliver(make_troupe_error(
+              static_cast<int>(errc::timeout),
+              where(st, c.name, 0) + " failed: Timeout after " + std::to_string(c.timeout.count()) +
+                  " ms waiting for a message from " + from + " with tag " + std::to_string(c.tag)));
+        },
+        [self](seq_atom) { return self->state.issued; },
+        [self](abort_atom, std::string& reason) {
+          fail_everything(self, errc::aborted, reason);
+        },
+        [self](peers_atom, std::shared_ptr<transport>& net) {
+          auto& st = self->state;
+          st.net = std::move(net);
+          auto peers = st.net->watch_list();
+          for (int r = 0; r < static_cast<int>(peers.size()); ++r) {
+            if (r == st.info.rank || !peers[static_cast<std::size_t>(r)]) continue;
+            st.watched.emplace(peers[static_cast<std::size_t>(r)], r);
+            self->monitor(peers[static_cast<std::size_t>(r)]);
+          }
+          return true;
+        },
+    };
+  });
+}
+
+}  // namespace troupe::detail

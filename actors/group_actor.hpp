@@ -1,0 +1,21 @@
+#pragma once
+// The group actor of one (group, rank): see actors/actors.hpp for its protocol.
+
+#include <string>
+#include <vector>
+
+#include "actors/actors.hpp"
+
+namespace troupe::detail {
+
+/// Who the group actor is.
+struct group_info {
+  std::string name;
+  int rank = 0;
+  int size = 0;
+  std::vector<int> global_ranks;
+};
+
+group_actor spawn_group_actor(caf::actor_system& sys, group_info info);
+
+}  // namespace troupe::detail

@@ -1,0 +1,33 @@
+#pragma once
+// rank_runtime — the actor system of one rank and its work relay.
+
+#include <memory>
+#include <string>
+
+#include "actors/actors.hpp"
+
+namespace troupe::detail {
+
+class rank_runtime {
+ public:
+  /// `job` names the world in the in-process directory; `threads` sizes the scheduler.
+  rank_runtime(int rank, std::string job, std::size_t threads);
+  ~rank_runtime();
+
+  caf::actor_system& system() noexcept { return *sys_; }
+  const relay_actor& relay() const noexcept { return relay_; }
+  const std::string& job() const noexcept { return job_; }
+  int rank() const noexcept { return rank_; }
+
+ private:
+  int rank_;
+  std::string job_;
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  relay_actor relay_;
+};
+
+/// Spawns the relay (see actors/actors.hpp).
+relay_actor spawn_work_relay(caf::actor_system& sys);
+
+}  // namespace troupe::detail

@@ -1,0 +1,91 @@
+#pragma once
+// The interface between the group actor and a collective algorithm.
+//
+// An algorithm is a resumable state machine over one collective_call. The
+// group actor calls progress() when the call starts and again whenever a
+// message for it arrives; progress() advances through as many steps as the
+// messages at hand allow and returns true when the algorithm finished. It
+// sends with ctx.send() and takes messages with ctx.take(); it never names a
+// transport. Errors are thrown as troupe::error and fail the call.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "actors/call.hpp"
+
+namespace troupe::detail {
+
+/// What an algorithm sees of its group actor.
+class op_context {
+ public:
+  op_context(int rank, int size, collective_call& call) : rank_(rank), size_(size), call_(call) {}
+  virtual ~op_context() = default;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  collective_call& call() noexcept { return call_; }
+
+  /// Sends `payload` to group rank `peer` as step `step` of this call. The
+  /// payload is shared, so it must never be written to afterwards.
+  virtual void send(int peer, std::uint32_t step, tensor payload) = 0;
+
+  /// Takes the message of step `step` from `peer`, if it arrived; otherwise
+  /// remembers what the algorithm waits for (for timeout messages).
+  std::optional<tensor> take(int peer, std::uint32_t step);
+  /// Whether the message of step `step` from `peer` arrived (without taking it).
+  bool has(int peer, std::uint32_t step) const { return inbox_.count({step, peer}) != 0; }
+
+  /// Stores a message that arrived (used by the group actor).
+  void deliver(int peer, std::uint32_t step, tensor payload) {
+    inbox_.insert_or_assign({step, peer}, std::move(payload));
+  }
+  /// "rank 2 (step 1)": the last message take() did not find.
+  std::string waiting_for() const;
+
+ private:
+  int rank_;
+  int size_;
+  collective_call& call_;
+  std::map<std::pair<std::uint32_t, int>, tensor> inbox_;  // (step, src) -> payload
+  int blocked_peer_ = -1;
+  std::uint32_t blocked_step_ = 0;
+};
+
+class algorithm {
+ public:
+  virtual ~algorithm() = default;
+  /// Advances as far as possible; returns true when finished.
+  virtual bool progress(op_context& ctx) = 0;
+  /// The message of a timeout error (default: what ctx waits for).
+  virtual std::string on_timeout(op_context& ctx);
+};
+
+/// Chooses the algorithm for a call (by op code, size and rank count).
+std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int rank, int size);
+
+// -- helpers shared by the algorithm files --------------------------------------
+
+/// Balanced split of n elements into `parts` chunks: [offset, count] of chunk i.
+std::pair<std::int64_t, std::int64_t> chunk_range(std::int64_t n, int parts, int i);
+/// Exclusive prefix sums of counts.
+std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts);
+/// Throws when `payload` does not hold `count` elements of the call's dtype.
+void check_payload(const collective_call& call, const tensor& payload, std::int64_t count, int peer,
+                   std::uint32_t step);
+/// A new owned buffer holding a copy of `src`.
+tensor fresh_copy(const tensor& src);
+/// A new owned buffer holding a op b (elementwise; SUM for AVG/PREMUL_SUM).
+tensor combine(const reduce_op& op, const tensor& a, const tensor& b);
+/// This rank's contribution: `input` scaled by the PREMUL_SUM scale (a new
+/// buffer), or `input` itself for other ops.
+tensor own_contribution(const collective_call& call, const tensor& input);
+/// Applies AVG's division (by size × avg_local) in place; no-op for other ops.
+void finish_reduction(const collective_call& call, tensor& data, int size);
+/// Group rank `r` shifted by `d` around the ring.
+inline int ring(int r, int d, int size) { return ((r + d) % size + size) % size; }
+
+}  // namespace troupe::detail

@@ -1,0 +1,81 @@
+// Helpers shared by the algorithm files: chunking, payload checks and the
+// reduction steps every reducing algorithm performs.
+
+#include <numeric>
+
+#include "algorithms/algorithm.hpp"
+#include "src/reduce_kernels.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+std::optional<tensor> op_context::take(int peer, std::uint32_t step) {
+  auto i = inbox_.find({step, peer});
+  if (i == inbox_.end()) {
+    blocked_peer_ = peer;
+    blocked_step_ = step;
+    return std::nullopt;
+  }
+  auto t = std::move(i->second);
+  inbox_.erase(i);
+  return t;
+}
+
+std::string op_context::waiting_for() const {
+  if (blocked_peer_ < 0) return "no message";
+  return "rank " + std::to_string(blocked_peer_) + " (step " + std::to_string(blocked_step_) + ")";
+}
+
+std::string algorithm::on_timeout(op_context& ctx) {
+  return "waiting for " + ctx.waiting_for();
+}
+
+std::pair<std::int64_t, std::int64_t> chunk_range(std::int64_t n, int parts, int i) {
+  auto base = n / parts;
+  auto extra = n % parts;
+  auto offset = i * base + std::min<std::int64_t>(i, extra);
+  return {offset, base + (i < extra ? 1 : 0)};
+}
+
+std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts) {
+  std::vector<std::int64_t> r(counts.size(), 0);
+  std::exclusive_scan(counts.begin(), counts.end(), r.begin(), std::int64_t{0});
+  return r;
+}
+
+void check_payload(const collective_call& call, const tensor& payload, std::int64_t count, int peer,
+                   std::uint32_t step) {
+  auto expected = static_cast<std::size_t>(count) * element_size(call.input.scalar_type());
+  if (payload.nbytes() != expected || payload.scalar_type() != call.input.scalar_type())
+    throw error(errc::invalid_argument,
+                call.name + ": rank " + std::to_string(peer) + " sent " +
+                    std::to_string(payload.nbytes()) + " bytes of " +
+                    std::string(to_string(payload.scalar_type())) + " at step " +
+                    std::to_string(step) + ", this rank expected " + std::to_string(expected) +
+                    " bytes of " + std::string(to_string(call.input.scalar_type())) +
+                    " (do the ranks pass tensors of the same size and dtype?)");
+}
+
+tensor fresh_copy(const tensor& src) { return src.clone(); }
+
+tensor combine(const reduce_op& op, const tensor& a, const tensor& b) {
+  auto r = tensor::empty({a.numel()}, a.scalar_type());
+  const void* srcs[] = {a.data(), b.data()};
+  reduce_many(a.scalar_type(), op.op(), r.data(), srcs, 2, static_cast<std::size_t>(a.numel()));
+  return r;
+}
+
+tensor own_contribution(const collective_call& call, const tensor& input) {
+  if (call.op.op() != reduce_op::PREMUL_SUM) return input;
+  auto r = input.clone();
+  scale_by(r.scalar_type(), r.data(), static_cast<std::size_t>(r.numel()), call.op.scale());
+  return r;
+}
+
+void finish_reduction(const collective_call& call, tensor& data, int size) {
+  if (call.op.op() != reduce_op::AVG) return;
+  divide_by(data.scalar_type(), data.data(), static_cast<std::size_t>(data.numel()),
+            static_cast<double>(size) * static_cast<double>(call.avg_local));
+}
+
+}  // namespace troupe::detail

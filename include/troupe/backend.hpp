@@ -1,0 +1,150 @@
+#pragma once
+/// troupe::backend — what actually runs a group's calls on one kind of device
+/// (c10d's Backend), plus the registry of backends by name and the parsing of
+/// backend strings ("actor", "cpu:actor,cuda:nccl").
+///
+/// A process_group validates every call once, then hands it to the backend
+/// registered for the tensors' device. Backends receive validated arguments.
+/// A user-written backend derives from `backend`, overrides what it supports
+/// and is registered with register_backend(); every call it does not override
+/// fails with a clear errc::backend error.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "troupe/device.hpp"
+#include "troupe/options.hpp"
+#include "troupe/store.hpp"
+#include "troupe/tensor.hpp"
+#include "troupe/work.hpp"
+
+namespace troupe {
+
+/// One point-to-point operation of batch_isend_irecv.
+struct p2p_op {
+  enum kind_t { isend, irecv } kind;
+  tensor buffer;
+  int peer;  ///< group rank
+  int tag = 0;
+};
+
+/// What a backend is created with.
+struct backend_context {
+  std::shared_ptr<troupe::store> store;  ///< a store private to this group
+  int rank = 0;                          ///< rank in the group
+  int size = 0;                          ///< group size
+  std::vector<int> global_ranks;         ///< world rank of each group rank
+  std::string group_name;
+  std::chrono::milliseconds timeout{};
+  troupe::device_type device = device_type::cpu;
+  void* runtime = nullptr;  ///< internal: the rank's actor runtime (built-in backends)
+};
+
+class backend {
+ public:
+  explicit backend(const backend_context& ctx)
+      : rank_(ctx.rank), size_(ctx.size), group_name_(ctx.group_name) {}
+  virtual ~backend() = default;
+  backend(const backend&) = delete;
+  backend& operator=(const backend&) = delete;
+
+  /// The backend's name ("actor", "dummy", ...).
+  virtual std::string name() const = 0;
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  const std::string& group_name() const noexcept { return group_name_; }
+
+  virtual work broadcast(tensor_list& tensors, const broadcast_options& opts);
+  virtual work allreduce(tensor_list& tensors, const allreduce_options& opts);
+  virtual work allreduce_coalesced(tensor_list& tensors, const allreduce_coalesced_options& opts);
+  virtual work reduce(tensor_list& tensors, const reduce_options& opts);
+  virtual work allgather(std::vector<tensor_list>& outputs, tensor_list& inputs,
+                         const allgather_options& opts);
+  virtual work allgather_into_tensor(tensor& output, tensor& input, const allgather_options& opts);
+  virtual work allgather_coalesced(std::vector<tensor_list>& outputs, tensor_list& inputs,
+                                   const allgather_options& opts);
+  virtual work allgather_into_tensor_coalesced(tensor_list& outputs, tensor_list& inputs,
+                                               const allgather_options& opts);
+  virtual work gather(std::vector<tensor_list>& outputs, tensor_list& inputs,
+                      const gather_options& opts);
+  virtual work scatter(tensor_list& outputs, std::vector<tensor_list>& inputs,
+                       const scatter_options& opts);
+  virtual work reduce_scatter(tensor_list& outputs, std::vector<tensor_list>& inputs,
+                              const reduce_scatter_options& opts);
+  virtual work reduce_scatter_tensor(tensor& output, tensor& input,
+                                     const reduce_scatter_options& opts);
+  virtual work reduce_scatter_tensor_coalesced(tensor_list& outputs, tensor_list& inputs,
+                                               const reduce_scatter_options& opts);
+  virtual work alltoall_single(tensor& output, tensor& input,
+                               const std::vector<std::int64_t>& output_split_sizes,
+                               const std::vector<std::int64_t>& input_split_sizes,
+                               const alltoall_options& opts);
+  virtual work alltoall(tensor_list& outputs, tensor_list& inputs, const alltoall_options& opts);
+  virtual work barrier(const barrier_options& opts);
+  virtual work monitored_barrier(const monitored_barrier_options& opts);
+  virtual work send(tensor_list& tensors, int dst_rank, const p2p_options& opts);
+  virtual work recv(tensor_list& tensors, int src_rank, const p2p_options& opts);
+  virtual work recv_any_source(tensor_list& tensors, const p2p_options& opts);
+  virtual work allgatherv(tensor& output, tensor& input, const std::vector<std::int64_t>& counts,
+                          const allgather_options& opts);
+  virtual work gatherv(tensor& output, tensor& input, const std::vector<std::int64_t>& counts,
+                       const gather_options& opts);
+  virtual work scatterv(tensor& output, tensor& input, const std::vector<std::int64_t>& counts,
+                        const scatter_options& opts);
+  virtual work reduce_scatterv(tensor& output, tensor& input,
+                               const std::vector<std::int64_t>& counts,
+                               const reduce_scatter_options& opts);
+  /// The group's current sequence number (number of collectives issued so far).
+  virtual std::uint64_t sequence_number();
+  /// Fails every pending operation with `reason` and refuses new ones.
+  virtual void abort(const std::string& reason);
+
+ protected:
+  /// Throws errc::backend "backend 'NAME' does not support OP".
+  [[noreturn]] void unsupported(const char* op) const;
+
+ private:
+  int rank_;
+  int size_;
+  std::string group_name_;
+};
+
+/// Creates a backend for one group on one device type.
+using backend_creator = std::function<std::shared_ptr<backend>(const backend_context&)>;
+
+/// Registers `name` for the given device types (the default registry of the
+/// process, as c10d's Backend.register_backend). Registering a name twice, or
+/// an empty name, throws errc::invalid_argument.
+void register_backend(const std::string& name, backend_creator creator,
+                      std::vector<device_type> devices = {device_type::cpu});
+/// Whether `name` is registered (built-in: "actor"; "nccl" in CUDA builds).
+bool is_backend_available(const std::string& name);
+/// Names of the registered backends.
+std::vector<std::string> available_backends();
+
+/// A parsed backend string: which backend runs each device type.
+class backend_config {
+ public:
+  /// Parses "actor" (expands to cpu:actor,cuda:actor), "gloo"-style single names
+  /// (expanded to every device the backend registered), or "cpu:actor,cuda:nccl".
+  /// A trailing comma, a repeated device, an unknown device or an empty part is
+  /// errc::invalid_argument naming the string.
+  explicit backend_config(const std::string& spec);
+  /// (device, backend name) pairs in the order given.
+  const std::vector<std::pair<device_type, std::string>>& entries() const noexcept {
+    return entries_;
+  }
+  /// The backend for `d`, or "" when none.
+  std::string backend_for(device_type d) const;
+  /// "cpu:actor,cuda:actor".
+  std::string to_string() const;
+
+ private:
+  std::vector<std::pair<device_type, std::string>> entries_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,76 @@
+#pragma once
+/// Option structs of the ProcessGroup calls (c10d's *Options), carrying root,
+/// reduce op and timeout. A timeout of zero means "the group's timeout".
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "troupe/reduce_op.hpp"
+
+namespace troupe {
+
+using timeout_t = std::chrono::milliseconds;
+/// Use the group's default timeout.
+inline constexpr timeout_t use_group_timeout{0};
+
+struct broadcast_options {
+  int root_rank = 0;    ///< group rank whose tensor is sent
+  int root_tensor = 0;  ///< index in the root's tensor list
+  timeout_t timeout = use_group_timeout;
+};
+
+struct allreduce_options {
+  reduce_op op = reduce_op::SUM;
+  timeout_t timeout = use_group_timeout;
+};
+
+struct allreduce_coalesced_options : allreduce_options {};
+
+struct reduce_options {
+  reduce_op op = reduce_op::SUM;
+  int root_rank = 0;
+  int root_tensor = 0;
+  timeout_t timeout = use_group_timeout;
+};
+
+struct allgather_options {
+  timeout_t timeout = use_group_timeout;
+};
+
+struct gather_options {
+  int root_rank = 0;
+  timeout_t timeout = use_group_timeout;
+};
+
+struct scatter_options {
+  int root_rank = 0;
+  timeout_t timeout = use_group_timeout;
+};
+
+struct reduce_scatter_options {
+  reduce_op op = reduce_op::SUM;
+  timeout_t timeout = use_group_timeout;
+};
+
+struct alltoall_options {
+  timeout_t timeout = use_group_timeout;
+};
+
+struct barrier_options {
+  timeout_t timeout = use_group_timeout;
+};
+
+struct monitored_barrier_options {
+  timeout_t timeout = use_group_timeout;
+  /// Report every rank that did not arrive (true) instead of failing on the first
+  /// missing rank rank 0 finds (false, c10d's default).
+  bool wait_all_ranks = false;
+};
+
+struct p2p_options {
+  int tag = 0;
+  timeout_t timeout = use_group_timeout;
+};
+
+}  // namespace troupe

@@ -1,0 +1,166 @@
+#pragma once
+/// troupe::process_group — a group of ranks and the c10d calls on it.
+///
+/// Every call validates its arguments once (errors name the call and the
+/// offending value), then dispatches by the tensors' device to the backend
+/// registered for it, and returns a work. `pg.allreduce(t).wait()` is the
+/// blocking form. Tensors are handles: outputs are written into the memory the
+/// caller passed, which must stay untouched until the work completes.
+///
+/// A process_group handed to a rank that is not a member (new_group without
+/// local synchronization) refuses every call with errc::group: running a
+/// collective on a group you are not in is almost always a bug, so troupe
+/// reports it instead of silently doing nothing as torch.distributed does.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/backend.hpp"
+#include "troupe/options.hpp"
+#include "troupe/tensor.hpp"
+#include "troupe/work.hpp"
+
+namespace troupe {
+
+class world;
+
+class process_group {
+ public:
+  /// Internal: made by world (or by tests through world).
+  process_group(std::string name, std::string description, int rank, std::vector<int> global_ranks,
+                std::map<device_type, std::shared_ptr<backend>> backends);
+  ~process_group();
+  process_group(const process_group&) = delete;
+  process_group& operator=(const process_group&) = delete;
+
+  /// This rank's rank in the group (-1 when not a member).
+  int rank() const noexcept { return rank_; }
+  /// Number of ranks in the group.
+  int size() const noexcept { return static_cast<int>(global_ranks_.size()); }
+  bool is_member() const noexcept { return rank_ >= 0; }
+  /// Unique name ("default", "group1", ...).
+  const std::string& name() const noexcept { return name_; }
+  /// User-given description (defaults to the name).
+  const std::string& description() const noexcept { return description_; }
+  /// World rank of each group rank.
+  const std::vector<int>& global_ranks() const noexcept { return global_ranks_; }
+  /// The backend that runs calls on `d` (throws errc::backend when none).
+  backend& get_backend(device_type d) const;
+  /// Number of collectives issued on this group so far (equal on all members
+  /// once they issued the same calls).
+  std::uint64_t sequence_number() const;
+
+  // -- collectives -------------------------------------------------------------
+  work broadcast(tensor_list tensors, const broadcast_options& opts = {});
+  work broadcast(tensor t, int root = 0) { return broadcast(tensor_list{t}, {.root_rank = root}); }
+  work allreduce(tensor_list tensors, const allreduce_options& opts = {});
+  work allreduce(tensor t, reduce_op op = reduce_op::SUM) {
+    return allreduce(tensor_list{t}, {.op = op});
+  }
+  work allreduce_coalesced(tensor_list tensors, const allreduce_coalesced_options& opts = {});
+  work reduce(tensor_list tensors, const reduce_options& opts = {});
+  work reduce(tensor t, int root, reduce_op op = reduce_op::SUM) {
+    return reduce(tensor_list{t}, {.op = op, .root_rank = root});
+  }
+  /// outputs[i][r] receives rank r's inputs[i] (c10d allgather; normally one input).
+  work allgather(std::vector<tensor_list> outputs, tensor_list inputs,
+                 const allgather_options& opts = {});
+  /// outputs[r] receives rank r's input.
+  work allgather(tensor_list outputs, tensor input, const allgather_options& opts = {});
+  /// output (size × input numel) receives every rank's input, in rank order.
+  work allgather_into_tensor(tensor output, tensor input, const allgather_options& opts = {});
+  work allgather_coalesced(std::vector<tensor_list> outputs, tensor_list inputs,
+                           const allgather_options& opts = {});
+  work allgather_into_tensor_coalesced(tensor_list outputs, tensor_list inputs,
+                                       const allgather_options& opts = {});
+  /// On the root, outputs[0][r] receives rank r's inputs[0]; elsewhere outputs is empty.
+  work gather(std::vector<tensor_list> outputs, tensor_list inputs, const gather_options& opts = {});
+  work gather(tensor_list outputs, tensor input, const gather_options& opts = {});
+  /// Rank r's outputs[0] receives the root's inputs[0][r]; elsewhere inputs is empty.
+  work scatter(tensor_list outputs, std::vector<tensor_list> inputs,
+               const scatter_options& opts = {});
+  work scatter(tensor output, tensor_list inputs, const scatter_options& opts = {});
+  /// outputs[0] receives the reduction over ranks of inputs[0][rank].
+  work reduce_scatter(tensor_list outputs, std::vector<tensor_list> inputs,
+                      const reduce_scatter_options& opts = {});
+  work reduce_scatter(tensor output, tensor_list inputs, const reduce_scatter_options& opts = {});
+  /// input has size × output numel elements; output receives this rank's reduced block.
+  work reduce_scatter_tensor(tensor output, tensor input, const reduce_scatter_options& opts = {});
+  work reduce_scatter_tensor_coalesced(tensor_list outputs, tensor_list inputs,
+                                       const reduce_scatter_options& opts = {});
+  /// Splits input along dim 0 by input_split_sizes (rows sent to each rank) and
+  /// receives output_split_sizes rows from each rank; empty splits mean equal parts.
+  work alltoall_single(tensor output, tensor input, std::vector<std::int64_t> output_split_sizes = {},
+                       std::vector<std::int64_t> input_split_sizes = {},
+                       const alltoall_options& opts = {});
+  /// outputs[r] receives rank r's inputs[rank()].
+  work alltoall(tensor_list outputs, tensor_list inputs, const alltoall_options& opts = {});
+  work barrier(const barrier_options& opts = {});
+  /// A barrier that fails with the list of every rank that did not arrive in time.
+  work monitored_barrier(const monitored_barrier_options& opts = {});
+
+  // -- variable-size forms (counts in elements, one per group rank) ------------
+  /// output (sum of counts) receives rank r's input (counts[r] elements) at offset sum(counts[<r]).
+  work allgatherv(tensor output, tensor input, std::vector<std::int64_t> counts,
+                  const allgather_options& opts = {});
+  /// As allgatherv, but only the root receives (output ignored elsewhere).
+  work gatherv(tensor output, tensor input, std::vector<std::int64_t> counts,
+               const gather_options& opts = {});
+  /// Rank r's output receives counts[r] elements of the root's input at offset sum(counts[<r]).
+  work scatterv(tensor output, tensor input, std::vector<std::int64_t> counts,
+                const scatter_options& opts = {});
+  /// input (sum of counts) on every rank; rank r's output receives the reduced block r.
+  work reduce_scatterv(tensor output, tensor input, std::vector<std::int64_t> counts,
+                       const reduce_scatter_options& opts = {});
+
+  // -- point to point -----------------------------------------------------------
+  /// The p2p_options forms take a tag and a timeout (default: the group's).
+  work send(tensor_list tensors, int dst_rank, const p2p_options& opts);
+  work recv(tensor_list tensors, int src_rank, const p2p_options& opts);
+  work recv_any_source(tensor_list tensors, const p2p_options& opts);
+  work send(tensor_list tensors, int dst_rank, int tag = 0) {
+    return send(std::move(tensors), dst_rank, p2p_options{.tag = tag});
+  }
+  work send(tensor t, int dst_rank, int tag = 0) { return send(tensor_list{t}, dst_rank, tag); }
+  work recv(tensor_list tensors, int src_rank, int tag = 0) {
+    return recv(std::move(tensors), src_rank, p2p_options{.tag = tag});
+  }
+  work recv(tensor t, int src_rank, int tag = 0) { return recv(tensor_list{t}, src_rank, tag); }
+  /// Receives from whichever rank sends first with `tag`; work.source_rank() tells who.
+  work recv_any_source(tensor_list tensors, int tag = 0) {
+    return recv_any_source(std::move(tensors), p2p_options{.tag = tag});
+  }
+  work recv_any_source(tensor t, int tag = 0) { return recv_any_source(tensor_list{t}, tag); }
+  /// Issues every send and recv; the work completes when all of them did.
+  work batch_isend_irecv(std::vector<p2p_op> ops);
+
+  // -- coalescing ---------------------------------------------------------------
+  /// Calls until end_coalescing() are issued as usual and collected.
+  void start_coalescing();
+  /// One work that completes when every call since start_coalescing() did.
+  work end_coalescing();
+
+  /// Fails every pending operation with `reason` and refuses new ones.
+  void abort(const std::string& reason);
+
+ private:
+  friend class world;
+  /// Aborts pending work and drops the backends (the world is going away).
+  void release(const std::string& reason);
+  void check_member(const char* op) const;
+  backend& backend_for(const char* op, const tensor_list& tensors) const;
+  work track(work w);
+
+  std::string name_;
+  std::string description_;
+  int rank_;
+  std::vector<int> global_ranks_;
+  std::map<device_type, std::shared_ptr<backend>> backends_;
+  bool coalescing_ = false;
+  std::vector<work> coalesced_;
+};
+
+}  // namespace troupe

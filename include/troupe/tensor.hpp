@@ -1,0 +1,124 @@
+#pragma once
+/// troupe::tensor — a strided view over memory that it owns or borrows.
+///
+/// A tensor is a cheap handle (like torch::Tensor): copies share the same
+/// memory. It knows its shape, strides, dtype and device. Collectives accept
+/// only contiguous tensors; strided ones exist so that what a user hands in
+/// (through from_blob or DLPack) is represented faithfully and rejected with a
+/// clear error instead of silently copied.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "troupe/device.hpp"
+#include "troupe/dtype.hpp"
+
+struct DLManagedTensor;  // from <dlpack/dlpack.h>; only pointers cross this header
+
+namespace troupe {
+
+using shape_t = std::vector<std::int64_t>;
+
+class tensor {
+ public:
+  /// An undefined tensor (defined() == false).
+  tensor() = default;
+
+  /// Allocates uninitialised memory owned by the tensor.
+  static tensor empty(shape_t shape, dtype t, device d = device::cpu());
+  /// Allocates zero-filled memory owned by the tensor.
+  static tensor zeros(shape_t shape, dtype t, device d = device::cpu());
+  /// Borrows `data` (not freed by troupe). Contiguous strides.
+  static tensor from_blob(void* data, shape_t shape, dtype t, device d = device::cpu());
+  /// Borrows `data` with explicit strides (in elements).
+  static tensor from_blob(void* data, shape_t shape, shape_t strides, dtype t,
+                          device d = device::cpu());
+  /// Adopts `data`: `deleter(data)` runs when the last handle goes away.
+  static tensor adopt(void* data, shape_t shape, dtype t, std::function<void(void*)> deleter,
+                      device d = device::cpu());
+  /// Copies `values` into a new one-dimensional owned tensor.
+  template <class T>
+  static tensor from_vector(const std::vector<T>& values) {
+    auto r = empty({static_cast<std::int64_t>(values.size())}, dtype_of<T>);
+    copy_bytes(r.data(), values.data(), values.size() * sizeof(T));
+    return r;
+  }
+  template <class T>
+  static tensor from_vector(std::initializer_list<T> values) {
+    return from_vector(std::vector<T>(values));
+  }
+
+  /// Imports a DLPack tensor without copying; the tensor takes ownership of
+  /// `managed` and calls its deleter when the last handle goes away.
+  static tensor from_dlpack(DLManagedTensor* managed);
+  /// Exports without copying. The returned tensor keeps this memory alive until
+  /// the consumer calls its deleter.
+  DLManagedTensor* to_dlpack() const;
+
+  bool defined() const noexcept { return static_cast<bool>(base_); }
+  dtype scalar_type() const noexcept { return dtype_; }
+  const device& get_device() const noexcept { return device_; }
+  bool is_cpu() const noexcept { return device_.type == device_type::cpu; }
+  const shape_t& shape() const noexcept { return shape_; }
+  const shape_t& strides() const noexcept { return strides_; }
+  std::int64_t dim() const noexcept { return static_cast<std::int64_t>(shape_.size()); }
+  std::int64_t numel() const noexcept;
+  std::size_t element_size() const noexcept;
+  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * element_size(); }
+  bool is_contiguous() const noexcept;
+
+  /// Address of the first element.
+  void* data() const noexcept;
+  template <class T>
+  T* data_as() const noexcept {
+    return static_cast<T*>(data());
+  }
+
+  /// A new owned contiguous tensor with the same contents.
+  tensor clone() const;
+  /// Copies `src` (same dtype and numel, both contiguous) into this tensor.
+  void copy_from(const tensor& src);
+  /// Fills every element with zero bytes.
+  void zero_();
+  /// A view of `count` elements starting at flat element `offset` (contiguous only).
+  tensor flat_slice(std::int64_t offset, std::int64_t count) const;
+  /// A view with a new shape of the same numel (contiguous only).
+  tensor view(shape_t shape) const;
+  /// Whether both tensors start at the same address with the same size.
+  bool is_same(const tensor& other) const noexcept;
+
+  /// Copies the contents (contiguous) into a vector of T (dtype must match).
+  template <class T>
+  std::vector<T> to_vector() const {
+    check_element_type(dtype_of<T>);
+    std::vector<T> r(static_cast<std::size_t>(numel()));
+    copy_bytes(r.data(), data(), r.size() * sizeof(T));
+    return r;
+  }
+
+  /// "tensor(float32, cpu, [2, 3])".
+  std::string describe() const;
+
+ private:
+  static tensor make(std::shared_ptr<void> base, std::size_t offset, shape_t shape, shape_t strides,
+                     dtype t, device d);
+  static void copy_bytes(void* dst, const void* src, std::size_t n);
+  void check_element_type(dtype t) const;
+
+  std::shared_ptr<void> base_;  // keeps the memory alive (owned, borrowed or DLPack)
+  std::size_t offset_ = 0;      // bytes from base_ to the first element
+  shape_t shape_;
+  shape_t strides_;
+  dtype dtype_ = dtype::float32;
+  device device_;
+};
+
+using tensor_list = std::vector<tensor>;
+
+}  // namespace troupe

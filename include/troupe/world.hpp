@@ -1,0 +1,89 @@
+#pragma once
+/// troupe::world — one rank: its actor system, store, default group and the
+/// registry of its groups. No process-wide state: many worlds (ranks) can
+/// live in one process, which is how tests and simulations run.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/process_group.hpp"
+#include "troupe/store.hpp"
+
+namespace troupe {
+
+namespace detail {
+class rank_runtime;
+}
+
+struct world_options {
+  /// "actor", "cpu:actor,cuda:nccl", or the name of a registered backend.
+  std::string backend = "actor";
+  /// Shared by all ranks (a hash_store in one process, a file_store across processes).
+  std::shared_ptr<troupe::store> store;
+  int rank = -1;
+  int world_size = -1;
+  /// Default timeout of collectives and of group set-up (c10d's default: 30 min).
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+};
+
+struct new_group_options {
+  /// Defaults to the world's timeout.
+  std::optional<std::chrono::milliseconds> timeout;
+  /// Defaults to the world's backend string.
+  std::string backend;
+  /// Only the members call new_group; non-members get no group (nullptr).
+  bool use_local_synchronization = false;
+  /// Free text shown in errors and describe(); defaults to the group name.
+  std::string description;
+};
+
+class world {
+ public:
+  /// Joins the world: rendezvous through the store with the other ranks, then
+  /// creates the default group. Throws errc::invalid_argument for a bad rank,
+  /// size, store or backend string, errc::timeout when the others do not arrive.
+  explicit world(world_options opts);
+  world(std::string backend, std::shared_ptr<troupe::store> store, int rank, int world_size,
+        std::chrono::milliseconds timeout = std::chrono::minutes(30));
+  ~world();
+  world(const world&) = delete;
+  world& operator=(const world&) = delete;
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  const std::shared_ptr<troupe::store>& get_store() const noexcept;
+  std::chrono::milliseconds timeout() const noexcept;
+  const std::string& backend_string() const noexcept;
+
+  /// The group of all ranks.
+  process_group& default_group();
+
+  /// Creates a group of `ranks` (world ranks, any order, no duplicates). Without
+  /// local synchronization every rank of the world must call it, in the same
+  /// order; non-members receive a non-member group. With it, only members call;
+  /// non-members receive nullptr. Groups with equal members never collide.
+  std::shared_ptr<process_group> new_group(std::vector<int> ranks, new_group_options opts = {});
+
+  /// Group rank of world rank `global_rank` in `group`.
+  int get_group_rank(const process_group& group, int global_rank) const;
+  /// World rank of group rank `group_rank` in `group`.
+  int get_global_rank(const process_group& group, int group_rank) const;
+  /// World ranks of `group`'s members.
+  std::vector<int> get_process_group_ranks(const process_group& group) const;
+  /// Destroys `group` (pending work fails; the group is no longer registered).
+  void destroy_process_group(const std::shared_ptr<process_group>& group);
+  /// Fails every pending operation of every group with `reason`; later calls fail too.
+  void abort(const std::string& reason);
+
+  /// Internal: the rank's actor runtime.
+  detail::rank_runtime& runtime() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,186 @@
+#include "troupe/work.hpp"
+
+#include "src/work_state.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe {
+
+using detail::work_state;
+
+namespace {
+
+const work_state& checked(const std::shared_ptr<work_state>& s) {
+  if (!s) throw error(errc::invalid_argument, "work: this work is not attached to any operation");
+  return *s;
+}
+
+std::string describe(const work_state& s) {
+  auto r = s.op + " on group '" + s.group + "'";
+  if (auto seq = s.seq.load()) r += " (seq " + std::to_string(seq) + ")";
+  return r;
+}
+
+}  // namespace
+
+void work::wait() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::unique_lock<std::mutex> g{s.mtx};
+  s.cv.wait(g, [&] { return s.done; });
+  if (s.error) std::rethrow_exception(s.error);
+}
+
+void work::wait(duration timeout) const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::unique_lock<std::mutex> g{s.mtx};
+  if (!s.cv.wait_for(g, timeout, [&] { return s.done; }))
+    throw error(errc::timeout, "work.wait: Timeout after " + std::to_string(timeout.count()) +
+                                   " ms waiting for " + describe(s));
+  if (s.error) std::rethrow_exception(s.error);
+}
+
+bool work::is_completed() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.done;
+}
+
+bool work::is_success() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.done && !s.error;
+}
+
+std::exception_ptr work::exception() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.error;
+}
+
+tensor_list work::result() const {
+  wait();
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.outputs;
+}
+
+int work::source_rank() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.source_rank;
+}
+
+std::uint64_t work::sequence_number() const { return checked(state_).seq.load(); }
+std::string work::op_name() const { return checked(state_).op; }
+std::string work::group_name() const { return checked(state_).group; }
+
+void work::on_complete(std::function<void(const work&)> fn) const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  {
+    std::lock_guard<std::mutex> g{s.mtx};
+    if (!s.done) {
+      s.callbacks.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn(*this);
+}
+
+work work::then(std::function<tensor_list(const work&)> fn) const {
+  auto& s = checked(state_);
+  auto next = make(s.op + ".then", s.group, s.seq.load());
+  on_complete([next, fn = std::move(fn)](const work& done) {
+    try {
+      next.complete(fn(done));
+    } catch (...) {
+      next.fail(std::current_exception());
+    }
+  });
+  return next;
+}
+
+work work::make(std::string op, std::string group, std::uint64_t seq) {
+  auto s = std::make_shared<work_state>();
+  s->op = std::move(op);
+  s->group = std::move(group);
+  s->seq = seq;
+  return work{std::move(s)};
+}
+
+work work::completed(std::string op, std::string group, tensor_list outputs) {
+  auto w = make(std::move(op), std::move(group));
+  w.complete(std::move(outputs));
+  return w;
+}
+
+work work::failed(std::string op, std::string group, std::exception_ptr error) {
+  auto w = make(std::move(op), std::move(group));
+  w.fail(std::move(error));
+  return w;
+}
+
+namespace {
+
+void finish(const work& w, work_state& s, tensor_list* outputs, int source,
+            std::exception_ptr err) {
+  std::vector<std::function<void(const work&)>> callbacks;
+  {
+    std::lock_guard<std::mutex> g{s.mtx};
+    if (s.done) return;
+    s.done = true;
+    if (outputs) s.outputs = std::move(*outputs);
+    s.source_rank = source;
+    s.error = std::move(err);
+    callbacks.swap(s.callbacks);
+  }
+  s.cv.notify_all();
+  for (auto& f : callbacks) f(w);
+}
+
+}  // namespace
+
+void work::complete(tensor_list outputs, int source_rank) const {
+  finish(*this, const_cast<work_state&>(checked(state_)), &outputs, source_rank, nullptr);
+}
+
+void work::fail(std::exception_ptr error) const {
+  finish(*this, const_cast<work_state&>(checked(state_)), nullptr, -1, std::move(error));
+}
+
+void work::set_sequence_number(std::uint64_t seq) const {
+  const_cast<work_state&>(checked(state_)).seq = seq;
+}
+
+work work::when_all(std::string op, std::string group, std::vector<work> parts) {
+  auto all = make(std::move(op), std::move(group));
+  if (parts.empty()) {
+    all.complete({});
+    return all;
+  }
+  if (auto seq = parts.back().sequence_number()) all.set_sequence_number(seq);
+  struct joint {
+    std::mutex mtx;
+    std::size_t left;
+    std::vector<work> parts;
+  };
+  auto j = std::make_shared<joint>();
+  j->left = parts.size();
+  j->parts = parts;
+  for (auto& p : parts)
+    p.on_complete([all, j](const work& done) {
+      if (!done.is_success()) {
+        all.fail(done.exception());
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> g{j->mtx};
+        if (--j->left != 0) return;
+      }
+      tensor_list out;
+      for (auto& q : j->parts)
+        for (auto& t : q.result()) out.push_back(t);
+      all.complete(std::move(out));
+    });
+  return all;
+}
+
+}  // namespace troupe

@@ -1,0 +1,223 @@
+// world: rendezvous of one rank, its runtime, default group and group registry.
+
+#include "troupe/world.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include "actors/rank_runtime.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe {
+
+namespace detail {
+backend_creator find_backend(const std::string& name);
+}
+
+struct world::impl {
+  world_options opts;
+  std::unique_ptr<detail::rank_runtime> rt;
+  std::shared_ptr<process_group> default_group;
+  std::mutex mtx;
+  std::map<std::string, std::shared_ptr<process_group>> groups;  // registered, by name
+  int group_counter = 0;                                         // new_group calls (all ranks)
+  std::map<std::vector<int>, int> local_counter;                 // local-sync groups by members
+
+  std::shared_ptr<process_group> make_group(const std::string& name, std::vector<int> ranks,
+                                            std::chrono::milliseconds timeout,
+                                            const std::string& backend_spec,
+                                            const std::string& description);
+};
+
+namespace {
+
+std::string random_job_id() {
+  std::random_device rd;
+  std::mt19937_64 gen{(static_cast<std::uint64_t>(rd()) << 32) ^ rd()};
+  static const char* hex = "0123456789abcdef";
+  std::string r;
+  for (int i = 0; i < 16; ++i) r += hex[gen() % 16];
+  return r;
+}
+
+void invalid(const std::string& what) { throw error(errc::invalid_argument, what); }
+
+}  // namespace
+
+std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
+                                                       std::vector<int> ranks,
+                                                       std::chrono::milliseconds timeout,
+                                                       const std::string& backend_spec,
+                                                       const std::string& description) {
+  backend_config cfg{backend_spec};
+  auto me = std::find(ranks.begin(), ranks.end(), opts.rank);
+  const int group_rank = me == ranks.end() ? -1 : static_cast<int>(me - ranks.begin());
+  std::map<device_type, std::shared_ptr<backend>> backends;
+  if (group_rank >= 0) {
+    std::map<std::string, std::shared_ptr<backend>> by_name;  // one instance per backend name
+    for (auto& [dev, bname] : cfg.entries()) {
+      if (!is_backend_available(bname)) continue;  // calls on this device report it
+      auto& b = by_name[bname];
+      if (!b) {
+        backend_context ctx;
+        ctx.store = std::make_shared<prefix_store>("troupe/" + name, opts.store);
+        ctx.rank = group_rank;
+        ctx.size = static_cast<int>(ranks.size());
+        ctx.global_ranks = ranks;
+        ctx.group_name = name;
+        ctx.timeout = timeout;
+        ctx.device = dev;
+        ctx.runtime = rt.get();
+        b = detail::find_backend(bname)(ctx);
+        if (!b) throw error(errc::backend, "backend '" + bname + "' returned no backend");
+      }
+      backends[dev] = b;
+    }
+  }
+  auto pg = std::make_shared<process_group>(name, description, group_rank, std::move(ranks),
+                                            std::move(backends));
+  std::lock_guard<std::mutex> g{mtx};
+  groups[name] = pg;
+  return pg;
+}
+
+world::world(std::string backend, std::shared_ptr<troupe::store> store, int rank, int world_size,
+             std::chrono::milliseconds timeout)
+    : world(world_options{std::move(backend), std::move(store), rank, world_size, timeout}) {}
+
+world::world(world_options opts) : impl_(std::make_unique<impl>()) {
+  if (!opts.store) invalid("world: store is null");
+  if (opts.world_size < 1)
+    invalid("world: world_size " + std::to_string(opts.world_size) +
+            " must be at least 1 (a group of zero ranks cannot run collectives)");
+  if (opts.rank < 0 || opts.rank >= opts.world_size)
+    invalid("world: rank " + std::to_string(opts.rank) + " is out of range for world_size " +
+            std::to_string(opts.world_size));
+  if (opts.timeout.count() <= 0)
+    invalid("world: timeout " + std::to_string(opts.timeout.count()) + " ms must be positive");
+  backend_config check{opts.backend};  // throws on a bad backend string
+  impl_->opts = std::move(opts);
+  auto& o = impl_->opts;
+  // Rendezvous: rank 0 names the job; everyone reads it. The job id keeps
+  // unrelated worlds in one process apart in the in-process directory.
+  const std::string job_key = "troupe/job";
+  if (o.rank == 0) o.store->set(job_key, random_job_id());
+  try {
+    o.store->wait({job_key}, o.timeout);
+  } catch (const error& e) {
+    throw error(errc::timeout, "world: rank " + std::to_string(o.rank) +
+                                   " timed out waiting for rank 0 to start the job: " + e.what());
+  }
+  const auto job = o.store->get_string(job_key);
+  impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, 2);
+  std::vector<int> all(static_cast<std::size_t>(o.world_size));
+  for (int r = 0; r < o.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
+  impl_->default_group = impl_->make_group("default", all, o.timeout, o.backend, "default group");
+}
+
+world::~world() {
+  std::map<std::string, std::shared_ptr<process_group>> groups;
+  {
+    std::lock_guard<std::mutex> g{impl_->mtx};
+    groups.swap(impl_->groups);
+  }
+  for (auto& kv : groups) kv.second->release("the world of rank " + std::to_string(rank()) +
+                                             " was destroyed");
+  impl_->default_group->release("the world was destroyed");
+  impl_->rt.reset();
+}
+
+int world::rank() const noexcept { return impl_->opts.rank; }
+int world::size() const noexcept { return impl_->opts.world_size; }
+const std::shared_ptr<troupe::store>& world::get_store() const noexcept { return impl_->opts.store; }
+std::chrono::milliseconds world::timeout() const noexcept { return impl_->opts.timeout; }
+const std::string& world::backend_string() const noexcept { return impl_->opts.backend; }
+process_group& world::default_group() { return *impl_->default_group; }
+detail::rank_runtime& world::runtime() const noexcept { return *impl_->rt; }
+
+std::shared_ptr<process_group> world::new_group(std::vector<int> ranks, new_group_options opts) {
+  if (ranks.empty()) invalid("new_group: a group of zero ranks is not allowed");
+  std::set<int> seen;
+  for (auto r : ranks) {
+    if (r < 0 || r >= size())
+      invalid("new_group: rank " + std::to_string(r) + " is out of range for world_size " +
+              std::to_string(size()));
+    if (!seen.insert(r).second) invalid("new_group: rank " + std::to_string(r) + " appears twice");
+  }
+  std::sort(ranks.begin(), ranks.end());
+  const bool member = seen.count(rank()) != 0;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> g{impl_->mtx};
+    if (opts.use_local_synchronization) {
+      if (!member) return nullptr;
+      name = "ranks";
+      for (auto r : ranks) name += "_" + std::to_string(r);
+      name += "#" + std::to_string(impl_->local_counter[ranks]++);
+    } else {
+      name = "group" + std::to_string(++impl_->group_counter);
+    }
+  }
+  return impl_->make_group(name, std::move(ranks), opts.timeout.value_or(timeout()),
+                           opts.backend.empty() ? backend_string() : opts.backend,
+                           opts.description);
+}
+
+namespace {
+
+void check_registered(const std::map<std::string, std::shared_ptr<process_group>>& groups,
+                      const process_group& g, const char* op) {
+  auto i = groups.find(g.name());
+  if (i == groups.end() || i->second.get() != &g)
+    throw error(errc::group, std::string(op) + ": group '" + g.name() +
+                                 "' is not registered; create groups through new_group");
+}
+
+}  // namespace
+
+int world::get_group_rank(const process_group& group, int global_rank) const {
+  std::lock_guard<std::mutex> g{impl_->mtx};
+  check_registered(impl_->groups, group, "get_group_rank");
+  auto& rs = group.global_ranks();
+  auto i = std::find(rs.begin(), rs.end(), global_rank);
+  if (i == rs.end())
+    throw error(errc::group, "get_group_rank: global rank " + std::to_string(global_rank) +
+                                 " is not part of group '" + group.name() + "'");
+  return static_cast<int>(i - rs.begin());
+}
+
+int world::get_global_rank(const process_group& group, int group_rank) const {
+  std::lock_guard<std::mutex> g{impl_->mtx};
+  check_registered(impl_->groups, group, "get_global_rank");
+  if (group_rank < 0 || group_rank >= group.size())
+    throw error(errc::group, "get_global_rank: group rank " + std::to_string(group_rank) +
+                                 " is not part of group '" + group.name() + "' of size " +
+                                 std::to_string(group.size()));
+  return group.global_ranks()[static_cast<std::size_t>(group_rank)];
+}
+
+std::vector<int> world::get_process_group_ranks(const process_group& group) const {
+  std::lock_guard<std::mutex> g{impl_->mtx};
+  check_registered(impl_->groups, group, "get_process_group_ranks");
+  return group.global_ranks();
+}
+
+void world::destroy_process_group(const std::shared_ptr<process_group>& group) {
+  if (!group) return;
+  {
+    std::lock_guard<std::mutex> g{impl_->mtx};
+    check_registered(impl_->groups, *group, "destroy_process_group");
+    impl_->groups.erase(group->name());
+  }
+  group->release("group '" + group->name() + "' was destroyed");
+}
+
+void world::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> g{impl_->mtx};
+  for (auto& kv : impl_->groups) kv.second->abort(reason);
+}
+
+}  // namespace troupe

@@ -1,0 +1,100 @@
+// barrier, monitored_barrier (success and the list of missing ranks),
+// coalescing and sequence numbers.
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "collective_test.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+TEST_CASE("barrier: nobody leaves before everybody arrived") {
+  for (int n : ct::rank_counts) {
+    CAPTURE(n);
+    std::atomic<int> arrived{0};
+    testing::run_ranks(n, [&, n](world& w) {
+      for (int round = 1; round <= 3; ++round) {
+        if (w.rank() == n - 1) std::this_thread::sleep_for(20ms);
+        arrived.fetch_add(1);
+        w.default_group().barrier().wait();
+        CHECK(arrived.load() >= round * n);
+        w.default_group().barrier().wait();  // keep rounds apart
+      }
+    });
+  }
+}
+
+TEST_CASE("monitored_barrier passes when everyone arrives") {
+  for (int n : ct::rank_counts)
+    testing::run_ranks(n, [](world& w) { w.default_group().monitored_barrier().wait(); });
+}
+
+namespace {
+
+/// Runs a monitored barrier that ranks in `absent` skip; returns rank 0's error.
+std::string missing_ranks_message(int n, std::vector<int> absent, bool wait_all) {
+  std::string message;
+  testing::run_ranks(n, [&](world& w) {
+    if (std::find(absent.begin(), absent.end(), w.rank()) != absent.end()) return;
+    auto wk = w.default_group().monitored_barrier({.timeout = 300ms, .wait_all_ranks = wait_all});
+    try {
+      wk.wait(10s);
+    } catch (const error& e) {
+      CHECK(e.code() == errc::timeout);
+      if (w.rank() == 0) message = e.what();
+    }
+  });
+  return message;
+}
+
+}  // namespace
+
+TEST_CASE("monitored_barrier names every missing rank with wait_all_ranks") {
+  auto msg = missing_ranks_message(5, {2, 4}, true);
+  CHECK(msg.find("Ranks 2, 4 failed to pass monitored_barrier") != std::string::npos);
+  CHECK(msg.find("seq 1") != std::string::npos);
+}
+
+TEST_CASE("monitored_barrier names the first missing rank without wait_all_ranks") {
+  auto msg = missing_ranks_message(4, {1, 3}, false);
+  CHECK(msg.find("Rank 1 failed to pass monitored_barrier") != std::string::npos);
+}
+
+TEST_CASE("coalescing: many calls, one work") {
+  testing::run_ranks(3, [](world& w) {
+    auto& pg = w.default_group();
+    auto a = tensor::from_vector<float>({1.f});
+    auto b = tensor::from_vector<int>({w.rank()});
+    pg.start_coalescing();
+    pg.allreduce(a);
+    pg.allreduce(b, reduce_op::MAX);
+    pg.broadcast(tensor::from_vector<int>({w.rank()}), 1);
+    auto all = pg.end_coalescing();
+    all.wait();
+    CHECK(all.is_success());
+    CHECK(a.to_vector<float>()[0] == 3.f);
+    CHECK(b.to_vector<int>()[0] == 2);
+    CHECK(all.result().size() == 3);
+    CHECK_THROWS_AS(pg.end_coalescing(), error);
+  });
+}
+
+TEST_CASE("sequence numbers count collectives and agree on every member") {
+  for (int n : ct::rank_counts) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      CHECK(pg.sequence_number() == 0);
+      for (int i = 0; i < 5; ++i) pg.allreduce(tensor::from_vector<int>({1}));
+      auto wk = pg.barrier();
+      wk.wait();
+      CHECK(wk.sequence_number() == 6);
+      auto seq = tensor::from_vector<std::int64_t>({std::int64_t(pg.sequence_number())});
+      auto all = tensor::zeros({n}, dtype::int64);
+      pg.allgather_into_tensor(all, seq).wait();
+      for (auto s : all.to_vector<std::int64_t>()) CHECK(s == 6);
+    });
+  }
+}

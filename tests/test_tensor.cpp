@@ -1,0 +1,626 @@
+// Tests for dtypes, float16/bfloat16 conversions, tensors and DLPack interop.
+
+#include <dlpack/dlpack.h>
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "troupe/error.hpp"
+#include "troupe/tensor.hpp"
+
+using namespace troupe;
+
+namespace {
+
+// Runs `f`, expecting a troupe::error with `code` and exactly `message`.
+template <class F>
+void check_error(F&& f, errc code, const std::string& message) {
+  try {
+    f();
+    FAIL("expected troupe::error: " << message);
+  } catch (const error& e) {
+    CHECK(e.code() == code);
+    CHECK(std::string(e.what()) == message);
+  }
+}
+
+std::uint16_t half_bits(float f) {
+  return float16_t(f).bits;
+}
+std::uint16_t bf16_bits(float f) {
+  return bfloat16_t(f).bits;
+}
+float from_half(std::uint16_t b) {
+  float16_t h;
+  h.bits = b;
+  return static_cast<float>(h);
+}
+float from_bf16(std::uint16_t b) {
+  bfloat16_t h;
+  h.bits = b;
+  return static_cast<float>(h);
+}
+
+dtype all_dtypes[] = {dtype::bool_,   dtype::uint8,   dtype::int8,      dtype::int16,
+                      dtype::int32,   dtype::int64,   dtype::float16,   dtype::bfloat16,
+                      dtype::float32, dtype::float64, dtype::complex64, dtype::complex128};
+
+}  // namespace
+
+TEST_CASE("dtype sizes, names and categories") {
+  const std::size_t sizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 8, 16};
+  const char* names[] = {"bool",    "uint8",    "int8",    "int16",   "int32",     "int64",
+                         "float16", "bfloat16", "float32", "float64", "complex64", "complex128"};
+  static_assert(sizeof(all_dtypes) / sizeof(all_dtypes[0]) == dtype_count);
+  for (int i = 0; i < dtype_count; ++i) {
+    CAPTURE(i);
+    CHECK(element_size(all_dtypes[i]) == sizes[i]);
+    CHECK(to_string(all_dtypes[i]) == names[i]);
+    CHECK(static_cast<int>(all_dtypes[i]) == i);
+  }
+  CHECK(is_integral(dtype::uint8));
+  CHECK(is_integral(dtype::int64));
+  CHECK_FALSE(is_integral(dtype::bool_));
+  CHECK_FALSE(is_integral(dtype::float32));
+  CHECK(is_floating_point(dtype::float16));
+  CHECK(is_floating_point(dtype::bfloat16));
+  CHECK(is_floating_point(dtype::float64));
+  CHECK_FALSE(is_floating_point(dtype::complex64));
+  CHECK_FALSE(is_floating_point(dtype::int32));
+  CHECK(is_complex(dtype::complex64));
+  CHECK(is_complex(dtype::complex128));
+  CHECK_FALSE(is_complex(dtype::float64));
+  CHECK(dtype_of<std::complex<double>> == dtype::complex128);
+  CHECK(dtype_of<bfloat16_t> == dtype::bfloat16);
+}
+
+TEST_CASE("device names") {
+  CHECK(to_string(device::cpu()) == "cpu");
+  CHECK(to_string(device::cuda(0)) == "cuda:0");
+  CHECK(to_string(device::cuda(3)) == "cuda:3");
+  CHECK(std::string(to_string(device_type::cuda)) == "cuda");
+  CHECK(device::cuda(1) == device::cuda(1));
+  CHECK_FALSE(device::cuda(1) == device::cuda(2));
+}
+
+TEST_CASE("float16 conversion from float") {
+  CHECK(half_bits(0.0f) == 0x0000);
+  CHECK(half_bits(-0.0f) == 0x8000);
+  CHECK(half_bits(1.0f) == 0x3c00);
+  CHECK(half_bits(-2.0f) == 0xc000);
+  CHECK(half_bits(0.5f) == 0x3800);
+  CHECK(half_bits(0.1f) == 0x2e66);
+  CHECK(half_bits(1.0f / 3.0f) == 0x3555);
+  CHECK(half_bits(65504.0f) == 0x7bff);  // largest finite
+  CHECK(half_bits(65519.0f) == 0x7bff);  // just below the rounding boundary
+  CHECK(half_bits(65520.0f) == 0x7c00);  // halfway to 2^16: rounds to even = Inf
+  CHECK(half_bits(1e6f) == 0x7c00);
+  CHECK(half_bits(-1e6f) == 0xfc00);
+  CHECK(half_bits(std::numeric_limits<float>::infinity()) == 0x7c00);
+  CHECK(half_bits(-std::numeric_limits<float>::infinity()) == 0xfc00);
+  const auto nan = half_bits(std::numeric_limits<float>::quiet_NaN());
+  CHECK((nan & 0x7c00) == 0x7c00);
+  CHECK((nan & 0x03ff) != 0);
+  // Round to nearest even at the 10-bit mantissa boundary.
+  CHECK(half_bits(1.0f + 0x1p-11f) == 0x3c00);             // tie, even stays
+  CHECK(half_bits(1.0f + 3 * 0x1p-11f) == 0x3c02);         // tie, odd rounds up
+  CHECK(half_bits(1.0f + 0x1p-11f + 0x1p-20f) == 0x3c01);  // above the tie
+  // Normals and subnormals.
+  CHECK(half_bits(0x1p-14f) == 0x0400);             // smallest normal
+  CHECK(half_bits(0x1p-24f) == 0x0001);             // smallest subnormal
+  CHECK(half_bits(1023 * 0x1p-24f) == 0x03ff);      // largest subnormal
+  CHECK(half_bits(0x1p-25f) == 0x0000);             // tie to even (zero)
+  CHECK(half_bits(3 * 0x1p-25f) == 0x0002);         // tie to even (two)
+  CHECK(half_bits(0x1p-25f + 0x1p-35f) == 0x0001);  // above the tie
+  CHECK(half_bits(-0x1p-24f) == 0x8001);
+  CHECK(half_bits(1e-10f) == 0x0000);
+  CHECK(half_bits(2047 * 0x1p-25f) == 0x0400);  // rounds up into the normals
+}
+
+TEST_CASE("float16 conversion to float") {
+  CHECK(from_half(0x3c00) == 1.0f);
+  CHECK(from_half(0xc000) == -2.0f);
+  CHECK(from_half(0x7bff) == 65504.0f);
+  CHECK(from_half(0x3555) == 0.333251953125f);
+  CHECK(from_half(0x0001) == 0x1p-24f);
+  CHECK(from_half(0x03ff) == 1023 * 0x1p-24f);
+  CHECK(from_half(0x0400) == 0x1p-14f);
+  CHECK(from_half(0x8001) == -0x1p-24f);
+  CHECK(std::bit_cast<std::uint32_t>(from_half(0x8000)) == 0x80000000u);
+  CHECK(from_half(0x7c00) == std::numeric_limits<float>::infinity());
+  CHECK(from_half(0xfc00) == -std::numeric_limits<float>::infinity());
+  CHECK(std::isnan(from_half(0x7e00)));
+  CHECK(std::isnan(from_half(0x7c01)));  // signalling payload stays NaN
+  // Every finite half survives a round trip through float.
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {
+    if ((b & 0x7c00) == 0x7c00) continue;
+    if (half_bits(from_half(static_cast<std::uint16_t>(b))) != b) {
+      CHECK(half_bits(from_half(static_cast<std::uint16_t>(b))) == b);
+      break;
+    }
+  }
+}
+
+TEST_CASE("bfloat16 conversions") {
+  CHECK(bf16_bits(1.0f) == 0x3f80);
+  CHECK(bf16_bits(-2.0f) == 0xc000);
+  CHECK(bf16_bits(3.14159265f) == 0x4049);
+  CHECK(bf16_bits(1.0f + 0x1p-8f) == 0x3f80);      // tie, even stays
+  CHECK(bf16_bits(1.0f + 3 * 0x1p-8f) == 0x3f82);  // tie, odd rounds up
+  CHECK(bf16_bits(1.0f + 0x1p-8f + 0x1p-20f) == 0x3f81);
+  CHECK(bf16_bits(std::numeric_limits<float>::max()) == 0x7f80);  // rounds to Inf
+  CHECK(bf16_bits(std::numeric_limits<float>::infinity()) == 0x7f80);
+  CHECK(bf16_bits(-std::numeric_limits<float>::infinity()) == 0xff80);
+  CHECK(bf16_bits(0x1p-130f) == 0x0008);  // float subnormal stays subnormal
+  CHECK(from_bf16(0x0008) == 0x1p-130f);
+  CHECK(bf16_bits(-0.0f) == 0x8000);
+  const auto nan = bf16_bits(std::numeric_limits<float>::quiet_NaN());
+  CHECK((nan & 0x7f80) == 0x7f80);
+  CHECK((nan & 0x007f) != 0);
+  // A NaN whose payload lies only in the low bits must not become Inf.
+  const auto low_nan = bf16_bits(std::bit_cast<float>(0x7f800001u));
+  CHECK((low_nan & 0x7f80) == 0x7f80);
+  CHECK((low_nan & 0x007f) != 0);
+  CHECK(from_bf16(0x3f80) == 1.0f);
+  CHECK(from_bf16(0x4049) == 3.140625f);
+  CHECK(from_bf16(0xff80) == -std::numeric_limits<float>::infinity());
+  CHECK(std::isnan(from_bf16(0x7fc0)));
+}
+
+TEST_CASE("empty, zeros: shape, strides, contiguity, alignment") {
+  auto t = tensor::empty({2, 3, 4}, dtype::float32);
+  CHECK(t.defined());
+  CHECK(t.is_cpu());
+  CHECK(t.scalar_type() == dtype::float32);
+  CHECK(t.shape() == shape_t{2, 3, 4});
+  CHECK(t.strides() == shape_t{12, 4, 1});
+  CHECK(t.dim() == 3);
+  CHECK(t.numel() == 24);
+  CHECK(t.element_size() == 4);
+  CHECK(t.nbytes() == 96);
+  CHECK(t.is_contiguous());
+  CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 64 == 0);
+
+  auto z = tensor::zeros({5}, dtype::int64);
+  for (auto v : z.to_vector<std::int64_t>()) CHECK(v == 0);
+
+  auto scalar = tensor::zeros({}, dtype::float64);
+  CHECK(scalar.numel() == 1);
+  CHECK(scalar.dim() == 0);
+  CHECK(scalar.nbytes() == 8);
+  CHECK(scalar.is_contiguous());
+  CHECK(scalar.describe() == "tensor(float64, cpu, [])");
+
+  auto none = tensor::empty({3, 0, 2}, dtype::int8);
+  CHECK(none.defined());
+  CHECK(none.numel() == 0);
+  CHECK(none.nbytes() == 0);
+  CHECK(none.is_contiguous());
+  CHECK(none.data() != nullptr);
+
+  tensor undefined;
+  CHECK_FALSE(undefined.defined());
+  CHECK(undefined.numel() == 0);
+  CHECK(undefined.data() == nullptr);
+  CHECK(undefined.describe() == "tensor(undefined)");
+
+  CHECK(t.describe() == "tensor(float32, cpu, [2, 3, 4])");
+  CHECK(tensor::empty({2, 3}, dtype::bool_).describe() == "tensor(bool, cpu, [2, 3])");
+}
+
+TEST_CASE("contiguity rules") {
+  float buf[64] = {};
+  CHECK(tensor::from_blob(buf, {2, 3}, {3, 1}, dtype::float32).is_contiguous());
+  CHECK_FALSE(tensor::from_blob(buf, {2, 3}, {1, 2}, dtype::float32).is_contiguous());
+  CHECK_FALSE(tensor::from_blob(buf, {2, 3}, {6, 2}, dtype::float32).is_contiguous());
+  // Strides of size-1 dimensions do not matter.
+  CHECK(tensor::from_blob(buf, {1, 3}, {99, 1}, dtype::float32).is_contiguous());
+  CHECK(tensor::from_blob(buf, {2, 1, 3}, {3, 7, 1}, dtype::float32).is_contiguous());
+  CHECK(tensor::from_blob(buf, {1}, {5}, dtype::float32).is_contiguous());
+  // Zero elements are contiguous whatever the strides.
+  CHECK(tensor::from_blob(buf, {2, 0}, {5, 7}, dtype::float32).is_contiguous());
+  auto strided = tensor::from_blob(buf, {2, 3}, {1, 2}, dtype::float32);
+  CHECK(strided.describe() == "tensor(float32, cpu, [2, 3], strides [1, 2])");
+}
+
+TEST_CASE("from_blob borrows") {
+  std::vector<std::int32_t> values{1, 2, 3, 4, 5, 6};
+  {
+    auto t = tensor::from_blob(values.data(), {2, 3}, dtype::int32);
+    CHECK(t.data() == values.data());
+    CHECK(t.strides() == shape_t{3, 1});
+    t.data_as<std::int32_t>()[0] = 42;
+    auto copy = t;  // handles share memory
+    CHECK(copy.data() == values.data());
+  }
+  CHECK(values[0] == 42);  // still valid, not freed
+  auto empty = tensor::from_blob(nullptr, {0}, dtype::float32);
+  CHECK(empty.defined());
+  CHECK(empty.numel() == 0);
+  auto dev = tensor::from_blob(values.data(), {6}, dtype::int32, device::cuda(1));
+  CHECK_FALSE(dev.is_cpu());
+  CHECK(dev.get_device() == device::cuda(1));
+  CHECK(dev.describe() == "tensor(int32, cuda:1, [6])");
+}
+
+TEST_CASE("adopt calls the deleter exactly once") {
+  int calls = 0;
+  void* seen = nullptr;
+  auto* mem = new float[4]{1, 2, 3, 4};
+  {
+    auto t = tensor::adopt(mem, {4}, dtype::float32, [&](void* p) {
+      ++calls;
+      seen = p;
+      delete[] static_cast<float*>(p);
+    });
+    CHECK(t.data() == mem);
+    auto a = t;
+    auto b = t.view({2, 2});
+    auto c = t.flat_slice(1, 2);
+    t = tensor();
+    CHECK(calls == 0);
+    CHECK(c.to_vector<float>() == std::vector<float>{2, 3});
+  }
+  CHECK(calls == 1);
+  CHECK(seen == mem);
+}
+
+TEST_CASE("clone is independent and contiguous") {
+  auto t = tensor::from_vector<float>({1, 2, 3, 4, 5, 6});
+  auto c = t.clone();
+  CHECK_FALSE(c.is_same(t));
+  CHECK(c.data() != t.data());
+  c.data_as<float>()[0] = 100;
+  CHECK(t.to_vector<float>()[0] == 1);
+  CHECK(c.to_vector<float>() == std::vector<float>{100, 2, 3, 4, 5, 6});
+
+  // A column-major 2x3 view of 0..5 clones to row-major order.
+  std::int16_t buf[6] = {0, 1, 2, 3, 4, 5};
+  auto strided = tensor::from_blob(buf, {2, 3}, {1, 2}, dtype::int16);
+  auto rc = strided.clone();
+  CHECK(rc.is_contiguous());
+  CHECK(rc.shape() == shape_t{2, 3});
+  CHECK(rc.to_vector<std::int16_t>() == std::vector<std::int16_t>{0, 2, 4, 1, 3, 5});
+  // Broadcast-like zero stride.
+  auto bc = tensor::from_blob(buf, {3, 2}, {0, 1}, dtype::int16).clone();
+  CHECK(bc.to_vector<std::int16_t>() == std::vector<std::int16_t>{0, 1, 0, 1, 0, 1});
+  // Scalar and empty.
+  auto s = tensor::from_vector<double>({7.5}).view({});
+  CHECK(s.clone().to_vector<double>() == std::vector<double>{7.5});
+  CHECK(tensor::empty({0, 3}, dtype::float32).clone().numel() == 0);
+}
+
+TEST_CASE("copy_from and zero_") {
+  auto a = tensor::from_vector<std::int64_t>({1, 2, 3, 4});
+  auto b = tensor::zeros({2, 2}, dtype::int64);
+  b.copy_from(a);  // same numel, different shape is fine
+  CHECK(b.to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2, 3, 4});
+  b.zero_();
+  CHECK(b.to_vector<std::int64_t>() == std::vector<std::int64_t>{0, 0, 0, 0});
+  CHECK(a.to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2, 3, 4});
+
+  float buf[6] = {1, 2, 3, 4, 5, 6};
+  tensor::from_blob(buf, {2, 2}, {3, 1}, dtype::float32).zero_();  // strided: only 4 elements
+  CHECK(std::vector<float>(buf, buf + 6) == std::vector<float>{0, 0, 3, 0, 0, 6});
+
+  check_error([&] { b.copy_from(tensor::zeros({4}, dtype::float32)); }, errc::invalid_argument,
+              "tensor.copy_from: dtype mismatch int64 vs float32");
+  check_error([&] { b.copy_from(tensor::zeros({5}, dtype::int64)); }, errc::invalid_argument,
+              "tensor.copy_from: numel mismatch 4 vs 5");
+  std::int64_t ibuf[8] = {};
+  auto strided = tensor::from_blob(ibuf, {2, 2}, {1, 2}, dtype::int64);
+  check_error([&] { b.copy_from(strided); }, errc::invalid_argument,
+              "tensor.copy_from: source tensor(int64, cpu, [2, 2], strides [1, 2]) is not "
+              "contiguous");
+  check_error([&] { strided.copy_from(b); }, errc::invalid_argument,
+              "tensor.copy_from: destination tensor(int64, cpu, [2, 2], strides [1, 2]) is not "
+              "contiguous");
+  check_error([&] { tensor().copy_from(b); }, errc::invalid_argument,
+              "tensor.copy_from: undefined tensor");
+  check_error([&] { tensor().zero_(); }, errc::invalid_argument, "tensor.zero_: undefined tensor");
+}
+
+TEST_CASE("flat_slice and view") {
+  auto t = tensor::from_vector<std::int32_t>({0, 1, 2, 3, 4, 5, 6, 7});
+  auto s = t.flat_slice(2, 3);
+  CHECK(s.shape() == shape_t{3});
+  CHECK(s.data() == t.data_as<std::int32_t>() + 2);
+  CHECK(s.to_vector<std::int32_t>() == std::vector<std::int32_t>{2, 3, 4});
+  s.data_as<std::int32_t>()[0] = 20;  // a view shares memory
+  CHECK(t.to_vector<std::int32_t>()[2] == 20);
+  CHECK(t.flat_slice(8, 0).numel() == 0);
+  CHECK(t.flat_slice(0, 8).is_same(t));
+  CHECK_FALSE(t.flat_slice(0, 4).is_same(t));
+  CHECK(s.flat_slice(1, 2).to_vector<std::int32_t>() == std::vector<std::int32_t>{3, 4});
+
+  auto v = t.view({2, 4});
+  CHECK(v.shape() == shape_t{2, 4});
+  CHECK(v.strides() == shape_t{4, 1});
+  CHECK(v.data() == t.data());
+  CHECK(t.view({2, -1, 2}).shape() == shape_t{2, 2, 2});
+  CHECK(t.view({-1}).shape() == shape_t{8});
+  CHECK(t.flat_slice(3, 1).view({}).numel() == 1);
+
+  check_error([&] { t.flat_slice(4, 6); }, errc::invalid_argument,
+              "tensor.flat_slice: range [4, 10) outside 8 elements");
+  check_error([&] { t.flat_slice(-1, 2); }, errc::invalid_argument,
+              "tensor.flat_slice: range [-1, 1) outside 8 elements");
+  check_error([&] { t.flat_slice(9, 0); }, errc::invalid_argument,
+              "tensor.flat_slice: range [9, 9) outside 8 elements");
+  check_error(
+      [&] {
+        t.view({3, 3});
+      },
+      errc::invalid_argument, "tensor.view: shape [3, 3] has 9 elements, tensor has 8");
+  check_error(
+      [&] {
+        t.view({3, -1});
+      },
+      errc::invalid_argument, "tensor.view: shape [3, -1] is invalid for 8 elements");
+  check_error(
+      [&] {
+        t.view({-1, -1});
+      },
+      errc::invalid_argument, "tensor.view: invalid dimension -1 in shape [-1, -1]");
+  float buf[6] = {};
+  auto strided = tensor::from_blob(buf, {2, 3}, {1, 2}, dtype::float32);
+  check_error([&] { strided.view({6}); }, errc::invalid_argument,
+              "tensor.view: tensor(float32, cpu, [2, 3], strides [1, 2]) is not contiguous");
+  check_error([&] { strided.flat_slice(0, 1); }, errc::invalid_argument,
+              "tensor.flat_slice: tensor(float32, cpu, [2, 3], strides [1, 2]) is not contiguous");
+}
+
+TEST_CASE("constructor and accessor errors") {
+  check_error(
+      [] {
+        tensor::empty({2, -3}, dtype::float32);
+      },
+      errc::invalid_argument, "tensor.empty: negative dimension -3 in shape [2, -3]");
+  check_error(
+      [] {
+        tensor::empty({1LL << 40, 1LL << 40}, dtype::float32);
+      },
+      errc::invalid_argument,
+      "tensor.empty: shape [1099511627776, 1099511627776] has too many elements");
+  check_error([] { tensor::empty({2}, dtype::float32, device::cuda(0)); }, errc::backend,
+              "tensor.empty: device cuda:0 needs a CUDA build");
+  check_error([] { tensor::zeros({2}, dtype::float32, device::cuda(1)); }, errc::backend,
+              "tensor.zeros: device cuda:1 needs a CUDA build");
+  check_error([] { tensor::from_blob(nullptr, {2}, dtype::float32); }, errc::invalid_argument,
+              "tensor.from_blob: null data pointer for 2 elements");
+  float buf[4] = {};
+  check_error(
+      [&] {
+        tensor::from_blob(buf, {2, 2}, {1}, dtype::float32);
+      },
+      errc::invalid_argument, "tensor.from_blob: strides [1] do not match shape [2, 2]");
+  check_error([&] { tensor::adopt(nullptr, {1}, dtype::float32, [](void*) {}); },
+              errc::invalid_argument, "tensor.adopt: null data pointer for 1 elements");
+  auto t = tensor::from_vector<float>({1, 2});
+  check_error([&] { t.to_vector<double>(); }, errc::invalid_argument,
+              "tensor.to_vector: dtype mismatch float32 vs float64");
+  auto dev = tensor::from_blob(buf, {4}, dtype::float32, device::cuda(0));
+  check_error([&] { dev.clone(); }, errc::backend,
+              "tensor.clone: device cuda:0 needs a CUDA build");
+  check_error([&] { dev.zero_(); }, errc::backend,
+              "tensor.zero_: device cuda:0 needs a CUDA build");
+  check_error([&] { tensor().clone(); }, errc::invalid_argument, "tensor.clone: undefined tensor");
+  check_error([&] { tensor().view({1}); }, errc::invalid_argument, "tensor.view: undefined tensor");
+  check_error([&] { tensor().to_dlpack(); }, errc::invalid_argument,
+              "tensor.to_dlpack: undefined tensor");
+}
+
+TEST_CASE("from_vector and is_same") {
+  auto t = tensor::from_vector<std::complex<float>>({{1, 2}, {3, 4}});
+  CHECK(t.scalar_type() == dtype::complex64);
+  CHECK(t.to_vector<std::complex<float>>()[1] == std::complex<float>(3, 4));
+  auto u = t;
+  CHECK(u.is_same(t));
+  CHECK(t.view({2, 1}).is_same(t));
+  CHECK_FALSE(t.is_same(t.clone()));
+  CHECK_FALSE(t.is_same(tensor()));
+  CHECK(tensor().is_same(tensor()));
+}
+
+// --- DLPack -------------------------------------------------------------------
+
+namespace {
+
+// A hand-made DLManagedTensor over a heap buffer; counts deleter calls.
+struct fake_dl {
+  std::vector<std::uint8_t> memory;
+  std::vector<std::int64_t> shape, strides;
+  int* deleted;
+  DLManagedTensor managed{};
+};
+
+DLManagedTensor* make_fake(std::size_t bytes, std::vector<std::int64_t> shape,
+                           std::vector<std::int64_t> strides, DLDataType t, int* deleted,
+                           std::uint64_t byte_offset = 0, DLDevice dev = {kDLCPU, 0}) {
+  auto* f =
+      new fake_dl{std::vector<std::uint8_t>(bytes), std::move(shape), std::move(strides), deleted};
+  auto& m = f->managed;
+  m.dl_tensor.data = f->memory.data();
+  m.dl_tensor.device = dev;
+  m.dl_tensor.ndim = static_cast<int>(f->shape.size());
+  m.dl_tensor.dtype = t;
+  m.dl_tensor.shape = f->shape.data();
+  m.dl_tensor.strides = f->strides.empty() ? nullptr : f->strides.data();
+  m.dl_tensor.byte_offset = byte_offset;
+  m.manager_ctx = f;
+  m.deleter = [](DLManagedTensor* self) {
+    auto* ctx = static_cast<fake_dl*>(self->manager_ctx);
+    ++*ctx->deleted;
+    delete ctx;
+  };
+  return &m;
+}
+
+}  // namespace
+
+TEST_CASE("DLPack export/import round trip for every dtype, zero copy") {
+  const DLDataType expected[] = {{6, 8, 1},         {kDLUInt, 8, 1},     {kDLInt, 8, 1},
+                                 {kDLInt, 16, 1},   {kDLInt, 32, 1},     {kDLInt, 64, 1},
+                                 {kDLFloat, 16, 1}, {kDLBfloat, 16, 1},  {kDLFloat, 32, 1},
+                                 {kDLFloat, 64, 1}, {kDLComplex, 64, 1}, {kDLComplex, 128, 1}};
+  for (int i = 0; i < dtype_count; ++i) {
+    const dtype t = all_dtypes[i];
+    CAPTURE(to_string(t));
+    auto original = tensor::zeros({3, 4}, t);
+    std::memset(original.data(), 1, original.nbytes());
+    DLManagedTensor* m = original.to_dlpack();
+    CHECK(m->dl_tensor.data == original.data());
+    CHECK(m->dl_tensor.ndim == 2);
+    CHECK(m->dl_tensor.shape[0] == 3);
+    CHECK(m->dl_tensor.shape[1] == 4);
+    CHECK(m->dl_tensor.strides[0] == 4);
+    CHECK(m->dl_tensor.strides[1] == 1);
+    CHECK(m->dl_tensor.byte_offset == 0);
+    CHECK(m->dl_tensor.device.device_type == kDLCPU);
+    CHECK(m->dl_tensor.dtype.code == expected[i].code);
+    CHECK(m->dl_tensor.dtype.bits == expected[i].bits);
+    CHECK(m->dl_tensor.dtype.lanes == 1);
+
+    void* address = original.data();
+    original = tensor();  // the export alone keeps the memory alive
+    auto back = tensor::from_dlpack(m);
+    CHECK(back.data() == address);
+    CHECK(back.scalar_type() == t);
+    CHECK(back.shape() == shape_t{3, 4});
+    CHECK(back.strides() == shape_t{4, 1});
+    CHECK(back.is_cpu());
+    CHECK(static_cast<const std::uint8_t*>(back.data())[back.nbytes() - 1] == 1);
+  }
+}
+
+TEST_CASE("DLPack export of views, scalars and devices") {
+  auto t = tensor::from_vector<double>({0, 1, 2, 3, 4, 5});
+  auto slice = t.flat_slice(2, 4).view({2, 2});
+  DLManagedTensor* m = slice.to_dlpack();
+  CHECK(m->dl_tensor.data == slice.data());
+  auto back = tensor::from_dlpack(m);
+  CHECK(back.to_vector<double>() == std::vector<double>{2, 3, 4, 5});
+
+  auto scalar = t.flat_slice(1, 1).view({});
+  auto* ms = scalar.to_dlpack();
+  CHECK(ms->dl_tensor.ndim == 0);
+  auto sback = tensor::from_dlpack(ms);
+  CHECK(sback.dim() == 0);
+  CHECK(sback.numel() == 1);
+  CHECK(sback.to_vector<double>() == std::vector<double>{1});
+
+  float buf[4] = {};
+  auto dev = tensor::from_blob(buf, {4}, dtype::float32, device::cuda(2));
+  auto* md = dev.to_dlpack();
+  CHECK(md->dl_tensor.device.device_type == kDLCUDA);
+  CHECK(md->dl_tensor.device.device_id == 2);
+  auto dback = tensor::from_dlpack(md);
+  CHECK(dback.get_device() == device::cuda(2));
+  CHECK(dback.data() == buf);
+
+  // A consumer that never imports just calls the deleter.
+  auto* unused = t.to_dlpack();
+  unused->deleter(unused);
+}
+
+TEST_CASE("DLPack import of a hand-made tensor with strides and byte_offset") {
+  int deleted = 0;
+  {
+    // 2x3 int32 column-major, starting 8 bytes into the buffer.
+    DLManagedTensor* m = make_fake(8 + 6 * 4, {2, 3}, {1, 2}, {kDLInt, 32, 1}, &deleted, 8);
+    auto* base = static_cast<std::uint8_t*>(m->dl_tensor.data);
+    std::int32_t values[6] = {0, 1, 2, 3, 4, 5};
+    std::memcpy(base + 8, values, sizeof values);
+    auto t = tensor::from_dlpack(m);
+    CHECK(t.data() == base + 8);
+    CHECK(t.shape() == shape_t{2, 3});
+    CHECK(t.strides() == shape_t{1, 2});
+    CHECK_FALSE(t.is_contiguous());
+    CHECK(t.clone().to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 2, 4, 1, 3, 5});
+    auto copy = t;
+    t = tensor();
+    CHECK(deleted == 0);
+    auto exported = copy.to_dlpack();  // re-export chains the ownership
+    copy = tensor();
+    CHECK(deleted == 0);
+    exported->deleter(exported);
+  }
+  CHECK(deleted == 1);
+
+  // NULL strides means contiguous.
+  DLManagedTensor* m = make_fake(24, {2, 3}, {}, {kDLFloat, 32, 1}, &deleted);
+  {
+    auto t = tensor::from_dlpack(m);
+    CHECK(t.strides() == shape_t{3, 1});
+    CHECK(t.is_contiguous());
+  }
+  CHECK(deleted == 2);
+
+  // Pinned host memory is cpu; bool is code 6 bits 8; CUDA keeps the index.
+  m = make_fake(4, {4}, {}, {6, 8, 1}, &deleted, 0, {kDLCUDAHost, 0});
+  auto b = tensor::from_dlpack(m);
+  CHECK(b.scalar_type() == dtype::bool_);
+  CHECK(b.is_cpu());
+  b = tensor();
+  m = make_fake(4, {2}, {}, {kDLBfloat, 16, 1}, &deleted, 0, {kDLCUDA, 3});
+  auto c = tensor::from_dlpack(m);
+  CHECK(c.get_device() == device::cuda(3));
+  CHECK(c.scalar_type() == dtype::bfloat16);
+  c = tensor();
+  CHECK(deleted == 4);
+
+  // A deleter may be NULL.
+  float buf[2] = {};
+  DLManagedTensor raw{};
+  std::int64_t shape[1] = {2};
+  raw.dl_tensor.data = buf;
+  raw.dl_tensor.device = {kDLCPU, 0};
+  raw.dl_tensor.ndim = 1;
+  raw.dl_tensor.dtype = {kDLFloat, 32, 1};
+  raw.dl_tensor.shape = shape;
+  CHECK(tensor::from_dlpack(&raw).data() == buf);
+}
+
+TEST_CASE("DLPack import errors leave ownership with the caller") {
+  int deleted = 0;
+  const struct {
+    DLDataType type;
+    const char* message;
+  } bad_types[] = {
+      {{kDLFloat, 32, 4}, "tensor.from_dlpack: unsupported DLPack dtype code 2 bits 32 lanes 4"},
+      {{kDLUInt, 16, 1}, "tensor.from_dlpack: unsupported DLPack dtype code 1 bits 16 lanes 1"},
+      {{kDLInt, 128, 1}, "tensor.from_dlpack: unsupported DLPack dtype code 0 bits 128 lanes 1"},
+      {{kDLFloat, 8, 1}, "tensor.from_dlpack: unsupported DLPack dtype code 2 bits 8 lanes 1"},
+      {{kDLOpaqueHandle, 64, 1},
+       "tensor.from_dlpack: unsupported DLPack dtype code 3 bits 64 lanes 1"},
+      {{6, 1, 1}, "tensor.from_dlpack: unsupported DLPack dtype code 6 bits 1 lanes 1"},
+      {{kDLBfloat, 32, 1}, "tensor.from_dlpack: unsupported DLPack dtype code 4 bits 32 lanes 1"},
+      {{kDLComplex, 32, 1}, "tensor.from_dlpack: unsupported DLPack dtype code 5 bits 32 lanes 1"},
+      {{9, 8, 1}, "tensor.from_dlpack: unsupported DLPack dtype code 9 bits 8 lanes 1"},
+  };
+  for (const auto& bad : bad_types) {
+    DLManagedTensor* m = make_fake(64, {2}, {}, bad.type, &deleted);
+    check_error([&] { tensor::from_dlpack(m); }, errc::invalid_argument, bad.message);
+    CHECK(deleted == 0);
+    m->deleter(m);
+    CHECK(deleted == 1);
+    deleted = 0;
+  }
+  DLManagedTensor* m = make_fake(64, {2}, {}, {kDLFloat, 32, 1}, &deleted, 0, {kDLOpenCL, 1});
+  check_error([&] { tensor::from_dlpack(m); }, errc::invalid_argument,
+              "tensor.from_dlpack: unsupported DLPack device type 4 (id 1)");
+  m->deleter(m);
+  m = make_fake(64, {2, -1}, {}, {kDLFloat, 32, 1}, &deleted);
+  check_error([&] { tensor::from_dlpack(m); }, errc::invalid_argument,
+              "tensor.from_dlpack: negative dimension -1 in shape [2, -1]");
+  m->deleter(m);
+  CHECK(deleted == 2);
+  check_error([] { tensor::from_dlpack(nullptr); }, errc::invalid_argument,
+              "tensor.from_dlpack: null DLManagedTensor");
+}

@@ -1,0 +1,461 @@
+// troupe::work: waiting, status, failures of real collectives, then() chains,
+// when_all, on_complete, the factories, source_rank, and awaiting a work from
+// inside a CAF actor without blocking it (<troupe/caf_await.hpp>).
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <troupe/caf_await.hpp>
+
+#include "troupe/error.hpp"
+#include "troupe/testing.hpp"
+#include "troupe/work.hpp"
+#include "troupe/world.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+namespace {
+
+template <class F>
+void check_error(F&& f, errc code, std::initializer_list<std::string_view> words) {
+  try {
+    f();
+    FAIL_CHECK("expected troupe::error (" << to_string(code) << "), nothing was thrown");
+  } catch (const error& e) {
+    const std::string what = e.what();
+    CHECK_MESSAGE(std::string(to_string(e.code())) == to_string(code), what);
+    for (auto w : words)
+      CHECK_MESSAGE(what.find(w) != std::string::npos, "'" << w << "' not in: " << what);
+  }
+}
+
+std::exception_ptr some_error(const std::string& what, errc code = errc::internal) {
+  return std::make_exception_ptr(error(code, what));
+}
+
+float first(const tensor_list& ts) {
+  return ts.at(0).to_vector<float>().at(0);
+}
+
+tensor_list one(float x) {
+  return {tensor::from_vector<float>({x})};
+}
+
+}  // namespace
+
+// -- waiting and status ---------------------------------------------------------------------
+
+TEST_CASE("wait(timeout) on a work that never completes throws errc::timeout") {
+  auto w = work::make("allreduce", "g7", 3);
+  const auto start = std::chrono::steady_clock::now();
+  check_error([&] { w.wait(50ms); }, errc::timeout,
+              {"Timeout", "50 ms", "allreduce on group 'g7'", "seq 3"});
+  CHECK(std::chrono::steady_clock::now() - start >= 50ms);
+  CHECK_FALSE(w.is_completed());  // the operation keeps running
+  w.complete(one(1));
+  w.wait(50ms);  // waiting again succeeds
+}
+
+TEST_CASE("a pending work reports its status") {
+  auto w = work::make("broadcast", "default");
+  CHECK(w.valid());
+  CHECK_FALSE(w.is_completed());
+  CHECK_FALSE(w.is_success());
+  CHECK(w.exception() == nullptr);
+  CHECK(w.source_rank() == -1);
+  CHECK(w.sequence_number() == 0);
+  CHECK(w.op_name() == "broadcast");
+  CHECK(w.group_name() == "default");
+  w.set_sequence_number(9);
+  CHECK(w.sequence_number() == 9);
+}
+
+TEST_CASE("a completed work reports its outputs") {
+  auto w = work::make("allreduce", "default");
+  w.complete(one(5));
+  CHECK(w.is_completed());
+  CHECK(w.is_success());
+  CHECK(w.exception() == nullptr);
+  w.wait();
+  CHECK(first(w.result()) == 5.0f);
+  w.complete(one(6));  // first call wins
+  w.fail(some_error("late"));
+  CHECK(w.is_success());
+  CHECK(first(w.result()) == 5.0f);
+}
+
+TEST_CASE("a failed work rethrows its error from wait and result") {
+  auto w = work::make("allreduce", "default");
+  w.fail(some_error("the cause", errc::peer_failure));
+  CHECK(w.is_completed());
+  CHECK_FALSE(w.is_success());
+  REQUIRE(w.exception() != nullptr);
+  check_error([&] { w.wait(); }, errc::peer_failure, {"the cause"});
+  check_error([&] { w.wait(10ms); }, errc::peer_failure, {"the cause"});
+  check_error([&] { (void)w.result(); }, errc::peer_failure, {"the cause"});
+  w.complete(one(1));  // ignored
+  CHECK_FALSE(w.is_success());
+}
+
+TEST_CASE("wait unblocks when another thread completes the work") {
+  auto w = work::make("op", "g");
+  std::thread t{[w] {
+    std::this_thread::sleep_for(20ms);
+    w.complete(one(3));
+  }};
+  w.wait();
+  CHECK(first(w.result()) == 3.0f);
+  t.join();
+}
+
+TEST_CASE("a default-constructed work is not attached to anything") {
+  work w;
+  CHECK_FALSE(w.valid());
+  check_error([&] { w.wait(); }, errc::invalid_argument, {"not attached"});
+  check_error([&] { (void)w.is_completed(); }, errc::invalid_argument, {"not attached"});
+}
+
+TEST_CASE("work::completed and work::failed") {
+  auto ok = work::completed("barrier", "grp", one(2));
+  CHECK(ok.is_completed());
+  CHECK(ok.is_success());
+  CHECK(ok.op_name() == "barrier");
+  CHECK(ok.group_name() == "grp");
+  CHECK(first(ok.result()) == 2.0f);
+
+  auto bad = work::failed("send", "grp", some_error("boom", errc::backend));
+  CHECK(bad.is_completed());
+  CHECK_FALSE(bad.is_success());
+  CHECK(bad.op_name() == "send");
+  check_error([&] { bad.wait(); }, errc::backend, {"boom"});
+}
+
+// -- failures of real operations -----------------------------------------------------------------
+
+TEST_CASE("a collective that times out names the op, group, sequence number and cause") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    if (w.rank() == 1) return;  // never joins the barrier
+    auto b = pg.barrier({.timeout = 300ms});
+    const auto start = std::chrono::steady_clock::now();
+    check_error([&] { b.wait(); }, errc::timeout,
+                {"barrier", "group 'default'", "seq 1", "Timeout after 300 ms", "rank 1"});
+    CHECK(std::chrono::steady_clock::now() - start < 10s);
+    CHECK(b.is_completed());
+    CHECK_FALSE(b.is_success());
+    CHECK(b.sequence_number() == 1);
+  });
+}
+
+TEST_CASE("a receive that times out names the op, group, peer and tag") {
+  testing::run_options o;
+  o.timeout = 400ms;
+  testing::run_ranks(
+      2,
+      [](world& w) {
+        if (w.rank() == 1) return;  // never sends
+        auto t = tensor::zeros({2}, dtype::float32);
+        auto r = w.default_group().recv(t, 1, 7);
+        check_error([&] { r.wait(); }, errc::timeout,
+                    {"recv", "group 'default'", "Timeout after 400 ms", "rank 1", "tag 7"});
+      },
+      o);
+}
+
+TEST_CASE("a successful collective's work carries op, group and sequence number") {
+  testing::run_ranks(2, [](world& w) {
+    auto t = tensor::from_vector<float>({1.0f});
+    auto wk = w.default_group().allreduce(t);
+    CHECK(wk.op_name() == "allreduce");
+    CHECK(wk.group_name() == "default");
+    auto out = wk.result();
+    REQUIRE(out.size() == 1);
+    CHECK(out[0].is_same(t));
+    CHECK(t.to_vector<float>()[0] == 2.0f);
+    CHECK(wk.sequence_number() == 1);
+  });
+}
+
+TEST_CASE("recv_any_source reports the sender in source_rank") {
+  testing::run_ranks(3, [](world& w) {
+    auto& pg = w.default_group();
+    if (w.rank() == 0) {
+      auto a = tensor::zeros({1}, dtype::int32);
+      auto wa = pg.recv_any_source(a, 5);
+      wa.wait();
+      CHECK(wa.source_rank() == 2);
+      CHECK(a.to_vector<std::int32_t>()[0] == 20);
+      pg.send(tensor::from_vector<std::int32_t>({0}), 1, 6).wait();  // rank 1 may send now
+      auto b = tensor::zeros({1}, dtype::int32);
+      auto wb = pg.recv_any_source(b, 6);
+      wb.wait();
+      CHECK(wb.source_rank() == 1);
+      CHECK(b.to_vector<std::int32_t>()[0] == 10);
+    } else if (w.rank() == 1) {
+      auto go = tensor::zeros({1}, dtype::int32);
+      pg.recv(go, 0, 6).wait();
+      pg.send(tensor::from_vector<std::int32_t>({10}), 0, 6).wait();
+    } else {
+      pg.send(tensor::from_vector<std::int32_t>({20}), 0, 5).wait();
+    }
+  });
+}
+
+TEST_CASE("source_rank is -1 for collectives") {
+  testing::run_ranks(2, [](world& w) {
+    auto t = tensor::zeros({1}, dtype::float32);
+    auto a = w.default_group().allreduce(t);
+    a.wait();
+    CHECK(a.source_rank() == -1);
+  });
+}
+
+// -- then
+// -----------------------------------------------------------------------------------------------
+
+TEST_CASE("then chains two levels") {
+  auto w = work::make("allreduce", "g");
+  auto plus_one = [](const work& done) { return one(first(done.result()) + 1); };
+  auto w2 = w.then(plus_one);
+  auto w3 = w2.then([](const work& done) { return one(first(done.result()) * 10); });
+  CHECK_FALSE(w2.is_completed());
+  CHECK_FALSE(w3.is_completed());
+  w.complete(one(1));
+  CHECK(first(w2.result()) == 2.0f);
+  CHECK(first(w3.result()) == 20.0f);
+  CHECK(w3.group_name() == "g");
+}
+
+TEST_CASE("then on an already completed work runs at once") {
+  auto w = work::completed("broadcast", "g", one(4));
+  bool ran = false;
+  auto w2 = w.then([&](const work& done) {
+    ran = true;
+    return done.result();
+  });
+  CHECK(ran);
+  CHECK(w2.is_completed());
+  CHECK(first(w2.result()) == 4.0f);
+}
+
+TEST_CASE("then whose callback throws fails the chained work with that exception") {
+  auto w = work::make("allreduce", "g");
+  auto w2 = w.then([](const work&) -> tensor_list {
+    throw error(errc::invalid_argument, "callback refused the outputs");
+  });
+  w.complete(one(1));
+  CHECK(w.is_success());
+  CHECK(w2.is_completed());
+  check_error([&] { w2.wait(); }, errc::invalid_argument, {"callback refused the outputs"});
+
+  auto w3 = work::completed("x", "g", {}).then([](const work&) -> tensor_list {
+    throw std::runtime_error("plain exception");
+  });
+  REQUIRE(w3.exception() != nullptr);
+  CHECK_THROWS_WITH_AS(w3.wait(), "plain exception", std::runtime_error);
+}
+
+TEST_CASE("then on a failed work: a callback that rethrows passes the error on") {
+  auto w = work::make("allreduce", "g");
+  auto w2 = w.then([](const work& done) {
+    done.wait();  // rethrows
+    return done.result();
+  });
+  auto w3 =
+      w2.then([](const work& done) -> tensor_list { std::rethrow_exception(done.exception()); });
+  w.fail(some_error("allreduce on group 'g' failed: peer left", errc::peer_failure));
+  check_error([&] { w2.wait(); }, errc::peer_failure, {"peer left"});
+  check_error([&] { w3.wait(); }, errc::peer_failure, {"peer left"});
+}
+
+TEST_CASE("then on a failed work: a callback may recover") {
+  auto w = work::failed("recv", "g", some_error("lost"));
+  auto w2 = w.then([](const work& done) {
+    CHECK_FALSE(done.is_success());
+    return one(-1);
+  });
+  CHECK(w2.is_success());
+  CHECK(first(w2.result()) == -1.0f);
+}
+
+TEST_CASE("then on a real collective") {
+  testing::run_ranks(2, [](world& w) {
+    auto t = tensor::from_vector<float>({static_cast<float>(w.rank() + 1)});
+    auto doubled = w.default_group().allreduce(t).then([](const work& done) {
+      auto out = done.result();
+      auto r = out[0].clone();
+      r.data_as<float>()[0] *= 2;
+      return tensor_list{r};
+    });
+    CHECK(first(doubled.result()) == 6.0f);
+  });
+}
+
+// -- when_all
+// -------------------------------------------------------------------------------------------
+
+TEST_CASE("when_all completes when every part did, with their outputs in order") {
+  auto a = work::make("send", "g");
+  auto b = work::make("recv", "g");
+  auto c = work::make("recv", "g");
+  auto all = work::when_all("batch", "g", {a, b, c});
+  c.complete(one(3));
+  a.complete(one(1));
+  CHECK_FALSE(all.is_completed());
+  b.complete(one(2));
+  REQUIRE(all.is_completed());
+  auto out = all.result();
+  REQUIRE(out.size() == 3);
+  CHECK(first({out[0]}) == 1.0f);
+  CHECK(first({out[1]}) == 2.0f);
+  CHECK(first({out[2]}) == 3.0f);
+  CHECK(all.op_name() == "batch");
+}
+
+TEST_CASE("when_all fails with the first failure") {
+  auto a = work::make("send", "g");
+  auto b = work::make("recv", "g");
+  auto all = work::when_all("batch", "g", {a, b});
+  b.fail(some_error("recv broke", errc::timeout));
+  CHECK(all.is_completed());
+  check_error([&] { all.wait(); }, errc::timeout, {"recv broke"});
+  a.fail(some_error("send broke"));
+  check_error([&] { all.wait(); }, errc::timeout, {"recv broke"});
+}
+
+TEST_CASE("when_all of nothing completes at once") {
+  auto all = work::when_all("coalesced", "g", {});
+  CHECK(all.is_success());
+  CHECK(all.result().empty());
+}
+
+// -- on_complete
+// ----------------------------------------------------------------------------------------
+
+TEST_CASE("on_complete runs exactly once") {
+  auto w = work::make("op", "g");
+  std::atomic<int> calls{0};
+  w.on_complete([&](const work& done) {
+    CHECK(done.is_completed());
+    ++calls;
+  });
+  CHECK(calls == 0);
+  w.complete(one(1));
+  w.complete(one(2));
+  w.fail(some_error("late"));
+  CHECK(calls == 1);
+  int later = 0;
+  w.on_complete([&](const work&) { ++later; });  // already done: runs right away
+  CHECK(later == 1);
+}
+
+TEST_CASE("on_complete runs once when completion races with registration") {
+  for (int i = 0; i < 50; ++i) {
+    auto w = work::make("op", "g");
+    std::atomic<int> calls{0};
+    std::thread t{[w] { w.complete({}); }};
+    w.on_complete([&](const work&) { ++calls; });
+    t.join();
+    CHECK(calls == 1);
+  }
+}
+
+// -- awaiting from a CAF actor
+// -------------------------------------------------------------------------
+
+TEST_CASE("a CAF actor awaits a work without blocking") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto w = work::make("allreduce", "default");
+  std::promise<float> got;
+  auto fut = got.get_future();
+  auto actor = sys.spawn([w, &got](caf::event_based_actor* self) -> caf::behavior {
+    troupe::await(self, w, std::chrono::milliseconds(5000))
+        .then([&got](const tensor_list& out) { got.set_value(first(out)); },
+              [&got, self](caf::error& e) {
+                got.set_exception(std::make_exception_ptr(
+                    std::runtime_error("await failed: " + self->system().render(e))));
+              });
+    return {[](int x) { return x + 1; }};
+  });
+  // The actor answers other messages while its work is pending.
+  caf::scoped_actor probe{sys};
+  bool answered = false;
+  probe->request(actor, std::chrono::seconds(5), 41)
+      .receive(
+          [&](int y) {
+            answered = true;
+            CHECK(y == 42);
+          },
+          [&](caf::error& e) { FAIL_CHECK("ping failed: " << sys.render(e)); });
+  CHECK(answered);
+  CHECK(fut.wait_for(0ms) == std::future_status::timeout);
+  // Another thread completes the work later.
+  std::thread completer{[w] {
+    std::this_thread::sleep_for(20ms);
+    w.complete(one(7));
+  }};
+  REQUIRE(fut.wait_for(5s) == std::future_status::ready);
+  CHECK(fut.get() == 7.0f);
+  completer.join();
+  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a CAF actor receives a failed work as a caf::error carrying the message") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto w = work::make("barrier", "default");
+  std::promise<std::string> got;
+  auto fut = got.get_future();
+  auto actor = sys.spawn([w, &got](caf::event_based_actor* self) {
+    troupe::await(self, w, std::chrono::milliseconds(5000))
+        .then([&got](const tensor_list&) { got.set_value("unexpected success"); },
+              [&got, self](caf::error& e) {
+                got.set_value(self->system().render(e));
+                self->quit();
+              });
+  });
+  w.fail(some_error("barrier on group 'default' (rank 0, seq 1) failed: Timeout", errc::timeout));
+  REQUIRE(fut.wait_for(5s) == std::future_status::ready);
+  auto msg = fut.get();
+  CHECK_MESSAGE(msg.find("barrier on group 'default'") != std::string::npos, msg);
+  CHECK_MESSAGE(msg.find("Timeout") != std::string::npos, msg);
+  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a CAF actor awaits a real collective") {
+  testing::run_ranks(2, [](world& w) {
+    caf::actor_system_config cfg;
+    caf::actor_system sys{cfg};
+    auto t = tensor::from_vector<float>({static_cast<float>(w.rank() + 1)});
+    auto wk = w.default_group().allreduce(t);
+    std::promise<float> got;
+    auto fut = got.get_future();
+    auto actor = sys.spawn([wk, &got](caf::event_based_actor* self) {
+      troupe::await(self, wk, std::chrono::milliseconds(10000))
+          .then(
+              [&got, self](const tensor_list& out) {
+                got.set_value(first(out));
+                self->quit();
+              },
+              [&got, self](caf::error& e) {
+                got.set_exception(
+                    std::make_exception_ptr(std::runtime_error(self->system().render(e))));
+                self->quit();
+              });
+    });
+    REQUIRE(fut.wait_for(10s) == std::future_status::ready);
+    CHECK(fut.get() == 3.0f);
+    caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  });
+}

@@ -1,0 +1,30 @@
+#pragma once
+// transport — how a group actor's messages reach the group actors of its
+// peers. One small interface; the in-process transport hands the payload
+// tensor over by reference (zero copy). Transports between processes and
+// hosts implement the same interface.
+
+#include <string>
+#include <vector>
+
+#include <caf/actor_addr.hpp>
+
+#include "actors/call.hpp"
+
+namespace troupe::detail {
+
+class transport {
+ public:
+  virtual ~transport() = default;
+  /// Delivers collective data to group rank `peer`.
+  virtual void send(int peer, envelope env) = 0;
+  /// Delivers a point-to-point message to group rank `peer`.
+  virtual void send(int peer, p2p_envelope env) = 0;
+  /// "rank 2 (world rank 5)" — how errors name a peer.
+  virtual std::string describe_peer(int peer) const = 0;
+  /// Actors whose death means the peer of that index is gone (monitored by the
+  /// group actor; empty entries are not watched).
+  virtual std::vector<caf::actor_addr> watch_list() const = 0;
+};
+
+}  // namespace troupe::detail
