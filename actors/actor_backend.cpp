@@ -3,6 +3,7 @@
 // actor through the rank's work relay. Arguments arrive validated by
 // process_group; cross-rank mismatches are caught by the algorithms.
 
+#include <cstdio>
 #include <map>
 #include <mutex>
 
@@ -57,6 +58,7 @@ class actor_backend final : public backend {
       : backend(ctx),
         rt_(*static_cast<rank_runtime*>(ctx.runtime)),
         timeout_(ctx.timeout),
+        debug_(ctx.debug),
         key_prefix_(rt_.job() + "/" + ctx.group_name + "/") {
     group_ = spawn_group_actor(rt_.system(),
                                group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks});
@@ -392,6 +394,7 @@ class actor_backend final : public backend {
 
   work submit(const call_ptr& c) {
     track(c->handle);
+    if (debug_ == debug_level::detail) log_detail(c->handle, c->input);
     caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
     return c->handle;
   }
@@ -407,8 +410,22 @@ class actor_backend final : public backend {
     c->timeout = o.timeout == use_group_timeout ? timeout_ : o.timeout;
     c->handle = work::make(name, group_name());
     track(c->handle);
+    if (debug_ == debug_level::detail) log_detail(c->handle, c->buffer);
     caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
     return c->handle;
+  }
+
+  /// TROUPE_DEBUG=DETAIL: one line when a call is issued and one when it ends.
+  void log_detail(const work& w, const tensor& data) const {
+    auto what = data.defined() ? data.describe() : std::string("no tensor");
+    std::fprintf(stderr, "[troupe group '%s' rank %d] issue %s %s\n", group_name().c_str(), rank(),
+                 w.op_name().c_str(), what.c_str());
+    w.on_complete([r = rank()](const work& done) {
+      std::fprintf(stderr, "[troupe group '%s' rank %d] %s seq %llu %s\n",
+                   done.group_name().c_str(), r, done.op_name().c_str(),
+                   static_cast<unsigned long long>(done.sequence_number()),
+                   done.is_success() ? "done" : "FAILED");
+    });
   }
 
   /// Remembers pending works so that destroying the group fails them instead of
@@ -466,6 +483,7 @@ class actor_backend final : public backend {
 
   rank_runtime& rt_;
   timeout_t timeout_;
+  debug_level debug_;
   std::string key_prefix_;
   group_actor group_;
   std::mutex mtx_;

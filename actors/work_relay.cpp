@@ -22,19 +22,29 @@ std::exception_ptr to_exception(const caf::error& e, const std::string& context)
                                ")"));
 }
 
+namespace {
+
+/// "allreduce on group 'g'": names the call when the group actor itself is gone.
+template <class Call>
+std::string context_of(const Call& call) {
+  return call.name + " on group '" + call.handle.group_name() + "'";
+}
+
+}  // namespace
+
 relay_actor spawn_work_relay(caf::actor_system& sys) {
   return sys.spawn([](relay_actor::pointer self) -> relay_actor::behavior_type {
     return {
         [self](submit_atom, call_ptr& call, group_actor& group) {
           self->request(group, caf::infinite, run_atom::value, call)
               .then([call](tensor_list& out) { call->handle.complete(std::move(out)); },
-                    [call](caf::error& e) { call->handle.fail(to_exception(e, call->name)); });
+                    [call](caf::error& e) { call->handle.fail(to_exception(e, context_of(*call))); });
         },
         [self](submit_atom, p2p_ptr& call, group_actor& group) {
           self->request(group, caf::infinite, p2p_atom::value, call)
               .then(
                   [call](tensor_list& out) { call->handle.complete(std::move(out), call->source); },
-                  [call](caf::error& e) { call->handle.fail(to_exception(e, call->name)); });
+                  [call](caf::error& e) { call->handle.fail(to_exception(e, context_of(*call))); });
         },
     };
   });

@@ -3,6 +3,7 @@
 #include "troupe/world.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <random>
@@ -21,6 +22,7 @@ struct world::impl {
   world_options opts;
   std::unique_ptr<detail::rank_runtime> rt;
   std::shared_ptr<process_group> default_group;
+  debug_level debug = debug_level::off;
   std::mutex mtx;
   std::map<std::string, std::shared_ptr<process_group>> groups;  // registered, by name
   int group_counter = 0;                                         // new_group calls (all ranks)
@@ -71,11 +73,19 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
         ctx.timeout = timeout;
         ctx.device = dev;
         ctx.runtime = rt.get();
+        ctx.debug = debug;
         b = detail::find_backend(bname)(ctx);
         if (!b) throw error(errc::backend, "backend '" + bname + "' returned no backend");
       }
       backends[dev] = b;
     }
+  }
+  if (debug != debug_level::off) {
+    std::string list;
+    for (auto r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    std::fprintf(stderr, "[troupe rank %d] group '%s' ranks [%s] backend '%s'%s\n", opts.rank,
+                 name.c_str(), list.c_str(), cfg.to_string().c_str(),
+                 group_rank < 0 ? " (not a member)" : "");
   }
   auto pg = std::make_shared<process_group>(name, description, group_rank, std::move(ranks),
                                             std::move(backends));
@@ -99,6 +109,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   if (opts.timeout.count() <= 0)
     invalid("world: timeout " + std::to_string(opts.timeout.count()) + " ms must be positive");
   backend_config check{opts.backend};  // throws on a bad backend string
+  impl_->debug = get_debug_level();    // throws on a bad TROUPE_DEBUG
   impl_->opts = std::move(opts);
   auto& o = impl_->opts;
   // Rendezvous: rank 0 names the job; everyone reads it. The job id keeps

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "troupe/debug.hpp"
 #include "troupe/device.hpp"
 #include "troupe/options.hpp"
 #include "troupe/store.hpp"
@@ -41,6 +42,8 @@ struct backend_context {
   std::string group_name;
   std::chrono::milliseconds timeout{};
   troupe::device_type device = device_type::cpu;
+  /// TROUPE_DEBUG as read when the world started.
+  debug_level debug = debug_level::off;
   void* runtime = nullptr;  ///< internal: the rank's actor runtime (built-in backends)
 };
 
