@@ -52,8 +52,8 @@ using group_actor = caf::typed_actor<
     caf::reacts_to<data_atom, envelope>,
     // A point-to-point message from a peer.
     caf::reacts_to<msg_atom, p2p_envelope>,
-    // Self-message: operation `seq` (or p2p id, second field true) ran past its timeout.
-    caf::reacts_to<timeout_atom, std::uint64_t, bool>,
+    // Self-message: the earliest deadline passed; fails every call past its timeout.
+    caf::reacts_to<timeout_atom>,
     // Answers the number of collectives issued so far.
     caf::replies_to<seq_atom>::with<std::uint64_t>,
     // Fails every pending operation with the reason; later calls fail too.

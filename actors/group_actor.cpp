@@ -28,7 +28,10 @@ class actor_op_context final : public op_context {
   transport& net_;
 };
 
+using clock = std::chrono::steady_clock;
+
 struct running_op {
+  clock::time_point deadline;
   call_ptr call;
   std::unique_ptr<algorithm> alg;
   std::unique_ptr<actor_op_context> ctx;
@@ -36,6 +39,7 @@ struct running_op {
 };
 
 struct pending_recv {
+  clock::time_point deadline;
   p2p_ptr call;
   caf::typed_response_promise<tensor_list> rp;
 };
@@ -51,6 +55,7 @@ struct group_state {
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
   std::map<caf::actor_addr, int> watched;  // peer actor -> group rank
+  std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
   static inline const char* name = "troupe.group";
 };
 
@@ -70,6 +75,51 @@ void fail_op(self_ptr self, std::uint64_t seq, errc code, const std::string& cau
   st.ops.erase(i);
   op.rp.deliver(make_troupe_error(static_cast<int>(code),
                                   where(st, op.call->name, seq) + " failed: " + cause));
+}
+
+/// Makes sure a timeout message arrives no later than `deadline`. One timer is
+/// pending at a time (not one per call), since calls share their timeout.
+void schedule_tick(self_ptr self, clock::time_point deadline) {
+  auto& st = self->state;
+  if (st.next_tick && *st.next_tick <= deadline) return;
+  st.next_tick = deadline;
+  auto delay = std::chrono::duration_cast<std::chrono::microseconds>(deadline - clock::now());
+  self->delayed_send(self, std::max(delay, std::chrono::microseconds{0}), timeout_atom::value);
+}
+
+/// Fails every call past its deadline, then schedules the next check.
+void on_tick(self_ptr self) {
+  auto& st = self->state;
+  const auto now = clock::now();
+  if (st.next_tick && *st.next_tick <= now) st.next_tick.reset();
+  std::vector<std::uint64_t> expired;
+  for (auto& [seq, op] : st.ops)
+    if (op.deadline <= now) expired.push_back(seq);
+  for (auto seq : expired) {
+    auto& op = st.ops[seq];
+    auto what = op.alg->on_timeout(*op.ctx);
+    fail_op(self, seq, errc::timeout,
+            "Timeout after " + std::to_string(op.call->timeout.count()) + " ms: " + what);
+  }
+  for (auto i = st.recvs.begin(); i != st.recvs.end();) {
+    if (i->second.deadline > now) {
+      ++i;
+      continue;
+    }
+    auto r = std::move(i->second);
+    i = st.recvs.erase(i);
+    const auto& c = *r.call;
+    auto from = c.kind == p2p_call::recv_any ? std::string("any rank")
+                                             : st.net->describe_peer(c.peer);
+    r.rp.deliver(make_troupe_error(
+        static_cast<int>(errc::timeout),
+        where(st, c.name, 0) + " failed: Timeout after " + std::to_string(c.timeout.count()) +
+            " ms waiting for a message from " + from + " with tag " + std::to_string(c.tag)));
+  }
+  std::optional<clock::time_point> next;
+  for (auto& kv : st.ops) next = next ? std::min(*next, kv.second.deadline) : kv.second.deadline;
+  for (auto& kv : st.recvs) next = next ? std::min(*next, kv.second.deadline) : kv.second.deadline;
+  if (next) schedule_tick(self, *next);
 }
 
 void advance(self_ptr self, std::uint64_t seq) {
@@ -166,6 +216,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           const auto seq = ++st.issued;
           call->handle.set_sequence_number(seq);
           auto& op = st.ops[seq];
+          op.deadline = clock::now() + call->timeout;
           op.call = call;
           op.rp = rp;
           op.ctx = std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq,
@@ -180,7 +231,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             }
             if (!st.ops.count(seq)) return rp;
           }
-          self->delayed_send(self, call->timeout, timeout_atom::value, seq, false);
+          schedule_tick(self, op.deadline);
           advance(self, seq);
           return rp;
         },
@@ -199,7 +250,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             rp.deliver(tensor_list{call->buffer});
             return rp;
           }
-          pending_recv r{call, rp};
+          pending_recv r{clock::now() + call->timeout, call, rp};
           for (auto i = st.unmatched.begin(); i != st.unmatched.end(); ++i) {
             if (!matches(*call, *i)) continue;
             auto msg = std::move(*i);
@@ -208,8 +259,8 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             return rp;
           }
           const auto id = ++st.next_recv;
+          schedule_tick(self, r.deadline);
           st.recvs.emplace(id, std::move(r));
-          self->delayed_send(self, call->timeout, timeout_atom::value, id, true);
           return rp;
         },
         [self](data_atom, envelope& env) {
@@ -232,29 +283,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           }
           st.unmatched.push_back(std::move(msg));
         },
-        [self](timeout_atom, std::uint64_t id, bool p2p) {
-          auto& st = self->state;
-          if (!p2p) {
-            auto i = st.ops.find(id);
-            if (i == st.ops.end()) return;
-            auto& op = i->second;
-            auto what = op.alg->on_timeout(*op.ctx);
-            fail_op(self, id, errc::timeout,
-                    "Timeout after " + std::to_string(op.call->timeout.count()) + " ms: " + what);
-            return;
-          }
-          auto i = st.recvs.find(id);
-          if (i == st.recvs.end()) return;
-          auto r = std::move(i->second);
-          st.recvs.erase(i);
-          const auto& c = *r.call;
-          auto from = c.kind == p2p_call::recv_any ? std::string("any rank")
-                                                   : st.net->describe_peer(c.peer);
-          r.rp.deliver(make_troupe_error(
-              static_cast<int>(errc::timeout),
-              where(st, c.name, 0) + " failed: Timeout after " + std::to_string(c.timeout.count()) +
-                  " ms waiting for a message from " + from + " with tag " + std::to_string(c.tag)));
-        },
+        [self](timeout_atom) { on_tick(self); },
         [self](seq_atom) { return self->state.issued; },
         [self](abort_atom, std::string& reason) {
           fail_everything(self, errc::aborted, reason);
