@@ -24,7 +24,9 @@ struct registry_entry {
 
 namespace {
 
-tensor flat(const tensor& t) { return t.defined() ? t.view({t.numel()}) : t; }
+tensor flat(const tensor& t) {
+  return t.defined() ? t.view({t.numel()}) : t;
+}
 
 std::int64_t total_numel(const tensor_list& ts) {
   std::int64_t n = 0;
@@ -70,10 +72,11 @@ class actor_backend final : public backend {
       auto p = r == ctx.rank ? group_ : dir.find(key_prefix_ + std::to_string(r), ctx.timeout);
       if (!p) {
         shutdown("group set-up failed");
-        throw error(errc::timeout, "new_group: Timeout after " + std::to_string(ctx.timeout.count()) +
-                                       " ms waiting for rank " + std::to_string(r) + " (world rank " +
-                                       std::to_string(ctx.global_ranks[static_cast<std::size_t>(r)]) +
-                                       ") to create group '" + ctx.group_name + "'");
+        throw error(errc::timeout,
+                    "new_group: Timeout after " + std::to_string(ctx.timeout.count()) +
+                        " ms waiting for rank " + std::to_string(r) + " (world rank " +
+                        std::to_string(ctx.global_ranks[static_cast<std::size_t>(r)]) +
+                        ") to create group '" + ctx.group_name + "'");
       }
       peers.push_back(p);
     }
@@ -81,6 +84,14 @@ class actor_backend final : public backend {
     caf::scoped_actor self{rt_.system()};
     self->request(group_, caf::infinite, peers_atom::value, std::shared_ptr<transport>(net))
         .receive([](bool) {}, [](caf::error&) {});
+    // Return only once every member found every other: a member that returns
+    // early could otherwise leave (destroy the group) before a peer found it.
+    try {
+      store_based_barrier(*ctx.store, ctx.rank, ctx.size, "created", ctx.timeout);
+    } catch (...) {
+      shutdown("group set-up failed");
+      throw;
+    }
   }
 
   ~actor_backend() override { shutdown("the group was destroyed"); }
@@ -120,40 +131,47 @@ class actor_backend final : public backend {
   work allgather(std::vector<tensor_list>& outs, tensor_list& ins,
                  const allgather_options& o) override {
     // outs[i][r] <- rank r's ins[i]
-    return gather_blocks("allgather", o.timeout, ins, [outs](const tensor& all, int size) {
-      std::int64_t off = 0;
-      for (int r = 0; r < size; ++r)
-        for (auto& per_input : outs) {
-          auto& t = per_input[static_cast<std::size_t>(r)];
-          flat(t).copy_from(all.flat_slice(off, t.numel()));
-          off += t.numel();
-        }
-    }, flatten(outs));
+    return gather_blocks(
+        "allgather", o.timeout, ins,
+        [outs](const tensor& all, int size) {
+          std::int64_t off = 0;
+          for (int r = 0; r < size; ++r)
+            for (auto& per_input : outs) {
+              auto& t = per_input[static_cast<std::size_t>(r)];
+              flat(t).copy_from(all.flat_slice(off, t.numel()));
+              off += t.numel();
+            }
+        },
+        flatten(outs));
   }
 
   work allgather_coalesced(std::vector<tensor_list>& outs, tensor_list& ins,
                            const allgather_options& o) override {
     // outs[r][i] <- rank r's ins[i]
-    return gather_blocks("allgather_coalesced", o.timeout, ins, [outs](const tensor& all, int) {
-      std::int64_t off = 0;
-      for (auto& per_rank : outs) off = unpack(all, off, per_rank);
-    }, flatten(outs));
+    return gather_blocks(
+        "allgather_coalesced", o.timeout, ins,
+        [outs](const tensor& all, int) {
+          std::int64_t off = 0;
+          for (auto& per_rank : outs) off = unpack(all, off, per_rank);
+        },
+        flatten(outs));
   }
 
   work allgather_into_tensor_coalesced(tensor_list& outs, tensor_list& ins,
                                        const allgather_options& o) override {
     // outs[i] holds size blocks of ins[i]'s numel; the gathered buffer is rank-major.
-    return gather_blocks("allgather_into_tensor_coalesced", o.timeout, ins,
-                         [outs, ins](const tensor& all, int size) {
-                           std::int64_t off = 0;
-                           for (int r = 0; r < size; ++r)
-                             for (std::size_t i = 0; i < ins.size(); ++i) {
-                               auto m = ins[i].numel();
-                               flat(outs[i]).flat_slice(r * m, m).copy_from(all.flat_slice(off, m));
-                               off += m;
-                             }
-                         },
-                         outs);
+    return gather_blocks(
+        "allgather_into_tensor_coalesced", o.timeout, ins,
+        [outs, ins](const tensor& all, int size) {
+          std::int64_t off = 0;
+          for (int r = 0; r < size; ++r)
+            for (std::size_t i = 0; i < ins.size(); ++i) {
+              auto m = ins[i].numel();
+              flat(outs[i]).flat_slice(r * m, m).copy_from(all.flat_slice(off, m));
+              off += m;
+            }
+        },
+        outs);
   }
 
   work allgather_into_tensor(tensor& out, tensor& in, const allgather_options& o) override {
@@ -195,7 +213,8 @@ class actor_backend final : public backend {
     return submit(c);
   }
 
-  work scatter(tensor_list& outs, std::vector<tensor_list>& ins, const scatter_options& o) override {
+  work scatter(tensor_list& outs, std::vector<tensor_list>& ins,
+               const scatter_options& o) override {
     auto c = make_call(op_code::scatterv, "scatter", o.timeout, outs);
     c->root = o.root_rank;
     c->output = flat(outs[0]);
@@ -246,7 +265,8 @@ class actor_backend final : public backend {
   work reduce_scatter_tensor_coalesced(tensor_list& outs, tensor_list& ins,
                                        const reduce_scatter_options& o) override {
     // Block r of the packed input is the concatenation of block r of every input.
-    auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor_coalesced", o.timeout, outs);
+    auto c =
+        make_call(op_code::reduce_scatterv, "reduce_scatter_tensor_coalesced", o.timeout, outs);
     c->op = o.op;
     const auto per_rank = total_numel(outs);
     c->input = tensor::empty({per_rank * size()}, ins[0].scalar_type());
@@ -307,7 +327,8 @@ class actor_backend final : public backend {
   std::uint64_t sequence_number() override {
     std::uint64_t seq = 0;
     caf::scoped_actor self{rt_.system()};
-    self->request(group_, timeout_, seq_atom::value)
+    // Through the relay, so the answer counts every call issued before it.
+    self->request(rt_.relay(), timeout_, seq_atom::value, group_)
         .receive([&](std::uint64_t s) { seq = s; },
                  [&](caf::error& e) {
                    throw error(errc::timeout, "sequence_number of group '" + group_name() +
@@ -347,9 +368,8 @@ class actor_backend final : public backend {
       c->input = c->output = flat(ts[0]);
       return submit(c);
     }
-    auto local_op = op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM
-                        ? reduce_op::SUM
-                        : op.op();
+    auto local_op =
+        op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM ? reduce_op::SUM : op.op();
     std::vector<const void*> srcs;
     for (auto& t : ts) srcs.push_back(t.data());
     c->input = tensor::empty({ts[0].numel()}, ts[0].scalar_type());
@@ -459,26 +479,9 @@ class actor_backend final : public backend {
       pending.swap(pending_);
     }
     for (auto& p : pending)
-      if (auto s = p.lock()) {
-        auto w = work::make(s->op, s->group);  // a façade over the same state
-        (void)w;
-        std::vector<std::function<void(const work&)>> cbs;
-        fail_state(s, reason);
-      }
-  }
-
-  void fail_state(const std::shared_ptr<work_state>& s, const std::string& reason) {
-    std::vector<std::function<void(const work&)>> callbacks;
-    {
-      std::lock_guard<std::mutex> g{s->mtx};
-      if (s->done) return;
-      s->done = true;
-      s->error = std::make_exception_ptr(
-          error(errc::aborted, s->op + " on group '" + s->group + "' failed: " + reason));
-      callbacks.swap(s->callbacks);
-    }
-    s->cv.notify_all();
-    (void)callbacks;  // the owners of these callbacks are gone with the group
+      if (auto s = p.lock())
+        work::attach(s).fail(std::make_exception_ptr(
+            error(errc::aborted, s->op + " on group '" + s->group + "' failed: " + reason)));
   }
 
   rank_runtime& rt_;
@@ -493,10 +496,11 @@ class actor_backend final : public backend {
 }  // namespace
 
 void register_builtin_backends(std::map<std::string, registry_entry>& entries) {
-  entries.emplace("actor", registry_entry{[](const backend_context& ctx) -> std::shared_ptr<backend> {
-                                            return std::make_shared<actor_backend>(ctx);
-                                          },
-                                          {device_type::cpu, device_type::cuda}});
+  entries.emplace("actor",
+                  registry_entry{[](const backend_context& ctx) -> std::shared_ptr<backend> {
+                                   return std::make_shared<actor_backend>(ctx);
+                                 },
+                                 {device_type::cpu, device_type::cuda}});
 }
 
 }  // namespace troupe::detail

@@ -66,7 +66,9 @@ using relay_actor = caf::typed_actor<
     // Requests `call` from the group actor and completes call->handle with the answer.
     caf::reacts_to<submit_atom, call_ptr, group_actor>,
     // Same for a point-to-point call.
-    caf::reacts_to<submit_atom, p2p_ptr, group_actor>>;
+    caf::reacts_to<submit_atom, p2p_ptr, group_actor>,
+    // Asks the group actor for its sequence number after the calls relayed so far.
+    caf::replies_to<seq_atom, group_actor>::with<std::uint64_t>>;
 
 /// Makes a caf::error that carries a troupe error code and message.
 caf::error make_troupe_error(int code, std::string message);

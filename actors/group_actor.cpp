@@ -54,7 +54,7 @@ struct group_state {
   std::map<std::uint64_t, pending_recv> recvs;           // by post order
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
-  std::map<caf::actor_addr, int> watched;  // peer actor -> group rank
+  std::map<caf::actor_addr, int> watched;      // peer actor -> group rank
   std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
   static inline const char* name = "troupe.group";
 };
@@ -109,8 +109,8 @@ void on_tick(self_ptr self) {
     auto r = std::move(i->second);
     i = st.recvs.erase(i);
     const auto& c = *r.call;
-    auto from = c.kind == p2p_call::recv_any ? std::string("any rank")
-                                             : st.net->describe_peer(c.peer);
+    auto from =
+        c.kind == p2p_call::recv_any ? std::string("any rank") : st.net->describe_peer(c.peer);
     r.rp.deliver(make_troupe_error(
         static_cast<int>(errc::timeout),
         where(st, c.name, 0) + " failed: Timeout after " + std::to_string(c.timeout.count()) +
@@ -170,14 +170,14 @@ void fail_everything(self_ptr self, errc code, const std::string& reason) {
 void complete_recv(group_state& st, pending_recv& r, p2p_envelope& msg) {
   auto& buf = r.call->buffer;
   if (msg.payload.nbytes() != buf.nbytes() || msg.payload.scalar_type() != buf.scalar_type()) {
-    r.rp.deliver(make_troupe_error(
-        static_cast<int>(errc::invalid_argument),
-        where(st, r.call->name, 0) + " failed: rank " + std::to_string(msg.src) + " sent " +
-            std::to_string(msg.payload.nbytes()) + " bytes of " +
-            std::string(to_string(msg.payload.scalar_type())) + " with tag " +
-            std::to_string(msg.tag) + ", but the receive buffer holds " +
-            std::to_string(buf.nbytes()) + " bytes of " +
-            std::string(to_string(buf.scalar_type()))));
+    r.rp.deliver(
+        make_troupe_error(static_cast<int>(errc::invalid_argument),
+                          where(st, r.call->name, 0) + " failed: rank " + std::to_string(msg.src) +
+                              " sent " + std::to_string(msg.payload.nbytes()) + " bytes of " +
+                              std::string(to_string(msg.payload.scalar_type())) + " with tag " +
+                              std::to_string(msg.tag) + ", but the receive buffer holds " +
+                              std::to_string(buf.nbytes()) + " bytes of " +
+                              std::string(to_string(buf.scalar_type()))));
     return;
   }
   if (buf.nbytes() > 0) buf.copy_from(msg.payload);
@@ -199,18 +199,18 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
       auto& st = self->state;
       auto i = st.watched.find(dm.source);
       auto who = i != st.watched.end() ? st.net->describe_peer(i->second) : std::string("a peer");
-      fail_everything(self, errc::peer_failure,
-                      who + " left group '" + st.info.name + "' (" +
-                          self->system().render(dm.reason) + ")");
+      fail_everything(
+          self, errc::peer_failure,
+          who + " left group '" + st.info.name + "' (" + self->system().render(dm.reason) + ")");
     });
     return {
         [self](run_atom, call_ptr call) -> caf::typed_response_promise<tensor_list> {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
           if (st.aborted) {
-            rp.deliver(make_troupe_error(static_cast<int>(st.aborted->first),
-                                         where(st, call->name, 0) + " failed: " +
-                                             st.aborted->second));
+            rp.deliver(
+                make_troupe_error(static_cast<int>(st.aborted->first),
+                                  where(st, call->name, 0) + " failed: " + st.aborted->second));
             return rp;
           }
           const auto seq = ++st.issued;
@@ -219,8 +219,8 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           op.deadline = clock::now() + call->timeout;
           op.call = call;
           op.rp = rp;
-          op.ctx = std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq,
-                                                      *st.net);
+          op.ctx =
+              std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq, *st.net);
           op.alg = make_algorithm(*call, st.info.rank, st.info.size);
           if (auto e = st.early.find(seq); e != st.early.end()) {
             auto msgs = std::move(e->second);
@@ -239,9 +239,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
           if (st.aborted) {
-            rp.deliver(make_troupe_error(static_cast<int>(st.aborted->first),
-                                         where(st, call->name, 0) + " failed: " +
-                                             st.aborted->second));
+            rp.deliver(
+                make_troupe_error(static_cast<int>(st.aborted->first),
+                                  where(st, call->name, 0) + " failed: " + st.aborted->second));
             return rp;
           }
           if (call->kind == p2p_call::send) {
@@ -285,9 +285,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
         },
         [self](timeout_atom) { on_tick(self); },
         [self](seq_atom) { return self->state.issued; },
-        [self](abort_atom, std::string& reason) {
-          fail_everything(self, errc::aborted, reason);
-        },
+        [self](abort_atom, std::string& reason) { fail_everything(self, errc::aborted, reason); },
         [self](peers_atom, std::shared_ptr<transport>& net) {
           auto& st = self->state;
           st.net = std::move(net);

@@ -17,9 +17,8 @@ std::exception_ptr to_exception(const caf::error& e, const std::string& context)
   if (e && e.category() == caf::atom("troupe") && e.context().match_elements<std::string>())
     return std::make_exception_ptr(
         error(static_cast<errc>(e.code() - 1), e.context().get_as<std::string>(0)));
-  return std::make_exception_ptr(
-      error(errc::aborted, context + " failed: the group actor is gone (" + caf::to_string(e) +
-                               ")"));
+  return std::make_exception_ptr(error(
+      errc::aborted, context + " failed: the group actor is gone (" + caf::to_string(e) + ")"));
 }
 
 namespace {
@@ -37,8 +36,9 @@ relay_actor spawn_work_relay(caf::actor_system& sys) {
     return {
         [self](submit_atom, call_ptr& call, group_actor& group) {
           self->request(group, caf::infinite, run_atom::value, call)
-              .then([call](tensor_list& out) { call->handle.complete(std::move(out)); },
-                    [call](caf::error& e) { call->handle.fail(to_exception(e, context_of(*call))); });
+              .then(
+                  [call](tensor_list& out) { call->handle.complete(std::move(out)); },
+                  [call](caf::error& e) { call->handle.fail(to_exception(e, context_of(*call))); });
         },
         [self](submit_atom, p2p_ptr& call, group_actor& group) {
           self->request(group, caf::infinite, p2p_atom::value, call)
@@ -46,6 +46,7 @@ relay_actor spawn_work_relay(caf::actor_system& sys) {
                   [call](tensor_list& out) { call->handle.complete(std::move(out), call->source); },
                   [call](caf::error& e) { call->handle.fail(to_exception(e, context_of(*call))); });
         },
+        [self](seq_atom, group_actor& group) { return self->delegate(group, seq_atom::value); },
     };
   });
 }

@@ -41,7 +41,9 @@ work backend::gatherv(tensor&, tensor&, const std::vector<std::int64_t>&, const 
 work backend::scatterv(tensor&, tensor&, const std::vector<std::int64_t>&, const scatter_options&) { unsupported("scatterv"); }
 work backend::reduce_scatterv(tensor&, tensor&, const std::vector<std::int64_t>&, const reduce_scatter_options&) { unsupported("reduce_scatterv"); }
 // clang-format on
-std::uint64_t backend::sequence_number() { return 0; }
+std::uint64_t backend::sequence_number() {
+  return 0;
+}
 void backend::abort(const std::string&) {}
 
 // -- the registry -----------------------------------------------------------------
@@ -76,7 +78,8 @@ backend_creator find_backend(const std::string& name) {
   if (i == r.entries.end()) {
     std::string known;
     for (auto& kv : r.entries) known += (known.empty() ? "" : ", ") + kv.first;
-    throw error(errc::backend, "backend '" + name + "' is not registered (available: " + known + ")");
+    throw error(errc::backend,
+                "backend '" + name + "' is not registered (available: " + known + ")");
   }
   return i->second.creator;
 }
@@ -86,15 +89,18 @@ backend_creator find_backend(const std::string& name) {
 void register_backend(const std::string& name, backend_creator creator,
                       std::vector<device_type> devices) {
   if (name.empty() || name.find_first_of(":,") != std::string::npos)
-    throw error(errc::invalid_argument,
-                "register_backend: invalid backend name '" + name + "' (empty or contains ':' or ',')");
-  if (!creator) throw error(errc::invalid_argument, "register_backend: no creator for '" + name + "'");
+    throw error(errc::invalid_argument, "register_backend: invalid backend name '" + name +
+                                            "' (empty or contains ':' or ',')");
+  if (!creator)
+    throw error(errc::invalid_argument, "register_backend: no creator for '" + name + "'");
   if (devices.empty())
     throw error(errc::invalid_argument, "register_backend: no device types for '" + name + "'");
   auto& r = detail::the_registry();
   std::lock_guard<std::mutex> g{r.mtx};
-  if (!r.entries.emplace(name, detail::registry_entry{std::move(creator), std::move(devices)}).second)
-    throw error(errc::invalid_argument, "register_backend: backend '" + name + "' already registered");
+  if (!r.entries.emplace(name, detail::registry_entry{std::move(creator), std::move(devices)})
+           .second)
+    throw error(errc::invalid_argument,
+                "register_backend: backend '" + name + "' already registered");
 }
 
 bool is_backend_available(const std::string& name) {
@@ -118,19 +124,21 @@ namespace {
 device_type parse_device(const std::string& spec, const std::string& d) {
   if (d == "cpu") return device_type::cpu;
   if (d == "cuda") return device_type::cuda;
-  throw error(errc::invalid_argument,
-              "backend_config: unknown device '" + d + "' in '" + spec + "' (expected cpu or cuda)");
+  throw error(errc::invalid_argument, "backend_config: unknown device '" + d + "' in '" + spec +
+                                          "' (expected cpu or cuda)");
 }
 
 }  // namespace
 
 backend_config::backend_config(const std::string& spec) {
   auto bad = [&](const std::string& why) {
-    throw error(errc::invalid_argument, "backend_config: invalid backend string '" + spec + "': " + why);
+    throw error(errc::invalid_argument,
+                "backend_config: invalid backend string '" + spec + "': " + why);
   };
   if (spec.empty()) bad("empty");
   if (spec.find(':') == std::string::npos) {
-    if (spec.find(',') != std::string::npos) bad("several backends need device prefixes (cpu:NAME,cuda:NAME)");
+    if (spec.find(',') != std::string::npos)
+      bad("several backends need device prefixes (cpu:NAME,cuda:NAME)");
     // A single name: every device it registered ("actor" registers cpu and cuda).
     auto& r = detail::the_registry();
     std::lock_guard<std::mutex> g{r.mtx};
@@ -170,7 +178,8 @@ std::string backend_config::backend_for(device_type d) const {
 
 std::string backend_config::to_string() const {
   std::string r;
-  for (auto& e : entries_) r += (r.empty() ? "" : ",") + std::string(troupe::to_string(e.first)) + ":" + e.second;
+  for (auto& e : entries_)
+    r += (r.empty() ? "" : ",") + std::string(troupe::to_string(e.first)) + ":" + e.second;
   return r;
 }
 

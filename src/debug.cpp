@@ -23,9 +23,12 @@ debug_level get_debug_level() {
 
 const char* to_string(debug_level l) noexcept {
   switch (l) {
-    case debug_level::off: return "OFF";
-    case debug_level::info: return "INFO";
-    case debug_level::detail: return "DETAIL";
+    case debug_level::off:
+      return "OFF";
+    case debug_level::info:
+      return "INFO";
+    case debug_level::detail:
+      return "DETAIL";
   }
   return "?";
 }

@@ -3,6 +3,10 @@
 
 #include "troupe/object_collectives.hpp"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
 #include <numeric>
 
 namespace troupe {
@@ -33,6 +37,20 @@ tensor binary_reader::read_tensor() {
 }
 
 namespace detail {
+
+std::string type_name(const std::type_info& t) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name{
+      abi::__cxa_demangle(t.name(), nullptr, nullptr, &status), std::free};
+  std::string r = status == 0 && name ? name.get() : t.name();
+  // The standard library's spelling of std::string is long; shorten it.
+  const std::string long_string =
+      "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >";
+  for (auto pos = r.find(long_string); pos != std::string::npos; pos = r.find(long_string))
+    r.replace(pos, long_string.size(), "std::string");
+  return r;
+}
+
 namespace {
 
 tensor as_tensor(byte_vector& v) {
@@ -70,7 +88,8 @@ byte_vector broadcast_bytes(process_group& pg, byte_vector data, int root) {
 
 std::vector<byte_vector> all_gather_bytes(process_group& pg, const byte_vector& data) {
   auto sizes = all_sizes(pg, static_cast<std::int64_t>(data.size()));
-  byte_vector all(static_cast<std::size_t>(std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0})));
+  byte_vector all(
+      static_cast<std::size_t>(std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0})));
   auto mine = data;
   pg.allgatherv(as_tensor(all), as_tensor(mine), sizes).wait();
   return split(all, sizes);
@@ -92,10 +111,9 @@ byte_vector scatter_bytes(process_group& pg, const std::vector<byte_vector>& dat
   byte_vector all;
   if (pg.rank() == root) {
     if (static_cast<int>(data.size()) != pg.size())
-      throw error(errc::invalid_argument, "scatter_object: the root passed " +
-                                              std::to_string(data.size()) +
-                                              " objects for a group of size " +
-                                              std::to_string(pg.size()));
+      throw error(errc::invalid_argument,
+                  "scatter_object: the root passed " + std::to_string(data.size()) +
+                      " objects for a group of size " + std::to_string(pg.size()));
     for (auto& d : data) {
       sizes.push_back(static_cast<std::int64_t>(d.size()));
       all.insert(all.end(), d.begin(), d.end());
@@ -103,8 +121,7 @@ byte_vector scatter_bytes(process_group& pg, const std::vector<byte_vector>& dat
   }
   // Everyone learns every size (the root's list), then takes its bytes.
   auto size_list = tensor::empty({pg.size()}, dtype::int64);
-  if (pg.rank() == root)
-    size_list.copy_from(tensor::from_vector<std::int64_t>(sizes));
+  if (pg.rank() == root) size_list.copy_from(tensor::from_vector<std::int64_t>(sizes));
   pg.broadcast(size_list, root).wait();
   sizes = size_list.to_vector<std::int64_t>();
   byte_vector mine(static_cast<std::size_t>(sizes[static_cast<std::size_t>(pg.rank())]));

@@ -11,39 +11,52 @@ using detail::validator;
 
 process_group::process_group(std::string name, std::string description, int rank,
                              std::vector<int> global_ranks,
-                             std::map<device_type, std::shared_ptr<backend>> backends)
+                             std::map<device_type, std::shared_ptr<backend>> backends,
+                             std::map<device_type, std::string> unavailable)
     : name_(std::move(name)),
       description_(description.empty() ? name_ : std::move(description)),
       rank_(rank),
       global_ranks_(std::move(global_ranks)),
-      backends_(std::move(backends)) {}
+      backends_(std::move(backends)),
+      unavailable_(std::move(unavailable)) {}
 
 process_group::~process_group() = default;
 
 void process_group::check_member(const char* op) const {
+  if (!released_.empty())
+    throw error(errc::group,
+                std::string(op) + ": group '" + name_ + "' was destroyed (" + released_ + ")");
   if (rank_ < 0) {
     std::string ranks;
     for (auto r : global_ranks_) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
     throw error(errc::group, std::string(op) + ": this rank is not part of group '" + name_ +
-                                 "' (ranks [" + ranks + "]); only members may call collectives on it");
+                                 "' (ranks [" + ranks +
+                                 "]); only members may call collectives on it");
   }
 }
 
 backend& process_group::get_backend(device_type d) const {
   auto i = backends_.find(d);
   if (i == backends_.end() || !i->second)
-    throw error(errc::backend, "group '" + name_ + "' has no backend for device type " +
-                                   to_string(d));
+    throw error(errc::backend,
+                "group '" + name_ + "' has no backend for device type " + to_string(d));
   return *i->second;
 }
 
 backend& process_group::backend_for(const char* op, const tensor_list& ts) const {
   auto d = ts.empty() ? device_type::cpu : ts.front().get_device().type;
   auto i = backends_.find(d);
-  if (i == backends_.end() || !i->second)
-    throw error(errc::backend, std::string(op) + ": group '" + name_ +
-                                   "' has no backend for device type " + to_string(d));
-  return *i->second;
+  if (i != backends_.end() && i->second) return *i->second;
+  if (auto u = unavailable_.find(d); u != unavailable_.end()) {
+    std::string known;
+    for (auto& n : available_backends()) known += (known.empty() ? "" : ", ") + n;
+    throw error(errc::backend, std::string(op) + ": group '" + name_ + "' runs device type " +
+                                   to_string(d) + " on backend '" + u->second +
+                                   "', which is not registered in this build (available: " + known +
+                                   ")");
+  }
+  throw error(errc::backend, std::string(op) + ": group '" + name_ +
+                                 "' has no backend for device type " + to_string(d));
 }
 
 work process_group::track(work w) {
@@ -133,7 +146,8 @@ work process_group::allgather_coalesced(std::vector<tensor_list> outs, tensor_li
   check_member("allgather_coalesced");
   validator v{"allgather_coalesced", rank_, size()};
   v.tensors(ins, "input_tensors");
-  v.length(outs.size(), static_cast<std::size_t>(size()), "output_tensor_lists (one list per rank)");
+  v.length(outs.size(), static_cast<std::size_t>(size()),
+           "output_tensor_lists (one list per rank)");
   for (auto& per_rank : outs) {
     v.length(per_rank.size(), ins.size(), "output_tensor_lists[r]");
     v.tensors(per_rank, "output_tensor_lists[r]");
@@ -158,7 +172,8 @@ work process_group::allgather_into_tensor_coalesced(tensor_list outs, tensor_lis
                    .allgather_into_tensor_coalesced(outs, ins, o));
 }
 
-work process_group::gather(std::vector<tensor_list> outs, tensor_list ins, const gather_options& o) {
+work process_group::gather(std::vector<tensor_list> outs, tensor_list ins,
+                           const gather_options& o) {
   check_member("gather");
   validator v{"gather", rank_, size()};
   v.rank_arg(o.root_rank, "root_rank");
@@ -183,7 +198,8 @@ work process_group::gather(tensor_list outs, tensor in, const gather_options& o)
   return gather(std::move(lists), tensor_list{std::move(in)}, o);
 }
 
-work process_group::scatter(tensor_list outs, std::vector<tensor_list> ins, const scatter_options& o) {
+work process_group::scatter(tensor_list outs, std::vector<tensor_list> ins,
+                            const scatter_options& o) {
   check_member("scatter");
   validator v{"scatter", rank_, size()};
   v.rank_arg(o.root_rank, "root_rank");
@@ -253,7 +269,8 @@ work process_group::reduce_scatter_tensor_coalesced(tensor_list outs, tensor_lis
 }
 
 work process_group::alltoall_single(tensor out, tensor in, std::vector<std::int64_t> out_splits,
-                                    std::vector<std::int64_t> in_splits, const alltoall_options& o) {
+                                    std::vector<std::int64_t> in_splits,
+                                    const alltoall_options& o) {
   check_member("alltoall_single");
   validator v{"alltoall_single", rank_, size()};
   v.tensors({in, out}, "tensors");
@@ -450,6 +467,7 @@ void process_group::abort(const std::string& reason) {
 void process_group::release(const std::string& reason) {
   abort(reason);
   backends_.clear();
+  released_ = reason;
 }
 
 }  // namespace troupe

@@ -20,7 +20,7 @@ void reduce_into(dtype t, reduce_op::kind op, void* dst, const void* src, std::s
 
 /// dst = srcs[0] op srcs[1] op ... op srcs[nsrc-1]. `dst` may equal any source.
 /// float16/bfloat16 accumulate the whole chain in float32 and round once.
-/// With nsrc == 0, dst is left unchanged.
+/// With nsrc == 1, dst is a byte copy of srcs[0]; with nsrc == 0, dst is left unchanged.
 void reduce_many(dtype t, reduce_op::kind op, void* dst, const void* const* srcs, std::size_t nsrc,
                  std::size_t n);
 

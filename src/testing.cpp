@@ -11,7 +11,9 @@
 namespace troupe::testing {
 
 void run_ranks(int n, const std::function<void(world&)>& fn, const run_options& opts) {
-  if (n < 1) throw error(errc::invalid_argument, "run_ranks: n " + std::to_string(n) + " must be at least 1");
+  if (n < 1)
+    throw error(errc::invalid_argument,
+                "run_ranks: n " + std::to_string(n) + " must be at least 1");
   auto store = std::make_shared<hash_store>(opts.timeout);
   std::mutex mtx;
   std::vector<world*> worlds(static_cast<std::size_t>(n), nullptr);

@@ -69,9 +69,15 @@ int work::source_rank() const {
   return s.source_rank;
 }
 
-std::uint64_t work::sequence_number() const { return checked(state_).seq.load(); }
-std::string work::op_name() const { return checked(state_).op; }
-std::string work::group_name() const { return checked(state_).group; }
+std::uint64_t work::sequence_number() const {
+  return checked(state_).seq.load();
+}
+std::string work::op_name() const {
+  return checked(state_).op;
+}
+std::string work::group_name() const {
+  return checked(state_).group;
+}
 
 void work::on_complete(std::function<void(const work&)> fn) const {
   auto& s = const_cast<work_state&>(checked(state_));

@@ -45,7 +45,9 @@ std::string random_job_id() {
   return r;
 }
 
-void invalid(const std::string& what) { throw error(errc::invalid_argument, what); }
+void invalid(const std::string& what) {
+  throw error(errc::invalid_argument, what);
+}
 
 }  // namespace
 
@@ -58,10 +60,14 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
   auto me = std::find(ranks.begin(), ranks.end(), opts.rank);
   const int group_rank = me == ranks.end() ? -1 : static_cast<int>(me - ranks.begin());
   std::map<device_type, std::shared_ptr<backend>> backends;
+  std::map<device_type, std::string> unavailable;
   if (group_rank >= 0) {
     std::map<std::string, std::shared_ptr<backend>> by_name;  // one instance per backend name
     for (auto& [dev, bname] : cfg.entries()) {
-      if (!is_backend_available(bname)) continue;  // calls on this device report it
+      if (!is_backend_available(bname)) {  // calls on this device report it
+        unavailable[dev] = bname;
+        continue;
+      }
       auto& b = by_name[bname];
       if (!b) {
         backend_context ctx;
@@ -88,7 +94,7 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
                  group_rank < 0 ? " (not a member)" : "");
   }
   auto pg = std::make_shared<process_group>(name, description, group_rank, std::move(ranks),
-                                            std::move(backends));
+                                            std::move(backends), std::move(unavailable));
   std::lock_guard<std::mutex> g{mtx};
   groups[name] = pg;
   return pg;
@@ -109,7 +115,10 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   if (opts.timeout.count() <= 0)
     invalid("world: timeout " + std::to_string(opts.timeout.count()) + " ms must be positive");
   backend_config check{opts.backend};  // throws on a bad backend string
-  impl_->debug = get_debug_level();    // throws on a bad TROUPE_DEBUG
+  if (auto cpu = check.backend_for(device_type::cpu); !cpu.empty() && !is_backend_available(cpu))
+    invalid("world: backend '" + cpu + "' (for device cpu, from '" + opts.backend +
+            "') is not registered");
+  impl_->debug = get_debug_level();  // throws on a bad TROUPE_DEBUG
   impl_->opts = std::move(opts);
   auto& o = impl_->opts;
   // Rendezvous: rank 0 names the job; everyone reads it. The job id keeps
@@ -135,19 +144,33 @@ world::~world() {
     std::lock_guard<std::mutex> g{impl_->mtx};
     groups.swap(impl_->groups);
   }
-  for (auto& kv : groups) kv.second->release("the world of rank " + std::to_string(rank()) +
-                                             " was destroyed");
+  for (auto& kv : groups)
+    kv.second->release("the world of rank " + std::to_string(rank()) + " was destroyed");
   impl_->default_group->release("the world was destroyed");
   impl_->rt.reset();
 }
 
-int world::rank() const noexcept { return impl_->opts.rank; }
-int world::size() const noexcept { return impl_->opts.world_size; }
-const std::shared_ptr<troupe::store>& world::get_store() const noexcept { return impl_->opts.store; }
-std::chrono::milliseconds world::timeout() const noexcept { return impl_->opts.timeout; }
-const std::string& world::backend_string() const noexcept { return impl_->opts.backend; }
-process_group& world::default_group() { return *impl_->default_group; }
-detail::rank_runtime& world::runtime() const noexcept { return *impl_->rt; }
+int world::rank() const noexcept {
+  return impl_->opts.rank;
+}
+int world::size() const noexcept {
+  return impl_->opts.world_size;
+}
+const std::shared_ptr<troupe::store>& world::get_store() const noexcept {
+  return impl_->opts.store;
+}
+std::chrono::milliseconds world::timeout() const noexcept {
+  return impl_->opts.timeout;
+}
+const std::string& world::backend_string() const noexcept {
+  return impl_->opts.backend;
+}
+process_group& world::default_group() {
+  return *impl_->default_group;
+}
+detail::rank_runtime& world::runtime() const noexcept {
+  return *impl_->rt;
+}
 
 std::shared_ptr<process_group> world::new_group(std::vector<int> ranks, new_group_options opts) {
   if (ranks.empty()) invalid("new_group: a group of zero ranks is not allowed");

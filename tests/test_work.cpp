@@ -158,18 +158,13 @@ TEST_CASE("a collective that times out names the op, group, sequence number and 
 }
 
 TEST_CASE("a receive that times out names the op, group, peer and tag") {
-  testing::run_options o;
-  o.timeout = 400ms;
-  testing::run_ranks(
-      2,
-      [](world& w) {
-        if (w.rank() == 1) return;  // never sends
-        auto t = tensor::zeros({2}, dtype::float32);
-        auto r = w.default_group().recv(t, 1, 7);
-        check_error([&] { r.wait(); }, errc::timeout,
-                    {"recv", "group 'default'", "Timeout after 400 ms", "rank 1", "tag 7"});
-      },
-      o);
+  testing::run_ranks(2, [](world& w) {
+    if (w.rank() == 1) return;  // never sends
+    auto t = tensor::zeros({2}, dtype::float32);
+    auto r = w.default_group().recv(tensor_list{t}, 1, p2p_options{.tag = 7, .timeout = 400ms});
+    check_error([&] { r.wait(); }, errc::timeout,
+                {"recv", "group 'default'", "Timeout after 400 ms", "rank 1", "tag 7"});
+  });
 }
 
 TEST_CASE("a successful collective's work carries op, group and sequence number") {

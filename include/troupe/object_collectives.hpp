@@ -21,6 +21,8 @@ namespace detail {
 using byte_vector = std::vector<std::uint8_t>;
 byte_vector broadcast_bytes(process_group& pg, byte_vector data, int root);
 std::vector<byte_vector> all_gather_bytes(process_group& pg, const byte_vector& data);
+/// A readable name of a C++ type ("std::string" rather than its mangled form).
+std::string type_name(const std::type_info& t);
 std::vector<byte_vector> gather_bytes(process_group& pg, const byte_vector& data, int root);
 byte_vector scatter_bytes(process_group& pg, const std::vector<byte_vector>& data, int root);
 
@@ -28,7 +30,7 @@ byte_vector scatter_bytes(process_group& pg, const std::vector<byte_vector>& dat
 template <class T>
 byte_vector pack_object(const T& x) {
   binary_writer w;
-  w.apply(std::string(typeid(T).name()));
+  w.apply(type_name(typeid(T)));
   w.apply(x);
   return std::move(w.bytes());
 }
@@ -39,10 +41,11 @@ T unpack_object(const byte_vector& bytes, const char* op, int rank) {
   binary_reader r{bytes};
   std::string type;
   r.apply(type);
-  if (type != typeid(T).name())
+  const auto expected = type_name(typeid(T));
+  if (type != expected)
     throw error(errc::invalid_argument, std::string(op) + ": rank " + std::to_string(rank) +
                                             " sent an object of type '" + type +
-                                            "', this rank expects '" + typeid(T).name() + "'");
+                                            "', this rank expects '" + expected + "'");
   T x{};
   r.apply(x);
   return x;

@@ -31,7 +31,8 @@ class process_group {
  public:
   /// Internal: made by world (or by tests through world).
   process_group(std::string name, std::string description, int rank, std::vector<int> global_ranks,
-                std::map<device_type, std::shared_ptr<backend>> backends);
+                std::map<device_type, std::shared_ptr<backend>> backends,
+                std::map<device_type, std::string> unavailable = {});
   ~process_group();
   process_group(const process_group&) = delete;
   process_group& operator=(const process_group&) = delete;
@@ -159,6 +160,8 @@ class process_group {
   int rank_;
   std::vector<int> global_ranks_;
   std::map<device_type, std::shared_ptr<backend>> backends_;
+  std::map<device_type, std::string> unavailable_;  // device -> backend name not registered
+  std::string released_;                            // why the group is gone (empty: alive)
   bool coalescing_ = false;
   std::vector<work> coalesced_;
 };

@@ -44,7 +44,8 @@ class work {
   std::exception_ptr exception() const;
   /// Waits, then returns the output tensors (rethrows on failure).
   tensor_list result() const;
-  /// For recv_any_source: the rank that sent the message (-1 otherwise or while running).
+  /// For recv and recv_any_source: the rank that sent the message (-1 for
+  /// other calls and while running).
   int source_rank() const;
   /// The group's sequence number of this operation (0 until the group actor assigned it).
   std::uint64_t sequence_number() const;
@@ -82,6 +83,8 @@ class work {
   /// The outputs are the concatenation of the parts' outputs.
   static work when_all(std::string op, std::string group, std::vector<work> parts);
 
+  /// Internal: a work over an existing shared state.
+  static work attach(std::shared_ptr<detail::work_state> s) { return work{std::move(s)}; }
   /// Internal: the shared state (used by the actor runtime and interop header).
   const std::shared_ptr<detail::work_state>& state() const noexcept { return state_; }
 

@@ -35,30 +35,40 @@ namespace troupe {
 namespace caf_interop {
 using await_atom = caf::atom_constant<caf::atom("tr_await")>;
 using done_atom = caf::atom_constant<caf::atom("tr_done")>;
+using expire_atom = caf::atom_constant<caf::atom("tr_expire")>;
 
-/// A short-lived actor that answers one await request when `w` completes.
-inline caf::behavior awaiter(caf::event_based_actor* self, work w) {
+/// A short-lived actor that answers one await request when `w` completes, or
+/// with request_timeout after `timeout` (then it quits, so it never outlives
+/// the wait and never holds up the actor system's shutdown).
+inline caf::behavior awaiter(caf::event_based_actor* self, work w,
+                             std::chrono::milliseconds timeout) {
   return {
-      [self, w](await_atom) -> caf::result<tensor_list> {
+      [self, w, timeout](await_atom) -> caf::result<tensor_list> {
         auto rp = self->make_response_promise<tensor_list>();
         auto me = caf::actor_cast<caf::actor>(self);
         // The callback runs on whichever thread completes the work: hop back
         // into this actor before touching the promise.
         w.on_complete([me](const work&) { caf::anon_send(me, done_atom::value); });
-        self->become([self, w, rp](done_atom) mutable {
-          if (w.is_success()) {
-            rp.deliver(w.result());
-          } else {
-            std::string what = "work failed";
-            try {
-              std::rethrow_exception(w.exception());
-            } catch (const std::exception& e) {
-              what = e.what();
-            }
-            rp.deliver(caf::make_error(caf::sec::runtime_error, std::move(what)));
-          }
-          self->quit();
-        });
+        self->delayed_send(self, timeout, expire_atom::value);
+        self->become(
+            [self, rp](expire_atom) mutable {
+              rp.deliver(caf::make_error(caf::sec::request_timeout));
+              self->quit();
+            },
+            [self, w, rp](done_atom) mutable {
+              if (w.is_success()) {
+                rp.deliver(w.result());
+              } else {
+                std::string what = "work failed";
+                try {
+                  std::rethrow_exception(w.exception());
+                } catch (const std::exception& e) {
+                  what = e.what();
+                }
+                rp.deliver(caf::make_error(caf::sec::runtime_error, std::move(what)));
+              }
+              self->quit();
+            });
         return rp;
       },
   };
@@ -69,8 +79,8 @@ inline caf::behavior awaiter(caf::event_based_actor* self, work w) {
 /// `.then(on_outputs, on_error)`. Fails with request_timeout after `timeout`.
 template <class Self>
 auto await(Self* self, const work& w, std::chrono::milliseconds timeout) {
-  auto helper = self->system().spawn(caf_interop::awaiter, w);
-  return self->request(helper, timeout, caf_interop::await_atom::value);
+  auto helper = self->system().spawn(caf_interop::awaiter, w, timeout);
+  return self->request(helper, caf::infinite, caf_interop::await_atom::value);
 }
 
 }  // namespace troupe
