@@ -98,3 +98,13 @@ TEST_CASE("sequence numbers count collectives and agree on every member") {
     });
   }
 }
+
+TEST_CASE("sequence_number counts calls issued but not yet finished") {
+  testing::run_ranks(3, [](world& w) {
+    auto& pg = w.default_group();
+    std::vector<work> pending;
+    for (int i = 0; i < 3; ++i) pending.push_back(pg.allreduce(tensor::from_vector<int>({i})));
+    CHECK(pg.sequence_number() == 3);
+    for (auto& p : pending) p.wait();
+  });
+}
