@@ -154,6 +154,15 @@ void deliver(self_ptr self, running_op& op, std::uint64_t seq, envelope& env) {
   op.ctx->deliver(env.src, env.step, std::move(env.payload));
 }
 
+/// Answers `rp` with the abort reason if the group was aborted.
+bool refused(const group_state& st, const std::string& op,
+             caf::typed_response_promise<tensor_list>& rp) {
+  if (!st.aborted) return false;
+  rp.deliver(make_troupe_error(static_cast<int>(st.aborted->first),
+                               where(st, op, 0) + " failed: " + st.aborted->second));
+  return true;
+}
+
 void fail_everything(self_ptr self, errc code, const std::string& reason) {
   auto& st = self->state;
   st.aborted = std::make_pair(code, reason);
@@ -207,12 +216,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
         [self](run_atom, call_ptr call) -> caf::typed_response_promise<tensor_list> {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
-          if (st.aborted) {
-            rp.deliver(
-                make_troupe_error(static_cast<int>(st.aborted->first),
-                                  where(st, call->name, 0) + " failed: " + st.aborted->second));
-            return rp;
-          }
+          if (refused(st, call->name, rp)) return rp;
           const auto seq = ++st.issued;
           call->handle.set_sequence_number(seq);
           auto& op = st.ops[seq];
@@ -238,12 +242,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
         [self](p2p_atom, p2p_ptr call) -> caf::typed_response_promise<tensor_list> {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
-          if (st.aborted) {
-            rp.deliver(
-                make_troupe_error(static_cast<int>(st.aborted->first),
-                                  where(st, call->name, 0) + " failed: " + st.aborted->second));
-            return rp;
-          }
+          if (refused(st, call->name, rp)) return rp;
           if (call->kind == p2p_call::send) {
             // Eager send: the payload is a copy, so the caller's buffer is free at once.
             st.net->send(call->peer, p2p_envelope{st.info.rank, call->tag, call->buffer.clone()});

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "actors/call.hpp"
 
@@ -85,7 +86,27 @@ tensor combine(const reduce_op& op, const tensor& a, const tensor& b);
 tensor own_contribution(const collective_call& call, const tensor& input);
 /// Applies AVG's division (by size × avg_local) in place; no-op for other ops.
 void finish_reduction(const collective_call& call, tensor& data, int size);
+/// Takes the step-0 message of every peer whose `done` entry is false, hands it
+/// to `use(peer, payload)` and marks it done; true once every peer is done.
+template <class F>
+bool collect_from_peers(op_context& ctx, std::vector<bool>& done, F&& use) {
+  bool all = true;
+  for (int p = 0; p < ctx.size(); ++p) {
+    if (done[static_cast<std::size_t>(p)]) continue;
+    auto in = ctx.take(p, 0);
+    if (!in) {
+      all = false;
+      continue;
+    }
+    use(p, *in);
+    done[static_cast<std::size_t>(p)] = true;
+  }
+  return all;
+}
+
 /// Group rank `r` shifted by `d` around the ring.
-inline int ring(int r, int d, int size) { return ((r + d) % size + size) % size; }
+inline int ring(int r, int d, int size) {
+  return ((r + d) % size + size) % size;
+}
 
 }  // namespace troupe::detail

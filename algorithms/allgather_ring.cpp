@@ -44,6 +44,8 @@ class allgather_ring final : public algorithm {
 
 }  // namespace
 
-std::unique_ptr<algorithm> make_allgather_ring() { return std::make_unique<allgather_ring>(); }
+std::unique_ptr<algorithm> make_allgather_ring() {
+  return std::make_unique<allgather_ring>();
+}
 
 }  // namespace troupe::detail

@@ -88,6 +88,8 @@ class allreduce_ring final : public algorithm {
 
 }  // namespace
 
-std::unique_ptr<algorithm> make_allreduce_ring() { return std::make_unique<allreduce_ring>(); }
+std::unique_ptr<algorithm> make_allreduce_ring() {
+  return std::make_unique<allreduce_ring>();
+}
 
 }  // namespace troupe::detail

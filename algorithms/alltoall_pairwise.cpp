@@ -42,20 +42,10 @@ class alltoall_pairwise final : public algorithm {
       done_.assign(static_cast<std::size_t>(n), false);
       done_[static_cast<std::size_t>(r)] = true;
     }
-    bool all = true;
-    for (int i = 1; i < n; ++i) {  // Step 2
-      const int p = ring(r, -i, n);
-      if (done_[static_cast<std::size_t>(p)]) continue;
-      auto in = ctx.take(p, 0);
-      if (!in) {
-        all = false;
-        continue;
-      }
-      check_payload(call, *in, call.recv_counts[p], p, 0);
-      out_block(p).copy_from(*in);
-      done_[static_cast<std::size_t>(p)] = true;
-    }
-    return all;
+    return collect_from_peers(ctx, done_, [&](int p, const tensor& in) {  // Step 2
+      check_payload(call, in, call.recv_counts[p], p, 0);
+      out_block(p).copy_from(in);
+    });
   }
 
  private:

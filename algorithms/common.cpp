@@ -56,7 +56,9 @@ void check_payload(const collective_call& call, const tensor& payload, std::int6
                     " (do the ranks pass tensors of the same size and dtype?)");
 }
 
-tensor fresh_copy(const tensor& src) { return src.clone(); }
+tensor fresh_copy(const tensor& src) {
+  return src.clone();
+}
 
 tensor combine(const reduce_op& op, const tensor& a, const tensor& b) {
   auto r = tensor::empty({a.numel()}, a.scalar_type());

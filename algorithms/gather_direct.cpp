@@ -30,19 +30,10 @@ class gather_direct final : public algorithm {
       done_.assign(static_cast<std::size_t>(n), false);
       done_[static_cast<std::size_t>(r)] = true;
     }
-    bool all = true;
-    for (int p = 0; p < n; ++p) {
-      if (done_[static_cast<std::size_t>(p)]) continue;
-      auto in = ctx.take(p, 0);
-      if (!in) {
-        all = false;
-        continue;
-      }
-      check_payload(call, *in, call.counts[p], p, 0);
-      block(p).copy_from(*in);
-      done_[static_cast<std::size_t>(p)] = true;
-    }
-    return all;
+    return collect_from_peers(ctx, done_, [&](int p, const tensor& in) {
+      check_payload(call, in, call.counts[p], p, 0);
+      block(p).copy_from(in);
+    });
   }
 
  private:
@@ -52,6 +43,8 @@ class gather_direct final : public algorithm {
 
 }  // namespace
 
-std::unique_ptr<algorithm> make_gather_direct() { return std::make_unique<gather_direct>(); }
+std::unique_ptr<algorithm> make_gather_direct() {
+  return std::make_unique<gather_direct>();
+}
 
 }  // namespace troupe::detail

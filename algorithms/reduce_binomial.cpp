@@ -38,7 +38,7 @@ class reduce_binomial final : public algorithm {
       acc_ = combine(call.op, acc_, *in);
     }
     if (acc_.is_same(call.input) && !call.input.is_same(call.output))
-      acc_ = fresh_copy(acc_);  // never scale the caller's input in place
+      acc_ = fresh_copy(acc_);        // never scale the caller's input in place
     finish_reduction(call, acc_, n);  // Step 3
     if (!acc_.is_same(call.output)) call.output.copy_from(acc_);
     return true;
@@ -52,6 +52,8 @@ class reduce_binomial final : public algorithm {
 
 }  // namespace
 
-std::unique_ptr<algorithm> make_reduce_binomial() { return std::make_unique<reduce_binomial>(); }
+std::unique_ptr<algorithm> make_reduce_binomial() {
+  return std::make_unique<reduce_binomial>();
+}
 
 }  // namespace troupe::detail

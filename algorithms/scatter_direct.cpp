@@ -38,6 +38,8 @@ class scatter_direct final : public algorithm {
 
 }  // namespace
 
-std::unique_ptr<algorithm> make_scatter_direct() { return std::make_unique<scatter_direct>(); }
+std::unique_ptr<algorithm> make_scatter_direct() {
+  return std::make_unique<scatter_direct>();
+}
 
 }  // namespace troupe::detail

@@ -19,32 +19,52 @@ std::unique_ptr<algorithm> make_monitored_barrier();
 
 std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, int) {
   switch (call.code) {
-    case op_code::allreduce: return make_allreduce_ring();
-    case op_code::broadcast: return make_broadcast_binomial();
-    case op_code::reduce: return make_reduce_binomial();
-    case op_code::allgatherv: return make_allgather_ring();
-    case op_code::gatherv: return make_gather_direct();
-    case op_code::scatterv: return make_scatter_direct();
-    case op_code::reduce_scatterv: return make_reduce_scatter_ring();
-    case op_code::alltoallv: return make_alltoall_pairwise();
-    case op_code::barrier: return make_barrier_dissemination();
-    case op_code::monitored_barrier: return make_monitored_barrier();
+    case op_code::allreduce:
+      return make_allreduce_ring();
+    case op_code::broadcast:
+      return make_broadcast_binomial();
+    case op_code::reduce:
+      return make_reduce_binomial();
+    case op_code::allgatherv:
+      return make_allgather_ring();
+    case op_code::gatherv:
+      return make_gather_direct();
+    case op_code::scatterv:
+      return make_scatter_direct();
+    case op_code::reduce_scatterv:
+      return make_reduce_scatter_ring();
+    case op_code::alltoallv:
+      return make_alltoall_pairwise();
+    case op_code::barrier:
+      return make_barrier_dissemination();
+    case op_code::monitored_barrier:
+      return make_monitored_barrier();
   }
   return nullptr;
 }
 
 const char* to_string(op_code c) noexcept {
   switch (c) {
-    case op_code::allreduce: return "allreduce";
-    case op_code::broadcast: return "broadcast";
-    case op_code::reduce: return "reduce";
-    case op_code::allgatherv: return "allgather";
-    case op_code::gatherv: return "gather";
-    case op_code::scatterv: return "scatter";
-    case op_code::reduce_scatterv: return "reduce_scatter";
-    case op_code::alltoallv: return "alltoall";
-    case op_code::barrier: return "barrier";
-    case op_code::monitored_barrier: return "monitored_barrier";
+    case op_code::allreduce:
+      return "allreduce";
+    case op_code::broadcast:
+      return "broadcast";
+    case op_code::reduce:
+      return "reduce";
+    case op_code::allgatherv:
+      return "allgather";
+    case op_code::gatherv:
+      return "gather";
+    case op_code::scatterv:
+      return "scatter";
+    case op_code::reduce_scatterv:
+      return "reduce_scatter";
+    case op_code::alltoallv:
+      return "alltoall";
+    case op_code::barrier:
+      return "barrier";
+    case op_code::monitored_barrier:
+      return "monitored_barrier";
   }
   return "?";
 }

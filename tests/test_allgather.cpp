@@ -34,8 +34,7 @@ TEST_CASE("allgather_into_tensor in place: the input is the rank's block of the 
     auto mine = out.flat_slice(2 * w.rank(), 2);
     mine.copy_from(tensor::from_vector<float>({float(w.rank()), float(w.rank()) + 0.5f}));
     w.default_group().allgather_into_tensor(out, mine).wait();
-    CHECK(out.to_vector<float>() ==
-          std::vector<float>{0, 0.5f, 1, 1.5f, 2, 2.5f, 3, 3.5f});
+    CHECK(out.to_vector<float>() == std::vector<float>{0, 0.5f, 1, 1.5f, 2, 2.5f, 3, 3.5f});
   });
 }
 
@@ -56,8 +55,8 @@ TEST_CASE("allgather_coalesced and allgather_into_tensor_coalesced") {
       w.default_group().allgather_coalesced(outs, ins).wait();
       for (int r = 0; r < n; ++r)
         for (std::size_t i = 0; i < lens.size(); ++i)
-          ref::check_close(outs[static_cast<std::size_t>(r)][i], all[i][static_cast<std::size_t>(r)],
-                           "allgather_coalesced");
+          ref::check_close(outs[static_cast<std::size_t>(r)][i],
+                           all[i][static_cast<std::size_t>(r)], "allgather_coalesced");
       tensor_list flats;
       for (auto len : lens) flats.push_back(tensor::zeros({len * n}, dtype::float64));
       w.default_group().allgather_into_tensor_coalesced(flats, ins).wait();

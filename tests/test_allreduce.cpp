@@ -13,9 +13,9 @@ const int rank_counts[] = {1, 2, 3, 4, 7};
 const std::int64_t sizes[] = {0, 1, 5, 37};
 
 std::vector<reduce_op> ops_for(dtype t) {
-  std::vector<reduce_op> all{reduce_op::SUM,  reduce_op::AVG, reduce_op::PRODUCT,
-                             reduce_op::MIN,  reduce_op::MAX, reduce_op::BAND,
-                             reduce_op::BOR,  reduce_op::BXOR, reduce_op::premul_sum(0.5)};
+  std::vector<reduce_op> all{reduce_op::SUM, reduce_op::AVG,  reduce_op::PRODUCT,
+                             reduce_op::MIN, reduce_op::MAX,  reduce_op::BAND,
+                             reduce_op::BOR, reduce_op::BXOR, reduce_op::premul_sum(0.5)};
   std::vector<reduce_op> ok;
   for (auto& op : all) {
     try {

@@ -14,7 +14,9 @@ ref::values block(int from, int to, std::int64_t len) {
 }
 
 /// Rows rank `from` sends to rank `to` in the uneven test (zeros included).
-std::int64_t rows(int from, int to) { return (from + 2 * to) % 3; }
+std::int64_t rows(int from, int to) {
+  return (from + 2 * to) % 3;
+}
 
 }  // namespace
 

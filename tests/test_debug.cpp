@@ -2,6 +2,7 @@
 // (node_local_rank), as c10d's TORCH_DISTRIBUTED_DEBUG and local rank.
 
 #include <doctest/doctest.h>
+#include "check_error.hpp"
 
 #include <cstdlib>
 #include <initializer_list>
@@ -13,21 +14,9 @@
 #include "troupe/error.hpp"
 
 using namespace troupe;
+using troupe::test::check_error;
 
 namespace {
-
-template <class F>
-void check_error(F&& f, errc code, std::initializer_list<std::string_view> words) {
-  try {
-    f();
-    FAIL_CHECK("expected troupe::error (" << to_string(code) << "), nothing was thrown");
-  } catch (const error& e) {
-    const std::string what = e.what();
-    CHECK_MESSAGE(std::string(to_string(e.code())) == to_string(code), what);
-    for (auto w : words)
-      CHECK_MESSAGE(what.find(w) != std::string::npos, "'" << w << "' not in: " << what);
-  }
-}
 
 /// Sets (or unsets) an environment variable for one scope, then restores it.
 class scoped_env {

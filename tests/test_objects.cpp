@@ -2,6 +2,7 @@
 // broadcast_object, all_gather_object, gather_object and scatter_object.
 
 #include <doctest/doctest.h>
+#include "check_error.hpp"
 
 #include <array>
 #include <cstdint>
@@ -21,21 +22,9 @@
 #include "troupe/world.hpp"
 
 using namespace troupe;
+using troupe::test::check_error;
 
 namespace {
-
-template <class F>
-void check_error(F&& f, errc code, std::initializer_list<std::string_view> words) {
-  try {
-    f();
-    FAIL_CHECK("expected troupe::error (" << to_string(code) << "), nothing was thrown");
-  } catch (const error& e) {
-    const std::string what = e.what();
-    CHECK_MESSAGE(std::string(to_string(e.code())) == to_string(code), what);
-    for (auto w : words)
-      CHECK_MESSAGE(what.find(w) != std::string::npos, "'" << w << "' not in: " << what);
-  }
-}
 
 enum class color : std::uint8_t { red, green, blue };
 

@@ -10,9 +10,10 @@ namespace {
 
 std::vector<reduce_op> ops_for(dtype t) {
   std::vector<reduce_op> ok;
-  for (auto op : {reduce_op(reduce_op::SUM), reduce_op(reduce_op::AVG),
-                  reduce_op(reduce_op::PRODUCT), reduce_op(reduce_op::MIN),
-                  reduce_op(reduce_op::MAX), reduce_op(reduce_op::BXOR), reduce_op::premul_sum(2.0)})
+  for (auto op :
+       {reduce_op(reduce_op::SUM), reduce_op(reduce_op::AVG), reduce_op(reduce_op::PRODUCT),
+        reduce_op(reduce_op::MIN), reduce_op(reduce_op::MAX), reduce_op(reduce_op::BXOR),
+        reduce_op::premul_sum(2.0)})
     try {
       check_reduce_supported("test", op, t);
       ok.push_back(op);
@@ -24,7 +25,8 @@ std::vector<reduce_op> ops_for(dtype t) {
 /// Each rank's full input (n blocks of `len`), as values.
 std::vector<ref::values> inputs(dtype t, int n, std::int64_t total, const reduce_op& op, int salt) {
   std::vector<ref::values> r;
-  for (int i = 0; i < n; ++i) r.push_back(ref::random_values(t, total, ct::seed(i, n, total, salt), op.op()));
+  for (int i = 0; i < n; ++i)
+    r.push_back(ref::random_values(t, total, ct::seed(i, n, total, salt), op.op()));
   return r;
 }
 
@@ -44,7 +46,8 @@ TEST_CASE("reduce_scatter_tensor and reduce_scatter (list) match the reference")
             w.default_group().reduce_scatter_tensor(out, ref::make(t, in[me]), {.op = op}).wait();
             ref::check_close(out, expected, "reduce_scatter_tensor " + op.to_string());
             tensor_list blocks;
-            for (int r = 0; r < n; ++r) blocks.push_back(ref::make(t, ref::slice(in[me], len * r, len)));
+            for (int r = 0; r < n; ++r)
+              blocks.push_back(ref::make(t, ref::slice(in[me], len * r, len)));
             auto out2 = tensor::zeros({len}, t);
             w.default_group().reduce_scatter(out2, blocks, {.op = op}).wait();
             ref::check_close(out2, expected, "reduce_scatter " + op.to_string());

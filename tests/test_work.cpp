@@ -3,6 +3,7 @@
 // inside a CAF actor without blocking it (<troupe/caf_await.hpp>).
 
 #include <doctest/doctest.h>
+#include "check_error.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -22,22 +23,10 @@
 #include "troupe/world.hpp"
 
 using namespace troupe;
+using troupe::test::check_error;
 using namespace std::chrono_literals;
 
 namespace {
-
-template <class F>
-void check_error(F&& f, errc code, std::initializer_list<std::string_view> words) {
-  try {
-    f();
-    FAIL_CHECK("expected troupe::error (" << to_string(code) << "), nothing was thrown");
-  } catch (const error& e) {
-    const std::string what = e.what();
-    CHECK_MESSAGE(std::string(to_string(e.code())) == to_string(code), what);
-    for (auto w : words)
-      CHECK_MESSAGE(what.find(w) != std::string::npos, "'" << w << "' not in: " << what);
-  }
-}
 
 std::exception_ptr some_error(const std::string& what, errc code = errc::internal) {
   return std::make_exception_ptr(error(code, what));

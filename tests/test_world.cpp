@@ -3,6 +3,7 @@
 // translation helpers, destroy_process_group, sequence numbers and abort.
 
 #include <doctest/doctest.h>
+#include "check_error.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -19,23 +20,10 @@
 #include "troupe/world.hpp"
 
 using namespace troupe;
+using troupe::test::check_error;
 using namespace std::chrono_literals;
 
 namespace {
-
-/// Runs `f`, which must throw troupe::error with `code` and every one of `words` in its message.
-template <class F>
-void check_error(F&& f, errc code, std::initializer_list<std::string_view> words) {
-  try {
-    f();
-    FAIL_CHECK("expected troupe::error (" << to_string(code) << "), nothing was thrown");
-  } catch (const error& e) {
-    const std::string what = e.what();
-    CHECK_MESSAGE(std::string(to_string(e.code())) == to_string(code), what);
-    for (auto w : words)
-      CHECK_MESSAGE(what.find(w) != std::string::npos, "'" << w << "' not in: " << what);
-  }
-}
 
 world_options options(std::shared_ptr<store> s, int rank, int size) {
   world_options o;
