@@ -3,6 +3,7 @@
 
 #include "actors/group_actor.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <optional>
@@ -54,8 +55,12 @@ struct group_state {
   std::map<std::uint64_t, pending_recv> recvs;           // by post order
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
-  std::map<caf::actor_addr, int> watched;      // peer actor -> group rank
+  // Peer actor -> group rank. Keyed by the actor's control block: actor
+  // systems in one process share a node id and number their actors alike, so
+  // addresses of different ranks' actors compare equal.
+  std::map<const caf::actor_control_block*, int> watched;
   std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
+  std::map<int, std::string> gone;             // peers that left -> why
   static inline const char* name = "troupe.group";
 };
 
@@ -128,7 +133,13 @@ void advance(self_ptr self, std::uint64_t seq) {
   if (i == st.ops.end()) return;
   auto& op = i->second;
   try {
-    if (!op.alg->progress(*op.ctx)) return;
+    if (!op.alg->progress(*op.ctx)) {
+      // Everything a peer sent arrives before the news that it left, so a call
+      // that waits for a peer that left can never finish.
+      auto g = st.gone.find(op.ctx->blocked_peer());
+      if (g != st.gone.end()) fail_op(self, seq, errc::peer_failure, g->second);
+      return;
+    }
     if (op.call->on_success) op.call->on_success();
   } catch (const error& e) {
     fail_op(self, seq, e.code(), e.what());
@@ -204,13 +215,28 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
   return sys.spawn([info = std::move(info)](self_ptr self) -> group_actor::behavior_type {
     self->state.info = info;
     // A peer that goes away takes the group with it: fail what is pending.
+    // A peer that left fails the calls that wait for it, now or later; calls
+    // that no longer need it (its messages already arrived) still finish.
     self->set_down_handler([self](const caf::down_msg& dm) {
       auto& st = self->state;
-      auto i = st.watched.find(dm.source);
-      auto who = i != st.watched.end() ? st.net->describe_peer(i->second) : std::string("a peer");
-      fail_everything(
-          self, errc::peer_failure,
-          who + " left group '" + st.info.name + "' (" + self->system().render(dm.reason) + ")");
+      auto i = st.watched.find(dm.source.get());
+      if (i == st.watched.end()) return;
+      const int peer = i->second;
+      st.gone[peer] = st.net->describe_peer(peer) + " left group '" + st.info.name + "' (" +
+                      self->system().render(dm.reason) + ")";
+      std::vector<std::uint64_t> seqs;
+      for (auto& kv : st.ops) seqs.push_back(kv.first);
+      for (auto s : seqs) advance(self, s);
+      for (auto r = st.recvs.begin(); r != st.recvs.end();) {
+        if (r->second.call->kind == p2p_call::recv && r->second.call->peer == peer) {
+          r->second.rp.deliver(
+              make_troupe_error(static_cast<int>(errc::peer_failure),
+                                where(st, r->second.call->name, 0) + " failed: " + st.gone[peer]));
+          r = st.recvs.erase(r);
+        } else {
+          ++r;
+        }
+      }
     });
     return {
         [self](run_atom, call_ptr call) -> caf::typed_response_promise<tensor_list> {
@@ -243,6 +269,16 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
           if (refused(st, call->name, rp)) return rp;
+          if (auto g = st.gone.find(call->peer);
+              g != st.gone.end() && call->kind != p2p_call::recv_any) {
+            const bool waiting = std::none_of(st.unmatched.begin(), st.unmatched.end(),
+                                              [&](auto& m) { return matches(*call, m); });
+            if (call->kind == p2p_call::send || waiting) {
+              rp.deliver(make_troupe_error(static_cast<int>(errc::peer_failure),
+                                           where(st, call->name, 0) + " failed: " + g->second));
+              return rp;
+            }
+          }
           if (call->kind == p2p_call::send) {
             // Eager send: the payload is a copy, so the caller's buffer is free at once.
             st.net->send(call->peer, p2p_envelope{st.info.rank, call->tag, call->buffer.clone()});
@@ -291,7 +327,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto peers = st.net->watch_list();
           for (int r = 0; r < static_cast<int>(peers.size()); ++r) {
             if (r == st.info.rank || !peers[static_cast<std::size_t>(r)]) continue;
-            st.watched.emplace(peers[static_cast<std::size_t>(r)], r);
+            st.watched.emplace(peers[static_cast<std::size_t>(r)].get(), r);
             self->monitor(peers[static_cast<std::size_t>(r)]);
           }
           return true;

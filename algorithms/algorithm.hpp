@@ -44,6 +44,8 @@ class op_context {
   void deliver(int peer, std::uint32_t step, tensor payload) {
     inbox_.insert_or_assign({step, peer}, std::move(payload));
   }
+  /// The peer of the last message take() did not find (-1: none yet).
+  int blocked_peer() const noexcept { return blocked_peer_; }
   /// "rank 2 (step 1)": the last message take() did not find.
   std::string waiting_for() const;
 

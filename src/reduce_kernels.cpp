@@ -32,6 +32,17 @@ inline void zip(T* __restrict d, const T* __restrict s, std::size_t n, F f) {
   for (; i < n; ++i) d[i] = f(d[i], s[i]);
 }
 
+// d[i] = f(a[i], b[i]).
+template <class T, class F>
+inline void zip3(T* __restrict d, const T* __restrict a, const T* __restrict b, std::size_t n,
+                 F f) {
+  constexpr std::size_t block = 64 / sizeof(T);
+  std::size_t i = 0;
+  for (; i + block <= n; i += block)
+    for (std::size_t j = 0; j < block; ++j) d[i + j] = f(a[i + j], b[i + j]);
+  for (; i < n; ++i) d[i] = f(a[i], b[i]);
+}
+
 // d[i] = f(d[i]).
 template <class T, class F>
 inline void map(T* __restrict d, std::size_t n, F f) {
@@ -95,34 +106,52 @@ inline std::uint8_t combine_bool(std::uint8_t a, std::uint8_t b) {
 // storage: element type in memory; acc: type combined in; width: acc values per
 // element; direct: storage can be combined in place (acc* aliases storage*).
 
+// Combines arrays element-wise with P::op<K>: in place (d op= s) or into a
+// third array (d = a op b; no overlap).
+template <class P, class T>
+struct elementwise {
+  template <kind K>
+  static void combine(T* d, const T* s, std::size_t n) {
+    zip(d, s, n, [](T a, T b) { return P::template op<K>(a, b); });
+  }
+  template <kind K>
+  static void combine3(T* d, const T* a, const T* b, std::size_t n) {
+    zip3(d, a, b, n, [](T x, T y) { return P::template op<K>(x, y); });
+  }
+};
+
 template <class T>
-struct int_policy {
+struct int_policy : elementwise<int_policy<T>, T> {
   using storage = T;
   using acc = T;
   static constexpr std::size_t width = 1;
   static constexpr bool direct = true, ordered = true, bitwise = true, floating = false;
   template <kind K>
-  static void combine(acc* d, const acc* s, std::size_t n) {
-    zip(d, s, n, [](T a, T b) { return combine_int<K>(a, b); });
+  static T op(T a, T b) {
+    return combine_int<K>(a, b);
   }
 };
 
-struct bool_policy : int_policy<std::uint8_t> {
+struct bool_policy : elementwise<bool_policy, std::uint8_t> {
+  using storage = std::uint8_t;
+  using acc = std::uint8_t;
+  static constexpr std::size_t width = 1;
+  static constexpr bool direct = true, ordered = true, bitwise = true, floating = false;
   template <kind K>
-  static void combine(acc* d, const acc* s, std::size_t n) {
-    zip(d, s, n, [](std::uint8_t a, std::uint8_t b) { return combine_bool<K>(a, b); });
+  static std::uint8_t op(std::uint8_t a, std::uint8_t b) {
+    return combine_bool<K>(a, b);
   }
 };
 
 template <class T>
-struct float_policy {
+struct float_policy : elementwise<float_policy<T>, T> {
   using storage = T;
   using acc = T;
   static constexpr std::size_t width = 1;
   static constexpr bool direct = true, ordered = true, bitwise = false, floating = true;
   template <kind K>
-  static void combine(acc* d, const acc* s, std::size_t n) {
-    zip(d, s, n, [](T a, T b) { return combine_float<K>(a, b); });
+  static T op(T a, T b) {
+    return combine_float<K>(a, b);
   }
 };
 
@@ -142,17 +171,30 @@ struct complex_policy {
   using acc = R;  // interleaved real, imaginary (the layout std::complex guarantees)
   static constexpr std::size_t width = 2;
   static constexpr bool direct = true, ordered = false, bitwise = false, floating = true;
+  // Plain complex product (no C99 Annex G NaN recovery), like CUDA; vectorisable.
+  template <kind K>
+  static void combine3(acc* __restrict d, const acc* __restrict a, const acc* __restrict b,
+                       std::size_t n) {
+    if constexpr (K == reduce_op::PRODUCT) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const R ar = a[2 * i], ai = a[2 * i + 1], br = b[2 * i], bi = b[2 * i + 1];
+        d[2 * i] = ar * br - ai * bi;
+        d[2 * i + 1] = ar * bi + ai * br;
+      }
+    } else {
+      zip3(d, a, b, 2 * n, [](R x, R y) { return x + y; });
+    }
+  }
   template <kind K>
   static void combine(acc* __restrict d, const acc* __restrict s, std::size_t n) {
     if constexpr (K == reduce_op::PRODUCT) {
-      // Plain formula (no C99 Annex G NaN recovery), like CUDA and vectorisable.
       for (std::size_t i = 0; i < n; ++i) {
         const R ar = d[2 * i], ai = d[2 * i + 1], br = s[2 * i], bi = s[2 * i + 1];
         d[2 * i] = ar * br - ai * bi;
         d[2 * i + 1] = ar * bi + ai * br;
       }
     } else {
-      zip(d, s, 2 * n, [](R a, R b) { return a + b; });
+      zip(d, s, 2 * n, [](R x, R y) { return x + y; });
     }
   }
 };
@@ -252,21 +294,43 @@ void many(void* dst, const void* const* srcs, std::size_t nsrc, std::size_t n) {
   using A = typename P::acc;
   constexpr std::size_t c = chunk<P>;
   auto* d = static_cast<S*>(dst);
+  const auto src = [&](std::size_t k, std::size_t off) {
+    return static_cast<const S*>(srcs[k]) + off;
+  };
+  const auto as_acc = [](const S* p) { return reinterpret_cast<const A*>(p); };
+  if constexpr (P::direct) {
+    if (std::none_of(srcs, srcs + nsrc, [&](const void* s) { return s == dst; })) {
+      // No aliasing: accumulate in dst itself, chunk by chunk so it stays in cache.
+      if (nsrc == 1) {
+        std::memcpy(d, srcs[0], n * sizeof(S));
+        return;
+      }
+      for (std::size_t off = 0; off < n; off += c) {
+        const std::size_t m = std::min(c, n - off);
+        auto* a = reinterpret_cast<A*>(d + off);
+        P::template combine3<K>(a, as_acc(src(0, off)), as_acc(src(1, off)), m);
+        for (std::size_t k = 2; k < nsrc; ++k) P::template combine<K>(a, as_acc(src(k, off)), m);
+      }
+      return;
+    }
+  }
+  // dst equals a source (or the type needs conversion): accumulate each chunk on the stack.
   alignas(64) A acc[c * P::width];
   for (std::size_t off = 0; off < n; off += c) {
     const std::size_t m = std::min(c, n - off);
-    const auto* s0 = static_cast<const S*>(srcs[0]) + off;
     if constexpr (P::direct) {
-      std::memcpy(acc, s0, m * sizeof(S));
-      for (std::size_t k = 1; k < nsrc; ++k)
-        P::template combine<K>(acc,
-                               reinterpret_cast<const A*>(static_cast<const S*>(srcs[k]) + off), m);
+      if (nsrc == 1) {
+        std::memcpy(acc, src(0, off), m * sizeof(S));
+      } else {
+        P::template combine3<K>(acc, as_acc(src(0, off)), as_acc(src(1, off)), m);
+      }
+      for (std::size_t k = 2; k < nsrc; ++k) P::template combine<K>(acc, as_acc(src(k, off)), m);
       std::memcpy(d + off, acc, m * sizeof(S));
     } else {
       alignas(64) A tmp[c];
-      P::load(s0, acc, m);
+      P::load(src(0, off), acc, m);
       for (std::size_t k = 1; k < nsrc; ++k) {
-        P::load(static_cast<const S*>(srcs[k]) + off, tmp, m);
+        P::load(src(k, off), tmp, m);
         P::template combine<K>(acc, tmp, m);
       }
       P::store(acc, d + off, m);

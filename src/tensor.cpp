@@ -5,7 +5,6 @@
 #include <cstring>
 #include <limits>
 #include <new>
-#include <sstream>
 #include <utility>
 
 #include "tensor_util.hpp"

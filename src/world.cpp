@@ -71,7 +71,7 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
       auto& b = by_name[bname];
       if (!b) {
         backend_context ctx;
-        ctx.store = std::make_shared<prefix_store>("troupe/" + name, opts.store);
+        ctx.store = std::make_shared<prefix_store>("troupe/" + rt->job() + "/" + name, opts.store);
         ctx.rank = group_rank;
         ctx.size = static_cast<int>(ranks.size());
         ctx.global_ranks = ranks;
@@ -122,8 +122,11 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   impl_->opts = std::move(opts);
   auto& o = impl_->opts;
   // Rendezvous: rank 0 names the job; everyone reads it. The job id keeps
-  // unrelated worlds in one process apart in the in-process directory.
-  const std::string job_key = "troupe/job";
+  // unrelated worlds in one process apart in the in-process directory. A store
+  // may serve several worlds one after another: each rank counts its joins,
+  // so the k-th world on the store reads the k-th job key, never an old one.
+  const auto joined = o.store->add("troupe/joined", 1);
+  const std::string job_key = "troupe/job/" + std::to_string((joined - 1) / o.world_size);
   if (o.rank == 0) o.store->set(job_key, random_job_id());
   try {
     o.store->wait({job_key}, o.timeout);

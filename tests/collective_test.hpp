@@ -17,8 +17,8 @@ inline std::uint64_t seed(int rank, int n, std::int64_t len, int salt) {
 }
 
 /// Representative dtypes for the data-movement collectives.
-inline const troupe::dtype move_dtypes[] = {troupe::dtype::float32, troupe::dtype::int64,
-                                            troupe::dtype::uint8, troupe::dtype::bfloat16,
+inline const troupe::dtype move_dtypes[] = {troupe::dtype::float32,   troupe::dtype::int64,
+                                            troupe::dtype::uint8,     troupe::dtype::bfloat16,
                                             troupe::dtype::complex64, troupe::dtype::bool_};
 
 /// Every rank's random values of `len` elements.

@@ -27,18 +27,30 @@ template <class F>
 void visit(dtype t, F&& f) {
   using namespace troupe;
   switch (t) {
-    case dtype::bool_: return f(bool{});
-    case dtype::uint8: return f(std::uint8_t{});
-    case dtype::int8: return f(std::int8_t{});
-    case dtype::int16: return f(std::int16_t{});
-    case dtype::int32: return f(std::int32_t{});
-    case dtype::int64: return f(std::int64_t{});
-    case dtype::float16: return f(float16_t{});
-    case dtype::bfloat16: return f(bfloat16_t{});
-    case dtype::float32: return f(float{});
-    case dtype::float64: return f(double{});
-    case dtype::complex64: return f(std::complex<float>{});
-    case dtype::complex128: return f(std::complex<double>{});
+    case dtype::bool_:
+      return f(bool{});
+    case dtype::uint8:
+      return f(std::uint8_t{});
+    case dtype::int8:
+      return f(std::int8_t{});
+    case dtype::int16:
+      return f(std::int16_t{});
+    case dtype::int32:
+      return f(std::int32_t{});
+    case dtype::int64:
+      return f(std::int64_t{});
+    case dtype::float16:
+      return f(float16_t{});
+    case dtype::bfloat16:
+      return f(bfloat16_t{});
+    case dtype::float32:
+      return f(float{});
+    case dtype::float64:
+      return f(double{});
+    case dtype::complex64:
+      return f(std::complex<float>{});
+    case dtype::complex128:
+      return f(std::complex<double>{});
   }
 }
 
@@ -120,7 +132,8 @@ inline values reduce(const std::vector<values>& inputs, const reduce_op& op, dty
                      double divisor = 0) {
   values acc = inputs.at(0);
   auto k = op.op();
-  if (t == dtype::bool_) k = k == reduce_op::SUM ? reduce_op::MAX : k == reduce_op::PRODUCT ? reduce_op::MIN : k;
+  if (t == dtype::bool_)
+    k = k == reduce_op::SUM ? reduce_op::MAX : k == reduce_op::PRODUCT ? reduce_op::MIN : k;
   const double scale = k == reduce_op::PREMUL_SUM ? op.scale() : 1.0;
   for (auto& v : acc) v *= scale;
   for (std::size_t r = 1; r < inputs.size(); ++r)
@@ -131,14 +144,30 @@ inline values reduce(const std::vector<values>& inputs, const reduce_op& op, dty
       auto ib = static_cast<std::int64_t>(b.real());
       switch (k) {
         case reduce_op::SUM:
-        case reduce_op::AVG: acc[i] = a + b; break;
-        case reduce_op::PREMUL_SUM: acc[i] = a + b * scale; break;
-        case reduce_op::PRODUCT: acc[i] = a * b; break;
-        case reduce_op::MIN: acc[i] = value(std::min(a.real(), b.real()), 0); break;
-        case reduce_op::MAX: acc[i] = value(std::max(a.real(), b.real()), 0); break;
-        case reduce_op::BAND: acc[i] = value(static_cast<double>(ia & ib), 0); break;
-        case reduce_op::BOR: acc[i] = value(static_cast<double>(ia | ib), 0); break;
-        case reduce_op::BXOR: acc[i] = value(static_cast<double>(ia ^ ib), 0); break;
+        case reduce_op::AVG:
+          acc[i] = a + b;
+          break;
+        case reduce_op::PREMUL_SUM:
+          acc[i] = a + b * scale;
+          break;
+        case reduce_op::PRODUCT:
+          acc[i] = a * b;
+          break;
+        case reduce_op::MIN:
+          acc[i] = value(std::min(a.real(), b.real()), 0);
+          break;
+        case reduce_op::MAX:
+          acc[i] = value(std::max(a.real(), b.real()), 0);
+          break;
+        case reduce_op::BAND:
+          acc[i] = value(static_cast<double>(ia & ib), 0);
+          break;
+        case reduce_op::BOR:
+          acc[i] = value(static_cast<double>(ia | ib), 0);
+          break;
+        case reduce_op::BXOR:
+          acc[i] = value(static_cast<double>(ia ^ ib), 0);
+          break;
       }
     }
   if (k == reduce_op::AVG) {
@@ -151,13 +180,18 @@ inline values reduce(const std::vector<values>& inputs, const reduce_op& op, dty
 
 inline double tolerance(dtype t) {
   switch (t) {
-    case dtype::float16: return 1e-2;
-    case dtype::bfloat16: return 2e-2;
+    case dtype::float16:
+      return 1e-2;
+    case dtype::bfloat16:
+      return 2e-2;
     case dtype::float32:
-    case dtype::complex64: return 1e-5;
+    case dtype::complex64:
+      return 1e-5;
     case dtype::float64:
-    case dtype::complex128: return 1e-12;
-    default: return 0;
+    case dtype::complex128:
+      return 1e-12;
+    default:
+      return 0;
   }
 }
 
@@ -172,8 +206,7 @@ inline void check_close(const tensor& got, const values& expected, const std::st
     const double bound = tol * std::max(1.0, std::abs(expected[i]));
     if (!(err <= bound)) {
       FAIL_CHECK(what << ": element " << i << " is (" << g[i].real() << "," << g[i].imag()
-                      << "), expected (" << expected[i].real() << "," << expected[i].imag()
-                      << ")");
+                      << "), expected (" << expected[i].real() << "," << expected[i].imag() << ")");
       return;
     }
   }
