@@ -27,6 +27,13 @@ struct world_options {
   int world_size = -1;
   /// Default timeout of collectives and of group set-up (c10d's default: 30 min).
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  /// How ranks in other processes are reached: "auto" (shared memory on one
+  /// host, TCP between hosts), "tcp" or "shm". TROUPE_TRANSPORT overrides it.
+  std::string transport = "auto";
+  /// Address the data plane listens on; loopback unless set (TROUPE_BIND_ADDR).
+  std::string bind_address = "127.0.0.1";
+  /// The job's secret, proven by every data-plane connection (TROUPE_JOB_TOKEN).
+  std::string token;
 };
 
 struct new_group_options {

@@ -1,0 +1,75 @@
+#pragma once
+/// troupe::tcp_store — a store served over TCP, for ranks in several
+/// processes or on several hosts.
+///
+/// The server is a CAF actor published by the middleman on host:port (rank 0
+/// hosts it by default; `troupe-store` runs it standalone). Clients reach it
+/// through remote actor handles and get the full store interface with the
+/// same timeouts and errors. Every request carries the job's secret token; a
+/// request with a missing or wrong token is refused and logged. The server
+/// keeps serving when a client disconnects or dies.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "troupe/store.hpp"
+
+namespace troupe {
+
+struct tcp_store_options {
+  /// Host this process's server (in-process) and connect to it.
+  bool is_server = false;
+  /// Address the server binds to; loopback unless set (security baseline).
+  std::string bind_address = "127.0.0.1";
+  /// The job's secret (TROUPE_JOB_TOKEN); must match the server's.
+  std::string token;
+  /// Timeout of blocking calls and of connecting.
+  store::duration timeout = store::default_timeout;
+};
+
+/// Runs a store server until stop() or destruction (what troupe-store does).
+class tcp_store_server {
+ public:
+  /// Binds host:port (port 0 picks a free port); throws errc::store naming the
+  /// address when it cannot.
+  tcp_store_server(const std::string& bind_address, std::uint16_t port, std::string token);
+  ~tcp_store_server();
+  tcp_store_server(const tcp_store_server&) = delete;
+  tcp_store_server& operator=(const tcp_store_server&) = delete;
+  std::uint16_t port() const noexcept;
+  /// Requests refused for a missing or wrong token so far.
+  std::uint64_t refused_requests() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+class tcp_store final : public store {
+ public:
+  /// Connects to the server at host:port (starting it first when is_server).
+  tcp_store(const std::string& host, std::uint16_t port, tcp_store_options opts = {});
+  ~tcp_store() override;
+  void set(const std::string& key, const bytes& value) override;
+  bytes get(const std::string& key) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  bytes compare_set(const std::string& key, const bytes& expected, const bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, duration timeout) override;
+  bool delete_key(const std::string& key) override;
+  std::int64_t num_keys() override;
+  void append(const std::string& key, const bytes& value) override;
+  std::vector<bytes> multi_get(const std::vector<std::string>& keys) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<bytes>& values) override;
+  using store::set;
+  using store::wait;
+  /// The server's port (useful with port 0 and is_server).
+  std::uint16_t port() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe
