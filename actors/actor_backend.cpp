@@ -12,6 +12,7 @@
 #include "src/reduce_kernels.hpp"
 #include "src/work_state.hpp"
 #include "transport/in_process.hpp"
+#include "transport/mixed.hpp"
 #include "troupe/backend.hpp"
 #include "troupe/error.hpp"
 
@@ -66,9 +67,21 @@ class actor_backend final : public backend {
                                group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks});
     auto& dir = in_process_directory::instance();
     dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
-    // Find every peer's group actor (they create theirs concurrently).
+    const auto& plane = rt_.plane();
+    if (plane) plane->add_group(ctx.group_name, group_);
+    auto in_other_process = [&](int r) {
+      return plane && !plane->is_local(ctx.global_ranks[static_cast<std::size_t>(r)]);
+    };
+    // Find the group actor of every peer in this process (they create theirs
+    // concurrently); peers in other processes are reached through the data plane.
     std::vector<group_actor> peers;
+    bool mixed = false;
     for (int r = 0; r < ctx.size; ++r) {
+      if (in_other_process(r)) {
+        mixed = true;
+        peers.emplace_back();
+        continue;
+      }
       auto p = r == ctx.rank ? group_ : dir.find(key_prefix_ + std::to_string(r), ctx.timeout);
       if (!p) {
         shutdown("group set-up failed");
@@ -80,9 +93,14 @@ class actor_backend final : public backend {
       }
       peers.push_back(p);
     }
-    auto net = std::make_shared<in_process_transport>(std::move(peers), ctx.global_ranks);
+    std::shared_ptr<transport> net;
+    if (mixed)
+      net = std::make_shared<mixed_transport>(std::move(peers), ctx.global_ranks, plane,
+                                              ctx.group_name);
+    else
+      net = std::make_shared<in_process_transport>(std::move(peers), ctx.global_ranks);
     caf::scoped_actor self{rt_.system()};
-    self->request(group_, caf::infinite, peers_atom::value, std::shared_ptr<transport>(net))
+    self->request(group_, caf::infinite, peers_atom::value, net)
         .receive([](bool) {}, [](caf::error&) {});
     // Return only once every member found every other: a member that returns
     // early could otherwise leave (destroy the group) before a peer found it.
@@ -468,6 +486,7 @@ class actor_backend final : public backend {
   void shutdown(const std::string& reason) {
     if (!group_) return;
     in_process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
+    if (rt_.plane()) rt_.plane()->remove_group(group_name());
     {
       caf::scoped_actor self{rt_.system()};
       self->send_exit(group_, caf::exit_reason::user_shutdown);

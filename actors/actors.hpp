@@ -39,6 +39,7 @@ using seq_atom = caf::atom_constant<caf::atom("seq")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using peers_atom = caf::atom_constant<caf::atom("peers")>;
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using gone_atom = caf::atom_constant<caf::atom("gone")>;
 
 /// The group actor of one (group, rank).
 using group_actor = caf::typed_actor<
@@ -56,6 +57,10 @@ using group_actor = caf::typed_actor<
     caf::reacts_to<timeout_atom>,
     // Answers the number of collectives issued so far.
     caf::replies_to<seq_atom>::with<std::uint64_t>,
+    // World rank R's process is gone (data plane). It left on purpose: calls
+    // waiting for it fail. It crashed (last field true): every pending and
+    // later call of the group fails.
+    caf::reacts_to<gone_atom, int, std::string, bool>,
     // Fails every pending operation with the reason; later calls fail too.
     caf::reacts_to<abort_atom, std::string>,
     // Installs the transport to the peers (once, before any call); answers when done.

@@ -174,6 +174,26 @@ bool refused(const group_state& st, const std::string& op,
   return true;
 }
 
+/// Group rank `peer` is gone: fail every call that waits for it.
+void peer_left(self_ptr self, int peer, const std::string& reason) {
+  auto& st = self->state;
+  if (st.gone.count(peer)) return;
+  st.gone[peer] = reason;
+  std::vector<std::uint64_t> seqs;
+  for (auto& kv : st.ops) seqs.push_back(kv.first);
+  for (auto s : seqs) advance(self, s);
+  for (auto r = st.recvs.begin(); r != st.recvs.end();) {
+    if (r->second.call->kind == p2p_call::recv && r->second.call->peer == peer) {
+      r->second.rp.deliver(
+          make_troupe_error(static_cast<int>(errc::peer_failure),
+                            where(st, r->second.call->name, 0) + " failed: " + reason));
+      r = st.recvs.erase(r);
+    } else {
+      ++r;
+    }
+  }
+}
+
 void fail_everything(self_ptr self, errc code, const std::string& reason) {
   auto& st = self->state;
   st.aborted = std::make_pair(code, reason);
@@ -215,28 +235,16 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
   return sys.spawn([info = std::move(info)](self_ptr self) -> group_actor::behavior_type {
     self->state.info = info;
     // A peer that goes away takes the group with it: fail what is pending.
-    // A peer that left fails the calls that wait for it, now or later; calls
-    // that no longer need it (its messages already arrived) still finish.
+    // A peer that left (its group actor died in this process, or its process
+    // is gone) fails the calls that wait for it, now or later; calls that no
+    // longer need it (its messages already arrived) still finish.
     self->set_down_handler([self](const caf::down_msg& dm) {
       auto& st = self->state;
       auto i = st.watched.find(dm.source.get());
       if (i == st.watched.end()) return;
-      const int peer = i->second;
-      st.gone[peer] = st.net->describe_peer(peer) + " left group '" + st.info.name + "' (" +
-                      self->system().render(dm.reason) + ")";
-      std::vector<std::uint64_t> seqs;
-      for (auto& kv : st.ops) seqs.push_back(kv.first);
-      for (auto s : seqs) advance(self, s);
-      for (auto r = st.recvs.begin(); r != st.recvs.end();) {
-        if (r->second.call->kind == p2p_call::recv && r->second.call->peer == peer) {
-          r->second.rp.deliver(
-              make_troupe_error(static_cast<int>(errc::peer_failure),
-                                where(st, r->second.call->name, 0) + " failed: " + st.gone[peer]));
-          r = st.recvs.erase(r);
-        } else {
-          ++r;
-        }
-      }
+      peer_left(self, i->second,
+                st.net->describe_peer(i->second) + " left group '" + st.info.name + "' (" +
+                    self->system().render(dm.reason) + ")");
     });
     return {
         [self](run_atom, call_ptr call) -> caf::typed_response_promise<tensor_list> {
@@ -320,6 +328,18 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
         },
         [self](timeout_atom) { on_tick(self); },
         [self](seq_atom) { return self->state.issued; },
+        [self](gone_atom, int world_rank, std::string& why, bool crashed) {
+          auto& rs = self->state.info.global_ranks;
+          auto i = std::find(rs.begin(), rs.end(), world_rank);
+          if (i == rs.end()) return;
+          const int peer = static_cast<int>(i - rs.begin());
+          const auto reason = "rank " + std::to_string(peer) + " of group '" +
+                              self->state.info.name + "' is gone: " + why;
+          if (crashed)
+            fail_everything(self, errc::peer_failure, reason);
+          else
+            peer_left(self, peer, reason);
+        },
         [self](abort_atom, std::string& reason) { fail_everything(self, errc::aborted, reason); },
         [self](peers_atom, std::shared_ptr<transport>& net) {
           auto& st = self->state;

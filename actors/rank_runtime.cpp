@@ -1,5 +1,7 @@
 #include "actors/rank_runtime.hpp"
 
+#include "transport/data_plane.hpp"
+
 namespace troupe::detail {
 
 rank_runtime::rank_runtime(int rank, std::string job, std::size_t threads)
@@ -13,6 +15,7 @@ rank_runtime::rank_runtime(int rank, std::string job, std::size_t threads)
 }
 
 rank_runtime::~rank_runtime() {
+  plane_.reset();  // closes connections and joins the reader threads
   caf::anon_send_exit(relay_, caf::exit_reason::user_shutdown);
   relay_ = nullptr;
   sys_.reset();  // waits for every actor of this rank to terminate

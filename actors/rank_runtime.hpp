@@ -8,6 +8,8 @@
 
 namespace troupe::detail {
 
+class data_plane;
+
 class rank_runtime {
  public:
   /// `job` names the world in the in-process directory; `threads` sizes the scheduler.
@@ -18,6 +20,9 @@ class rank_runtime {
   const relay_actor& relay() const noexcept { return relay_; }
   const std::string& job() const noexcept { return job_; }
   int rank() const noexcept { return rank_; }
+  /// How this rank reaches ranks in other processes (set once by the world).
+  const std::shared_ptr<data_plane>& plane() const noexcept { return plane_; }
+  void set_plane(std::shared_ptr<data_plane> p) { plane_ = std::move(p); }
 
  private:
   int rank_;
@@ -25,6 +30,7 @@ class rank_runtime {
   caf::actor_system_config cfg_;
   std::unique_ptr<caf::actor_system> sys_;
   relay_actor relay_;
+  std::shared_ptr<data_plane> plane_;
 };
 
 /// Spawns the relay (see actors/actors.hpp).

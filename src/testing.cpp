@@ -42,7 +42,13 @@ void run_ranks(int n, const std::function<void(world&)>& fn, const run_options& 
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        world w{world_options{opts.backend, store, r, n, opts.timeout}};
+        world_options o;
+        o.backend = opts.backend;
+        o.store = store;
+        o.rank = r;
+        o.world_size = n;
+        o.timeout = opts.timeout;
+        world w{o};
         {
           std::lock_guard<std::mutex> g{mtx};
           worlds[static_cast<std::size_t>(r)] = &w;

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <random>
 #include <set>
 
 #include "actors/rank_runtime.hpp"
+#include "transport/data_plane.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -102,7 +104,15 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
 
 world::world(std::string backend, std::shared_ptr<troupe::store> store, int rank, int world_size,
              std::chrono::milliseconds timeout)
-    : world(world_options{std::move(backend), std::move(store), rank, world_size, timeout}) {}
+    : world([&] {
+        world_options o;
+        o.backend = std::move(backend);
+        o.store = std::move(store);
+        o.rank = rank;
+        o.world_size = world_size;
+        o.timeout = timeout;
+        return o;
+      }()) {}
 
 world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   if (!opts.store) invalid("world: store is null");
@@ -136,6 +146,25 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   }
   const auto job = o.store->get_string(job_key);
   impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, 2);
+  // Ranks in other processes: the data plane (a no-op when all live here).
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  detail::data_plane_options dp;
+  dp.rank = o.rank;
+  dp.world_size = o.world_size;
+  dp.job = job;
+  dp.token = o.token.empty() ? env("TROUPE_JOB_TOKEN") : o.token;
+  dp.bind_address = env("TROUPE_BIND_ADDR").empty() ? o.bind_address : env("TROUPE_BIND_ADDR");
+  dp.transport = env("TROUPE_TRANSPORT").empty() ? o.transport : env("TROUPE_TRANSPORT");
+  dp.timeout = o.timeout;
+  if (dp.transport != "auto" && dp.transport != "tcp" && dp.transport != "shm")
+    invalid("world: transport '" + dp.transport +
+            "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
+  auto plane = std::make_shared<detail::data_plane>(dp);
+  plane->connect(*o.store);
+  impl_->rt->set_plane(std::move(plane));
   std::vector<int> all(static_cast<std::size_t>(o.world_size));
   for (int r = 0; r < o.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
   impl_->default_group = impl_->make_group("default", all, o.timeout, o.backend, "default group");

@@ -15,6 +15,15 @@ using troupe::test::check_error;
 
 namespace {
 
+world_options options(std::shared_ptr<store> s, int rank, int size, std::chrono::milliseconds t) {
+  world_options o;
+  o.store = std::move(s);
+  o.rank = rank;
+  o.world_size = size;
+  o.timeout = t;
+  return o;
+}
+
 /// Runs fn(rank, world) on n ranks with plain threads: unlike run_ranks, each
 /// world is destroyed as soon as its own function returns.
 template <class F>
@@ -23,7 +32,7 @@ void run_unsynchronised(int n, F fn) {
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([=] {
-      world w{world_options{"actor", store, r, n, 60s}};
+      world w{options(store, r, n, 60s)};
       fn(r, w);
     });
   for (auto& t : threads) t.join();
@@ -79,7 +88,7 @@ TEST_CASE("one store serves several worlds one after another") {
     for (int r = 0; r < 2; ++r)
       threads.emplace_back([=] {
         if (r == 0 && round > 0) std::this_thread::sleep_for(100ms);  // rank 0 comes late
-        world w{world_options{"actor", store, r, 2, 20s}};
+        world w{options(store, r, 2, 20s)};
         auto t = tensor::from_vector<int>({r + round});
         w.default_group().allreduce(t).wait();
         CHECK(t.to_vector<int>()[0] == 1 + 2 * round);

@@ -1,0 +1,41 @@
+#pragma once
+/// What every rank of one troupe-run is told: the environment variables of
+/// include/troupe/launch.hpp, and how their defaults are found.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace troupe_run {
+
+struct job {
+  int nproc = 1;  ///< ranks on this node (LOCAL_WORLD_SIZE)
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string token;  ///< TROUPE_JOB_TOKEN
+};
+
+/// 32 hex characters from /dev/urandom. Throws std::runtime_error.
+std::string make_token();
+
+/// A port that was free on `addr`: binds port 0 there, reads the port the
+/// system chose and closes the socket. Throws std::runtime_error naming addr.
+int pick_free_port(const std::string& addr);
+
+/// When this process was itself started by mpirun or srun, the variable that
+/// says so, as "NAME=value"; else nothing.
+std::optional<std::string> launched_by_scheduler();
+
+/// The environment of the rank with `local_rank` on this node: this process's
+/// environment with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT and TROUPE_JOB_TOKEN replaced, as "NAME=value".
+std::vector<std::string> rank_environment(const job& j, int local_rank);
+
+/// RANK of the process with `local_rank` on this node.
+inline int global_rank(const job& j, int local_rank) {
+  return j.node_rank * j.nproc + local_rank;
+}
+
+}  // namespace troupe_run

@@ -1,0 +1,23 @@
+#pragma once
+/// Running the ranks of one node: starting them, prefixing their output,
+/// forwarding signals to them and stopping them all when one fails.
+
+#include <string>
+#include <vector>
+
+namespace troupe_run {
+
+struct rank_spec {
+  int rank = 0;                   ///< printed as the "[RANK] " prefix
+  std::vector<std::string> argv;  ///< argv[0] is looked up in PATH
+  std::vector<std::string> env;   ///< the whole environment, "NAME=value"
+};
+
+/// Starts one process per spec, each in its own process group, and returns
+/// when all have exited: 0 when every one exited 0, else the status of the
+/// first one that failed (its exit code, or 128+S for signal S), or 128+S when
+/// troupe-run itself got signal S (which it forwarded). Ranks still running
+/// `grace_seconds` after being told to stop get SIGKILL.
+int supervise(const std::vector<rank_spec>& ranks, double grace_seconds);
+
+}  // namespace troupe_run

@@ -1,0 +1,96 @@
+// troupe-run — starts the ranks of a troupe job on this node, the way
+// torchrun does for PyTorch:
+//
+//   troupe-run -n N [--nnodes M --node-rank K --master-addr A --master-port P]
+//              [--grace-seconds S] [--] program args...
+//
+// Each of the N processes gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT and TROUPE_JOB_TOKEN (see <troupe/launch.hpp>); its
+// output lines come out prefixed with "[RANK] "; SIGINT/SIGTERM are forwarded;
+// when one rank fails the others are stopped and troupe-run exits with the
+// failing rank's status. `troupe-run --help` says it all.
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "run/job.hpp"
+#include "run/options.hpp"
+#include "run/output.hpp"
+#include "run/supervisor.hpp"
+
+namespace {
+
+using namespace troupe_run;
+
+void say(const std::string& text) {
+  write_all(2, "troupe-run: " + text + "\n");
+}
+
+/// Under mpirun or srun the job is already launched: run the program once,
+/// in place of troupe-run, leaving the launcher's variables to the library.
+[[noreturn]] void run_in_place(const options& o, const std::string& launched_by) {
+  const bool ompi = launched_by.rfind("OMPI_", 0) == 0;
+  say("warning: " + launched_by + " is set: the job was already launched by " +
+      (ompi ? "mpirun" : "srun") + " and the library reads its variables itself, so -n " +
+      std::to_string(o.nproc) + " is ignored and '" + o.program[0] +
+      "' runs once, in place of troupe-run (start it without troupe-run to avoid this warning)");
+  std::vector<char*> argv;
+  for (const std::string& a : o.program) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  const int e = errno;
+  say("cannot run '" + o.program[0] + "': " + strerror(e));
+  std::exit(e == ENOENT ? 127 : 126);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  try {
+    o = parse_options(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const usage_error& e) {
+    write_all(2, std::string("troupe-run: ") + e.what() + "\n" + usage());
+    return 2;
+  }
+  if (o.help) {
+    write_all(1, help_text());
+    return 0;
+  }
+  if (auto launched_by = launched_by_scheduler()) run_in_place(o, *launched_by);
+
+  job j;
+  j.nproc = o.nproc;
+  j.nnodes = o.nnodes;
+  j.node_rank = o.node_rank;
+  j.master_addr = o.master_addr;
+  try {
+    if (const char* token = std::getenv("TROUPE_JOB_TOKEN"); token != nullptr && *token != 0) {
+      j.token = token;
+    } else if (o.nnodes > 1) {
+      say("TROUPE_JOB_TOKEN is not set: with --nnodes " + std::to_string(o.nnodes) +
+          " every node must be given the same token; set it on every node, e.g. "
+          "export TROUPE_JOB_TOKEN=$(openssl rand -hex 16)");
+      return 2;
+    } else {
+      j.token = make_token();
+    }
+    j.master_port = o.master_port != 0 ? o.master_port : pick_free_port(o.master_addr);
+  } catch (const std::exception& e) {
+    say(e.what());
+    return 1;
+  }
+
+  std::vector<rank_spec> ranks;
+  for (int local = 0; local < o.nproc; ++local) {
+    ranks.push_back(rank_spec{global_rank(j, local), o.program, rank_environment(j, local)});
+  }
+  return supervise(ranks, o.grace_seconds);
+}

@@ -1,0 +1,162 @@
+// Ranks in several processes (fork): collectives over the data plane, by
+// shared memory and by forced TCP, with one or two ranks per process; the
+// job token; and a rank killed with SIGKILL, whose peers fail within 2 s
+// naming it, its host and its pid.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "check_error.hpp"
+#include "troupe/object_collectives.hpp"
+#include "troupe/troupe.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string temp_path() {
+  char buf[] = "/tmp/troupe-procs-XXXXXX";
+  int fd = ::mkstemp(buf);
+  ::close(fd);
+  ::unlink(buf);
+  return buf;
+}
+
+/// Forks `processes` children; child p hosts world ranks p, p+P, ... (threads)
+/// and runs body(world); returns each child's exit code (0: all checks passed).
+template <class F>
+std::vector<int> run_processes(int processes, int ranks, const char* transport, F body) {
+  const auto path = temp_path();
+  std::vector<pid_t> pids;
+  for (int p = 0; p < processes; ++p) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("TROUPE_TRANSPORT", transport, 1);
+      ::setenv("TROUPE_JOB_TOKEN", "0123456789abcdef", 1);
+      int failures = 0;
+      std::vector<std::thread> threads;
+      std::mutex mtx;
+      for (int r = p; r < ranks; r += processes)
+        threads.emplace_back([&, r] {
+          try {
+            auto s = std::make_shared<file_store>(path, 20s);
+            world_options o;
+            o.store = s;
+            o.rank = r;
+            o.world_size = ranks;
+            o.timeout = 20s;
+            world w{o};
+            if (!body(w)) {
+              std::lock_guard<std::mutex> g{mtx};
+              ++failures;
+            }
+            w.default_group().barrier().wait();  // keep this world until the others are done
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+            std::lock_guard<std::mutex> g{mtx};
+            ++failures;
+          }
+        });
+      for (auto& t : threads) t.join();
+      std::fflush(stderr);
+      ::_exit(failures == 0 ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (auto pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  ::unlink(path.c_str());
+  return codes;
+}
+
+/// A few collectives with checked results; false on any mismatch.
+bool collectives(world& w) {
+  auto& pg = w.default_group();
+  const int n = w.size(), me = w.rank();
+  bool ok = true;
+  for (std::int64_t len : {0, 1, 1000, 300000}) {
+    auto x = tensor::empty({len}, dtype::float32);
+    for (std::int64_t i = 0; i < len; ++i) x.data_as<float>()[i] = float(me + i % 7);
+    pg.allreduce(x).wait();
+    for (std::int64_t i = 0; i < len; ++i)
+      ok &= x.data_as<float>()[i] == float(n * (n - 1) / 2 + n * (i % 7));
+    auto b = tensor::from_vector<std::int64_t>({me, 2 * me});
+    pg.broadcast(b, n - 1).wait();
+    ok &= b.to_vector<std::int64_t>() == std::vector<std::int64_t>{n - 1, 2 * (n - 1)};
+  }
+  auto all = tensor::zeros({n}, dtype::int32);
+  pg.allgather_into_tensor(all, tensor::from_vector<int>({me * 3})).wait();
+  for (int r = 0; r < n; ++r) ok &= all.to_vector<int>()[static_cast<std::size_t>(r)] == r * 3;
+  auto in = tensor::empty({n}, dtype::int32), out = tensor::zeros({n}, dtype::int32);
+  for (int r = 0; r < n; ++r) in.data_as<int>()[r] = 100 * me + r;
+  pg.alltoall_single(out, in).wait();
+  for (int r = 0; r < n; ++r) ok &= out.data_as<int>()[r] == 100 * r + me;
+  if (n > 1) {
+    auto got = tensor::zeros({2}, dtype::float64);
+    auto rv = pg.recv(got, (me + n - 1) % n);
+    pg.send(tensor::from_vector<double>({double(me), 0.5}), (me + 1) % n).wait();
+    rv.wait();
+    ok &= got.to_vector<double>()[0] == double((me + n - 1) % n);
+  }
+  auto seq = pg.sequence_number();
+  auto seqs = all_gather_object(pg, seq);
+  for (auto s : seqs) ok &= s == seq;
+  if (!ok) std::fprintf(stderr, "rank %d: a collective result was wrong\n", me);
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("collectives across 2 and 4 processes over shared memory and over TCP") {
+  for (const char* transport : {"shm", "tcp"})
+    for (int processes : {2, 4}) {
+      CAPTURE(transport);
+      CAPTURE(processes);
+      auto codes = run_processes(processes, processes, transport, collectives);
+      for (auto c : codes) CHECK(c == 0);
+    }
+}
+
+TEST_CASE("several ranks per process, mixed with ranks in other processes") {
+  auto codes = run_processes(2, 5, "auto", collectives);
+  for (auto c : codes) CHECK(c == 0);
+}
+
+TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming it") {
+  auto codes = run_processes(3, 3, "auto", [](world& w) {
+    auto& pg = w.default_group();
+    pg.barrier().wait();
+    if (w.rank() == 2) ::kill(::getpid(), SIGKILL);
+    std::this_thread::sleep_for(50ms);
+    const auto start = std::chrono::steady_clock::now();
+    auto t = tensor::from_vector<float>({1.f});
+    try {
+      pg.allreduce(t).wait();
+      return false;
+    } catch (const error& e) {
+      const std::string what = e.what();
+      const bool fast = std::chrono::steady_clock::now() - start < 2s;
+      const bool named = what.find("world rank 2") != std::string::npos &&
+                         what.find("pid") != std::string::npos &&
+                         what.find("host") != std::string::npos;
+      if (!fast || !named || e.code() != errc::peer_failure)
+        std::fprintf(stderr, "rank %d: unexpected failure: %s\n", w.rank(), what.c_str());
+      // The barrier in run_processes fails too (rank 2 is gone): leave now.
+      std::fflush(stderr);
+      ::_exit(fast && named && e.code() == errc::peer_failure ? 0 : 1);
+    }
+  });
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+  CHECK(codes[2] == 128 + SIGKILL);
+}

@@ -1,0 +1,336 @@
+#include "transport/data_plane.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <random>
+
+#include "transport/shm_ring.hpp"
+#include "transport/tcp_stream.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+struct data_plane::peer {
+  std::string process;  // identity of the peer's process
+  std::string host;
+  int pid = 0;
+  bool local = false;      // same process
+  bool same_host = false;  // same host, other process
+  // Outgoing: the stream frames are written to, and the socket that carries
+  // them or (with shared memory) only proves liveness.
+  std::mutex out_mtx;
+  std::unique_ptr<tcp_stream> out_socket;
+  std::unique_ptr<shm_ring> out_ring;
+  byte_stream* out = nullptr;
+  // Incoming.
+  std::unique_ptr<tcp_stream> in_socket;
+  std::unique_ptr<shm_ring> in_ring;
+  std::atomic<bool> gone{false};
+};
+
+namespace {
+
+constexpr char hello_magic[8] = {'T', 'R', 'O', 'U', 'P', 'E', 'H', '1'};
+constexpr std::size_t ring_capacity = std::size_t{4} << 20;
+
+/// Identifies this process among the ranks of a job (same value for every
+/// world in the process, different in every other process).
+const std::string& process_identity() {
+  static const std::string id = [] {
+    std::random_device rd;
+    return std::to_string(rd()) + std::to_string(rd()) + "-" + std::to_string(::getpid());
+  }();
+  return id;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+void put_string(std::string& out, const std::string& s) {
+  auto n = static_cast<std::uint16_t>(s.size());
+  out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+  out += s;
+}
+
+bool get_string(byte_stream& in, std::string& s, std::size_t max) {
+  std::uint16_t n = 0;
+  if (!in.read(&n, sizeof(n)) || n > max) return false;
+  s.resize(n);
+  return n == 0 || in.read(s.data(), n);
+}
+
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+data_plane::data_plane(data_plane_options opts) : opts_(std::move(opts)) {
+  for (int r = 0; r < opts_.world_size; ++r) peers_.push_back(std::make_unique<peer>());
+}
+
+data_plane::~data_plane() {
+  // Say goodbye first, so peers tell a rank that left from one that crashed.
+  for (auto& p : peers_) {
+    std::lock_guard<std::mutex> g{p->out_mtx};
+    if (p->out && !p->gone) write_goodbye(*p->out);
+  }
+  stopping_ = true;
+  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+  for (auto& p : peers_) {
+    if (p->out_ring) p->out_ring->close();
+    if (p->out_socket) p->out_socket->close();
+    if (p->in_ring) p->in_ring->close();
+    if (p->in_socket) p->in_socket->close();
+  }
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    threads.swap(threads_);
+  }
+  for (auto& t : threads) t.join();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+void data_plane::connect(store& s) {
+  const auto prefix = "troupe/" + opts_.job + "/";
+  const auto me = opts_.rank;
+  // 1. Where does every rank live?
+  s.set(prefix + "proc/" + std::to_string(me),
+        process_identity() + " " + host_name() + " " + std::to_string(::getpid()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < opts_.world_size; ++r) keys.push_back(prefix + "proc/" + std::to_string(r));
+  s.wait(keys, opts_.timeout);
+  for (int r = 0; r < opts_.world_size; ++r) {
+    auto v = s.get_string(keys[static_cast<std::size_t>(r)]);
+    auto& p = *peers_[static_cast<std::size_t>(r)];
+    auto a = v.find(' '), b = v.rfind(' ');
+    p.process = v.substr(0, a);
+    p.host = v.substr(a + 1, b - a - 1);
+    p.pid = std::atoi(v.c_str() + b + 1);
+    p.local = p.process == process_identity();
+    p.same_host = !p.local && p.host == host_name();
+    if (!p.local) ++remote_count_;
+  }
+  if (remote_count_ == 0) return;
+  if (opts_.token.empty())
+    throw error(errc::invalid_argument,
+                "world: ranks live in several processes but no job token was given; set "
+                "TROUPE_JOB_TOKEN (troupe-run does) so every connection can prove it belongs "
+                "to the job");
+  // 2. Listen and tell the others where.
+  listen_fd_ = tcp_listen(opts_.bind_address, 0);
+  s.set(prefix + "addr/" + std::to_string(me),
+        opts_.bind_address + " " + std::to_string(tcp_local_port(listen_fd_)));
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    threads_.emplace_back([this] { accept_loop(); });
+  }
+  // 3. Connect to every process peer and introduce ourselves.
+  for (int r = 0; r < opts_.world_size; ++r) {
+    auto& p = *peers_[static_cast<std::size_t>(r)];
+    if (p.local) continue;
+    const auto key = prefix + "addr/" + std::to_string(r);
+    s.wait({key}, opts_.timeout);
+    auto addr = s.get_string(key);
+    auto sp = addr.find(' ');
+    int fd = tcp_connect(addr.substr(0, sp),
+                         static_cast<std::uint16_t>(std::stoi(addr.substr(sp + 1))), opts_.timeout);
+    p.out_socket = std::make_unique<tcp_stream>(fd);
+    std::string ring_name;
+    if (p.same_host && opts_.transport != "tcp") {
+      ring_name = "/troupe-" + opts_.job + "-" + std::to_string(me) + "-" + std::to_string(r);
+      p.out_ring = shm_ring::create(ring_name, ring_capacity);
+    }
+    std::string hello(hello_magic, sizeof(hello_magic));
+    auto tlen = static_cast<std::uint32_t>(opts_.token.size());
+    hello.append(reinterpret_cast<const char*>(&tlen), sizeof(tlen));
+    hello += opts_.token;
+    std::int32_t ids[2] = {me, static_cast<std::int32_t>(::getpid())};
+    hello.append(reinterpret_cast<const char*>(ids), sizeof(ids));
+    put_string(hello, host_name());
+    put_string(hello, opts_.job);
+    put_string(hello, ring_name);
+    char ack = 0;
+    if (!p.out_socket->write(hello.data(), hello.size()) || !p.out_socket->read(&ack, 1) ||
+        ack != 1)
+      throw error(errc::backend, "data plane: rank " + std::to_string(r) + " at " + addr +
+                                     " refused this rank's connection (wrong job token?)");
+    p.out = p.out_ring ? static_cast<byte_stream*>(p.out_ring.get()) : p.out_socket.get();
+  }
+  // 4. Wait until every process peer connected to us.
+  std::unique_lock<std::mutex> g{mtx_};
+  if (!connected_cv_.wait_for(g, opts_.timeout, [&] { return connected_ == remote_count_; }))
+    throw error(errc::timeout, "data plane: Timeout after " +
+                                   std::to_string(opts_.timeout.count()) + " ms: only " +
+                                   std::to_string(connected_) + " of " +
+                                   std::to_string(remote_count_) + " ranks connected to rank " +
+                                   std::to_string(me));
+}
+
+void data_plane::accept_loop() {
+  while (!stopping_) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stopping_ || errno == EINVAL || errno == EBADF) return;
+      continue;
+    }
+    std::lock_guard<std::mutex> g{mtx_};
+    threads_.emplace_back([this, fd] { serve(fd); });
+  }
+}
+
+/// Checks a newcomer's hello, then reads its frames until it goes away.
+void data_plane::serve(int fd) {
+  auto sock = std::make_unique<tcp_stream>(fd);
+  const auto who = tcp_peer_name(fd);
+  auto refuse = [&](const std::string& why) {
+    ++refused_;
+    std::fprintf(stderr, "[troupe rank %d] refused data-plane connection from %s: %s\n", opts_.rank,
+                 who.c_str(), why.c_str());
+  };
+  tcp_set_read_timeout(fd, std::chrono::milliseconds(5000));  // strangers may not stall us
+  char magic[8];
+  std::uint32_t tlen = 0;
+  std::string token, host, job, ring;
+  std::int32_t ids[2] = {-1, 0};
+  if (!sock->read(magic, sizeof(magic)) || std::memcmp(magic, hello_magic, sizeof(magic)) != 0)
+    return refuse("not a troupe handshake");
+  if (!sock->read(&tlen, sizeof(tlen)) || tlen > 4096) return refuse("malformed handshake");
+  token.resize(tlen);
+  if ((tlen && !sock->read(token.data(), tlen)) || !sock->read(ids, sizeof(ids)) ||
+      !get_string(*sock, host, 255) || !get_string(*sock, job, 255) ||
+      !get_string(*sock, ring, 255))
+    return refuse("truncated handshake");
+  if (!same_secret(token, opts_.token)) return refuse("wrong job token");
+  const int r = ids[0];
+  if (job != opts_.job) return refuse("wrong job");
+  if (r < 0 || r >= opts_.world_size || peers_[static_cast<std::size_t>(r)]->local)
+    return refuse("bad rank " + std::to_string(r));
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  if (p.in_socket) return refuse("rank " + std::to_string(r) + " is already connected");
+  if (!ring.empty() && ring.rfind("/troupe-" + opts_.job + "-", 0) != 0)
+    return refuse("bad ring name");
+  tcp_set_read_timeout(fd, std::chrono::milliseconds(0));
+  try {
+    if (!ring.empty()) p.in_ring = shm_ring::open(ring);
+  } catch (const error& e) {
+    return refuse(e.what());
+  }
+  char ack = 1;
+  if (!sock->write(&ack, 1)) return;
+  auto* raw = sock.get();
+  p.in_socket = std::move(sock);
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    ++connected_;
+  }
+  connected_cv_.notify_all();
+  if (p.in_ring) {
+    // Data comes through the ring; the socket only tells when the peer is gone.
+    std::lock_guard<std::mutex> g{mtx_};
+    threads_.emplace_back([this, r, raw] {
+      char byte;
+      while (raw->read(&byte, 1)) {
+      }
+      if (auto& pr = *peers_[static_cast<std::size_t>(r)]; pr.in_ring) pr.in_ring->close();
+    });
+  }
+  read_loop(r, p.in_ring ? static_cast<byte_stream&>(*p.in_ring) : *raw);
+}
+
+void data_plane::read_loop(int r, byte_stream& in) {
+  received_frame f;
+  for (;;) {
+    auto why = read_frame(in, f);
+    if (why.empty() && f.header.kind == 2) {
+      peer_gone(r, "it left the job", false);
+      return;
+    }
+    if (!why.empty()) {
+      if (why != "connection closed")
+        std::fprintf(stderr, "[troupe rank %d] dropping connection of rank %d: %s\n", opts_.rank, r,
+                     why.c_str());
+      peer_gone(r, "its process died or its connection broke (" + why + ")", true);
+      return;
+    }
+    group_actor target;
+    {
+      std::lock_guard<std::mutex> g{mtx_};
+      if (auto i = groups_.find(f.group); i != groups_.end()) target = i->second;
+    }
+    if (!target) continue;  // the group was destroyed here
+    if (f.header.kind == 0)
+      caf::anon_send(target, data_atom::value,
+                     envelope{f.header.seq, f.header.step, f.header.src,
+                              static_cast<op_code>(f.header.code), std::move(f.payload)});
+    else
+      caf::anon_send(target, msg_atom::value,
+                     p2p_envelope{f.header.src, f.header.tag, std::move(f.payload)});
+  }
+}
+
+void data_plane::peer_gone(int r, const std::string& why, bool crashed) {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  if (stopping_ || p.gone.exchange(true)) return;
+  if (p.out_ring) p.out_ring->close();  // sends to it fail at once
+  if (p.out_socket) p.out_socket->close();
+  std::vector<group_actor> targets;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    for (auto& kv : groups_) targets.push_back(kv.second);
+  }
+  for (auto& t : targets) caf::anon_send(t, gone_atom::value, r, describe(r) + ": " + why, crashed);
+}
+
+bool data_plane::is_local(int r) const {
+  return peers_[static_cast<std::size_t>(r)]->local;
+}
+
+std::string data_plane::describe(int r) const {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  return "world rank " + std::to_string(r) + " (host " + p.host + ", pid " + std::to_string(p.pid) +
+         ")";
+}
+
+std::string data_plane::link_kind(int r) const {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  return p.local ? "in-process" : p.out_ring ? "shm" : "tcp";
+}
+
+template <class Envelope>
+void data_plane::send_frame(int r, const std::string& group, const Envelope& env) {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  std::lock_guard<std::mutex> g{p.out_mtx};
+  if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
+  write_frame(*p.out, group, env);
+}
+
+void data_plane::send(int r, const std::string& group, const envelope& env) {
+  send_frame(r, group, env);
+}
+
+void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
+  send_frame(r, group, env);
+}
+
+void data_plane::add_group(const std::string& group, const group_actor& actor) {
+  std::lock_guard<std::mutex> g{mtx_};
+  groups_[group] = actor;
+}
+
+void data_plane::remove_group(const std::string& group) {
+  std::lock_guard<std::mutex> g{mtx_};
+  groups_.erase(group);
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,94 @@
+#pragma once
+// data_plane — how one rank's process exchanges collective bytes with ranks
+// in other processes.
+//
+// Terms: a "process peer" is a rank whose world lives in another process.
+// Set-up (connect): every rank writes its process identity to the store; if
+// any rank lives elsewhere, the rank listens (loopback unless told
+// otherwise), publishes its address, connects to every process peer and
+// proves with the job's secret that it belongs to the job (a connection
+// without the right secret is refused, logged, and never reaches a group).
+// Bytes: frames (transport/frame.hpp) travel over a shared-memory ring when
+// both ranks share a host (unless TROUPE_TRANSPORT=tcp), otherwise over the
+// TCP connection. The TCP connection stays open in both cases: its end tells
+// that the peer's process is gone, which fails every call still waiting for
+// that peer at once.
+// Receipt: a reader thread per incoming connection decodes frames straight
+// into tensors and hands them to the local group actor named in the frame.
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/actors.hpp"
+#include "transport/frame.hpp"
+#include "troupe/store.hpp"
+
+namespace troupe::detail {
+
+struct data_plane_options {
+  int rank = 0;
+  int world_size = 1;
+  std::string job;
+  std::string token;
+  std::string bind_address = "127.0.0.1";
+  std::string transport = "auto";  ///< auto, tcp, shm
+  std::chrono::milliseconds timeout{30000};
+};
+
+class data_plane {
+ public:
+  explicit data_plane(data_plane_options opts);
+  ~data_plane();
+  data_plane(const data_plane&) = delete;
+  data_plane& operator=(const data_plane&) = delete;
+
+  /// Learns where every rank lives and connects to the ranks in other processes.
+  void connect(store& s);
+  /// Whether world rank `r` lives in this process.
+  bool is_local(int r) const;
+  /// Whether any rank lives in another process.
+  bool has_process_peers() const noexcept { return remote_count_ > 0; }
+  /// "world rank 3 (host h, pid 4711)".
+  std::string describe(int r) const;
+  /// Which byte stream carries data to `r` ("shm", "tcp", or "in-process").
+  std::string link_kind(int r) const;
+
+  void send(int world_rank, const std::string& group, const envelope& env);
+  void send(int world_rank, const std::string& group, const p2p_envelope& env);
+
+  /// Routes frames for `group` to `actor` (and tells it about peers that die).
+  void add_group(const std::string& group, const group_actor& actor);
+  void remove_group(const std::string& group);
+
+  /// Connections refused for a bad handshake so far.
+  std::uint64_t refused() const noexcept { return refused_.load(); }
+
+ private:
+  struct peer;
+  void accept_loop();
+  void serve(int fd);
+  void read_loop(int rank, byte_stream& in);
+  void peer_gone(int rank, const std::string& why, bool crashed);
+  template <class Envelope>
+  void send_frame(int world_rank, const std::string& group, const Envelope& env);
+
+  data_plane_options opts_;
+  std::vector<std::unique_ptr<peer>> peers_;  // by world rank
+  int remote_count_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> refused_{0};
+  std::mutex mtx_;  // guards groups_, threads_, connected_
+  std::condition_variable connected_cv_;
+  int connected_ = 0;
+  std::map<std::string, group_actor> groups_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace troupe::detail

@@ -1,0 +1,65 @@
+#pragma once
+// frame — the wire format of the data plane between processes.
+//
+// A frame carries one envelope (collective data) or p2p_envelope (point to
+// point) for the group actor of `group` in the receiving process:
+//   header (fixed 40 bytes) | group name (name_len bytes) | payload (payload_bytes)
+// Every field is checked on receipt; a malformed frame closes the connection.
+
+#include <cstdint>
+#include <string>
+
+#include "actors/call.hpp"
+
+namespace troupe::detail {
+
+inline constexpr std::uint32_t frame_magic = 0x46505254;  // "TRPF"
+inline constexpr std::size_t max_group_name = 1024;
+
+struct frame_header {
+  std::uint32_t magic = frame_magic;
+  std::uint8_t kind = 0;  ///< 0: collective envelope, 1: p2p envelope, 2: goodbye
+  std::uint8_t code = 0;  ///< op_code (collective)
+  std::uint8_t dtype = 0;
+  std::uint8_t has_payload = 0;  ///< 0 for an undefined payload tensor (barriers)
+  std::uint16_t name_len = 0;
+  std::uint16_t reserved = 0;
+  std::int32_t src = 0;  ///< group rank of the sender
+  std::int32_t tag = 0;  ///< p2p tag
+  std::uint32_t step = 0;
+  std::uint32_t reserved2 = 0;
+  std::uint64_t seq = 0;
+  std::uint64_t payload_bytes = 0;
+};
+static_assert(sizeof(frame_header) == 48);
+
+/// A byte stream in one direction (TCP socket or shared-memory ring).
+class byte_stream {
+ public:
+  virtual ~byte_stream() = default;
+  /// Writes all `n` bytes; false when the stream is closed or broken.
+  virtual bool write(const void* data, std::size_t n) = 0;
+  /// Reads exactly `n` bytes; false at end of stream or error.
+  virtual bool read(void* data, std::size_t n) = 0;
+  /// Unblocks readers and writers; later calls fail.
+  virtual void close() = 0;
+};
+
+/// Writes one frame (header, group name, payload) to `out`.
+bool write_frame(byte_stream& out, const std::string& group, const envelope& env);
+bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope& env);
+
+/// Writes the last frame of a rank that leaves on purpose (its world ends).
+bool write_goodbye(byte_stream& out);
+
+/// A received frame.
+struct received_frame {
+  frame_header header;
+  std::string group;
+  tensor payload;
+};
+
+/// Reads and checks one frame; returns an error text (empty on success).
+std::string read_frame(byte_stream& in, received_frame& out);
+
+}  // namespace troupe::detail

@@ -1,0 +1,37 @@
+#pragma once
+// mixed — the transport of a group whose ranks live in several processes:
+// peers in this process get CAF messages (zero copy, as in_process), peers
+// elsewhere get frames through the data plane.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/data_plane.hpp"
+#include "transport/transport.hpp"
+
+namespace troupe::detail {
+
+class mixed_transport final : public transport {
+ public:
+  /// `local[r]` is the group actor of group rank r when it lives in this
+  /// process, a null handle otherwise.
+  mixed_transport(std::vector<group_actor> local, std::vector<int> global_ranks,
+                  std::shared_ptr<data_plane> dp, std::string group)
+      : local_(std::move(local)),
+        global_ranks_(std::move(global_ranks)),
+        dp_(std::move(dp)),
+        group_(std::move(group)) {}
+  void send(int peer, envelope env) override;
+  void send(int peer, p2p_envelope env) override;
+  std::string describe_peer(int peer) const override;
+  std::vector<caf::actor_addr> watch_list() const override;
+
+ private:
+  std::vector<group_actor> local_;
+  std::vector<int> global_ranks_;
+  std::shared_ptr<data_plane> dp_;
+  std::string group_;
+};
+
+}  // namespace troupe::detail

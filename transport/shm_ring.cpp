@@ -1,0 +1,175 @@
+#include "transport/shm_ring.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+struct shm_ring::control {
+  alignas(64) std::atomic<std::uint64_t> head;  // bytes written so far
+  alignas(64) std::atomic<std::uint64_t> tail;  // bytes read so far
+  alignas(64) std::atomic<std::uint32_t> head_seq;
+  std::atomic<std::uint32_t> reader_waiting;
+  alignas(64) std::atomic<std::uint32_t> tail_seq;
+  std::atomic<std::uint32_t> writer_waiting;
+  alignas(64) std::atomic<std::uint32_t> closed;
+  std::uint64_t capacity;
+};
+
+namespace {
+
+constexpr std::size_t data_offset = 4096;
+
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) {
+  timespec ts{0, 20'000'000};  // re-check `closed` at least every 20 ms
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
+            0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr,
+            nullptr, 0);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+std::unique_ptr<shm_ring> shm_ring::create(const std::string& name, std::size_t capacity) {
+  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw error(errc::backend,
+                "shared memory: cannot create '" + name + "': " + std::strerror(errno));
+  const std::size_t size = data_offset + capacity;
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    auto why = std::string(std::strerror(errno));
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    throw error(errc::backend, "shared memory: cannot size '" + name + "': " + why);
+  }
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    throw error(errc::backend, "shared memory: cannot map '" + name + "'");
+  }
+  auto* ctl = new (base) control{};
+  ctl->capacity = capacity;
+  return std::unique_ptr<shm_ring>(new shm_ring(name, base, size, true));
+}
+
+std::unique_ptr<shm_ring> shm_ring::open(const std::string& name) {
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw error(errc::backend,
+                "shared memory: cannot open '" + name + "': " + std::strerror(errno));
+  ::shm_unlink(name.c_str());  // both sides have it mapped: nothing is left behind on a crash
+  off_t size = ::lseek(fd, 0, SEEK_END);
+  void* base =
+      ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED || static_cast<std::size_t>(size) <= data_offset)
+    throw error(errc::backend, "shared memory: cannot map '" + name + "'");
+  return std::unique_ptr<shm_ring>(new shm_ring(name, base, static_cast<std::size_t>(size), false));
+}
+
+shm_ring::shm_ring(std::string name, void* base, std::size_t mapped, bool owner)
+    : name_(std::move(name)),
+      base_(base),
+      mapped_(mapped),
+      owner_(owner),
+      ctl_(static_cast<control*>(base)),
+      data_(static_cast<char*>(base) + data_offset) {}
+
+shm_ring::~shm_ring() {
+  close();
+  if (owner_) ::shm_unlink(name_.c_str());  // in case the reader never opened it
+  ::munmap(base_, mapped_);
+}
+
+void shm_ring::close() {
+  ctl_->closed.store(1);
+  ctl_->head_seq.fetch_add(1);
+  ctl_->tail_seq.fetch_add(1);
+  futex_wake(ctl_->head_seq);
+  futex_wake(ctl_->tail_seq);
+}
+
+/// Waits until `pos` differs from `not_equal_to` or the ring closes.
+bool shm_ring::wait_for(std::atomic<std::uint32_t>& seq, std::atomic<std::uint32_t>& waiting,
+                        const std::atomic<std::uint64_t>& pos, std::uint64_t not_equal_to) {
+  for (int i = 0; i < 4000; ++i) {  // poll a few microseconds first
+    if (pos.load(std::memory_order_acquire) != not_equal_to) return true;
+    if (ctl_->closed.load(std::memory_order_relaxed)) return false;
+    cpu_relax();
+  }
+  for (;;) {
+    const auto s = seq.load();
+    waiting.store(1);
+    if (pos.load() != not_equal_to) break;
+    if (ctl_->closed.load()) return false;
+    futex_wait(seq, s);
+  }
+  waiting.store(0);
+  return true;
+}
+
+bool shm_ring::write(const void* data, std::size_t n) {
+  auto* p = static_cast<const char*>(data);
+  const auto cap = ctl_->capacity;
+  while (n > 0) {
+    const auto head = ctl_->head.load(std::memory_order_relaxed);
+    auto tail = ctl_->tail.load(std::memory_order_acquire);
+    if (head - tail == cap) {
+      if (!wait_for(ctl_->tail_seq, ctl_->writer_waiting, ctl_->tail, tail)) return false;
+      continue;
+    }
+    if (ctl_->closed.load(std::memory_order_relaxed)) return false;
+    const auto offset = head % cap;
+    const auto chunk = std::min<std::uint64_t>({n, cap - (head - tail), cap - offset});
+    std::memcpy(data_ + offset, p, chunk);
+    ctl_->head.store(head + chunk);
+    ctl_->head_seq.fetch_add(1);
+    if (ctl_->reader_waiting.load()) futex_wake(ctl_->head_seq);
+    p += chunk;
+    n -= chunk;
+  }
+  return true;
+}
+
+bool shm_ring::read(void* data, std::size_t n) {
+  auto* p = static_cast<char*>(data);
+  const auto cap = ctl_->capacity;
+  while (n > 0) {
+    const auto tail = ctl_->tail.load(std::memory_order_relaxed);
+    auto head = ctl_->head.load(std::memory_order_acquire);
+    if (head == tail) {
+      if (!wait_for(ctl_->head_seq, ctl_->reader_waiting, ctl_->head, head)) return false;
+      continue;
+    }
+    const auto offset = tail % cap;
+    const auto chunk = std::min<std::uint64_t>({n, head - tail, cap - offset});
+    std::memcpy(p, data_ + offset, chunk);
+    ctl_->tail.store(tail + chunk);
+    ctl_->tail_seq.fetch_add(1);
+    if (ctl_->writer_waiting.load()) futex_wake(ctl_->tail_seq);
+    p += chunk;
+    n -= chunk;
+  }
+  return true;
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,47 @@
+#pragma once
+// shm_ring — a byte_stream through a ring buffer in POSIX shared memory,
+// for processes on one host (one ring per direction and pair of ranks).
+//
+// Single producer, single consumer. Positions are monotonically growing byte
+// counts (head: written, tail: read). A waiting side polls briefly, then
+// sleeps on a futex in the shared segment (measured on 2 vCPUs: pure
+// spinning collapses when ranks outnumber cores, pure blocking costs 10–20 µs
+// per wake-up), so waits never burn a core for long.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "transport/frame.hpp"
+
+namespace troupe::detail {
+
+class shm_ring final : public byte_stream {
+ public:
+  /// Creates a new segment named `name` ("/troupe-..."); the writer side.
+  static std::unique_ptr<shm_ring> create(const std::string& name, std::size_t capacity);
+  /// Opens (and unlinks) a segment another process created; the reader side.
+  static std::unique_ptr<shm_ring> open(const std::string& name);
+  ~shm_ring() override;
+
+  bool write(const void* data, std::size_t n) override;
+  bool read(void* data, std::size_t n) override;
+  void close() override;
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  struct control;
+  shm_ring(std::string name, void* base, std::size_t mapped, bool owner);
+  bool wait_for(std::atomic<std::uint32_t>& seq, std::atomic<std::uint32_t>& waiting,
+                const std::atomic<std::uint64_t>& pos, std::uint64_t not_equal_to);
+
+  std::string name_;
+  void* base_;
+  std::size_t mapped_;
+  bool owner_;
+  control* ctl_;
+  char* data_;
+};
+
+}  // namespace troupe::detail
