@@ -288,8 +288,11 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             }
           }
           if (call->kind == p2p_call::send) {
-            // Eager send: the payload is a copy, so the caller's buffer is free at once.
-            st.net->send(call->peer, p2p_envelope{st.info.rank, call->tag, call->buffer.clone()});
+            // Eager send: the caller's buffer is free once this returns (a
+            // private copy for peers that read the payload later).
+            auto payload =
+                st.net->reads_after_send(call->peer) ? call->buffer.clone() : call->buffer;
+            st.net->send(call->peer, p2p_envelope{st.info.rank, call->tag, std::move(payload)});
             rp.deliver(tensor_list{call->buffer});
             return rp;
           }

@@ -134,7 +134,7 @@ auto guarded(F&& f) -> caf::result<decltype(f())> {
   } catch (const error& e) {
     return make_troupe_error(static_cast<int>(e.code()), e.what());
   } catch (const std::exception& e) {
-    return make_troupe_error(static_cast<int>(errc::store), std::string("tcp_store: ") + e.what());
+    return make_troupe_error(static_cast<int>(errc::store), e.what());
   }
 }
 
@@ -152,8 +152,7 @@ store_actor::behavior_type store_behavior(store_ptr self, std::string token,
   // On shutdown, waiting callers learn why instead of running into their timeout.
   self->set_exit_handler([self](caf::exit_msg& msg) {
     for (auto& [id, w] : self->state.waiters)
-      w.rp.deliver(make_troupe_error(static_cast<int>(errc::store),
-                                     "tcp_store: the store server shut down"));
+      w.rp.deliver(make_troupe_error(static_cast<int>(errc::store), "the store server shut down"));
     self->state.waiters.clear();
     self->quit(msg.reason);
   });
@@ -240,7 +239,95 @@ store_actor::behavior_type store_behavior(store_ptr self, std::string token,
   };
 }
 
+struct relay_state {
+  store_actor server;
+  std::string where;
+  caf::error lost;  // set once the server is gone
+  std::map<std::uint64_t, caf::response_promise> open;
+  std::uint64_t next = 0;
+  static inline const char* name = "troupe_store_relay";
+};
+
+using relay_ptr = store_actor::stateful_pointer<relay_state>;
+
+/// Bounds how long the relay keeps a request the server never answers (the caller gave up long
+/// ago).
+constexpr auto relay_slack = std::chrono::minutes(10);
+
+/// Forwards one request answered by `Rs...` to the server; answers with its reply or its loss.
+template <class... Rs, class... Ts>
+caf::result<Rs...> forward(relay_ptr self, std::chrono::milliseconds limit, Ts&&... xs) {
+  auto& st = self->state;
+  if (st.lost) return st.lost;
+  const auto id = st.next++;
+  st.open.emplace(id, self->make_response_promise());
+  auto answer = [self, id](auto&&... reply) {
+    auto it = self->state.open.find(id);
+    if (it == self->state.open.end()) return;  // answered with the loss already
+    it->second.deliver(std::move(reply)...);
+    self->state.open.erase(it);
+  };
+  self->request(st.server, limit + relay_slack, std::forward<Ts>(xs)...)
+      .then([answer](Rs&... rs) { answer(std::move(rs)...); },
+            [answer](caf::error& e) { answer(std::move(e)); });
+  return st.open.at(id);
+}
+
+store_actor::behavior_type relay_behavior(relay_ptr self, store_actor server, std::string where) {
+  self->state.server = server;
+  self->state.where = std::move(where);
+  self->monitor(server);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    st.lost = make_troupe_error(
+        static_cast<int>(errc::store),
+        "lost the connection to the store at " + st.where + " (" + caf::to_string(dm.reason) + ")");
+    for (auto& [id, rp] : st.open) rp.deliver(st.lost);
+    st.open.clear();
+  });
+  const auto none = std::chrono::milliseconds(0);
+  return {
+      [self, none](kv_set_atom a, std::string& t, std::string& k, bytes& v) {
+        return forward<bool>(self, none, a, std::move(t), std::move(k), std::move(v));
+      },
+      [self, none](kv_mset_atom a, std::string& t, std::vector<std::string>& k,
+                   std::vector<bytes>& v) {
+        return forward<bool>(self, none, a, std::move(t), std::move(k), std::move(v));
+      },
+      [self, none](kv_add_atom a, std::string& t, std::string& k, std::int64_t d) {
+        return forward<std::int64_t>(self, none, a, std::move(t), std::move(k), d);
+      },
+      [self, none](kv_cas_atom a, std::string& t, std::string& k, bytes& e, bytes& d) {
+        return forward<bytes>(self, none, a, std::move(t), std::move(k), std::move(e),
+                              std::move(d));
+      },
+      [self, none](kv_append_atom a, std::string& t, std::string& k, bytes& v) {
+        return forward<bool>(self, none, a, std::move(t), std::move(k), std::move(v));
+      },
+      [self, none](kv_check_atom a, std::string& t, std::vector<std::string>& k) {
+        return forward<bool>(self, none, a, std::move(t), std::move(k));
+      },
+      [self](kv_wait_atom a, std::string& t, std::vector<std::string>& k, std::int64_t ms,
+             bool values) {
+        return forward<std::vector<std::string>, std::vector<bytes>>(
+            self, std::chrono::milliseconds(std::max<std::int64_t>(ms, 0)), a, std::move(t),
+            std::move(k), ms, values);
+      },
+      [self, none](kv_del_atom a, std::string& t, std::string& k) {
+        return forward<bool>(self, none, a, std::move(t), std::move(k));
+      },
+      [self, none](kv_count_atom a, std::string& t) {
+        return forward<std::int64_t>(self, none, a, std::move(t));
+      },
+      [](kv_expire_atom, std::uint64_t) {},
+  };
+}
+
 }  // namespace
+
+store_actor spawn_store_relay(caf::actor_system& sys, store_actor server, std::string where) {
+  return sys.spawn(relay_behavior, std::move(server), std::move(where));
+}
 
 void configure_store_system(caf::actor_system_config& cfg) {
   cfg.load<caf::io::middleman>();

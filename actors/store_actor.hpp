@@ -69,6 +69,13 @@ void configure_store_system(caf::actor_system_config& cfg);
 store_actor spawn_store_actor(caf::actor_system& sys, std::string token,
                               std::shared_ptr<std::atomic<std::uint64_t>> refused);
 
+/// Spawns a client's relay to the (remote) store actor `server`: it offers the
+/// same interface, forwards every request, and fails every open and later
+/// request at once when `server` goes away (CAF drops messages to a proxy whose
+/// connection closed, so a client would otherwise wait for its timeout).
+/// `where` ("host:port") is named in that error.
+store_actor spawn_store_relay(caf::actor_system& sys, store_actor server, std::string where);
+
 /// The refusal every store answers a wrong token with.
 inline constexpr const char* refused_token_message = "tcp_store: request refused: wrong job token";
 

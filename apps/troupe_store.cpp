@@ -58,8 +58,9 @@ int main(int argc, char** argv) {
   if (port < 0) return fail("--port is required");
   const char* token = std::getenv("TROUPE_JOB_TOKEN");
   if (!token || !*token)
-    return fail("TROUPE_JOB_TOKEN is not set; set it to the job's secret (the same in every "
-                "process of the job) so that only the job's processes can use the store");
+    return fail(
+        "TROUPE_JOB_TOKEN is not set; set it to the job's secret (the same in every "
+        "process of the job) so that only the job's processes can use the store");
 
   // Block the stop signals before any thread starts, then wait for one of them.
   sigset_t stop;

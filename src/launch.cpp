@@ -45,8 +45,7 @@ std::optional<int> int_var(const char* name, long long lo, long long hi, const c
   auto text = env_var(name);
   if (!text) return std::nullopt;
   auto v = parse_int(*text);
-  if (!v)
-    invalid(std::string("read_launch_env: ") + name + "='" + *text + "' is not an integer");
+  if (!v) invalid(std::string("read_launch_env: ") + name + "='" + *text + "' is not an integer");
   if (*v < lo || *v > hi)
     invalid(std::string("read_launch_env: ") + name + "=" + *text + " is out of range (" + range +
             ")");
@@ -71,8 +70,8 @@ struct convention {
     c.rank = int_var(r, 0, max, "must be at least 0");
     c.local = int_var(l, 0, max, "must be at least 0");
     if (!c.any()) return c;
-    if (!c.rank) invalid(std::string("read_launch_env: ") + (c.size ? s : l) + " is set but " + r +
-                         " is not");
+    if (!c.rank)
+      invalid(std::string("read_launch_env: ") + (c.size ? s : l) + " is set but " + r + " is not");
     if (!c.size) invalid(std::string("read_launch_env: ") + r + " is set but " + s + " is not");
     if (*c.rank >= *c.size)
       invalid(std::string("read_launch_env: ") + r + "=" + std::to_string(*c.rank) +
@@ -137,7 +136,8 @@ std::shared_ptr<store> make_tcp_store(const std::string& method, const std::stri
                                       std::uint16_t port, const launch_env& env,
                                       std::chrono::milliseconds timeout) {
   if (env.token.empty())
-    invalid("make_store(" + method + "): no job token; set TROUPE_JOB_TOKEN to the same secret "
+    invalid("make_store(" + method +
+            "): no job token; set TROUPE_JOB_TOKEN to the same secret "
             "in every process of the job (every connection to the store must prove it belongs "
             "to the job)");
   tcp_store_options opts;
@@ -165,9 +165,10 @@ launch_env read_launch_env() {
   } else {
     auto slurm = convention::read("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
     if (!slurm.any())
-      invalid("read_launch_env: RANK and WORLD_SIZE are not set (nor OMPI_COMM_WORLD_RANK/_SIZE "
-              "from mpirun, nor SLURM_PROCID/SLURM_NTASKS from srun); start the process with a "
-              "launcher or set them");
+      invalid(
+          "read_launch_env: RANK and WORLD_SIZE are not set (nor OMPI_COMM_WORLD_RANK/_SIZE "
+          "from mpirun, nor SLURM_PROCID/SLURM_NTASKS from srun); start the process with a "
+          "launcher or set them");
     chosen = slurm;
   }
   env.rank = *chosen->rank;
@@ -188,7 +189,8 @@ std::shared_ptr<store> make_store(const std::string& init_method, const launch_e
     if (no_addr || no_port)
       invalid(std::string("make_store(env://): ") +
               (no_addr && no_port ? "MASTER_ADDR and MASTER_PORT are"
-                                  : no_addr ? "MASTER_ADDR is" : "MASTER_PORT is") +
+               : no_addr          ? "MASTER_ADDR is"
+                                  : "MASTER_PORT is") +
               " not set; env:// reaches the store at MASTER_ADDR:MASTER_PORT");
     return make_tcp_store(init_method, env.master_addr, env.master_port, env, timeout);
   }

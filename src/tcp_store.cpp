@@ -37,6 +37,7 @@ std::string endpoint(const std::string& host, std::uint16_t port) {
 }
 
 std::string quoted(const std::vector<std::string>& keys) {
+  if (keys.empty()) return "no key";
   if (keys.size() == 1) return "key '" + keys.front() + "'";
   std::string s = "keys [";
   for (std::size_t i = 0; i < keys.size(); ++i) s += (i ? ", '" : "'") + keys[i] + "'";
@@ -112,13 +113,14 @@ struct tcp_store::impl {
   std::string host;
   std::uint16_t port = 0;
   std::string token;
-  std::unique_ptr<detail::server_core> server;    // when is_server
-  caf::actor_system_config cfg;           // of `own` (when reaching a remote server)
+  std::unique_ptr<detail::server_core> server;  // when is_server
+  caf::actor_system_config cfg;                 // of `own` (when reaching a remote server)
   std::unique_ptr<caf::actor_system> own;
-  caf::actor_system* sys = nullptr;       // `own` or the server's
-  store_actor actor;
+  caf::actor_system* sys = nullptr;  // `own` or the server's
+  store_actor actor;                 // the store actor, or the relay to a remote one
 
   ~impl() {
+    if (own && actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);  // the relay
     actor = nullptr;
     own.reset();
     server.reset();
@@ -129,7 +131,8 @@ struct tcp_store::impl {
     detail::configure_store_system(cfg);
     own = std::make_unique<caf::actor_system>(cfg);
     sys = own.get();
-    const auto deadline = std::chrono::steady_clock::now() + std::clamp(timeout, ms(0), max_timeout);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::clamp(timeout, ms(0), max_timeout);
     const auto expected = sys->message_types(caf::detail::type_list<store_actor>{});
     auto pause = ms(10);
     std::string reason = "no attempt within the timeout";
@@ -142,17 +145,20 @@ struct tcp_store::impl {
       self->request(sys->middleman().actor_handle(), left, caf::connect_atom::value, host, port)
           .receive(
               [&](const caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>& ifs) {
-                if (!ptr)
+                if (!ptr) {
                   reason = "no actor is published on that port";
-                else if (ifs != expected)
+                } else if (ifs != expected) {
                   reason = "the actor published there is not a troupe store";
-                else
-                  actor = caf::actor_cast<store_actor>(std::move(ptr)), done = true;
+                } else {
+                  actor = detail::spawn_store_relay(
+                      *sys, caf::actor_cast<store_actor>(std::move(ptr)), endpoint(host, port));
+                  done = true;
+                }
               },
               [&](caf::error& e) { reason = sys->render(e); });
       if (done) return;
-      std::this_thread::sleep_for(std::min(pause, std::chrono::duration_cast<ms>(
-                                                      deadline - std::chrono::steady_clock::now())));
+      std::this_thread::sleep_for(std::min(
+          pause, std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now())));
       pause = std::min(pause * 2, ms(500));
     }
     throw error(errc::store, "tcp_store: cannot reach store at " + endpoint(host, port) +
@@ -168,45 +174,55 @@ struct tcp_store::impl {
       if (what == detail::refused_token_message)
         throw error(code, std::string(op) + ": " + what + " (this process's TROUPE_JOB_TOKEN " +
                               "is not the one the store at " + endpoint(host, port) + " expects)");
-      throw error(code, what);
+      if (code == errc::store)
+        throw error(code, std::string(op) + "(" + quoted(keys) + "): " + what);
+      throw error(code, what);  // names the operation already
     }
     if (e == caf::sec::request_timeout)
       throw error(errc::timeout, std::string(op) + ": Timeout after " +
-                                     std::to_string(timeout.count()) + " ms waiting for the store at " +
-                                     endpoint(host, port) + " to answer (" + quoted(keys) + ")");
+                                     std::to_string(timeout.count()) +
+                                     " ms waiting for the store at " + endpoint(host, port) +
+                                     " to answer (" + quoted(keys) + ")");
     throw error(errc::store, std::string(op) + "(" + quoted(keys) + "): lost the store at " +
                                  endpoint(host, port) + ": " + sys->render(e));
   }
 
-  /// One blocking request answered by a single value of type R.
+  /// Sends one request; runs `on_reply` on the answer, throws `op`'s error otherwise.
+  template <class OnReply, class... Ts>
+  void ask(const char* op, const std::vector<std::string>& keys, ms timeout, ms limit,
+           OnReply on_reply, Ts&&... xs) {
+    caf::scoped_actor self{*sys};
+    caf::error err;
+    self->request(actor, limit, std::forward<Ts>(xs)...).receive(on_reply, [&](caf::error& e) {
+      err = std::move(e);
+    });
+    if (err) fail(op, keys, timeout, err);
+  }
+
+  /// One request answered by a single value of type R.
   template <class R, class... Ts>
   R call(const char* op, const std::vector<std::string>& keys, ms timeout, Ts&&... xs) {
-    caf::scoped_actor self{*sys};
     R out{};
-    caf::error err;
-    self->request(actor, request_timeout(timeout), std::forward<Ts>(xs)...)
-        .receive([&](R& r) { out = std::move(r); }, [&](caf::error& e) { err = std::move(e); });
-    if (err) fail(op, keys, timeout, err);
+    ask(
+        op, keys, timeout, request_timeout(timeout), [&](R& r) { out = std::move(r); },
+        std::forward<Ts>(xs)...);
     return out;
   }
 
   /// Waits for `keys` (values when `want_values`); throws the timeout naming the missing ones.
   std::vector<bytes> wait(const char* op, const std::vector<std::string>& keys, ms timeout,
                           bool want_values) {
-    caf::scoped_actor self{*sys};
     std::vector<std::string> missing;
     std::vector<bytes> values;
-    caf::error err;
     const auto t = std::clamp(timeout, ms::zero(), max_timeout - grace);
-    self->request(actor, request_timeout(t), detail::kv_wait_atom::value, token, keys,
-                  static_cast<std::int64_t>(t.count()), want_values)
-        .receive(
-            [&](std::vector<std::string>& m, std::vector<bytes>& v) {
-              missing = std::move(m);
-              values = std::move(v);
-            },
-            [&](caf::error& e) { err = std::move(e); });
-    if (err) fail(op, keys, timeout, err);
+    ask(
+        op, keys, timeout, request_timeout(t),
+        [&](std::vector<std::string>& m, std::vector<bytes>& v) {
+          missing = std::move(m);
+          values = std::move(v);
+        },
+        detail::kv_wait_atom::value, token, keys, static_cast<std::int64_t>(t.count()),
+        want_values);
     if (!missing.empty()) throw_timeout(op, missing, timeout);
     return values;
   }
@@ -239,8 +255,8 @@ std::uint16_t tcp_store::port() const noexcept {
 }
 
 void tcp_store::set(const std::string& key, const bytes& value) {
-  impl_->call<bool>("tcp_store.set", {key}, timeout_, detail::kv_set_atom::value, impl_->token,
-                    key, value);
+  impl_->call<bool>("tcp_store.set", {key}, timeout_, detail::kv_set_atom::value, impl_->token, key,
+                    value);
 }
 
 bytes tcp_store::get(const std::string& key) {
@@ -272,8 +288,8 @@ bool tcp_store::delete_key(const std::string& key) {
 }
 
 std::int64_t tcp_store::num_keys() {
-  return impl_->call<std::int64_t>("tcp_store.num_keys", {}, timeout_,
-                                   detail::kv_count_atom::value, impl_->token);
+  return impl_->call<std::int64_t>("tcp_store.num_keys", {}, timeout_, detail::kv_count_atom::value,
+                                   impl_->token);
 }
 
 void tcp_store::append(const std::string& key, const bytes& value) {

@@ -41,12 +41,21 @@ class env_guard {
   void set(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
 
  private:
-  static constexpr const char* names[] = {
-      "RANK",          "WORLD_SIZE",           "LOCAL_RANK",
-      "MASTER_ADDR",   "MASTER_PORT",          "OMPI_COMM_WORLD_RANK",
-      "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID",
-      "SLURM_NTASKS",  "SLURM_LOCALID",        "TROUPE_JOB_TOKEN",
-      "TROUPE_STORE_EXTERNAL", "TROUPE_BIND_ADDR", "TROUPE_TRANSPORT"};
+  static constexpr const char* names[] = {"RANK",
+                                          "WORLD_SIZE",
+                                          "LOCAL_RANK",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "OMPI_COMM_WORLD_RANK",
+                                          "OMPI_COMM_WORLD_SIZE",
+                                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                                          "SLURM_PROCID",
+                                          "SLURM_NTASKS",
+                                          "SLURM_LOCALID",
+                                          "TROUPE_JOB_TOKEN",
+                                          "TROUPE_STORE_EXTERNAL",
+                                          "TROUPE_BIND_ADDR",
+                                          "TROUPE_TRANSPORT"};
   std::map<std::string, std::string> saved_;
 };
 
@@ -229,15 +238,17 @@ TEST_CASE("make_store: malformed init methods and missing settings") {
   env.master_addr.clear();
   env.master_port = 29500;
   fails("env://", {"MASTER_ADDR is not set"}, env);
-  for (const char* m : {"tcp://", "tcp://host", "tcp://:80", "tcp://h:0", "tcp://h:99999",
-                        "tcp://h:80x", "tcp://h:80/path", "tcp://h:+80", "tcp://[::1]",
-                        "tcp://a:b:80"})
+  for (const char* m :
+       {"tcp://", "tcp://host", "tcp://:80", "tcp://h:0", "tcp://h:99999", "tcp://h:80x",
+        "tcp://h:80/path", "tcp://h:+80", "tcp://[::1]", "tcp://a:b:80"})
     fails(m, {"init method '" + std::string(m) + "'"}, env);
   fails("file://relative/path", {"file://relative/path", "absolute"}, env);
   fails("file://", {"'file://'"}, env);
   fails("tcp://127.0.0.1:29500", {"tcp://127.0.0.1:29500", "TROUPE_JOB_TOKEN"}, env_of(1, 2, ""));
   env.master_addr = "127.0.0.1";
-  fails("env://", {"env://", "TROUPE_JOB_TOKEN"}, env_of(0, 2, ""));
+  auto no_token = env;
+  no_token.token.clear();
+  fails("env://", {"env://", "TROUPE_JOB_TOKEN"}, no_token);
   g.set("TROUPE_STORE_EXTERNAL", "yes");
   fails("env://", {"TROUPE_STORE_EXTERNAL='yes'"}, env);
 }

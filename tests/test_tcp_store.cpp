@@ -136,8 +136,11 @@ TEST_CASE_TEMPLATE("tcp_store: check and wait, with timeouts naming the missing 
   s.wait({"present_key"}, 50ms);
   s.wait({});
   auto start = std::chrono::steady_clock::now();
-  check_error([&] { s.wait({"present_key", "absent_key"}, 50ms); }, errc::timeout,
-              {"tcp_store.wait", "Timeout", "50 ms", "absent_key"});
+  check_error(
+      [&] {
+        s.wait({"present_key", "absent_key"}, 50ms);
+      },
+      errc::timeout, {"tcp_store.wait", "Timeout", "50 ms", "absent_key"});
   CHECK(std::chrono::steady_clock::now() - start >= 50ms);
   try {
     s.wait({"present_key", "absent_key"}, 0ms);
@@ -158,14 +161,16 @@ TEST_CASE_TEMPLATE("tcp_store: get and multi_get time out", F, TCP_STORES) {
   CHECK(std::chrono::steady_clock::now() - start >= 50ms);
   CHECK(std::chrono::steady_clock::now() - start < 2s);
   s.set("m1", "1");
-  check_error([&] { s.multi_get({"m1", "missing_a", "missing_b"}); }, errc::timeout,
-              {"tcp_store.multi_get", "Timeout", "50 ms", "missing_a", "missing_b"});
+  check_error(
+      [&] {
+        s.multi_get({"m1", "missing_a", "missing_b"});
+      },
+      errc::timeout, {"tcp_store.multi_get", "Timeout", "50 ms", "missing_a", "missing_b"});
   s.set("late", "x");  // the expired waiters are gone: a later write finds none
   CHECK(s.get_string("late") == "x");
 }
 
-TEST_CASE_TEMPLATE("tcp_store: delete_key, num_keys, append, multi_get, multi_set", F,
-                   TCP_STORES) {
+TEST_CASE_TEMPLATE("tcp_store: delete_key, num_keys, append, multi_get, multi_set", F, TCP_STORES) {
   F f;
   auto& s = *f.s;
   CHECK(s.num_keys() == 0);
@@ -187,8 +192,11 @@ TEST_CASE_TEMPLATE("tcp_store: delete_key, num_keys, append, multi_get, multi_se
   CHECK(troupe::to_string(values[2]) == "two");
   CHECK(s.multi_get({}).empty());
   s.multi_set({}, {});
-  check_error([&] { s.multi_set({"x", "y"}, {to_bytes("1"), to_bytes("2"), to_bytes("3")}); },
-              errc::invalid_argument, {"tcp_store.multi_set", "2 keys", "3 values"});
+  check_error(
+      [&] {
+        s.multi_set({"x", "y"}, {to_bytes("1"), to_bytes("2"), to_bytes("3")});
+      },
+      errc::invalid_argument, {"tcp_store.multi_set", "2 keys", "3 values"});
   CHECK_FALSE(s.check({"x"}));
 }
 
@@ -262,8 +270,8 @@ TEST_CASE("tcp_store: a wrong token is refused, counted and logged; the right on
 TEST_CASE("tcp_store: empty tokens are rejected before anything starts") {
   check_error([] { troupe::tcp_store_server("127.0.0.1", 0, ""); }, errc::invalid_argument,
               {"tcp_store_server", "TROUPE_JOB_TOKEN"});
-  check_error([] { troupe::tcp_store("127.0.0.1", 1, client_options("")); },
-              errc::invalid_argument, {"tcp_store", "127.0.0.1:1", "TROUPE_JOB_TOKEN"});
+  check_error([] { troupe::tcp_store("127.0.0.1", 1, client_options("")); }, errc::invalid_argument,
+              {"tcp_store", "127.0.0.1:1", "TROUPE_JOB_TOKEN"});
 }
 
 TEST_CASE("tcp_store: an unreachable store and an unusable address") {

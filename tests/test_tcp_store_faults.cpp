@@ -1,8 +1,8 @@
 // Tests that a tcp_store_server survives misbehaving peers: a client process
 // killed with SIGKILL while it waits, and raw sockets that send garbage or
 // truncated BASP headers. After each, proper clients keep working.
-#include <doctest/doctest.h>
 #include <arpa/inet.h>
+#include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -75,17 +75,16 @@ std::vector<std::uint8_t> basp_header(std::uint8_t operation, std::uint32_t payl
   std::vector<std::uint8_t> h(32, 0);
   h[0] = operation;
   for (int i = 0; i < 4; ++i) h[4 + i] = static_cast<std::uint8_t>(payload_len >> (24 - 8 * i));
-  for (int i = 0; i < 8; ++i)
-    h[8 + i] = static_cast<std::uint8_t>(operation_data >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i) h[8 + i] = static_cast<std::uint8_t>(operation_data >> (56 - 8 * i));
   return h;
 }
 
-/// Resident memory of this process in KiB (Linux).
-long rss_kib() {
+/// A memory figure of this process in KiB ("VmRSS:", "VmHWM:" for the peak; Linux).
+long status_kib(const std::string& key) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    if (line.rfind(key, 0) == 0) return std::stol(line.substr(key.size()));
   return -1;
 }
 
@@ -151,10 +150,8 @@ TEST_CASE("tcp_store_server: garbage and truncated BASP headers leave the server
     partial.insert(partial.end(), 10, 0xab);  // 10 of the announced 64 payload bytes
     send_raw(port, partial, 20ms);
   }
-  SUBCASE("a handshake header announcing a payload of almost 4 GiB") {
-    const long rss_before = rss_kib();
-    send_raw(port, basp_header(0x01, 0xfffffff0u, 1), 200ms);
-    MESSAGE("RSS before " << rss_before << " KiB, after " << rss_kib() << " KiB");
+  SUBCASE("a handshake header announcing a 64 MiB payload that never comes") {
+    send_raw(port, basp_header(0x01, 64u << 20, 1), 100ms);
   }
   SUBCASE("headers of every operation with garbage payloads") {
     std::mt19937 gen(777);
@@ -167,4 +164,29 @@ TEST_CASE("tcp_store_server: garbage and truncated BASP headers leave the server
   CHECK(before.get_string("k") == "v");  // an existing client is unaffected
   check_serving(port, "after_garbage");
   CHECK(server.refused_requests() == 0);
+}
+
+// Known CAF 0.17.6 weakness, measured here (skipped by default; run it with
+// --no-skip): BASP reads a 32-byte header and then allocates and zeroes a
+// receive buffer of the announced payload_len before any handshake or token
+// check. One unauthenticated connection that sends a client-handshake header
+// announcing 0xfffffff0 bytes makes the server process allocate ~4 GiB
+// (RSS 10 MB -> 4.2 GB) and stall its multiplexer (middleman.workers=0) for
+// ~4.6 s; the memory stays until that connection closes. Four such connections
+// took 16.8 GB and stalled the server for ~37 s. The server survives and then
+// serves normally; the token only protects the store's data, not the
+// server's memory, so keep the store on loopback or a trusted network.
+TEST_CASE("tcp_store_server: a header announcing ~4 GiB (CAF 0.17 allocates it)" *
+          doctest::skip()) {
+  troupe::tcp_store_server server("127.0.0.1", 0, token);
+  const long before = status_kib("VmRSS:");
+  auto start = std::chrono::steady_clock::now();
+  send_raw(server.port(), basp_header(0x01, 0xfffffff0u, 1), 200ms);
+  check_serving(server.port(), "after_4gib");
+  MESSAGE("RSS before " << before << " KiB, peak " << status_kib("VmHWM:")
+                        << " KiB; served again after "
+                        << std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::steady_clock::now() - start)
+                               .count()
+                        << " ms");
 }

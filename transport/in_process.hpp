@@ -37,6 +37,7 @@ class in_process_transport final : public transport {
   void send(int peer, envelope env) override;
   void send(int peer, p2p_envelope env) override;
   std::string describe_peer(int peer) const override;
+  bool reads_after_send(int) const override { return true; }
   std::vector<caf::actor_addr> watch_list() const override;
   const std::vector<group_actor>& peers() const noexcept { return peers_; }
 

@@ -25,6 +25,11 @@ class mixed_transport final : public transport {
   void send(int peer, envelope env) override;
   void send(int peer, p2p_envelope env) override;
   std::string describe_peer(int peer) const override;
+  /// Local peers read the shared payload later; the data plane writes it out
+  /// before send() returns.
+  bool reads_after_send(int peer) const override {
+    return static_cast<bool>(local_[static_cast<std::size_t>(peer)]);
+  }
   std::vector<caf::actor_addr> watch_list() const override;
 
  private:

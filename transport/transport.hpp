@@ -20,6 +20,9 @@ class transport {
   virtual void send(int peer, envelope env) = 0;
   /// Delivers a point-to-point message to group rank `peer`.
   virtual void send(int peer, p2p_envelope env) = 0;
+  /// Whether a payload sent to `peer` is still read after send() returned (so
+  /// the sender must hand over a private copy of a buffer it does not own).
+  virtual bool reads_after_send(int peer) const = 0;
   /// "rank 2 (world rank 5)" — how errors name a peer.
   virtual std::string describe_peer(int peer) const = 0;
   /// Actors whose death means the peer of that index is gone (monitored by the

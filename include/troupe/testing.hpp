@@ -13,6 +13,14 @@
 /// they do not wait for it until their timeout) and run_ranks rethrows the
 /// first failure as troupe::error with "rank R: " before its message.
 /// Assertion macros of doctest are thread-safe and may be used inside.
+///
+/// Started by a launcher (troupe-run, mpirun, srun: RANK etc. are set), the
+/// same call spreads its ranks over the job's processes — rank r runs in
+/// process r mod P, over the store of the environment ("env://") — so a suite
+/// written for one process runs unchanged across processes and hosts. Every
+/// process must make the same sequence of run_ranks calls. A function must
+/// then not share state between ranks through memory (each process sees only
+/// its own ranks).
 
 #include <chrono>
 #include <functional>
