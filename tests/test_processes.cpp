@@ -3,7 +3,10 @@
 // job token; and a rank killed with SIGKILL, whose peers fail within 2 s
 // naming it, its host and its pid.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,8 +33,9 @@ std::string temp_path() {
 
 /// Forks `processes` children; child p hosts world ranks p, p+P, ... (threads)
 /// and runs body(world); returns each child's exit code (0: all checks passed).
-template <class F>
-std::vector<int> run_processes(int processes, int ranks, const char* transport, F body) {
+template <class F, class G>
+std::vector<int> run_processes(int processes, int ranks, const char* transport, F body,
+                               G while_running) {
   const auto path = temp_path();
   std::vector<pid_t> pids;
   for (int p = 0; p < processes; ++p) {
@@ -69,6 +73,7 @@ std::vector<int> run_processes(int processes, int ranks, const char* transport, 
     }
     pids.push_back(pid);
   }
+  while_running(path);
   std::vector<int> codes;
   for (auto pid : pids) {
     int status = 0;
@@ -77,6 +82,11 @@ std::vector<int> run_processes(int processes, int ranks, const char* transport, 
   }
   ::unlink(path.c_str());
   return codes;
+}
+
+template <class F>
+std::vector<int> run_processes(int processes, int ranks, const char* transport, F body) {
+  return run_processes(processes, ranks, transport, body, [](const std::string&) {});
 }
 
 /// A few collectives with checked results; false on any mismatch.
@@ -159,4 +169,77 @@ TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming 
   CHECK(codes[0] == 0);
   CHECK(codes[1] == 0);
   CHECK(codes[2] == 128 + SIGKILL);
+}
+
+namespace {
+
+/// Connects to host:port, writes `bytes`, and returns what the server answered
+/// before closing ("" when it closed without a word).
+std::string poke(const std::string& addr, const std::string& bytes) {
+  auto sp = addr.find(' ');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(addr.substr(sp + 1))));
+  ::inet_pton(AF_INET, addr.substr(0, sp).c_str(), &a.sin_addr);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return "connect failed";
+  }
+  (void)!::write(fd, bytes.data(), bytes.size());
+  ::shutdown(fd, SHUT_WR);
+  timeval tv{8, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string answer;
+  char buf[64];
+  for (ssize_t r; (r = ::read(fd, buf, sizeof(buf))) > 0;)
+    answer.append(buf, static_cast<std::size_t>(r));
+  ::close(fd);
+  return answer;
+}
+
+/// A handshake that claims `claimed_len` token bytes; with `complete`, also
+/// the rank, pid, host, job and ring fields that follow the token.
+std::string hello(const std::string& token, std::uint32_t claimed_len, bool complete = false) {
+  std::string h = "TROUPEH1";
+  h.append(reinterpret_cast<const char*>(&claimed_len), 4);
+  h += token;
+  if (!complete) return h;
+  std::int32_t ids[2] = {0, 1};
+  h.append(reinterpret_cast<const char*>(ids), sizeof(ids));
+  for (std::string f : {"host", "job", ""}) {
+    auto n = static_cast<std::uint16_t>(f.size());
+    h.append(reinterpret_cast<const char*>(&n), 2);
+    h += f;
+  }
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the data plane refuses garbage, truncated handshakes and wrong tokens, and keeps working") {
+  std::vector<std::string> answers;
+  auto codes = run_processes(
+      2, 2, "auto",
+      [](world& w) {
+        w.get_store()->wait({"attack_done"}, 20s);  // let the attacker try first
+        return collectives(w);
+      },
+      [&](const std::string& path) {
+        file_store s{path, 20s};
+        auto job = s.get_string("troupe/job/0");
+        auto addr = s.get_string("troupe/" + job + "/addr/1");
+        std::string noise(4096, '\0');
+        for (std::size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<char>(i * 7919 + 13);
+        answers.push_back(poke(addr, noise));                          // random bytes
+        answers.push_back(poke(addr, "TROUPEH1"));                     // truncated
+        answers.push_back(poke(addr, hello("0123456789abcdeX", 16, true)));  // wrong token
+        answers.push_back(poke(addr, hello("0123456789abcdef", 16)));  // right token, truncated
+        answers.push_back(poke(addr, hello("", 0xfffffff0u)));         // absurd length
+        s.set("attack_done", "1");
+      });
+  for (auto c : codes) CHECK(c == 0);
+  REQUIRE(answers.size() == 5);
+  for (auto& a : answers) CHECK(a.empty());  // never an acknowledgement
 }
