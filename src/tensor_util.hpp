@@ -19,6 +19,8 @@ shape_t contiguous_strides(const shape_t& shape);
 /// A base pointer for tensor storage that shares ownership with `owner` and
 /// points at `data`, or at a private sentinel when `data` is null (only valid
 /// for zero-element tensors), so that the tensor is still defined().
+/// Owned host memory of `bytes` (64-byte aligned; large buffers use huge pages).
+std::shared_ptr<void> allocate_host(std::size_t bytes);
 std::shared_ptr<void> non_null_base(std::shared_ptr<void> owner, void* data);
 
 }  // namespace troupe::detail
