@@ -7,7 +7,14 @@
 // against a serial solve of the same scheme.
 //
 //   heat_simulation [--ranks N (4)] [--cells M (48)] [--tol T (1e-6)]
+//   troupe-run -n N heat_simulation [--cells M] [--tol T]
+//
+// By default the ranks are threads of this process. Started by a launcher
+// (troupe-run, mpirun, srun) each process is one rank, its world from
+// troupe::init_world(); rank 0 checks and broadcasts the verdict, so every
+// rank's exit code says whether the parallel solve matched.
 
+#include <troupe/launch.hpp>
 #include <troupe/testing.hpp>
 #include <troupe/troupe.hpp>
 
@@ -15,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,6 +34,7 @@ using troupe::tensor;
 
 struct params {
   int ranks = 4;
+  bool ranks_given = false;
   int cells = 48;
   double tol = 1e-6;
   double k = 0.4;          // dt / dx^2; explicit Euler is stable up to 0.5
@@ -131,18 +140,68 @@ params parse(int argc, char** argv) {
     std::string a = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument("missing value after " + a);
     const char* v = argv[++i];
-    if (a == "--ranks")
+    if (a == "--ranks") {
       p.ranks = std::atoi(v);
-    else if (a == "--cells")
+      p.ranks_given = true;
+    } else if (a == "--cells") {
       p.cells = std::atoi(v);
-    else if (a == "--tol")
+    } else if (a == "--tol") {
       p.tol = std::atof(v);
-    else
+    } else {
       throw std::invalid_argument("unknown argument " + a);
+    }
   }
-  if (p.ranks < 1 || p.cells < p.ranks || !(p.tol > 0))
-    throw std::invalid_argument("need ranks >= 1, cells >= ranks and tol > 0");
+  if (p.ranks < 1 || !(p.tol > 0)) throw std::invalid_argument("need ranks >= 1 and tol > 0");
   return p;
+}
+
+void check_cells(const params& p) {
+  if (p.cells < p.ranks) throw std::invalid_argument("need cells >= ranks");
+}
+
+/// Rank 0's check of the gathered field against the serial solve.
+bool matches_serial(const params& p, const solution& parallel) {
+  const auto serial = solve_serial(p);
+  double diff = 0, from_steady = 0;
+  for (std::size_t i = 0; i < serial.u.size(); ++i) {
+    diff = std::max(diff, std::fabs(parallel.u[i] - serial.u[i]));
+    const double x = static_cast<double>(i + 1) / (p.cells + 1);
+    from_steady = std::max(from_steady, std::fabs(parallel.u[i] - (1.0 - x)));
+  }
+  std::printf("converged after %d steps, final residual %.3e (serial: %d steps, %.3e)\n",
+              parallel.steps, parallel.residual, serial.steps, serial.residual);
+  std::printf("max |parallel - serial| = %.3e, max |u - steady state| = %.3e\n", diff, from_steady);
+  if (parallel.steps != serial.steps || diff > 1e-12) {
+    std::fprintf(stderr,
+                 "heat_simulation FAILED: the parallel solve differs from the serial one\n");
+    return false;
+  }
+  std::printf("heat_simulation: matches the serial solve\n");
+  return true;
+}
+
+bool launched() {
+  return std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID");
+}
+
+/// Under a launcher: this process is one rank; rank 0 checks, everyone learns the verdict.
+int run_launched(params p) {
+  auto w = troupe::init_world({.timeout = std::chrono::seconds(120)});
+  if (p.ranks_given && p.ranks != w->size())
+    throw std::invalid_argument("--ranks " + std::to_string(p.ranks) +
+                                " does not match the launched job's " + std::to_string(w->size()) +
+                                " ranks");
+  p.ranks = w->size();
+  check_cells(p);
+  if (w->rank() == 0)
+    std::printf("heat_simulation: %d cells on %d ranks, one per process, tol %.1e\n", p.cells,
+                p.ranks, p.tol);
+  auto s = simulate(*w, p);
+  auto ok = troupe::tensor::from_vector<std::int32_t>({1});
+  if (w->rank() == 0) ok.data_as<std::int32_t>()[0] = matches_serial(p, s) ? 1 : 0;
+  std::fflush(stdout);
+  w->default_group().broadcast(ok, 0).wait();
+  return ok.data_as<std::int32_t>()[0] == 1 ? 0 : 1;
 }
 
 }  // namespace
@@ -150,31 +209,15 @@ params parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     const auto p = parse(argc, argv);
+    if (launched()) return run_launched(p);
+    check_cells(p);
     std::printf("heat_simulation: %d cells on %d ranks, tol %.1e\n", p.cells, p.ranks, p.tol);
     solution parallel;
     troupe::testing::run_ranks(p.ranks, [&](troupe::world& w) {
       auto s = simulate(w, p);
       if (w.rank() == 0) parallel = std::move(s);
     });
-    const auto serial = solve_serial(p);
-
-    double diff = 0, from_steady = 0;
-    for (std::size_t i = 0; i < serial.u.size(); ++i) {
-      diff = std::max(diff, std::fabs(parallel.u[i] - serial.u[i]));
-      const double x = static_cast<double>(i + 1) / (p.cells + 1);
-      from_steady = std::max(from_steady, std::fabs(parallel.u[i] - (1.0 - x)));
-    }
-    std::printf("converged after %d steps, final residual %.3e (serial: %d steps, %.3e)\n",
-                parallel.steps, parallel.residual, serial.steps, serial.residual);
-    std::printf("max |parallel - serial| = %.3e, max |u - steady state| = %.3e\n", diff,
-                from_steady);
-    if (parallel.steps != serial.steps || diff > 1e-12) {
-      std::fprintf(stderr,
-                   "heat_simulation FAILED: the parallel solve differs from the serial one\n");
-      return 1;
-    }
-    std::printf("heat_simulation: matches the serial solve\n");
-    return 0;
+    return matches_serial(p, parallel) ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "heat_simulation FAILED: %s\n", e.what());
     return 1;
