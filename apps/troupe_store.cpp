@@ -74,8 +74,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop, &sig);
-    std::fprintf(stderr, "troupe-store: %s received, %llu refused request(s); stopping\n",
+    std::fprintf(stderr,
+                 "troupe-store: %s received, %llu refused connection(s), %llu refused request(s); "
+                 "stopping\n",
                  sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 static_cast<unsigned long long>(server.refused_connections()),
                  static_cast<unsigned long long>(server.refused_requests()));
   } catch (const troupe::error& e) {
     std::fprintf(stderr, "troupe-store: %s\n", e.what());

@@ -1,5 +1,10 @@
 // tcp_store: a store served by a published store actor (actors/store_actor.hpp).
 //
+// No byte reaches CAF before the job token is proven (src/store_gate.hpp): the
+// server publishes its actor on 127.0.0.1 only, behind a store_gate on the
+// public address; a client's middleman connects to its own store_forwarder,
+// which presents the token to the gate and then carries the BASP bytes.
+//
 // Errors: connecting that never succeeds within the timeout is errc::store
 // ("tcp_store: cannot reach store at host:port ..."), a refused token is
 // errc::store naming the token problem, a store answer that does not come in
@@ -15,6 +20,7 @@
 #include <thread>
 
 #include "actors/store_actor.hpp"
+#include "src/store_gate.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -48,8 +54,10 @@ std::string quoted(const std::vector<std::string>& keys) {
 
 namespace detail {
 
-/// An actor system with a published store actor (of tcp_store_server, or of an is_server store).
+/// An actor system with a store actor published on loopback, behind a gate on the public address
+/// (of tcp_store_server, or of an is_server store).
 struct server_core {
+  std::unique_ptr<store_gate> gate;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   store_actor actor;
@@ -63,21 +71,31 @@ struct server_core {
                   "tcp_store_server(" + endpoint(bind_address, want_port) +
                       "): empty job token; set TROUPE_JOB_TOKEN (every request must prove it "
                       "belongs to the job)");
+    if (token.size() > gate_max_token)
+      throw error(errc::invalid_argument, "tcp_store_server(" + endpoint(bind_address, want_port) +
+                                              "): the job token has " +
+                                              std::to_string(token.size()) + " bytes; at most " +
+                                              std::to_string(gate_max_token) + " are allowed");
+    // The public address is the gate's (its constructor throws naming the address).
+    gate = std::make_unique<store_gate>(bind_address, want_port, token);
     detail::configure_store_system(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     actor = detail::spawn_store_actor(*sys, std::move(token), refused);
-    auto bound = caf::io::publish(actor, want_port, bind_address.c_str(), true);
+    // Internal only: reachable from this host, and from elsewhere only through the gate.
+    auto bound = caf::io::publish(actor, 0, "127.0.0.1", true);
     if (!bound) {
       const auto reason = sys->render(bound.error());
       shutdown();
-      throw error(errc::store, "tcp_store_server: cannot listen on " +
-                                   endpoint(bind_address, want_port) + ": " + reason);
+      throw error(errc::store, "tcp_store_server(" + endpoint(bind_address, want_port) +
+                                   "): cannot publish the store on 127.0.0.1: " + reason);
     }
-    port = *bound;
+    gate->start(*bound);
+    port = gate->port();
   }
   ~server_core() { shutdown(); }
 
   void shutdown() {
+    gate.reset();  // no new connections; the admitted ones close
     if (actor) {
       caf::io::unpublish(actor);
       caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
@@ -109,12 +127,17 @@ std::uint64_t tcp_store_server::refused_requests() const {
   return impl_->core.refused->load();
 }
 
+std::uint64_t tcp_store_server::refused_connections() const {
+  return impl_->core.gate ? impl_->core.gate->refused() : 0;
+}
+
 struct tcp_store::impl {
   std::string host;
   std::uint16_t port = 0;
   std::string token;
-  std::unique_ptr<detail::server_core> server;  // when is_server
-  caf::actor_system_config cfg;                 // of `own` (when reaching a remote server)
+  std::unique_ptr<detail::server_core> server;         // when is_server
+  std::unique_ptr<detail::store_forwarder> forwarder;  // `own`'s way to the gate of host:port
+  caf::actor_system_config cfg;                        // of `own` (when reaching a remote server)
   std::unique_ptr<caf::actor_system> own;
   caf::actor_system* sys = nullptr;  // `own` or the server's
   store_actor actor;                 // the store actor, or the relay to a remote one
@@ -123,11 +146,14 @@ struct tcp_store::impl {
     if (own && actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);  // the relay
     actor = nullptr;
     own.reset();
+    forwarder.reset();  // after `own`: its connections have closed
     server.reset();
   }
 
   /// Reaches the store actor at host:port, retrying until `timeout` passes.
   void connect(ms timeout) {
+    forwarder = std::make_unique<detail::store_forwarder>(host, port, token,
+                                                          std::clamp(timeout, ms(1), max_timeout));
     detail::configure_store_system(cfg);
     own = std::make_unique<caf::actor_system>(cfg);
     sys = own.get();
@@ -142,7 +168,9 @@ struct tcp_store::impl {
       // The middleman's connect request, so that even a connect that hangs obeys the timeout.
       caf::scoped_actor self{*sys};
       bool done = false;
-      self->request(sys->middleman().actor_handle(), left, caf::connect_atom::value, host, port)
+      // CAF reaches the store through this process's forwarder (which proves the token first).
+      self->request(sys->middleman().actor_handle(), left, caf::connect_atom::value,
+                    std::string("127.0.0.1"), forwarder->port())
           .receive(
               [&](const caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>& ifs) {
                 if (!ptr) {
@@ -155,8 +183,15 @@ struct tcp_store::impl {
                   done = true;
                 }
               },
-              [&](caf::error& e) { reason = sys->render(e); });
+              [&](caf::error& e) {
+                reason = forwarder->take_failure();
+                if (reason.empty()) reason = sys->render(e);
+              });
       if (done) return;
+      if (forwarder->token_refused())
+        throw error(errc::store, "tcp_store: the store at " + endpoint(host, port) +
+                                     " refused this process's job token (TROUPE_JOB_TOKEN is not " +
+                                     "the one the store expects)");
       std::this_thread::sleep_for(std::min(
           pause, std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now())));
       pause = std::min(pause * 2, ms(500));

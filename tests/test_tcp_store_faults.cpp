@@ -1,6 +1,8 @@
 // Tests that a tcp_store_server survives misbehaving peers: a client process
-// killed with SIGKILL while it waits, and raw sockets that send garbage or
-// truncated BASP headers. After each, proper clients keep working.
+// killed with SIGKILL while it waits, and raw sockets that send garbage,
+// truncated BASP headers or hostile gate preambles (src/store_gate.hpp) —
+// including the BASP header announcing ~4 GiB that CAF 0.17 would allocate
+// before any authentication. After each, proper clients keep working.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -79,6 +81,56 @@ std::vector<std::uint8_t> basp_header(std::uint8_t operation, std::uint32_t payl
   return h;
 }
 
+/// Connects a raw socket, writes `data`, ends its sending side and returns what the server
+/// answers until it closes the connection (or `wait` passes).
+std::string exchange_raw(std::uint16_t port, const std::vector<std::uint8_t>& data,
+                         std::chrono::milliseconds wait = 8s) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  for (std::size_t off = 0; off < data.size();) {
+    auto n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the gate closes on the first bad byte
+    off += static_cast<std::size_t>(n);
+  }
+  ::shutdown(fd, SHUT_WR);
+  timeval tv{static_cast<time_t>(wait.count() / 1000), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string answer;
+  char buf[256];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) answer.append(buf, buf + n);
+  ::close(fd);
+  return answer;
+}
+
+/// A gate preamble: the magic, a big-endian token length and the token bytes.
+std::vector<std::uint8_t> preamble(std::uint32_t announced, const std::string& tok) {
+  std::vector<std::uint8_t> p = {'T', 'R', 'O', 'U', 'P', 'E', 'S', '1'};
+  for (int shift : {24, 16, 8, 0}) p.push_back(static_cast<std::uint8_t>(announced >> shift));
+  p.insert(p.end(), tok.begin(), tok.end());
+  return p;
+}
+
+/// Waits (up to 10 s) until the server has refused `n` connections; answers how many it has.
+std::uint64_t wait_refused(const troupe::tcp_store_server& server, std::uint64_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server.refused_connections() < n && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  return server.refused_connections();
+}
+
+/// This process's resident set in KiB (/proc/self/statm).
+long rss_kib() {
+  std::ifstream in("/proc/self/statm");
+  long size = 0, resident = -1;
+  in >> size >> resident;
+  return resident < 0 ? -1 : resident * (::sysconf(_SC_PAGESIZE) / 1024);
+}
+
 /// A memory figure of this process in KiB ("VmRSS:", "VmHWM:" for the peak; Linux).
 long status_kib(const std::string& key) {
   std::ifstream in("/proc/self/status");
@@ -134,6 +186,7 @@ TEST_CASE("tcp_store_server: garbage and truncated BASP headers leave the server
   const auto port = server.port();
   troupe::tcp_store before("127.0.0.1", port, client_options());
   before.set("k", "v");
+  std::uint64_t sent = 0;  // each is refused by the gate: none is a troupe preamble
 
   SUBCASE("4 KiB of random bytes, several times") {
     std::mt19937 gen(12345);
@@ -141,6 +194,7 @@ TEST_CASE("tcp_store_server: garbage and truncated BASP headers leave the server
       std::vector<std::uint8_t> junk(4096);
       for (auto& b : junk) b = static_cast<std::uint8_t>(gen());
       send_raw(port, junk, 20ms);
+      ++sent;
     }
   }
   SUBCASE("a truncated header, then a header with a truncated payload") {
@@ -149,9 +203,11 @@ TEST_CASE("tcp_store_server: garbage and truncated BASP headers leave the server
     auto partial = h;
     partial.insert(partial.end(), 10, 0xab);  // 10 of the announced 64 payload bytes
     send_raw(port, partial, 20ms);
+    sent += 2;
   }
   SUBCASE("a handshake header announcing a 64 MiB payload that never comes") {
     send_raw(port, basp_header(0x01, 64u << 20, 1), 100ms);
+    ++sent;
   }
   SUBCASE("headers of every operation with garbage payloads") {
     std::mt19937 gen(777);
@@ -159,34 +215,102 @@ TEST_CASE("tcp_store_server: garbage and truncated BASP headers leave the server
       auto msg = basp_header(op, 48, gen());
       for (int i = 0; i < 48; ++i) msg.push_back(static_cast<std::uint8_t>(gen()));
       send_raw(port, msg, 20ms);
+      ++sent;
     }
   }
   CHECK(before.get_string("k") == "v");  // an existing client is unaffected
   check_serving(port, "after_garbage");
+  CHECK(wait_refused(server, sent) == sent);
   CHECK(server.refused_requests() == 0);
 }
 
-// Known CAF 0.17.6 weakness, measured here (skipped by default; run it with
-// --no-skip): BASP reads a 32-byte header and then allocates and zeroes a
+// CAF 0.17.6's BASP reads a 32-byte header and then allocates and zeroes a
 // receive buffer of the announced payload_len before any handshake or token
-// check. One unauthenticated connection that sends a client-handshake header
-// announcing 0xfffffff0 bytes makes the server process allocate ~4 GiB
-// (RSS 10 MB -> 4.2 GB) and stall its multiplexer (middleman.workers=0) for
-// ~4.6 s; the memory stays until that connection closes. Four such connections
-// took 16.8 GB and stalled the server for ~37 s. The server survives and then
-// serves normally; the token only protects the store's data, not the
-// server's memory, so keep the store on loopback or a trusted network.
-TEST_CASE("tcp_store_server: a header announcing ~4 GiB (CAF 0.17 allocates it)" *
-          doctest::skip()) {
+// check. Without the gate, one connection sending a client-handshake header that
+// announces 0xfffffff0 bytes made this process allocate ~4 GiB (RSS 9 MB ->
+// 4.2 GB) and stalled the server for ~9 s; four took 16.8 GB. Now the gate reads
+// at most 8 + 4 + 4096 bytes of a stranger, into a fixed buffer, and never
+// passes a byte of theirs to CAF.
+TEST_CASE(
+    "tcp_store_server: the gate refuses hostile peers without allocating what they announce") {
   troupe::tcp_store_server server("127.0.0.1", 0, token);
-  const long before = status_kib("VmRSS:");
-  auto start = std::chrono::steady_clock::now();
-  send_raw(server.port(), basp_header(0x01, 0xfffffff0u, 1), 200ms);
-  check_serving(server.port(), "after_4gib");
-  MESSAGE("RSS before " << before << " KiB, peak " << status_kib("VmHWM:")
-                        << " KiB; served again after "
-                        << std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::steady_clock::now() - start)
-                               .count()
+  const auto port = server.port();
+  check_serving(port, "warm_up");  // the clients' first-use allocations happen before measuring
+  const long rss_before = rss_kib(), peak_before = status_kib("VmHWM:");
+  const auto start = std::chrono::steady_clock::now();
+
+  // Only the magic, then silence: closed after the gate's 5 s handshake timeout.
+  std::string slow_answer = "unset";
+  std::thread slow([&] {
+    auto magic = preamble(0, "");
+    magic.resize(8);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return;
+    ::send(fd, magic.data(), magic.size(), MSG_NOSIGNAL);
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c;
+    const auto n = ::recv(fd, &c, 1, 0);
+    slow_answer = n == 0 ? "" : n > 0 ? std::string(1, c) : "still open";
+    ::close(fd);
+  });
+  // The attack CAF fell for, four times at once: each is refused, nothing is allocated.
+  std::vector<std::thread> attackers;
+  std::vector<std::string> answers(4, "unset");
+  for (auto& a : answers)
+    attackers.emplace_back([&] { a = exchange_raw(port, basp_header(0x01, 0xfffffff0u, 1)); });
+  for (auto& t : attackers) t.join();
+  for (const auto& a : answers) CHECK(a.empty());  // closed without an answer
+  std::uint64_t sent = 4;
+
+  std::mt19937 gen(4242);
+  std::vector<std::uint8_t> junk(4096);
+  for (auto& b : junk) b = static_cast<std::uint8_t>(gen());
+  auto truncated_magic = preamble(5, "abcde");
+  truncated_magic.resize(5);
+  auto truncated_length = preamble(5, "abcde");
+  truncated_length.resize(10);
+  const std::vector<std::vector<std::uint8_t>> hostile = {
+      junk,                                           // random bytes
+      truncated_magic,                                // closes inside the magic
+      truncated_length,                               // closes inside the token length
+      preamble(100, "short"),                         // closes inside the token
+      preamble(0xffffffffu, "x"),                     // right magic, a 4 GiB token length
+      preamble(0xfffffff0u, std::string(4096, 't')),  // the same, with bytes following
+      preamble(4097, std::string(4097, 't')),         // one byte over the limit
+      preamble(0, ""),                                // an empty token
+  };
+  for (const auto& h : hostile) CHECK(exchange_raw(port, h).empty());
+  sent += hostile.size();
+  auto wrong = token;
+  wrong.back() ^= 1;
+  CHECK(exchange_raw(port, preamble(static_cast<std::uint32_t>(wrong.size()), wrong)) ==
+        std::string(1, '\0'));  // a well-formed preamble with the wrong token: answered 0
+  ++sent;
+  const auto prefix = token.substr(0, token.size() - 1);
+  CHECK(exchange_raw(port, preamble(static_cast<std::uint32_t>(prefix.size()), prefix)) ==
+        std::string(1, '\0'));  // a prefix of the right token
+  ++sent;
+  const auto attacked = std::chrono::steady_clock::now() - start;
+  check_serving(port, "after_attacks");
+  CHECK(wait_refused(server, sent) == sent);
+
+  slow.join();
+  CHECK(slow_answer.empty());  // the gate closed it
+  CHECK(std::chrono::steady_clock::now() - start >= 4500ms);
+  CHECK(wait_refused(server, sent + 1) == sent + 1);
+  CHECK(server.refused_requests() == 0);
+
+  const long rss_after = rss_kib(), peak_after = status_kib("VmHWM:");
+  MESSAGE("RSS before " << rss_before << " KiB, after " << rss_after << " KiB; peak before "
+                        << peak_before << " KiB, after " << peak_after << " KiB; attacks took "
+                        << std::chrono::duration_cast<std::chrono::milliseconds>(attacked).count()
                         << " ms");
+  CHECK(rss_after - rss_before < 64 * 1024);
+  CHECK(peak_after - peak_before < 64 * 1024);
+  CHECK(attacked < 3s);
 }

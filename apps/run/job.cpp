@@ -53,11 +53,16 @@ int pick_free_port(const std::string& addr) {
   std::string why = "no address";
   int port = 0;
   for (addrinfo* a = found; a != nullptr && port == 0; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
       why = strerror(errno);
       continue;
     }
+    // Keep the port bound (SO_REUSEADDR, never listening) while the job runs:
+    // rank 0 can still bind and listen on it, but no other bind(0) on this
+    // host — another troupe-run starting at the same time — is handed it.
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_storage bound{};
     socklen_t len = sizeof bound;
     if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
@@ -70,7 +75,7 @@ int pick_free_port(const std::string& addr) {
     } else {
       why = strerror(errno);
     }
-    ::close(fd);
+    if (port == 0) ::close(fd);  // else: held open until troupe-run exits
   }
   ::freeaddrinfo(found);
   if (port == 0) {

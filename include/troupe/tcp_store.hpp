@@ -2,11 +2,14 @@
 /// troupe::tcp_store — a store served over TCP, for ranks in several
 /// processes or on several hosts.
 ///
-/// The server is a CAF actor published by the middleman on host:port (rank 0
-/// hosts it by default; `troupe-store` runs it standalone). Clients reach it
-/// through remote actor handles and get the full store interface with the
-/// same timeouts and errors. Every request carries the job's secret token; a
-/// request with a missing or wrong token is refused and logged. The server
+/// The server is a CAF actor (rank 0 hosts it by default; `troupe-store` runs
+/// it standalone). Clients reach it through remote actor handles and get the
+/// full store interface with the same timeouts and errors. host:port is a gate:
+/// every connection must first present the job's secret token, and only then
+/// are its bytes passed on to CAF (published on 127.0.0.1 only); a connection
+/// with a wrong token, garbage or nothing in time is refused, logged and
+/// counted, and a client with a wrong token fails to connect. Every request
+/// carries the token too, and the store actor checks it again. The server
 /// keeps serving when a client disconnects or dies.
 
 #include <cstdint>
@@ -38,8 +41,12 @@ class tcp_store_server {
   tcp_store_server(const tcp_store_server&) = delete;
   tcp_store_server& operator=(const tcp_store_server&) = delete;
   std::uint16_t port() const noexcept;
-  /// Requests refused for a missing or wrong token so far.
+  /// Requests refused for a missing or wrong token so far (by the store actor,
+  /// behind the gate).
   std::uint64_t refused_requests() const;
+  /// Connections the gate refused so far: wrong token, not a troupe store
+  /// client, truncated, or no token within 5 s.
+  std::uint64_t refused_connections() const;
 
  private:
   struct impl;
