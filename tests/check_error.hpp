@@ -26,4 +26,16 @@ void check_error(F&& f, errc code, std::initializer_list<std::string_view> words
   }
 }
 
+/// Runs `f`, which must throw troupe::error with `code` and exactly `message`.
+template <class F>
+void check_exact_error(F&& f, errc code, const std::string& message) {
+  try {
+    f();
+    FAIL_CHECK("expected troupe::error: " << message);
+  } catch (const error& e) {
+    CHECK(e.code() == code);
+    CHECK(std::string(e.what()) == message);
+  }
+}
+
 }  // namespace troupe::test
