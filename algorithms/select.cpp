@@ -7,6 +7,7 @@
 namespace troupe::detail {
 
 std::unique_ptr<algorithm> make_allreduce_ring();
+std::unique_ptr<algorithm> make_allreduce_direct();
 std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
@@ -17,10 +18,16 @@ std::unique_ptr<algorithm> make_alltoall_pairwise();
 std::unique_ptr<algorithm> make_barrier_dissemination();
 std::unique_ptr<algorithm> make_monitored_barrier();
 
-std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, int) {
+/// Up to this many bytes, an allreduce sends every contribution to every rank
+/// in one step (allreduce_direct) instead of running the ring: latency, not
+/// bandwidth, decides small collectives.
+constexpr std::size_t direct_allreduce_bytes = 64 * 1024;
+
+std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, int size) {
   switch (call.code) {
     case op_code::allreduce:
-      return make_allreduce_ring();
+      return size > 1 && call.input.nbytes() <= direct_allreduce_bytes ? make_allreduce_direct()
+                                                                       : make_allreduce_ring();
     case op_code::broadcast:
       return make_broadcast_binomial();
     case op_code::reduce:

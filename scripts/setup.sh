@@ -22,7 +22,9 @@ while [ $# -gt 0 ]; do
 done
 
 # 1. Packages: only touch apt when something is missing.
-packages=(libcaf-dev doctest-dev libdlpack-dev cmake ninja-build g++)
+# The benchmark's peers and plots (bench/run_bench.sh): Gloo, OpenMPI, gnuplot.
+packages=(libcaf-dev doctest-dev libdlpack-dev cmake ninja-build g++
+          libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg -s "$p" >/dev/null 2>&1; then missing+=("$p"); fi

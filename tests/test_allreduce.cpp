@@ -127,3 +127,27 @@ TEST_CASE("reduce delivers the reduction to every root and leaves the others' in
     });
   }
 }
+
+TEST_CASE("allreduce of buffers above the direct-algorithm threshold runs the ring") {
+  // 70001 elements exceed 64 KiB for every dtype, so the ring algorithm runs
+  // (small buffers above take the one-step direct algorithm).
+  const std::int64_t len = 70001;
+  for (int n : {2, 3, 4, 7}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n, len](world& w) {
+      for (auto t : {dtype::float32, dtype::int64, dtype::uint8, dtype::bfloat16})
+        for (auto& op : ops_for(t)) {
+          if (op.op() != reduce_op::SUM && op.op() != reduce_op::MAX && op.op() != reduce_op::AVG &&
+              op.op() != reduce_op::PREMUL_SUM)
+            continue;
+          std::vector<ref::values> inputs;
+          for (int r = 0; r < n; ++r)
+            inputs.push_back(ref::random_values(t, len, seed_of(r, n, len, int(t)), op.op()));
+          auto x = ref::make(t, inputs[static_cast<std::size_t>(w.rank())]);
+          w.default_group().allreduce(x, op).wait();
+          ref::check_close(x, ref::reduce(inputs, op, t),
+                           "ring allreduce " + op.to_string() + " " + std::string(to_string(t)));
+        }
+    });
+  }
+}

@@ -113,14 +113,18 @@ bool shm_ring::wait_for(std::atomic<std::uint32_t>& seq, std::atomic<std::uint32
                         const std::atomic<std::uint64_t>& pos, std::uint64_t not_equal_to) {
   for (int i = 0; i < 4000; ++i) {  // poll a few microseconds first
     if (pos.load(std::memory_order_acquire) != not_equal_to) return true;
-    if (ctl_->closed.load(std::memory_order_relaxed)) return false;
+    // Closed: data published just before the close still counts.
+    if (ctl_->closed.load()) return pos.load() != not_equal_to;
     cpu_relax();
   }
   for (;;) {
     const auto s = seq.load();
     waiting.store(1);
     if (pos.load() != not_equal_to) break;
-    if (ctl_->closed.load()) return false;
+    if (ctl_->closed.load()) {
+      waiting.store(0);
+      return pos.load() != not_equal_to;
+    }
     futex_wait(seq, s);
   }
   waiting.store(0);

@@ -1,0 +1,306 @@
+// bench_common — see bench_common.hpp.
+
+#include "bench_common.hpp"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace bench {
+
+const std::vector<op_kind>& all_ops() {
+  static const std::vector<op_kind> ops = {op_kind::allreduce, op_kind::broadcast,
+                                           op_kind::allgather, op_kind::reduce_scatter,
+                                           op_kind::alltoall};
+  return ops;
+}
+
+const char* op_name(op_kind op) {
+  switch (op) {
+    case op_kind::allreduce:
+      return "allreduce";
+    case op_kind::broadcast:
+      return "broadcast";
+    case op_kind::allgather:
+      return "allgather";
+    case op_kind::reduce_scatter:
+      return "reduce_scatter";
+    case op_kind::alltoall:
+      return "alltoall";
+  }
+  return "?";
+}
+
+double bus_factor(op_kind op, int n) {
+  switch (op) {
+    case op_kind::allreduce:
+      return 2.0 * (n - 1) / n;
+    case op_kind::broadcast:
+      return 1.0;
+    default:
+      return double(n - 1) / n;
+  }
+}
+
+std::vector<std::size_t> sizes(bool quick) {
+  std::vector<std::size_t> s = {4, 1 << 10, 64 << 10, 1 << 20};
+  if (!quick) {
+    s.push_back(16 << 20);
+    s.push_back(64 << 20);
+  }
+  return s;
+}
+
+layout make_layout(op_kind op, std::size_t nominal_bytes, int n) {
+  const std::size_t count = std::max<std::size_t>(1, nominal_bytes / sizeof(float));
+  const std::size_t block = std::max<std::size_t>(1, count / n);
+  const std::size_t whole = block * n;
+  layout l;
+  switch (op) {
+    case op_kind::allreduce:
+    case op_kind::broadcast:
+      l = {count, count, count, count};
+      break;
+    case op_kind::allgather:
+      l = {block, whole, block, whole};
+      break;
+    case op_kind::reduce_scatter:
+      l = {whole, block, block, whole};
+      break;
+    case op_kind::alltoall:
+      l = {whole, whole, block, whole};
+      break;
+  }
+  l.bytes *= sizeof(float);
+  return l;
+}
+
+namespace {
+
+/// Rank r's input element j: small integers, distinct per rank.
+float pattern(int r, std::size_t j) {
+  return float((r + 1) * 16 + int(j % 13));
+}
+
+/// The expected output element i on rank `me` of n.
+float expected(op_kind op, int me, int n, const layout& l, std::size_t i) {
+  switch (op) {
+    case op_kind::allreduce: {
+      float s = 0;
+      for (int q = 0; q < n; ++q) s += pattern(q, i);
+      return s;
+    }
+    case op_kind::broadcast:
+      return pattern(0, i);
+    case op_kind::allgather:
+      return pattern(int(i / l.block), i % l.block);
+    case op_kind::reduce_scatter: {
+      float s = 0;
+      for (int q = 0; q < n; ++q) s += pattern(q, me * l.block + i);
+      return s;
+    }
+    case op_kind::alltoall:
+      return pattern(int(i / l.block), me * l.block + i % l.block);
+  }
+  return 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+}  // namespace
+
+std::string size_label(std::size_t bytes) {
+  char b[32];
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
+    std::snprintf(b, sizeof b, "%zu MiB", bytes >> 20);
+  else if (bytes >= 1024 && bytes % 1024 == 0)
+    std::snprintf(b, sizeof b, "%zu KiB", bytes >> 10);
+  else
+    std::snprintf(b, sizeof b, "%zu B", bytes);
+  return b;
+}
+
+void fill_input(op_kind op, int rank, const layout& l, float* in) {
+  const bool sentinel = op == op_kind::broadcast && rank != 0;
+  for (std::size_t j = 0; j < l.in_elems; ++j) in[j] = sentinel ? -1.0f : pattern(rank, j);
+}
+
+std::size_t count_wrong(op_kind op, int rank, int n, const layout& l, const float* out,
+                        std::string& first) {
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < l.out_elems; ++i) {
+    const float want = expected(op, rank, n, l, i);
+    if (out[i] == want) continue;
+    if (wrong++ == 0) {
+      std::ostringstream os;
+      os << op_name(op) << " of " << l.bytes << " B on rank " << rank << " of " << n << ": element "
+         << i << " is " << out[i] << ", expected " << want;
+      first = os.str();
+    }
+  }
+  return wrong;
+}
+
+iteration_plan plan_for(std::size_t bytes, bool quick, int iters_override) {
+  iteration_plan p;
+  if (quick) p.warmup = 3;
+  // Up to 1 MiB an iteration costs at most milliseconds: more of them steady
+  // the median on a noisy machine. From 16 MiB each costs tens of ms: the
+  // minimum of 20, after 2 warm-ups.
+  p.iters = bytes <= (1u << 20) ? 50 : 20;
+  if (bytes >= (16u << 20)) p.warmup = 2;
+  if (iters_override > 0) p.iters = std::max(iters_override, 1);
+  return p;
+}
+
+std::vector<record> run_rank(const rank_runtime& rt, const run_config& c) {
+  using clock = std::chrono::steady_clock;
+  std::vector<record> rows;
+  for (op_kind op : all_ops()) {
+    for (std::size_t nominal : sizes(c.quick)) {
+      const layout l = make_layout(op, nominal, rt.size);
+      prepared_op p = rt.prepare(op, l);
+      if (!p.run) continue;  // not offered by this system (the same on every rank)
+
+      // 1. Correctness: a known input, one call, every output element checked.
+      fill_input(op, rt.rank, l, p.in);
+      if (p.out != p.in) std::fill(p.out, p.out + l.out_elems, -2.0f);
+      rt.barrier();
+      p.run();
+      std::string first;
+      std::vector<double> wrong{double(count_wrong(op, rt.rank, rt.size, l, p.out, first))};
+      if (wrong[0] > 0) std::fprintf(stderr, "WRONG: %s\n", first.c_str());
+      rt.max_all(wrong);
+      if (wrong[0] > 0)
+        throw std::runtime_error(c.system + "/" + c.transport + " " + op_name(op) + " of " +
+                                 std::to_string(l.bytes) + " B with " + std::to_string(rt.size) +
+                                 " ranks: wrong result (see WRONG lines)");
+      if (c.check_only) continue;
+
+      // 2. Timing on zeros (the data does not grow over iterations): warm-up,
+      //    then each iteration between a barrier and the call's return.
+      std::memset(p.in, 0, l.in_elems * sizeof(float));
+      if (p.out != p.in) std::memset(p.out, 0, l.out_elems * sizeof(float));
+      const iteration_plan plan = plan_for(l.bytes, c.quick, c.iters);
+      std::vector<double> us(plan.iters);
+      for (int it = 0; it < plan.warmup + plan.iters; ++it) {
+        rt.barrier();
+        const auto t0 = clock::now();
+        p.run();
+        const auto t1 = clock::now();
+        if (it >= plan.warmup)
+          us[it - plan.warmup] = std::chrono::duration<double, std::micro>(t1 - t0).count();
+      }
+      // 3. An iteration takes as long as its slowest rank.
+      rt.max_all(us);
+      if (rt.rank != 0) continue;
+      record r{c.system, c.transport, rt.size, op_name(op), l.bytes, plan.iters, median(us), 0, 0};
+      r.algbw = double(l.bytes) / (r.median_us * 1e-6) / 1e9;
+      r.busbw = r.algbw * bus_factor(op, rt.size);
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+void append_csv(const std::string& path, const std::vector<record>& rows) {
+  const bool fresh = !std::ifstream(path).good();
+  std::ofstream f(path, std::ios::app);
+  if (!f) throw std::runtime_error("cannot write " + path);
+  if (fresh) f << "system,transport,ranks,op,bytes,iters,median_us,algbw_gbps,busbw_gbps\n";
+  char line[256];
+  for (const auto& r : rows) {
+    std::snprintf(line, sizeof line, "%s,%s,%d,%s,%zu,%d,%.3f,%.6g,%.6g\n", r.system.c_str(),
+                  r.transport.c_str(), r.ranks, r.op.c_str(), r.bytes, r.iters, r.median_us,
+                  r.algbw, r.busbw);
+    f << line;
+  }
+}
+
+std::vector<record> read_csv(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::vector<record> rows;
+  std::string line;
+  std::getline(f, line);  // header
+  while (std::getline(f, line)) {
+    if (line.empty() || line.rfind("system,", 0) == 0) continue;
+    std::istringstream is(line);
+    std::vector<std::string> v;
+    for (std::string cell; std::getline(is, cell, ',');) v.push_back(cell);
+    if (v.size() != 9) throw std::runtime_error(path + ": malformed line '" + line + "'");
+    rows.push_back({v[0], v[1], std::stoi(v[2]), v[3], std::stoull(v[4]), std::stoi(v[5]),
+                    std::stod(v[6]), std::stod(v[7]), std::stod(v[8])});
+  }
+  return rows;
+}
+
+std::shared_ptr<float> alloc_floats(std::size_t elems) {
+  const std::size_t huge = std::size_t(2) << 20;
+  std::size_t bytes = std::max<std::size_t>(elems * sizeof(float), 64);
+  const std::size_t align = bytes >= huge ? huge : 4096;
+  bytes = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, bytes);
+  if (!p) throw std::bad_alloc();
+  if (align == huge) ::madvise(p, bytes, MADV_HUGEPAGE);
+  return std::shared_ptr<float>(static_cast<float*>(p), [](float* q) { std::free(q); });
+}
+
+worker_args parse_worker_args(int argc, char** argv) {
+  worker_args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(f + " expects a value");
+      return argv[++i];
+    };
+    auto number = [&]() {
+      const std::string v = value();
+      std::size_t used = 0;
+      int n = 0;
+      try {
+        n = std::stoi(v, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != v.size() || n < 1)
+        throw std::invalid_argument(f + " expects a positive integer, got '" + v + "'");
+      return n;
+    };
+    if (f == "--csv")
+      a.csv = value();
+    else if (f == "--quick")
+      a.quick = true;
+    else if (f == "--check-only")
+      a.check_only = true;
+    else if (f == "--iters")
+      a.iters = number();
+    else if (f == "--inprocess" || f == "--ranks")
+      a.ranks = number();
+    else if (f == "--transport")
+      a.transport = value();
+    else
+      throw std::invalid_argument("unknown argument '" + f + "'");
+  }
+  return a;
+}
+
+void print_records(const std::vector<record>& rows) {
+  for (const auto& r : rows)
+    std::printf("%-7s %-7s n=%d %-15s %10s %12.2f us %9.3f GB/s busbw\n", r.system.c_str(),
+                r.transport.c_str(), r.ranks, r.op.c_str(), size_label(r.bytes).c_str(),
+                r.median_us, r.busbw);
+  std::fflush(stdout);
+}
+
+}  // namespace bench

@@ -1,0 +1,209 @@
+// gloo_bench_worker — Gloo's side of the collectives benchmark (Debian
+// libgloo-dev, TCP transport on 127.0.0.1): the same collectives, sizes,
+// checks and timing as troupe_bench_worker (bench_common.cpp drives them).
+//
+//   gloo_bench_worker --ranks N [--csv F] [--quick] [--check-only] [--iters K]
+//
+// Forks N rank processes that rendezvous through a gloo::rendezvous::FileStore
+// in a fresh temporary directory and connect a full mesh of TCP pairs.
+// allreduce, broadcast, allgather and alltoall use Gloo's options API (what
+// PyTorch's ProcessGroupGloo calls); Gloo has no reduce_scatter there, so
+// reduce_scatter is the older ReduceScatterHalvingDoubling algorithm object
+// (in place: rank r's block lands at the front of its input buffer).
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "gloo/allgather.h"
+#include "gloo/allreduce.h"
+#include "gloo/alltoall.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/math.h"
+#include "gloo/reduce_scatter.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace {
+
+using context_ptr = std::shared_ptr<gloo::Context>;
+using reduce_fn = void (*)(void*, const void*, const void*, size_t);
+
+/// Tags of the options API: one per call, the same sequence on every rank.
+struct tags {
+  uint32_t next = 1;
+  uint32_t operator()() { return next++; }
+};
+
+bench::prepared_op prepare(const context_ptr& ctx, tags& tag, bench::op_kind op,
+                           const bench::layout& l) {
+  using bench::op_kind;
+  auto in = bench::alloc_floats(l.in_elems);
+  auto out = in;  // in place unless the op has its own output
+  float* i = in.get();
+  std::function<void()> run;
+  std::shared_ptr<void> algo;
+  switch (op) {
+    case op_kind::allreduce:
+      run = [ctx, &tag, i, l] {
+        gloo::AllreduceOptions o(ctx);
+        o.setOutput(i, l.in_elems);
+        o.setReduceFunction(static_cast<reduce_fn>(&gloo::sum<float>));
+        o.setTag(tag());
+        gloo::allreduce(o);
+      };
+      break;
+    case op_kind::broadcast:
+      run = [ctx, &tag, i, l] {
+        gloo::BroadcastOptions o(ctx);
+        o.setOutput(i, l.in_elems);
+        o.setRoot(0);
+        o.setTag(tag());
+        gloo::broadcast(o);
+      };
+      break;
+    case op_kind::allgather:
+      out = bench::alloc_floats(l.out_elems);
+      run = [ctx, &tag, i, o_ = out.get(), l] {
+        gloo::AllgatherOptions o(ctx);
+        o.setInput(i, l.in_elems);
+        o.setOutput(o_, l.out_elems);
+        o.setTag(tag());
+        gloo::allgather(o);
+      };
+      break;
+    case op_kind::alltoall:
+      out = bench::alloc_floats(l.out_elems);
+      run = [ctx, &tag, i, o_ = out.get(), l] {
+        gloo::AlltoallOptions o(ctx);
+        o.setInput(i, l.in_elems);
+        o.setOutput(o_, l.out_elems);
+        o.setTag(tag());
+        gloo::alltoall(o);
+      };
+      break;
+    case op_kind::reduce_scatter: {
+      // Built once per size (it sets up its pair buffers collectively), run many times.
+      std::vector<int> counts(ctx->size, static_cast<int>(l.block));
+      auto rs = std::make_shared<gloo::ReduceScatterHalvingDoubling<float>>(
+          ctx, std::vector<float*>{i}, static_cast<int>(l.in_elems), counts);
+      run = [rs] { rs->run(); };
+      algo = rs;
+      break;
+    }
+  }
+  float* o_ptr = op == op_kind::reduce_scatter ? i : out.get();
+  auto keep = std::make_shared<std::vector<std::shared_ptr<void>>>(
+      std::vector<std::shared_ptr<void>>{in, out, algo});
+  return {i, o_ptr, std::move(run), keep};
+}
+
+/// One rank process: connect, then run everything.
+int run_rank_process(int rank, const std::string& dir, const bench::worker_args& a) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto dev = gloo::transport::tcp::CreateDevice(attr);
+  gloo::rendezvous::FileStore store(dir);
+  auto rctx = std::make_shared<gloo::rendezvous::Context>(rank, a.ranks);
+  rctx->setTimeout(std::chrono::minutes(5));
+  rctx->connectFullMesh(store, dev);
+  context_ptr ctx = rctx;
+  tags tag;
+
+  bench::rank_runtime rt;
+  rt.rank = rank;
+  rt.size = a.ranks;
+  rt.barrier = [&] {
+    gloo::BarrierOptions o(ctx);
+    o.setTag(tag());
+    gloo::barrier(o);
+  };
+  rt.max_all = [&](std::vector<double>& v) {
+    gloo::AllreduceOptions o(ctx);
+    o.setOutput(v.data(), v.size());
+    o.setReduceFunction(static_cast<reduce_fn>(&gloo::max<double>));
+    o.setTag(tag());
+    gloo::allreduce(o);
+  };
+  rt.prepare = [&](bench::op_kind op, const bench::layout& l) { return prepare(ctx, tag, op, l); };
+
+  bench::run_config c{"gloo", "tcp", a.quick, a.check_only, a.iters};
+  auto rows = bench::run_rank(rt, c);
+  if (rank != 0) return 0;
+  if (a.check_only) {
+    std::printf("gloo/tcp, %d ranks: every collective and size correct\n", a.ranks);
+  } else {
+    bench::print_records(rows);
+    if (!a.csv.empty()) bench::append_csv(a.csv, rows);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+/// Waits for every child; when one fails, stops the others. Returns the first failure's status.
+int wait_all(std::vector<pid_t> pids) {
+  int result = 0;
+  while (!pids.empty()) {
+    int status = 0;
+    const pid_t p = ::waitpid(-1, &status, 0);
+    if (p < 0) break;
+    std::erase(pids, p);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && result == 0) {
+      result = code;
+      for (pid_t q : pids) ::kill(q, SIGTERM);
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bench::worker_args a;
+  try {
+    a = bench::parse_worker_args(argc, argv);
+    if (a.ranks < 2) throw std::invalid_argument("give --ranks N with N >= 2");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gloo_bench_worker: %s\n", e.what());
+    return 2;
+  }
+  char tmpl[] = "/tmp/gloo-bench-XXXXXX";
+  if (!::mkdtemp(tmpl)) {
+    std::perror("gloo_bench_worker: mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmpl;
+  std::fflush(stdout);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < a.ranks; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 1;
+      try {
+        code = run_rank_process(rank, dir, a);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "gloo_bench_worker rank %d: %s\n", rank, e.what());
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  const int status = wait_all(pids);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return status;
+}

@@ -1,0 +1,181 @@
+// bench_report — the collectives benchmark's report: reads the CSV that the
+// workers wrote (bench/out/results.csv), prints one table per collective and
+// writes the data and the gnuplot script of the bus bandwidth plots.
+//
+//   bench_report results.csv [--plots DIR]
+//
+// Per collective, one row per (ranks, size): the median time of every system
+// in µs, the ratios of times (troupe / peer: below 1 troupe is faster) and the
+// bus bandwidth of every system. With --plots, DIR gets busbw_<op>_<n>ranks.dat
+// and plots.gp (`gnuplot plots.gp` in DIR draws busbw_<op>_<n>ranks.png).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bench_common.hpp"
+
+namespace {
+
+/// The systems in column order: CSV (system, transport) -> column label.
+const std::vector<std::pair<std::string, std::string>> columns = {
+    {"troupe-inproc", "troupe inproc"}, {"troupe-shm", "troupe shm"}, {"troupe-tcp", "troupe tcp"},
+    {"gloo-tcp", "gloo tcp"},           {"mpi-shm", "mpi shm"},       {"mpi-tcp", "mpi tcp"}};
+
+using key = std::tuple<std::string, int, std::size_t>;  // op, ranks, bytes
+using cell_map = std::map<key, std::map<std::string, bench::record>>;
+
+/// NaN when the system has no row for this cell.
+double time_of(const std::map<std::string, bench::record>& row, const std::string& sys) {
+  auto it = row.find(sys);
+  return it == row.end() ? NAN : it->second.median_us;
+}
+
+double busbw_of(const std::map<std::string, bench::record>& row, const std::string& sys) {
+  auto it = row.find(sys);
+  return it == row.end() ? NAN : it->second.busbw;
+}
+
+std::string fmt(const char* f, double v) {
+  if (std::isnan(v)) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+void print_header(const char* ratios) {
+  std::printf("%2s %8s |", "n", "size");
+  for (auto& c : columns) std::printf(" %13s", c.second.c_str());
+  std::printf("%s\n", ratios);
+}
+
+/// One table per collective: times and time ratios, then bus bandwidth, one
+/// row per (ranks, size) in both halves.
+void print_table(const std::string& op, const cell_map& cells) {
+  std::printf("\n### %s (float32): time per op (us), time ratios troupe / peer\n\n", op.c_str());
+  print_header(" | best/gloo  tcp/gloo   shm/mpi   tcp/mpi");
+  for (const auto& [k, row] : cells) {
+    if (std::get<0>(k) != op) continue;
+    std::printf("%2d %8s |", std::get<1>(k), bench::size_label(std::get<2>(k)).c_str());
+    for (auto& c : columns) std::printf(" %13s", fmt("%.1f", time_of(row, c.first)).c_str());
+    // Time ratios: troupe's time over the peer's (below 1: troupe is faster).
+    const double best =
+        std::fmin(time_of(row, "troupe-inproc"),
+                  std::fmin(time_of(row, "troupe-shm"), time_of(row, "troupe-tcp")));
+    std::printf(" | %9s %9s %9s %9s\n", fmt("%.2f", best / time_of(row, "gloo-tcp")).c_str(),
+                fmt("%.2f", time_of(row, "troupe-tcp") / time_of(row, "gloo-tcp")).c_str(),
+                fmt("%.2f", time_of(row, "troupe-shm") / time_of(row, "mpi-shm")).c_str(),
+                fmt("%.2f", time_of(row, "troupe-tcp") / time_of(row, "mpi-tcp")).c_str());
+  }
+  std::printf("\n%s bus bandwidth (GB/s):\n", op.c_str());
+  print_header("");
+  for (const auto& [k, row] : cells) {
+    if (std::get<0>(k) != op) continue;
+    std::printf("%2d %8s |", std::get<1>(k), bench::size_label(std::get<2>(k)).c_str());
+    for (auto& c : columns) {
+      const double bw = busbw_of(row, c.first);
+      std::printf(" %13s", fmt(bw < 0.01 ? "%.2e" : "%.3f", bw).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+void print_legend() {
+  std::printf(
+      "\ntimes: µs per op = the slowest rank's time, median over the timed iterations (50 up\n"
+      "to 1 MiB, 20 above; see results.csv) after warm-up; every result was checked against\n"
+      "a local expectation before timing.\n"
+      "size: the whole buffer as nccl-tests (allgather: output, reduce_scatter: input,\n"
+      "alltoall: one rank's input; per-rank blocks of at least 1 element).\n"
+      "ratios are TIME ratios, troupe / peer (below 1: troupe is faster):\n"
+      "  best/gloo = fastest troupe mode (often in-process) / gloo, tcp/gloo = troupe tcp /\n"
+      "  gloo (both TCP on loopback), shm/mpi = troupe shm / mpi shm, tcp/mpi = troupe tcp /\n"
+      "  mpi tcp. busbw as nccl-tests: allreduce algbw*2(n-1)/n,\n"
+      "  allgather, reduce_scatter, alltoall algbw*(n-1)/n, broadcast algbw.\n"
+      "gloo's reduce_scatter is ReduceScatterHalvingDoubling (in place); mpi's is\n"
+      "MPI_Reduce_scatter_block.\n");
+}
+
+/// busbw_<op>_<n>ranks.dat (size, then one column per system, '?' = missing)
+/// and one gnuplot script for all of them.
+void write_plots(const std::string& dir, const cell_map& cells, const std::set<std::string>& ops,
+                 const std::set<int>& ranks) {
+  std::ofstream gp(dir + "/plots.gp");
+  gp << "# generated by bench_report: bus bandwidth against size, one line per system\n"
+     << "set terminal pngcairo size 900,560 noenhanced\n"
+     << "set datafile missing '?'\nset logscale xy\nset grid\nset key top left\n"
+     << "set xlabel 'size (bytes, log)'\nset ylabel 'bus bandwidth (GB/s, log)'\n"
+     << "set format y '%g'\nset xrange [2:1.4e8]\n"
+     << "set xtics ('4 B' 4, '1 KiB' 1024, '64 KiB' 65536, '1 MiB' 1048576, "
+        "'16 MiB' 16777216, '64 MiB' 67108864)\n";
+  for (const auto& op : ops) {
+    for (int n : ranks) {
+      const std::string base = "busbw_" + op + "_" + std::to_string(n) + "ranks";
+      std::ofstream dat(dir + "/" + base + ".dat");
+      dat << "# bytes";
+      for (auto& c : columns) dat << ' ' << c.first;
+      dat << '\n';
+      for (const auto& [k, row] : cells) {
+        if (std::get<0>(k) != op || std::get<1>(k) != n) continue;
+        dat << std::get<2>(k);
+        for (auto& c : columns) {
+          const double bw = busbw_of(row, c.first);
+          if (std::isnan(bw) || bw <= 0)
+            dat << " ?";
+          else
+            dat << ' ' << bw;
+        }
+        dat << '\n';
+      }
+      gp << "set output '" << base << ".png'\n"
+         << "set title '" << op << ", " << n << " ranks, float32 (busbw as nccl-tests)'\n"
+         << "plot ";
+      for (std::size_t i = 0; i < columns.size(); ++i)
+        gp << (i ? ", \\\n     " : "") << "'" << base << ".dat' using 1:" << i + 2
+           << " with linespoints lw 2 title '" << columns[i].second << "'";
+      gp << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_report results.csv [--plots DIR]\n");
+    return 2;
+  }
+  try {
+    std::string plots;
+    for (int i = 2; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--plots" && i + 1 < argc)
+        plots = argv[++i];
+      else
+        throw std::invalid_argument("unknown argument '" + a + "'");
+    }
+    cell_map cells;
+    std::set<std::string> ops;
+    std::set<int> ranks;
+    for (auto& r : bench::read_csv(argv[1])) {
+      cells[{r.op, r.ranks, r.bytes}][r.system + "-" + r.transport] = r;
+      ops.insert(r.op);
+      ranks.insert(r.ranks);
+    }
+    for (bench::op_kind op : bench::all_ops())
+      if (ops.count(bench::op_name(op))) print_table(bench::op_name(op), cells);
+    print_legend();
+    if (!plots.empty()) write_plots(plots, cells, ops, ranks);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_report: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The collectives benchmark in one command: troupe (in one process, one
+# process per rank over shared memory, forced TCP), Gloo (TCP on loopback) and
+# OpenMPI (shared memory, TCP on loopback), 2 and 4 ranks, in the same run.
+#
+#   bash bench/run_bench.sh [--quick] [--ranks "2 4"] [--iters K] [--build-dir DIR]
+#
+# --quick stops at 1 MiB (whole run well under 3 minutes on 2 cores); the full
+# run goes to 64 MiB. Builds what is missing (installs nothing: scripts/setup.sh
+# installs the peers), then writes to bench/out/: results.csv (every system's
+# records), tables.txt (what is printed), busbw_<op>_<n>ranks.png (gnuplot)
+# and logs/ (each run's output). A system that is not installed is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=()
+ranks="2 4"
+iters=()
+build=build
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=(--quick) ;;
+    --ranks) ranks="$2"; shift ;;
+    --iters) iters=(--iters "$2"); shift ;;
+    --build-dir) build="$2"; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "run_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+start=$(date +%s)
+
+# 1. Configure (again, so peers installed since are found) and build.
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+else
+  cmake -S . -B "$build" >/dev/null
+fi
+has_target() { grep -qs "$1" "$build/build.ninja" "$build/bench/Makefile"; }
+targets=(troupe_bench_worker bench_report troupe-run)
+has_target gloo_bench_worker && targets+=(gloo_bench_worker)
+has_target mpi_bench_worker && targets+=(mpi_bench_worker)
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
+
+# 2. Every system for every rank count; rank 0 of each run appends to the CSV.
+out=bench/out
+mkdir -p "$out/logs"
+csv="$out/results.csv"
+rm -f "$csv" "$out"/busbw_*.png "$out"/busbw_*.dat "$out/plots.gp" "$out"/logs/*.log
+worker=("$build/bench/troupe_bench_worker")
+common=(--csv "$csv" "${quick[@]}" "${iters[@]}")
+limit=$([ ${#quick[@]} -gt 0 ] && echo 150 || echo 900)  # seconds per run
+mpirun_args=(--oversubscribe --bind-to none --mca pml ob1)
+[ "$(id -u)" -eq 0 ] && mpirun_args+=(--allow-run-as-root)
+failed=()
+
+run() {  # run NAME COMMAND...: one system at one rank count, logged
+  local name=$1 t0=$SECONDS
+  shift
+  printf 'run_bench: %-22s ' "$name"
+  if timeout "$limit" "$@" >"$out/logs/$name.log" 2>&1; then
+    echo "ok ($((SECONDS - t0)) s)"
+  else
+    echo "FAILED (exit $?, see $out/logs/$name.log)"
+    failed+=("$name")
+  fi
+}
+
+for n in $ranks; do
+  run "troupe-inproc-${n}" "${worker[@]}" --inprocess "$n" "${common[@]}"
+  for t in shm tcp; do
+    run "troupe-${t}-${n}" env TROUPE_TRANSPORT=$t "$build/apps/troupe-run" -n "$n" \
+      "${worker[@]}" "${common[@]}"
+  done
+  if [ -x "$build/bench/gloo_bench_worker" ]; then
+    run "gloo-tcp-${n}" "$build/bench/gloo_bench_worker" --ranks "$n" "${common[@]}"
+  else
+    echo "run_bench: gloo skipped (not built: apt-get install libgloo-dev, then rebuild)"
+  fi
+  if [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; then
+    run "mpi-shm-${n}" mpirun "${mpirun_args[@]}" --mca btl self,vader -n "$n" \
+      "$build/bench/mpi_bench_worker" --transport shm "${common[@]}"
+    run "mpi-tcp-${n}" mpirun "${mpirun_args[@]}" --mca btl self,tcp \
+      --mca btl_tcp_if_include lo -n "$n" "$build/bench/mpi_bench_worker" --transport tcp \
+      "${common[@]}"
+  else
+    echo "run_bench: mpi skipped (not built: apt-get install libopenmpi-dev openmpi-bin)"
+  fi
+done
+
+# 3. Tables and plots.
+if [ -f "$csv" ]; then
+  "$build/bench/bench_report" "$csv" --plots "$out" | tee "$out/tables.txt"
+  if command -v gnuplot >/dev/null; then
+    (cd "$out" && gnuplot plots.gp) && echo "run_bench: plots in $out/busbw_<op>_<n>ranks.png"
+  else
+    echo "run_bench: gnuplot not installed (apt-get install gnuplot-nox): no plots"
+  fi
+fi
+echo "run_bench: results in $csv; $(($(date +%s) - start)) s in all"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "run_bench: FAILED: ${failed[*]}" >&2
+  exit 1
+fi

@@ -1,0 +1,124 @@
+// troupe_bench_worker — troupe's side of the collectives benchmark
+// (bench/run_bench.sh runs it next to Gloo and OpenMPI): allreduce,
+// broadcast, allgather_into_tensor, reduce_scatter_tensor and alltoall_single
+// on float32, each checked once against a local expectation, then timed
+// (bench_common.cpp drives the protocol).
+//
+//   troupe_bench_worker --inprocess N [--csv F] [--quick] [--check-only] [--iters K]
+//       N ranks on threads of this process (one world each, one hash_store)
+//   TROUPE_TRANSPORT=shm|tcp troupe-run -n N troupe_bench_worker [--csv F] ...
+//       one rank per process (troupe::init_world); records say the transport
+//
+// Rank 0 prints the records and appends them to the CSV file.
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "troupe/launch.hpp"
+#include "troupe/testing.hpp"
+#include "troupe/troupe.hpp"
+
+namespace {
+
+using troupe::process_group;
+using troupe::tensor;
+
+tensor floats(std::size_t elems) {
+  return tensor::empty({static_cast<std::int64_t>(elems)}, troupe::dtype::float32);
+}
+
+/// Buffers (troupe's own allocation) and the call for one collective.
+bench::prepared_op prepare(process_group& pg, bench::op_kind op, const bench::layout& l) {
+  using bench::op_kind;
+  auto in = floats(l.in_elems);
+  tensor out = in;  // in place unless the op has its own output
+  std::function<void()> run;
+  switch (op) {
+    case op_kind::allreduce:
+      run = [&pg, in] { pg.allreduce(in).wait(); };
+      break;
+    case op_kind::broadcast:
+      run = [&pg, in] { pg.broadcast(in, 0).wait(); };
+      break;
+    case op_kind::allgather:
+      out = floats(l.out_elems);
+      run = [&pg, in, out] { pg.allgather_into_tensor(out, in).wait(); };
+      break;
+    case op_kind::reduce_scatter:
+      out = floats(l.out_elems);
+      run = [&pg, in, out] { pg.reduce_scatter_tensor(out, in).wait(); };
+      break;
+    case op_kind::alltoall:
+      out = floats(l.out_elems);
+      run = [&pg, in, out] { pg.alltoall_single(out, in).wait(); };
+      break;
+  }
+  auto keep = std::make_shared<std::vector<tensor>>(std::vector<tensor>{in, out});
+  return {in.data_as<float>(), out.data_as<float>(), std::move(run), keep};
+}
+
+bench::rank_runtime runtime_of(troupe::world& w) {
+  auto& pg = w.default_group();
+  bench::rank_runtime rt;
+  rt.rank = w.rank();
+  rt.size = w.size();
+  rt.barrier = [&pg] { pg.barrier().wait(); };
+  rt.max_all = [&pg](std::vector<double>& v) {
+    auto t =
+        tensor::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, troupe::dtype::float64);
+    pg.allreduce(t, troupe::reduce_op::MAX).wait();
+  };
+  rt.prepare = [&pg](bench::op_kind op, const bench::layout& l) { return prepare(pg, op, l); };
+  return rt;
+}
+
+/// One rank: run everything, and on rank 0 report.
+void run_world(troupe::world& w, const bench::worker_args& a, const std::string& transport) {
+  bench::run_config c{"troupe", transport, a.quick, a.check_only, a.iters};
+  auto rows = bench::run_rank(runtime_of(w), c);
+  if (w.rank() != 0) return;
+  if (a.check_only) {
+    std::printf("troupe/%s, %d ranks: every collective and size correct\n", transport.c_str(),
+                w.size());
+    std::fflush(stdout);
+    return;
+  }
+  bench::print_records(rows);
+  if (!a.csv.empty()) bench::append_csv(a.csv, rows);
+}
+
+bool launched() {
+  return std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto a = bench::parse_worker_args(argc, argv);
+    if (launched()) {
+      if (a.ranks) throw std::invalid_argument("--inprocess cannot be used under a launcher");
+      const char* t = std::getenv("TROUPE_TRANSPORT");
+      troupe::init_options o;
+      o.timeout = std::chrono::minutes(5);
+      auto w = troupe::init_world(o);
+      run_world(*w, a, a.transport.empty() ? (t && *t ? t : "auto") : a.transport);
+      return 0;
+    }
+    if (a.ranks < 1)
+      throw std::invalid_argument("give --inprocess N, or start under troupe-run -n N");
+    troupe::testing::run_options o;
+    o.timeout = std::chrono::minutes(5);
+    troupe::testing::run_ranks(
+        a.ranks, [&](troupe::world& w) { run_world(w, a, "inproc"); }, o);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe_bench_worker: %s\n", e.what());
+    return 1;
+  }
+}
