@@ -14,6 +14,7 @@
 
 #include "troupe/error.hpp"
 #include "troupe/store.hpp"
+#include "troupe/tcp_store.hpp"
 
 using namespace std::chrono_literals;
 using troupe::bytes;
@@ -73,7 +74,29 @@ struct prefix_fixture {
   std::shared_ptr<troupe::store> s = std::make_shared<troupe::prefix_store>("pfx", inner);
 };
 
-#define ALL_STORES hash_fixture, file_fixture, prefix_fixture
+/// A tcp_store whose server actor lives in this process (it talks to it directly).
+struct tcp_local_fixture {
+  std::shared_ptr<troupe::store> s = [] {
+    troupe::tcp_store_options o;
+    o.token = "job-secret-1";
+    o.timeout = long_timeout;
+    o.is_server = true;
+    return std::make_shared<troupe::tcp_store>("127.0.0.1", 0, o);
+  }();
+};
+
+/// A tcp_store client reaching a tcp_store_server over TCP (through the gate).
+struct tcp_remote_fixture {
+  troupe::tcp_store_server server{"127.0.0.1", 0, "job-secret-1"};
+  std::shared_ptr<troupe::store> s = [this] {
+    troupe::tcp_store_options o;
+    o.token = "job-secret-1";
+    o.timeout = long_timeout;
+    return std::make_shared<troupe::tcp_store>("127.0.0.1", server.port(), o);
+  }();
+};
+
+#define ALL_STORES hash_fixture, file_fixture, prefix_fixture, tcp_local_fixture, tcp_remote_fixture
 
 }  // namespace
 
