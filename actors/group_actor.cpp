@@ -4,6 +4,7 @@
 #include "actors/group_actor.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <optional>
@@ -55,10 +56,6 @@ struct group_state {
   std::map<std::uint64_t, pending_recv> recvs;           // by post order
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
-  // Peer actor -> group rank. Keyed by the actor's control block: actor
-  // systems in one process share a node id and number their actors alike, so
-  // addresses of different ranks' actors compare equal.
-  std::map<const caf::actor_control_block*, int> watched;
   std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
   std::map<int, std::string> gone;             // peers that left -> why
   static inline const char* name = "troupe.group";
@@ -234,18 +231,21 @@ bool matches(const p2p_call& c, const p2p_envelope& m) {
 group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
   return sys.spawn([info = std::move(info)](self_ptr self) -> group_actor::behavior_type {
     self->state.info = info;
-    // A peer that goes away takes the group with it: fail what is pending.
-    // A peer that left (its group actor died in this process, or its process
-    // is gone) fails the calls that wait for it, now or later; calls that no
-    // longer need it (its messages already arrived) still finish.
-    self->set_down_handler([self](const caf::down_msg& dm) {
-      auto& st = self->state;
-      auto i = st.watched.find(dm.source.get());
-      if (i == st.watched.end()) return;
-      peer_left(self, i->second,
-                st.net->describe_peer(i->second) + " left group '" + st.info.name + "' (" +
-                    self->system().render(dm.reason) + ")");
+    // An exception escaping a handler would kill this actor and strand every
+    // caller; report it instead and keep the group alive.
+    self->set_exception_handler([self](std::exception_ptr& eptr) -> caf::error {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(eptr);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      std::fprintf(stderr, "[troupe group '%s' rank %d] internal error in a handler: %s\n",
+                   self->state.info.name.c_str(), self->state.info.rank, what.c_str());
+      return caf::none;
     });
+    // A peer that goes away takes the group with it: fail what is pending.
     return {
         [self](run_atom, call_ptr call) -> caf::typed_response_promise<tensor_list> {
           auto& st = self->state;
@@ -336,8 +336,8 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto i = std::find(rs.begin(), rs.end(), world_rank);
           if (i == rs.end()) return;
           const int peer = static_cast<int>(i - rs.begin());
-          const auto reason = "rank " + std::to_string(peer) + " of group '" +
-                              self->state.info.name + "' is gone: " + why;
+          const auto reason = self->state.net->describe_peer(peer) + " left group '" +
+                              self->state.info.name + "' (" + why + ")";
           if (crashed)
             fail_everything(self, errc::peer_failure, reason);
           else
@@ -348,11 +348,19 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto& st = self->state;
           st.net = std::move(net);
           auto peers = st.net->watch_list();
-          for (int r = 0; r < static_cast<int>(peers.size()); ++r) {
-            if (r == st.info.rank || !peers[static_cast<std::size_t>(r)]) continue;
-            st.watched.emplace(peers[static_cast<std::size_t>(r)].get(), r);
-            self->monitor(peers[static_cast<std::size_t>(r)]);
-          }
+          // Whatever ends this actor, tell the peers in this process that this
+          // rank left, as the data plane's goodbye does for other processes.
+          // Not a CAF monitor: CAF 0.17 delivers a down message in the context
+          // of the dying actor, which schedules the peer on the dying rank's
+          // scheduler, and that actor system's shutdown then kills the peer.
+          // anon_send schedules the peer in its own actor system.
+          const int me = st.info.global_ranks[static_cast<std::size_t>(st.info.rank)];
+          self->attach_functor([peers, me, rank = st.info.rank](const caf::error&) {
+            for (std::size_t r = 0; r < peers.size(); ++r)
+              if (static_cast<int>(r) != rank && peers[r])
+                if (auto a = caf::actor_cast<caf::actor>(peers[r]))
+                  caf::anon_send(a, gone_atom::value, me, std::string("its world ended"), false);
+          });
           return true;
         },
     };

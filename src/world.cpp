@@ -145,7 +145,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
                                    " timed out waiting for rank 0 to start the job: " + e.what());
   }
   const auto job = o.store->get_string(job_key);
-  impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, 1);
+  impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, 2);
   // Ranks in other processes: the data plane (a no-op when all live here).
   auto env = [](const char* name) -> std::string {
     const char* v = std::getenv(name);

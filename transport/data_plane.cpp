@@ -84,20 +84,28 @@ data_plane::~data_plane() {
     std::lock_guard<std::mutex> g{p->out_mtx};
     if (p->out && !p->gone) write_goodbye(*p->out);
   }
-  stopping_ = true;
-  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
-  for (auto& p : peers_) {
-    if (p->out_ring) p->out_ring->close();
-    if (p->out_socket) p->out_socket->close();
-    if (p->in_ring) p->in_ring->close();
-    if (p->in_socket) p->in_socket->close();
-  }
-  std::vector<std::thread> threads;
   {
+    // From here on no thread starts and no connection is adopted (both happen
+    // under mtx_), so closing what exists reaches every blocked reader.
     std::lock_guard<std::mutex> g{mtx_};
-    threads.swap(threads_);
+    stopping_ = true;
+    if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+    for (auto& p : peers_) {
+      if (p->out_ring) p->out_ring->close();
+      if (p->out_socket) p->out_socket->close();
+      if (p->in_ring) p->in_ring->close();
+      if (p->in_socket) p->in_socket->close();
+    }
   }
-  for (auto& t : threads) t.join();
+  for (;;) {  // threads may still have started threads before stopping_ was set
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> g{mtx_};
+      threads.swap(threads_);
+    }
+    if (threads.empty()) break;
+    for (auto& t : threads) t.join();
+  }
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
@@ -185,6 +193,10 @@ void data_plane::accept_loop() {
       continue;
     }
     std::lock_guard<std::mutex> g{mtx_};
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
     threads_.emplace_back([this, fd] { serve(fd); });
   }
 }
@@ -221,23 +233,27 @@ void data_plane::serve(int fd) {
   if (!ring.empty() && ring.rfind("/troupe-" + opts_.job + "-", 0) != 0)
     return refuse("bad ring name");
   tcp_set_read_timeout(fd, std::chrono::milliseconds(0));
+  std::unique_ptr<shm_ring> in_ring;
   try {
-    if (!ring.empty()) p.in_ring = shm_ring::open(ring);
+    if (!ring.empty()) in_ring = shm_ring::open(ring);
   } catch (const error& e) {
     return refuse(e.what());
   }
   char ack = 1;
   if (!sock->write(&ack, 1)) return;
   auto* raw = sock.get();
-  p.in_socket = std::move(sock);
   {
     std::lock_guard<std::mutex> g{mtx_};
+    if (stopping_) return;  // shutting down: the socket closes with `sock`
+    p.in_socket = std::move(sock);
+    p.in_ring = std::move(in_ring);
     ++connected_;
   }
   connected_cv_.notify_all();
   if (p.in_ring) {
     // Data comes through the ring; the socket only tells when the peer is gone.
     std::lock_guard<std::mutex> g{mtx_};
+    if (stopping_) return;
     threads_.emplace_back([this, r, raw] {
       char byte;
       while (raw->read(&byte, 1)) {
@@ -289,7 +305,7 @@ void data_plane::peer_gone(int r, const std::string& why, bool crashed) {
     std::lock_guard<std::mutex> g{mtx_};
     for (auto& kv : groups_) targets.push_back(kv.second);
   }
-  for (auto& t : targets) caf::anon_send(t, gone_atom::value, r, describe(r) + ": " + why, crashed);
+  for (auto& t : targets) caf::anon_send(t, gone_atom::value, r, why, crashed);
 }
 
 bool data_plane::is_local(int r) const {
