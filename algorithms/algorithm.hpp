@@ -37,8 +37,6 @@ class op_context {
   /// Takes the message of step `step` from `peer`, if it arrived; otherwise
   /// remembers what the algorithm waits for (for timeout messages).
   std::optional<tensor> take(int peer, std::uint32_t step);
-  /// Whether the message of step `step` from `peer` arrived (without taking it).
-  bool has(int peer, std::uint32_t step) const { return inbox_.count({step, peer}) != 0; }
 
   /// Stores a message that arrived (used by the group actor).
   void deliver(int peer, std::uint32_t step, tensor payload) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "children.hpp"
 #include "troupe/troupe.hpp"
 
 using namespace troupe;
@@ -86,10 +87,7 @@ bool allreduce_allgather_over_tcp(int me, const std::string& path, const host& m
 
 /// Forks one child per host (rank = index) over one file_store; returns their exit codes.
 std::vector<int> run_hosts(const std::vector<host>& hosts) {
-  char buf[] = "/tmp/troupe-hosts-XXXXXX";
-  ::close(::mkstemp(buf));
-  ::unlink(buf);
-  const std::string path = buf;
+  const std::string path = troupe::test::temp_store_path();
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
     const pid_t pid = ::fork();
@@ -120,12 +118,7 @@ std::vector<int> run_hosts(const std::vector<host>& hosts) {
     }
     pids.push_back(pid);
   }
-  std::vector<int> codes;
-  for (auto pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
+  auto codes = troupe::test::wait_for_children(pids);
   ::unlink(path.c_str());
   return codes;
 }

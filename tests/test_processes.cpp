@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "check_error.hpp"
+#include "children.hpp"
 #include "troupe/object_collectives.hpp"
 #include "troupe/troupe.hpp"
 
@@ -23,20 +24,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string temp_path() {
-  char buf[] = "/tmp/troupe-procs-XXXXXX";
-  int fd = ::mkstemp(buf);
-  ::close(fd);
-  ::unlink(buf);
-  return buf;
-}
-
 /// Forks `processes` children; child p hosts world ranks p, p+P, ... (threads)
 /// and runs body(world); returns each child's exit code (0: all checks passed).
 template <class F, class G>
 std::vector<int> run_processes(int processes, int ranks, const char* transport, F body,
                                G while_running) {
-  const auto path = temp_path();
+  const auto path = troupe::test::temp_store_path();
   std::vector<pid_t> pids;
   for (int p = 0; p < processes; ++p) {
     pid_t pid = ::fork();
@@ -74,12 +67,7 @@ std::vector<int> run_processes(int processes, int ranks, const char* transport, 
     pids.push_back(pid);
   }
   while_running(path);
-  std::vector<int> codes;
-  for (auto pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
+  auto codes = troupe::test::wait_for_children(pids);
   ::unlink(path.c_str());
   return codes;
 }
@@ -232,8 +220,8 @@ TEST_CASE(
         auto addr = s.get_string("troupe/" + job + "/addr/1");
         std::string noise(4096, '\0');
         for (std::size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<char>(i * 7919 + 13);
-        answers.push_back(poke(addr, noise));                          // random bytes
-        answers.push_back(poke(addr, "TROUPEH1"));                     // truncated
+        answers.push_back(poke(addr, noise));                                // random bytes
+        answers.push_back(poke(addr, "TROUPEH1"));                           // truncated
         answers.push_back(poke(addr, hello("0123456789abcdeX", 16, true)));  // wrong token
         answers.push_back(poke(addr, hello("0123456789abcdef", 16)));  // right token, truncated
         answers.push_back(poke(addr, hello("", 0xfffffff0u)));         // absurd length

@@ -318,11 +318,6 @@ std::string data_plane::describe(int r) const {
          ")";
 }
 
-std::string data_plane::link_kind(int r) const {
-  auto& p = *peers_[static_cast<std::size_t>(r)];
-  return p.local ? "in-process" : p.out_ring ? "shm" : "tcp";
-}
-
 template <class Envelope>
 void data_plane::send_frame(int r, const std::string& group, const Envelope& env) {
   auto& p = *peers_[static_cast<std::size_t>(r)];

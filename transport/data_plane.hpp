@@ -52,12 +52,8 @@ class data_plane {
   void connect(store& s);
   /// Whether world rank `r` lives in this process.
   bool is_local(int r) const;
-  /// Whether any rank lives in another process.
-  bool has_process_peers() const noexcept { return remote_count_ > 0; }
   /// "world rank 3 (host h, pid 4711)".
   std::string describe(int r) const;
-  /// Which byte stream carries data to `r` ("shm", "tcp", or "in-process").
-  std::string link_kind(int r) const;
 
   void send(int world_rank, const std::string& group, const envelope& env);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
