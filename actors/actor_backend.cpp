@@ -2,15 +2,24 @@
 // families (actors/call.hpp) over flat buffers, and submits it to the group
 // actor through the rank's work relay. Arguments arrive validated by
 // process_group; cross-rank mismatches are caught by the algorithms.
+// When every rank of the group shares this host, allreduce runs on the
+// group's shared-memory fabric instead (fabric/shm_fabric.hpp): no messages,
+// advanced by the threads that wait for it.
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
+#include "actors/fabric_driver.hpp"
 #include "actors/group_actor.hpp"
 #include "actors/rank_runtime.hpp"
+#include "fabric/allreduce_shm.hpp"
+#include "fabric/segment.hpp"
 #include "src/reduce_kernels.hpp"
 #include "src/work_state.hpp"
+#include "transport/data_plane.hpp"
 #include "transport/in_process.hpp"
 #include "transport/mixed.hpp"
 #include "troupe/backend.hpp"
@@ -106,6 +115,7 @@ class actor_backend final : public backend {
     // early could otherwise leave (destroy the group) before a peer found it.
     try {
       store_based_barrier(*ctx.store, ctx.rank, ctx.size, "created", ctx.timeout);
+      setup_fabric(ctx, *net);
     } catch (...) {
       shutdown("group set-up failed");
       throw;
@@ -130,6 +140,11 @@ class actor_backend final : public backend {
   }
 
   work allreduce(tensor_list& ts, const allreduce_options& o) override {
+    // The fabric takes one CPU tensor and every op but PREMUL_SUM (its scale
+    // may be a tensor); the choice depends only on what every rank passes alike.
+    if (fabric_ && ts.size() == 1 && ts[0].get_device().type == device_type::cpu &&
+        o.op.op() != reduce_op::PREMUL_SUM)
+      return allreduce_on_fabric(ts[0], o);
     return reducing(op_code::allreduce, "allreduce", o.op, 0, 0, o.timeout, ts, false);
   }
 
@@ -342,21 +357,11 @@ class actor_backend final : public backend {
     return submit_p2p(p2p_call::recv_any, "recv_any_source", -1, ts[0], o);
   }
 
-  std::uint64_t sequence_number() override {
-    std::uint64_t seq = 0;
-    caf::scoped_actor self{rt_.system()};
-    // Through the relay, so the answer counts every call issued before it.
-    self->request(rt_.relay(), timeout_, seq_atom::value, group_)
-        .receive([&](std::uint64_t s) { seq = s; },
-                 [&](caf::error& e) {
-                   throw error(errc::timeout, "sequence_number of group '" + group_name() +
-                                                  "': " + caf::to_string(e));
-                 });
-    return seq;
-  }
+  std::uint64_t sequence_number() override { return issued_.load(); }
 
   void abort(const std::string& reason) override {
     caf::anon_send(group_, abort_atom::value, reason);
+    if (fabric_) fabric_->abort(reason);
   }
 
  private:
@@ -433,8 +438,83 @@ class actor_backend final : public backend {
   work submit(const call_ptr& c) {
     track(c->handle);
     if (debug_ == debug_level::detail) log_detail(c->handle, c->input);
+    std::lock_guard<std::mutex> g{issue_mtx_};
+    c->seq = number(c->handle, c->code);
     caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
     return c->handle;
+  }
+
+  /// The group's next sequence number, set on `w` and announced to the fabric
+  /// (under issue_mtx_, so numbers follow the order of submission).
+  std::uint64_t number(const work& w, op_code code) {
+    const auto seq = issued_.fetch_add(1) + 1;
+    w.set_sequence_number(seq);
+    if (fabric_) fabric_->announce(seq, static_cast<std::uint8_t>(code));
+    return seq;
+  }
+
+  work allreduce_on_fabric(tensor& t, const allreduce_options& o) {
+    auto data = flat(t);
+    const double divisor = o.op.op() == reduce_op::AVG ? static_cast<double>(size()) : 0.0;
+    auto kind = o.op.op() == reduce_op::AVG ? reduce_op::SUM : o.op.op();
+    auto op = make_allreduce_shm(data, kind, divisor);
+    op->name = "allreduce";
+    op->timeout = o.timeout == use_group_timeout ? timeout_ : o.timeout;
+    op->outputs = tensor_list{t};
+    op->handle = work::make("allreduce", group_name());
+    track(op->handle);
+    if (debug_ == debug_level::detail) log_detail(op->handle, data);
+    std::lock_guard<std::mutex> g{issue_mtx_};
+    op->seq = number(op->handle, op_code::allreduce);
+    op->op = fabric_->next_op();
+    return fabric_->submit(std::move(op));
+  }
+
+  /// Maps the group's shared segment when every member can (all on this host,
+  /// shared memory not switched off, TROUPE_FABRIC not "off"): rank 0 creates
+  /// it, the others map it, and all agree through the group's store, so every
+  /// rank takes the same path. Once all mapped it, its name is removed, so a
+  /// crash leaves nothing behind.
+  void setup_fabric(const backend_context& ctx, const transport& net) {
+    if (ctx.size < 2) return;
+    const char* env = std::getenv("TROUPE_FABRIC");
+    bool wanted = !(env && std::string(env) == "off");
+    if (const auto& plane = rt_.plane())
+      for (int w : ctx.global_ranks) wanted = wanted && plane->shares_memory(w);
+    segment_shape shape;
+    shape.size = ctx.size;
+    std::unique_ptr<segment> seg;
+    std::string why;
+    auto& st = *ctx.store;
+    try {
+      if (ctx.rank == 0) {
+        if (wanted) seg = segment::create(shape);
+        st.set("fabric/name", to_bytes(seg ? seg->name() : std::string()));
+      } else {
+        auto name = troupe::to_string(st.get("fabric/name"));
+        if (wanted && !name.empty()) seg = segment::open(name, shape);
+      }
+    } catch (const error& e) {
+      if (e.code() == errc::timeout) throw;
+      seg.reset();
+      why = e.what();
+    }
+    st.set("fabric/ok/" + std::to_string(ctx.rank), to_bytes(seg ? "1" : "0"));
+    std::vector<std::string> keys;
+    for (int r = 0; r < ctx.size; ++r) keys.push_back("fabric/ok/" + std::to_string(r));
+    bool all = true;
+    for (auto& v : st.multi_get(keys)) all = all && troupe::to_string(v) == "1";
+    if (seg && ctx.rank == 0) seg->unlink();
+    if (!why.empty() && debug_ != debug_level::off)
+      std::fprintf(stderr, "[troupe group '%s' rank %d] no shared-memory collectives: %s\n",
+                   ctx.group_name.c_str(), ctx.rank, why.c_str());
+    if (!all) return;
+    std::vector<std::string> names;
+    for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
+    fabric_ =
+        std::make_shared<shm_fabric>(std::move(seg), ctx.rank, ctx.group_name, std::move(names));
+    driver_ = spawn_fabric_driver(rt_.system(), fabric_);
+    fabric_->set_kick([d = driver_] { caf::anon_send(d, drive_atom::value); });
   }
 
   work submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
@@ -485,6 +565,11 @@ class actor_backend final : public backend {
 
   void shutdown(const std::string& reason) {
     if (!group_) return;
+    if (fabric_) {
+      fabric_->abort(reason);
+      caf::anon_send_exit(driver_, caf::exit_reason::user_shutdown);
+      fabric_.reset();
+    }
     in_process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
     if (rt_.plane()) rt_.plane()->remove_group(group_name());
     {
@@ -510,6 +595,10 @@ class actor_backend final : public backend {
   group_actor group_;
   std::mutex mtx_;
   std::vector<std::weak_ptr<work_state>> pending_;
+  std::mutex issue_mtx_;  // numbering and submission happen in one order
+  std::atomic<std::uint64_t> issued_{0};
+  std::shared_ptr<shm_fabric> fabric_;
+  fabric_driver driver_;
 };
 
 }  // namespace

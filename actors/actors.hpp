@@ -2,10 +2,13 @@
 // The actor protocol of one rank, on one page (as Tenzir's actors.hpp).
 //
 // A rank is an actor system (detail::rank_runtime) holding:
-//  - one group actor per group the rank belongs to: it assigns the group's
-//    sequence numbers, runs each collective as a message protocol with the
-//    group actors of the other ranks, holds messages that arrive early, and
-//    answers the request with the outputs;
+//  - one group actor per group the rank belongs to: it runs each collective
+//    (numbered by the backend at issue) as a message protocol with the group
+//    actors of the other ranks, holds messages that arrive early, and answers
+//    the request with the outputs;
+//  - for a group whose ranks all share the host, a fabric driver: allreduce
+//    runs on the shared-memory fabric (fabric/) in the threads that wait for
+//    it, and the driver advances it while nobody waits;
 //  - one work relay: the façade's calls go through it, and it turns the group
 //    actor's response (a promise) into the completion of a troupe::work.
 
@@ -35,11 +38,11 @@ using p2p_atom = caf::atom_constant<caf::atom("p2p")>;
 using data_atom = caf::atom_constant<caf::atom("data")>;
 using msg_atom = caf::atom_constant<caf::atom("msg")>;
 using timeout_atom = caf::atom_constant<caf::atom("timeout")>;
-using seq_atom = caf::atom_constant<caf::atom("seq")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using peers_atom = caf::atom_constant<caf::atom("peers")>;
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using gone_atom = caf::atom_constant<caf::atom("gone")>;
+using drive_atom = caf::atom_constant<caf::atom("drive")>;
 
 /// The group actor of one (group, rank).
 using group_actor = caf::typed_actor<
@@ -55,8 +58,6 @@ using group_actor = caf::typed_actor<
     caf::reacts_to<msg_atom, p2p_envelope>,
     // Self-message: the earliest deadline passed; fails every call past its timeout.
     caf::reacts_to<timeout_atom>,
-    // Answers the number of collectives issued so far.
-    caf::replies_to<seq_atom>::with<std::uint64_t>,
     // World rank R's process is gone (data plane). It left on purpose: calls
     // waiting for it fail. It crashed (last field true): every pending and
     // later call of the group fails.
@@ -71,9 +72,14 @@ using relay_actor = caf::typed_actor<
     // Requests `call` from the group actor and completes call->handle with the answer.
     caf::reacts_to<submit_atom, call_ptr, group_actor>,
     // Same for a point-to-point call.
-    caf::reacts_to<submit_atom, p2p_ptr, group_actor>,
-    // Asks the group actor for its sequence number after the calls relayed so far.
-    caf::replies_to<seq_atom, group_actor>::with<std::uint64_t>>;
+    caf::reacts_to<submit_atom, p2p_ptr, group_actor>>;
+
+/// The fabric driver of one (group, rank): advances the group's shared-memory
+/// collectives (fabric/shm_fabric.hpp) while no thread waits for them.
+using fabric_driver = caf::typed_actor<
+    // Makes one non-blocking pass; while operations remain and nobody waits,
+    // passes again after a growing delay (50 µs up to 2 ms).
+    caf::reacts_to<drive_atom>>;
 
 /// Makes a caf::error that carries a troupe error code and message.
 caf::error make_troupe_error(int code, std::string message);

@@ -37,6 +37,7 @@ const char* to_string(op_code c) noexcept;
 struct collective_call {
   op_code code = op_code::barrier;
   std::string name;  ///< the public call ("allreduce_coalesced"), for messages
+  std::uint64_t seq = 0;  ///< the group's sequence number (assigned at issue)
   reduce_op op;
   int root = 0;
   tensor input;   ///< flat; may be the same memory as output (in place)

@@ -251,8 +251,10 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
           if (refused(st, call->name, rp)) return rp;
-          const auto seq = ++st.issued;
-          call->handle.set_sequence_number(seq);
+          // Numbered at issue (the shared-memory fabric takes numbers too, so
+          // the actor sees gaps, the same on every rank).
+          const auto seq = call->seq;
+          st.issued = seq;
           auto& op = st.ops[seq];
           op.deadline = clock::now() + call->timeout;
           op.call = call;
@@ -330,7 +332,6 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           st.unmatched.push_back(std::move(msg));
         },
         [self](timeout_atom) { on_tick(self); },
-        [self](seq_atom) { return self->state.issued; },
         [self](gone_atom, int world_rank, std::string& why, bool crashed) {
           auto& rs = self->state.info.global_ranks;
           auto i = std::find(rs.begin(), rs.end(), world_rank);

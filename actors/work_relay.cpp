@@ -46,7 +46,6 @@ relay_actor spawn_work_relay(caf::actor_system& sys) {
                   [call](tensor_list& out) { call->handle.complete(std::move(out), call->source); },
                   [call](caf::error& e) { call->handle.fail(to_exception(e, context_of(*call))); });
         },
-        [self](seq_atom, group_actor& group) { return self->delegate(group, seq_atom::value); },
     };
   });
 }

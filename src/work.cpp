@@ -24,6 +24,7 @@ std::string describe(const work_state& s) {
 
 void work::wait() const {
   auto& s = const_cast<work_state&>(checked(state_));
+  if (s.drive) s.drive(s, std::chrono::steady_clock::time_point::max());
   std::unique_lock<std::mutex> g{s.mtx};
   s.cv.wait(g, [&] { return s.done; });
   if (s.error) std::rethrow_exception(s.error);
@@ -31,8 +32,10 @@ void work::wait() const {
 
 void work::wait(duration timeout) const {
   auto& s = const_cast<work_state&>(checked(state_));
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  if (s.drive) s.drive(s, until);
   std::unique_lock<std::mutex> g{s.mtx};
-  if (!s.cv.wait_for(g, timeout, [&] { return s.done; }))
+  if (!s.cv.wait_until(g, until, [&] { return s.done; }))
     throw error(errc::timeout, "work.wait: Timeout after " + std::to_string(timeout.count()) +
                                    " ms waiting for " + describe(s));
   if (s.error) std::rethrow_exception(s.error);
@@ -40,6 +43,7 @@ void work::wait(duration timeout) const {
 
 bool work::is_completed() const {
   auto& s = const_cast<work_state&>(checked(state_));
+  if (s.poke && !s.finished.load()) s.poke();
   std::lock_guard<std::mutex> g{s.mtx};
   return s.done;
 }
@@ -133,6 +137,7 @@ void finish(const work& w, work_state& s, tensor_list* outputs, int source,
     std::lock_guard<std::mutex> g{s.mtx};
     if (s.done) return;
     s.done = true;
+    s.finished.store(true, std::memory_order_release);
     if (outputs) s.outputs = std::move(*outputs);
     s.source_rank = source;
     s.error = std::move(err);

@@ -2,6 +2,7 @@
 // The shared state behind troupe::work.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -24,6 +25,13 @@ struct work_state {
   std::string op;
   std::string group;
   std::vector<std::function<void(const work&)>> callbacks;
+  /// Set together with done; polled by threads that drive the operation.
+  std::atomic<bool> finished{false};
+  /// For operations that progress in the waiting thread (fabric/shm_fabric.hpp):
+  /// drive(s, until) advances them until s finished or `until` passed; poke()
+  /// makes one non-blocking pass. Set before the work is handed out.
+  std::function<void(work_state&, std::chrono::steady_clock::time_point)> drive;
+  std::function<void()> poke;
 };
 
 }  // namespace troupe::detail

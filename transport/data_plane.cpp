@@ -312,6 +312,11 @@ bool data_plane::is_local(int r) const {
   return peers_[static_cast<std::size_t>(r)]->local;
 }
 
+bool data_plane::shares_memory(int r) const {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  return p.local || (p.same_host && opts_.transport != "tcp");
+}
+
 std::string data_plane::describe(int r) const {
   auto& p = *peers_[static_cast<std::size_t>(r)];
   return "world rank " + std::to_string(r) + " (host " + p.host + ", pid " + std::to_string(p.pid) +

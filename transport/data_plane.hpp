@@ -52,6 +52,9 @@ class data_plane {
   void connect(store& s);
   /// Whether world rank `r` lives in this process.
   bool is_local(int r) const;
+  /// Whether world rank `r` can map this rank's shared memory: it lives in
+  /// this process, or on this host and shared memory is not switched off.
+  bool shares_memory(int r) const;
   /// "world rank 3 (host h, pid 4711)".
   std::string describe(int r) const;
 

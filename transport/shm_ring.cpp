@@ -1,15 +1,13 @@
 #include "transport/shm_ring.hpp"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 
+#include "transport/futex.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -28,23 +26,6 @@ struct shm_ring::control {
 namespace {
 
 constexpr std::size_t data_offset = 4096;
-
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) {
-  timespec ts{0, 20'000'000};  // re-check `closed` at least every 20 ms
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
-            0);
-}
-
-void futex_wake(std::atomic<std::uint32_t>& word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr,
-            nullptr, 0);
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
 
 }  // namespace
 
@@ -125,7 +106,7 @@ bool shm_ring::wait_for(std::atomic<std::uint32_t>& seq, std::atomic<std::uint32
       waiting.store(0);
       return pos.load() != not_equal_to;
     }
-    futex_wait(seq, s);
+    futex_wait(seq, s, std::chrono::milliseconds(20));  // re-check `closed` every 20 ms
   }
   waiting.store(0);
   return true;

@@ -1,0 +1,247 @@
+// allreduce_shm — allreduce through the group's shared segment.
+//
+// Terms: k is the fabric operation number, N the buffer's bytes, n the
+// ranks, "part q" of a chunk the q-th of n cache-line-aligned slices; rank q
+// reduces part q of every chunk (reduce-scatter), everyone copies every part
+// out (allgather). Sums run in rank order 0..n-1 wherever they run, so every
+// rank gets bit-identical results.
+// Step 1 (post): once every rank finished operation k-2 (whose slots this one
+//   reuses), write the descriptor (size, dtype, op) and, when N fits a small
+//   slot, the data itself; publish arrived = k.
+// Step 2 (agree): wait until every rank arrived; all must have posted the
+//   same descriptor (else every rank fails the same way). A rank that issued
+//   another collective at this sequence number is a collective mismatch.
+// Small N (one step): reduce the n slots straight into the output; done = k.
+// Large N, per chunk g (a ring of `chunk_slots` staging slots):
+//   stage:  once every rank consumed chunk g - slots, copy the parts of my
+//           chunk that others reduce into my staging slot; staged = g.
+//   reduce: once every rank staged g, reduce part (me) from my own input and
+//           the others' staging slots into the result slot and my output;
+//           reduced = g.
+//   gather: once every rank reduced g, copy the other parts of the result
+//           slot into my output; consumed = g.
+// Each rank copies about 2N bytes in all (stage (n-1)/n·N, own part N/n,
+// gather (n-1)/n·N) and reads N for its reduction: one copy per hop.
+
+#include "fabric/allreduce_shm.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "actors/call.hpp"
+#include "fabric/segment.hpp"
+#include "src/reduce_kernels.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+namespace {
+
+class allreduce_shm final : public fabric_op {
+ public:
+  allreduce_shm(tensor data, reduce_op::kind kind, double divisor)
+      : data_(std::move(data)), kind_(kind), divisor_(divisor) {}
+
+  bool step(fabric_context& ctx, bool& moved) override {
+    auto& seg = ctx.seg;
+    const auto me = ctx.rank;
+    const auto nbytes = static_cast<std::uint64_t>(data_.nbytes());
+    const bool small = nbytes <= seg.shape().small_bytes;
+    switch (phase_) {
+      case phase::post: {
+        if (!all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,
+                         "finish its previous allreduce"))
+          return false;
+        seg.descriptor(me, op) =
+            op_descriptor{op, seq, nbytes, static_cast<std::uint32_t>(data_.scalar_type()),
+                          static_cast<std::uint32_t>(kind_)};
+        if (small && nbytes > 0) {
+          std::memcpy(seg.small_slot(me, op), data_.data(), nbytes);
+          fabric_stats().copied += nbytes;
+        }
+        publish(ctx, &rank_progress::arrived, op, moved);
+        phase_ = phase::agree;
+        [[fallthrough]];
+      }
+      case phase::agree: {
+        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this allreduce")) return false;
+        check_same(ctx, moved);
+        fabric_stats().reduced += nbytes;
+        if (small) {
+          reduce_small(ctx);
+          publish(ctx, &rank_progress::done, op, moved);
+          return true;
+        }
+        const auto chunk = seg.shape().chunk_bytes / element_size(data_.scalar_type());
+        chunk_elems_ = static_cast<std::int64_t>(chunk);
+        chunks_ = (data_.numel() + chunk_elems_ - 1) / chunk_elems_;
+        first_ = ctx.chunks + 1;
+        ctx.chunks += static_cast<std::uint64_t>(chunks_);
+        phase_ = phase::stage;
+        [[fallthrough]];
+      }
+      default:
+        return run_chunks(ctx, moved);
+    }
+  }
+
+  std::pair<int, std::string> blocker() const override { return {blocked_rank_, blocked_what_}; }
+
+ private:
+  enum class phase { post, agree, stage, reduce, gather };
+
+  /// True when every rank's `counter` reached `value`; otherwise remembers the
+  /// first rank that did not (and whether it issued another collective).
+  bool all_reached(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
+                   std::uint64_t value, const char* what) {
+    for (int r = 0; r < ctx.size; ++r) {
+      if ((ctx.seg.progress(r).*counter).load(std::memory_order_acquire) >= value) continue;
+      blocked_rank_ = r;
+      blocked_what_ = what;
+      if (phase_ == phase::agree) check_kind(ctx, r);
+      return false;
+    }
+    return true;
+  }
+
+  void publish(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
+               std::uint64_t value, bool& moved) {
+    (ctx.seg.progress(ctx.rank).*counter).store(value, std::memory_order_release);
+    ctx.seg.ring();
+    moved = true;
+  }
+
+  /// A rank that announced another collective at this sequence number.
+  void check_kind(fabric_context& ctx, int r) {
+    const int other = ctx.fabric.announced(r, seq);
+    if (other < 0 || other == static_cast<int>(op_code::allreduce)) return;
+    throw error(errc::mismatch, "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] +
+                                    " called " + to_string(static_cast<op_code>(other)) +
+                                    " at the same sequence number, this rank called " + name);
+  }
+
+  void check_same(fabric_context& ctx, bool& moved) {
+    const auto& mine = ctx.seg.descriptor(ctx.rank, op);
+    for (int r = 0; r < ctx.size; ++r) {
+      const auto& d = ctx.seg.descriptor(r, op);
+      if (d.nbytes == mine.nbytes && d.dtype == mine.dtype && d.reduce == mine.reduce) continue;
+      // Every rank sees the same descriptors: all fail here and step past.
+      publish(ctx, &rank_progress::done, op, moved);
+      throw error(errc::invalid_argument,
+                  name + ": " + ctx.names[static_cast<std::size_t>(r)] + " passed " +
+                      std::to_string(d.nbytes) + " bytes of " +
+                      std::string(to_string(static_cast<dtype>(d.dtype))) + " (" +
+                      to_string(static_cast<reduce_op::kind>(d.reduce)) + "), this rank " +
+                      std::to_string(mine.nbytes) + " bytes of " +
+                      std::string(to_string(static_cast<dtype>(mine.dtype))) + " (" +
+                      to_string(static_cast<reduce_op::kind>(mine.reduce)) +
+                      ") (do the ranks pass tensors of the same size and dtype?)");
+    }
+  }
+
+  void finish_part(void* p, std::int64_t count) {
+    if (divisor_ > 0) divide_by(data_.scalar_type(), p, static_cast<std::size_t>(count), divisor_);
+  }
+
+  void reduce_small(fabric_context& ctx) {
+    std::vector<const void*> srcs(static_cast<std::size_t>(ctx.size));
+    for (int r = 0; r < ctx.size; ++r)
+      srcs[static_cast<std::size_t>(r)] =
+          r == ctx.rank ? data_.data() : static_cast<const void*>(ctx.seg.small_slot(r, op));
+    reduce_many(data_.scalar_type(), kind_, data_.data(), srcs.data(), srcs.size(),
+                static_cast<std::size_t>(data_.numel()));
+    finish_part(data_.data(), data_.numel());
+  }
+
+  /// [offset, count] in elements of part q of a chunk of m elements.
+  std::pair<std::int64_t, std::int64_t> part(std::int64_t m, int n, int q) const {
+    const auto align = std::max<std::int64_t>(
+        1, 64 / static_cast<std::int64_t>(element_size(data_.scalar_type())));
+    const auto per = ((m + n - 1) / n + align - 1) / align * align;
+    const auto begin = std::min<std::int64_t>(m, per * q);
+    return {begin, std::min<std::int64_t>(m, begin + per) - begin};
+  }
+
+  bool run_chunks(fabric_context& ctx, bool& moved) {
+    auto& seg = ctx.seg;
+    const auto n = ctx.size;
+    const auto me = ctx.rank;
+    const auto es = static_cast<std::int64_t>(element_size(data_.scalar_type()));
+    auto* base = static_cast<std::byte*>(data_.data());
+    const auto slots = static_cast<std::uint64_t>(seg.shape().chunk_slots);
+    while (next_ < chunks_) {
+      const auto g = first_ + static_cast<std::uint64_t>(next_);
+      const auto begin = next_ * chunk_elems_;
+      const auto m = std::min(chunk_elems_, data_.numel() - begin);
+      std::byte* mine = base + begin * es;
+      const auto [my_off, my_count] = part(m, n, me);
+      switch (phase_) {
+        case phase::stage: {
+          if (!all_reached(ctx, &rank_progress::consumed, g > slots ? g - slots : 0,
+                           "copy out an earlier chunk"))
+            return false;
+          std::byte* slot = seg.stage(me, g);
+          // The parts the others reduce: before and after my own.
+          copy(slot, mine, my_off * es);
+          const auto tail = (my_off + my_count) * es;
+          copy(slot + tail, mine + tail, m * es - tail);
+          publish(ctx, &rank_progress::staged, g, moved);
+          phase_ = phase::reduce;
+          [[fallthrough]];
+        }
+        case phase::reduce: {
+          if (!all_reached(ctx, &rank_progress::staged, g, "stage its chunk")) return false;
+          std::vector<const void*> srcs(static_cast<std::size_t>(n));
+          for (int r = 0; r < n; ++r)
+            srcs[static_cast<std::size_t>(r)] = (r == me ? mine : seg.stage(r, g)) + my_off * es;
+          std::byte* out = seg.result(g) + my_off * es;
+          reduce_many(data_.scalar_type(), kind_, out, srcs.data(), srcs.size(),
+                      static_cast<std::size_t>(my_count));
+          finish_part(out, my_count);
+          copy(mine + my_off * es, out, my_count * es);
+          publish(ctx, &rank_progress::reduced, g, moved);
+          phase_ = phase::gather;
+          [[fallthrough]];
+        }
+        default: {
+          if (!all_reached(ctx, &rank_progress::reduced, g, "reduce its part of a chunk"))
+            return false;
+          const std::byte* result = seg.result(g);
+          copy(mine, result, my_off * es);
+          const auto tail = (my_off + my_count) * es;
+          copy(mine + tail, result + tail, m * es - tail);
+          publish(ctx, &rank_progress::consumed, g, moved);
+          phase_ = phase::stage;
+          ++next_;
+        }
+      }
+    }
+    publish(ctx, &rank_progress::done, op, moved);
+    return true;
+  }
+
+  static void copy(std::byte* dst, const std::byte* src, std::int64_t bytes) {
+    if (bytes <= 0) return;
+    std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+    fabric_stats().copied += static_cast<std::uint64_t>(bytes);
+  }
+
+  tensor data_;
+  reduce_op::kind kind_;
+  double divisor_;
+  phase phase_ = phase::post;
+  std::int64_t chunk_elems_ = 0;
+  std::int64_t chunks_ = 0;
+  std::int64_t next_ = 0;
+  std::uint64_t first_ = 0;
+  int blocked_rank_ = -1;
+  std::string blocked_what_;
+};
+
+}  // namespace
+
+std::unique_ptr<fabric_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor) {
+  return std::make_unique<allreduce_shm>(std::move(data), kind, divisor);
+}
+
+}  // namespace troupe::detail

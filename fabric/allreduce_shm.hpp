@@ -1,0 +1,15 @@
+#pragma once
+// The fabric's operations (one file each, like algorithms/).
+
+#include <memory>
+
+#include "fabric/shm_fabric.hpp"
+#include "troupe/reduce_op.hpp"
+
+namespace troupe::detail {
+
+/// allreduce of the flat buffer `data` in place, combining by `kind`;
+/// `divisor` > 0 divides the result (AVG). The caller sets the op's fields.
+std::unique_ptr<fabric_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor);
+
+}  // namespace troupe::detail

@@ -1,0 +1,114 @@
+#pragma once
+// segment — the shared memory through which the ranks of one group on one
+// host run collectives without messages (see fabric/shm_fabric.hpp).
+//
+// Layout (every region starts on its own cache line or page):
+//  - header: the bell (a futex word every waiting rank sleeps on) and the
+//    count of sleepers, so that a rank publishing a flag makes a system call
+//    only when somebody sleeps;
+//  - per rank, written only by that rank: its progress counters (one cache
+//    line), the descriptors of its last two operations, its pid and "left"
+//    flag, and the ring of the kinds of its last 64 collectives (announce);
+//  - per rank, two small-message slots (operation parity);
+//  - per rank, `chunk_slots` staging slots of `chunk_bytes`, and one shared
+//    ring of result slots of the same shape.
+// Counters grow monotonically and are never reset, so a flag never needs
+// clearing: "rank r reached step x" is `counter[r] >= x`.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace troupe::detail {
+
+struct segment_shape {
+  int size = 1;                         ///< ranks in the group
+  std::size_t small_bytes = 32 << 10;   ///< largest buffer sent in one step
+  std::size_t chunk_bytes = 256 << 10;  ///< staging granularity for larger buffers
+  int chunk_slots = 4;                  ///< chunks in flight
+};
+
+/// What an operation looks like; every rank must pass the same.
+struct op_descriptor {
+  std::uint64_t op = 0;   ///< fabric operation number (1, 2, ...)
+  std::uint64_t seq = 0;  ///< the group's sequence number
+  std::uint64_t nbytes = 0;
+  std::uint32_t dtype = 0;
+  std::uint32_t reduce = 0;
+};
+
+/// Progress counters of one rank (written by it alone).
+struct alignas(64) rank_progress {
+  std::atomic<std::uint64_t> arrived{
+      0};  ///< last operation whose descriptor (and small data) is posted
+  std::atomic<std::uint64_t> done{0};      ///< last operation this rank finished reading for
+  std::atomic<std::uint64_t> staged{0};    ///< last chunk staged
+  std::atomic<std::uint64_t> reduced{0};   ///< last chunk whose part this rank reduced
+  std::atomic<std::uint64_t> consumed{0};  ///< last chunk whose result this rank copied out
+};
+
+struct alignas(64) rank_identity {
+  std::atomic<std::int32_t> pid{0};
+  std::atomic<std::uint32_t> left{0};  ///< 1 once the rank destroyed the group
+};
+
+class segment {
+ public:
+  /// Creates a new segment for `shape` under a fresh name (returned by name()).
+  static std::unique_ptr<segment> create(const segment_shape& shape);
+  /// Maps the segment `name` that another rank created.
+  static std::unique_ptr<segment> open(const std::string& name, const segment_shape& shape);
+  ~segment();
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+
+  const std::string& name() const noexcept { return name_; }
+  const segment_shape& shape() const noexcept { return shape_; }
+  /// Removes the name (the mapping stays); done once every rank mapped it.
+  void unlink();
+
+  rank_progress& progress(int r) noexcept;
+  rank_identity& identity(int r) noexcept;
+  op_descriptor& descriptor(int r, std::uint64_t op) noexcept;               ///< slot op % 2
+  std::atomic<std::uint64_t>& announced(int r, std::uint64_t seq) noexcept;  ///< slot seq % 64
+  std::byte* small_slot(int r, std::uint64_t op) noexcept;                   ///< slot op % 2
+  std::byte* stage(int r, std::uint64_t chunk) noexcept;                     ///< slot chunk % slots
+  std::byte* result(std::uint64_t chunk) noexcept;                           ///< slot chunk % slots
+
+  /// Wakes every sleeper (after publishing a counter); free when nobody sleeps.
+  void ring() noexcept;
+  /// The bell's value; read before checking conditions, then pass it to sleep().
+  std::uint32_t bell() const noexcept;
+  /// Registers as sleeper; `recheck()` runs after registering and may cancel
+  /// the sleep (returns true when it made progress); otherwise sleeps until the
+  /// bell rings or `max` passes.
+  template <class F>
+  void sleep(std::chrono::nanoseconds max, F&& recheck) {
+    sleepers().fetch_add(1);
+    const auto b = bell();
+    if (!recheck()) wait_bell(b, max);
+    sleepers().fetch_sub(1);
+  }
+
+ private:
+  segment(std::string name, void* base, std::size_t bytes, const segment_shape& shape);
+  std::atomic<std::uint32_t>& sleepers() noexcept;
+  void wait_bell(std::uint32_t seen, std::chrono::nanoseconds max) noexcept;
+
+  std::string name_;
+  std::byte* base_;
+  std::size_t bytes_;
+  segment_shape shape_;
+  bool linked_ = true;
+  struct offsets {
+    std::size_t progress, identity, descriptors, announce, small, stage, result;
+  };
+  /// Places the regions for `shape`; returns the segment's size.
+  static std::size_t plan(const segment_shape& shape, offsets& off);
+  offsets off_{};
+};
+
+}  // namespace troupe::detail

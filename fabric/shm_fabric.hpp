@@ -1,0 +1,140 @@
+#pragma once
+// shm_fabric — collectives of a group whose ranks all share one host, run
+// through one shared segment (fabric/segment.hpp) by the threads that wait
+// for them: no messages, no actor hops, no copies into messages. Crossing a
+// thread costs 10–20 µs when it wakes an idle core; a flag in shared memory
+// costs 0.05–0.25 µs, so small collectives must not cross threads.
+//
+// Execution: an operation is queued at issue, in issue order, and advanced
+// by non-blocking steps (fabric_op::step) by whoever drives the fabric:
+//  - the issuing thread makes one pass (it posts this rank's data at once);
+//  - a thread in work.wait() drives until its work is done: it polls a few
+//    microseconds, then sleeps on the segment's bell (a futex). Polling alone
+//    collapses when ranks outnumber cores; sleeping alone pays a wake-up per
+//    step;
+//  - when nobody waits, the rank's fabric driver actor passes periodically,
+//    so works complete and their callbacks run anyway.
+// Failures: every operation has a deadline; a rank that destroys the group
+// sets its "left" flag; a rank whose process dies is seen through a pidfd.
+// Only ranks that have not finished the operation are checked, so a rank
+// that finished and left does not fail the slower ones. After a timeout, a lost
+// peer or ranks calling different collectives, the segment's protocol state is
+// unknown, so the fabric stops: later operations fail at once, naming the
+// first failure.
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "troupe/work.hpp"
+
+namespace troupe::detail {
+
+class segment;
+struct work_state;
+
+using fabric_clock = std::chrono::steady_clock;
+
+/// What one step of an operation sees.
+class shm_fabric;
+
+struct fabric_context {
+  shm_fabric& fabric;
+  segment& seg;
+  int rank;
+  int size;
+  const std::vector<std::string>& names;  ///< describe(group rank)
+  /// Chunks staged by finished operations (chunk numbers are never reused;
+  /// an operation takes its numbers once every rank agreed on its size).
+  std::uint64_t& chunks;
+};
+
+/// One collective on the fabric: a resumable state machine.
+class fabric_op {
+ public:
+  virtual ~fabric_op() = default;
+  /// Advances as far as the peers allow without blocking; true when finished.
+  /// Sets `moved` when it published or consumed anything. Throws troupe::error.
+  virtual bool step(fabric_context& ctx, bool& moved) = 0;
+  /// The group rank the last blocked step waits for, and for what.
+  virtual std::pair<int, std::string> blocker() const = 0;
+
+  std::string name;       ///< "allreduce"
+  std::uint64_t seq = 0;  ///< the group's sequence number
+  std::uint64_t op = 0;   ///< the fabric's operation number (1, 2, ...)
+  std::chrono::milliseconds timeout{};
+  fabric_clock::time_point deadline;
+  tensor_list outputs;
+  work handle;
+};
+
+/// Bytes this process's fabrics copied and reduced (for the copy-count test).
+struct fabric_counters {
+  std::atomic<std::uint64_t> copied{0};   ///< memcpy into or out of the segment
+  std::atomic<std::uint64_t> reduced{0};  ///< bytes of allreduce input
+};
+fabric_counters& fabric_stats() noexcept;
+
+class shm_fabric : public std::enable_shared_from_this<shm_fabric> {
+ public:
+  /// `names[r]` describes group rank r in messages; `kick` asks the driver
+  /// actor to start passing (called at most once until it stops).
+  shm_fabric(std::unique_ptr<segment> seg, int rank, std::string group,
+             std::vector<std::string> names);
+  ~shm_fabric();
+
+  segment& seg() noexcept { return *seg_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept;
+  void set_kick(std::function<void()> kick) { kick_ = std::move(kick); }
+
+  /// Records that this rank issued collective `code` as sequence number `seq`,
+  /// so that a peer blocked in a fabric operation of another kind can tell.
+  void announce(std::uint64_t seq, std::uint8_t code);
+  /// The kind a rank announced for `seq`, or -1 when unknown.
+  int announced(int r, std::uint64_t seq) noexcept;
+  /// The next operation number (the caller serializes issue).
+  std::uint64_t next_op() noexcept { return ++issued_; }
+  /// Queues `op`, makes one pass and returns its work.
+  work submit(std::unique_ptr<fabric_op> op);
+  /// Drives until `s` finished or `until` passed.
+  void drive(work_state& s, fabric_clock::time_point until);
+  /// One pass without blocking (skipped while another thread drives); true
+  /// while operations remain and nobody waits for them.
+  bool poke();
+  /// Fails what is queued and everything later with `reason`.
+  void abort(const std::string& reason);
+
+ private:
+  struct finished {
+    std::unique_ptr<fabric_op> op;
+    std::exception_ptr error;
+  };
+  bool pass(bool block_on_lock);
+  bool step_head(std::vector<finished>& out);
+  std::string lost(std::uint64_t op);
+  void stop(const std::string& reason);
+
+  std::unique_ptr<segment> seg_;
+  int rank_;
+  std::string group_;
+  std::vector<std::string> names_;
+  std::function<void()> kick_;
+  std::uint64_t issued_ = 0;
+  std::uint64_t chunks_ = 0;  // guarded by engine_
+  std::mutex engine_;         // held while stepping (guards queue_, stopped_, pidfds_)
+  std::deque<std::unique_ptr<fabric_op>> queue_;
+  std::string stopped_;  // non-empty once the fabric stopped
+  std::vector<int> pidfds_;
+  fabric_clock::time_point next_liveness_check_{};
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> driver_armed_{false};
+};
+
+}  // namespace troupe::detail

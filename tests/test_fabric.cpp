@@ -1,0 +1,187 @@
+// The shared-memory fabric (fabric/): allreduce for groups whose ranks share
+// a host. Results across the small/chunked boundaries, bytes copied per byte
+// reduced, progress without a waiting thread, issue from one thread for
+// every rank, timeouts, a rank that leaves, abort, and TROUPE_FABRIC=off.
+
+#include <doctest/doctest.h>
+
+#include <array>
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "../fabric/segment.hpp"
+#include "../fabric/shm_fabric.hpp"
+#include "check_error.hpp"
+#include "collective_test.hpp"
+#include "troupe/troupe.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using troupe::test::check_error;
+
+namespace {
+
+std::uint64_t reduced_so_far() {
+  return detail::fabric_stats().reduced.load();
+}
+
+/// Worlds of `n` ranks in this process, created concurrently (set-up is collective).
+std::vector<std::unique_ptr<world>> make_worlds(int n, std::chrono::milliseconds timeout = 20s) {
+  auto st = std::make_shared<hash_store>();
+  std::vector<std::unique_ptr<world>> ws(static_cast<std::size_t>(n));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      ws[static_cast<std::size_t>(r)] = std::make_unique<world>(
+          world_options{.store = st, .rank = r, .world_size = n, .timeout = timeout});
+    });
+  for (auto& t : ts) t.join();
+  return ws;
+}
+
+const detail::segment_shape shape{};
+
+template <class T = float>
+tensor filled(std::int64_t len, T v) {
+  return tensor::from_vector(std::vector<T>(static_cast<std::size_t>(len), v));
+}
+
+}  // namespace
+
+TEST_CASE("fabric allreduce matches the reference across the small and chunked paths") {
+  const auto small = static_cast<std::int64_t>(shape.small_bytes / 4);
+  const auto chunk = static_cast<std::int64_t>(shape.chunk_bytes / 4);
+  // 0, 1, the largest one-step size and one above, exactly one chunk, a
+  // ragged tail, and more chunks than staging slots (the ring wraps).
+  const std::int64_t lens[] = {
+      0, 1, small, small + 1, chunk, chunk + 17, chunk * (shape.chunk_slots * 2 + 1) + 5};
+  for (int n : {2, 3, 4, 7}) {
+    CAPTURE(n);
+    const auto before = reduced_so_far();
+    testing::run_ranks(n, [&](world& w) {
+      auto& pg = w.default_group();
+      for (auto len : lens)
+        for (auto op :
+             {reduce_op(reduce_op::SUM), reduce_op(reduce_op::MAX), reduce_op(reduce_op::AVG)}) {
+          auto inputs = ct::per_rank(dtype::float32, n, len, int(len % 97));
+          auto x = ref::make(dtype::float32, inputs[static_cast<std::size_t>(w.rank())]);
+          pg.allreduce(x, op).wait();
+          ref::check_close(
+              x, ref::reduce(inputs, op, dtype::float32),
+              ct::name("fabric allreduce", dtype::float32, len) + " " + op.to_string());
+        }
+      // Integers: exact, and MIN over a chunked buffer.
+      auto ints = ct::per_rank(dtype::int64, n, chunk + 3, 5);
+      auto y = ref::make(dtype::int64, ints[static_cast<std::size_t>(w.rank())]);
+      pg.allreduce(y, reduce_op::MIN).wait();
+      ref::check_close(y, ref::reduce(ints, reduce_op(reduce_op::MIN), dtype::int64),
+                       "fabric MIN int64");
+    });
+    CHECK(reduced_so_far() > before);  // the fabric ran them
+  }
+}
+
+TEST_CASE("fabric allreduce copies about two bytes per byte reduced") {
+  // Stage (n-1)/n, own part 1/n, gather (n-1)/n: (2n-1)/n·N per rank, and
+  // nothing else (no messages, no private copies).
+  for (int n : {2, 4}) {
+    const std::int64_t len = 4 << 20;  // 16 MiB of float32
+    const auto copied0 = detail::fabric_stats().copied.load();
+    const auto reduced0 = detail::fabric_stats().reduced.load();
+    testing::run_ranks(n, [&](world& w) {
+      auto x = filled<float>(len, 1.0f);
+      w.default_group().allreduce(x).wait();
+      CHECK(x.to_vector<float>()[static_cast<std::size_t>(len - 1)] == float(n));
+    });
+    const auto copied = detail::fabric_stats().copied.load() - copied0;
+    const auto reduced = detail::fabric_stats().reduced.load() - reduced0;
+    CAPTURE(n);
+    CAPTURE(copied);
+    CHECK(reduced == static_cast<std::uint64_t>(n * len * 4));
+    const double per_byte = double(copied) / double(reduced);
+    CHECK(per_byte <= double(2 * n - 1) / n + 0.01);
+    CHECK(per_byte >= double(2 * n - 1) / n - 0.01);
+  }
+}
+
+TEST_CASE("fabric allreduce completes and runs callbacks although nobody waits") {
+  testing::run_ranks(3, [](world& w) {
+    auto x = filled<float>(100000, 2.0f);
+    std::promise<bool> done;
+    auto wk = w.default_group().allreduce(x);
+    wk.on_complete([&](const work& d) { done.set_value(d.is_success()); });
+    auto f = done.get_future();
+    REQUIRE(f.wait_for(20s) == std::future_status::ready);  // the driver actor moved it
+    CHECK(f.get());
+    CHECK(x.to_vector<float>()[99999] == 6.0f);
+  });
+}
+
+TEST_CASE("one thread can issue the allreduce of every rank, then wait") {
+  auto ws = make_worlds(4);
+  std::vector<tensor> xs;
+  std::vector<work> wks;
+  for (int r = 0; r < 4; ++r) {
+    xs.push_back(filled<float>(70000, float(r + 1)));
+    wks.push_back(ws[static_cast<std::size_t>(r)]->default_group().allreduce(xs.back()));
+  }
+  for (auto& wk : wks) wk.wait(20s);
+  for (auto& x : xs) CHECK(x.to_vector<float>()[69999] == 10.0f);
+  // And the small path, waiting in reverse order.
+  wks.clear();
+  for (int r = 0; r < 4; ++r) {
+    xs[static_cast<std::size_t>(r)] = filled<std::int32_t>(3, std::int32_t{1});
+    wks.push_back(ws[static_cast<std::size_t>(r)]->default_group().allreduce(
+        xs[static_cast<std::size_t>(r)]));
+  }
+  for (int r = 3; r >= 0; --r) wks[static_cast<std::size_t>(r)].wait(20s);
+  for (auto& x : xs) CHECK(x.to_vector<std::int32_t>()[2] == 4);
+}
+
+TEST_CASE("a fabric allreduce a peer never joins times out, and the fabric stops") {
+  auto ws = make_worlds(2);
+  auto x = filled<float>(8, 1.0f);
+  auto& pg = ws[0]->default_group();
+  const auto t0 = std::chrono::steady_clock::now();
+  check_error([&] { pg.allreduce(tensor_list{x}, {.timeout = 300ms}).wait(); }, errc::timeout,
+              {"allreduce", "group", "Timeout after 300 ms", "rank 1", "issue this allreduce"});
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  // The peers' protocol states now differ: later calls fail at once, naming why.
+  check_error([&] { pg.allreduce(tensor_list{x}, {.timeout = 300ms}).wait(); }, errc::aborted,
+              {"allreduce", "stopped after an earlier failure", "Timeout after 300 ms"});
+}
+
+TEST_CASE("a rank that leaves fails the fabric allreduce waiting for it, at once") {
+  auto ws = make_worlds(3);
+  auto x = filled<float>(200000, 1.0f);
+  auto wk = ws[0]->default_group().allreduce(tensor_list{x}, {.timeout = 20s});
+  const auto t0 = std::chrono::steady_clock::now();
+  ws[2].reset();  // rank 2 destroys its world without joining
+  check_error([&] { wk.wait(); }, errc::peer_failure, {"allreduce", "rank 2", "left group"});
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  ws[1]->abort("test over");
+}
+
+TEST_CASE("abort fails a pending fabric allreduce") {
+  auto ws = make_worlds(2);
+  auto x = filled<float>(5, 1.0f);
+  auto wk = ws[1]->default_group().allreduce(tensor_list{x}, {.timeout = 20s});
+  ws[1]->abort("stopped by the test");
+  check_error([&] { wk.wait(); }, errc::aborted, {"allreduce", "stopped by the test"});
+}
+
+TEST_CASE("TROUPE_FABRIC=off keeps allreduce on the actor path") {
+  ::setenv("TROUPE_FABRIC", "off", 1);
+  const auto before = reduced_so_far();
+  testing::run_ranks(2, [](world& w) {
+    auto x = filled<float>(1000, 1.0f);
+    w.default_group().allreduce(x).wait();
+    CHECK(x.to_vector<float>()[999] == 2.0f);
+  });
+  ::unsetenv("TROUPE_FABRIC");
+  CHECK(reduced_so_far() == before);
+}
