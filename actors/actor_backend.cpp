@@ -6,13 +6,14 @@
 // group's shared-memory fabric instead (fabric/shm_fabric.hpp): no messages,
 // advanced by the threads that wait for it.
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 
-#include "actors/fabric_driver.hpp"
 #include "actors/group_actor.hpp"
 #include "actors/rank_runtime.hpp"
 #include "fabric/allreduce_shm.hpp"
@@ -338,6 +339,9 @@ class actor_backend final : public backend {
   }
 
   work barrier(const barrier_options& o) override {
+    if (fabric_)
+      return on_fabric(op_code::barrier, "barrier", tensor::empty({0}, dtype::uint8),
+                       reduce_op::SUM, 0.0, o.timeout, {});
     return submit(make_call(op_code::barrier, "barrier", o.timeout, {}));
   }
 
@@ -454,24 +458,32 @@ class actor_backend final : public backend {
   }
 
   work allreduce_on_fabric(tensor& t, const allreduce_options& o) {
-    auto data = flat(t);
     const double divisor = o.op.op() == reduce_op::AVG ? static_cast<double>(size()) : 0.0;
     auto kind = o.op.op() == reduce_op::AVG ? reduce_op::SUM : o.op.op();
-    auto op = make_allreduce_shm(data, kind, divisor);
-    op->name = "allreduce";
-    op->timeout = o.timeout == use_group_timeout ? timeout_ : o.timeout;
-    op->outputs = tensor_list{t};
-    op->handle = work::make("allreduce", group_name());
+    return on_fabric(op_code::allreduce, "allreduce", flat(t), kind, divisor, o.timeout,
+                     tensor_list{t});
+  }
+
+  /// Runs an allreduce-shaped operation (allreduce, or barrier over no data)
+  /// on the fabric.
+  work on_fabric(op_code code, const char* name, tensor data, reduce_op::kind kind, double divisor,
+                 timeout_t timeout, tensor_list outputs) {
+    auto op = make_allreduce_shm(data, kind, divisor, static_cast<std::uint8_t>(code));
+    op->name = name;
+    op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
+    op->outputs = std::move(outputs);
+    op->handle = work::make(name, group_name());
     track(op->handle);
     if (debug_ == debug_level::detail) log_detail(op->handle, data);
     std::lock_guard<std::mutex> g{issue_mtx_};
-    op->seq = number(op->handle, op_code::allreduce);
+    op->seq = number(op->handle, code);
     op->op = fabric_->next_op();
     return fabric_->submit(std::move(op));
   }
 
   /// Maps the group's shared segment when every member can (all on this host,
-  /// shared memory not switched off, TROUPE_FABRIC not "off"): rank 0 creates
+  /// shared memory not switched off, TROUPE_FABRIC not "off"; "staged" makes
+  /// ranks of one process stage as if apart): rank 0 creates
   /// it, the others map it, and all agree through the group's store, so every
   /// rank takes the same path. Once all mapped it, its name is removed, so a
   /// crash leaves nothing behind.
@@ -483,6 +495,11 @@ class actor_backend final : public backend {
       for (int w : ctx.global_ranks) wanted = wanted && plane->shares_memory(w);
     segment_shape shape;
     shape.size = ctx.size;
+    if (const char* v = std::getenv("TROUPE_CHUNK_KB"))
+      shape.chunk_bytes = std::size_t(std::atoi(v)) << 10;
+    if (const char* v = std::getenv("TROUPE_CHUNK_SLOTS")) shape.chunk_slots = std::atoi(v);
+    if (const char* v = std::getenv("TROUPE_SMALL_KB"))
+      shape.small_bytes = std::size_t(std::atoi(v)) << 10;
     std::unique_ptr<segment> seg;
     std::string why;
     auto& st = *ctx.store;
@@ -494,6 +511,7 @@ class actor_backend final : public backend {
         auto name = troupe::to_string(st.get("fabric/name"));
         if (wanted && !name.empty()) seg = segment::open(name, shape);
       }
+      if (seg) seg->identity(ctx.rank).pid.store(static_cast<std::int32_t>(::getpid()));
     } catch (const error& e) {
       if (e.code() == errc::timeout) throw;
       seg.reset();
@@ -512,9 +530,8 @@ class actor_backend final : public backend {
     std::vector<std::string> names;
     for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
     fabric_ =
-        std::make_shared<shm_fabric>(std::move(seg), ctx.rank, ctx.group_name, std::move(names));
-    driver_ = spawn_fabric_driver(rt_.system(), fabric_);
-    fabric_->set_kick([d = driver_] { caf::anon_send(d, drive_atom::value); });
+        std::make_shared<shm_fabric>(std::move(seg), ctx.rank, ctx.group_name, std::move(names),
+                                     !(env && std::string(env) == "staged"));
   }
 
   work submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
@@ -567,7 +584,6 @@ class actor_backend final : public backend {
     if (!group_) return;
     if (fabric_) {
       fabric_->abort(reason);
-      caf::anon_send_exit(driver_, caf::exit_reason::user_shutdown);
       fabric_.reset();
     }
     in_process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
@@ -598,7 +614,6 @@ class actor_backend final : public backend {
   std::mutex issue_mtx_;  // numbering and submission happen in one order
   std::atomic<std::uint64_t> issued_{0};
   std::shared_ptr<shm_fabric> fabric_;
-  fabric_driver driver_;
 };
 
 }  // namespace

@@ -6,9 +6,9 @@
 //    (numbered by the backend at issue) as a message protocol with the group
 //    actors of the other ranks, holds messages that arrive early, and answers
 //    the request with the outputs;
-//  - for a group whose ranks all share the host, a fabric driver: allreduce
-//    runs on the shared-memory fabric (fabric/) in the threads that wait for
-//    it, and the driver advances it while nobody waits;
+//  - beside them, for a group whose ranks all share the host, the group's
+//    shared-memory fabric (fabric/): allreduce and barrier run there, in the
+//    threads that wait for them, without actor messages;
 //  - one work relay: the façade's calls go through it, and it turns the group
 //    actor's response (a promise) into the completion of a troupe::work.
 
@@ -42,7 +42,6 @@ using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using peers_atom = caf::atom_constant<caf::atom("peers")>;
 using submit_atom = caf::atom_constant<caf::atom("submit")>;
 using gone_atom = caf::atom_constant<caf::atom("gone")>;
-using drive_atom = caf::atom_constant<caf::atom("drive")>;
 
 /// The group actor of one (group, rank).
 using group_actor = caf::typed_actor<
@@ -73,13 +72,6 @@ using relay_actor = caf::typed_actor<
     caf::reacts_to<submit_atom, call_ptr, group_actor>,
     // Same for a point-to-point call.
     caf::reacts_to<submit_atom, p2p_ptr, group_actor>>;
-
-/// The fabric driver of one (group, rank): advances the group's shared-memory
-/// collectives (fabric/shm_fabric.hpp) while no thread waits for them.
-using fabric_driver = caf::typed_actor<
-    // Makes one non-blocking pass; while operations remain and nobody waits,
-    // passes again after a growing delay (50 µs up to 2 ms).
-    caf::reacts_to<drive_atom>>;
 
 /// Makes a caf::error that carries a troupe error code and message.
 caf::error make_troupe_error(int code, std::string message);

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "actors/call.hpp"
@@ -39,8 +40,8 @@ namespace {
 
 class allreduce_shm final : public fabric_op {
  public:
-  allreduce_shm(tensor data, reduce_op::kind kind, double divisor)
-      : data_(std::move(data)), kind_(kind), divisor_(divisor) {}
+  allreduce_shm(tensor data, reduce_op::kind kind, double divisor, std::uint8_t code)
+      : data_(std::move(data)), kind_(kind), divisor_(divisor), code_(code) {}
 
   bool step(fabric_context& ctx, bool& moved) override {
     auto& seg = ctx.seg;
@@ -50,11 +51,16 @@ class allreduce_shm final : public fabric_op {
     switch (phase_) {
       case phase::post: {
         if (!all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,
-                         "finish its previous allreduce"))
+                         "finish its previous operation"))
           return false;
-        seg.descriptor(me, op) =
-            op_descriptor{op, seq, nbytes, static_cast<std::uint32_t>(data_.scalar_type()),
-                          static_cast<std::uint32_t>(kind_)};
+        seg.descriptor(me, op) = op_descriptor{op,
+                                               seq,
+                                               nbytes,
+                                               static_cast<std::uint32_t>(data_.scalar_type()),
+                                               static_cast<std::uint32_t>(kind_),
+                                               code_,
+                                               0,
+                                               reinterpret_cast<std::uint64_t>(data_.data())};
         if (small && nbytes > 0) {
           std::memcpy(seg.small_slot(me, op), data_.data(), nbytes);
           fabric_stats().copied += nbytes;
@@ -64,7 +70,7 @@ class allreduce_shm final : public fabric_op {
         [[fallthrough]];
       }
       case phase::agree: {
-        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this allreduce")) return false;
+        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this " + name)) return false;
         check_same(ctx, moved);
         fabric_stats().reduced += nbytes;
         if (small) {
@@ -72,14 +78,23 @@ class allreduce_shm final : public fabric_op {
           publish(ctx, &rank_progress::done, op, moved);
           return true;
         }
-        const auto chunk = seg.shape().chunk_bytes / element_size(data_.scalar_type());
-        chunk_elems_ = static_cast<std::int64_t>(chunk);
-        chunks_ = (data_.numel() + chunk_elems_ - 1) / chunk_elems_;
-        first_ = ctx.chunks + 1;
-        ctx.chunks += static_cast<std::uint64_t>(chunks_);
-        phase_ = phase::stage;
+        if (!ctx.one_process) {
+          const auto chunk = seg.shape().chunk_bytes / element_size(data_.scalar_type());
+          chunk_elems_ = static_cast<std::int64_t>(chunk);
+          chunks_ = (data_.numel() + chunk_elems_ - 1) / chunk_elems_;
+          first_ = ctx.chunks + 1;
+          ctx.chunks += static_cast<std::uint64_t>(chunks_);
+          phase_ = phase::stage;
+          return run_chunks(ctx, moved);
+        }
+        reduce_direct(ctx);
+        publish(ctx, &rank_progress::done, op, moved);
+        phase_ = phase::finish;
         [[fallthrough]];
       }
+      case phase::finish:
+        // The others write into this rank's buffer until they are done.
+        return all_reached(ctx, &rank_progress::done, op, "finish writing this rank's output");
       default:
         return run_chunks(ctx, moved);
     }
@@ -88,16 +103,16 @@ class allreduce_shm final : public fabric_op {
   std::pair<int, std::string> blocker() const override { return {blocked_rank_, blocked_what_}; }
 
  private:
-  enum class phase { post, agree, stage, reduce, gather };
+  enum class phase { post, agree, finish, stage, reduce, gather };
 
   /// True when every rank's `counter` reached `value`; otherwise remembers the
   /// first rank that did not (and whether it issued another collective).
   bool all_reached(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
-                   std::uint64_t value, const char* what) {
+                   std::uint64_t value, std::string_view what) {
     for (int r = 0; r < ctx.size; ++r) {
       if ((ctx.seg.progress(r).*counter).load(std::memory_order_acquire) >= value) continue;
       blocked_rank_ = r;
-      blocked_what_ = what;
+      blocked_what_ = std::string(what);
       if (phase_ == phase::agree) check_kind(ctx, r);
       return false;
     }
@@ -107,14 +122,14 @@ class allreduce_shm final : public fabric_op {
   void publish(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
                std::uint64_t value, bool& moved) {
     (ctx.seg.progress(ctx.rank).*counter).store(value, std::memory_order_release);
-    ctx.seg.ring();
+    ctx.seg.ring(ctx.rank);
     moved = true;
   }
 
   /// A rank that announced another collective at this sequence number.
   void check_kind(fabric_context& ctx, int r) {
     const int other = ctx.fabric.announced(r, seq);
-    if (other < 0 || other == static_cast<int>(op_code::allreduce)) return;
+    if (other < 0 || other == code_) return;
     throw error(errc::mismatch, "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] +
                                     " called " + to_string(static_cast<op_code>(other)) +
                                     " at the same sequence number, this rank called " + name);
@@ -124,6 +139,13 @@ class allreduce_shm final : public fabric_op {
     const auto& mine = ctx.seg.descriptor(ctx.rank, op);
     for (int r = 0; r < ctx.size; ++r) {
       const auto& d = ctx.seg.descriptor(r, op);
+      if (d.code != mine.code) {
+        publish(ctx, &rank_progress::done, op, moved);
+        throw error(errc::mismatch,
+                    "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] + " called " +
+                        to_string(static_cast<op_code>(d.code)) +
+                        " at the same sequence number, this rank called " + name);
+      }
       if (d.nbytes == mine.nbytes && d.dtype == mine.dtype && d.reduce == mine.reduce) continue;
       // Every rank sees the same descriptors: all fail here and step past.
       publish(ctx, &rank_progress::done, op, moved);
@@ -151,6 +173,34 @@ class allreduce_shm final : public fabric_op {
     reduce_many(data_.scalar_type(), kind_, data_.data(), srcs.data(), srcs.size(),
                 static_cast<std::size_t>(data_.numel()));
     finish_part(data_.data(), data_.numel());
+  }
+
+  /// One process: reduce part (me) of every rank's buffer straight into my
+  /// buffer and copy it into every other rank's buffer (one read of N and one
+  /// write of N per rank: the memory ceiling), in cache-sized pieces.
+  void reduce_direct(fabric_context& ctx) {
+    const auto n = ctx.size;
+    const auto me = ctx.rank;
+    const auto es = static_cast<std::int64_t>(element_size(data_.scalar_type()));
+    std::vector<std::byte*> bufs(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r)
+      bufs[static_cast<std::size_t>(r)] =
+          reinterpret_cast<std::byte*>(ctx.seg.descriptor(r, op).addr);
+    const auto [off, count] = part(data_.numel(), n, me);
+    const std::int64_t piece = std::max<std::int64_t>(1, (32 << 10) / es);
+    std::vector<const void*> srcs(static_cast<std::size_t>(n));
+    for (std::int64_t done = 0; done < count; done += piece) {
+      const auto m = std::min(piece, count - done);
+      const auto at = (off + done) * es;
+      for (int r = 0; r < n; ++r)
+        srcs[static_cast<std::size_t>(r)] = bufs[static_cast<std::size_t>(r)] + at;
+      std::byte* mine = bufs[static_cast<std::size_t>(me)] + at;
+      reduce_many(data_.scalar_type(), kind_, mine, srcs.data(), srcs.size(),
+                  static_cast<std::size_t>(m));
+      finish_part(mine, m);
+      for (int r = 0; r < n; ++r)
+        if (r != me) copy(bufs[static_cast<std::size_t>(r)] + at, mine, m * es);
+    }
   }
 
   /// [offset, count] in elements of part q of a chunk of m elements.
@@ -229,6 +279,7 @@ class allreduce_shm final : public fabric_op {
   tensor data_;
   reduce_op::kind kind_;
   double divisor_;
+  std::uint8_t code_;
   phase phase_ = phase::post;
   std::int64_t chunk_elems_ = 0;
   std::int64_t chunks_ = 0;
@@ -240,8 +291,9 @@ class allreduce_shm final : public fabric_op {
 
 }  // namespace
 
-std::unique_ptr<fabric_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor) {
-  return std::make_unique<allreduce_shm>(std::move(data), kind, divisor);
+std::unique_ptr<fabric_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor,
+                                              std::uint8_t code) {
+  return std::make_unique<allreduce_shm>(std::move(data), kind, divisor, code);
 }
 
 }  // namespace troupe::detail

@@ -23,11 +23,6 @@ std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
 }
 
-struct alignas(64) header {
-  std::atomic<std::uint32_t> bell{0};
-  std::atomic<std::uint32_t> sleepers{0};
-};
-
 std::string fresh_name() {
   std::random_device rd;
   char buf[64];
@@ -46,7 +41,9 @@ segment::segment(std::string name, void* base, std::size_t bytes, const segment_
 std::size_t segment::plan(const segment_shape& shape, offsets& off) {
   const auto n = static_cast<std::size_t>(shape.size);
   const auto slots = static_cast<std::size_t>(shape.chunk_slots);
-  std::size_t at = sizeof(header);
+  std::size_t at = 0;
+  off.bells = at;
+  at += n * sizeof(rank_bell);
   off.progress = at;
   at += n * sizeof(rank_progress);
   off.identity = at;
@@ -88,9 +85,7 @@ std::unique_ptr<segment> segment::create(const segment_shape& shape) {
                                    std::to_string(bytes) + " bytes): " + why);
   }
   // A fresh file reads as zeros: every counter starts at 0.
-  auto seg = std::unique_ptr<segment>(new segment(name, base, bytes, shape));
-  new (base) header{};
-  return seg;
+  return std::unique_ptr<segment>(new segment(name, base, bytes, shape));
 }
 
 std::unique_ptr<segment> segment::open(const std::string& name, const segment_shape& shape) {
@@ -153,24 +148,28 @@ std::byte* segment::result(std::uint64_t chunk) noexcept {
          (chunk % static_cast<std::size_t>(shape_.chunk_slots)) * shape_.chunk_bytes;
 }
 
-std::atomic<std::uint32_t>& segment::sleepers() noexcept {
-  return reinterpret_cast<header*>(base_)->sleepers;
+segment::rank_bell& segment::bell_of(int r) noexcept {
+  return reinterpret_cast<rank_bell*>(base_ + off_.bells)[r];
 }
 
-std::uint32_t segment::bell() const noexcept {
-  return reinterpret_cast<const header*>(base_)->bell.load();
-}
-
-void segment::ring() noexcept {
-  auto* h = reinterpret_cast<header*>(base_);
+void segment::ring(int r) noexcept {
+  auto& b = bell_of(r);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // the counter store before the load below
-  if (h->sleepers.load(std::memory_order_relaxed) == 0) return;
-  h->bell.fetch_add(1);
-  futex_wake(h->bell);
+  if (b.sleepers.load(std::memory_order_relaxed) == 0) return;
+  b.bell.fetch_add(1);
+  futex_wake(b.bell);
 }
 
-void segment::wait_bell(std::uint32_t seen, std::chrono::nanoseconds max) noexcept {
-  futex_wait(reinterpret_cast<header*>(base_)->bell, seen, max);
+void segment::wake_all() noexcept {
+  for (int r = 0; r < shape_.size; ++r) {
+    auto& b = bell_of(r);
+    b.bell.fetch_add(1);
+    futex_wake(b.bell);
+  }
+}
+
+void segment::wait_bell(rank_bell& b, std::uint32_t seen, std::chrono::nanoseconds max) noexcept {
+  futex_wait(b.bell, seen, max);
 }
 
 }  // namespace troupe::detail

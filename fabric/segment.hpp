@@ -3,9 +3,11 @@
 // host run collectives without messages (see fabric/shm_fabric.hpp).
 //
 // Layout (every region starts on its own cache line or page):
-//  - header: the bell (a futex word every waiting rank sleeps on) and the
-//    count of sleepers, so that a rank publishing a flag makes a system call
-//    only when somebody sleeps;
+//  - per rank, its bell: a futex word that ranks waiting for this rank sleep
+//    on, and the count of its sleepers, so that publishing a counter makes a
+//    system call only when somebody sleeps, and wakes only those waiting for
+//    this rank (with more ranks than cores, waking everyone on every step
+//    costs more than the step);
 //  - per rank, written only by that rank: its progress counters (one cache
 //    line), the descriptors of its last two operations, its pid and "left"
 //    flag, and the ring of the kinds of its last 64 collectives (announce);
@@ -38,6 +40,9 @@ struct op_descriptor {
   std::uint64_t nbytes = 0;
   std::uint32_t dtype = 0;
   std::uint32_t reduce = 0;
+  std::uint32_t code = 0;  ///< which collective (op_code)
+  std::uint32_t pad = 0;
+  std::uint64_t addr = 0;  ///< the buffer's address (read only by ranks in the same process)
 };
 
 /// Progress counters of one rank (written by it alone).
@@ -78,25 +83,31 @@ class segment {
   std::byte* stage(int r, std::uint64_t chunk) noexcept;                     ///< slot chunk % slots
   std::byte* result(std::uint64_t chunk) noexcept;                           ///< slot chunk % slots
 
-  /// Wakes every sleeper (after publishing a counter); free when nobody sleeps.
-  void ring() noexcept;
-  /// The bell's value; read before checking conditions, then pass it to sleep().
-  std::uint32_t bell() const noexcept;
-  /// Registers as sleeper; `recheck()` runs after registering and may cancel
-  /// the sleep (returns true when it made progress); otherwise sleeps until the
-  /// bell rings or `max` passes.
+  /// Wakes the ranks sleeping on rank `r`'s bell (r published a counter);
+  /// free when nobody sleeps.
+  void ring(int r) noexcept;
+  /// Wakes every sleeper of every bell (abort, leaving).
+  void wake_all() noexcept;
+  /// Sleeps on rank `r`'s bell: registers as sleeper, then runs `recheck()`,
+  /// which may cancel the sleep (returns true when it made progress);
+  /// otherwise sleeps until r rings or `max` passes.
   template <class F>
-  void sleep(std::chrono::nanoseconds max, F&& recheck) {
-    sleepers().fetch_add(1);
-    const auto b = bell();
-    if (!recheck()) wait_bell(b, max);
-    sleepers().fetch_sub(1);
+  void sleep(int r, std::chrono::nanoseconds max, F&& recheck) {
+    auto& b = bell_of(r);
+    b.sleepers.fetch_add(1);
+    const auto seen = b.bell.load();
+    if (!recheck()) wait_bell(b, seen, max);
+    b.sleepers.fetch_sub(1);
   }
 
  private:
+  struct alignas(64) rank_bell {
+    std::atomic<std::uint32_t> bell{0};
+    std::atomic<std::uint32_t> sleepers{0};
+  };
   segment(std::string name, void* base, std::size_t bytes, const segment_shape& shape);
-  std::atomic<std::uint32_t>& sleepers() noexcept;
-  void wait_bell(std::uint32_t seen, std::chrono::nanoseconds max) noexcept;
+  rank_bell& bell_of(int r) noexcept;
+  static void wait_bell(rank_bell& b, std::uint32_t seen, std::chrono::nanoseconds max) noexcept;
 
   std::string name_;
   std::byte* base_;
@@ -104,7 +115,7 @@ class segment {
   segment_shape shape_;
   bool linked_ = true;
   struct offsets {
-    std::size_t progress, identity, descriptors, announce, small, stage, result;
+    std::size_t bells, progress, identity, descriptors, announce, small, stage, result;
   };
   /// Places the regions for `shape`; returns the segment's size.
   static std::size_t plan(const segment_shape& shape, offsets& off);

@@ -1,6 +1,7 @@
 #include "fabric/shm_fabric.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -24,7 +25,15 @@ using namespace std::chrono_literals;
 std::chrono::nanoseconds poll_window() {
   static const auto window = [] {
     const char* v = std::getenv("TROUPE_POLL_US");
-    return std::chrono::nanoseconds(v ? std::atoll(v) * 1000 : 10'000);
+    return std::chrono::nanoseconds(v ? std::atoll(v) * 1000 : 50'000);
+  }();
+  return window;
+}
+
+std::chrono::nanoseconds spin_window() {
+  static const auto window = [] {
+    const char* v = std::getenv("TROUPE_SPIN_US");
+    return std::chrono::nanoseconds(v ? std::atoll(v) * 1000 : 1'000);
   }();
   return window;
 }
@@ -47,16 +56,23 @@ fabric_counters& fabric_stats() noexcept {
 }
 
 shm_fabric::shm_fabric(std::unique_ptr<segment> seg, int rank, std::string group,
-                       std::vector<std::string> names)
+                       std::vector<std::string> names, bool allow_direct)
     : seg_(std::move(seg)), rank_(rank), group_(std::move(group)), names_(std::move(names)) {
-  seg_->identity(rank_).pid.store(static_cast<std::int32_t>(::getpid()));
+  one_process_ = allow_direct;
+  for (int r = 0; r < size(); ++r)
+    one_process_ = one_process_ && seg_->identity(r).pid.load() == ::getpid();
   pidfds_.assign(static_cast<std::size_t>(size()), -1);
+  watchdog_ = std::thread([this] { watch(); });
 }
 
 shm_fabric::~shm_fabric() {
+  stopping_.store(true);
+  watch_word_.fetch_add(1);
+  futex_wake(watch_word_);
+  watchdog_.join();
   abort("the group was destroyed");
   seg_->identity(rank_).left.store(1);
-  seg_->ring();
+  seg_->wake_all();
   for (int fd : pidfds_)
     if (fd >= 0) ::close(fd);
 }
@@ -90,7 +106,10 @@ work shm_fabric::submit(std::unique_ptr<fabric_op> op) {
     queue_.push_back(std::move(op));
   }
   pass(true);
-  if (!s.finished.load() && waiters_.load() == 0 && kick_ && !driver_armed_.exchange(true)) kick_();
+  if (!s.finished.load() && watch_idle_.exchange(false)) {
+    watch_word_.fetch_add(1);
+    futex_wake(watch_word_);
+  }
   return w;
 }
 
@@ -107,28 +126,46 @@ void shm_fabric::drive(work_state& s, fabric_clock::time_point until) {
       continue;
     }
     if (now - polling_since < poll_window()) {
-      for (int i = 0; i < 16; ++i) cpu_relax();
+      if (now - polling_since > spin_window())
+        sched_yield();
+      else
+        for (int i = 0; i < 16; ++i) cpu_relax();
       continue;
     }
     const auto nap = std::min<fabric_clock::duration>(until - now, max_sleep);
-    seg_->sleep(nap, [&] { return pass(true) || s.finished.load(); });
+    seg_->sleep(blocker(), nap, [&] { return pass(true) || s.finished.load(); });
     polling_since = fabric_clock::now();
   }
   waiters_.fetch_sub(1);
-  bool left;
-  {
-    std::lock_guard<std::mutex> g{engine_};
-    left = !queue_.empty();
-  }
-  if (left && kick_ && !driver_armed_.exchange(true)) kick_();
 }
 
-bool shm_fabric::poke() {
-  pass(false);
+void shm_fabric::poke() {
+  if (waiters_.load() == 0) pass(false);
+}
+
+void shm_fabric::watch() {
+  auto queue_empty = [this] {
+    std::lock_guard<std::mutex> g{engine_};
+    return queue_.empty();
+  };
+  while (!stopping_.load()) {
+    const auto seen = watch_word_.load();
+    if (queue_empty()) {
+      watch_idle_.store(true);
+      // Checked again: a submit after this check finds watch_idle_ set and wakes us.
+      if (queue_empty() && !stopping_.load()) futex_wait(watch_word_, seen, std::chrono::hours(1));
+      watch_idle_.store(false);
+    } else {
+      futex_wait(watch_word_, seen, std::chrono::milliseconds(1));
+      poke();
+    }
+  }
+}
+
+int shm_fabric::blocker() {
   std::lock_guard<std::mutex> g{engine_};
-  const bool more = !queue_.empty() && waiters_.load() == 0;
-  if (!more) driver_armed_.store(false);
-  return more;
+  const int r = queue_.empty() ? -1 : queue_.front()->blocker().first;
+  return r < 0 ? rank_ : r;
 }
 
 void shm_fabric::abort(const std::string& reason) {
@@ -139,6 +176,7 @@ void shm_fabric::abort(const std::string& reason) {
     step_head(out);
   }
   for (auto& f : out) f.op->handle.fail(f.error);
+  seg_->wake_all();  // threads of this rank sleeping on a peer's bell
 }
 
 void shm_fabric::stop(const std::string& reason) {
@@ -189,7 +227,7 @@ std::string shm_fabric::lost(std::uint64_t op) {
 }
 
 bool shm_fabric::step_head(std::vector<finished>& out) {
-  fabric_context ctx{*this, *seg_, rank_, size(), names_, chunks_};
+  fabric_context ctx{*this, *seg_, rank_, size(), names_, chunks_, one_process_};
   bool moved = false;
   auto where = [&](const fabric_op& op) {
     return op.name + " on group '" + group_ + "' (rank " + std::to_string(rank_) + ", seq " +

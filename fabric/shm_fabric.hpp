@@ -12,8 +12,11 @@
 //    microseconds, then sleeps on the segment's bell (a futex). Polling alone
 //    collapses when ranks outnumber cores; sleeping alone pays a wake-up per
 //    step;
-//  - when nobody waits, the rank's fabric driver actor passes periodically,
-//    so works complete and their callbacks run anyway.
+//  - when an operation stays pending with nobody waiting for it, the
+//    fabric's watchdog thread passes every millisecond, so works complete and
+//    their callbacks run anyway. It is a plain thread, not an actor: it sleeps
+//    on a futex and costs nothing while waiters drive (a CAF timer would wake
+//    two threads per tick, which on 2 cores steals time from polling ranks).
 // Failures: every operation has a deadline; a rank that destroys the group
 // sets its "left" flag; a rank whose process dies is seen through a pidfd.
 // Only ranks that have not finished the operation are checked, so a rank
@@ -29,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -53,6 +57,8 @@ struct fabric_context {
   /// Chunks staged by finished operations (chunk numbers are never reused;
   /// an operation takes its numbers once every rank agreed on its size).
   std::uint64_t& chunks;
+  /// Every rank lives in this process: buffers can be read and written directly.
+  bool one_process;
 };
 
 /// One collective on the fabric: a resumable state machine.
@@ -83,16 +89,17 @@ fabric_counters& fabric_stats() noexcept;
 
 class shm_fabric : public std::enable_shared_from_this<shm_fabric> {
  public:
-  /// `names[r]` describes group rank r in messages; `kick` asks the driver
-  /// actor to start passing (called at most once until it stops).
+  /// `names[r]` describes group rank r in messages. Every rank must have
+  /// written its pid into the segment already. Without `allow_direct`, ranks
+  /// of one process stage through the segment as ranks of several processes
+  /// do (TROUPE_FABRIC=staged, for tests and comparisons).
   shm_fabric(std::unique_ptr<segment> seg, int rank, std::string group,
-             std::vector<std::string> names);
+             std::vector<std::string> names, bool allow_direct = true);
   ~shm_fabric();
 
   segment& seg() noexcept { return *seg_; }
   int rank() const noexcept { return rank_; }
   int size() const noexcept;
-  void set_kick(std::function<void()> kick) { kick_ = std::move(kick); }
 
   /// Records that this rank issued collective `code` as sequence number `seq`,
   /// so that a peer blocked in a fabric operation of another kind can tell.
@@ -105,9 +112,8 @@ class shm_fabric : public std::enable_shared_from_this<shm_fabric> {
   work submit(std::unique_ptr<fabric_op> op);
   /// Drives until `s` finished or `until` passed.
   void drive(work_state& s, fabric_clock::time_point until);
-  /// One pass without blocking (skipped while another thread drives); true
-  /// while operations remain and nobody waits for them.
-  bool poke();
+  /// One pass without blocking (skipped while another thread drives).
+  void poke();
   /// Fails what is queued and everything later with `reason`.
   void abort(const std::string& reason);
 
@@ -119,22 +125,29 @@ class shm_fabric : public std::enable_shared_from_this<shm_fabric> {
   bool pass(bool block_on_lock);
   bool step_head(std::vector<finished>& out);
   std::string lost(std::uint64_t op);
+  int blocker();
   void stop(const std::string& reason);
 
   std::unique_ptr<segment> seg_;
   int rank_;
   std::string group_;
   std::vector<std::string> names_;
-  std::function<void()> kick_;
   std::uint64_t issued_ = 0;
   std::uint64_t chunks_ = 0;  // guarded by engine_
   std::mutex engine_;         // held while stepping (guards queue_, stopped_, pidfds_)
   std::deque<std::unique_ptr<fabric_op>> queue_;
   std::string stopped_;  // non-empty once the fabric stopped
   std::vector<int> pidfds_;
+  bool one_process_ = false;
   fabric_clock::time_point next_liveness_check_{};
   std::atomic<int> waiters_{0};
-  std::atomic<bool> driver_armed_{false};
+  // The watchdog: sleeps without timeout while the queue is empty (idle),
+  // else wakes every millisecond; submit wakes it only out of idle.
+  void watch();
+  std::atomic<std::uint32_t> watch_word_{0};
+  std::atomic<bool> watch_idle_{false};
+  std::atomic<bool> stopping_{false};
+  std::thread watchdog_;
 };
 
 }  // namespace troupe::detail

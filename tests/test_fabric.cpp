@@ -36,8 +36,12 @@ std::vector<std::unique_ptr<world>> make_worlds(int n, std::chrono::milliseconds
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r)
     ts.emplace_back([&, r] {
-      ws[static_cast<std::size_t>(r)] = std::make_unique<world>(
-          world_options{.store = st, .rank = r, .world_size = n, .timeout = timeout});
+      world_options o;
+      o.store = st;
+      o.rank = r;
+      o.world_size = n;
+      o.timeout = timeout;
+      ws[static_cast<std::size_t>(r)] = std::make_unique<world>(o);
     });
   for (auto& t : ts) t.join();
   return ws;
@@ -52,60 +56,79 @@ tensor filled(std::int64_t len, T v) {
 
 }  // namespace
 
+/// Runs the test body with ranks of one process reading each other's buffers
+/// (direct) and staging through the segment as separate processes do.
+struct fabric_mode {
+  explicit fabric_mode(bool staged) {
+    if (staged) ::setenv("TROUPE_FABRIC", "staged", 1);
+  }
+  ~fabric_mode() { ::unsetenv("TROUPE_FABRIC"); }
+};
+
 TEST_CASE("fabric allreduce matches the reference across the small and chunked paths") {
-  const auto small = static_cast<std::int64_t>(shape.small_bytes / 4);
-  const auto chunk = static_cast<std::int64_t>(shape.chunk_bytes / 4);
-  // 0, 1, the largest one-step size and one above, exactly one chunk, a
-  // ragged tail, and more chunks than staging slots (the ring wraps).
-  const std::int64_t lens[] = {
-      0, 1, small, small + 1, chunk, chunk + 17, chunk * (shape.chunk_slots * 2 + 1) + 5};
-  for (int n : {2, 3, 4, 7}) {
-    CAPTURE(n);
-    const auto before = reduced_so_far();
-    testing::run_ranks(n, [&](world& w) {
-      auto& pg = w.default_group();
-      for (auto len : lens)
-        for (auto op :
-             {reduce_op(reduce_op::SUM), reduce_op(reduce_op::MAX), reduce_op(reduce_op::AVG)}) {
-          auto inputs = ct::per_rank(dtype::float32, n, len, int(len % 97));
-          auto x = ref::make(dtype::float32, inputs[static_cast<std::size_t>(w.rank())]);
-          pg.allreduce(x, op).wait();
-          ref::check_close(
-              x, ref::reduce(inputs, op, dtype::float32),
-              ct::name("fabric allreduce", dtype::float32, len) + " " + op.to_string());
-        }
-      // Integers: exact, and MIN over a chunked buffer.
-      auto ints = ct::per_rank(dtype::int64, n, chunk + 3, 5);
-      auto y = ref::make(dtype::int64, ints[static_cast<std::size_t>(w.rank())]);
-      pg.allreduce(y, reduce_op::MIN).wait();
-      ref::check_close(y, ref::reduce(ints, reduce_op(reduce_op::MIN), dtype::int64),
-                       "fabric MIN int64");
-    });
-    CHECK(reduced_so_far() > before);  // the fabric ran them
+  for (bool staged : {false, true}) {
+    CAPTURE(staged);
+    fabric_mode mode{staged};
+    const auto small = static_cast<std::int64_t>(shape.small_bytes / 4);
+    const auto chunk = static_cast<std::int64_t>(shape.chunk_bytes / 4);
+    // 0, 1, the largest one-step size and one above, exactly one chunk, a
+    // ragged tail, and more chunks than staging slots (the ring wraps).
+    const std::int64_t lens[] = {
+        0, 1, small, small + 1, chunk, chunk + 17, chunk * (shape.chunk_slots * 2 + 1) + 5};
+    for (int n : {2, 3, 4, 7}) {
+      CAPTURE(n);
+      const auto before = reduced_so_far();
+      testing::run_ranks(n, [&](world& w) {
+        auto& pg = w.default_group();
+        for (auto len : lens)
+          for (auto op :
+               {reduce_op(reduce_op::SUM), reduce_op(reduce_op::MAX), reduce_op(reduce_op::AVG)}) {
+            auto inputs = ct::per_rank(dtype::float32, n, len, int(len % 97));
+            auto x = ref::make(dtype::float32, inputs[static_cast<std::size_t>(w.rank())]);
+            pg.allreduce(x, op).wait();
+            ref::check_close(
+                x, ref::reduce(inputs, op, dtype::float32),
+                ct::name("fabric allreduce", dtype::float32, len) + " " + op.to_string());
+          }
+        // Integers: exact, and MIN over a chunked buffer.
+        auto ints = ct::per_rank(dtype::int64, n, chunk + 3, 5);
+        auto y = ref::make(dtype::int64, ints[static_cast<std::size_t>(w.rank())]);
+        pg.allreduce(y, reduce_op::MIN).wait();
+        ref::check_close(y, ref::reduce(ints, reduce_op(reduce_op::MIN), dtype::int64),
+                         "fabric MIN int64");
+      });
+      CHECK(reduced_so_far() > before);  // the fabric ran them
+    }
   }
 }
 
-TEST_CASE("fabric allreduce copies about two bytes per byte reduced") {
-  // Stage (n-1)/n, own part 1/n, gather (n-1)/n: (2n-1)/n·N per rank, and
-  // nothing else (no messages, no private copies).
-  for (int n : {2, 4}) {
-    const std::int64_t len = 4 << 20;  // 16 MiB of float32
-    const auto copied0 = detail::fabric_stats().copied.load();
-    const auto reduced0 = detail::fabric_stats().reduced.load();
-    testing::run_ranks(n, [&](world& w) {
-      auto x = filled<float>(len, 1.0f);
-      w.default_group().allreduce(x).wait();
-      CHECK(x.to_vector<float>()[static_cast<std::size_t>(len - 1)] == float(n));
-    });
-    const auto copied = detail::fabric_stats().copied.load() - copied0;
-    const auto reduced = detail::fabric_stats().reduced.load() - reduced0;
-    CAPTURE(n);
-    CAPTURE(copied);
-    CHECK(reduced == static_cast<std::uint64_t>(n * len * 4));
-    const double per_byte = double(copied) / double(reduced);
-    CHECK(per_byte <= double(2 * n - 1) / n + 0.01);
-    CHECK(per_byte >= double(2 * n - 1) / n - 0.01);
-  }
+TEST_CASE("fabric allreduce copies one or two bytes per byte reduced, nothing more") {
+  // Staged (ranks in separate processes): stage (n-1)/n, own part 1/n, gather
+  // (n-1)/n: (2n-1)/n·N per rank. Direct (one process): each rank writes its
+  // reduced part into the n-1 other buffers: (n-1)/n·N. No messages, no
+  // private copies.
+  for (bool staged : {false, true})
+    for (int n : {2, 4}) {
+      fabric_mode mode{staged};
+      const std::int64_t len = 4 << 20;  // 16 MiB of float32
+      const auto copied0 = detail::fabric_stats().copied.load();
+      const auto reduced0 = detail::fabric_stats().reduced.load();
+      testing::run_ranks(n, [&](world& w) {
+        auto x = filled<float>(len, 1.0f);
+        w.default_group().allreduce(x).wait();
+        CHECK(x.to_vector<float>()[static_cast<std::size_t>(len - 1)] == float(n));
+      });
+      const auto copied = detail::fabric_stats().copied.load() - copied0;
+      const auto reduced = detail::fabric_stats().reduced.load() - reduced0;
+      CAPTURE(staged);
+      CAPTURE(n);
+      CAPTURE(copied);
+      CHECK(reduced == static_cast<std::uint64_t>(n * len * 4));
+      const double per_byte = double(copied) / double(reduced);
+      const double expected = staged ? double(2 * n - 1) / n : double(n - 1) / n;
+      CHECK(per_byte <= expected + 0.01);
+      CHECK(per_byte >= expected - 0.01);
+    }
 }
 
 TEST_CASE("fabric allreduce completes and runs callbacks although nobody waits") {
