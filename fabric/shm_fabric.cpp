@@ -1,7 +1,6 @@
 #include "fabric/shm_fabric.hpp"
 
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -10,6 +9,7 @@
 #include <cstdlib>
 
 #include "fabric/segment.hpp"
+#include "src/wait_policy.hpp"
 #include "src/work_state.hpp"
 #include "transport/futex.hpp"
 #include "troupe/error.hpp"
@@ -19,24 +19,6 @@ namespace troupe::detail {
 namespace {
 
 using namespace std::chrono_literals;
-
-/// How long a waiting thread polls before it sleeps on the bell
-/// (TROUPE_POLL_US overrides; measured in bench/RESULTS.md).
-std::chrono::nanoseconds poll_window() {
-  static const auto window = [] {
-    const char* v = std::getenv("TROUPE_POLL_US");
-    return std::chrono::nanoseconds(v ? std::atoll(v) * 1000 : 50'000);
-  }();
-  return window;
-}
-
-std::chrono::nanoseconds spin_window() {
-  static const auto window = [] {
-    const char* v = std::getenv("TROUPE_SPIN_US");
-    return std::chrono::nanoseconds(v ? std::atoll(v) * 1000 : 1'000);
-  }();
-  return window;
-}
 
 /// The longest single sleep: peers' liveness and deadlines are re-checked this often.
 constexpr auto max_sleep = 2ms;
@@ -114,6 +96,7 @@ work shm_fabric::submit(std::unique_ptr<fabric_op> op) {
 }
 
 void shm_fabric::drive(work_state& s, fabric_clock::time_point until) {
+  const auto& policy = wait_policy::get();
   waiters_.fetch_add(1);
   auto polling_since = fabric_clock::now();
   while (!s.finished.load(std::memory_order_acquire)) {
@@ -125,13 +108,7 @@ void shm_fabric::drive(work_state& s, fabric_clock::time_point until) {
       polling_since = now;
       continue;
     }
-    if (now - polling_since < poll_window()) {
-      if (now - polling_since > spin_window())
-        sched_yield();
-      else
-        for (int i = 0; i < 16; ++i) cpu_relax();
-      continue;
-    }
+    if (policy.poll_step(now - polling_since)) continue;
     const auto nap = std::min<fabric_clock::duration>(until - now, max_sleep);
     seg_->sleep(blocker(), nap, [&] { return pass(true) || s.finished.load(); });
     polling_since = fabric_clock::now();

@@ -1,5 +1,6 @@
 #include "troupe/work.hpp"
 
+#include "src/wait_policy.hpp"
 #include "src/work_state.hpp"
 #include "troupe/error.hpp"
 
@@ -22,9 +23,26 @@ std::string describe(const work_state& s) {
 
 }  // namespace
 
+namespace {
+
+/// Before blocking on the condition variable, poll briefly (wait_policy): an
+/// operation that ends within microseconds then costs no wake-up.
+void poll_for_done(const work_state& s, std::chrono::steady_clock::time_point until) {
+  const auto& policy = detail::wait_policy::get();
+  const auto start = std::chrono::steady_clock::now();
+  for (auto now = start; !s.finished.load(std::memory_order_acquire) && now < until;
+       now = std::chrono::steady_clock::now())
+    if (!policy.poll_step(now - start)) return;
+}
+
+}  // namespace
+
 void work::wait() const {
   auto& s = const_cast<work_state&>(checked(state_));
-  if (s.drive) s.drive(s, std::chrono::steady_clock::time_point::max());
+  if (s.drive)
+    s.drive(s, std::chrono::steady_clock::time_point::max());
+  else
+    poll_for_done(s, std::chrono::steady_clock::time_point::max());
   std::unique_lock<std::mutex> g{s.mtx};
   s.cv.wait(g, [&] { return s.done; });
   if (s.error) std::rethrow_exception(s.error);
@@ -33,7 +51,10 @@ void work::wait() const {
 void work::wait(duration timeout) const {
   auto& s = const_cast<work_state&>(checked(state_));
   const auto until = std::chrono::steady_clock::now() + timeout;
-  if (s.drive) s.drive(s, until);
+  if (s.drive)
+    s.drive(s, until);
+  else
+    poll_for_done(s, until);
   std::unique_lock<std::mutex> g{s.mtx};
   if (!s.cv.wait_until(g, until, [&] { return s.done; }))
     throw error(errc::timeout, "work.wait: Timeout after " + std::to_string(timeout.count()) +

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "actors/rank_runtime.hpp"
+#include "src/wait_policy.hpp"
 #include "transport/data_plane.hpp"
 #include "troupe/error.hpp"
 
@@ -129,6 +130,10 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
     invalid("world: backend '" + cpu + "' (for device cpu, from '" + opts.backend +
             "') is not registered");
   impl_->debug = get_debug_level();  // throws on a bad TROUPE_DEBUG
+  (void)detail::wait_policy::get();  // throws on a bad TROUPE_SPIN_US / TROUPE_POLL_US
+  if (const char* f = std::getenv("TROUPE_FABRIC");
+      f && *f && std::string(f) != "on" && std::string(f) != "off" && std::string(f) != "staged")
+    invalid("world: TROUPE_FABRIC '" + std::string(f) + "' is not one of on, off, staged");
   impl_->opts = std::move(opts);
   auto& o = impl_->opts;
   // Rendezvous: rank 0 names the job; everyone reads it. The job id keeps

@@ -6,12 +6,15 @@
 
 #include <cstdlib>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "troupe/debug.hpp"
 #include "troupe/error.hpp"
+#include "troupe/store.hpp"
+#include "troupe/world.hpp"
 
 using namespace troupe;
 using troupe::test::check_error;
@@ -131,4 +134,45 @@ TEST_CASE("scoped_env restores the previous value") {
     CHECK(node_local_rank() == 1);
   }
   CHECK(node_local_rank() == 9);
+}
+
+// -- TROUPE_SPIN_US, TROUPE_POLL_US, TROUPE_FABRIC (checked when a world starts) ------------
+
+namespace {
+
+/// Starts a one-rank world (the settings are read at start-up).
+void start_world() {
+  world_options o;
+  o.store = std::make_shared<hash_store>();
+  o.rank = 0;
+  o.world_size = 1;
+  world w{o};
+}
+
+}  // namespace
+
+TEST_CASE("a world refuses wait windows that are not microseconds from 0 to 1000000") {
+  for (const char* name : {"TROUPE_SPIN_US", "TROUPE_POLL_US"})
+    for (const char* v : {"abc", "-1", "5us", "1000001"}) {
+      CAPTURE(name);
+      CAPTURE(v);
+      scoped_env env{name, v};
+      check_error([] { start_world(); }, errc::invalid_argument,
+                  {name, "microseconds", "'" + std::string(v) + "'"});
+    }
+  scoped_env spin{"TROUPE_SPIN_US", "0"};
+  scoped_env poll{"TROUPE_POLL_US", "20"};
+  start_world();
+}
+
+TEST_CASE("a world refuses a TROUPE_FABRIC that is not on, off or staged") {
+  {
+    scoped_env env{"TROUPE_FABRIC", "fast"};
+    check_error([] { start_world(); }, errc::invalid_argument,
+                {"TROUPE_FABRIC", "'fast'", "on, off, staged"});
+  }
+  for (const char* v : {"on", "off", "staged", ""}) {
+    scoped_env env{"TROUPE_FABRIC", v};
+    start_world();
+  }
 }
