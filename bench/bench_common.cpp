@@ -3,6 +3,7 @@
 #include "bench_common.hpp"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,6 +37,29 @@ const char* op_name(op_kind op) {
       return "alltoall";
   }
   return "?";
+}
+
+std::vector<op_kind> parse_ops(const std::string& list) {
+  std::vector<bool> want(all_ops().size(), false);
+  std::string known;
+  for (op_kind op : all_ops()) known += (known.empty() ? "" : ", ") + std::string(op_name(op));
+  std::istringstream is(list);
+  bool any = false;
+  for (std::string name; std::getline(is, name, ',');) {
+    std::size_t i = 0;
+    while (i < all_ops().size() && name != op_name(all_ops()[i])) ++i;
+    if (i == all_ops().size())
+      throw std::invalid_argument("--ops: unknown collective '" + name + "' in '" + list +
+                                  "' (known: " + known + ")");
+    want[i] = any = true;
+  }
+  if (!any || list.back() == ',')
+    throw std::invalid_argument("--ops: expects a comma-separated list of " + known + ", got '" +
+                                list + "'");
+  std::vector<op_kind> ops;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (want[i]) ops.push_back(all_ops()[i]);
+  return ops;
 }
 
 double bus_factor(op_kind op, int n) {
@@ -167,7 +191,7 @@ iteration_plan plan_for(std::size_t bytes, bool quick, int iters_override) {
 std::vector<record> run_rank(const rank_runtime& rt, const run_config& c) {
   using clock = std::chrono::steady_clock;
   std::vector<record> rows;
-  for (op_kind op : all_ops()) {
+  for (op_kind op : c.ops.empty() ? all_ops() : c.ops) {
     for (std::size_t nominal : sizes(c.quick)) {
       const layout l = make_layout(op, nominal, rt.size);
       prepared_op p = rt.prepare(op, l);
@@ -212,6 +236,139 @@ std::vector<record> run_rank(const rank_runtime& rt, const run_config& c) {
     }
   }
   return rows;
+}
+
+std::vector<record> run_memcpy(bool quick, int iters_override) {
+  using clock = std::chrono::steady_clock;
+  std::vector<record> rows;
+  for (std::size_t bytes : sizes(quick)) {
+    const std::size_t elems = std::max<std::size_t>(1, bytes / sizeof(float));
+    bytes = elems * sizeof(float);
+    auto src = alloc_floats(elems), dst = alloc_floats(elems);
+    for (std::size_t j = 0; j < elems; ++j) src.get()[j] = pattern(0, j);
+    std::memset(dst.get(), 0, bytes);
+    const iteration_plan plan = plan_for(bytes, quick, iters_override);
+    std::vector<double> us(plan.iters);
+    for (int it = 0; it < plan.warmup + plan.iters; ++it) {
+      float* d = dst.get();
+      const auto t0 = clock::now();
+      std::memcpy(d, src.get(), bytes);
+      asm volatile("" : : "r"(d) : "memory");  // the copy is used: keep it
+      const auto t1 = clock::now();
+      if (it >= plan.warmup)
+        us[it - plan.warmup] = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    }
+    if (std::memcmp(dst.get(), src.get(), bytes) != 0)
+      throw std::runtime_error("memcpy of " + std::to_string(bytes) + " B: wrong copy");
+    record r{"memcpy", "local", 1, "memcpy", bytes, plan.iters, median(us), 0, 0};
+    r.algbw = r.busbw = double(bytes) / (r.median_us * 1e-6) / 1e9;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+namespace {
+
+/// A "Vm...:  N kB" field of /proc/self/status in bytes (0 when absent).
+std::size_t proc_status_bytes(const char* field) {
+  std::ifstream f("/proc/self/status");
+  const std::string prefix = std::string(field) + ":";
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(prefix, 0) == 0) return std::stoull(line.substr(prefix.size())) * 1024;
+  return 0;
+}
+
+/// The process's peak resident set size in bytes: VmHWM, else ru_maxrss.
+std::size_t peak_rss_bytes() {
+  if (const std::size_t hwm = proc_status_bytes("VmHWM")) return hwm;
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return std::size_t(u.ru_maxrss) * 1024;
+}
+
+}  // namespace
+
+rss_record run_rss(const rank_runtime& rt, const run_config& c, std::size_t tensor_bytes) {
+  // 1. Baseline: what the process holds once the world is up, before the
+  //    tensor exists; then the high-water mark restarts from there (Linux
+  //    >= 4.0; where clear_refs is refused the peak includes start-up's).
+  rt.barrier();
+  const std::size_t baseline = proc_status_bytes("VmRSS");
+  rt.barrier();
+  std::ofstream("/proc/self/clear_refs") << "5";
+  rt.barrier();
+
+  // 2. The tensor (the system's own allocation) and a few checked allreduces.
+  std::size_t peak = 0;
+  const layout l = make_layout(op_kind::allreduce, tensor_bytes, rt.size);
+  {
+    prepared_op p = rt.prepare(op_kind::allreduce, l);
+    if (!p.run) throw std::runtime_error(c.system + "/" + c.transport + ": no allreduce");
+    for (int it = 0; it < 3; ++it) {
+      fill_input(op_kind::allreduce, rt.rank, l, p.in);
+      rt.barrier();
+      p.run();
+      std::string first;
+      std::vector<double> wrong{
+          double(count_wrong(op_kind::allreduce, rt.rank, rt.size, l, p.out, first))};
+      if (wrong[0] > 0) std::fprintf(stderr, "WRONG: %s\n", first.c_str());
+      rt.max_all(wrong);
+      if (wrong[0] > 0)
+        throw std::runtime_error(c.system + "/" + c.transport + " allreduce of " +
+                                 std::to_string(l.bytes) + " B with " + std::to_string(rt.size) +
+                                 " ranks (--rss): wrong result (see WRONG lines)");
+    }
+    rt.barrier();
+    peak = peak_rss_bytes();
+  }
+
+  // 3. The largest of every rank.
+  std::vector<double> v{double(baseline), double(peak)};
+  rt.max_all(v);
+  rss_record r;
+  if (rt.rank != 0) return r;
+  r = {c.system, c.transport, rt.size, l.bytes, std::size_t(v[0]), std::size_t(v[1])};
+  return r;
+}
+
+void append_rss_csv(const std::string& path, const rss_record& r) {
+  const bool fresh = !std::ifstream(path).good();
+  std::ofstream f(path, std::ios::app);
+  if (!f) throw std::runtime_error("cannot write " + path);
+  if (fresh) f << "system,transport,ranks,tensor_bytes,baseline_bytes,peak_bytes\n";
+  f << r.system << ',' << r.transport << ',' << r.ranks << ',' << r.tensor_bytes << ','
+    << r.baseline_bytes << ',' << r.peak_bytes << '\n';
+}
+
+std::vector<rss_record> read_rss_csv(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::vector<rss_record> rows;
+  std::string line;
+  std::getline(f, line);  // header
+  while (std::getline(f, line)) {
+    if (line.empty() || line.rfind("system,", 0) == 0) continue;
+    std::istringstream is(line);
+    std::vector<std::string> v;
+    for (std::string cell; std::getline(is, cell, ',');) v.push_back(cell);
+    if (v.size() != 6) throw std::runtime_error(path + ": malformed line '" + line + "'");
+    rows.push_back(
+        {v[0], v[1], std::stoi(v[2]), std::stoull(v[3]), std::stoull(v[4]), std::stoull(v[5])});
+  }
+  return rows;
+}
+
+void print_rss(const rss_record& r) {
+  const double mib = 1 << 20, t = double(r.tensor_bytes);
+  std::printf(
+      "%s/%s, %d ranks: allreduce of %s, peak RSS %.1f MiB (%.2fx tensor), baseline %.1f MiB, "
+      "peak - baseline %.1f MiB (%.2fx tensor)%s\n",
+      r.system.c_str(), r.transport.c_str(), r.ranks, size_label(r.tensor_bytes).c_str(),
+      r.peak_bytes / mib, r.peak_bytes / t, r.baseline_bytes / mib,
+      (double(r.peak_bytes) - double(r.baseline_bytes)) / mib,
+      (double(r.peak_bytes) - double(r.baseline_bytes)) / t,
+      r.transport == "inproc" ? " [one process: all ranks together]" : "");
+  std::fflush(stdout);
 }
 
 void append_csv(const std::string& path, const std::vector<record>& rows) {
@@ -289,10 +446,21 @@ worker_args parse_worker_args(int argc, char** argv) {
       a.ranks = number();
     else if (f == "--transport")
       a.transport = value();
+    else if (f == "--ops")
+      a.ops = parse_ops(value());
+    else if (f == "--rss")
+      a.rss = true;
+    else if (f == "--memcpy")
+      a.memcpy = true;
     else
       throw std::invalid_argument("unknown argument '" + f + "'");
   }
   return a;
+}
+
+run_config config_of(const worker_args& a, const std::string& system,
+                     const std::string& transport) {
+  return {system, transport, a.quick, a.check_only, a.iters, a.ops};
 }
 
 void print_records(const std::vector<record>& rows) {

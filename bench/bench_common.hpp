@@ -10,6 +10,10 @@
 // once against a locally computed expectation, then warm up, then time
 // iterations with a barrier before each. The time of an iteration is the
 // slowest rank's (MAX over ranks); a record holds the median over iterations.
+//
+// Two more modes share the protocol: `run_rss` (peak resident memory of each
+// rank during a 64 MiB allreduce, in a fresh process) and `run_memcpy` (one
+// thread's memcpy at the same sizes, the reference for bandwidths).
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +29,9 @@ enum class op_kind { allreduce, broadcast, allgather, reduce_scatter, alltoall }
 /// The five collectives, in table order.
 const std::vector<op_kind>& all_ops();
 const char* op_name(op_kind op);
+/// "allreduce,alltoall" -> those collectives, in table order, each once;
+/// throws std::invalid_argument naming an unknown name or an empty list.
+std::vector<op_kind> parse_ops(const std::string& list);
 /// nccl-tests' factor from algbw to busbw: allreduce 2(n-1)/n, allgather,
 /// reduce_scatter and alltoall (n-1)/n, broadcast 1.
 double bus_factor(op_kind op, int n);
@@ -82,8 +89,8 @@ struct rank_runtime {
 
 /// One row of results.
 struct record {
-  std::string system;     ///< troupe, gloo, mpi
-  std::string transport;  ///< inproc, shm, tcp
+  std::string system;     ///< troupe, gloo, mpi; memcpy for the reference rows
+  std::string transport;  ///< inproc, shm, tcp; local for memcpy
   int ranks = 0;
   std::string op;
   std::size_t bytes = 0;
@@ -97,13 +104,45 @@ struct run_config {
   std::string system, transport;
   bool quick = false;
   bool check_only = false;
-  int iters = 0;  ///< 0: plan_for's default
+  int iters = 0;             ///< 0: plan_for's default
+  std::vector<op_kind> ops;  ///< empty: all_ops()
 };
 
-/// Runs every collective and size on this rank (every rank calls it). Returns
-/// the records on rank 0 (empty elsewhere); throws std::runtime_error naming
-/// the collective, size and rank when a result is wrong on any rank.
+/// Runs the configured collectives at every size on this rank (every rank
+/// calls it). Returns the records on rank 0 (empty elsewhere); throws
+/// std::runtime_error naming the collective, size and rank when a result is
+/// wrong on any rank.
 std::vector<record> run_rank(const rank_runtime& rt, const run_config& c);
+
+/// Single-thread memcpy at sizes(quick), timed as the collectives (plan_for,
+/// median; source and destination allocated and touched before timing).
+/// Records: system "memcpy", transport "local", ranks 1, op "memcpy",
+/// algbw = busbw = bytes / time.
+std::vector<record> run_memcpy(bool quick, int iters_override);
+
+/// Resident memory around one allreduce size (the --rss mode).
+struct rss_record {
+  std::string system, transport;
+  int ranks = 0;
+  std::size_t tensor_bytes = 0;
+  std::size_t baseline_bytes = 0;  ///< VmRSS before the tensor is allocated (MAX over ranks)
+  std::size_t peak_bytes = 0;      ///< VmHWM after the allreduces (MAX over ranks)
+};
+/// The tensor of the --rss mode: 64 MiB of float32 (16 Mi elements).
+constexpr std::size_t rss_tensor_bytes = std::size_t(64) << 20;
+/// Every rank: read VmRSS, reset the high-water mark (/proc/self/clear_refs),
+/// prepare the allreduce of `tensor_bytes`, run it 3 times (each checked),
+/// read VmHWM; MAX of both over ranks. Meant for a fresh process: with ranks
+/// on threads of one process (troupe inproc) the values are the process's,
+/// for all ranks together. Returns the record on rank 0 (ranks == 0
+/// elsewhere); throws std::runtime_error on a wrong result.
+rss_record run_rss(const rank_runtime& rt, const run_config& c,
+                   std::size_t tensor_bytes = rss_tensor_bytes);
+/// Appends one line to an RSS CSV (header when new):
+/// system,transport,ranks,tensor_bytes,baseline_bytes,peak_bytes
+void append_rss_csv(const std::string& path, const rss_record& r);
+std::vector<rss_record> read_rss_csv(const std::string& path);
+void print_rss(const rss_record& r);
 
 /// Appends records to a CSV file, writing the header when the file is new.
 void append_csv(const std::string& path, const std::vector<record>& rows);
@@ -119,12 +158,18 @@ struct worker_args {
   bool quick = false;
   bool check_only = false;
   int iters = 0;
-  int ranks = 0;          ///< --inprocess N / --ranks N
-  std::string transport;  ///< --transport (labels the records)
+  int ranks = 0;             ///< --inprocess N / --ranks N
+  std::string transport;     ///< --transport (labels the records)
+  std::vector<op_kind> ops;  ///< --ops a,b (empty: all)
+  bool rss = false;          ///< --rss: run_rss instead of the collectives (--csv: rss CSV)
+  bool memcpy = false;       ///< --memcpy: run_memcpy (troupe_bench_worker only)
 };
 /// Parses --csv F --quick --check-only --iters K --inprocess N --ranks N
-/// --transport T; throws std::invalid_argument on anything else.
+/// --transport T --ops a,b --rss --memcpy; throws std::invalid_argument on
+/// anything else.
 worker_args parse_worker_args(int argc, char** argv);
+/// The run_config of a worker's arguments.
+run_config config_of(const worker_args& a, const std::string& system, const std::string& transport);
 
 /// "4 B", "64 KiB", "16 MiB".
 std::string size_label(std::size_t bytes);

@@ -3,6 +3,7 @@
 // checks and timing as troupe_bench_worker (bench_common.cpp drives them).
 //
 //   gloo_bench_worker --ranks N [--csv F] [--quick] [--check-only] [--iters K]
+//                     [--ops allreduce,broadcast,...] [--rss]
 //
 // Forks N rank processes that rendezvous through a gloo::rendezvous::FileStore
 // in a fresh temporary directory and connect a full mesh of TCP pairs.
@@ -139,7 +140,15 @@ int run_rank_process(int rank, const std::string& dir, const bench::worker_args&
   };
   rt.prepare = [&](bench::op_kind op, const bench::layout& l) { return prepare(ctx, tag, op, l); };
 
-  bench::run_config c{"gloo", "tcp", a.quick, a.check_only, a.iters};
+  const bench::run_config c = bench::config_of(a, "gloo", "tcp");
+  if (a.rss) {
+    const auto r = bench::run_rss(rt, c);
+    if (rank == 0) {
+      bench::print_rss(r);
+      if (!a.csv.empty()) bench::append_rss_csv(a.csv, r);
+    }
+    return 0;
+  }
   auto rows = bench::run_rank(rt, c);
   if (rank != 0) return 0;
   if (a.check_only) {
@@ -176,6 +185,7 @@ int main(int argc, char** argv) {
   try {
     a = bench::parse_worker_args(argc, argv);
     if (a.ranks < 2) throw std::invalid_argument("give --ranks N with N >= 2");
+    if (a.memcpy) throw std::invalid_argument("--memcpy is troupe_bench_worker's");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gloo_bench_worker: %s\n", e.what());
     return 2;

@@ -6,6 +6,7 @@
 //
 //   mpirun -n N [--mca btl self,vader | --mca btl self,tcp --mca btl_tcp_if_include lo]
 //          mpi_bench_worker --transport shm|tcp [--csv F] [--quick] [--check-only] [--iters K]
+//                           [--ops allreduce,broadcast,...] [--rss]
 //
 // --transport only labels the records; mpirun's options choose the path
 // (bench/run_bench.sh passes both).
@@ -77,7 +78,16 @@ int run(const bench::worker_args& a) {
   };
   rt.prepare = [](bench::op_kind op, const bench::layout& l) { return prepare(op, l); };
 
-  bench::run_config c{"mpi", transport, a.quick, a.check_only, a.iters};
+  const bench::run_config c = bench::config_of(a, "mpi", transport);
+  if (a.memcpy) throw std::invalid_argument("--memcpy is troupe_bench_worker's");
+  if (a.rss) {
+    const auto r = bench::run_rss(rt, c);
+    if (rank == 0) {
+      bench::print_rss(r);
+      if (!a.csv.empty()) bench::append_rss_csv(a.csv, r);
+    }
+    return 0;
+  }
   auto rows = bench::run_rank(rt, c);
   if (rank != 0) return 0;
   if (a.check_only) {

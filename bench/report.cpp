@@ -2,12 +2,17 @@
 // workers wrote (bench/out/results.csv), prints one table per collective and
 // writes the data and the gnuplot script of the bus bandwidth plots.
 //
-//   bench_report results.csv [--plots DIR]
+//   bench_report results.csv [--plots DIR] [--rss rss.csv]
 //
 // Per collective, one row per (ranks, size): the median time of every system
 // in µs, the ratios of times (troupe / peer: below 1 troupe is faster) and the
-// bus bandwidth of every system. With --plots, DIR gets busbw_<op>_<n>ranks.dat
-// and plots.gp (`gnuplot plots.gp` in DIR draws busbw_<op>_<n>ranks.png).
+// bus bandwidth of every system. The memcpy rows of the CSV (system memcpy)
+// give a small table of their own and the ratio of troupe's allreduce busbw to
+// memcpy's bandwidth; --rss adds the peak resident memory per rank during a
+// 64 MiB allreduce. The report ends with the performance targets: each one's
+// measured value, the goal and met / missed / not measured. With --plots, DIR
+// gets busbw_<op>_<n>ranks.dat and plots.gp (`gnuplot plots.gp` in DIR draws
+// busbw_<op>_<n>ranks.png; allreduce's plots have memcpy as a reference line).
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +20,7 @@
 #include <exception>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -31,6 +37,9 @@ const std::vector<std::pair<std::string, std::string>> columns = {
 
 using key = std::tuple<std::string, int, std::size_t>;  // op, ranks, bytes
 using cell_map = std::map<key, std::map<std::string, bench::record>>;
+using memcpy_map = std::map<std::size_t, bench::record>;  // bytes -> memcpy's record
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
 
 /// NaN when the system has no row for this cell.
 double time_of(const std::map<std::string, bench::record>& row, const std::string& sys) {
@@ -100,13 +109,227 @@ void print_legend() {
       "  mpi tcp. busbw as nccl-tests: allreduce algbw*2(n-1)/n,\n"
       "  allgather, reduce_scatter, alltoall algbw*(n-1)/n, broadcast algbw.\n"
       "gloo's reduce_scatter is ReduceScatterHalvingDoubling (in place); mpi's is\n"
-      "MPI_Reduce_scatter_block.\n");
+      "MPI_Reduce_scatter_block.\n"
+      "memcpy: one thread copying between two touched buffers, timed as the collectives\n"
+      "  (median; the same buffers every iteration, so small sizes copy within the caches);\n"
+      "  its GB/s = bytes / time. allreduce busbw / memcpy GB/s compares troupe's allreduce\n"
+      "  busbw (in one process, over shared memory) with that copy speed.\n"
+      "peak RSS: each rank in a fresh process reads VmRSS (baseline), resets the high-water\n"
+      "  mark, allocates and runs 3 checked allreduces of 64 MiB, reads VmHWM (peak); the\n"
+      "  MAX over ranks. Shared-memory segments a rank touched count in its RSS.\n"
+      "targets: troupe's performance goals, each with this run's value and met / MISSED /\n"
+      "  not measured (the size, peer or rss.csv is missing from the run).\n");
+}
+
+/// The record of one system (CSV system-transport) in one cell, if measured.
+std::optional<bench::record> find(const cell_map& cells, const std::string& op, int n,
+                                  std::size_t bytes, const std::string& sys) {
+  auto it = cells.find({op, n, bytes});
+  if (it == cells.end()) return std::nullopt;
+  auto r = it->second.find(sys);
+  if (r == it->second.end()) return std::nullopt;
+  return r->second;
+}
+
+/// memcpy's own table and, per size, troupe's allreduce busbw over memcpy's
+/// bandwidth (in-process and shared memory, every rank count of the run).
+void print_memcpy(const memcpy_map& memcpy, const cell_map& cells, const std::set<int>& ranks) {
+  const bool ratios = std::any_of(cells.begin(), cells.end(), [](const auto& c) {
+    return std::get<0>(c.first) == "allreduce";
+  });
+  std::printf("\n### memcpy (one thread, same sizes)%s\n\n%8s | %10s %9s",
+              ratios ? "; troupe allreduce busbw / memcpy GB/s" : "", "size", "time us", "GB/s");
+  const std::vector<std::pair<const char*, const char*>> modes = {{"troupe-inproc", "inproc"},
+                                                                  {"troupe-shm", "shm"}};
+  if (ratios) {
+    std::printf(" |");
+    for (const auto& m : modes)
+      for (int n : ranks) {
+        const std::string h = std::string(m.second) + " n=" + std::to_string(n);
+        std::printf(" %11s", h.c_str());
+      }
+  }
+  std::printf("\n");
+  for (const auto& [bytes, m] : memcpy) {
+    std::printf("%8s | %10.2f %9s", bench::size_label(bytes).c_str(), m.median_us,
+                fmt(m.busbw < 0.01 ? "%.2e" : "%.3f", m.busbw).c_str());
+    if (ratios) {
+      std::printf(" |");
+      for (const auto& mode : modes)
+        for (int n : ranks) {
+          auto r = find(cells, "allreduce", n, bytes, mode.first);
+          std::printf(" %11s", fmt("%.3f", r ? r->busbw / m.busbw : NAN).c_str());
+        }
+    }
+    std::printf("\n");
+  }
+}
+
+/// Per-rank share of an RSS line: one process holds every rank in-process.
+double per_rank(const bench::rss_record& r, std::size_t v) {
+  return r.transport == "inproc" ? double(v) / r.ranks : double(v);
+}
+
+void print_rss(const std::vector<bench::rss_record>& rss) {
+  std::printf(
+      "\n### peak resident memory per rank during an allreduce (float32, rss.csv)\n\n"
+      "%-14s %2s %8s | %12s %9s %14s | %11s %16s\n",
+      "system", "n", "tensor", "baseline MiB", "peak MiB", "peak-base MiB", "peak/tensor",
+      "(peak-base)/tens");
+  bool inproc = false;
+  for (const auto& r : rss) {
+    const double t = double(r.tensor_bytes), mib = double(MiB);
+    const double base = per_rank(r, r.baseline_bytes), peak = per_rank(r, r.peak_bytes);
+    const std::string sys = r.system + " " + r.transport + (r.transport == "inproc" ? "*" : "");
+    inproc |= r.transport == "inproc";
+    std::printf("%-14s %2d %8s | %12.1f %9.1f %14.1f | %11.2f %16.2f\n", sys.c_str(), r.ranks,
+                bench::size_label(r.tensor_bytes).c_str(), base / mib, peak / mib,
+                (peak - base) / mib, peak / t, (peak - base) / t);
+  }
+  if (inproc)
+    std::printf(
+        "* in-process: every rank is a thread of one process, so the process's values cover all\n"
+        "  ranks together; shown divided by the ranks (a per-rank share).\n");
+}
+
+/// The performance targets, each against this run's numbers.
+struct target_row {
+  std::string what, measured, goal, status;
+};
+
+std::string ratio_text(double ratio, double a, double b, const char* unit) {
+  char buf[96];
+  // Three decimals in the usual range, so that 1.996 does not print as a met 2.
+  const char* f = ratio >= 0.1 && ratio < 100 ? "%.3fx (%.3g / %.3g %s)" : "%.3gx (%.3g / %.3g %s)";
+  std::snprintf(buf, sizeof buf, f, ratio, a, b, unit);
+  return buf;
+}
+
+void print_targets(const cell_map& cells, const memcpy_map& memcpy,
+                   const std::optional<std::vector<bench::rss_record>>& rss) {
+  std::vector<target_row> rows;
+  const std::string na = "not measured";
+  auto status = [](bool met) { return std::string(met ? "met" : "MISSED"); };
+  auto label = [](std::size_t bytes) { return bench::size_label(bytes); };
+
+  // troupe busbw >= k x peer's busbw.
+  auto busbw_vs = [&](const char* mine, const char* peer, const char* peer_name, int n,
+                      std::size_t bytes, double k) {
+    auto a = find(cells, "allreduce", n, bytes, mine);
+    auto b = find(cells, "allreduce", n, bytes, peer);
+    target_row t{std::string(mine) + " " + std::to_string(n) + "r allreduce " + label(bytes) +
+                     ": busbw / " + peer_name,
+                 na, fmt(">= %gx", k), na};
+    if (a && b) {
+      const double r = a->busbw / b->busbw;
+      t.measured = ratio_text(r, a->busbw, b->busbw, "GB/s");
+      t.status = status(r >= k);
+    }
+    rows.push_back(t);
+  };
+  // troupe time <= k x peer's time (strictly below when `strict`).
+  auto time_vs = [&](const char* mine, const char* peer, const char* peer_name, int n,
+                     std::size_t bytes, double k, bool strict) {
+    auto a = find(cells, "allreduce", n, bytes, mine);
+    auto b = find(cells, "allreduce", n, bytes, peer);
+    target_row t{std::string(mine) + " " + std::to_string(n) + "r allreduce " + label(bytes) +
+                     ": time / " + peer_name,
+                 na, fmt(strict ? "< %gx" : "<= %gx", k), na};
+    if (a && b) {
+      const double r = a->median_us / b->median_us;
+      t.measured = ratio_text(r, a->median_us, b->median_us, "us");
+      t.status = status(strict ? r < k : r <= k);
+    }
+    rows.push_back(t);
+  };
+  // troupe time < limit_us.
+  auto time_below = [&](const char* mine, int n, std::size_t bytes, double limit_us) {
+    auto a = find(cells, "allreduce", n, bytes, mine);
+    target_row t{
+        std::string(mine) + " " + std::to_string(n) + "r allreduce " + label(bytes) + ": time", na,
+        fmt("< %g us", limit_us), na};
+    if (a) {
+      t.measured = fmt("%.1f us", a->median_us);
+      t.status = status(a->median_us < limit_us);
+    }
+    rows.push_back(t);
+  };
+
+  // Shared memory, 2 ranks, against OpenMPI over shared memory.
+  busbw_vs("troupe-shm", "mpi-shm", "mpi shm", 2, MiB, 2.0);
+  busbw_vs("troupe-shm", "mpi-shm", "mpi shm", 2, 16 * MiB, 2.5);
+  busbw_vs("troupe-shm", "mpi-shm", "mpi shm", 2, 64 * MiB, 4.0);
+  time_below("troupe-shm", 2, 4, 10.0);
+  // TCP, 2 ranks, against Gloo.
+  busbw_vs("troupe-tcp", "gloo-tcp", "gloo tcp", 2, 16 * MiB, 1.5);
+  busbw_vs("troupe-tcp", "gloo-tcp", "gloo tcp", 2, 64 * MiB, 1.5);
+  for (std::size_t b : {std::size_t(4), KiB, 64 * KiB})
+    time_vs("troupe-tcp", "gloo-tcp", "gloo tcp", 2, b, 0.25, false);
+  // 4 ranks over shared memory.
+  time_vs("troupe-shm", "mpi-shm", "mpi shm", 4, KiB, 2.0, false);
+  time_vs("troupe-shm", "mpi-shm", "mpi shm", 4, MiB, 1.0, true);
+  time_vs("troupe-shm", "mpi-shm", "mpi shm", 4, 16 * MiB, 1.0, true);
+  for (std::size_t b : {std::size_t(4), KiB, 64 * KiB, MiB, 16 * MiB})
+    time_vs("troupe-shm", "gloo-tcp", "gloo tcp", 4, b, 0.1, false);
+  // In one process, 2 ranks.
+  {
+    auto a = find(cells, "allreduce", 2, 64 * MiB, "troupe-inproc");
+    target_row t{"troupe-inproc 2r allreduce 64 MiB: busbw", na, ">= 12 GB/s", na};
+    if (a) {
+      t.measured = fmt("%.2f GB/s", a->busbw);
+      t.status = status(a->busbw >= 12.0);
+    }
+    rows.push_back(t);
+  }
+  time_below("troupe-inproc", 2, MiB, 30.0);
+  for (std::size_t b : {MiB, 64 * MiB}) {
+    auto a = find(cells, "allreduce", 2, b, "troupe-inproc");
+    auto m = memcpy.find(b);
+    target_row t{"troupe-inproc 2r allreduce " + label(b) + ": busbw / memcpy", na, "(reported)",
+                 na};
+    if (a && m != memcpy.end()) {
+      t.measured = ratio_text(a->busbw / m->second.busbw, a->busbw, m->second.busbw, "GB/s");
+      t.status = "-";
+    }
+    rows.push_back(t);
+  }
+  // Peak resident memory per rank during a 64 MiB allreduce.
+  bool any_rss = false;
+  if (rss)
+    for (const auto& r : *rss) {
+      if (r.system != "troupe") continue;
+      any_rss = true;
+      const double ratio = per_rank(r, r.peak_bytes) / double(r.tensor_bytes);
+      rows.push_back(
+          {"troupe-" + r.transport + " " + std::to_string(r.ranks) + "r peak RSS/rank, " +
+               label(r.tensor_bytes) + " allreduce",
+           fmt("%.2fx tensor", ratio) + fmt(" (%.0f MiB)", per_rank(r, r.peak_bytes) / double(MiB)),
+           "< 2.5x tensor", status(ratio < 2.5)});
+    }
+  if (!any_rss) rows.push_back({"troupe peak RSS/rank, 64 MiB allreduce", na, "< 2.5x tensor", na});
+
+  int met = 0, missed = 0, unmeasured = 0;
+  std::printf("\n### targets (troupe, from this run; r = ranks)\n\n%-52s %-32s %-14s %s\n",
+              "target", "measured", "goal", "status");
+  for (const auto& t : rows) {
+    std::printf("%-52s %-32s %-14s %s\n", t.what.c_str(), t.measured.c_str(), t.goal.c_str(),
+                t.status.c_str());
+    met += t.status == "met";
+    missed += t.status == "MISSED";
+    unmeasured += t.status == na;
+  }
+  std::printf(
+      "\n%d met, %d missed, %d not measured (a size the run did not reach, a peer not\n"
+      "installed, or no rss.csv). Ratios: busbw targets = troupe busbw / peer busbw (above 1:\n"
+      "troupe is faster); time targets = troupe time / peer time (below 1: troupe is faster).\n"
+      "RSS: VmHWM per rank (in-process: the process's divided by the ranks) over the tensor.\n",
+      met, missed, unmeasured);
 }
 
 /// busbw_<op>_<n>ranks.dat (size, then one column per system, '?' = missing)
 /// and one gnuplot script for all of them.
-void write_plots(const std::string& dir, const cell_map& cells, const std::set<std::string>& ops,
-                 const std::set<int>& ranks) {
+void write_plots(const std::string& dir, const cell_map& cells, const memcpy_map& memcpy,
+                 const std::set<std::string>& ops, const std::set<int>& ranks) {
   std::ofstream gp(dir + "/plots.gp");
   gp << "# generated by bench_report: bus bandwidth against size, one line per system\n"
      << "set terminal pngcairo size 900,560 noenhanced\n"
@@ -118,19 +341,26 @@ void write_plots(const std::string& dir, const cell_map& cells, const std::set<s
   for (const auto& op : ops) {
     for (int n : ranks) {
       const std::string base = "busbw_" + op + "_" + std::to_string(n) + "ranks";
+      // allreduce's plots carry memcpy's bandwidth as a reference line.
+      const bool with_memcpy = op == "allreduce" && !memcpy.empty();
       std::ofstream dat(dir + "/" + base + ".dat");
       dat << "# bytes";
       for (auto& c : columns) dat << ' ' << c.first;
+      if (with_memcpy) dat << " memcpy";
       dat << '\n';
+      auto put = [&dat](double bw) {
+        if (std::isnan(bw) || bw <= 0)
+          dat << " ?";
+        else
+          dat << ' ' << bw;
+      };
       for (const auto& [k, row] : cells) {
         if (std::get<0>(k) != op || std::get<1>(k) != n) continue;
         dat << std::get<2>(k);
-        for (auto& c : columns) {
-          const double bw = busbw_of(row, c.first);
-          if (std::isnan(bw) || bw <= 0)
-            dat << " ?";
-          else
-            dat << ' ' << bw;
+        for (auto& c : columns) put(busbw_of(row, c.first));
+        if (with_memcpy) {
+          auto m = memcpy.find(std::get<2>(k));
+          put(m == memcpy.end() ? NAN : m->second.busbw);
         }
         dat << '\n';
       }
@@ -140,6 +370,9 @@ void write_plots(const std::string& dir, const cell_map& cells, const std::set<s
       for (std::size_t i = 0; i < columns.size(); ++i)
         gp << (i ? ", \\\n     " : "") << "'" << base << ".dat' using 1:" << i + 2
            << " with linespoints lw 2 title '" << columns[i].second << "'";
+      if (with_memcpy)
+        gp << ", \\\n     '" << base << ".dat' using 1:" << columns.size() + 2
+           << " with lines lw 1 dt 2 lc rgb 'black' title 'memcpy (1 thread)'";
       gp << "\n";
     }
   }
@@ -149,30 +382,43 @@ void write_plots(const std::string& dir, const cell_map& cells, const std::set<s
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_report results.csv [--plots DIR]\n");
+    std::fprintf(stderr, "usage: bench_report results.csv [--plots DIR] [--rss rss.csv]\n");
     return 2;
   }
   try {
-    std::string plots;
+    std::string plots, rss_csv;
     for (int i = 2; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--plots" && i + 1 < argc)
         plots = argv[++i];
+      else if (a == "--rss" && i + 1 < argc)
+        rss_csv = argv[++i];
       else
         throw std::invalid_argument("unknown argument '" + a + "'");
     }
     cell_map cells;
+    memcpy_map memcpy;
     std::set<std::string> ops;
     std::set<int> ranks;
     for (auto& r : bench::read_csv(argv[1])) {
+      if (r.system == "memcpy") {  // the reference rows: a table of their own
+        memcpy[r.bytes] = r;
+        continue;
+      }
       cells[{r.op, r.ranks, r.bytes}][r.system + "-" + r.transport] = r;
       ops.insert(r.op);
       ranks.insert(r.ranks);
     }
+    std::optional<std::vector<bench::rss_record>> rss;
+    if (!rss_csv.empty()) rss = bench::read_rss_csv(rss_csv);
+
     for (bench::op_kind op : bench::all_ops())
       if (ops.count(bench::op_name(op))) print_table(bench::op_name(op), cells);
+    if (!memcpy.empty()) print_memcpy(memcpy, cells, ranks);
+    if (rss && !rss->empty()) print_rss(*rss);
     print_legend();
-    if (!plots.empty()) write_plots(plots, cells, ops, ranks);
+    print_targets(cells, memcpy, rss);
+    if (!plots.empty()) write_plots(plots, cells, memcpy, ops, ranks);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_report: %s\n", e.what());

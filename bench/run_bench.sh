@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
 # The collectives benchmark in one command: troupe (in one process, one
 # process per rank over shared memory, forced TCP), Gloo (TCP on loopback) and
-# OpenMPI (shared memory, TCP on loopback), 2 and 4 ranks, in the same run.
+# OpenMPI (shared memory, TCP on loopback), 2 and 4 ranks, in the same run,
+# next to a single-thread memcpy at the same sizes and the peak resident
+# memory of each rank during a 64 MiB allreduce.
 #
 #   bash bench/run_bench.sh [--quick] [--ranks "2 4"] [--iters K] [--build-dir DIR]
+#                           [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall]
+#                           [--no-rss]
 #
 # --quick stops at 1 MiB (whole run well under 3 minutes on 2 cores); the full
-# run goes to 64 MiB. Builds what is missing (installs nothing: scripts/setup.sh
-# installs the peers), then writes to bench/out/: results.csv (every system's
-# records), tables.txt (what is printed), busbw_<op>_<n>ranks.png (gnuplot)
-# and logs/ (each run's output). A system that is not installed is skipped.
+# run goes to 64 MiB. --ops picks the collectives every worker runs (default:
+# all five). --no-rss skips the peak-memory runs (one fresh process per system
+# and rank count, a few 64 MiB allreduces each; also in --quick). Builds what
+# is missing (installs nothing: scripts/setup.sh installs the peers), then
+# writes to bench/out/: results.csv (every system's records and memcpy's),
+# rss.csv (peak RSS per system and rank count), tables.txt (what is printed:
+# one table per collective, memcpy and allreduce/memcpy, peak RSS, targets
+# met / missed), busbw_<op>_<n>ranks.png (gnuplot) and logs/ (each run's
+# output). A system that is not installed is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,17 +26,32 @@ quick=()
 ranks="2 4"
 iters=()
 build=build
+ops=()
+rss=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
     --ranks) ranks="$2"; shift ;;
     --iters) iters=(--iters "$2"); shift ;;
     --build-dir) build="$2"; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --ops) ops=(--ops "$2"); shift ;;
+    --no-rss) rss=0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "run_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
 done
+if [ ${#ops[@]} -gt 0 ]; then  # the workers check too; fail before building
+  known="allreduce broadcast allgather reduce_scatter alltoall"
+  [ -n "${ops[1]}" ] || { echo "run_bench.sh: --ops: empty list (known: $known)" >&2; exit 2; }
+  IFS=, read -ra picked <<<"${ops[1]}"
+  for o in "${picked[@]}"; do
+    if [[ " $known " != *" $o "* ]]; then
+      echo "run_bench.sh: --ops: unknown collective '$o' (known: ${known// /, })" >&2
+      exit 2
+    fi
+  done
+fi
 start=$(date +%s)
 
 # 1. Configure (again, so peers installed since are found) and build.
@@ -46,9 +70,11 @@ cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
 out=bench/out
 mkdir -p "$out/logs"
 csv="$out/results.csv"
-rm -f "$csv" "$out"/busbw_*.png "$out"/busbw_*.dat "$out/plots.gp" "$out"/logs/*.log
+rss_csv="$out/rss.csv"
+rm -f "$csv" "$rss_csv" "$out"/busbw_*.png "$out"/busbw_*.dat "$out/plots.gp" "$out"/logs/*.log
 worker=("$build/bench/troupe_bench_worker")
-common=(--csv "$csv" "${quick[@]}" "${iters[@]}")
+common=(--csv "$csv" "${quick[@]}" "${iters[@]}" "${ops[@]}")
+rss_args=(--rss --csv "$rss_csv")
 limit=$([ ${#quick[@]} -gt 0 ] && echo 150 || echo 900)  # seconds per run
 mpirun_args=(--oversubscribe --bind-to none --mca pml ob1)
 [ "$(id -u)" -eq 0 ] && mpirun_args+=(--allow-run-as-root)
@@ -66,31 +92,41 @@ run() {  # run NAME COMMAND...: one system at one rank count, logged
   fi
 }
 
+measure() {  # measure NAME COMMAND...: the collectives, then (unless --no-rss) peak RSS
+  local name=$1
+  shift
+  run "$name" "$@" "${common[@]}"
+  [ "$rss" -eq 0 ] || run "$name-rss" "$@" "${rss_args[@]}"
+}
+
+# memcpy, one thread, at the same sizes: the reference of the bandwidths.
+run memcpy "${worker[@]}" --memcpy --csv "$csv" "${quick[@]}" "${iters[@]}"
 for n in $ranks; do
-  run "troupe-inproc-${n}" "${worker[@]}" --inprocess "$n" "${common[@]}"
+  measure "troupe-inproc-${n}" "${worker[@]}" --inprocess "$n"
   for t in shm tcp; do
-    run "troupe-${t}-${n}" env TROUPE_TRANSPORT=$t "$build/apps/troupe-run" -n "$n" \
-      "${worker[@]}" "${common[@]}"
+    measure "troupe-${t}-${n}" env TROUPE_TRANSPORT=$t "$build/apps/troupe-run" -n "$n" \
+      "${worker[@]}"
   done
   if [ -x "$build/bench/gloo_bench_worker" ]; then
-    run "gloo-tcp-${n}" "$build/bench/gloo_bench_worker" --ranks "$n" "${common[@]}"
+    measure "gloo-tcp-${n}" "$build/bench/gloo_bench_worker" --ranks "$n"
   else
     echo "run_bench: gloo skipped (not built: apt-get install libgloo-dev, then rebuild)"
   fi
   if [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; then
-    run "mpi-shm-${n}" mpirun "${mpirun_args[@]}" --mca btl self,vader -n "$n" \
-      "$build/bench/mpi_bench_worker" --transport shm "${common[@]}"
-    run "mpi-tcp-${n}" mpirun "${mpirun_args[@]}" --mca btl self,tcp \
-      --mca btl_tcp_if_include lo -n "$n" "$build/bench/mpi_bench_worker" --transport tcp \
-      "${common[@]}"
+    measure "mpi-shm-${n}" mpirun "${mpirun_args[@]}" --mca btl self,vader -n "$n" \
+      "$build/bench/mpi_bench_worker" --transport shm
+    measure "mpi-tcp-${n}" mpirun "${mpirun_args[@]}" --mca btl self,tcp \
+      --mca btl_tcp_if_include lo -n "$n" "$build/bench/mpi_bench_worker" --transport tcp
   else
     echo "run_bench: mpi skipped (not built: apt-get install libopenmpi-dev openmpi-bin)"
   fi
 done
 
-# 3. Tables and plots.
+# 3. Tables, targets and plots.
 if [ -f "$csv" ]; then
-  "$build/bench/bench_report" "$csv" --plots "$out" | tee "$out/tables.txt"
+  report_rss=()
+  [ -f "$rss_csv" ] && report_rss=(--rss "$rss_csv")
+  "$build/bench/bench_report" "$csv" --plots "$out" "${report_rss[@]}" | tee "$out/tables.txt"
   if command -v gnuplot >/dev/null; then
     (cd "$out" && gnuplot plots.gp) && echo "run_bench: plots in $out/busbw_<op>_<n>ranks.png"
   else

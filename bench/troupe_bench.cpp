@@ -5,11 +5,17 @@
 // (bench_common.cpp drives the protocol).
 //
 //   troupe_bench_worker --inprocess N [--csv F] [--quick] [--check-only] [--iters K]
+//                       [--ops allreduce,broadcast,...] [--rss]
 //       N ranks on threads of this process (one world each, one hash_store)
 //   TROUPE_TRANSPORT=shm|tcp troupe-run -n N troupe_bench_worker [--csv F] ...
 //       one rank per process (troupe::init_world); records say the transport
+//   troupe_bench_worker --memcpy [--csv F] [--quick] [--iters K]
+//       single-thread memcpy at the same sizes (the bandwidth reference)
 //
-// Rank 0 prints the records and appends them to the CSV file.
+// --ops picks collectives (default: all five). --rss measures peak resident
+// memory during a 64 MiB allreduce instead (bench_common's run_rss; --csv
+// then names the RSS CSV). Rank 0 prints the records and appends them to
+// the CSV file.
 
 #include <cstdio>
 #include <cstdlib>
@@ -79,7 +85,14 @@ bench::rank_runtime runtime_of(troupe::world& w) {
 
 /// One rank: run everything, and on rank 0 report.
 void run_world(troupe::world& w, const bench::worker_args& a, const std::string& transport) {
-  bench::run_config c{"troupe", transport, a.quick, a.check_only, a.iters};
+  const bench::run_config c = bench::config_of(a, "troupe", transport);
+  if (a.rss) {
+    const auto r = bench::run_rss(runtime_of(w), c);
+    if (w.rank() != 0) return;
+    bench::print_rss(r);
+    if (!a.csv.empty()) bench::append_rss_csv(a.csv, r);
+    return;
+  }
   auto rows = bench::run_rank(runtime_of(w), c);
   if (w.rank() != 0) return;
   if (a.check_only) {
@@ -101,6 +114,14 @@ bool launched() {
 int main(int argc, char** argv) {
   try {
     const auto a = bench::parse_worker_args(argc, argv);
+    if (a.memcpy) {
+      if (a.ranks || a.rss || launched())
+        throw std::invalid_argument("--memcpy runs alone (no --inprocess, --rss or launcher)");
+      const auto rows = bench::run_memcpy(a.quick, a.iters);
+      bench::print_records(rows);
+      if (!a.csv.empty()) bench::append_csv(a.csv, rows);
+      return 0;
+    }
     if (launched()) {
       if (a.ranks) throw std::invalid_argument("--inprocess cannot be used under a launcher");
       const char* t = std::getenv("TROUPE_TRANSPORT");
