@@ -192,8 +192,13 @@ class allreduce_shm final : public fabric_op {
     for (std::int64_t done = 0; done < count; done += piece) {
       const auto m = std::min(piece, count - done);
       const auto at = (off + done) * es;
+      // Mine first, then the others in rank order: each element is reduced by
+      // one rank only, so any fixed order gives every rank the same result,
+      // and this one accumulates in place.
+      std::size_t k = 0;
+      srcs[k++] = bufs[static_cast<std::size_t>(me)] + at;
       for (int r = 0; r < n; ++r)
-        srcs[static_cast<std::size_t>(r)] = bufs[static_cast<std::size_t>(r)] + at;
+        if (r != me) srcs[k++] = bufs[static_cast<std::size_t>(r)] + at;
       std::byte* mine = bufs[static_cast<std::size_t>(me)] + at;
       reduce_many(data_.scalar_type(), kind_, mine, srcs.data(), srcs.size(),
                   static_cast<std::size_t>(m));

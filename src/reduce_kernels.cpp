@@ -2,8 +2,13 @@
 // type, how to combine); one generic driver per entry point dispatches on
 // (dtype, kind). Loops are blocked with constant inner trip counts and restrict
 // pointers so that g++ -O2 vectorises them.
+//
+// This file is compiled twice: for the baseline instruction set (the
+// *_generic entry points) and, on x86-64, with AVX2 (*_avx2, 256-bit vectors);
+// reduce_dispatch.cpp picks one at run time. Neither build contracts
+// multiplications and additions, so both give bit-identical results.
 
-#include "reduce_kernels.hpp"
+#include "reduce_kernels_impl.hpp"
 
 #include <algorithm>
 #include <complex>
@@ -314,7 +319,19 @@ void many(void* dst, const void* const* srcs, std::size_t nsrc, std::size_t n) {
       return;
     }
   }
-  // dst equals a source (or the type needs conversion): accumulate each chunk on the stack.
+  if constexpr (P::direct) {
+    if (dst == srcs[0] &&
+        std::none_of(srcs + 1, srcs + nsrc, [&](const void* s) { return s == dst; })) {
+      // dst is the first source (an in-place reduction): accumulate into it.
+      for (std::size_t off = 0; off < n; off += c) {
+        const std::size_t m = std::min(c, n - off);
+        auto* a = reinterpret_cast<A*>(d + off);
+        for (std::size_t k = 1; k < nsrc; ++k) P::template combine<K>(a, as_acc(src(k, off)), m);
+      }
+      return;
+    }
+  }
+  // dst equals another source (or the type needs conversion): accumulate each chunk on the stack.
   alignas(64) A acc[c * P::width];
   for (std::size_t off = 0; off < n; off += c) {
     const std::size_t m = std::min(c, n - off);
@@ -369,7 +386,8 @@ void scale(const char* op, dtype t, void* data, std::size_t n, double factor, bo
 
 }  // namespace
 
-void reduce_into(dtype t, reduce_op::kind op, void* dst, const void* src, std::size_t n) {
+void TROUPE_KERNEL(reduce_into)(dtype t, reduce_op::kind op, void* dst, const void* src,
+                                std::size_t n) {
   with_policy("reduce_into", t, [&](auto p) {
     using P = decltype(p);
     with_kind<P>("reduce_into", t, op, [&](auto k) {
@@ -378,8 +396,8 @@ void reduce_into(dtype t, reduce_op::kind op, void* dst, const void* src, std::s
   });
 }
 
-void reduce_many(dtype t, reduce_op::kind op, void* dst, const void* const* srcs, std::size_t nsrc,
-                 std::size_t n) {
+void TROUPE_KERNEL(reduce_many)(dtype t, reduce_op::kind op, void* dst, const void* const* srcs,
+                                std::size_t nsrc, std::size_t n) {
   with_policy("reduce_many", t, [&](auto p) {
     using P = decltype(p);
     with_kind<P>("reduce_many", t, op, [&](auto k) {
@@ -388,12 +406,12 @@ void reduce_many(dtype t, reduce_op::kind op, void* dst, const void* const* srcs
   });
 }
 
-void scale_by(dtype t, void* data, std::size_t n, double factor) {
+void TROUPE_KERNEL(scale_by)(dtype t, void* data, std::size_t n, double factor) {
   with_policy("scale_by", t,
               [&](auto p) { scale<decltype(p)>("scale_by", t, data, n, factor, false); });
 }
 
-void divide_by(dtype t, void* data, std::size_t n, double divisor) {
+void TROUPE_KERNEL(divide_by)(dtype t, void* data, std::size_t n, double divisor) {
   with_policy("divide_by", t,
               [&](auto p) { scale<decltype(p)>("divide_by", t, data, n, divisor, true); });
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../src/reduce_kernels.hpp"
+#include "../src/reduce_kernels_impl.hpp"
 #include "check_error.hpp"
 #include "troupe/error.hpp"
 #include "troupe/reduce_op.hpp"
@@ -422,4 +423,59 @@ TEST_CASE("kernels accept n = 0 and null pointers") {
   float x[] = {5};
   detail::reduce_many(dtype::float32, reduce_op::SUM, x, nullptr, 0, 1);  // no sources: unchanged
   CHECK(x[0] == 5);
+}
+
+TEST_CASE("the AVX2 build of the kernels gives the baseline build's bits") {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx2")) {
+    MESSAGE("no AVX2 on this CPU: only the baseline build runs");
+    return;
+  }
+  std::mt19937_64 rng{7};
+  const dtype dtypes[] = {dtype::float32,   dtype::float64, dtype::float16, dtype::bfloat16,
+                          dtype::complex64, dtype::int32,   dtype::int64,   dtype::uint8,
+                          dtype::int8,      dtype::bool_};
+  for (dtype t : dtypes)
+    for (kind k : all_kinds) {
+      const std::size_t n = 1000 + 37;  // blocks plus a ragged tail
+      const std::size_t bytes = n * element_size(t);
+      std::vector<std::vector<std::uint8_t>> srcs(4, std::vector<std::uint8_t>(bytes));
+      for (auto& s : srcs) {
+        for (auto& b : s) b = t == dtype::bool_ ? std::uint8_t(rng() % 2) : std::uint8_t(rng());
+        // Floating values finite (clear the top exponent bit): which NaN payload
+        // survives a NaN op NaN depends on operand order, which is not a result.
+        const std::size_t w = t == dtype::complex64 ? 4 : element_size(t);
+        if (is_floating_point(t) || is_complex(t))
+          for (std::size_t i = w - 1; i < bytes; i += w) s[i] &= 0xBF;
+      }
+      std::vector<const void*> ptrs;
+      for (auto& s : srcs) ptrs.push_back(s.data());
+      std::vector<std::uint8_t> a(bytes), b(bytes);
+      bool supported = true;
+      try {
+        detail::reduce_many_generic(t, k, a.data(), ptrs.data(), ptrs.size(), n);
+      } catch (const error&) {
+        supported = false;  // (dtype, op) pairs the kernels refuse: both builds refuse
+      }
+      if (!supported) {
+        CHECK_THROWS_AS(detail::reduce_many_avx2(t, k, b.data(), ptrs.data(), ptrs.size(), n),
+                        error);
+        continue;
+      }
+      detail::reduce_many_avx2(t, k, b.data(), ptrs.data(), ptrs.size(), n);
+      CAPTURE(to_string(t));
+      CAPTURE(to_string(k));
+      // NaN payloads compare by bits too: both builds must take the same path.
+      CHECK(std::memcmp(a.data(), b.data(), bytes) == 0);
+      // In place (dst is the first source) as the fabric calls it.
+      auto c = srcs[0], d = srcs[0];
+      std::vector<const void*> pc{c.data(), srcs[1].data(), srcs[2].data()};
+      std::vector<const void*> pd{d.data(), srcs[1].data(), srcs[2].data()};
+      detail::reduce_many_generic(t, k, c.data(), pc.data(), pc.size(), n);
+      detail::reduce_many_avx2(t, k, d.data(), pd.data(), pd.size(), n);
+      CHECK(std::memcmp(c.data(), d.data(), bytes) == 0);
+    }
+#else
+  MESSAGE("not x86-64: only the baseline build exists");
+#endif
 }
