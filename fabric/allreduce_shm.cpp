@@ -12,14 +12,16 @@
 //   same descriptor (else every rank fails the same way). A rank that issued
 //   another collective at this sequence number is a collective mismatch.
 // Small N (one step): reduce the n slots straight into the output; done = k.
-// Large N, per chunk g (a ring of `chunk_slots` staging slots):
-//   stage:  once every rank consumed chunk g - slots, copy the parts of my
-//           chunk that others reduce into my staging slot; staged = g.
-//   reduce: once every rank staged g, reduce part (me) from my own input and
-//           the others' staging slots into the result slot and my output;
-//           reduced = g.
+// Large N, per chunk g (a ring of `chunk_slots` staging and result slots;
+// three cursors, each running ahead as far as the peers allow):
+//   stage:  once every rank reduced chunk g - slots (the last reader of the
+//           slot), copy the parts of my chunk that others reduce into my
+//           staging slot; staged = g.
+//   reduce: once every rank staged g and consumed g - slots, reduce part (me)
+//           from my own buffer and the others' staging slots into the result
+//           slot and my buffer; reduced = g.
 //   gather: once every rank reduced g, copy the other parts of the result
-//           slot into my output; consumed = g.
+//           slot into my buffer; consumed = g.
 // Each rank copies about 2N bytes in all (stage (n-1)/n·N, own part N/n,
 // gather (n-1)/n·N) and reads N for its reduction: one copy per hop.
 
@@ -84,7 +86,7 @@ class allreduce_shm final : public fabric_op {
           chunks_ = (data_.numel() + chunk_elems_ - 1) / chunk_elems_;
           first_ = ctx.chunks + 1;
           ctx.chunks += static_cast<std::uint64_t>(chunks_);
-          phase_ = phase::stage;
+          phase_ = phase::chunks;
           return run_chunks(ctx, moved);
         }
         reduce_direct(ctx);
@@ -103,7 +105,7 @@ class allreduce_shm final : public fabric_op {
   std::pair<int, std::string> blocker() const override { return {blocked_rank_, blocked_what_}; }
 
  private:
-  enum class phase { post, agree, finish, stage, reduce, gather };
+  enum class phase { post, agree, finish, chunks };
 
   /// True when every rank's `counter` reached `value`; otherwise remembers the
   /// first rank that did not (and whether it issued another collective).
@@ -217,59 +219,113 @@ class allreduce_shm final : public fabric_op {
     return {begin, std::min<std::int64_t>(m, begin + per) - begin};
   }
 
+  /// The first rank whose `counter` is below `value`, or -1.
+  static int short_of(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
+                      std::uint64_t value) {
+    for (int r = 0; r < ctx.size; ++r)
+      if ((ctx.seg.progress(r).*counter).load(std::memory_order_acquire) < value) return r;
+    return -1;
+  }
+
+  /// The three cursors run as far as the peers allow, each up to `slots`
+  /// chunks ahead of the next: gather first (it frees slots), then reduce,
+  /// then stage. A rank ahead of the others stages the next chunks instead of
+  /// waiting, so the ranks need not run in lockstep.
   bool run_chunks(fabric_context& ctx, bool& moved) {
     auto& seg = ctx.seg;
     const auto n = ctx.size;
     const auto me = ctx.rank;
     const auto es = static_cast<std::int64_t>(element_size(data_.scalar_type()));
     auto* base = static_cast<std::byte*>(data_.data());
-    const auto slots = static_cast<std::uint64_t>(seg.shape().chunk_slots);
-    while (next_ < chunks_) {
-      const auto g = first_ + static_cast<std::uint64_t>(next_);
-      const auto begin = next_ * chunk_elems_;
+    const auto slots = static_cast<std::int64_t>(seg.shape().chunk_slots);
+    auto number = [&](std::int64_t i) { return first_ + static_cast<std::uint64_t>(i); };
+    auto before = [&](std::int64_t i) {  // the chunk number `slots` earlier (0: none)
+      return i >= slots ? number(i - slots) : 0;
+    };
+    struct chunk_view {
+      std::byte* mine;
+      std::int64_t bytes, my_off, my_bytes;
+    };
+    auto view = [&](std::int64_t i) {
+      const auto begin = i * chunk_elems_;
       const auto m = std::min(chunk_elems_, data_.numel() - begin);
-      std::byte* mine = base + begin * es;
-      const auto [my_off, my_count] = part(m, n, me);
-      switch (phase_) {
-        case phase::stage: {
-          if (!all_reached(ctx, &rank_progress::consumed, g > slots ? g - slots : 0,
-                           "copy out an earlier chunk"))
-            return false;
-          std::byte* slot = seg.stage(me, g);
-          // The parts the others reduce: before and after my own.
-          copy(slot, mine, my_off * es);
-          const auto tail = (my_off + my_count) * es;
-          copy(slot + tail, mine + tail, m * es - tail);
-          publish(ctx, &rank_progress::staged, g, moved);
-          phase_ = phase::reduce;
-          [[fallthrough]];
+      const auto [off, count] = part(m, n, me);
+      return chunk_view{base + begin * es, m * es, off * es, count * es};
+    };
+    int waiting_rank = -1;
+    const char* waiting_for = "";
+    for (bool progress = true; progress && gathered_ < chunks_;) {
+      progress = false;
+      // gather: every part of the result slot but mine into my buffer.
+      if (gathered_ < reduced_) {
+        const int r = short_of(ctx, &rank_progress::reduced, number(gathered_));
+        if (r < 0) {
+          const auto c = view(gathered_);
+          const std::byte* result = seg.result(number(gathered_));
+          copy(c.mine, result, c.my_off);
+          copy(c.mine + c.my_off + c.my_bytes, result + c.my_off + c.my_bytes,
+               c.bytes - c.my_off - c.my_bytes);
+          publish(ctx, &rank_progress::consumed, number(gathered_++), moved);
+          progress = true;
+          continue;
         }
-        case phase::reduce: {
-          if (!all_reached(ctx, &rank_progress::staged, g, "stage its chunk")) return false;
+        waiting_rank = r;
+        waiting_for = "reduce its part of a chunk";
+      }
+      // reduce: my part, from my buffer and the others' staging slots, into
+      // the result slot (free once everyone copied chunk i - slots out).
+      if (reduced_ < staged_) {
+        int r = short_of(ctx, &rank_progress::staged, number(reduced_));
+        const char* what = "stage its chunk";
+        if (r < 0) {
+          r = short_of(ctx, &rank_progress::consumed, before(reduced_));
+          what = "copy out an earlier chunk";
+        }
+        if (r < 0) {
+          const auto c = view(reduced_);
+          const auto g = number(reduced_);
           std::vector<const void*> srcs(static_cast<std::size_t>(n));
-          for (int r = 0; r < n; ++r)
-            srcs[static_cast<std::size_t>(r)] = (r == me ? mine : seg.stage(r, g)) + my_off * es;
-          std::byte* out = seg.result(g) + my_off * es;
+          for (int q = 0; q < n; ++q)
+            srcs[static_cast<std::size_t>(q)] = (q == me ? c.mine : seg.stage(q, g)) + c.my_off;
+          std::byte* out = seg.result(g) + c.my_off;
+          const auto count = c.my_bytes / es;
           reduce_many(data_.scalar_type(), kind_, out, srcs.data(), srcs.size(),
-                      static_cast<std::size_t>(my_count));
-          finish_part(out, my_count);
-          copy(mine + my_off * es, out, my_count * es);
-          publish(ctx, &rank_progress::reduced, g, moved);
-          phase_ = phase::gather;
-          [[fallthrough]];
+                      static_cast<std::size_t>(count));
+          finish_part(out, count);
+          copy(c.mine + c.my_off, out, c.my_bytes);
+          publish(ctx, &rank_progress::reduced, number(reduced_++), moved);
+          progress = true;
+          continue;
         }
-        default: {
-          if (!all_reached(ctx, &rank_progress::reduced, g, "reduce its part of a chunk"))
-            return false;
-          const std::byte* result = seg.result(g);
-          copy(mine, result, my_off * es);
-          const auto tail = (my_off + my_count) * es;
-          copy(mine + tail, result + tail, m * es - tail);
-          publish(ctx, &rank_progress::consumed, g, moved);
-          phase_ = phase::stage;
-          ++next_;
+        if (waiting_rank < 0) {
+          waiting_rank = r;
+          waiting_for = what;
         }
       }
+      // stage: the parts the others reduce, once everyone reduced chunk
+      // i - slots (which read this slot).
+      if (staged_ < chunks_) {
+        const int r = short_of(ctx, &rank_progress::reduced, before(staged_));
+        if (r < 0) {
+          const auto c = view(staged_);
+          std::byte* slot = seg.stage(me, number(staged_));
+          copy(slot, c.mine, c.my_off);
+          copy(slot + c.my_off + c.my_bytes, c.mine + c.my_off + c.my_bytes,
+               c.bytes - c.my_off - c.my_bytes);
+          publish(ctx, &rank_progress::staged, number(staged_++), moved);
+          progress = true;
+          continue;
+        }
+        if (waiting_rank < 0) {
+          waiting_rank = r;
+          waiting_for = "reduce an earlier chunk";
+        }
+      }
+    }
+    if (gathered_ < chunks_) {
+      blocked_rank_ = waiting_rank;
+      blocked_what_ = waiting_for;
+      return false;
     }
     publish(ctx, &rank_progress::done, op, moved);
     return true;
@@ -288,7 +344,7 @@ class allreduce_shm final : public fabric_op {
   phase phase_ = phase::post;
   std::int64_t chunk_elems_ = 0;
   std::int64_t chunks_ = 0;
-  std::int64_t next_ = 0;
+  std::int64_t staged_ = 0, reduced_ = 0, gathered_ = 0;  // chunks of this operation
   std::uint64_t first_ = 0;
   int blocked_rank_ = -1;
   std::string blocked_what_;
