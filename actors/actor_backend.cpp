@@ -3,7 +3,7 @@
 // actor through the rank's work relay. Arguments arrive validated by
 // process_group; cross-rank mismatches are caught by the algorithms.
 // When every rank of the group shares this host, allreduce runs on the
-// group's shared-memory fabric instead (fabric/shm_fabric.hpp): no messages,
+// group's shared-memory fabric instead (fabric/fabric.hpp): no messages,
 // advanced by the threads that wait for it.
 
 #include <unistd.h>
@@ -18,6 +18,7 @@
 #include "actors/rank_runtime.hpp"
 #include "fabric/allreduce_shm.hpp"
 #include "fabric/segment.hpp"
+#include "fabric/shm_medium.hpp"
 #include "src/reduce_kernels.hpp"
 #include "src/work_state.hpp"
 #include "transport/data_plane.hpp"
@@ -529,9 +530,10 @@ class actor_backend final : public backend {
     if (!all) return;
     std::vector<std::string> names;
     for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
-    fabric_ =
-        std::make_shared<shm_fabric>(std::move(seg), ctx.rank, ctx.group_name, std::move(names),
-                                     !(env && std::string(env) == "staged"));
+    const bool direct = !(env && std::string(env) == "staged");
+    fabric_ = std::make_shared<fabric>(
+        std::make_unique<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names, direct),
+        ctx.rank, ctx.group_name, names);
   }
 
   work submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
@@ -613,7 +615,7 @@ class actor_backend final : public backend {
   std::vector<std::weak_ptr<work_state>> pending_;
   std::mutex issue_mtx_;  // numbering and submission happen in one order
   std::atomic<std::uint64_t> issued_{0};
-  std::shared_ptr<shm_fabric> fabric_;
+  std::shared_ptr<fabric> fabric_;
 };
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "actors/call.hpp"
+#include "fabric/medium.hpp"
 #include "fabric/segment.hpp"
 #include "src/reduce_kernels.hpp"
 #include "troupe/error.hpp"
@@ -46,7 +47,7 @@ class allreduce_shm final : public fabric_op {
       : data_(std::move(data)), kind_(kind), divisor_(divisor), code_(code) {}
 
   bool step(fabric_context& ctx, bool& moved) override {
-    auto& seg = ctx.seg;
+    auto& seg = *ctx.seg;
     const auto me = ctx.rank;
     const auto nbytes = static_cast<std::uint64_t>(data_.nbytes());
     const bool small = nbytes <= seg.shape().small_bytes;
@@ -112,7 +113,7 @@ class allreduce_shm final : public fabric_op {
   bool all_reached(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
                    std::uint64_t value, std::string_view what) {
     for (int r = 0; r < ctx.size; ++r) {
-      if ((ctx.seg.progress(r).*counter).load(std::memory_order_acquire) >= value) continue;
+      if ((ctx.seg->progress(r).*counter).load(std::memory_order_acquire) >= value) continue;
       blocked_rank_ = r;
       blocked_what_ = std::string(what);
       if (phase_ == phase::agree) check_kind(ctx, r);
@@ -123,14 +124,14 @@ class allreduce_shm final : public fabric_op {
 
   void publish(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
                std::uint64_t value, bool& moved) {
-    (ctx.seg.progress(ctx.rank).*counter).store(value, std::memory_order_release);
-    ctx.seg.ring(ctx.rank);
+    (ctx.seg->progress(ctx.rank).*counter).store(value, std::memory_order_release);
+    ctx.seg->ring(ctx.rank);
     moved = true;
   }
 
   /// A rank that announced another collective at this sequence number.
   void check_kind(fabric_context& ctx, int r) {
-    const int other = ctx.fabric.announced(r, seq);
+    const int other = ctx.med.announced(r, seq);
     if (other < 0 || other == code_) return;
     throw error(errc::mismatch, "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] +
                                     " called " + to_string(static_cast<op_code>(other)) +
@@ -138,9 +139,9 @@ class allreduce_shm final : public fabric_op {
   }
 
   void check_same(fabric_context& ctx, bool& moved) {
-    const auto& mine = ctx.seg.descriptor(ctx.rank, op);
+    const auto& mine = ctx.seg->descriptor(ctx.rank, op);
     for (int r = 0; r < ctx.size; ++r) {
-      const auto& d = ctx.seg.descriptor(r, op);
+      const auto& d = ctx.seg->descriptor(r, op);
       if (d.code != mine.code) {
         publish(ctx, &rank_progress::done, op, moved);
         throw error(errc::mismatch,
@@ -171,7 +172,7 @@ class allreduce_shm final : public fabric_op {
     std::vector<const void*> srcs(static_cast<std::size_t>(ctx.size));
     for (int r = 0; r < ctx.size; ++r)
       srcs[static_cast<std::size_t>(r)] =
-          r == ctx.rank ? data_.data() : static_cast<const void*>(ctx.seg.small_slot(r, op));
+          r == ctx.rank ? data_.data() : static_cast<const void*>(ctx.seg->small_slot(r, op));
     reduce_many(data_.scalar_type(), kind_, data_.data(), srcs.data(), srcs.size(),
                 static_cast<std::size_t>(data_.numel()));
     finish_part(data_.data(), data_.numel());
@@ -187,7 +188,7 @@ class allreduce_shm final : public fabric_op {
     std::vector<std::byte*> bufs(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r)
       bufs[static_cast<std::size_t>(r)] =
-          reinterpret_cast<std::byte*>(ctx.seg.descriptor(r, op).addr);
+          reinterpret_cast<std::byte*>(ctx.seg->descriptor(r, op).addr);
     const auto [off, count] = part(data_.numel(), n, me);
     const std::int64_t piece = std::max<std::int64_t>(1, (32 << 10) / es);
     std::vector<const void*> srcs(static_cast<std::size_t>(n));
@@ -223,7 +224,7 @@ class allreduce_shm final : public fabric_op {
   static int short_of(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
                       std::uint64_t value) {
     for (int r = 0; r < ctx.size; ++r)
-      if ((ctx.seg.progress(r).*counter).load(std::memory_order_acquire) < value) return r;
+      if ((ctx.seg->progress(r).*counter).load(std::memory_order_acquire) < value) return r;
     return -1;
   }
 
@@ -232,7 +233,7 @@ class allreduce_shm final : public fabric_op {
   /// then stage. A rank ahead of the others stages the next chunks instead of
   /// waiting, so the ranks need not run in lockstep.
   bool run_chunks(fabric_context& ctx, bool& moved) {
-    auto& seg = ctx.seg;
+    auto& seg = *ctx.seg;
     const auto n = ctx.size;
     const auto me = ctx.rank;
     const auto es = static_cast<std::int64_t>(element_size(data_.scalar_type()));

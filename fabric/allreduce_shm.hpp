@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "fabric/shm_fabric.hpp"
+#include "fabric/fabric.hpp"
 #include "troupe/reduce_op.hpp"
 
 namespace troupe::detail {

@@ -1,6 +1,6 @@
 #pragma once
 // segment — the shared memory through which the ranks of one group on one
-// host run collectives without messages (see fabric/shm_fabric.hpp).
+// host run collectives without messages (see fabric/fabric.hpp).
 //
 // Layout (every region starts on its own cache line or page):
 //  - per rank, its bell: a futex word that ranks waiting for this rank sleep
@@ -92,7 +92,7 @@ class segment {
   /// which may cancel the sleep (returns true when it made progress);
   /// otherwise sleeps until r rings or `max` passes.
   template <class F>
-  void sleep(int r, std::chrono::nanoseconds max, F&& recheck) {
+  void sleep(int r, std::chrono::nanoseconds max, const F& recheck) {
     auto& b = bell_of(r);
     b.sleepers.fetch_add(1);
     const auto seen = b.bell.load();

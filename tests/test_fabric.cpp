@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "../fabric/segment.hpp"
-#include "../fabric/shm_fabric.hpp"
+#include "../fabric/fabric.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "troupe/troupe.hpp"

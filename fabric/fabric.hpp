@@ -1,9 +1,10 @@
 #pragma once
-// shm_fabric — collectives of a group whose ranks all share one host, run
-// through one shared segment (fabric/segment.hpp) by the threads that wait
-// for them: no messages, no actor hops, no copies into messages. Crossing a
-// thread costs 10–20 µs when it wakes an idle core; a flag in shared memory
-// costs 0.05–0.25 µs, so small collectives must not cross threads.
+// fabric — collectives run by the threads that wait for them, without actor
+// hops: through the group's shared segment when all ranks share the host
+// (shm_medium), or over the data plane's connections, read by the waiting
+// thread itself (net_medium). Crossing a thread costs 10–20 µs when it wakes
+// an idle core; a flag in shared memory costs 0.05–0.25 µs and a socket read
+// by the waiting thread 3 µs, so small collectives must not cross threads.
 //
 // Execution: an operation is queued at issue, in issue order, and advanced
 // by non-blocking steps (fabric_op::step) by whoever drives the fabric:
@@ -17,13 +18,12 @@
 //    their callbacks run anyway. It is a plain thread, not an actor: it sleeps
 //    on a futex and costs nothing while waiters drive (a CAF timer would wake
 //    two threads per tick, which on 2 cores steals time from polling ranks).
-// Failures: every operation has a deadline; a rank that destroys the group
-// sets its "left" flag; a rank whose process dies is seen through a pidfd.
-// Only ranks that have not finished the operation are checked, so a rank
-// that finished and left does not fail the slower ones. After a timeout, a lost
-// peer or ranks calling different collectives, the segment's protocol state is
-// unknown, so the fabric stops: later operations fail at once, naming the
-// first failure.
+// Failures: every operation has a deadline; the medium tells when a rank that
+// has not finished the operation is lost (it destroyed the group, or its
+// process died), so a rank that finished and left does not fail the slower
+// ones. After a timeout, a lost peer or ranks calling different collectives,
+// the protocol state is unknown, so the fabric stops: later operations fail
+// at once, naming the first failure.
 
 #include <atomic>
 #include <chrono>
@@ -40,17 +40,19 @@
 
 namespace troupe::detail {
 
+class medium;
 class segment;
 struct work_state;
 
 using fabric_clock = std::chrono::steady_clock;
 
 /// What one step of an operation sees.
-class shm_fabric;
+class fabric;
 
 struct fabric_context {
-  shm_fabric& fabric;
-  segment& seg;
+  fabric& fab;
+  medium& med;
+  segment* seg;  ///< the shared segment (shm_medium), else null
   int rank;
   int size;
   const std::vector<std::string>& names;  ///< describe(group rank)
@@ -87,25 +89,19 @@ struct fabric_counters {
 };
 fabric_counters& fabric_stats() noexcept;
 
-class shm_fabric : public std::enable_shared_from_this<shm_fabric> {
+class fabric : public std::enable_shared_from_this<fabric> {
  public:
-  /// `names[r]` describes group rank r in messages. Every rank must have
-  /// written its pid into the segment already. Without `allow_direct`, ranks
-  /// of one process stage through the segment as ranks of several processes
-  /// do (TROUPE_FABRIC=staged, for tests and comparisons).
-  shm_fabric(std::unique_ptr<segment> seg, int rank, std::string group,
-             std::vector<std::string> names, bool allow_direct = true);
-  ~shm_fabric();
+  /// `names[r]` describes group rank r in messages.
+  fabric(std::unique_ptr<medium> med, int rank, std::string group, std::vector<std::string> names);
+  ~fabric();
 
-  segment& seg() noexcept { return *seg_; }
+  medium& med() noexcept { return *med_; }
   int rank() const noexcept { return rank_; }
   int size() const noexcept;
 
   /// Records that this rank issued collective `code` as sequence number `seq`,
   /// so that a peer blocked in a fabric operation of another kind can tell.
   void announce(std::uint64_t seq, std::uint8_t code);
-  /// The kind a rank announced for `seq`, or -1 when unknown.
-  int announced(int r, std::uint64_t seq) noexcept;
   /// The next operation number (the caller serializes issue).
   std::uint64_t next_op() noexcept { return ++issued_; }
   /// Queues `op`, makes one pass and returns its work.
@@ -124,22 +120,18 @@ class shm_fabric : public std::enable_shared_from_this<shm_fabric> {
   };
   bool pass(bool block_on_lock);
   bool step_head(std::vector<finished>& out);
-  std::string lost(std::uint64_t op);
   int blocker();
   void stop(const std::string& reason);
 
-  std::unique_ptr<segment> seg_;
+  std::unique_ptr<medium> med_;
   int rank_;
   std::string group_;
   std::vector<std::string> names_;
   std::uint64_t issued_ = 0;
   std::uint64_t chunks_ = 0;  // guarded by engine_
-  std::mutex engine_;         // held while stepping (guards queue_, stopped_, pidfds_)
+  std::mutex engine_;         // held while stepping (guards queue_, stopped_, chunks_)
   std::deque<std::unique_ptr<fabric_op>> queue_;
   std::string stopped_;  // non-empty once the fabric stopped
-  std::vector<int> pidfds_;
-  bool one_process_ = false;
-  fabric_clock::time_point next_liveness_check_{};
   std::atomic<int> waiters_{0};
   // The watchdog: sleeps without timeout while the queue is empty (idle),
   // else wakes every millisecond; submit wakes it only out of idle.

@@ -1,0 +1,43 @@
+#pragma once
+// medium — what a fabric's operations travel through (fabric/fabric.hpp):
+// the group's shared segment (shm_medium) or the data plane's connections
+// (net_medium). The fabric drives the operations; the medium says how to wait
+// for a peer, whether a peer is lost, and brings incoming data within reach.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace troupe::detail {
+
+class segment;
+
+class medium {
+ public:
+  virtual ~medium() = default;
+  virtual int size() const noexcept = 0;
+  /// Moves incoming data within reach of the operations without blocking
+  /// (reads sockets); true when something arrived.
+  virtual bool pump() { return false; }
+  /// Sleeps until group rank `r` may have published something or `max`
+  /// passed; `recheck()` runs after registering as sleeper and cancels the
+  /// sleep when it returns true.
+  virtual void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck) = 0;
+  /// Why a rank that has not finished operation `op` never will (empty: none).
+  virtual std::string lost(std::uint64_t op) = 0;
+  /// Records which collective this rank issued as sequence number `seq`.
+  virtual void announce(std::uint64_t /*seq*/, std::uint8_t /*code*/) {}
+  /// The collective rank `r` announced for `seq`, or -1 when unknown.
+  virtual int announced(int /*r*/, std::uint64_t /*seq*/) { return -1; }
+  /// Wakes this rank's threads sleeping in sleep() (abort).
+  virtual void wake_all() = 0;
+  /// This rank leaves the group: peers waiting for it learn so.
+  virtual void leave() = 0;
+  /// The shared segment, for operations that work on it (null: none).
+  virtual segment* shared_segment() noexcept { return nullptr; }
+  /// Every rank lives in this process (buffers can be read directly).
+  virtual bool one_process() const noexcept { return false; }
+};
+
+}  // namespace troupe::detail

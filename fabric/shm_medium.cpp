@@ -1,0 +1,88 @@
+#include "fabric/shm_medium.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "fabric/segment.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+/// How often a blocked operation checks that the peers' processes are alive.
+constexpr auto liveness_period = std::chrono::milliseconds(5);
+
+bool process_gone(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+}  // namespace
+
+shm_medium::shm_medium(std::unique_ptr<segment> seg, int rank, std::string group,
+                       std::vector<std::string> names, bool allow_direct)
+    : seg_(std::move(seg)), rank_(rank), group_(std::move(group)), names_(std::move(names)) {
+  one_process_ = allow_direct;
+  for (int r = 0; r < size(); ++r)
+    one_process_ = one_process_ && seg_->identity(r).pid.load() == ::getpid();
+  pidfds_.assign(static_cast<std::size_t>(size()), -1);
+}
+
+shm_medium::~shm_medium() {
+  for (int fd : pidfds_)
+    if (fd >= 0) ::close(fd);
+}
+
+int shm_medium::size() const noexcept {
+  return seg_->shape().size;
+}
+
+void shm_medium::sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck) {
+  seg_->sleep(r, max, recheck);
+}
+
+void shm_medium::announce(std::uint64_t seq, std::uint8_t code) {
+  seg_->announced(rank_, seq).store(seq << 8 | code, std::memory_order_release);
+}
+
+int shm_medium::announced(int r, std::uint64_t seq) {
+  const auto a = seg_->announced(r, seq).load(std::memory_order_acquire);
+  return a >> 8 == seq ? static_cast<int>(a & 0xff) : -1;
+}
+
+void shm_medium::wake_all() {
+  seg_->wake_all();
+}
+
+void shm_medium::leave() {
+  seg_->identity(rank_).left.store(1);
+  seg_->wake_all();
+}
+
+std::string shm_medium::lost(std::uint64_t op) {
+  const auto now = fabric_clock::now();
+  const bool check_processes = now >= next_liveness_check_;
+  if (check_processes) next_liveness_check_ = now + liveness_period;
+  for (int r = 0; r < size(); ++r) {
+    // A rank that finished this operation owes nothing more to it.
+    if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
+    auto& id = seg_->identity(r);
+    const auto& name = names_[static_cast<std::size_t>(r)];
+    if (id.left.load(std::memory_order_acquire)) return name + " left group '" + group_ + "'";
+    const auto pid = id.pid.load();
+    if (!check_processes || pid == 0 || pid == ::getpid()) continue;
+    auto& fd = pidfds_[static_cast<std::size_t>(r)];
+#ifdef SYS_pidfd_open
+    if (fd < 0) fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#endif
+    if (fd < 0 ? ::kill(pid, 0) != 0 && errno == ESRCH : process_gone(fd))
+      return name + " left group '" + group_ + "' (its process is gone)";
+  }
+  return {};
+}
+
+}  // namespace troupe::detail
