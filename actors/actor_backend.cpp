@@ -16,7 +16,9 @@
 
 #include "actors/group_actor.hpp"
 #include "actors/rank_runtime.hpp"
+#include "fabric/algorithm_op.hpp"
 #include "fabric/allreduce_shm.hpp"
+#include "fabric/net_medium.hpp"
 #include "fabric/segment.hpp"
 #include "fabric/shm_medium.hpp"
 #include "src/reduce_kernels.hpp"
@@ -143,9 +145,11 @@ class actor_backend final : public backend {
 
   work allreduce(tensor_list& ts, const allreduce_options& o) override {
     // The fabric takes one CPU tensor and every op but PREMUL_SUM (its scale
-    // may be a tensor); the choice depends only on what every rank passes alike.
+    // may be a tensor); over the network only small buffers (larger ones are
+    // bound by bandwidth, not by thread hops). The choice depends only on
+    // what every rank passes alike.
     if (fabric_ && ts.size() == 1 && ts[0].get_device().type == device_type::cpu &&
-        o.op.op() != reduce_op::PREMUL_SUM)
+        o.op.op() != reduce_op::PREMUL_SUM && (shm_ || ts[0].nbytes() <= net_fabric_max))
       return allreduce_on_fabric(ts[0], o);
     return reducing(op_code::allreduce, "allreduce", o.op, 0, 0, o.timeout, ts, false);
   }
@@ -340,9 +344,7 @@ class actor_backend final : public backend {
   }
 
   work barrier(const barrier_options& o) override {
-    if (fabric_)
-      return on_fabric(op_code::barrier, "barrier", tensor::empty({0}, dtype::uint8),
-                       reduce_op::SUM, 0.0, o.timeout, {});
+    if (fabric_) return barrier_on_fabric(o);
     return submit(make_call(op_code::barrier, "barrier", o.timeout, {}));
   }
 
@@ -459,17 +461,32 @@ class actor_backend final : public backend {
   }
 
   work allreduce_on_fabric(tensor& t, const allreduce_options& o) {
+    auto data = flat(t);
+    if (!shm_) {
+      auto c = make_call(op_code::allreduce, "allreduce", o.timeout, {t});
+      c->op = o.op;
+      c->input = c->output = data;
+      return on_fabric(make_algorithm_op(*c), op_code::allreduce, "allreduce", data, o.timeout,
+                       {t});
+    }
     const double divisor = o.op.op() == reduce_op::AVG ? static_cast<double>(size()) : 0.0;
     auto kind = o.op.op() == reduce_op::AVG ? reduce_op::SUM : o.op.op();
-    return on_fabric(op_code::allreduce, "allreduce", flat(t), kind, divisor, o.timeout,
-                     tensor_list{t});
+    return on_fabric(
+        make_allreduce_shm(data, kind, divisor, static_cast<std::uint8_t>(op_code::allreduce)),
+        op_code::allreduce, "allreduce", data, o.timeout, {t});
   }
 
-  /// Runs an allreduce-shaped operation (allreduce, or barrier over no data)
-  /// on the fabric.
-  work on_fabric(op_code code, const char* name, tensor data, reduce_op::kind kind, double divisor,
+  work barrier_on_fabric(const barrier_options& o) {
+    auto none = tensor::empty({0}, dtype::uint8);
+    auto op = shm_ ? make_allreduce_shm(none, reduce_op::SUM, 0.0,
+                                        static_cast<std::uint8_t>(op_code::barrier))
+                   : make_algorithm_op(*make_call(op_code::barrier, "barrier", o.timeout, {}));
+    return on_fabric(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
+  }
+
+  /// Issues `op` on the fabric.
+  work on_fabric(std::unique_ptr<fabric_op> op, op_code code, const char* name, const tensor& data,
                  timeout_t timeout, tensor_list outputs) {
-    auto op = make_allreduce_shm(data, kind, divisor, static_cast<std::uint8_t>(code));
     op->name = name;
     op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
     op->outputs = std::move(outputs);
@@ -482,35 +499,44 @@ class actor_backend final : public backend {
     return fabric_->submit(std::move(op));
   }
 
-  /// Maps the group's shared segment when every member can (all on this host,
-  /// shared memory not switched off, TROUPE_FABRIC not "off"; "staged" makes
-  /// ranks of one process stage as if apart): rank 0 creates
-  /// it, the others map it, and all agree through the group's store, so every
-  /// rank takes the same path. Once all mapped it, its name is removed, so a
-  /// crash leaves nothing behind.
+  /// Sets up the group's fabric when every member can take part, the same
+  /// way on every rank (TROUPE_FABRIC=off: never):
+  ///  - shm: every member shares this host's memory; rank 0 creates the
+  ///    segment, the others map it ("staged" makes ranks of one process
+  ///    stage as if apart). Once all mapped it, its name is removed, so a
+  ///    crash leaves nothing behind.
+  ///  - net: every member lives in another process, reached over TCP; the
+  ///    medium starts receiving before this rank says it is ready.
+  /// Each rank writes the mode it can run; the fabric is used only when all
+  /// wrote the same one.
   void setup_fabric(const backend_context& ctx, const transport& net) {
     if (ctx.size < 2) return;
     const char* env = std::getenv("TROUPE_FABRIC");
-    bool wanted = !(env && std::string(env) == "off");
-    if (const auto& plane = rt_.plane())
-      for (int w : ctx.global_ranks) wanted = wanted && plane->shares_memory(w);
+    const std::string setting = env ? env : "";
+    const auto& plane = rt_.plane();
+    bool shm = setting != "off", remote = setting != "off" && plane;
+    for (int r = 0; r < ctx.size; ++r) {
+      const int w = ctx.global_ranks[static_cast<std::size_t>(r)];
+      if (plane) shm = shm && plane->shares_memory(w);
+      if (r != ctx.rank)
+        remote =
+            remote && !plane->is_local(w) && !plane->shares_memory(w) && plane->reads_socket(w);
+    }
+    std::vector<std::string> names;
+    for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
     segment_shape shape;
     shape.size = ctx.size;
-    if (const char* v = std::getenv("TROUPE_CHUNK_KB"))
-      shape.chunk_bytes = std::size_t(std::atoi(v)) << 10;
-    if (const char* v = std::getenv("TROUPE_CHUNK_SLOTS")) shape.chunk_slots = std::atoi(v);
-    if (const char* v = std::getenv("TROUPE_SMALL_KB"))
-      shape.small_bytes = std::size_t(std::atoi(v)) << 10;
     std::unique_ptr<segment> seg;
+    std::shared_ptr<net_medium> net_med;
     std::string why;
     auto& st = *ctx.store;
     try {
       if (ctx.rank == 0) {
-        if (wanted) seg = segment::create(shape);
+        if (shm) seg = segment::create(shape);
         st.set("fabric/name", to_bytes(seg ? seg->name() : std::string()));
       } else {
         auto name = troupe::to_string(st.get("fabric/name"));
-        if (wanted && !name.empty()) seg = segment::open(name, shape);
+        if (shm && !name.empty()) seg = segment::open(name, shape);
       }
       if (seg) seg->identity(ctx.rank).pid.store(static_cast<std::int32_t>(::getpid()));
     } catch (const error& e) {
@@ -518,22 +544,30 @@ class actor_backend final : public backend {
       seg.reset();
       why = e.what();
     }
-    st.set("fabric/ok/" + std::to_string(ctx.rank), to_bytes(seg ? "1" : "0"));
+    std::string mode = seg ? "shm" : "none";
+    if (!seg && remote) {
+      net_med =
+          std::make_shared<net_medium>(plane, ctx.global_ranks, ctx.rank, ctx.group_name, names);
+      net_med->attach();
+      mode = "net";
+    }
+    st.set("fabric/mode/" + std::to_string(ctx.rank), to_bytes(mode));
     std::vector<std::string> keys;
-    for (int r = 0; r < ctx.size; ++r) keys.push_back("fabric/ok/" + std::to_string(r));
-    bool all = true;
-    for (auto& v : st.multi_get(keys)) all = all && troupe::to_string(v) == "1";
+    for (int r = 0; r < ctx.size; ++r) keys.push_back("fabric/mode/" + std::to_string(r));
+    bool agreed = mode != "none";
+    for (auto& v : st.multi_get(keys)) agreed = agreed && troupe::to_string(v) == mode;
     if (seg && ctx.rank == 0) seg->unlink();
     if (!why.empty() && debug_ != debug_level::off)
       std::fprintf(stderr, "[troupe group '%s' rank %d] no shared-memory collectives: %s\n",
                    ctx.group_name.c_str(), ctx.rank, why.c_str());
-    if (!all) return;
-    std::vector<std::string> names;
-    for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
-    const bool direct = !(env && std::string(env) == "staged");
-    fabric_ = std::make_shared<fabric>(
-        std::make_unique<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names, direct),
-        ctx.rank, ctx.group_name, names);
+    if (!agreed) return;
+    std::shared_ptr<medium> med = net_med;
+    if (seg) {
+      med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
+                                         setting != "staged");
+      shm_ = true;
+    }
+    fabric_ = std::make_shared<fabric>(std::move(med), ctx.rank, ctx.group_name, names);
   }
 
   work submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
@@ -616,6 +650,9 @@ class actor_backend final : public backend {
   std::mutex issue_mtx_;  // numbering and submission happen in one order
   std::atomic<std::uint64_t> issued_{0};
   std::shared_ptr<fabric> fabric_;
+  bool shm_ = false;  // the fabric's medium is shared memory (else the network)
+  /// Up to this size allreduce runs on a network fabric.
+  static constexpr std::size_t net_fabric_max = 64 << 10;
 };
 
 }  // namespace

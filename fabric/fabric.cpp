@@ -22,7 +22,7 @@ fabric_counters& fabric_stats() noexcept {
   return counters;
 }
 
-fabric::fabric(std::unique_ptr<medium> med, int rank, std::string group,
+fabric::fabric(std::shared_ptr<medium> med, int rank, std::string group,
                std::vector<std::string> names)
     : med_(std::move(med)), rank_(rank), group_(std::move(group)), names_(std::move(names)) {
   watchdog_ = std::thread([this] { watch(); });
@@ -71,6 +71,7 @@ work fabric::submit(std::unique_ptr<fabric_op> op) {
 void fabric::drive(work_state& s, fabric_clock::time_point until) {
   const auto& policy = wait_policy::get();
   waiters_.fetch_add(1);
+  med_->begin_wait();
   auto polling_since = fabric_clock::now();
   while (!s.finished.load(std::memory_order_acquire)) {
     const bool moved = med_->pump() | pass(true);
@@ -86,6 +87,7 @@ void fabric::drive(work_state& s, fabric_clock::time_point until) {
     med_->sleep(blocker(), nap, [&] { return med_->pump() | pass(true) || s.finished.load(); });
     polling_since = fabric_clock::now();
   }
+  med_->end_wait();
   waiters_.fetch_sub(1);
 }
 
@@ -200,7 +202,7 @@ bool fabric::step_head(std::vector<finished>& out) {
       continue;
     }
     const auto [peer, what] = op.blocker();
-    if (auto why = med_->lost(op.op); !why.empty()) {
+    if (auto why = med_->lost(op.op, peer); !why.empty()) {
       // What the peer published before it left still counts: one more try.
       if (!attempt()) continue;
       if (finished_now) {
@@ -212,9 +214,10 @@ bool fabric::step_head(std::vector<finished>& out) {
       continue;
     }
     if (fabric_clock::now() >= op.deadline) {
-      stop(fail(errc::timeout, "Timeout after " + std::to_string(op.timeout.count()) +
-                                   " ms waiting for " + names_[static_cast<std::size_t>(peer)] +
-                                   " to " + what));
+      stop(fail(errc::timeout,
+                "Timeout after " + std::to_string(op.timeout.count()) + " ms waiting for " +
+                    (peer < 0 ? std::string("the peers") : names_[static_cast<std::size_t>(peer)]) +
+                    " to " + what));
       continue;
     }
     break;

@@ -92,7 +92,7 @@ fabric_counters& fabric_stats() noexcept;
 class fabric : public std::enable_shared_from_this<fabric> {
  public:
   /// `names[r]` describes group rank r in messages.
-  fabric(std::unique_ptr<medium> med, int rank, std::string group, std::vector<std::string> names);
+  fabric(std::shared_ptr<medium> med, int rank, std::string group, std::vector<std::string> names);
   ~fabric();
 
   medium& med() noexcept { return *med_; }
@@ -123,7 +123,7 @@ class fabric : public std::enable_shared_from_this<fabric> {
   int blocker();
   void stop(const std::string& reason);
 
-  std::unique_ptr<medium> med_;
+  std::shared_ptr<medium> med_;
   int rank_;
   std::string group_;
   std::vector<std::string> names_;

@@ -20,12 +20,17 @@ class medium {
   /// Moves incoming data within reach of the operations without blocking
   /// (reads sockets); true when something arrived.
   virtual bool pump() { return false; }
+  /// A thread starts / stops waiting (driving) for the fabric's operations.
+  virtual void begin_wait() {}
+  virtual void end_wait() {}
   /// Sleeps until group rank `r` may have published something or `max`
   /// passed; `recheck()` runs after registering as sleeper and cancels the
   /// sleep when it returns true.
   virtual void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck) = 0;
-  /// Why a rank that has not finished operation `op` never will (empty: none).
-  virtual std::string lost(std::uint64_t op) = 0;
+  /// Why operation `op`, blocked waiting for group rank `blocker` (-1:
+  /// unknown), can never finish because a rank it needs is gone (empty: it
+  /// still can).
+  virtual std::string lost(std::uint64_t op, int blocker) = 0;
   /// Records which collective this rank issued as sequence number `seq`.
   virtual void announce(std::uint64_t /*seq*/, std::uint8_t /*code*/) {}
   /// The collective rank `r` announced for `seq`, or -1 when unknown.

@@ -25,7 +25,7 @@ class shm_medium final : public medium {
 
   int size() const noexcept override;
   void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck) override;
-  std::string lost(std::uint64_t op) override;
+  std::string lost(std::uint64_t op, int blocker) override;
   void announce(std::uint64_t seq, std::uint8_t code) override;
   int announced(int r, std::uint64_t seq) override;
   void wake_all() override;

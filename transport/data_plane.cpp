@@ -1,5 +1,6 @@
 #include "transport/data_plane.hpp"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +30,13 @@ struct data_plane::peer {
   std::unique_ptr<tcp_stream> in_socket;
   std::unique_ptr<shm_ring> in_ring;
   std::atomic<bool> gone{false};
+  std::string gone_why;  // set (under in_mtx) before `gone`
+  // Reading the socket: whoever holds in_mtx (reader thread or a pumping waiter).
+  mutable std::mutex in_mtx;
+  frame_reader reader;
+  std::atomic<int> pumpers{0};
+  std::condition_variable park;  // the reader thread waits here while pumpers > 0
+  bool over = false;             // the connection ended (under in_mtx)
 };
 
 namespace {
@@ -261,17 +269,116 @@ void data_plane::serve(int fd) {
       if (auto& pr = *peers_[static_cast<std::size_t>(r)]; pr.in_ring) pr.in_ring->close();
     });
   }
-  read_loop(r, p.in_ring ? static_cast<byte_stream&>(*p.in_ring) : *raw);
+  if (p.in_ring)
+    read_loop(r, *p.in_ring);
+  else
+    socket_loop(r, *raw);
+}
+
+bool data_plane::dispatch(int r, received_frame& f) {
+  if (f.header.kind == frame_goodbye) {
+    peer_gone(r, "it left the job", false);
+    return false;
+  }
+  if (f.header.kind == frame_fabric) {
+    fabric_sink sink;
+    {
+      std::lock_guard<std::mutex> g{mtx_};
+      if (auto i = sinks_.find(f.group); i != sinks_.end()) sink = i->second;
+    }
+    if (sink) sink(f);
+    return true;
+  }
+  group_actor target;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    if (auto i = groups_.find(f.group); i != groups_.end()) target = i->second;
+  }
+  if (!target) return true;  // the group was destroyed here
+  if (f.header.kind == frame_collective)
+    caf::anon_send(target, data_atom::value,
+                   envelope{f.header.seq, f.header.step, f.header.src,
+                            static_cast<op_code>(f.header.code), std::move(f.payload)});
+  else
+    caf::anon_send(target, msg_atom::value,
+                   p2p_envelope{f.header.src, f.header.tag, std::move(f.payload)});
+  return true;
+}
+
+bool data_plane::drain(int r, bool& any) {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  if (p.over) return false;
+  auto why = p.reader.drain(p.in_socket->fd(), [&](received_frame& f) {
+    any = true;
+    return dispatch(r, f);
+  });
+  if (why.empty()) return true;
+  p.over = true;
+  if (why == "stopped") return false;  // a goodbye, already handled
+  if (why != "connection closed" && !stopping_)
+    std::fprintf(stderr, "[troupe rank %d] dropping connection of rank %d: %s\n", opts_.rank, r,
+                 why.c_str());
+  peer_gone(r, "its process died or its connection broke (" + why + ")", true);
+  return false;
+}
+
+void data_plane::socket_loop(int r, tcp_stream& in) {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  for (;;) {
+    {
+      // Park while a waiting thread reads this socket itself; look again
+      // every 2 ms (a pumper that stops without waking us is seen then).
+      std::unique_lock<std::mutex> g{p.in_mtx};
+      if (p.over || stopping_) return;
+      if (p.pumpers.load() > 0) {
+        p.park.wait_for(g, std::chrono::milliseconds(2));
+        continue;
+      }
+    }
+    pollfd pf{in.fd(), POLLIN, 0};
+    if (::poll(&pf, 1, 100) < 0 && errno != EINTR) return;
+    if (stopping_) return;
+    if (pf.revents == 0) continue;
+    std::lock_guard<std::mutex> g{p.in_mtx};
+    bool any = false;
+    if (!drain(r, any)) return;
+  }
+}
+
+bool data_plane::reads_socket(int r) const {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  return p.in_socket && !p.in_ring;
+}
+
+bool data_plane::pump(int r) {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  if (!p.in_socket || p.in_ring) return false;
+  std::unique_lock<std::mutex> g{p.in_mtx, std::try_to_lock};
+  if (!g.owns_lock()) return false;
+  bool any = false;
+  drain(r, any);
+  return any;
+}
+
+void data_plane::pumping(int r, int delta, bool wake) {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  if (p.pumpers.fetch_add(delta) + delta == 0 && wake) {
+    std::lock_guard<std::mutex> g{p.in_mtx};
+    p.park.notify_all();
+  }
+}
+
+std::string data_plane::gone_reason(int r) {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  if (!p.gone.load()) return {};
+  std::lock_guard<std::mutex> g{mtx_};
+  return p.gone_why;
 }
 
 void data_plane::read_loop(int r, byte_stream& in) {
   received_frame f;
   for (;;) {
     auto why = read_frame(in, f);
-    if (why.empty() && f.header.kind == 2) {
-      peer_gone(r, "it left the job", false);
-      return;
-    }
     if (!why.empty()) {
       if (why != "connection closed")
         std::fprintf(stderr, "[troupe rank %d] dropping connection of rank %d: %s\n", opts_.rank, r,
@@ -279,25 +386,19 @@ void data_plane::read_loop(int r, byte_stream& in) {
       peer_gone(r, "its process died or its connection broke (" + why + ")", true);
       return;
     }
-    group_actor target;
-    {
-      std::lock_guard<std::mutex> g{mtx_};
-      if (auto i = groups_.find(f.group); i != groups_.end()) target = i->second;
-    }
-    if (!target) continue;  // the group was destroyed here
-    if (f.header.kind == 0)
-      caf::anon_send(target, data_atom::value,
-                     envelope{f.header.seq, f.header.step, f.header.src,
-                              static_cast<op_code>(f.header.code), std::move(f.payload)});
-    else
-      caf::anon_send(target, msg_atom::value,
-                     p2p_envelope{f.header.src, f.header.tag, std::move(f.payload)});
+    if (!dispatch(r, f)) return;
   }
 }
 
 void data_plane::peer_gone(int r, const std::string& why, bool crashed) {
   auto& p = *peers_[static_cast<std::size_t>(r)];
-  if (stopping_ || p.gone.exchange(true)) return;
+  if (stopping_) return;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    if (p.gone.load()) return;
+    p.gone_why = why;
+    p.gone.store(true);
+  }
   if (p.out_ring) p.out_ring->close();  // sends to it fail at once
   if (p.out_socket) p.out_socket->close();
   std::vector<group_actor> targets;
@@ -337,6 +438,23 @@ void data_plane::send(int r, const std::string& group, const envelope& env) {
 
 void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
   send_frame(r, group, env);
+}
+
+void data_plane::send_fabric(int r, const std::string& group, const envelope& env) {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  std::lock_guard<std::mutex> g{p.out_mtx};
+  if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
+  write_frame(*p.out, group, env, frame_fabric);
+}
+
+void data_plane::add_sink(const std::string& group, fabric_sink sink) {
+  std::lock_guard<std::mutex> g{mtx_};
+  sinks_[group] = std::move(sink);
+}
+
+void data_plane::remove_sink(const std::string& group) {
+  std::lock_guard<std::mutex> g{mtx_};
+  sinks_.erase(group);
 }
 
 void data_plane::add_group(const std::string& group, const group_actor& actor) {

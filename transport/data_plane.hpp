@@ -14,10 +14,16 @@
 // that the peer's process is gone, which fails every call still waiting for
 // that peer at once.
 // Receipt: a reader thread per incoming connection decodes frames straight
-// into tensors and hands them to the local group actor named in the frame.
+// into tensors and hands them to the local group actor named in the frame,
+// or (fabric frames) to the group's fabric sink. A thread waiting for a
+// fabric operation may read a TCP connection itself (pump): a socket read by
+// the waiting thread answers in about 3 µs, a reader thread woken by the
+// kernel in about 20 µs. While such a thread pumps, the reader thread parks.
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +36,8 @@
 #include "troupe/store.hpp"
 
 namespace troupe::detail {
+
+class tcp_stream;
 
 struct data_plane_options {
   int rank = 0;
@@ -60,6 +68,26 @@ class data_plane {
 
   void send(int world_rank, const std::string& group, const envelope& env);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
+  /// Sends collective data for the fabric of `group` in world rank's process.
+  void send_fabric(int world_rank, const std::string& group, const envelope& env);
+
+  /// Where fabric frames for `group` go (called on the thread that read them).
+  using fabric_sink = std::function<void(received_frame&)>;
+  void add_sink(const std::string& group, fabric_sink sink);
+  void remove_sink(const std::string& group);
+
+  /// Whether frames from world rank `r` arrive over its TCP connection (not
+  /// through shared memory), so that pump() can read them.
+  bool reads_socket(int r) const;
+  /// Reads what world rank r's connection has, without blocking, and
+  /// dispatches it (skipped while another thread reads it); true when a frame
+  /// arrived.
+  bool pump(int r);
+  /// A thread starts (+1) or stops (-1) pumping r's connection; while one
+  /// does, the reader thread parks. Stopping with `wake` resumes it at once.
+  void pumping(int r, int delta, bool wake);
+  /// Why world rank r is gone (empty while it is connected).
+  std::string gone_reason(int r);
 
   /// Routes frames for `group` to `actor` (and tells it about peers that die).
   void add_group(const std::string& group, const group_actor& actor);
@@ -73,6 +101,11 @@ class data_plane {
   void accept_loop();
   void serve(int fd);
   void read_loop(int rank, byte_stream& in);
+  void socket_loop(int rank, tcp_stream& in);
+  /// Hands a frame from rank r to its group; false after a goodbye.
+  bool dispatch(int r, received_frame& f);
+  /// Reads r's socket until it has nothing more (the caller holds in_mtx).
+  bool drain(int r, bool& any);
   void peer_gone(int rank, const std::string& why, bool crashed);
   template <class Envelope>
   void send_frame(int world_rank, const std::string& group, const Envelope& env);
@@ -87,6 +120,7 @@ class data_plane {
   std::condition_variable connected_cv_;
   int connected_ = 0;
   std::map<std::string, group_actor> groups_;
+  std::map<std::string, fabric_sink> sinks_;
   std::vector<std::thread> threads_;
 };
 

@@ -1,9 +1,18 @@
 #include "transport/frame.hpp"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
 namespace {
+
+/// Up to this size a frame is assembled and written at once (one system call,
+/// one TCP segment); larger payloads are written from where they are.
+constexpr std::size_t small_frame = 16 << 10;
 
 bool write_common(byte_stream& out, frame_header& h, const std::string& group,
                   const tensor& payload) {
@@ -11,15 +20,47 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
   h.has_payload = payload.defined() ? 1 : 0;
   h.dtype = static_cast<std::uint8_t>(payload.defined() ? payload.scalar_type() : dtype::uint8);
   h.payload_bytes = payload.defined() ? payload.nbytes() : 0;
+  if (h.payload_bytes <= small_frame) {
+    std::string buf(reinterpret_cast<const char*>(&h), sizeof(h));
+    buf += group;
+    if (h.payload_bytes) buf.append(static_cast<const char*>(payload.data()), h.payload_bytes);
+    return out.write(buf.data(), buf.size());
+  }
   return out.write(&h, sizeof(h)) && out.write(group.data(), group.size()) &&
-         (h.payload_bytes == 0 || out.write(payload.data(), h.payload_bytes));
+         out.write(payload.data(), h.payload_bytes);
+}
+
+/// Why a header is malformed (empty: it is not).
+std::string check_header(const frame_header& h) {
+  if (h.magic != frame_magic) return "bad frame magic";
+  if (h.kind == frame_goodbye) return {};
+  if (h.kind > frame_fabric) return "bad frame kind " + std::to_string(h.kind);
+  if ((h.kind == frame_collective || h.kind == frame_fabric) &&
+      h.code > static_cast<std::uint8_t>(op_code::monitored_barrier))
+    return "bad op code " + std::to_string(h.code);
+  if (h.dtype >= dtype_count) return "bad dtype " + std::to_string(h.dtype);
+  if (h.name_len == 0 || h.name_len > max_group_name)
+    return "bad group name length " + std::to_string(h.name_len);
+  const auto elem = element_size(static_cast<dtype>(h.dtype));
+  if (h.payload_bytes % elem != 0 || (!h.has_payload && h.payload_bytes != 0))
+    return "bad payload size " + std::to_string(h.payload_bytes);
+  return {};
+}
+
+/// The (empty) payload tensor a header announces.
+tensor payload_for(const frame_header& h) {
+  if (!h.has_payload) return {};
+  const auto elem = element_size(static_cast<dtype>(h.dtype));
+  return tensor::empty({static_cast<std::int64_t>(h.payload_bytes / elem)},
+                       static_cast<dtype>(h.dtype));
 }
 
 }  // namespace
 
-bool write_frame(byte_stream& out, const std::string& group, const envelope& env) {
+bool write_frame(byte_stream& out, const std::string& group, const envelope& env,
+                 std::uint8_t kind) {
   frame_header h;
-  h.kind = 0;
+  h.kind = kind;
   h.code = static_cast<std::uint8_t>(env.code);
   h.src = env.src;
   h.step = env.step;
@@ -44,28 +85,72 @@ bool write_goodbye(byte_stream& out) {
 std::string read_frame(byte_stream& in, received_frame& out) {
   auto& h = out.header;
   if (!in.read(&h, sizeof(h))) return "connection closed";
-  if (h.magic != frame_magic) return "bad frame magic";
-  if (h.kind == 2) return {};
-  if (h.kind > 2) return "bad frame kind " + std::to_string(h.kind);
-  if (h.kind == 0 && h.code > static_cast<std::uint8_t>(op_code::monitored_barrier))
-    return "bad op code " + std::to_string(h.code);
-  if (h.dtype >= dtype_count) return "bad dtype " + std::to_string(h.dtype);
-  if (h.name_len == 0 || h.name_len > max_group_name)
-    return "bad group name length " + std::to_string(h.name_len);
-  const auto elem = element_size(static_cast<dtype>(h.dtype));
-  if (h.payload_bytes % elem != 0 || (!h.has_payload && h.payload_bytes != 0))
-    return "bad payload size " + std::to_string(h.payload_bytes);
+  if (auto why = check_header(h); !why.empty() || h.kind == frame_goodbye) return why;
   out.group.resize(h.name_len);
   if (!in.read(out.group.data(), h.name_len)) return "connection closed";
-  out.payload = tensor{};
-  if (h.has_payload) {
-    // One copy: straight from the stream into the tensor the receiver keeps.
-    out.payload = tensor::empty({static_cast<std::int64_t>(h.payload_bytes / elem)},
-                                static_cast<dtype>(h.dtype));
-    if (h.payload_bytes && !in.read(out.payload.data(), h.payload_bytes))
-      return "connection closed";
-  }
+  // One copy: straight from the stream into the tensor the receiver keeps.
+  out.payload = payload_for(h);
+  if (h.payload_bytes && !in.read(out.payload.data(), h.payload_bytes)) return "connection closed";
   return {};
+}
+
+std::string frame_reader::drain(int fd, const std::function<bool(received_frame&)>& on_frame) {
+  auto& h = f_.header;
+  for (;;) {
+    char* dst = nullptr;
+    std::size_t need = 0;
+    switch (at_) {
+      case piece::header:
+        dst = reinterpret_cast<char*>(&h);
+        need = sizeof(h);
+        break;
+      case piece::name:
+        dst = f_.group.data();
+        need = h.name_len;
+        break;
+      case piece::payload:
+        dst = static_cast<char*>(f_.payload.data());
+        need = h.payload_bytes;
+        break;
+    }
+    if (got_ < need) {
+      const auto k = ::recv(fd, dst + got_, need - got_, MSG_DONTWAIT);
+      if (k == 0) return "connection closed";
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return {};
+        return std::string("connection broke: ") + std::strerror(errno);
+      }
+      got_ += static_cast<std::size_t>(k);
+      if (got_ < need) continue;
+    }
+    // A piece is complete: check it, then move on to the next one.
+    got_ = 0;
+    bool complete = false;
+    if (at_ == piece::header) {
+      if (auto why = check_header(h); !why.empty()) return why;
+      if (h.kind == frame_goodbye) {
+        complete = true;
+      } else {
+        f_.group.resize(h.name_len);
+        at_ = piece::name;
+      }
+    } else if (at_ == piece::name) {
+      f_.payload = payload_for(h);
+      if (h.payload_bytes)
+        at_ = piece::payload;
+      else
+        complete = true;
+    } else {
+      complete = true;
+    }
+    if (complete) {
+      at_ = piece::header;
+      received_frame f = std::move(f_);
+      f_ = received_frame{};
+      if (!on_frame(f)) return "stopped";
+    }
+  }
 }
 
 }  // namespace troupe::detail

@@ -1,12 +1,14 @@
 #pragma once
 // frame — the wire format of the data plane between processes.
 //
-// A frame carries one envelope (collective data) or p2p_envelope (point to
-// point) for the group actor of `group` in the receiving process:
+// A frame carries one envelope (collective data for the group actor, or for
+// the group's fabric: kind 3) or p2p_envelope (point to point) for `group` in
+// the receiving process:
 //   header (fixed 40 bytes) | group name (name_len bytes) | payload (payload_bytes)
 // Every field is checked on receipt; a malformed frame closes the connection.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "actors/call.hpp"
@@ -18,7 +20,8 @@ inline constexpr std::size_t max_group_name = 1024;
 
 struct frame_header {
   std::uint32_t magic = frame_magic;
-  std::uint8_t kind = 0;  ///< 0: collective envelope, 1: p2p envelope, 2: goodbye
+  std::uint8_t kind =
+      0;  ///< 0: collective envelope, 1: p2p envelope, 2: goodbye, 3: fabric envelope
   std::uint8_t code = 0;  ///< op_code (collective)
   std::uint8_t dtype = 0;
   std::uint8_t has_payload = 0;  ///< 0 for an undefined payload tensor (barriers)
@@ -45,8 +48,13 @@ class byte_stream {
   virtual void close() = 0;
 };
 
-/// Writes one frame (header, group name, payload) to `out`.
-bool write_frame(byte_stream& out, const std::string& group, const envelope& env);
+inline constexpr std::uint8_t frame_collective = 0, frame_p2p = 1, frame_goodbye = 2,
+                              frame_fabric = 3;
+
+/// Writes one frame (header, group name, payload) to `out`; `kind` is
+/// frame_collective or frame_fabric. Small frames go out in one write.
+bool write_frame(byte_stream& out, const std::string& group, const envelope& env,
+                 std::uint8_t kind = frame_collective);
 bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope& env);
 
 /// Writes the last frame of a rank that leaves on purpose (its world ends).
@@ -61,5 +69,22 @@ struct received_frame {
 
 /// Reads and checks one frame; returns an error text (empty on success).
 std::string read_frame(byte_stream& in, received_frame& out);
+
+/// Reads frames piece by piece from a socket without blocking, for whichever
+/// thread holds the socket at the moment (the data plane's reader thread, or
+/// a thread waiting for a fabric operation that reads the socket itself).
+class frame_reader {
+ public:
+  /// Reads what `fd` has now; `on_frame` gets each complete frame (and
+  /// returns false to stop early, after a goodbye). Returns "" when the
+  /// socket has nothing more for now, else why the connection is over
+  /// ("connection closed", a malformed frame, "stopped").
+  std::string drain(int fd, const std::function<bool(received_frame&)>& on_frame);
+
+ private:
+  enum class piece { header, name, payload } at_ = piece::header;
+  std::size_t got_ = 0;
+  received_frame f_;
+};
 
 }  // namespace troupe::detail

@@ -1,0 +1,67 @@
+#include "fabric/algorithm_op.hpp"
+
+#include "algorithms/algorithm.hpp"
+#include "fabric/net_medium.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+namespace {
+
+/// What the algorithm sees: sends go out at once, messages come from the inbox.
+class net_context final : public op_context {
+ public:
+  net_context(net_medium& net, std::uint64_t op, collective_call& call)
+      : op_context(net.rank(), net.size(), call), net_(net), op_(op) {}
+  void send(int peer, std::uint32_t step, tensor payload) override {
+    net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload);
+  }
+
+ private:
+  net_medium& net_;
+  std::uint64_t op_;
+};
+
+class algorithm_op final : public fabric_op {
+ public:
+  explicit algorithm_op(collective_call call)
+      : call_(std::make_unique<collective_call>(std::move(call))) {}
+
+  bool step(fabric_context& fc, bool& moved) override {
+    auto& net = static_cast<net_medium&>(fc.med);
+    if (!ctx_) {
+      ctx_ = std::make_unique<net_context>(net, op, *call_);
+      alg_ = make_algorithm(*call_, fc.rank, fc.size);
+      moved = true;  // the first progress sends
+    }
+    net.take_all(op, [&](int src, std::uint32_t step, net_medium::message& m) {
+      if (m.code != static_cast<std::uint8_t>(call_->code))
+        throw error(errc::mismatch,
+                    "collective mismatch: " + fc.names[static_cast<std::size_t>(src)] + " called " +
+                        to_string(static_cast<op_code>(m.code)) +
+                        " at the same sequence number, this rank called " + name);
+      ctx_->deliver(src, step, std::move(m.payload));
+      moved = true;
+    });
+    if (!alg_->progress(*ctx_)) return false;
+    if (call_->on_success) call_->on_success();
+    return true;
+  }
+
+  std::pair<int, std::string> blocker() const override {
+    if (!ctx_) return {-1, "start"};
+    return {ctx_->blocked_peer(), "send its data (" + ctx_->waiting_for() + ")"};
+  }
+
+ private:
+  std::unique_ptr<collective_call> call_;
+  std::unique_ptr<net_context> ctx_;
+  std::unique_ptr<algorithm> alg_;
+};
+
+}  // namespace
+
+std::unique_ptr<fabric_op> make_algorithm_op(collective_call call) {
+  return std::make_unique<algorithm_op>(std::move(call));
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,88 @@
+#pragma once
+// net_medium — the fabric's medium for a group whose ranks all live in
+// different processes that do not share memory (other hosts, or
+// TROUPE_TRANSPORT=tcp): the data plane's TCP connections. Operations send
+// frames straight from the thread that drives them; frames for the group
+// land in its inbox, put there by the waiting thread itself (pump: it reads
+// the peers' sockets) or, while nobody waits, by the data plane's reader
+// threads. A rank is lost when the data plane says its process is gone.
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "fabric/medium.hpp"
+#include "troupe/tensor.hpp"
+
+namespace troupe::detail {
+
+class data_plane;
+struct envelope;
+struct received_frame;
+
+class net_medium final : public medium, public std::enable_shared_from_this<net_medium> {
+ public:
+  /// One message of an operation, as it arrived.
+  struct message {
+    std::uint8_t code = 0;  ///< the sender's collective (op_code)
+    tensor payload;
+  };
+
+  net_medium(std::shared_ptr<data_plane> plane, std::vector<int> global_ranks, int rank,
+             std::string group, std::vector<std::string> names);
+  ~net_medium() override;
+  /// Starts receiving the group's fabric frames (before any peer may send).
+  void attach();
+
+  int size() const noexcept override { return static_cast<int>(global_ranks_.size()); }
+  int rank() const noexcept { return rank_; }
+  bool pump() override;
+  void begin_wait() override;
+  void end_wait() override;
+  void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck) override;
+  std::string lost(std::uint64_t op, int blocker) override;
+  void wake_all() override;
+  void leave() override {}
+
+  /// Sends step `step` of fabric operation `op` to group rank `peer`.
+  void send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
+            const tensor& payload);
+  /// Takes every message of operation `op` that arrived: fn(src, step, message).
+  template <class F>
+  void take_all(std::uint64_t op, F&& fn) {
+    std::vector<std::tuple<int, std::uint32_t, message>> got;
+    {
+      std::lock_guard<std::mutex> g{mtx_};
+      auto it = inbox_.lower_bound({op, 0, 0});
+      while (it != inbox_.end() && std::get<0>(it->first) == op) {
+        got.emplace_back(std::get<2>(it->first), std::get<1>(it->first), std::move(it->second));
+        it = inbox_.erase(it);
+      }
+    }
+    for (auto& [src, step, m] : got) fn(src, step, m);
+  }
+
+ private:
+  void deliver(received_frame& f);
+  /// Starts (+1) or stops (-1) pumping every peer's connection.
+  void pumping(int delta, bool wake);
+
+  // Not owned: a reader thread may drop the last reference to this medium,
+  // and must not destroy the data plane (which joins that thread) with it.
+  std::weak_ptr<data_plane> plane_;
+  std::vector<int> global_ranks_;
+  int rank_;
+  std::string group_;
+  std::vector<std::string> names_;
+  std::vector<int> remote_;  // world ranks of the peers
+  std::mutex mtx_;           // guards inbox_
+  std::map<std::tuple<std::uint64_t, std::uint32_t, int>, message> inbox_;  // (op, step, src)
+  std::atomic<std::uint32_t> bell_{0};
+  std::atomic<std::uint32_t> sleepers_{0};
+};
+
+}  // namespace troupe::detail
