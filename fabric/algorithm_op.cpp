@@ -31,7 +31,10 @@ class algorithm_op final : public fabric_op {
     if (!ctx_) {
       ctx_ = std::make_unique<net_context>(net, op, *call_);
       alg_ = make_algorithm(*call_, fc.rank, fc.size);
-      moved = true;  // the first progress sends
+      moved = true;
+      // Send first: a peer that called another collective must get this
+      // rank's message to tell the mismatch too.
+      if (alg_->progress(*ctx_)) return finish();
     }
     net.take_all(op, [&](int src, std::uint32_t step, net_medium::message& m) {
       if (m.code != static_cast<std::uint8_t>(call_->code))
@@ -42,7 +45,10 @@ class algorithm_op final : public fabric_op {
       ctx_->deliver(src, step, std::move(m.payload));
       moved = true;
     });
-    if (!alg_->progress(*ctx_)) return false;
+    return alg_->progress(*ctx_) && finish();
+  }
+
+  bool finish() {
     if (call_->on_success) call_->on_success();
     return true;
   }

@@ -24,6 +24,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
+constexpr auto npos = std::string::npos;
+
 /// Forks `processes` children; child p hosts world ranks p, p+P, ... (threads)
 /// and runs body(world); returns each child's exit code (0: all checks passed).
 template <class F, class G>
@@ -131,32 +133,97 @@ TEST_CASE("several ranks per process, mixed with ranks in other processes") {
 }
 
 TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming it") {
-  auto codes = run_processes(3, 3, "auto", [](world& w) {
+  // auto: the shared-memory fabric sees the process end through a pidfd;
+  // tcp: the network fabric through the connection's end.
+  for (const char* transport : {"auto", "tcp"}) {
+    CAPTURE(transport);
+    auto codes = run_processes(3, 3, transport, [](world& w) {
+      auto& pg = w.default_group();
+      pg.barrier().wait();
+      if (w.rank() == 2) ::kill(::getpid(), SIGKILL);
+      std::this_thread::sleep_for(50ms);
+      const auto start = std::chrono::steady_clock::now();
+      auto t = tensor::from_vector<float>({1.f});
+      try {
+        pg.allreduce(t).wait();
+        return false;
+      } catch (const error& e) {
+        const std::string what = e.what();
+        const bool fast = std::chrono::steady_clock::now() - start < 2s;
+        const bool named = what.find("world rank 2") != std::string::npos &&
+                           what.find("pid") != std::string::npos &&
+                           what.find("host") != std::string::npos;
+        if (!fast || !named || e.code() != errc::peer_failure)
+          std::fprintf(stderr, "rank %d: unexpected failure: %s\n", w.rank(), what.c_str());
+        // The barrier in run_processes fails too (rank 2 is gone): leave now.
+        std::fflush(stderr);
+        ::_exit(fast && named && e.code() == errc::peer_failure ? 0 : 1);
+      }
+    });
+    CHECK(codes[0] == 0);
+    CHECK(codes[1] == 0);
+    CHECK(codes[2] == 128 + SIGKILL);
+  }
+}
+
+TEST_CASE("over TCP, a small allreduce a peer never joins times out naming it; kinds are checked") {
+  auto codes = run_processes(2, 2, "tcp", [](world& w) {
     auto& pg = w.default_group();
-    pg.barrier().wait();
-    if (w.rank() == 2) ::kill(::getpid(), SIGKILL);
-    std::this_thread::sleep_for(50ms);
-    const auto start = std::chrono::steady_clock::now();
-    auto t = tensor::from_vector<float>({1.f});
+    auto t = tensor::from_vector<float>({1.f, 2.f});
+    bool ok = true;
+    // Rank 0 calls allreduce, rank 1 barrier, at the same sequence number:
+    // both run on the network fabric, and each names the other's call.
     try {
-      pg.allreduce(t).wait();
-      return false;
+      if (w.rank() == 0)
+        pg.allreduce(tensor_list{t}, {.timeout = 5000ms}).wait();
+      else
+        pg.barrier({.timeout = 5000ms}).wait();
+      ok = false;
     } catch (const error& e) {
       const std::string what = e.what();
-      const bool fast = std::chrono::steady_clock::now() - start < 2s;
-      const bool named = what.find("world rank 2") != std::string::npos &&
-                         what.find("pid") != std::string::npos &&
-                         what.find("host") != std::string::npos;
-      if (!fast || !named || e.code() != errc::peer_failure)
-        std::fprintf(stderr, "rank %d: unexpected failure: %s\n", w.rank(), what.c_str());
-      // The barrier in run_processes fails too (rank 2 is gone): leave now.
-      std::fflush(stderr);
-      ::_exit(fast && named && e.code() == errc::peer_failure ? 0 : 1);
+      const bool good = e.code() == errc::mismatch && what.find("collective mismatch") != npos;
+      if (!good) std::fprintf(stderr, "rank %d: unexpected: %s\n", w.rank(), what.c_str());
+      ok = good;
     }
+    if (w.rank() == 0) {
+      // The fabric stopped after the mismatch: later calls say why at once.
+      try {
+        pg.allreduce(tensor_list{t}, {.timeout = 300ms}).wait();
+        ok = false;
+      } catch (const error& e) {
+        const std::string what = e.what();
+        ok = ok && e.code() == errc::aborted && what.find("earlier failure") != npos;
+      }
+    }
+    std::fflush(stderr);
+    ::_exit(ok ? 0 : 1);  // the final barrier cannot run on a stopped fabric
+    return ok;
   });
   CHECK(codes[0] == 0);
   CHECK(codes[1] == 0);
-  CHECK(codes[2] == 128 + SIGKILL);
+  auto timeouts = run_processes(2, 2, "tcp", [](world& w) {
+    auto t = tensor::from_vector<float>({1.f});
+    if (w.rank() == 1) {
+      std::this_thread::sleep_for(1500ms);  // never joins
+      ::_exit(0);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      w.default_group().allreduce(tensor_list{t}, {.timeout = 300ms}).wait();
+    } catch (const error& e) {
+      const std::string what = e.what();
+      const bool ok = e.code() == errc::timeout && what.find("Timeout after 300 ms") != npos &&
+                      what.find("world rank 1") != npos &&
+                      std::chrono::steady_clock::now() - start < 5s;
+      if (!ok) std::fprintf(stderr, "unexpected: %s\n", what.c_str());
+      std::fflush(stderr);
+      ::_exit(ok ? 0 : 1);
+    }
+    ::_exit(1);
+    return false;
+  });
+  CHECK(timeouts[0] == 0);
+  CHECK(timeouts[1] == 0);
 }
 
 namespace {
