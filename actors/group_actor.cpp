@@ -24,6 +24,7 @@ class actor_op_context final : public op_context {
   void send(int peer, std::uint32_t step, tensor payload) override {
     net_.send(peer, envelope{seq_, step, rank(), call().code, std::move(payload)});
   }
+  bool copies_on_send(int peer) const override { return !net_.reads_after_send(peer); }
 
  private:
   std::uint64_t seq_;

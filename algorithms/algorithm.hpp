@@ -33,6 +33,9 @@ class op_context {
   /// Sends `payload` to group rank `peer` as step `step` of this call. The
   /// payload is shared, so it must never be written to afterwards.
   virtual void send(int peer, std::uint32_t step, tensor payload) = 0;
+  /// Whether send() to `peer` has copied the payload's bytes when it returns
+  /// (then a slice of the caller's memory may be sent as is).
+  virtual bool copies_on_send(int /*peer*/) const { return false; }
 
   /// Takes the message of step `step` from `peer`, if it arrived; otherwise
   /// remembers what the algorithm waits for (for timeout messages).

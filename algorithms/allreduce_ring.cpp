@@ -1,22 +1,34 @@
-// allreduce_ring — ring reduce-scatter followed by ring allgather.
+// allreduce_ring — ring reduce-scatter followed by ring allgather, in
+// segments so that reducing one segment overlaps sending the next.
 //
 // Terms: the buffer of n elements is cut into `size` chunks; rank r sends to
 // right = r+1 and receives from left = r-1. "mine[c]" is this rank's
-// contribution to chunk c (its input, pre-scaled for PREMUL_SUM).
+// contribution to chunk c (its input, pre-scaled for PREMUL_SUM). Every chunk
+// is cut into the same number of segments (about 1 MiB each; one for small
+// buffers); message (s, j) is segment j of ring step s.
 // Phase 1, reduce-scatter (steps 0 .. size-2): at step s rank r sends the
 //   partial sum of chunk r-s and receives the partial of chunk r-s-1, which
-//   it combines with mine into a new buffer. After size-1 steps rank r holds
-//   the full reduction of chunk r+1.
+//   it combines with mine into a new buffer, segment by segment: as soon as
+//   segment j of step s arrived and was combined it goes on as (s+1, j).
+//   After size-1 steps rank r holds the full reduction of chunk r+1.
 // Phase 2, allgather (steps size-1 .. 2·size-3): each rank forwards the
-//   finished chunk it holds or received last; every received chunk is copied
-//   into the output.
+//   finished segments it holds or received last; every received segment is
+//   copied into the output.
 // Every payload is a fresh buffer or one received unchanged, so sharing it
-// with the receiver never races with later writes to the caller's memory.
+// with the receiver never races with later writes to the caller's memory
+// (step 0 sends slices of the input itself when the transport copies the
+// bytes before send returns).
+
+#include <algorithm>
 
 #include "algorithms/algorithm.hpp"
 
 namespace troupe::detail {
 namespace {
+
+/// Segments of about this size, `window` of them in flight on a link.
+constexpr std::size_t segment_bytes = std::size_t{1} << 20;
+constexpr int window = 4;
 
 class allreduce_ring final : public algorithm {
  public:
@@ -35,55 +47,81 @@ class allreduce_ring final : public algorithm {
         if (!result.is_same(call.output)) call.output.copy_from(result);
         return true;
       }
-      // Step 0: send our own contribution to chunk r.
-      ctx.send(right, 0, fresh_copy(chunk(mine_, r, n)));
+      const auto largest = chunk_range(call.input.numel(), n, 0).second;  // chunk 0 is largest
+      const auto per = static_cast<std::int64_t>(
+          std::max<std::size_t>(1, segment_bytes / element_size(call.input.scalar_type())));
+      segs_ = static_cast<int>(std::max<std::int64_t>(1, (largest + per - 1) / per));
     }
-    // Phase 1: reduce-scatter.
-    while (step_ < n - 1) {
-      auto in = ctx.take(left, step_);
+    // Phase 1: reduce-scatter, segment by segment.
+    for (;;) {
+      // Step 0: our own contribution to chunk r, a few segments ahead of the
+      // ones received (so the send never runs far ahead of the reduction).
+      const int received0 = step_ > 0 ? segs_ : seg_;
+      while (sent0_ < segs_ && sent0_ < received0 + window) {
+        auto part = segment(mine_, r, sent0_, n);
+        ctx.send(right, id(0, sent0_), ctx.copies_on_send(right) ? part : fresh_copy(part));
+        ++sent0_;
+      }
+      if (step_ >= n - 1) break;
+      auto in = ctx.take(left, id(step_, seg_));
       if (!in) return false;
       const int c = ring(r, -step_ - 1, n);
-      auto [off, len] = chunk_range(call.input.numel(), n, c);
-      check_payload(call, *in, len, left, step_);
-      partial_ = combine(call.op, mine_.flat_slice(off, len), *in);
-      ++step_;
-      if (step_ < n - 1) ctx.send(right, step_, partial_);
-    }
-    // Chunk r+1 is complete: finish it, keep it, start the allgather with it.
-    if (step_ == n - 1 && !sent_final_) {
-      sent_final_ = true;
-      const int c = ring(r, 1, n);
-      finish_reduction(call, partial_, n);
-      write(call, c, partial_, n);
-      ctx.send(right, step_, partial_);
+      const auto [off, len] = segment_range(call.input.numel(), n, c, seg_);
+      check_payload(call, *in, len, left, id(step_, seg_));
+      auto partial = combine(call.op, mine_.flat_slice(off, len), *in);
+      if (step_ + 1 < n - 1) {
+        ctx.send(right, id(step_ + 1, seg_), partial);
+      } else {
+        // Segment j of chunk r+1 is complete: finish it, keep it, and start
+        // the allgather with it.
+        finish_reduction(call, partial, n);
+        call.output.flat_slice(off, len).copy_from(partial);
+        ctx.send(right, id(n - 1, seg_), partial);
+      }
+      if (++seg_ == segs_) {
+        seg_ = 0;
+        ++step_;
+      }
     }
     // Phase 2: allgather.
     while (step_ < 2 * n - 2) {
-      auto in = ctx.take(left, step_);
+      auto in = ctx.take(left, id(step_, seg_));
       if (!in) return false;
       const int c = ring(r, -(step_ - (n - 1)), n);
-      check_payload(call, *in, chunk_range(call.input.numel(), n, c).second, left, step_);
-      write(call, c, *in, n);
-      ++step_;
-      if (step_ < 2 * n - 2) ctx.send(right, step_, *in);
+      const auto [off, len] = segment_range(call.input.numel(), n, c, seg_);
+      check_payload(call, *in, len, left, id(step_, seg_));
+      call.output.flat_slice(off, len).copy_from(*in);
+      if (step_ + 1 < 2 * n - 2) ctx.send(right, id(step_ + 1, seg_), *in);
+      if (++seg_ == segs_) {
+        seg_ = 0;
+        ++step_;
+      }
     }
     return true;
   }
 
  private:
-  static tensor chunk(const tensor& t, int c, int n) {
-    auto [off, len] = chunk_range(t.numel(), n, c);
-    return t.flat_slice(off, len);
+  std::uint32_t id(int step, int seg) const {
+    return static_cast<std::uint32_t>(step * segs_ + seg);
   }
-  static void write(collective_call& call, int c, const tensor& data, int n) {
-    chunk(call.output, c, n).copy_from(data);
+  /// [offset, count] of segment j of chunk c.
+  std::pair<std::int64_t, std::int64_t> segment_range(std::int64_t numel, int n, int c,
+                                                      int j) const {
+    const auto [off, len] = chunk_range(numel, n, c);
+    const auto [soff, slen] = chunk_range(len, segs_, j);
+    return {off + soff, slen};
+  }
+  tensor segment(const tensor& t, int c, int j, int n) const {
+    const auto [off, len] = segment_range(t.numel(), n, c, j);
+    return t.flat_slice(off, len);
   }
 
   bool started_ = false;
-  bool sent_final_ = false;
+  int segs_ = 1;
   int step_ = 0;
+  int seg_ = 0;
+  int sent0_ = 0;  // step-0 segments sent
   tensor mine_;
-  tensor partial_;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@ class net_context final : public op_context {
   void send(int peer, std::uint32_t step, tensor payload) override {
     net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload);
   }
+  bool copies_on_send(int) const override { return true; }  // written to the socket at once
 
  private:
   net_medium& net_;

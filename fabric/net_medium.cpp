@@ -46,7 +46,8 @@ void net_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8
                       const tensor& payload) {
   if (auto plane = plane_.lock())
     plane->send_fabric(global_ranks_[static_cast<std::size_t>(peer)], group_,
-                       envelope{op, step, rank_, static_cast<op_code>(code), payload});
+                       envelope{op, step, rank_, static_cast<op_code>(code), payload},
+                       [this] { pump(); });
 }
 
 bool net_medium::pump() {

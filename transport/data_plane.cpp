@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <random>
@@ -13,6 +14,44 @@
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
+
+namespace {
+
+/// Writes to a socket without blocking; while the socket is full it calls
+/// `while_full` and waits briefly for room.
+class nonblocking_stream final : public byte_stream {
+ public:
+  nonblocking_stream(int fd, const std::function<void()>& while_full)
+      : fd_(fd), while_full_(while_full) {}
+  bool write(const void* data, std::size_t n) override {
+    auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const auto w = ::send(fd_, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        p += w;
+        n -= static_cast<std::size_t>(w);
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (while_full_) while_full_();
+        pollfd pf{fd_, POLLOUT, 0};
+        ::poll(&pf, 1, 1);
+        continue;
+      }
+      return false;
+    }
+    return true;
+  }
+  bool read(void*, std::size_t) override { return false; }
+  void close() override {}
+
+ private:
+  int fd_;
+  const std::function<void()>& while_full_;
+};
+
+}  // namespace
 
 struct data_plane::peer {
   std::string process;  // identity of the peer's process
@@ -440,11 +479,17 @@ void data_plane::send(int r, const std::string& group, const p2p_envelope& env) 
   send_frame(r, group, env);
 }
 
-void data_plane::send_fabric(int r, const std::string& group, const envelope& env) {
+void data_plane::send_fabric(int r, const std::string& group, const envelope& env,
+                             const std::function<void()>& while_full) {
   auto& p = *peers_[static_cast<std::size_t>(r)];
   std::lock_guard<std::mutex> g{p.out_mtx};
   if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
-  write_frame(*p.out, group, env, frame_fabric);
+  if (p.out != p.out_socket.get()) {
+    write_frame(*p.out, group, env, frame_fabric);
+    return;
+  }
+  nonblocking_stream out{p.out_socket->fd(), while_full};
+  write_frame(out, group, env, frame_fabric);
 }
 
 void data_plane::add_sink(const std::string& group, fabric_sink sink) {

@@ -69,7 +69,12 @@ class data_plane {
   void send(int world_rank, const std::string& group, const envelope& env);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
   /// Sends collective data for the fabric of `group` in world rank's process.
-  void send_fabric(int world_rank, const std::string& group, const envelope& env);
+  /// The calling thread may be the one reading its peers' sockets: while the
+  /// connection cannot take more bytes it calls `while_full()` (which reads
+  /// them), so two ranks sending to each other at once never wait on each
+  /// other's full buffers.
+  void send_fabric(int world_rank, const std::string& group, const envelope& env,
+                   const std::function<void()>& while_full);
 
   /// Where fabric frames for `group` go (called on the thread that read them).
   using fabric_sink = std::function<void(received_frame&)>;
