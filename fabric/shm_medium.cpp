@@ -65,15 +65,21 @@ void shm_medium::leave() {
 
 std::string shm_medium::lost(std::uint64_t op, int) {
   // Any rank that has not finished the operation: its done counter says so.
+  // Every lost rank is named (when two are gone, which went first is unknown).
   const auto now = fabric_clock::now();
   const bool check_processes = now >= next_liveness_check_;
   if (check_processes) next_liveness_check_ = now + liveness_period;
+  std::string why;
+  auto add = [&](const std::string& s) { why += (why.empty() ? "" : "; ") + s; };
   for (int r = 0; r < size(); ++r) {
     // A rank that finished this operation owes nothing more to it.
     if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
     auto& id = seg_->identity(r);
     const auto& name = names_[static_cast<std::size_t>(r)];
-    if (id.left.load(std::memory_order_acquire)) return name + " left group '" + group_ + "'";
+    if (id.left.load(std::memory_order_acquire)) {
+      add(name + " left group '" + group_ + "'");
+      continue;
+    }
     const auto pid = id.pid.load();
     if (!check_processes || pid == 0 || pid == ::getpid()) continue;
     auto& fd = pidfds_[static_cast<std::size_t>(r)];
@@ -81,9 +87,9 @@ std::string shm_medium::lost(std::uint64_t op, int) {
     if (fd < 0) fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 #endif
     if (fd < 0 ? ::kill(pid, 0) != 0 && errno == ESRCH : process_gone(fd))
-      return name + " left group '" + group_ + "' (its process is gone)";
+      add(name + " left group '" + group_ + "' (its process is gone)");
   }
-  return {};
+  return why;
 }
 
 }  // namespace troupe::detail
