@@ -443,6 +443,11 @@ class actor_backend final : public backend {
   }
 
   work submit(const call_ptr& c) {
+    if (fabric_ && !shm_ && fits_net_fabric(*c)) {
+      auto op = make_algorithm_op(*c);
+      op->handle = c->handle;
+      return on_fabric(std::move(op), c->code, c->name.c_str(), c->input, c->timeout, c->outputs);
+    }
     track(c->handle);
     if (debug_ == debug_level::detail) log_detail(c->handle, c->input);
     std::lock_guard<std::mutex> g{issue_mtx_};
@@ -484,13 +489,41 @@ class actor_backend final : public backend {
     return on_fabric(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
   }
 
-  /// Issues `op` on the fabric.
+  /// Whether a call runs on a network fabric: small, and sized alike on
+  /// every rank (from the buffer or the counts every rank passes), since all
+  /// ranks must choose the same path. alltoall's counts differ per rank.
+  bool fits_net_fabric(const collective_call& c) const {
+    auto on_cpu = [](const tensor& t) {
+      return !t.defined() || t.get_device().type == device_type::cpu;
+    };
+    if (!on_cpu(c.input) || !on_cpu(c.output)) return false;
+    const auto elem = c.input.defined() ? element_size(c.input.scalar_type()) : 1;
+    std::int64_t total = 0;
+    for (auto k : c.counts) total += k;
+    switch (c.code) {
+      case op_code::barrier:
+        return true;
+      case op_code::allreduce:
+      case op_code::broadcast:
+      case op_code::reduce:
+        return c.input.nbytes() <= net_fabric_max;
+      case op_code::allgatherv:
+      case op_code::gatherv:
+      case op_code::scatterv:
+      case op_code::reduce_scatterv:
+        return static_cast<std::size_t>(total) * elem <= net_fabric_max;
+      default:
+        return false;
+    }
+  }
+
+  /// Issues `op` on the fabric (with a new work unless op->handle is set).
   work on_fabric(std::unique_ptr<fabric_op> op, op_code code, const char* name, const tensor& data,
                  timeout_t timeout, tensor_list outputs) {
     op->name = name;
     op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
     op->outputs = std::move(outputs);
-    op->handle = work::make(name, group_name());
+    if (!op->handle.valid()) op->handle = work::make(name, group_name());
     track(op->handle);
     if (debug_ == debug_level::detail) log_detail(op->handle, data);
     std::lock_guard<std::mutex> g{issue_mtx_};
