@@ -10,16 +10,18 @@ namespace {
 /// What the algorithm sees: sends go out at once, messages come from the inbox.
 class net_context final : public op_context {
  public:
-  net_context(net_medium& net, std::uint64_t op, collective_call& call)
-      : op_context(net.rank(), net.size(), call), net_(net), op_(op) {}
+  net_context(net_medium& net, std::uint64_t op, collective_call& call,
+              fabric_clock::time_point deadline)
+      : op_context(net.rank(), net.size(), call), net_(net), op_(op), deadline_(deadline) {}
   void send(int peer, std::uint32_t step, tensor payload) override {
-    net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload);
+    net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload, deadline_);
   }
   bool copies_on_send(int) const override { return true; }  // written to the socket at once
 
  private:
   net_medium& net_;
   std::uint64_t op_;
+  fabric_clock::time_point deadline_;
 };
 
 class algorithm_op final : public fabric_op {
@@ -30,7 +32,7 @@ class algorithm_op final : public fabric_op {
   bool step(fabric_context& fc, bool& moved) override {
     auto& net = static_cast<net_medium&>(fc.med);
     if (!ctx_) {
-      ctx_ = std::make_unique<net_context>(net, op, *call_);
+      ctx_ = std::make_unique<net_context>(net, op, *call_, deadline);
       alg_ = make_algorithm(*call_, fc.rank, fc.size);
       moved = true;
       // Send first: a peer that called another collective must get this

@@ -43,11 +43,12 @@ void net_medium::deliver(received_frame& f) {
 }
 
 void net_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
-                      const tensor& payload) {
+                      const tensor& payload, std::chrono::steady_clock::time_point deadline) {
   if (auto plane = plane_.lock())
-    plane->send_fabric(global_ranks_[static_cast<std::size_t>(peer)], group_,
-                       envelope{op, step, rank_, static_cast<op_code>(code), payload},
-                       [this] { pump(); });
+    plane->send_fabric(
+        global_ranks_[static_cast<std::size_t>(peer)], group_,
+        envelope{op, step, rank_, static_cast<op_code>(code), payload}, [this] { pump(); },
+        deadline);
 }
 
 bool net_medium::pump() {

@@ -48,9 +48,10 @@ class net_medium final : public medium, public std::enable_shared_from_this<net_
   void wake_all() override;
   void leave() override {}
 
-  /// Sends step `step` of fabric operation `op` to group rank `peer`.
+  /// Sends step `step` of fabric operation `op` to group rank `peer`,
+  /// giving up on a peer that takes nothing until `deadline`.
   void send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
-            const tensor& payload);
+            const tensor& payload, std::chrono::steady_clock::time_point deadline);
   /// Takes every message of operation `op` that arrived: fn(src, step, message).
   template <class F>
   void take_all(std::uint64_t op, F&& fn) {

@@ -166,6 +166,37 @@ TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming 
   }
 }
 
+TEST_CASE("over TCP, a large allreduce to a peer that takes nothing fails by its timeout") {
+  // Rank 1 stops (SIGSTOP) without dying: its socket fills up and rank 0's
+  // sends can never finish. They give up at the operation's deadline.
+  auto codes = run_processes(2, 2, "tcp", [](world& w) {
+    auto& pg = w.default_group();
+    if (w.rank() == 1) {
+      w.get_store()->set("stopped_pid", to_bytes(std::to_string(::getpid())));
+      ::raise(SIGSTOP);
+      ::_exit(1);  // not reached: rank 0 kills this process
+    }
+    const auto pid = std::stoi(troupe::to_string(w.get_store()->get("stopped_pid")));
+    std::this_thread::sleep_for(100ms);
+    auto t = tensor::empty({std::int64_t{16} << 20}, dtype::float32);  // 64 MiB
+    const auto start = std::chrono::steady_clock::now();
+    bool ok = false;
+    try {
+      pg.allreduce(tensor_list{t}, {.timeout = 1000ms}).wait();
+    } catch (const error& e) {
+      const auto took = std::chrono::steady_clock::now() - start;
+      ok = (e.code() == errc::timeout || e.code() == errc::peer_failure) && took < 10s;
+      if (!ok) std::fprintf(stderr, "unexpected: %s\n", e.what());
+    }
+    ::kill(pid, SIGKILL);
+    std::fflush(stderr);
+    ::_exit(ok ? 0 : 1);
+    return ok;
+  });
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 128 + SIGKILL);
+}
+
 TEST_CASE("over TCP, a small allreduce a peer never joins times out naming it; kinds are checked") {
   auto codes = run_processes(2, 2, "tcp", [](world& w) {
     auto& pg = w.default_group();

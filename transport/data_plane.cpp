@@ -21,8 +21,9 @@ namespace {
 /// `while_full` and waits briefly for room.
 class nonblocking_stream final : public byte_stream {
  public:
-  nonblocking_stream(int fd, const std::function<void()>& while_full)
-      : fd_(fd), while_full_(while_full) {}
+  nonblocking_stream(int fd, const std::function<void()>& while_full,
+                     std::chrono::steady_clock::time_point deadline)
+      : fd_(fd), while_full_(while_full), deadline_(deadline) {}
   bool write(const void* data, std::size_t n) override {
     auto* p = static_cast<const char*>(data);
     while (n > 0) {
@@ -34,6 +35,7 @@ class nonblocking_stream final : public byte_stream {
       }
       if (w < 0 && errno == EINTR) continue;
       if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (std::chrono::steady_clock::now() >= deadline_) return false;
         if (while_full_) while_full_();
         pollfd pf{fd_, POLLOUT, 0};
         ::poll(&pf, 1, 1);
@@ -49,6 +51,7 @@ class nonblocking_stream final : public byte_stream {
  private:
   int fd_;
   const std::function<void()>& while_full_;
+  std::chrono::steady_clock::time_point deadline_;
 };
 
 }  // namespace
@@ -480,16 +483,22 @@ void data_plane::send(int r, const std::string& group, const p2p_envelope& env) 
 }
 
 void data_plane::send_fabric(int r, const std::string& group, const envelope& env,
-                             const std::function<void()>& while_full) {
+                             const std::function<void()>& while_full,
+                             std::chrono::steady_clock::time_point deadline) {
   auto& p = *peers_[static_cast<std::size_t>(r)];
-  std::lock_guard<std::mutex> g{p.out_mtx};
-  if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
-  if (p.out != p.out_socket.get()) {
-    write_frame(*p.out, group, env, frame_fabric);
-    return;
+  {
+    std::lock_guard<std::mutex> g{p.out_mtx};
+    if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
+    if (p.out != p.out_socket.get()) {
+      write_frame(*p.out, group, env, frame_fabric);
+      return;
+    }
+    nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
+    if (write_frame(out, group, env, frame_fabric)) return;
+    p.out_socket->close();
   }
-  nonblocking_stream out{p.out_socket->fd(), while_full};
-  write_frame(out, group, env, frame_fabric);
+  peer_gone(r, "it took no data for the length of an operation's timeout (connection closed)",
+            true);
 }
 
 void data_plane::add_sink(const std::string& group, fabric_sink sink) {

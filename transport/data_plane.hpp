@@ -73,8 +73,11 @@ class data_plane {
   /// connection cannot take more bytes it calls `while_full()` (which reads
   /// them), so two ranks sending to each other at once never wait on each
   /// other's full buffers.
+  /// A peer that takes nothing until `deadline` is given up on (its
+  /// connection is closed: the frame cannot be taken back half written).
   void send_fabric(int world_rank, const std::string& group, const envelope& env,
-                   const std::function<void()>& while_full);
+                   const std::function<void()>& while_full,
+                   std::chrono::steady_clock::time_point deadline);
 
   /// Where fabric frames for `group` go (called on the thread that read them).
   using fabric_sink = std::function<void(received_frame&)>;
