@@ -2,7 +2,7 @@
 // workers wrote (bench/out/results.csv), prints one table per collective and
 // writes the data and the gnuplot script of the bus bandwidth plots.
 //
-//   bench_report results.csv [--plots DIR] [--rss rss.csv]
+//   bench_report results.csv [--plots DIR] [--rss rss.csv] [--cpus K]
 //
 // Per collective, one row per (ranks, size): the median time of every system
 // in µs, the ratios of times (troupe / peer: below 1 troupe is faster) and the
@@ -10,13 +10,22 @@
 // give a small table of their own and the ratio of troupe's allreduce busbw to
 // memcpy's bandwidth; --rss adds the peak resident memory per rank during a
 // 64 MiB allreduce. The report ends with the performance targets: each one's
-// measured value, the goal and met / missed / not measured. With --plots, DIR
+// measured value, the goal and met / missed / not measured, and where the
+// run measured what the machine allows, that limit: the raw TCP exchange of
+// tcp_exchange (rows tcp-ceiling) for the TCP busbw targets, a bound from
+// memcpy's time for the shared-memory targets from 1 MiB (ranks x memcpy time
+// / min(ranks, K CPUs), K = --cpus, default the CPUs this process may run
+// on); a missed target whose goal lies beyond that limit is out of reach
+// rather than missed. With --plots, DIR
 // gets busbw_<op>_<n>ranks.dat and plots.gp (`gnuplot plots.gp` in DIR draws
 // busbw_<op>_<n>ranks.png; allreduce's plots have memcpy as a reference line).
+
+#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <map>
@@ -37,7 +46,8 @@ const std::vector<std::pair<std::string, std::string>> columns = {
 
 using key = std::tuple<std::string, int, std::size_t>;  // op, ranks, bytes
 using cell_map = std::map<key, std::map<std::string, bench::record>>;
-using memcpy_map = std::map<std::size_t, bench::record>;  // bytes -> memcpy's record
+using memcpy_map = std::map<std::size_t, bench::record>;   // bytes -> memcpy's record
+using ceiling_map = std::map<std::size_t, bench::record>;  // bytes -> tcp-ceiling's record
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
 
@@ -118,7 +128,19 @@ void print_legend() {
       "  mark, allocates and runs 3 checked allreduces of 64 MiB, reads VmHWM (peak); the\n"
       "  MAX over ranks. Shared-memory segments a rank touched count in its RSS.\n"
       "targets: troupe's performance goals, each with this run's value and met / MISSED /\n"
-      "  not measured (the size, peer or rss.csv is missing from the run).\n");
+      "  not measured (the size, peer or rss.csv is missing from the run), and below a\n"
+      "  target what the machine allows, measured in the same run:\n"
+      "  ceiling (raw TCP exchange): 2 processes on loopback, one TCP connection, each\n"
+      "    sending and receiving N bytes at once (no troupe, nothing reduced; the median\n"
+      "    exchange, the slower process's time). A 2-rank allreduce of N bytes over TCP\n"
+      "    moves at least N bytes out of and N into each process, so its busbw (= N / t\n"
+      "    for 2 ranks) cannot exceed N / t_exchange.\n"
+      "  bound (memory bandwidth; troupe shm from 1 MiB): every rank reads its N input\n"
+      "    bytes and writes N output bytes, about one memcpy of N (the memcpy row); n ranks\n"
+      "    share the CPUs, so an allreduce takes at least n x memcpy time / min(n, CPUs).\n"
+      "    Approximate: memcpy ran at another moment, and writing over what was just\n"
+      "    read (in place) can move less than a memcpy.\n"
+      "  A MISSED target whose goal lies beyond that limit shows as out of reach.\n");
 }
 
 /// The record of one system (CSV system-transport) in one cell, if measured.
@@ -192,10 +214,40 @@ void print_rss(const std::vector<bench::rss_record>& rss) {
         "  ranks together; shown divided by the ranks (a per-rank share).\n");
 }
 
-/// The performance targets, each against this run's numbers.
+/// The performance targets, each against this run's numbers; `note` (a line
+/// of its own below the target) says what the machine allows.
 struct target_row {
-  std::string what, measured, goal, status;
+  std::string what, measured, goal, status, note;
 };
+
+/// What the machine allows, measured in the same run.
+struct limits {
+  ceiling_map tcp;  ///< raw TCP exchange of 2 processes (tcp_exchange)
+  const memcpy_map* memcpy = nullptr;
+  int cpus = 1;  ///< CPUs the ranks share
+
+  /// The least time (µs) of an allreduce of `bytes` over n ranks that share
+  /// `cpus` CPUs, from memory bandwidth: each rank reads its input and writes
+  /// its output, a memcpy of `bytes` at the least, and at most `cpus` of
+  /// those run at once. Only from 1 MiB (below, fixed costs dominate).
+  std::optional<double> memory_us(int n, std::size_t bytes) const {
+    if (bytes < MiB || !memcpy) return std::nullopt;
+    auto m = memcpy->find(bytes);
+    if (m == memcpy->end()) return std::nullopt;
+    return n * m->second.median_us / std::min(n, std::max(cpus, 1));
+  }
+  std::string memory_text(int n, std::size_t bytes) const {
+    auto m = memcpy->find(bytes);
+    char b[96];
+    std::snprintf(b, sizeof b, "bound (memory bandwidth, %d ranks x memcpy %.4g us / %d CPUs)", n,
+                  m->second.median_us, std::min(n, std::max(cpus, 1)));
+    return b;
+  }
+};
+
+const char* const reach_tcp = "out of reach (goal above the measured ceiling)";
+const char* const reach_memory_busbw = "out of reach (goal above the memory-bandwidth bound)";
+const char* const reach_memory_time = "out of reach (goal below the memory-bandwidth bound)";
 
 std::string ratio_text(double ratio, double a, double b, const char* unit) {
   char buf[96];
@@ -205,12 +257,19 @@ std::string ratio_text(double ratio, double a, double b, const char* unit) {
   return buf;
 }
 
-void print_targets(const cell_map& cells, const memcpy_map& memcpy,
+void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits& lim,
                    const std::optional<std::vector<bench::rss_record>>& rss) {
   std::vector<target_row> rows;
   const std::string na = "not measured";
   auto status = [](bool met) { return std::string(met ? "met" : "MISSED"); };
   auto label = [](std::size_t bytes) { return bench::size_label(bytes); };
+  // A missed target beyond what the machine allows is out of reach instead.
+  auto verdict = [&](bool met, bool beyond, const char* reach) {
+    return met || !beyond ? status(met) : std::string(reach);
+  };
+  // Ranks in processes of their own over shared memory: the memory-bandwidth
+  // bound applies (troupe's in-process targets are shown without it).
+  auto in_memory = [](const std::string& mine) { return mine == "troupe-shm"; };
 
   // troupe busbw >= k x peer's busbw.
   auto busbw_vs = [&](const char* mine, const char* peer, const char* peer_name, int n,
@@ -219,11 +278,31 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy,
     auto b = find(cells, "allreduce", n, bytes, peer);
     target_row t{std::string(mine) + " " + std::to_string(n) + "r allreduce " + label(bytes) +
                      ": busbw / " + peer_name,
-                 na, fmt(">= %gx", k), na};
+                 na, fmt(">= %gx", k), na, ""};
+    // The most busbw the machine allows (NaN: not known) and how it is named.
+    double most = NAN;
+    const char* reach = reach_tcp;
+    if (std::string(mine) == "troupe-tcp" && n == 2) {
+      auto c = lim.tcp.find(bytes);
+      t.note = "ceiling (raw TCP exchange): ";
+      if (c == lim.tcp.end()) {
+        t.note += "not measured";
+      } else {
+        most = c->second.busbw;
+        t.note += fmt("%.3g GB/s", most);
+      }
+    } else if (auto us = in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt) {
+      most = double(bytes) * bench::bus_factor(bench::op_kind::allreduce, n) / (*us * 1e-6) / 1e9;
+      reach = reach_memory_busbw;
+      t.note = lim.memory_text(n, bytes) + ": busbw <= " + fmt("%.3g GB/s", most);
+    }
+    if (!std::isnan(most))
+      t.note += b ? fmt(" = %.3gx ", most / b->busbw) + peer_name
+                  : std::string(" (") + peer_name + " not measured)";
     if (a && b) {
       const double r = a->busbw / b->busbw;
       t.measured = ratio_text(r, a->busbw, b->busbw, "GB/s");
-      t.status = status(r >= k);
+      t.status = verdict(r >= k, most < k * b->busbw, reach);
     }
     rows.push_back(t);
   };
@@ -234,11 +313,17 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy,
     auto b = find(cells, "allreduce", n, bytes, peer);
     target_row t{std::string(mine) + " " + std::to_string(n) + "r allreduce " + label(bytes) +
                      ": time / " + peer_name,
-                 na, fmt(strict ? "< %gx" : "<= %gx", k), na};
+                 na, fmt(strict ? "< %gx" : "<= %gx", k), na, ""};
+    const auto least = in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt;
+    if (least)
+      t.note = lim.memory_text(n, bytes) + ": >= " + fmt("%.4g us", *least) +
+               (b ? fmt(" = %.3gx ", *least / b->median_us) + peer_name
+                  : std::string(" (") + peer_name + " not measured)");
     if (a && b) {
-      const double r = a->median_us / b->median_us;
+      const double r = a->median_us / b->median_us, goal_us = k * b->median_us;
       t.measured = ratio_text(r, a->median_us, b->median_us, "us");
-      t.status = status(strict ? r < k : r <= k);
+      const bool beyond = least && (strict ? *least >= goal_us : *least > goal_us);
+      t.status = verdict(strict ? r < k : r <= k, beyond, reach_memory_time);
     }
     rows.push_back(t);
   };
@@ -247,10 +332,12 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy,
     auto a = find(cells, "allreduce", n, bytes, mine);
     target_row t{
         std::string(mine) + " " + std::to_string(n) + "r allreduce " + label(bytes) + ": time", na,
-        fmt("< %g us", limit_us), na};
+        fmt("< %g us", limit_us), na, ""};
+    const auto least = in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt;
+    if (least) t.note = lim.memory_text(n, bytes) + ": >= " + fmt("%.4g us", *least);
     if (a) {
       t.measured = fmt("%.1f us", a->median_us);
-      t.status = status(a->median_us < limit_us);
+      t.status = verdict(a->median_us < limit_us, least && *least >= limit_us, reach_memory_time);
     }
     rows.push_back(t);
   };
@@ -274,7 +361,7 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy,
   // In one process, 2 ranks.
   {
     auto a = find(cells, "allreduce", 2, 64 * MiB, "troupe-inproc");
-    target_row t{"troupe-inproc 2r allreduce 64 MiB: busbw", na, ">= 12 GB/s", na};
+    target_row t{"troupe-inproc 2r allreduce 64 MiB: busbw", na, ">= 12 GB/s", na, ""};
     if (a) {
       t.measured = fmt("%.2f GB/s", a->busbw);
       t.status = status(a->busbw >= 12.0);
@@ -286,7 +373,7 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy,
     auto a = find(cells, "allreduce", 2, b, "troupe-inproc");
     auto m = memcpy.find(b);
     target_row t{"troupe-inproc 2r allreduce " + label(b) + ": busbw / memcpy", na, "(reported)",
-                 na};
+                 na, ""};
     if (a && m != memcpy.end()) {
       t.measured = ratio_text(a->busbw / m->second.busbw, a->busbw, m->second.busbw, "GB/s");
       t.status = "-";
@@ -304,26 +391,31 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy,
           {"troupe-" + r.transport + " " + std::to_string(r.ranks) + "r peak RSS/rank, " +
                label(r.tensor_bytes) + " allreduce",
            fmt("%.2fx tensor", ratio) + fmt(" (%.0f MiB)", per_rank(r, r.peak_bytes) / double(MiB)),
-           "< 2.5x tensor", status(ratio < 2.5)});
+           "< 2.5x tensor", status(ratio < 2.5), ""});
     }
-  if (!any_rss) rows.push_back({"troupe peak RSS/rank, 64 MiB allreduce", na, "< 2.5x tensor", na});
+  if (!any_rss)
+    rows.push_back({"troupe peak RSS/rank, 64 MiB allreduce", na, "< 2.5x tensor", na, ""});
 
-  int met = 0, missed = 0, unmeasured = 0;
+  int met = 0, missed = 0, unreachable = 0, unmeasured = 0;
   std::printf("\n### targets (troupe, from this run; r = ranks)\n\n%-52s %-32s %-14s %s\n",
               "target", "measured", "goal", "status");
   for (const auto& t : rows) {
     std::printf("%-52s %-32s %-14s %s\n", t.what.c_str(), t.measured.c_str(), t.goal.c_str(),
                 t.status.c_str());
+    if (!t.note.empty()) std::printf("    %s\n", t.note.c_str());
     met += t.status == "met";
     missed += t.status == "MISSED";
+    unreachable += t.status.rfind("out of reach", 0) == 0;
     unmeasured += t.status == na;
   }
   std::printf(
-      "\n%d met, %d missed, %d not measured (a size the run did not reach, a peer not\n"
-      "installed, or no rss.csv). Ratios: busbw targets = troupe busbw / peer busbw (above 1:\n"
-      "troupe is faster); time targets = troupe time / peer time (below 1: troupe is faster).\n"
-      "RSS: VmHWM per rank (in-process: the process's divided by the ranks) over the tensor.\n",
-      met, missed, unmeasured);
+      "\n%d met, %d missed, %d out of reach, %d not measured (a size the run did not reach, a\n"
+      "peer not installed, or no rss.csv). Ratios: busbw targets = troupe busbw / peer busbw\n"
+      "(above 1: troupe is faster); time targets = troupe time / peer time (below 1: troupe is\n"
+      "faster). RSS: VmHWM per rank (in-process: the process's divided by the ranks) over the\n"
+      "tensor. Out of reach: missed, with the goal beyond the ceiling or bound printed below\n"
+      "the target (%d CPUs); a met target's ceiling or bound is shown too.\n",
+      met, missed, unreachable, unmeasured, lim.cpus);
 }
 
 /// busbw_<op>_<n>ranks.dat (size, then one column per system, '?' = missing)
@@ -378,22 +470,35 @@ void write_plots(const std::string& dir, const cell_map& cells, const memcpy_map
   }
 }
 
+/// The CPUs this process may run on (the benchmark's ranks share them).
+int cpus_available() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_report results.csv [--plots DIR] [--rss rss.csv]\n");
+    std::fprintf(stderr,
+                 "usage: bench_report results.csv [--plots DIR] [--rss rss.csv] [--cpus K]\n");
     return 2;
   }
   try {
     std::string plots, rss_csv;
+    limits lim;
+    lim.cpus = cpus_available();
     for (int i = 2; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "--plots" && i + 1 < argc)
         plots = argv[++i];
       else if (a == "--rss" && i + 1 < argc)
         rss_csv = argv[++i];
-      else
+      else if (a == "--cpus" && i + 1 < argc) {
+        lim.cpus = std::atoi(argv[++i]);
+        if (lim.cpus < 1) throw std::invalid_argument("--cpus expects a positive integer");
+      } else
         throw std::invalid_argument("unknown argument '" + a + "'");
     }
     cell_map cells;
@@ -403,6 +508,10 @@ int main(int argc, char** argv) {
     for (auto& r : bench::read_csv(argv[1])) {
       if (r.system == "memcpy") {  // the reference rows: a table of their own
         memcpy[r.bytes] = r;
+        continue;
+      }
+      if (r.system == "tcp-ceiling") {  // the raw TCP exchange: in the targets only
+        lim.tcp[r.bytes] = r;
         continue;
       }
       cells[{r.op, r.ranks, r.bytes}][r.system + "-" + r.transport] = r;
@@ -417,7 +526,8 @@ int main(int argc, char** argv) {
     if (!memcpy.empty()) print_memcpy(memcpy, cells, ranks);
     if (rss && !rss->empty()) print_rss(*rss);
     print_legend();
-    print_targets(cells, memcpy, rss);
+    lim.memcpy = &memcpy;
+    print_targets(cells, memcpy, lim, rss);
     if (!plots.empty()) write_plots(plots, cells, memcpy, ops, ranks);
     return 0;
   } catch (const std::exception& e) {

@@ -2,23 +2,26 @@
 # The collectives benchmark in one command: troupe (in one process, one
 # process per rank over shared memory, forced TCP), Gloo (TCP on loopback) and
 # OpenMPI (shared memory, TCP on loopback), 2 and 4 ranks, in the same run,
-# next to a single-thread memcpy at the same sizes and the peak resident
-# memory of each rank during a 64 MiB allreduce.
+# next to a single-thread memcpy at the same sizes, the raw TCP exchange of
+# two processes on loopback (tcp_exchange: the ceiling of a 2-rank allreduce
+# over TCP) and the peak resident memory of each rank during a 64 MiB
+# allreduce.
 #
 #   bash bench/run_bench.sh [--quick] [--ranks "2 4"] [--iters K] [--build-dir DIR]
 #                           [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall]
 #                           [--no-rss]
 #
-# --quick stops at 1 MiB (whole run well under 3 minutes on 2 cores); the full
-# run goes to 64 MiB. --ops picks the collectives every worker runs (default:
+# --quick stops at 1 MiB (whole run well under 3 minutes on 2 cores; the TCP
+# exchange only at 16 MiB, under a second); the full run goes to 64 MiB. --ops picks the collectives every worker runs (default:
 # all five). --no-rss skips the peak-memory runs (one fresh process per system
 # and rank count, a few 64 MiB allreduces each; also in --quick). Builds what
 # is missing (installs nothing: scripts/setup.sh installs the peers), then
-# writes to bench/out/: results.csv (every system's records and memcpy's),
-# rss.csv (peak RSS per system and rank count), tables.txt (what is printed:
-# one table per collective, memcpy and allreduce/memcpy, peak RSS, targets
-# met / missed), busbw_<op>_<n>ranks.png (gnuplot) and logs/ (each run's
-# output). A system that is not installed is skipped.
+# writes to bench/out/: results.csv (every system's records, memcpy's and
+# tcp-ceiling's), rss.csv (peak RSS per system and rank count), tables.txt
+# (what is printed: one table per collective, memcpy and allreduce/memcpy,
+# peak RSS, targets met / missed / out of reach with the TCP ceiling and the
+# memory-bandwidth bound), busbw_<op>_<n>ranks.png (gnuplot) and logs/ (each
+# run's output). A system that is not installed is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,7 +39,7 @@ while [ $# -gt 0 ]; do
     --build-dir) build="$2"; shift ;;
     --ops) ops=(--ops "$2"); shift ;;
     --no-rss) rss=0 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "run_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -61,7 +64,7 @@ else
   cmake -S . -B "$build" >/dev/null
 fi
 has_target() { grep -qs "$1" "$build/build.ninja" "$build/bench/Makefile"; }
-targets=(troupe_bench_worker bench_report troupe-run)
+targets=(troupe_bench_worker tcp_exchange bench_report troupe-run)
 has_target gloo_bench_worker && targets+=(gloo_bench_worker)
 has_target mpi_bench_worker && targets+=(mpi_bench_worker)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
@@ -101,6 +104,9 @@ measure() {  # measure NAME COMMAND...: the collectives, then (unless --no-rss) 
 
 # memcpy, one thread, at the same sizes: the reference of the bandwidths.
 run memcpy "${worker[@]}" --memcpy --csv "$csv" "${quick[@]}" "${iters[@]}"
+# Two processes exchanging N bytes each way over one loopback TCP connection,
+# no troupe (16 and 64 MiB; --quick: 16 MiB): the TCP ceiling of the targets.
+run tcp-ceiling "$build/bench/tcp_exchange" --csv "$csv" "${quick[@]}" "${iters[@]}"
 for n in $ranks; do
   measure "troupe-inproc-${n}" "${worker[@]}" --inprocess "$n"
   for t in shm tcp; do
