@@ -1,5 +1,7 @@
 #include "fabric/algorithm_op.hpp"
 
+#include <algorithm>
+
 #include "algorithms/algorithm.hpp"
 #include "fabric/net_medium.hpp"
 #include "troupe/error.hpp"
@@ -11,10 +13,14 @@ namespace {
 class net_context final : public op_context {
  public:
   net_context(net_medium& net, std::uint64_t op, collective_call& call,
-              fabric_clock::time_point deadline)
-      : op_context(net.rank(), net.size(), call), net_(net), op_(op), deadline_(deadline) {}
+              fabric_clock::time_point deadline, bool reads)
+      : op_context(net.rank(), net.size(), call),
+        net_(net),
+        op_(op),
+        deadline_(deadline),
+        reads_(reads) {}
   void send(int peer, std::uint32_t step, tensor payload) override {
-    net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload, deadline_);
+    net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload, deadline_, reads_);
   }
   bool copies_on_send(int) const override { return true; }  // written to the socket at once
 
@@ -22,6 +28,7 @@ class net_context final : public op_context {
   net_medium& net_;
   std::uint64_t op_;
   fabric_clock::time_point deadline_;
+  bool reads_;
 };
 
 class algorithm_op final : public fabric_op {
@@ -32,7 +39,7 @@ class algorithm_op final : public fabric_op {
   bool step(fabric_context& fc, bool& moved) override {
     auto& net = static_cast<net_medium&>(fc.med);
     if (!ctx_) {
-      ctx_ = std::make_unique<net_context>(net, op, *call_, deadline);
+      ctx_ = std::make_unique<net_context>(net, op, *call_, deadline, reads_itself);
       alg_ = make_algorithm(*call_, fc.rank, fc.size);
       moved = true;
       // Send first: a peer that called another collective must get this
@@ -70,7 +77,12 @@ class algorithm_op final : public fabric_op {
 }  // namespace
 
 std::unique_ptr<fabric_op> make_algorithm_op(collective_call call) {
-  return std::make_unique<algorithm_op>(std::move(call));
+  // Up to 1 MiB latency counts: the waiting thread reads its peers' sockets.
+  const auto bytes = std::max(call.input.defined() ? call.input.nbytes() : 0,
+                              call.output.defined() ? call.output.nbytes() : 0);
+  auto op = std::make_unique<algorithm_op>(std::move(call));
+  op->reads_itself = bytes <= (std::size_t{1} << 20);
+  return op;
 }
 
 }  // namespace troupe::detail

@@ -71,10 +71,11 @@ work fabric::submit(std::unique_ptr<fabric_op> op) {
 void fabric::drive(work_state& s, fabric_clock::time_point until) {
   const auto& policy = wait_policy::get();
   waiters_.fetch_add(1);
-  med_->begin_wait();
+  const bool reads = head_reads_itself();
+  med_->begin_wait(reads);
   auto polling_since = fabric_clock::now();
   while (!s.finished.load(std::memory_order_acquire)) {
-    const bool moved = med_->pump() | pass(true);
+    const bool moved = (reads && med_->pump()) | pass(true);
     if (s.finished.load(std::memory_order_acquire)) break;
     const auto now = fabric_clock::now();
     if (now >= until) break;
@@ -84,10 +85,12 @@ void fabric::drive(work_state& s, fabric_clock::time_point until) {
     }
     if (policy.poll_step(now - polling_since)) continue;
     const auto nap = std::min<fabric_clock::duration>(until - now, max_sleep);
-    med_->sleep(blocker(), nap, [&] { return med_->pump() | pass(true) || s.finished.load(); });
+    med_->sleep(
+        blocker(), nap, [&] { return (reads && med_->pump()) | pass(true) || s.finished.load(); },
+        reads);
     polling_since = fabric_clock::now();
   }
-  med_->end_wait();
+  med_->end_wait(reads);
   waiters_.fetch_sub(1);
 }
 
@@ -114,6 +117,11 @@ void fabric::watch() {
       poke();
     }
   }
+}
+
+bool fabric::head_reads_itself() {
+  std::lock_guard<std::mutex> g{engine_};
+  return queue_.empty() || queue_.front()->reads_itself;
 }
 
 int fabric::blocker() {

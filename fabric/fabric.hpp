@@ -73,7 +73,11 @@ class fabric_op {
   /// The group rank the last blocked step waits for, and for what.
   virtual std::pair<int, std::string> blocker() const = 0;
 
-  std::string name;       ///< "allreduce"
+  std::string name;  ///< "allreduce"
+  /// The thread that drives it also reads incoming data itself (small
+  /// operations: latency); else the data plane's reader threads receive
+  /// while it sends (large ones: bandwidth). Only a local choice.
+  bool reads_itself = true;
   std::uint64_t seq = 0;  ///< the group's sequence number
   std::uint64_t op = 0;   ///< the fabric's operation number (1, 2, ...)
   std::chrono::milliseconds timeout{};
@@ -121,6 +125,7 @@ class fabric : public std::enable_shared_from_this<fabric> {
   bool pass(bool block_on_lock);
   bool step_head(std::vector<finished>& out);
   int blocker();
+  bool head_reads_itself();
   void stop(const std::string& reason);
 
   std::shared_ptr<medium> med_;

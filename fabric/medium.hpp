@@ -20,13 +20,15 @@ class medium {
   /// Moves incoming data within reach of the operations without blocking
   /// (reads sockets); true when something arrived.
   virtual bool pump() { return false; }
-  /// A thread starts / stops waiting (driving) for the fabric's operations.
-  virtual void begin_wait() {}
-  virtual void end_wait() {}
+  /// A thread starts / stops waiting (driving) for the fabric's operations;
+  /// `reads` says whether it reads incoming data itself (pump) meanwhile.
+  virtual void begin_wait(bool /*reads*/) {}
+  virtual void end_wait(bool /*reads*/) {}
   /// Sleeps until group rank `r` may have published something or `max`
   /// passed; `recheck()` runs after registering as sleeper and cancels the
-  /// sleep when it returns true.
-  virtual void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck) = 0;
+  /// sleep when it returns true. `reads` as for begin_wait.
+  virtual void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+                     bool reads) = 0;
   /// Why operation `op`, blocked waiting for group rank `blocker` (-1:
   /// unknown), can never finish because a rank it needs is gone (empty: it
   /// still can).

@@ -43,11 +43,15 @@ void net_medium::deliver(received_frame& f) {
 }
 
 void net_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
-                      const tensor& payload, std::chrono::steady_clock::time_point deadline) {
+                      const tensor& payload, std::chrono::steady_clock::time_point deadline,
+                      bool reads) {
   if (auto plane = plane_.lock())
     plane->send_fabric(
         global_ranks_[static_cast<std::size_t>(peer)], group_,
-        envelope{op, step, rank_, static_cast<op_code>(code), payload}, [this] { pump(); },
+        envelope{op, step, rank_, static_cast<op_code>(code), payload},
+        [this, reads] {
+          if (reads) pump();
+        },
         deadline);
 }
 
@@ -64,22 +68,23 @@ void net_medium::pumping(int delta, bool wake) {
     for (int w : remote_) plane->pumping(w, delta, wake);
 }
 
-void net_medium::begin_wait() {
-  pumping(+1, false);
+void net_medium::begin_wait(bool reads) {
+  if (reads) pumping(+1, false);
 }
 
-void net_medium::end_wait() {
-  pumping(-1, false);
+void net_medium::end_wait(bool reads) {
+  if (reads) pumping(-1, false);
 }
 
-void net_medium::sleep(int, std::chrono::nanoseconds max, const std::function<bool()>& recheck) {
+void net_medium::sleep(int, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+                       bool reads) {
   // Asleep, this thread reads nothing: the reader threads take over.
-  pumping(-1, true);
+  if (reads) pumping(-1, true);
   sleepers_.fetch_add(1);
   const auto seen = bell_.load();
   if (!recheck()) futex_wait(bell_, seen, max);
   sleepers_.fetch_sub(1);
-  pumping(+1, false);
+  if (reads) pumping(+1, false);
 }
 
 std::string net_medium::lost(std::uint64_t, int blocker) {

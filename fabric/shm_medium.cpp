@@ -41,7 +41,8 @@ int shm_medium::size() const noexcept {
   return seg_->shape().size;
 }
 
-void shm_medium::sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck) {
+void shm_medium::sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+                       bool) {
   seg_->sleep(r, max, recheck);
 }
 

@@ -24,7 +24,8 @@ class shm_medium final : public medium {
   ~shm_medium() override;
 
   int size() const noexcept override;
-  void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck) override;
+  void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+             bool reads) override;
   std::string lost(std::uint64_t op, int blocker) override;
   void announce(std::uint64_t seq, std::uint8_t code) override;
   int announced(int r, std::uint64_t seq) override;
