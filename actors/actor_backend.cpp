@@ -539,8 +539,7 @@ class actor_backend final : public backend {
     }
     std::vector<std::string> names;
     for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
-    segment_shape shape;
-    shape.size = ctx.size;
+    const auto shape = shape_for(ctx.size);
     std::unique_ptr<segment> seg;
     std::shared_ptr<net_medium> net_med;
     std::string why;

@@ -11,7 +11,11 @@
 // Step 2 (agree): wait until every rank arrived; all must have posted the
 //   same descriptor (else every rank fails the same way). A rank that issued
 //   another collective at this sequence number is a collective mismatch.
-// Small N (one step): reduce the n slots straight into the output; done = k.
+// Small N (one step; the slot size is fabric/segment.hpp's shape_for): reduce
+//   the n slots straight into the output; done = k.
+// Ranks of one process, N above 32 KiB (direct): reduce part (me) of every
+//   rank's buffer into mine and copy it into every other buffer; done = k;
+//   return once every rank is done (the others write into my buffer).
 // Large N, per chunk g (a ring of `chunk_slots` staging and result slots;
 // three cursors, each running ahead as far as the peers allow):
 //   stage:  once every rank reduced chunk g - slots (the last reader of the
@@ -41,6 +45,10 @@
 namespace troupe::detail {
 namespace {
 
+/// Above this size ranks of one process reduce straight from each other's
+/// buffers rather than through slots.
+constexpr std::uint64_t direct_from_bytes = 32 << 10;
+
 class allreduce_shm final : public fabric_op {
  public:
   allreduce_shm(tensor data, reduce_op::kind kind, double divisor, std::uint8_t code)
@@ -50,7 +58,10 @@ class allreduce_shm final : public fabric_op {
     auto& seg = *ctx.seg;
     const auto me = ctx.rank;
     const auto nbytes = static_cast<std::uint64_t>(data_.nbytes());
-    const bool small = nbytes <= seg.shape().small_bytes;
+    // One step when the buffer fits a slot, except that ranks of one process
+    // reduce straight from each other's buffers above 32 KiB.
+    const bool small =
+        nbytes <= seg.shape().small_bytes && !(ctx.one_process && nbytes > direct_from_bytes);
     switch (phase_) {
       case phase::post: {
         if (!all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,

@@ -33,6 +33,13 @@ std::string fresh_name() {
 
 }  // namespace
 
+segment_shape shape_for(int size) {
+  segment_shape shape;
+  shape.size = size;
+  shape.small_bytes = size == 2 ? std::size_t{1} << 20 : std::size_t{32} << 10;
+  return shape;
+}
+
 segment::segment(std::string name, void* base, std::size_t bytes, const segment_shape& shape)
     : name_(std::move(name)), base_(static_cast<std::byte*>(base)), bytes_(bytes), shape_(shape) {
   plan(shape_, off_);

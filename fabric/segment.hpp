@@ -33,6 +33,11 @@ struct segment_shape {
   int chunk_slots = 4;                  ///< chunks in flight
 };
 
+/// The shape a group of `size` ranks uses. Two ranks take buffers up to 1 MiB
+/// in one step (measured 45–51 µs at 1 MiB against 59–60 µs staged); more
+/// ranks read n slots each, so one step only up to 32 KiB.
+segment_shape shape_for(int size);
+
 /// What an operation looks like; every rank must pass the same.
 struct op_descriptor {
   std::uint64_t op = 0;   ///< fabric operation number (1, 2, ...)

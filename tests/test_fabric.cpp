@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "../fabric/segment.hpp"
 #include "../fabric/fabric.hpp"
+#include "../fabric/segment.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "troupe/troupe.hpp"
@@ -47,8 +47,6 @@ std::vector<std::unique_ptr<world>> make_worlds(int n, std::chrono::milliseconds
   return ws;
 }
 
-const detail::segment_shape shape{};
-
 template <class T = float>
 tensor filled(std::int64_t len, T v) {
   return tensor::from_vector(std::vector<T>(static_cast<std::size_t>(len), v));
@@ -69,14 +67,15 @@ TEST_CASE("fabric allreduce matches the reference across the small and chunked p
   for (bool staged : {false, true}) {
     CAPTURE(staged);
     fabric_mode mode{staged};
-    const auto small = static_cast<std::int64_t>(shape.small_bytes / 4);
-    const auto chunk = static_cast<std::int64_t>(shape.chunk_bytes / 4);
-    // 0, 1, the largest one-step size and one above, exactly one chunk, a
-    // ragged tail, and more chunks than staging slots (the ring wraps).
-    const std::int64_t lens[] = {
-        0, 1, small, small + 1, chunk, chunk + 17, chunk * (shape.chunk_slots * 2 + 1) + 5};
     for (int n : {2, 3, 4, 7}) {
       CAPTURE(n);
+      const auto shape = detail::shape_for(n);
+      const auto small = static_cast<std::int64_t>(shape.small_bytes / 4);
+      const auto chunk = static_cast<std::int64_t>(shape.chunk_bytes / 4);
+      // 0, 1, the largest one-step size and one above, exactly one chunk, a
+      // ragged tail, and more chunks than staging slots (the ring wraps).
+      const std::int64_t lens[] = {
+          0, 1, small, small + 1, chunk, chunk + 17, chunk * (shape.chunk_slots * 2 + 1) + 5};
       const auto before = reduced_so_far();
       testing::run_ranks(n, [&](world& w) {
         auto& pg = w.default_group();
