@@ -8,6 +8,7 @@ namespace troupe::detail {
 
 std::unique_ptr<algorithm> make_allreduce_ring();
 std::unique_ptr<algorithm> make_allreduce_direct();
+std::unique_ptr<algorithm> make_allreduce_pair();
 std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
@@ -26,6 +27,9 @@ constexpr std::size_t direct_allreduce_bytes = 64 * 1024;
 std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, int size) {
   switch (call.code) {
     case op_code::allreduce:
+      // Two ranks: one pipelined exchange at every size (the ring's volume in
+      // one phase); more: one step while latency decides, the ring beyond.
+      if (size == 2) return make_allreduce_pair();
       return size > 1 && call.input.nbytes() <= direct_allreduce_bytes ? make_allreduce_direct()
                                                                        : make_allreduce_ring();
     case op_code::broadcast:
