@@ -107,6 +107,10 @@ bool collect_from_peers(op_context& ctx, std::vector<bool>& done, F&& use) {
   return all;
 }
 
+/// Pipelined algorithms cut buffers into segments of about 1 MiB, a few in
+/// flight at a time: how many segments `elements` of `t` make (at least 1).
+int segments_of(std::int64_t elements, dtype t);
+
 /// Group rank `r` shifted by `d` around the ring.
 inline int ring(int r, int d, int size) {
   return ((r + d) % size + size) % size;

@@ -21,8 +21,7 @@
 namespace troupe::detail {
 namespace {
 
-constexpr std::size_t segment_bytes = std::size_t{1} << 20;
-constexpr int window = 8;
+constexpr int window = 8;  // segments in flight
 
 class allreduce_pair final : public algorithm {
  public:
@@ -32,9 +31,7 @@ class allreduce_pair final : public algorithm {
     if (!started_) {
       started_ = true;
       mine_ = own_contribution(call, call.input);
-      const auto per = static_cast<std::int64_t>(
-          std::max<std::size_t>(1, segment_bytes / element_size(call.input.scalar_type())));
-      segs_ = static_cast<int>(std::max<std::int64_t>(1, (call.input.numel() + per - 1) / per));
+      segs_ = segments_of(call.input.numel(), call.input.scalar_type());
     }
     const auto kind = call.op.op() == reduce_op::AVG || call.op.op() == reduce_op::PREMUL_SUM
                           ? reduce_op::SUM

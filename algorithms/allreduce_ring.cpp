@@ -26,9 +26,7 @@
 namespace troupe::detail {
 namespace {
 
-/// Segments of about this size, `window` of them in flight on a link.
-constexpr std::size_t segment_bytes = std::size_t{1} << 20;
-constexpr int window = 4;
+constexpr int window = 4;  // step-0 segments in flight
 
 class allreduce_ring final : public algorithm {
  public:
@@ -48,9 +46,7 @@ class allreduce_ring final : public algorithm {
         return true;
       }
       const auto largest = chunk_range(call.input.numel(), n, 0).second;  // chunk 0 is largest
-      const auto per = static_cast<std::int64_t>(
-          std::max<std::size_t>(1, segment_bytes / element_size(call.input.scalar_type())));
-      segs_ = static_cast<int>(std::max<std::int64_t>(1, (largest + per - 1) / per));
+      segs_ = segments_of(largest, call.input.scalar_type());
     }
     // Phase 1: reduce-scatter, segment by segment.
     for (;;) {

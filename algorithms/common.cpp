@@ -4,6 +4,8 @@
 #include <numeric>
 
 #include "algorithms/algorithm.hpp"
+
+#include <algorithm>
 #include "src/reduce_kernels.hpp"
 #include "troupe/error.hpp"
 
@@ -58,6 +60,13 @@ void check_payload(const collective_call& call, const tensor& payload, std::int6
 
 tensor fresh_copy(const tensor& src) {
   return src.clone();
+}
+
+int segments_of(std::int64_t elements, dtype t) {
+  constexpr std::size_t segment_bytes = std::size_t{1} << 20;
+  const auto per =
+      static_cast<std::int64_t>(std::max<std::size_t>(1, segment_bytes / element_size(t)));
+  return static_cast<int>(std::max<std::int64_t>(1, (elements + per - 1) / per));
 }
 
 tensor combine(const reduce_op& op, const tensor& a, const tensor& b) {

@@ -340,10 +340,14 @@ void append_rss_csv(const std::string& path, const rss_record& r) {
     << r.baseline_bytes << ',' << r.peak_bytes << '\n';
 }
 
-std::vector<rss_record> read_rss_csv(const std::string& path) {
+namespace {
+
+/// Calls `row(cells)` for every data line of a CSV file written by this file
+/// (header lines skipped); throws naming the file on a line without `cells` cells.
+template <class F>
+void read_rows(const std::string& path, std::size_t cells, F row) {
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot read " + path);
-  std::vector<rss_record> rows;
   std::string line;
   std::getline(f, line);  // header
   while (std::getline(f, line)) {
@@ -351,11 +355,27 @@ std::vector<rss_record> read_rss_csv(const std::string& path) {
     std::istringstream is(line);
     std::vector<std::string> v;
     for (std::string cell; std::getline(is, cell, ',');) v.push_back(cell);
-    if (v.size() != 6) throw std::runtime_error(path + ": malformed line '" + line + "'");
+    if (v.size() != cells) throw std::runtime_error(path + ": malformed line '" + line + "'");
+    row(v);
+  }
+}
+
+}  // namespace
+
+std::vector<rss_record> read_rss_csv(const std::string& path) {
+  std::vector<rss_record> rows;
+  read_rows(path, 6, [&](const std::vector<std::string>& v) {
     rows.push_back(
         {v[0], v[1], std::stoi(v[2]), std::stoull(v[3]), std::stoull(v[4]), std::stoull(v[5])});
-  }
+  });
   return rows;
+}
+
+void report_rss(const rank_runtime& rt, const run_config& c, const std::string& csv) {
+  const auto r = run_rss(rt, c);
+  if (rt.rank != 0) return;
+  print_rss(r);
+  if (!csv.empty()) append_rss_csv(csv, r);
 }
 
 void print_rss(const rss_record& r) {
@@ -386,20 +406,11 @@ void append_csv(const std::string& path, const std::vector<record>& rows) {
 }
 
 std::vector<record> read_csv(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error("cannot read " + path);
   std::vector<record> rows;
-  std::string line;
-  std::getline(f, line);  // header
-  while (std::getline(f, line)) {
-    if (line.empty() || line.rfind("system,", 0) == 0) continue;
-    std::istringstream is(line);
-    std::vector<std::string> v;
-    for (std::string cell; std::getline(is, cell, ',');) v.push_back(cell);
-    if (v.size() != 9) throw std::runtime_error(path + ": malformed line '" + line + "'");
+  read_rows(path, 9, [&](const std::vector<std::string>& v) {
     rows.push_back({v[0], v[1], std::stoi(v[2]), v[3], std::stoull(v[4]), std::stoi(v[5]),
                     std::stod(v[6]), std::stod(v[7]), std::stod(v[8])});
-  }
+  });
   return rows;
 }
 

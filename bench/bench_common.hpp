@@ -143,6 +143,8 @@ rss_record run_rss(const rank_runtime& rt, const run_config& c,
 void append_rss_csv(const std::string& path, const rss_record& r);
 std::vector<rss_record> read_rss_csv(const std::string& path);
 void print_rss(const rss_record& r);
+/// run_rss, then on rank 0 print_rss and (when `csv` is set) append_rss_csv.
+void report_rss(const rank_runtime& rt, const run_config& c, const std::string& csv);
 
 /// Appends records to a CSV file, writing the header when the file is new.
 void append_csv(const std::string& path, const std::vector<record>& rows);

@@ -142,11 +142,7 @@ int run_rank_process(int rank, const std::string& dir, const bench::worker_args&
 
   const bench::run_config c = bench::config_of(a, "gloo", "tcp");
   if (a.rss) {
-    const auto r = bench::run_rss(rt, c);
-    if (rank == 0) {
-      bench::print_rss(r);
-      if (!a.csv.empty()) bench::append_rss_csv(a.csv, r);
-    }
+    bench::report_rss(rt, c, a.csv);
     return 0;
   }
   auto rows = bench::run_rank(rt, c);

@@ -81,11 +81,7 @@ int run(const bench::worker_args& a) {
   const bench::run_config c = bench::config_of(a, "mpi", transport);
   if (a.memcpy) throw std::invalid_argument("--memcpy is troupe_bench_worker's");
   if (a.rss) {
-    const auto r = bench::run_rss(rt, c);
-    if (rank == 0) {
-      bench::print_rss(r);
-      if (!a.csv.empty()) bench::append_rss_csv(a.csv, r);
-    }
+    bench::report_rss(rt, c, a.csv);
     return 0;
   }
   auto rows = bench::run_rank(rt, c);

@@ -87,10 +87,7 @@ bench::rank_runtime runtime_of(troupe::world& w) {
 void run_world(troupe::world& w, const bench::worker_args& a, const std::string& transport) {
   const bench::run_config c = bench::config_of(a, "troupe", transport);
   if (a.rss) {
-    const auto r = bench::run_rss(runtime_of(w), c);
-    if (w.rank() != 0) return;
-    bench::print_rss(r);
-    if (!a.csv.empty()) bench::append_rss_csv(a.csv, r);
+    bench::report_rss(runtime_of(w), c, a.csv);
     return;
   }
   auto rows = bench::run_rank(runtime_of(w), c);
