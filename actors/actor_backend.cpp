@@ -367,6 +367,7 @@ class actor_backend final : public backend {
   void abort(const std::string& reason) override {
     caf::anon_send(group_, abort_atom::value, reason);
     if (fabric_) fabric_->abort(reason);
+    if (messages_) messages_->abort(reason);
   }
 
  private:
@@ -441,10 +442,11 @@ class actor_backend final : public backend {
   }
 
   work submit(const call_ptr& c) {
-    if (fabric_ && !shm_ && fits_net_fabric(*c)) {
+    if (auto& f = shm_ ? messages_ : fabric_; f && fits_net_fabric(*c)) {
       auto op = make_algorithm_op(*c);
       op->handle = c->handle;
-      return on_fabric(std::move(op), c->code, c->name.c_str(), c->input, c->timeout, c->outputs);
+      return on_fabric(*f, std::move(op), c->code, c->name.c_str(), c->input, c->timeout,
+                       c->outputs);
     }
     track(c->handle);
     if (debug_ == debug_level::detail) log_detail(c->handle, c->input);
@@ -502,6 +504,11 @@ class actor_backend final : public backend {
   /// Issues `op` on the fabric (with a new work unless op->handle is set).
   work on_fabric(std::unique_ptr<fabric_op> op, op_code code, const char* name, const tensor& data,
                  timeout_t timeout, tensor_list outputs) {
+    return on_fabric(*fabric_, std::move(op), code, name, data, timeout, std::move(outputs));
+  }
+
+  work on_fabric(fabric& fab, std::unique_ptr<fabric_op> op, op_code code, const char* name,
+                 const tensor& data, timeout_t timeout, tensor_list outputs) {
     op->name = name;
     op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
     op->outputs = std::move(outputs);
@@ -510,8 +517,8 @@ class actor_backend final : public backend {
     if (debug_ == debug_level::detail) log_detail(op->handle, data);
     std::lock_guard<std::mutex> g{issue_mtx_};
     op->seq = number(op->handle, code);
-    op->op = fabric_->next_op();
-    return fabric_->submit(std::move(op));
+    op->op = fab.next_op();
+    return fab.submit(std::move(op));
   }
 
   /// Sets up the group's fabric when every member can take part, the same
@@ -521,7 +528,10 @@ class actor_backend final : public backend {
   ///    stage as if apart). Once all mapped it, its name is removed, so a
   ///    crash leaves nothing behind.
   ///  - net: every member lives in another process, reached over TCP; the
-  ///    medium starts receiving before this rank says it is ready.
+  ///    medium starts receiving before this rank says it is ready. With shm
+  ///    and one rank per process ("shm+net"), a second fabric over the
+  ///    data plane (messages_) takes the collectives the segment has no
+  ///    algorithm for.
   /// Each rank writes the mode it can run; the fabric is used only when all
   /// wrote the same one.
   void setup_fabric(const backend_context& ctx, const transport& net) {
@@ -529,13 +539,15 @@ class actor_backend final : public backend {
     const char* env = std::getenv("TROUPE_FABRIC");
     const std::string setting = env ? env : "";
     const auto& plane = rt_.plane();
-    bool shm = setting != "off", remote = setting != "off" && plane;
+    // remote: every peer in another process (frames through the data plane);
+    // sockets: and reached over TCP.
+    bool shm = setting != "off", remote = setting != "off" && plane, sockets = remote;
     for (int r = 0; r < ctx.size; ++r) {
       const int w = ctx.global_ranks[static_cast<std::size_t>(r)];
       if (plane) shm = shm && plane->shares_memory(w);
-      if (r != ctx.rank)
-        remote =
-            remote && !plane->is_local(w) && !plane->shares_memory(w) && plane->reads_socket(w);
+      if (r == ctx.rank || !remote) continue;
+      remote = !plane->is_local(w);
+      sockets = sockets && remote && !plane->shares_memory(w) && plane->reads_socket(w);
     }
     std::vector<std::string> names;
     for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
@@ -559,11 +571,11 @@ class actor_backend final : public backend {
       why = e.what();
     }
     std::string mode = seg ? "shm" : "none";
-    if (!seg && remote) {
+    if ((!seg && sockets) || (seg && remote)) {
       net_med =
           std::make_shared<net_medium>(plane, ctx.global_ranks, ctx.rank, ctx.group_name, names);
       net_med->attach();
-      mode = "net";
+      mode = seg ? "shm+net" : "net";
     }
     st.set("fabric/mode/" + std::to_string(ctx.rank), to_bytes(mode));
     std::vector<std::string> keys;
@@ -580,6 +592,11 @@ class actor_backend final : public backend {
       med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
                                          setting != "staged");
       shm_ = true;
+      // One rank per process on one host: the other collectives run on a
+      // second fabric over the data plane's shared-memory rings (read by the
+      // reader threads; no actor hops).
+      if (net_med)
+        messages_ = std::make_shared<fabric>(std::move(net_med), ctx.rank, ctx.group_name, names);
     }
     fabric_ = std::make_shared<fabric>(std::move(med), ctx.rank, ctx.group_name, names);
   }
@@ -632,10 +649,11 @@ class actor_backend final : public backend {
 
   void shutdown(const std::string& reason) {
     if (!group_) return;
-    if (fabric_) {
-      fabric_->abort(reason);
-      fabric_.reset();
-    }
+    for (auto* f : {&fabric_, &messages_})
+      if (*f) {
+        (*f)->abort(reason);
+        f->reset();
+      }
     in_process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
     if (rt_.plane()) rt_.plane()->remove_group(group_name());
     {
@@ -664,7 +682,8 @@ class actor_backend final : public backend {
   std::mutex issue_mtx_;  // numbering and submission happen in one order
   std::atomic<std::uint64_t> issued_{0};
   std::shared_ptr<fabric> fabric_;
-  bool shm_ = false;  // the fabric's medium is shared memory (else the network)
+  std::shared_ptr<fabric> messages_;  // beside a shared-memory fabric: the other collectives
+  bool shm_ = false;                  // the fabric's medium is shared memory (else the network)
 };
 
 }  // namespace
