@@ -312,7 +312,7 @@ void data_plane::serve(int fd) {
     });
   }
   if (p.in_ring)
-    read_loop(r, *p.in_ring);
+    ring_loop(r, *p.in_ring);
   else
     socket_loop(r, *raw);
 }
@@ -350,10 +350,14 @@ bool data_plane::dispatch(int r, received_frame& f) {
 bool data_plane::drain(int r, bool& any) {
   auto& p = *peers_[static_cast<std::size_t>(r)];
   if (p.over) return false;
-  auto why = p.reader.drain(p.in_socket->fd(), [&](received_frame& f) {
+  auto on_frame = [&](received_frame& f) {
     any = true;
     return dispatch(r, f);
-  });
+  };
+  auto why = p.in_ring
+                 ? p.reader.drain(
+                       [&](void* d, std::size_t n) { return p.in_ring->read_some(d, n); }, on_frame)
+                 : p.reader.drain(p.in_socket->fd(), on_frame);
   if (why.empty()) return true;
   p.over = true;
   if (why == "stopped") return false;  // a goodbye, already handled
@@ -387,6 +391,26 @@ void data_plane::socket_loop(int r, tcp_stream& in) {
   }
 }
 
+void data_plane::ring_loop(int r, shm_ring& in) {
+  auto& p = *peers_[static_cast<std::size_t>(r)];
+  for (;;) {
+    {
+      // Park while a waiting thread reads this ring itself (as socket_loop).
+      std::unique_lock<std::mutex> g{p.in_mtx};
+      if (p.over || stopping_) return;
+      if (p.pumpers.load() > 0) {
+        p.park.wait_for(g, std::chrono::milliseconds(2));
+        continue;
+      }
+    }
+    const bool open = in.wait_readable(std::chrono::milliseconds(100));
+    if (stopping_) return;
+    std::lock_guard<std::mutex> g{p.in_mtx};
+    bool any = false;
+    if (!drain(r, any) || (!open && !any)) return;
+  }
+}
+
 bool data_plane::reads_socket(int r) const {
   auto& p = *peers_[static_cast<std::size_t>(r)];
   return p.in_socket && !p.in_ring;
@@ -394,7 +418,7 @@ bool data_plane::reads_socket(int r) const {
 
 bool data_plane::pump(int r) {
   auto& p = *peers_[static_cast<std::size_t>(r)];
-  if (!p.in_socket || p.in_ring) return false;
+  if (!p.in_socket && !p.in_ring) return false;
   std::unique_lock<std::mutex> g{p.in_mtx, std::try_to_lock};
   if (!g.owns_lock()) return false;
   bool any = false;
@@ -415,21 +439,6 @@ std::string data_plane::gone_reason(int r) {
   if (!p.gone.load()) return {};
   std::lock_guard<std::mutex> g{mtx_};
   return p.gone_why;
-}
-
-void data_plane::read_loop(int r, byte_stream& in) {
-  received_frame f;
-  for (;;) {
-    auto why = read_frame(in, f);
-    if (!why.empty()) {
-      if (why != "connection closed")
-        std::fprintf(stderr, "[troupe rank %d] dropping connection of rank %d: %s\n", opts_.rank, r,
-                     why.c_str());
-      peer_gone(r, "its process died or its connection broke (" + why + ")", true);
-      return;
-    }
-    if (!dispatch(r, f)) return;
-  }
 }
 
 void data_plane::peer_gone(int r, const std::string& why, bool crashed) {

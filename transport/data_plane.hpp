@@ -38,6 +38,7 @@
 namespace troupe::detail {
 
 class tcp_stream;
+class shm_ring;
 
 struct data_plane_options {
   int rank = 0;
@@ -108,8 +109,8 @@ class data_plane {
   struct peer;
   void accept_loop();
   void serve(int fd);
-  void read_loop(int rank, byte_stream& in);
   void socket_loop(int rank, tcp_stream& in);
+  void ring_loop(int rank, shm_ring& in);
   /// Hands a frame from rank r to its group; false after a goodbye.
   bool dispatch(int r, received_frame& f);
   /// Reads r's socket until it has nothing more (the caller holds in_mtx).

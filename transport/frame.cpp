@@ -82,19 +82,25 @@ bool write_goodbye(byte_stream& out) {
   return out.write(&h, sizeof(h));
 }
 
-std::string read_frame(byte_stream& in, received_frame& out) {
-  auto& h = out.header;
-  if (!in.read(&h, sizeof(h))) return "connection closed";
-  if (auto why = check_header(h); !why.empty() || h.kind == frame_goodbye) return why;
-  out.group.resize(h.name_len);
-  if (!in.read(out.group.data(), h.name_len)) return "connection closed";
-  // One copy: straight from the stream into the tensor the receiver keeps.
-  out.payload = payload_for(h);
-  if (h.payload_bytes && !in.read(out.payload.data(), h.payload_bytes)) return "connection closed";
-  return {};
+std::string frame_reader::drain(int fd, const std::function<bool(received_frame&)>& on_frame) {
+  std::string broke;
+  auto from_socket = [&](void* p, std::size_t n) -> long {
+    for (;;) {
+      const auto k = ::recv(fd, p, n, MSG_DONTWAIT);
+      if (k > 0) return static_cast<long>(k);
+      if (k == 0) return -1;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      broke = std::string("connection broke: ") + std::strerror(errno);
+      return -1;
+    }
+  };
+  auto why = drain(from_socket, on_frame);
+  return broke.empty() ? why : broke;
 }
 
-std::string frame_reader::drain(int fd, const std::function<bool(received_frame&)>& on_frame) {
+std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& read_some,
+                                const std::function<bool(received_frame&)>& on_frame) {
   auto& h = f_.header;
   for (;;) {
     char* dst = nullptr;
@@ -114,13 +120,9 @@ std::string frame_reader::drain(int fd, const std::function<bool(received_frame&
         break;
     }
     if (got_ < need) {
-      const auto k = ::recv(fd, dst + got_, need - got_, MSG_DONTWAIT);
-      if (k == 0) return "connection closed";
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return {};
-        return std::string("connection broke: ") + std::strerror(errno);
-      }
+      const auto k = read_some(dst + got_, need - got_);
+      if (k < 0) return "connection closed";
+      if (k == 0) return {};
       got_ += static_cast<std::size_t>(k);
       if (got_ < need) continue;
     }

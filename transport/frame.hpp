@@ -67,9 +67,6 @@ struct received_frame {
   tensor payload;
 };
 
-/// Reads and checks one frame; returns an error text (empty on success).
-std::string read_frame(byte_stream& in, received_frame& out);
-
 /// Reads frames piece by piece from a socket without blocking, for whichever
 /// thread holds the socket at the moment (the data plane's reader thread, or
 /// a thread waiting for a fabric operation that reads the socket itself).
@@ -80,6 +77,11 @@ class frame_reader {
   /// socket has nothing more for now, else why the connection is over
   /// ("connection closed", a malformed frame, "stopped").
   std::string drain(int fd, const std::function<bool(received_frame&)>& on_frame);
+  /// The same over any source: `read_some(p, n)` copies up to n bytes that
+  /// are there now and returns the count, 0 when nothing is there, -1 at the
+  /// end of the stream.
+  std::string drain(const std::function<long(void*, std::size_t)>& read_some,
+                    const std::function<bool(received_frame&)>& on_frame);
 
  private:
   enum class piece { header, name, payload } at_ = piece::header;

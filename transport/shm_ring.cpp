@@ -135,6 +135,39 @@ bool shm_ring::write(const void* data, std::size_t n) {
   return true;
 }
 
+long shm_ring::read_some(void* data, std::size_t n) {
+  const auto cap = ctl_->capacity;
+  const auto tail = ctl_->tail.load(std::memory_order_relaxed);
+  const auto head = ctl_->head.load(std::memory_order_acquire);
+  if (head == tail) return ctl_->closed.load() && ctl_->head.load() == tail ? -1 : 0;
+  const auto offset = tail % cap;
+  const auto chunk = std::min<std::uint64_t>({n, head - tail, cap - offset});
+  std::memcpy(data, data_ + offset, chunk);
+  ctl_->tail.store(tail + chunk);
+  ctl_->tail_seq.fetch_add(1);
+  if (ctl_->writer_waiting.load()) futex_wake(ctl_->tail_seq);
+  return static_cast<long>(chunk);
+}
+
+bool shm_ring::wait_readable(std::chrono::milliseconds max) {
+  const auto until = std::chrono::steady_clock::now() + max;
+  for (;;) {
+    const auto s = ctl_->head_seq.load();
+    ctl_->reader_waiting.store(1);
+    const bool data = ctl_->head.load() != ctl_->tail.load(std::memory_order_relaxed);
+    if (data || ctl_->closed.load()) {
+      ctl_->reader_waiting.store(0);
+      return data || !ctl_->closed.load();
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) {
+      ctl_->reader_waiting.store(0);
+      return true;
+    }
+    futex_wait(ctl_->head_seq, s, std::min<std::chrono::nanoseconds>(until - now, max));
+  }
+}
+
 bool shm_ring::read(void* data, std::size_t n) {
   auto* p = static_cast<char*>(data);
   const auto cap = ctl_->capacity;

@@ -9,6 +9,7 @@
 // per wake-up), so waits never burn a core for long.
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -27,6 +28,12 @@ class shm_ring final : public byte_stream {
 
   bool write(const void* data, std::size_t n) override;
   bool read(void* data, std::size_t n) override;
+  /// Copies up to `n` bytes that are there now, without waiting: the count,
+  /// 0 when the ring is empty, -1 when it is empty and closed.
+  long read_some(void* data, std::size_t n);
+  /// Waits until bytes are there (true) or the ring is closed and empty or
+  /// `max` passed (false when closed).
+  bool wait_readable(std::chrono::milliseconds max);
   void close() override;
   const std::string& name() const noexcept { return name_; }
 
