@@ -527,11 +527,10 @@ class actor_backend final : public backend {
   ///    segment, the others map it ("staged" makes ranks of one process
   ///    stage as if apart). Once all mapped it, its name is removed, so a
   ///    crash leaves nothing behind.
-  ///  - net: every member lives in another process, reached over TCP; the
-  ///    medium starts receiving before this rank says it is ready. With shm
-  ///    and one rank per process ("shm+net"), a second fabric over the
-  ///    data plane (messages_) takes the collectives the segment has no
-  ///    algorithm for.
+  ///  - net: messages, handed over to ranks in this process and sent as frames
+  ///    to the others; the medium starts receiving before this rank says it
+  ///    is ready. With shm too ("shm+net") it is a second fabric (messages_)
+  ///    for the collectives the segment has no algorithm for.
   /// Each rank writes the mode it can run; the fabric is used only when all
   /// wrote the same one.
   void setup_fabric(const backend_context& ctx, const transport& net) {
@@ -539,15 +538,11 @@ class actor_backend final : public backend {
     const char* env = std::getenv("TROUPE_FABRIC");
     const std::string setting = env ? env : "";
     const auto& plane = rt_.plane();
-    // remote: every peer in another process (frames through the data plane);
-    // sockets: and reached over TCP.
-    bool shm = setting != "off", remote = setting != "off" && plane, sockets = remote;
-    for (int r = 0; r < ctx.size; ++r) {
-      const int w = ctx.global_ranks[static_cast<std::size_t>(r)];
+    bool shm = setting != "off";
+    std::vector<bool> local;
+    for (int w : ctx.global_ranks) {
       if (plane) shm = shm && plane->shares_memory(w);
-      if (r == ctx.rank || !remote) continue;
-      remote = !plane->is_local(w);
-      sockets = sockets && remote && !plane->shares_memory(w) && plane->reads_socket(w);
+      local.push_back(!plane || plane->is_local(w));
     }
     std::vector<std::string> names;
     for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
@@ -570,10 +565,10 @@ class actor_backend final : public backend {
       seg.reset();
       why = e.what();
     }
-    std::string mode = seg ? "shm" : "none";
-    if ((!seg && sockets) || (seg && remote)) {
-      net_med =
-          std::make_shared<net_medium>(plane, ctx.global_ranks, ctx.rank, ctx.group_name, names);
+    std::string mode = "none";
+    if (setting != "off") {
+      net_med = std::make_shared<net_medium>(plane, key_prefix_ + "fabric/", local,
+                                             ctx.global_ranks, ctx.rank, ctx.group_name, names);
       net_med->attach();
       mode = seg ? "shm+net" : "net";
     }
@@ -592,11 +587,10 @@ class actor_backend final : public backend {
       med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
                                          setting != "staged");
       shm_ = true;
-      // One rank per process on one host: the other collectives run on a
-      // second fabric over the data plane's shared-memory rings (read by the
-      // reader threads; no actor hops).
-      if (net_med)
-        messages_ = std::make_shared<fabric>(std::move(net_med), ctx.rank, ctx.group_name, names);
+      // The collectives the segment has no algorithm for run on a second
+      // fabric of messages (handed over in this process, through the rings
+      // between processes).
+      messages_ = std::make_shared<fabric>(std::move(net_med), ctx.rank, ctx.group_name, names);
     }
     fabric_ = std::make_shared<fabric>(std::move(med), ctx.rank, ctx.group_name, names);
   }

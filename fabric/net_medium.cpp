@@ -6,34 +6,81 @@
 
 namespace troupe::detail {
 
-net_medium::net_medium(std::shared_ptr<data_plane> plane, std::vector<int> global_ranks, int rank,
-                       std::string group, std::vector<std::string> names)
+namespace {
+
+/// The media of the ranks in this process, by key + rank.
+struct directory {
+  std::mutex mtx;
+  std::map<std::string, std::weak_ptr<net_medium>> media;
+};
+
+directory& local_media() {
+  static directory d;
+  return d;
+}
+
+}  // namespace
+
+net_medium::net_medium(std::shared_ptr<data_plane> plane, std::string key, std::vector<bool> local,
+                       std::vector<int> global_ranks, int rank, std::string group,
+                       std::vector<std::string> names)
     : plane_(std::move(plane)),
+      key_(std::move(key)),
+      local_(std::move(local)),
+      peers_(local_.size()),
       global_ranks_(std::move(global_ranks)),
       rank_(rank),
       group_(std::move(group)),
       names_(std::move(names)) {
   for (int r = 0; r < size(); ++r)
-    if (r != rank_) remote_.push_back(global_ranks_[static_cast<std::size_t>(r)]);
+    if (r != rank_ && !is_local(r)) remote_.push_back(global_ranks_[static_cast<std::size_t>(r)]);
 }
 
 net_medium::~net_medium() {
+  leave();
   if (auto plane = plane_.lock()) plane->remove_sink(group_);
 }
 
 void net_medium::attach() {
   std::weak_ptr<net_medium> self = shared_from_this();
-  if (auto plane = plane_.lock())
+  {
+    auto& d = local_media();
+    std::lock_guard<std::mutex> g{d.mtx};
+    d.media[key_ + std::to_string(rank_)] = self;
+  }
+  if (auto plane = plane_.lock(); plane && !remote_.empty())
     plane->add_sink(group_, [self](received_frame& f) {
       if (auto m = self.lock()) m->deliver(f);
     });
 }
 
+void net_medium::leave() {
+  auto& d = local_media();
+  std::lock_guard<std::mutex> g{d.mtx};
+  auto i = d.media.find(key_ + std::to_string(rank_));
+  if (i != d.media.end() && (i->second.expired() || i->second.lock().get() == this))
+    d.media.erase(i);
+}
+
+std::shared_ptr<net_medium> net_medium::local_peer(int r) {
+  auto& slot = peers_[static_cast<std::size_t>(r)];
+  if (auto p = slot.lock()) return p;
+  auto& d = local_media();
+  std::lock_guard<std::mutex> g{d.mtx};
+  auto i = d.media.find(key_ + std::to_string(r));
+  if (i == d.media.end()) return nullptr;
+  slot = i->second;
+  return slot.lock();
+}
+
 void net_medium::deliver(received_frame& f) {
+  deliver(f.header.seq, f.header.step, f.header.src, message{f.header.code, std::move(f.payload)});
+}
+
+void net_medium::deliver(std::uint64_t op, std::uint32_t step, int src, message m) {
   {
     std::lock_guard<std::mutex> g{mtx_};
-    inbox_[{f.header.seq, f.header.step, f.header.src}] =
-        message{f.header.code, std::move(f.payload)};
+    inbox_[{op, step, src}] = std::move(m);
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_relaxed) != 0) {
@@ -45,6 +92,11 @@ void net_medium::deliver(received_frame& f) {
 void net_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
                       const tensor& payload, std::chrono::steady_clock::time_point deadline,
                       bool reads) {
+  if (is_local(peer)) {
+    // Handed over as is: the algorithms never write a payload after sending.
+    if (auto p = local_peer(peer)) p->deliver(op, step, rank_, message{code, payload});
+    return;
+  }
   if (auto plane = plane_.lock())
     plane->send_fabric(
         global_ranks_[static_cast<std::size_t>(peer)], group_,
@@ -89,12 +141,15 @@ void net_medium::sleep(int, std::chrono::nanoseconds max, const std::function<bo
 
 std::string net_medium::lost(std::uint64_t, int blocker) {
   // Only the rank the operation waits for: one that finished its part and
-  // left (what it sent came before its goodbye) is not missed.
-  auto plane = plane_.lock();
+  // left (what it sent came before it left) is not missed.
   if (blocker < 0 || blocker == rank_) return {};
+  const auto& name = names_[static_cast<std::size_t>(blocker)];
+  if (is_local(blocker))
+    return local_peer(blocker) ? std::string{} : name + " left group '" + group_ + "'";
+  auto plane = plane_.lock();
   if (!plane) return "the world ended";
   if (auto why = plane->gone_reason(global_ranks_[static_cast<std::size_t>(blocker)]); !why.empty())
-    return names_[static_cast<std::size_t>(blocker)] + " left group '" + group_ + "' (" + why + ")";
+    return name + " left group '" + group_ + "' (" + why + ")";
   return {};
 }
 

@@ -1,13 +1,17 @@
 #pragma once
-// net_medium — the fabric's medium for a group whose ranks all live in
-// different processes that do not share memory (other hosts, or
-// TROUPE_TRANSPORT=tcp): the data plane's TCP connections. Operations send
-// frames straight from the thread that drives them; frames for the group
-// land in its inbox, put there by the waiting thread itself (pump: it reads
-// the peers' sockets; for operations up to 1 MiB, where latency counts) or by
-// the data plane's reader threads (larger operations, where a thread that
-// sends while another receives moves 2.5 GB/s each way and one thread doing
-// both 1.7). A rank is lost when the data plane says its process is gone.
+// net_medium — the fabric's medium of messages: operations (algorithm_op)
+// send from the thread that drives them, and what arrives lands in the
+// group's inbox.
+//  - Ranks in this process: the message is handed straight into the peer's
+//    inbox (found in a process-wide directory; the tensor is shared, never
+//    copied). A peer whose group is gone is lost.
+//  - Ranks in other processes: frames through the data plane (TCP or the
+//    shared-memory rings). They are put into the inbox by the waiting thread
+//    itself (pump: it reads the peers' connections; operations up to 1 MiB,
+//    where latency counts) or by the data plane's reader threads (larger
+//    operations: a thread that sends while another receives moves 2.5 GB/s
+//    each way, one thread doing both 1.7). A peer is lost when the data plane
+//    says its process is gone.
 
 #include <atomic>
 #include <map>
@@ -34,11 +38,16 @@ class net_medium final : public medium, public std::enable_shared_from_this<net_
     tensor payload;
   };
 
-  net_medium(std::shared_ptr<data_plane> plane, std::vector<int> global_ranks, int rank,
-             std::string group, std::vector<std::string> names);
+  /// `key` names this group of this job in the process (ranks of one process
+  /// find each other's inbox under key + rank); `local[r]`: rank r lives in
+  /// this process. `plane` may be null when every rank is local.
+  net_medium(std::shared_ptr<data_plane> plane, std::string key, std::vector<bool> local,
+             std::vector<int> global_ranks, int rank, std::string group,
+             std::vector<std::string> names);
   ~net_medium() override;
-  /// Starts receiving the group's fabric frames (before any peer may send).
+  /// Starts receiving (before any peer may send).
   void attach();
+  bool is_local(int r) const { return local_[static_cast<std::size_t>(r)]; }
 
   int size() const noexcept override { return static_cast<int>(global_ranks_.size()); }
   int rank() const noexcept { return rank_; }
@@ -49,7 +58,7 @@ class net_medium final : public medium, public std::enable_shared_from_this<net_
              bool reads) override;
   std::string lost(std::uint64_t op, int blocker) override;
   void wake_all() override;
-  void leave() override {}
+  void leave() override;
 
   /// Sends step `step` of fabric operation `op` to group rank `peer`,
   /// giving up on a peer that takes nothing until `deadline`. A sender that
@@ -74,17 +83,23 @@ class net_medium final : public medium, public std::enable_shared_from_this<net_
 
  private:
   void deliver(received_frame& f);
+  void deliver(std::uint64_t op, std::uint32_t step, int src, message m);
+  /// The inbox of local rank r (null once its group is gone).
+  std::shared_ptr<net_medium> local_peer(int r);
   /// Starts (+1) or stops (-1) pumping every peer's connection.
   void pumping(int delta, bool wake);
 
   // Not owned: a reader thread may drop the last reference to this medium,
   // and must not destroy the data plane (which joins that thread) with it.
   std::weak_ptr<data_plane> plane_;
+  std::string key_;
+  std::vector<bool> local_;
+  std::vector<std::weak_ptr<net_medium>> peers_;  // local ranks' media, found once
   std::vector<int> global_ranks_;
   int rank_;
   std::string group_;
   std::vector<std::string> names_;
-  std::vector<int> remote_;  // world ranks of the peers
+  std::vector<int> remote_;  // world ranks of the peers in other processes
   std::mutex mtx_;           // guards inbox_
   std::map<std::tuple<std::uint64_t, std::uint32_t, int>, message> inbox_;  // (op, step, src)
   std::atomic<std::uint32_t> bell_{0};
