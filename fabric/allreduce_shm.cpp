@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "actors/call.hpp"
@@ -184,6 +185,12 @@ class allreduce_shm final : public fabric_op {
     for (int r = 0; r < ctx.size; ++r)
       srcs[static_cast<std::size_t>(r)] =
           r == ctx.rank ? data_.data() : static_cast<const void*>(ctx.seg->small_slot(r, op));
+    // Two operands: every op is commutative bit for bit (a + b == b + a in
+    // IEEE arithmetic), so rank 1 may put its own data first too and
+    // accumulate in place (measured: rank 1 took 58 µs at 1 MiB against rank
+    // 0's 48 while it went through a scratch buffer). With more operands the
+    // order is the rank order (sums do not associate).
+    if (ctx.size == 2 && ctx.rank == 1) std::swap(srcs[0], srcs[1]);
     reduce_many(data_.scalar_type(), kind_, data_.data(), srcs.data(), srcs.size(),
                 static_cast<std::size_t>(data_.numel()));
     finish_part(data_.data(), data_.numel());
