@@ -186,7 +186,8 @@ class allreduce_shm final : public fabric_op {
       srcs[static_cast<std::size_t>(r)] =
           r == ctx.rank ? data_.data() : static_cast<const void*>(ctx.seg->small_slot(r, op));
     // Two operands: every op is commutative bit for bit (a + b == b + a in
-    // IEEE arithmetic), so rank 1 may put its own data first too and
+    // IEEE arithmetic; only which of two NaNs' payloads survives can differ,
+    // and the result is NaN either way), so rank 1 may put its own data first and
     // accumulate in place (measured: rank 1 took 58 µs at 1 MiB against rank
     // 0's 48 while it went through a scratch buffer). With more operands the
     // order is the rank order (sums do not associate).
