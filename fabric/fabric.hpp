@@ -1,18 +1,19 @@
 #pragma once
 // fabric — collectives run by the threads that wait for them, without actor
 // hops: through the group's shared segment when all ranks share the host
-// (shm_medium), or over the data plane's connections, read by the waiting
-// thread itself (net_medium). Crossing a thread costs 10–20 µs when it wakes
-// an idle core; a flag in shared memory costs 0.05–0.25 µs and a socket read
-// by the waiting thread 3 µs, so small collectives must not cross threads.
+// (shm_medium), or as messages (net_medium: handed to ranks of this process,
+// frames to others, read by the waiting thread itself). Crossing a thread
+// costs 10–20 µs when it wakes an idle core; a flag in shared memory costs
+// 0.05–0.25 µs and a socket read by the waiting thread 3 µs, so small
+// collectives must not cross threads.
 //
 // Execution: an operation is queued at issue, in issue order, and advanced
 // by non-blocking steps (fabric_op::step) by whoever drives the fabric:
 //  - the issuing thread makes one pass (it posts this rank's data at once);
-//  - a thread in work.wait() drives until its work is done: it polls a few
-//    microseconds, then sleeps on the segment's bell (a futex). Polling alone
-//    collapses when ranks outnumber cores; sleeping alone pays a wake-up per
-//    step;
+//  - a thread in work.wait() drives until its work is done: it spins, polls
+//    while yielding, then sleeps in the medium (a futex; src/wait_policy.hpp).
+//    Spinning alone collapses when ranks outnumber cores; sleeping alone pays
+//    a wake-up per step;
 //  - when an operation stays pending with nobody waiting for it, the
 //    fabric's watchdog thread passes every millisecond, so works complete and
 //    their callbacks run anyway. It is a plain thread, not an actor: it sleeps
@@ -46,9 +47,9 @@ struct work_state;
 
 using fabric_clock = std::chrono::steady_clock;
 
-/// What one step of an operation sees.
 class fabric;
 
+/// What one step of an operation sees.
 struct fabric_context {
   fabric& fab;
   medium& med;

@@ -137,7 +137,7 @@ TEST_CASE("fabric allreduce completes and runs callbacks although nobody waits")
     auto wk = w.default_group().allreduce(x);
     wk.on_complete([&](const work& d) { done.set_value(d.is_success()); });
     auto f = done.get_future();
-    REQUIRE(f.wait_for(20s) == std::future_status::ready);  // the driver actor moved it
+    REQUIRE(f.wait_for(20s) == std::future_status::ready);  // the watchdog moved it
     CHECK(f.get());
     CHECK(x.to_vector<float>()[99999] == 6.0f);
   });
