@@ -18,7 +18,7 @@
 #include "actors/rank_runtime.hpp"
 #include "fabric/algorithm_op.hpp"
 #include "fabric/allreduce_shm.hpp"
-#include "fabric/net_medium.hpp"
+#include "fabric/message_medium.hpp"
 #include "fabric/segment.hpp"
 #include "fabric/shm_medium.hpp"
 #include "src/reduce_kernels.hpp"
@@ -442,7 +442,7 @@ class actor_backend final : public backend {
   }
 
   work submit(const call_ptr& c) {
-    if (auto& f = shm_ ? messages_ : fabric_; f && fits_net_fabric(*c)) {
+    if (auto& f = shm_ ? messages_ : fabric_; f && fits_message_fabric(*c)) {
       auto op = make_algorithm_op(*c);
       op->handle = c->handle;
       return on_fabric(*f, std::move(op), c->code, c->name.c_str(), c->input, c->timeout,
@@ -489,12 +489,12 @@ class actor_backend final : public backend {
     return on_fabric(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
   }
 
-  /// Whether a call runs on a network fabric: every collective on CPU
+  /// Whether a call runs on a message fabric: every collective on CPU
   /// tensors (measured 2–3× faster than the actor path from 1 MiB up, 10×
   /// below 64 KiB) but monitored_barrier, which reports the ranks that did not
   /// arrive (an actor's job). The choice depends on the op alone, so every
   /// rank makes the same one.
-  static bool fits_net_fabric(const collective_call& c) {
+  static bool fits_message_fabric(const collective_call& c) {
     auto on_cpu = [](const tensor& t) {
       return !t.defined() || t.get_device().type == device_type::cpu;
     };
@@ -548,7 +548,7 @@ class actor_backend final : public backend {
     for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
     const auto shape = shape_for(ctx.size);
     std::unique_ptr<segment> seg;
-    std::shared_ptr<net_medium> net_med;
+    std::shared_ptr<message_medium> msg_med;
     std::string why;
     auto& st = *ctx.store;
     try {
@@ -567,9 +567,9 @@ class actor_backend final : public backend {
     }
     std::string mode = "none";
     if (setting != "off") {
-      net_med = std::make_shared<net_medium>(plane, key_prefix_ + "fabric/", local,
-                                             ctx.global_ranks, ctx.rank, ctx.group_name, names);
-      net_med->attach();
+      msg_med = std::make_shared<message_medium>(plane, key_prefix_ + "fabric/", local,
+                                                 ctx.global_ranks, ctx.rank, ctx.group_name, names);
+      msg_med->attach();
       mode = seg ? "shm+net" : "net";
     }
     st.set("fabric/mode/" + std::to_string(ctx.rank), to_bytes(mode));
@@ -582,7 +582,7 @@ class actor_backend final : public backend {
       std::fprintf(stderr, "[troupe group '%s' rank %d] no shared-memory collectives: %s\n",
                    ctx.group_name.c_str(), ctx.rank, why.c_str());
     if (!agreed) return;
-    std::shared_ptr<medium> med = net_med;
+    std::shared_ptr<medium> med = msg_med;
     if (seg) {
       med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
                                          setting != "staged");
@@ -590,7 +590,7 @@ class actor_backend final : public backend {
       // The collectives the segment has no algorithm for run on a second
       // fabric of messages (handed over in this process, through the rings
       // between processes).
-      messages_ = std::make_shared<fabric>(std::move(net_med), ctx.rank, ctx.group_name, names);
+      messages_ = std::make_shared<fabric>(std::move(msg_med), ctx.rank, ctx.group_name, names);
     }
     fabric_ = std::make_shared<fabric>(std::move(med), ctx.rank, ctx.group_name, names);
   }

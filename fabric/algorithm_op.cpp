@@ -3,17 +3,17 @@
 #include <algorithm>
 
 #include "algorithms/algorithm.hpp"
-#include "fabric/net_medium.hpp"
+#include "fabric/message_medium.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
 namespace {
 
 /// What the algorithm sees: sends go out at once, messages come from the inbox.
-class net_context final : public op_context {
+class message_context final : public op_context {
  public:
-  net_context(net_medium& net, std::uint64_t op, collective_call& call,
-              fabric_clock::time_point deadline, bool reads)
+  message_context(message_medium& net, std::uint64_t op, collective_call& call,
+                  fabric_clock::time_point deadline, bool reads)
       : op_context(net.rank(), net.size(), call),
         net_(net),
         op_(op),
@@ -27,7 +27,7 @@ class net_context final : public op_context {
   bool copies_on_send(int peer) const override { return !net_.is_local(peer); }
 
  private:
-  net_medium& net_;
+  message_medium& net_;
   std::uint64_t op_;
   fabric_clock::time_point deadline_;
   bool reads_;
@@ -39,16 +39,16 @@ class algorithm_op final : public fabric_op {
       : call_(std::make_unique<collective_call>(std::move(call))) {}
 
   bool step(fabric_context& fc, bool& moved) override {
-    auto& net = static_cast<net_medium&>(fc.med);
+    auto& net = static_cast<message_medium&>(fc.med);
     if (!ctx_) {
-      ctx_ = std::make_unique<net_context>(net, op, *call_, deadline, reads_itself);
+      ctx_ = std::make_unique<message_context>(net, op, *call_, deadline, reads_itself);
       alg_ = make_algorithm(*call_, fc.rank, fc.size);
       moved = true;
       // Send first: a peer that called another collective must get this
       // rank's message to tell the mismatch too.
       if (alg_->progress(*ctx_)) return finish();
     }
-    net.take_all(op, [&](int src, std::uint32_t step, net_medium::message& m) {
+    net.take_all(op, [&](int src, std::uint32_t step, message_medium::message& m) {
       if (m.code != static_cast<std::uint8_t>(call_->code))
         throw error(errc::mismatch,
                     "collective mismatch: " + fc.names[static_cast<std::size_t>(src)] + " called " +
@@ -72,7 +72,7 @@ class algorithm_op final : public fabric_op {
 
  private:
   std::unique_ptr<collective_call> call_;
-  std::unique_ptr<net_context> ctx_;
+  std::unique_ptr<message_context> ctx_;
   std::unique_ptr<algorithm> alg_;
 };
 

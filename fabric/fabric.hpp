@@ -1,7 +1,7 @@
 #pragma once
 // fabric — collectives run by the threads that wait for them, without actor
 // hops: through the group's shared segment when all ranks share the host
-// (shm_medium), or as messages (net_medium: handed to ranks of this process,
+// (shm_medium), or as messages (message_medium: handed to ranks of this process,
 // frames to others, read by the waiting thread itself). Crossing a thread
 // costs 10–20 µs when it wakes an idle core; a flag in shared memory costs
 // 0.05–0.25 µs and a socket read by the waiting thread 3 µs, so small

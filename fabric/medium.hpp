@@ -1,7 +1,7 @@
 #pragma once
 // medium — what a fabric's operations travel through (fabric/fabric.hpp):
 // the group's shared segment (shm_medium) or the data plane's connections
-// (net_medium). The fabric drives the operations; the medium says how to wait
+// (message_medium). The fabric drives the operations; the medium says how to wait
 // for a peer, whether a peer is lost, and brings incoming data within reach.
 
 #include <chrono>

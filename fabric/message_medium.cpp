@@ -1,4 +1,4 @@
-#include "fabric/net_medium.hpp"
+#include "fabric/message_medium.hpp"
 
 #include "actors/call.hpp"
 #include "transport/data_plane.hpp"
@@ -11,7 +11,7 @@ namespace {
 /// The media of the ranks in this process, by key + rank.
 struct directory {
   std::mutex mtx;
-  std::map<std::string, std::weak_ptr<net_medium>> media;
+  std::map<std::string, std::weak_ptr<message_medium>> media;
 };
 
 directory& local_media() {
@@ -21,9 +21,9 @@ directory& local_media() {
 
 }  // namespace
 
-net_medium::net_medium(std::shared_ptr<data_plane> plane, std::string key, std::vector<bool> local,
-                       std::vector<int> global_ranks, int rank, std::string group,
-                       std::vector<std::string> names)
+message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string key,
+                               std::vector<bool> local, std::vector<int> global_ranks, int rank,
+                               std::string group, std::vector<std::string> names)
     : plane_(std::move(plane)),
       key_(std::move(key)),
       local_(std::move(local)),
@@ -36,13 +36,13 @@ net_medium::net_medium(std::shared_ptr<data_plane> plane, std::string key, std::
     if (r != rank_ && !is_local(r)) remote_.push_back(global_ranks_[static_cast<std::size_t>(r)]);
 }
 
-net_medium::~net_medium() {
+message_medium::~message_medium() {
   leave();
   if (auto plane = plane_.lock()) plane->remove_sink(group_);
 }
 
-void net_medium::attach() {
-  std::weak_ptr<net_medium> self = shared_from_this();
+void message_medium::attach() {
+  std::weak_ptr<message_medium> self = shared_from_this();
   {
     auto& d = local_media();
     std::lock_guard<std::mutex> g{d.mtx};
@@ -54,7 +54,7 @@ void net_medium::attach() {
     });
 }
 
-void net_medium::leave() {
+void message_medium::leave() {
   auto& d = local_media();
   std::lock_guard<std::mutex> g{d.mtx};
   auto i = d.media.find(key_ + std::to_string(rank_));
@@ -62,7 +62,7 @@ void net_medium::leave() {
     d.media.erase(i);
 }
 
-std::shared_ptr<net_medium> net_medium::local_peer(int r) {
+std::shared_ptr<message_medium> message_medium::local_peer(int r) {
   auto& slot = peers_[static_cast<std::size_t>(r)];
   if (auto p = slot.lock()) return p;
   auto& d = local_media();
@@ -73,11 +73,11 @@ std::shared_ptr<net_medium> net_medium::local_peer(int r) {
   return slot.lock();
 }
 
-void net_medium::deliver(received_frame& f) {
+void message_medium::deliver(received_frame& f) {
   deliver(f.header.seq, f.header.step, f.header.src, message{f.header.code, std::move(f.payload)});
 }
 
-void net_medium::deliver(std::uint64_t op, std::uint32_t step, int src, message m) {
+void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, message m) {
   {
     std::lock_guard<std::mutex> g{mtx_};
     inbox_[{op, step, src}] = std::move(m);
@@ -89,9 +89,9 @@ void net_medium::deliver(std::uint64_t op, std::uint32_t step, int src, message 
   }
 }
 
-void net_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
-                      const tensor& payload, std::chrono::steady_clock::time_point deadline,
-                      bool reads) {
+void message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
+                          const tensor& payload, std::chrono::steady_clock::time_point deadline,
+                          bool reads) {
   if (is_local(peer)) {
     // Handed over as is: the algorithms never write a payload after sending.
     if (auto p = local_peer(peer)) p->deliver(op, step, rank_, message{code, payload});
@@ -107,7 +107,7 @@ void net_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8
         deadline);
 }
 
-bool net_medium::pump() {
+bool message_medium::pump() {
   auto plane = plane_.lock();
   bool any = false;
   if (plane)
@@ -115,21 +115,21 @@ bool net_medium::pump() {
   return any;
 }
 
-void net_medium::pumping(int delta, bool wake) {
+void message_medium::pumping(int delta, bool wake) {
   if (auto plane = plane_.lock())
     for (int w : remote_) plane->pumping(w, delta, wake);
 }
 
-void net_medium::begin_wait(bool reads) {
+void message_medium::begin_wait(bool reads) {
   if (reads) pumping(+1, false);
 }
 
-void net_medium::end_wait(bool reads) {
+void message_medium::end_wait(bool reads) {
   if (reads) pumping(-1, false);
 }
 
-void net_medium::sleep(int, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
-                       bool reads) {
+void message_medium::sleep(int, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+                           bool reads) {
   // Asleep, this thread reads nothing: the reader threads take over.
   if (reads) pumping(-1, true);
   sleepers_.fetch_add(1);
@@ -139,7 +139,7 @@ void net_medium::sleep(int, std::chrono::nanoseconds max, const std::function<bo
   if (reads) pumping(+1, false);
 }
 
-std::string net_medium::lost(std::uint64_t, int blocker) {
+std::string message_medium::lost(std::uint64_t, int blocker) {
   // Only the rank the operation waits for: one that finished its part and
   // left (what it sent came before it left) is not missed.
   if (blocker < 0 || blocker == rank_) return {};
@@ -153,7 +153,7 @@ std::string net_medium::lost(std::uint64_t, int blocker) {
   return {};
 }
 
-void net_medium::wake_all() {
+void message_medium::wake_all() {
   bell_.fetch_add(1);
   futex_wake(bell_);
 }

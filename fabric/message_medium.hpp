@@ -1,5 +1,5 @@
 #pragma once
-// net_medium — the fabric's medium of messages: operations (algorithm_op)
+// message_medium — the fabric's medium of messages: operations (algorithm_op)
 // send from the thread that drives them, and what arrives lands in the
 // group's inbox.
 //  - Ranks in this process: the message is handed straight into the peer's
@@ -30,7 +30,7 @@ class data_plane;
 struct envelope;
 struct received_frame;
 
-class net_medium final : public medium, public std::enable_shared_from_this<net_medium> {
+class message_medium final : public medium, public std::enable_shared_from_this<message_medium> {
  public:
   /// One message of an operation, as it arrived.
   struct message {
@@ -41,10 +41,10 @@ class net_medium final : public medium, public std::enable_shared_from_this<net_
   /// `key` names this group of this job in the process (ranks of one process
   /// find each other's inbox under key + rank); `local[r]`: rank r lives in
   /// this process. `plane` may be null when every rank is local.
-  net_medium(std::shared_ptr<data_plane> plane, std::string key, std::vector<bool> local,
-             std::vector<int> global_ranks, int rank, std::string group,
-             std::vector<std::string> names);
-  ~net_medium() override;
+  message_medium(std::shared_ptr<data_plane> plane, std::string key, std::vector<bool> local,
+                 std::vector<int> global_ranks, int rank, std::string group,
+                 std::vector<std::string> names);
+  ~message_medium() override;
   /// Starts receiving (before any peer may send).
   void attach();
   bool is_local(int r) const { return local_[static_cast<std::size_t>(r)]; }
@@ -85,7 +85,7 @@ class net_medium final : public medium, public std::enable_shared_from_this<net_
   void deliver(received_frame& f);
   void deliver(std::uint64_t op, std::uint32_t step, int src, message m);
   /// The inbox of local rank r (null once its group is gone).
-  std::shared_ptr<net_medium> local_peer(int r);
+  std::shared_ptr<message_medium> local_peer(int r);
   /// Starts (+1) or stops (-1) pumping every peer's connection.
   void pumping(int delta, bool wake);
 
@@ -94,7 +94,7 @@ class net_medium final : public medium, public std::enable_shared_from_this<net_
   std::weak_ptr<data_plane> plane_;
   std::string key_;
   std::vector<bool> local_;
-  std::vector<std::weak_ptr<net_medium>> peers_;  // local ranks' media, found once
+  std::vector<std::weak_ptr<message_medium>> peers_;  // local ranks' media, found once
   std::vector<int> global_ranks_;
   int rank_;
   std::string group_;
