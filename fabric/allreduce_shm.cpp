@@ -76,10 +76,9 @@ class allreduce_shm final : public fabric_op {
                                                code_,
                                                0,
                                                reinterpret_cast<std::uint64_t>(data_.data())};
-        if (small && nbytes > 0) {
-          std::memcpy(seg.small_slot(me, op), data_.data(), nbytes);
-          fabric_stats().copied += nbytes;
-        }
+        if (small)
+          copy(seg.small_slot(me, op), static_cast<const std::byte*>(data_.data()),
+               static_cast<std::int64_t>(nbytes));
         publish(ctx, &rank_progress::arrived, op, moved);
         phase_ = phase::agree;
         [[fallthrough]];
@@ -87,10 +86,10 @@ class allreduce_shm final : public fabric_op {
       case phase::agree: {
         if (!all_reached(ctx, &rank_progress::arrived, op, "issue this " + name)) return false;
         check_same(ctx, moved);
-        fabric_stats().reduced += nbytes;
+        reduced_bytes_ = nbytes;
         if (small) {
           reduce_small(ctx);
-          publish(ctx, &rank_progress::done, op, moved);
+          finish_op(ctx, moved);
           return true;
         }
         if (!ctx.one_process) {
@@ -103,7 +102,7 @@ class allreduce_shm final : public fabric_op {
           return run_chunks(ctx, moved);
         }
         reduce_direct(ctx);
-        publish(ctx, &rank_progress::done, op, moved);
+        finish_op(ctx, moved);
         phase_ = phase::finish;
         [[fallthrough]];
       }
@@ -155,7 +154,7 @@ class allreduce_shm final : public fabric_op {
     for (int r = 0; r < ctx.size; ++r) {
       const auto& d = ctx.seg->descriptor(r, op);
       if (d.code != mine.code) {
-        publish(ctx, &rank_progress::done, op, moved);
+        finish_op(ctx, moved);
         throw error(errc::mismatch,
                     "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] + " called " +
                         to_string(static_cast<op_code>(d.code)) +
@@ -163,7 +162,7 @@ class allreduce_shm final : public fabric_op {
       }
       if (d.nbytes == mine.nbytes && d.dtype == mine.dtype && d.reduce == mine.reduce) continue;
       // Every rank sees the same descriptors: all fail here and step past.
-      publish(ctx, &rank_progress::done, op, moved);
+      finish_op(ctx, moved);
       throw error(errc::invalid_argument,
                   name + ": " + ctx.names[static_cast<std::size_t>(r)] + " passed " +
                       std::to_string(d.nbytes) + " bytes of " +
@@ -347,20 +346,32 @@ class allreduce_shm final : public fabric_op {
       blocked_what_ = waiting_for;
       return false;
     }
-    publish(ctx, &rank_progress::done, op, moved);
+    finish_op(ctx, moved);
     return true;
   }
 
-  static void copy(std::byte* dst, const std::byte* src, std::int64_t bytes) {
+  void copy(std::byte* dst, const std::byte* src, std::int64_t bytes) {
     if (bytes <= 0) return;
     std::memcpy(dst, src, static_cast<std::size_t>(bytes));
-    fabric_stats().copied += static_cast<std::uint64_t>(bytes);
+    copied_ += static_cast<std::uint64_t>(bytes);
+  }
+
+  /// This rank is done with the operation: says so, and adds its byte counts
+  /// to the process's (once per operation, not per copy: ranks of one process
+  /// share those counters' cache line).
+  void finish_op(fabric_context& ctx, bool& moved) {
+    publish(ctx, &rank_progress::done, op, moved);
+    auto& stats = fabric_stats();
+    if (copied_) stats.copied.fetch_add(copied_, std::memory_order_relaxed);
+    if (reduced_bytes_) stats.reduced.fetch_add(reduced_bytes_, std::memory_order_relaxed);
+    copied_ = reduced_bytes_ = 0;
   }
 
   tensor data_;
   reduce_op::kind kind_;
   double divisor_;
   std::uint8_t code_;
+  std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to fabric_stats() by finish_op
   phase phase_ = phase::post;
   std::int64_t chunk_elems_ = 0;
   std::int64_t chunks_ = 0;

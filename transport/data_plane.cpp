@@ -311,10 +311,7 @@ void data_plane::serve(int fd) {
       if (auto& pr = *peers_[static_cast<std::size_t>(r)]; pr.in_ring) pr.in_ring->close();
     });
   }
-  if (p.in_ring)
-    ring_loop(r, *p.in_ring);
-  else
-    socket_loop(r, *raw);
+  reader_loop(r);
 }
 
 bool data_plane::dispatch(int r, received_frame& f) {
@@ -368,11 +365,17 @@ bool data_plane::drain(int r, bool& any) {
   return false;
 }
 
-void data_plane::socket_loop(int r, tcp_stream& in) {
+void data_plane::reader_loop(int r) {
   auto& p = *peers_[static_cast<std::size_t>(r)];
+  // Waits up to 100 ms for bytes; false once nothing more can come.
+  auto wait = [&]() -> bool {
+    if (p.in_ring) return p.in_ring->wait_readable(std::chrono::milliseconds(100));
+    pollfd pf{p.in_socket->fd(), POLLIN, 0};
+    return ::poll(&pf, 1, 100) >= 0 || errno == EINTR;
+  };
   for (;;) {
     {
-      // Park while a waiting thread reads this socket itself; look again
+      // Park while a waiting thread reads this connection itself; look again
       // every 2 ms (a pumper that stops without waking us is seen then).
       std::unique_lock<std::mutex> g{p.in_mtx};
       if (p.over || stopping_) return;
@@ -381,29 +384,7 @@ void data_plane::socket_loop(int r, tcp_stream& in) {
         continue;
       }
     }
-    pollfd pf{in.fd(), POLLIN, 0};
-    if (::poll(&pf, 1, 100) < 0 && errno != EINTR) return;
-    if (stopping_) return;
-    if (pf.revents == 0) continue;
-    std::lock_guard<std::mutex> g{p.in_mtx};
-    bool any = false;
-    if (!drain(r, any)) return;
-  }
-}
-
-void data_plane::ring_loop(int r, shm_ring& in) {
-  auto& p = *peers_[static_cast<std::size_t>(r)];
-  for (;;) {
-    {
-      // Park while a waiting thread reads this ring itself (as socket_loop).
-      std::unique_lock<std::mutex> g{p.in_mtx};
-      if (p.over || stopping_) return;
-      if (p.pumpers.load() > 0) {
-        p.park.wait_for(g, std::chrono::milliseconds(2));
-        continue;
-      }
-    }
-    const bool open = in.wait_readable(std::chrono::milliseconds(100));
+    const bool open = wait();
     if (stopping_) return;
     std::lock_guard<std::mutex> g{p.in_mtx};
     bool any = false;

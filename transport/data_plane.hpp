@@ -37,9 +37,6 @@
 
 namespace troupe::detail {
 
-class tcp_stream;
-class shm_ring;
-
 struct data_plane_options {
   int rank = 0;
   int world_size = 1;
@@ -109,8 +106,8 @@ class data_plane {
   struct peer;
   void accept_loop();
   void serve(int fd);
-  void socket_loop(int rank, tcp_stream& in);
-  void ring_loop(int rank, shm_ring& in);
+  /// The reader thread of `rank`'s incoming connection (socket or ring).
+  void reader_loop(int rank);
   /// Hands a frame from rank r to its group; false after a goodbye.
   bool dispatch(int r, received_frame& f);
   /// Reads r's socket until it has nothing more (the caller holds in_mtx).
