@@ -6,11 +6,8 @@
 // group's shared-memory fabric instead (fabric/fabric.hpp): no messages,
 // advanced by the threads that wait for it.
 
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -18,9 +15,8 @@
 #include "actors/rank_runtime.hpp"
 #include "fabric/algorithm_op.hpp"
 #include "fabric/allreduce_shm.hpp"
-#include "fabric/message_medium.hpp"
-#include "fabric/segment.hpp"
-#include "fabric/shm_medium.hpp"
+#include "fabric/fabric.hpp"
+#include "fabric/open_fabrics.hpp"
 #include "src/reduce_kernels.hpp"
 #include "src/work_state.hpp"
 #include "transport/data_plane.hpp"
@@ -119,7 +115,12 @@ class actor_backend final : public backend {
     // early could otherwise leave (destroy the group) before a peer found it.
     try {
       store_based_barrier(*ctx.store, ctx.rank, ctx.size, "created", ctx.timeout);
-      setup_fabric(ctx, *net);
+      std::vector<std::string> names;
+      for (int r = 0; r < ctx.size; ++r) names.push_back(net->describe_peer(r));
+      auto f = open_fabrics(ctx, names, plane, key_prefix_ + "fabric/", debug_ != debug_level::off);
+      fabric_ = std::move(f.main);
+      messages_ = std::move(f.messages);
+      shm_ = f.shm;
     } catch (...) {
       shutdown("group set-up failed");
       throw;
@@ -519,80 +520,6 @@ class actor_backend final : public backend {
     op->seq = number(op->handle, code);
     op->op = fab.next_op();
     return fab.submit(std::move(op));
-  }
-
-  /// Sets up the group's fabric when every member can take part, the same
-  /// way on every rank (TROUPE_FABRIC=off: never):
-  ///  - shm: every member shares this host's memory; rank 0 creates the
-  ///    segment, the others map it ("staged" makes ranks of one process
-  ///    stage as if apart). Once all mapped it, its name is removed, so a
-  ///    crash leaves nothing behind.
-  ///  - net: messages, handed over to ranks in this process and sent as frames
-  ///    to the others; the medium starts receiving before this rank says it
-  ///    is ready. With shm too ("shm+net") it is a second fabric (messages_)
-  ///    for the collectives the segment has no algorithm for.
-  /// Each rank writes the mode it can run; the fabric is used only when all
-  /// wrote the same one.
-  void setup_fabric(const backend_context& ctx, const transport& net) {
-    if (ctx.size < 2) return;
-    const char* env = std::getenv("TROUPE_FABRIC");
-    const std::string setting = env ? env : "";
-    const auto& plane = rt_.plane();
-    bool shm = setting != "off";
-    std::vector<bool> local;
-    for (int w : ctx.global_ranks) {
-      if (plane) shm = shm && plane->shares_memory(w);
-      local.push_back(!plane || plane->is_local(w));
-    }
-    std::vector<std::string> names;
-    for (int r = 0; r < ctx.size; ++r) names.push_back(net.describe_peer(r));
-    const auto shape = shape_for(ctx.size);
-    std::unique_ptr<segment> seg;
-    std::shared_ptr<message_medium> msg_med;
-    std::string why;
-    auto& st = *ctx.store;
-    try {
-      if (ctx.rank == 0) {
-        if (shm) seg = segment::create(shape);
-        st.set("fabric/name", to_bytes(seg ? seg->name() : std::string()));
-      } else {
-        auto name = troupe::to_string(st.get("fabric/name"));
-        if (shm && !name.empty()) seg = segment::open(name, shape);
-      }
-      if (seg) seg->identity(ctx.rank).pid.store(static_cast<std::int32_t>(::getpid()));
-    } catch (const error& e) {
-      if (e.code() == errc::timeout) throw;
-      seg.reset();
-      why = e.what();
-    }
-    std::string mode = "none";
-    if (setting != "off") {
-      msg_med = std::make_shared<message_medium>(plane, key_prefix_ + "fabric/", local,
-                                                 ctx.global_ranks, ctx.rank, ctx.group_name, names);
-      msg_med->attach();
-      mode = seg ? "shm+net" : "net";
-    }
-    st.set("fabric/mode/" + std::to_string(ctx.rank), to_bytes(mode));
-    std::vector<std::string> keys;
-    for (int r = 0; r < ctx.size; ++r) keys.push_back("fabric/mode/" + std::to_string(r));
-    bool agreed = mode != "none";
-    for (auto& v : st.multi_get(keys)) agreed = agreed && troupe::to_string(v) == mode;
-    if (seg && ctx.rank == 0) seg->unlink();
-    if (!why.empty() && debug_ != debug_level::off)
-      std::fprintf(stderr, "[troupe group '%s' rank %d] no shared-memory collectives: %s\n",
-                   ctx.group_name.c_str(), ctx.rank, why.c_str());
-    if (!agreed) return;
-    std::shared_ptr<medium> med = msg_med;
-    if (seg) {
-      med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
-                                         setting != "staged");
-      shm_ = true;
-      // The collectives the segment has no algorithm for run on a second
-      // fabric of messages (handed over in this process, through the rings
-      // between processes).
-      messages_ = std::make_shared<fabric>(std::move(msg_med), ctx.rank, ctx.group_name, names);
-    }
-    fabric_ = std::make_shared<fabric>(std::move(med), ctx.rank, ctx.group_name, names);
   }
 
   work submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
