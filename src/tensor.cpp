@@ -12,6 +12,7 @@
 #include <new>
 #include <utility>
 
+#include "src/device_memory.hpp"
 #include "tensor_util.hpp"
 #include "troupe/error.hpp"
 
@@ -77,10 +78,6 @@ void for_each_offset(const shape_t& shape, const shape_t& strides, std::size_t e
       index[i] = 0;
     }
   }
-}
-
-[[noreturn]] void throw_needs_cuda(const char* op, const device& d) {
-  throw error(errc::backend, std::string(op) + ": device " + to_string(d) + " needs a CUDA build");
 }
 
 }  // namespace
@@ -191,21 +188,25 @@ tensor tensor::make(std::shared_ptr<void> base, std::size_t offset, shape_t shap
 
 tensor tensor::empty(shape_t shape, dtype t, device d) {
   const auto n = detail::checked_numel("tensor.empty", shape);
-  if (d.type != device_type::cpu) detail::throw_needs_cuda("tensor.empty", d);
   const auto elem = troupe::element_size(t);
   if (static_cast<std::uint64_t>(n) > std::numeric_limits<std::size_t>::max() / 2 / elem)
     invalid("tensor.empty", "shape " + detail::format_shape(shape) + " is too large");
   // Round up to whole cache lines so that vectorised kernels may touch the tail.
   const std::size_t bytes = (static_cast<std::size_t>(n) * elem + 63) / 64 * 64;
-  std::shared_ptr<void> base = detail::allocate_host(bytes);
+  std::shared_ptr<void> base = d.type == device_type::cpu
+                                   ? detail::allocate_host(bytes)
+                                   : detail::gpu::allocate("tensor.empty", d, bytes);
   auto strides = detail::contiguous_strides(shape);
   return make(std::move(base), 0, std::move(shape), std::move(strides), t, d);
 }
 
 tensor tensor::zeros(shape_t shape, dtype t, device d) {
-  if (d.type != device_type::cpu) detail::throw_needs_cuda("tensor.zeros", d);
+  if (d.type != device_type::cpu) detail::gpu::check_device("tensor.zeros", d);
   auto r = empty(std::move(shape), t, d);
-  std::memset(r.data(), 0, r.nbytes());
+  if (d.type == device_type::cpu)
+    std::memset(r.data(), 0, r.nbytes());
+  else
+    detail::gpu::zero("tensor.zeros", d, r.data(), r.nbytes());
   return r;
 }
 
@@ -266,9 +267,12 @@ void* tensor::data() const noexcept {
 
 tensor tensor::clone() const {
   if (!defined()) invalid("tensor.clone", "undefined tensor");
-  if (!is_cpu()) detail::throw_needs_cuda("tensor.clone", device_);
+  if (!is_cpu() && !is_contiguous())
+    invalid("tensor.clone", describe() + ": strided CUDA tensors cannot be cloned");
   auto r = empty(shape_, dtype_, device_);
-  if (is_contiguous()) {
+  if (!is_cpu()) {
+    detail::gpu::copy("tensor.clone", r.data(), data(), nbytes());
+  } else if (is_contiguous()) {
     copy_bytes(r.data(), data(), nbytes());
   } else {
     auto* dst = static_cast<char*>(r.data());
@@ -294,14 +298,21 @@ void tensor::copy_from(const tensor& src) {
     invalid("tensor.copy_from", "destination " + describe() + " is not contiguous");
   if (!src.is_contiguous())
     invalid("tensor.copy_from", "source " + src.describe() + " is not contiguous");
-  if (!is_cpu()) detail::throw_needs_cuda("tensor.copy_from", device_);
-  if (!src.is_cpu()) detail::throw_needs_cuda("tensor.copy_from", src.device_);
-  if (data() != src.data()) std::memmove(data(), src.data(), nbytes());
+  if (data() == src.data()) return;
+  if (is_cpu() && src.is_cpu())
+    std::memmove(data(), src.data(), nbytes());
+  else
+    detail::gpu::copy("tensor.copy_from", data(), src.data(), nbytes());
 }
 
 void tensor::zero_() {
   if (!defined()) invalid("tensor.zero_", "undefined tensor");
-  if (!is_cpu()) detail::throw_needs_cuda("tensor.zero_", device_);
+  if (!is_cpu()) {
+    if (!is_contiguous())
+      invalid("tensor.zero_", describe() + ": strided CUDA tensors cannot be zeroed");
+    detail::gpu::zero("tensor.zero_", device_, data(), nbytes());
+    return;
+  }
   if (is_contiguous()) {
     if (nbytes()) std::memset(data(), 0, nbytes());
     return;
@@ -383,7 +394,14 @@ void tensor::check_element_type(dtype t) const {
     invalid("tensor.to_vector", "dtype mismatch " + std::string(to_string(dtype_)) + " vs " +
                                     std::string(to_string(t)));
   if (!is_contiguous()) invalid("tensor.to_vector", describe() + " is not contiguous");
-  if (!is_cpu()) detail::throw_needs_cuda("tensor.to_vector", device_);
+}
+
+void tensor::read_into(void* host, std::size_t n) const {
+  if (n == 0) return;
+  if (is_cpu())
+    copy_bytes(host, data(), n);
+  else
+    detail::gpu::copy("tensor.to_vector", host, data(), n);
 }
 
 }  // namespace troupe

@@ -15,6 +15,7 @@
 #include "troupe/tensor.hpp"
 
 using namespace troupe;
+using troupe::test::check_error;
 using troupe::test::check_exact_error;
 
 namespace {
@@ -380,10 +381,6 @@ TEST_CASE("constructor and accessor errors") {
       },
       errc::invalid_argument,
       "tensor.empty: shape [1099511627776, 1099511627776] has too many elements");
-  check_exact_error([] { tensor::empty({2}, dtype::float32, device::cuda(0)); }, errc::backend,
-                    "tensor.empty: device cuda:0 needs a CUDA build");
-  check_exact_error([] { tensor::zeros({2}, dtype::float32, device::cuda(1)); }, errc::backend,
-                    "tensor.zeros: device cuda:1 needs a CUDA build");
   check_exact_error([] { tensor::from_blob(nullptr, {2}, dtype::float32); }, errc::invalid_argument,
                     "tensor.from_blob: null data pointer for 2 elements");
   float buf[4] = {};
@@ -397,17 +394,44 @@ TEST_CASE("constructor and accessor errors") {
   auto t = tensor::from_vector<float>({1, 2});
   check_exact_error([&] { t.to_vector<double>(); }, errc::invalid_argument,
                     "tensor.to_vector: dtype mismatch float32 vs float64");
-  auto dev = tensor::from_blob(buf, {4}, dtype::float32, device::cuda(0));
-  check_exact_error([&] { dev.clone(); }, errc::backend,
-                    "tensor.clone: device cuda:0 needs a CUDA build");
-  check_exact_error([&] { dev.zero_(); }, errc::backend,
-                    "tensor.zero_: device cuda:0 needs a CUDA build");
   check_exact_error([&] { tensor().clone(); }, errc::invalid_argument,
                     "tensor.clone: undefined tensor");
   check_exact_error([&] { tensor().view({1}); }, errc::invalid_argument,
                     "tensor.view: undefined tensor");
   check_exact_error([&] { tensor().to_dlpack(); }, errc::invalid_argument,
                     "tensor.to_dlpack: undefined tensor");
+}
+
+// Why a CUDA device cannot be used here, as tensor calls say it.
+static std::string unusable(const std::string& op, const std::string& dev) {
+  if (!cuda_built()) return op + ": device " + dev + " needs a CUDA build of troupe";
+  return op + ": device " + dev + " is not usable: " + cuda_status();
+}
+
+TEST_CASE("CUDA tensors where no device is usable") {
+  if (cuda_available()) {
+    // A device exists: only an index beyond the last one is refused.
+    check_error([] { tensor::empty({2}, dtype::float32, device::cuda(cuda_device_count())); },
+                errc::invalid_argument, {"tensor.empty", "does not exist"});
+    return;
+  }
+  CHECK(cuda_device_count() == 0);
+  CHECK_FALSE(cuda_status().empty());
+  check_exact_error([] { tensor::empty({2}, dtype::float32, device::cuda(0)); }, errc::backend,
+                    unusable("tensor.empty", "cuda:0"));
+  check_exact_error([] { tensor::zeros({2}, dtype::float32, device::cuda(1)); }, errc::backend,
+                    unusable("tensor.zeros", "cuda:1"));
+  if (!cuda_built()) {
+    // Memory that claims to live on a device cannot be touched without CUDA.
+    float buf[4] = {};
+    auto dev = tensor::from_blob(buf, {4}, dtype::float32, device::cuda(0));
+    check_exact_error([&] { dev.clone(); }, errc::backend,
+                      "tensor.empty: device cuda:0 needs a CUDA build of troupe");
+    check_exact_error([&] { dev.zero_(); }, errc::backend,
+                      "tensor.zero_: device cuda:0 needs a CUDA build of troupe");
+    check_exact_error([&] { dev.to_vector<float>(); }, errc::backend,
+                      "tensor.to_vector: CUDA memory needs a CUDA build of troupe");
+  }
 }
 
 TEST_CASE("from_vector and is_same") {

@@ -1,6 +1,6 @@
 #pragma once
-/// Where a tensor's memory lives. CPU now; CUDA devices are named so that a
-/// process group can dispatch by device to the backend registered for it.
+/// Where a tensor's memory lives: the CPU or a CUDA device. A process group
+/// dispatches each call to the backend registered for its tensors' device.
 
 #include <string>
 
@@ -19,6 +19,17 @@ struct device {
 
   friend bool operator==(const device&, const device&) = default;
 };
+
+/// Whether this build of troupe has the CUDA path (CUDA was found at build time).
+bool cuda_built() noexcept;
+/// Number of CUDA devices this process can use: 0 in a build without CUDA,
+/// without a driver or without a device (like torch.cuda.device_count()).
+int cuda_device_count() noexcept;
+/// cuda_device_count() > 0.
+bool cuda_available() noexcept;
+/// Why no device is usable ("troupe was built without CUDA", "cudaGetDeviceCount:
+/// CUDA driver version is insufficient ..."), or "N CUDA device(s)".
+std::string cuda_status();
 
 /// "cpu" or "cuda".
 const char* to_string(device_type t) noexcept;

@@ -30,7 +30,8 @@ class tensor {
   /// An undefined tensor (defined() == false).
   tensor() = default;
 
-  /// Allocates uninitialised memory owned by the tensor.
+  /// Allocates uninitialised memory owned by the tensor (on a CUDA device:
+  /// device memory; errc::backend when the device is not usable).
   static tensor empty(shape_t shape, dtype t, device d = device::cpu());
   /// Allocates zero-filled memory owned by the tensor.
   static tensor zeros(shape_t shape, dtype t, device d = device::cpu());
@@ -82,7 +83,8 @@ class tensor {
 
   /// A new owned contiguous tensor with the same contents.
   tensor clone() const;
-  /// Copies `src` (same dtype and numel, both contiguous) into this tensor.
+  /// Copies `src` (same dtype and numel, both contiguous) into this tensor,
+  /// between any devices; returns once the copy is complete.
   void copy_from(const tensor& src);
   /// Fills every element with zero bytes.
   void zero_();
@@ -93,12 +95,12 @@ class tensor {
   /// Whether both tensors start at the same address with the same size.
   bool is_same(const tensor& other) const noexcept;
 
-  /// Copies the contents (contiguous) into a vector of T (dtype must match).
+  /// Copies the contents (contiguous, any device) into a vector of T (dtype must match).
   template <class T>
   std::vector<T> to_vector() const {
     check_element_type(dtype_of<T>);
     std::vector<T> r(static_cast<std::size_t>(numel()));
-    copy_bytes(r.data(), data(), r.size() * sizeof(T));
+    read_into(r.data(), r.size() * sizeof(T));
     return r;
   }
 
@@ -109,6 +111,7 @@ class tensor {
   static tensor make(std::shared_ptr<void> base, std::size_t offset, shape_t shape, shape_t strides,
                      dtype t, device d);
   static void copy_bytes(void* dst, const void* src, std::size_t n);
+  void read_into(void* host, std::size_t n) const;
   void check_element_type(dtype t) const;
 
   std::shared_ptr<void> base_;  // keeps the memory alive (owned, borrowed or DLPack)
