@@ -12,11 +12,20 @@
 #include <mutex>
 
 #include "actors/group_actor.hpp"
+#ifdef TROUPE_HAVE_CUDA
+#include "cuda/device_actor.hpp"
+#include "cuda/kernels.hpp"
+#endif
+#ifdef TROUPE_HAVE_NCCL
+#include "cuda/nccl_backend.hpp"
+#endif
 #include "actors/rank_runtime.hpp"
+#include "cuda/device_exchange.hpp"
 #include "fabric/algorithm_op.hpp"
 #include "fabric/allreduce_shm.hpp"
 #include "fabric/fabric.hpp"
 #include "fabric/open_fabrics.hpp"
+#include "src/device_memory.hpp"
 #include "src/reduce_kernels.hpp"
 #include "src/work_state.hpp"
 #include "transport/data_plane.hpp"
@@ -38,6 +47,23 @@ tensor flat(const tensor& t) {
   return t.defined() ? t.view({t.numel()}) : t;
 }
 
+/// A new flat buffer of `n` elements of `t`'s dtype on `t`'s device.
+tensor like(const tensor& t, std::int64_t n) {
+  return tensor::empty({n}, t.scalar_type(), t.get_device());
+}
+
+bool on_cuda(const tensor& t) {
+  return t.defined() && t.get_device().type == device_type::cuda;
+}
+
+/// A host copy of `t` (undefined stays undefined).
+tensor on_host(const tensor& t) {
+  if (!t.defined()) return t;
+  auto h = tensor::empty({t.numel()}, t.scalar_type());
+  h.copy_from(flat(t));
+  return h;
+}
+
 std::int64_t total_numel(const tensor_list& ts) {
   std::int64_t n = 0;
   for (auto& t : ts) n += t.numel();
@@ -46,7 +72,7 @@ std::int64_t total_numel(const tensor_list& ts) {
 
 /// Copies the tensors one after another into a new flat buffer.
 tensor pack(const tensor_list& ts) {
-  auto buf = tensor::empty({total_numel(ts)}, ts.front().scalar_type());
+  auto buf = like(ts.front(), total_numel(ts));
   std::int64_t off = 0;
   for (auto& t : ts) {
     buf.flat_slice(off, t.numel()).copy_from(flat(t));
@@ -121,15 +147,23 @@ class actor_backend final : public backend {
       fabric_ = std::move(f.main);
       messages_ = std::move(f.messages);
       shm_ = f.shm;
+#ifdef TROUPE_HAVE_CUDA
+      // Ranks that share this process share their device memory too.
+      if (!mixed) exchange_ = gpu::device_exchange::open(key_prefix_ + "device", ctx.size);
+#endif
     } catch (...) {
       shutdown("group set-up failed");
       throw;
     }
   }
 
-  ~actor_backend() override { shutdown("the group was destroyed"); }
+  ~actor_backend() override {
+    shutdown("the group was destroyed");
+  }
 
-  std::string name() const override { return "actor"; }
+  std::string name() const override {
+    return "actor";
+  }
 
   work broadcast(tensor_list& ts, const broadcast_options& o) override {
     auto c = make_call(op_code::broadcast, "broadcast", o.timeout, ts);
@@ -235,7 +269,7 @@ class actor_backend final : public backend {
     c->input = flat(ins[0]);
     c->counts.assign(static_cast<std::size_t>(size()), ins[0].numel());
     if (rank() == o.root_rank) {
-      c->output = tensor::empty({ins[0].numel() * size()}, ins[0].scalar_type());
+      c->output = like(ins[0], ins[0].numel() * size());
       c->on_success = [buf = c->output, list = outs[0]] { unpack(buf, 0, list); };
     }
     return submit(c);
@@ -307,7 +341,7 @@ class actor_backend final : public backend {
         make_call(op_code::reduce_scatterv, "reduce_scatter_tensor_coalesced", o.timeout, outs);
     c->op = o.op;
     const auto per_rank = total_numel(outs);
-    c->input = tensor::empty({per_rank * size()}, ins[0].scalar_type());
+    c->input = like(ins[0], per_rank * size());
     std::int64_t off = 0;
     for (int r = 0; r < size(); ++r)
       for (std::size_t i = 0; i < ins.size(); ++i) {
@@ -315,7 +349,7 @@ class actor_backend final : public backend {
         c->input.flat_slice(off, m).copy_from(flat(ins[i]).flat_slice(r * m, m));
         off += m;
       }
-    c->output = tensor::empty({per_rank}, ins[0].scalar_type());
+    c->output = like(ins[0], per_rank);
     c->counts.assign(static_cast<std::size_t>(size()), per_rank);
     c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
     return submit(c);
@@ -335,7 +369,7 @@ class actor_backend final : public backend {
   work alltoall(tensor_list& outs, tensor_list& ins, const alltoall_options& o) override {
     auto c = make_call(op_code::alltoallv, "alltoall", o.timeout, outs);
     c->input = pack(ins);
-    c->output = tensor::empty({total_numel(outs)}, ins[0].scalar_type());
+    c->output = like(ins[0], total_numel(outs));
     for (auto& t : ins) c->counts.push_back(t.numel());
     for (auto& t : outs) c->recv_counts.push_back(t.numel());
     c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
@@ -363,12 +397,15 @@ class actor_backend final : public backend {
     return submit_p2p(p2p_call::recv_any, "recv_any_source", -1, ts[0], o);
   }
 
-  std::uint64_t sequence_number() override { return issued_.load(); }
+  std::uint64_t sequence_number() override {
+    return issued_.load();
+  }
 
   void abort(const std::string& reason) override {
     caf::anon_send(group_, abort_atom::value, reason);
     if (fabric_) fabric_->abort(reason);
     if (messages_) messages_->abort(reason);
+    if (exchange_) exchange_->abort(reason);
   }
 
  private:
@@ -402,9 +439,12 @@ class actor_backend final : public backend {
         op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM ? reduce_op::SUM : op.op();
     std::vector<const void*> srcs;
     for (auto& t : ts) srcs.push_back(t.data());
-    c->input = tensor::empty({ts[0].numel()}, ts[0].scalar_type());
-    reduce_many(c->input.scalar_type(), local_op, c->input.data(), srcs.data(), srcs.size(),
-                static_cast<std::size_t>(ts[0].numel()));
+    c->input = like(ts[0], ts[0].numel());
+    if (on_cuda(c->input))
+      reduce_on_device(name, local_op, c->input, srcs);
+    else
+      reduce_many(c->input.scalar_type(), local_op, c->input.data(), srcs.data(), srcs.size(),
+                  static_cast<std::size_t>(ts[0].numel()));
     c->output = c->input;
     c->avg_local = static_cast<std::int64_t>(ts.size());
     const bool write = !root_only || rank() == root;
@@ -427,7 +467,7 @@ class actor_backend final : public backend {
     auto c = make_call(op_code::allgatherv, name, timeout, std::move(outputs));
     c->input = ins.size() == 1 ? flat(ins[0]) : pack(ins);
     c->counts.assign(static_cast<std::size_t>(size()), c->input.numel());
-    c->output = tensor::empty({c->input.numel() * size()}, ins[0].scalar_type());
+    c->output = like(ins[0], c->input.numel() * size());
     c->on_success = [buf = c->output, f = std::move(scatter_out), n = size()] { f(buf, n); };
     return submit(c);
   }
@@ -442,7 +482,11 @@ class actor_backend final : public backend {
     return c;
   }
 
-  work submit(const call_ptr& c) {
+  work submit(call_ptr c) {
+    if (on_cuda(c->input) || on_cuda(c->output)) {
+      if (exchange_) return submit_on_device(c);
+      c = staged_through_host(c);
+    }
     if (auto& f = shm_ ? messages_ : fabric_; f && fits_message_fabric(*c)) {
       auto op = make_algorithm_op(*c);
       op->handle = c->handle;
@@ -464,6 +508,60 @@ class actor_backend final : public backend {
     w.set_sequence_number(seq);
     if (fabric_) fabric_->announce(seq, static_cast<std::uint8_t>(code));
     return seq;
+  }
+
+  /// A call on cuda tensors among ranks of this process: straight between
+  /// the ranks' device buffers (cuda/device_exchange.hpp).
+  work submit_on_device(const call_ptr& c) {
+    track(c->handle);
+    if (debug_ == debug_level::detail)
+      log_detail(c->handle, c->input.defined() ? c->input : c->output);
+    std::lock_guard<std::mutex> g{issue_mtx_};
+    c->seq = number(c->handle, c->code);
+#ifdef TROUPE_HAVE_CUDA
+    try {
+      const auto& t = c->input.defined() ? c->input : c->output;
+      exchange_->post(rank(), c, gpu::device_queue_of(rt_, t.get_device().index));
+    } catch (...) {
+      c->handle.fail(std::current_exception());
+    }
+#endif
+    return c->handle;
+  }
+
+  /// A call on cuda tensors with ranks in other processes: the same call on
+  /// host copies, whose results are copied back to the device when it succeeds.
+  static call_ptr staged_through_host(const call_ptr& c) {
+    auto h = std::make_shared<collective_call>(*c);
+    h->input = on_host(c->input);
+    h->output = c->output.is_same(c->input) ? h->input : on_host(c->output);
+    h->on_success = [out = c->output, host = h->output, then = c->on_success] {
+      if (out.defined() && host.defined()) flat(out).copy_from(host);
+      if (then) then();
+    };
+    return h;
+  }
+
+  /// dst = the local tensors combined with `op` on their device (several
+  /// tensors per rank in one call), complete when this returns.
+  static void reduce_on_device(const char* name, reduce_op::kind op, const tensor& dst,
+                               const std::vector<const void*>& srcs) {
+#ifdef TROUPE_HAVE_CUDA
+    gpu::reduce_args a;
+    a.type = dst.scalar_type();
+    a.op = op;
+    a.count = static_cast<std::size_t>(dst.numel());
+    a.srcs = srcs;
+    a.dsts = {dst.data()};
+    const int dev = dst.get_device().index;
+    gpu::set_device(name, dev);
+    gpu::reduce(name, dev, a, nullptr);
+    gpu::synchronize(name, dev);
+#else
+    (void)op;
+    (void)srcs;
+    gpu::check_device(name, dst.get_device());
+#endif
   }
 
   work allreduce_on_fabric(tensor& t, const allreduce_options& o) {
@@ -534,8 +632,32 @@ class actor_backend final : public backend {
     c->handle = work::make(name, group_name());
     track(c->handle);
     if (debug_ == debug_level::detail) log_detail(c->handle, c->buffer);
+    auto result = c->handle;
+    if (on_cuda(c->buffer) && !exchange_) result = stage_p2p_through_host(*c);
     caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
-    return c->handle;
+    return result;
+  }
+
+  /// A send or receive of a cuda tensor to another process moves a host copy;
+  /// the returned work completes once a received copy is back on the device.
+  static work stage_p2p_through_host(p2p_call& c) {
+    auto device_buf = c.buffer;
+    auto result = c.handle;
+    c.buffer = c.kind == p2p_call::send
+                   ? on_host(device_buf)
+                   : tensor::empty({device_buf.numel()}, device_buf.scalar_type());
+    c.handle = work::make(c.name, result.group_name());
+    c.handle.on_complete(
+        [result, device_buf, host = c.buffer, recv = c.kind != p2p_call::send](const work& w) {
+          if (!w.is_success()) return result.fail(w.exception());
+          try {
+            if (recv) flat(device_buf).copy_from(host);
+            result.complete({device_buf}, w.source_rank());
+          } catch (...) {
+            result.fail(std::current_exception());
+          }
+        });
+    return result;
   }
 
   /// TROUPE_DEBUG=DETAIL: one line when a call is issued and one when it ends.
@@ -575,6 +697,10 @@ class actor_backend final : public backend {
         (*f)->abort(reason);
         f->reset();
       }
+    if (exchange_) {
+      exchange_->leave(rank(), reason);
+      exchange_.reset();
+    }
     in_process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
     if (rt_.plane()) rt_.plane()->remove_group(group_name());
     {
@@ -605,6 +731,7 @@ class actor_backend final : public backend {
   std::shared_ptr<fabric> fabric_;
   std::shared_ptr<fabric> messages_;  // beside a shared-memory fabric: the other collectives
   bool shm_ = false;                  // the fabric's medium is shared memory (else the network)
+  std::shared_ptr<gpu::device_exchange> exchange_;  // cuda tensors, every rank in this process
 };
 
 }  // namespace
@@ -615,6 +742,12 @@ void register_builtin_backends(std::map<std::string, registry_entry>& entries) {
                                    return std::make_shared<actor_backend>(ctx);
                                  },
                                  {device_type::cpu, device_type::cuda}});
+#ifdef TROUPE_HAVE_NCCL
+  // NCCL for cuda tensors (cuda/nccl_backend.cpp): "cpu:actor,cuda:nccl".
+  entries.emplace("nccl",
+                  registry_entry{[](const backend_context& ctx) { return make_nccl_backend(ctx); },
+                                 {device_type::cuda}});
+#endif
 }
 
 }  // namespace troupe::detail

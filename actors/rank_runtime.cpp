@@ -14,7 +14,19 @@ rank_runtime::rank_runtime(int rank, std::string job, std::size_t threads)
   relay_ = spawn_work_relay(*sys_);
 }
 
+std::shared_ptr<void> rank_runtime::attachment(const std::string& key,
+                                               const std::function<std::shared_ptr<void>()>& make) {
+  std::lock_guard<std::mutex> g{attach_mtx_};
+  auto& slot = attached_[key];
+  if (!slot) slot = make();
+  return slot;
+}
+
 rank_runtime::~rank_runtime() {
+  {
+    std::lock_guard<std::mutex> g{attach_mtx_};
+    attached_.clear();  // device actors stop (their streams drain) before the system goes
+  }
   plane_.reset();  // closes connections and joins the reader threads
   caf::anon_send_exit(relay_, caf::exit_reason::user_shutdown);
   relay_ = nullptr;

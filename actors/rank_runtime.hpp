@@ -1,7 +1,10 @@
 #pragma once
 // rank_runtime — the actor system of one rank and its work relay.
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "actors/actors.hpp"
@@ -23,6 +26,10 @@ class rank_runtime {
   /// How this rank reaches ranks in other processes (set once by the world).
   const std::shared_ptr<data_plane>& plane() const noexcept { return plane_; }
   void set_plane(std::shared_ptr<data_plane> p) { plane_ = std::move(p); }
+  /// A component attached to this rank under `key` (the device actor of each
+  /// CUDA device): made by `make` on first use, released before the actor system.
+  std::shared_ptr<void> attachment(const std::string& key,
+                                   const std::function<std::shared_ptr<void>()>& make);
 
  private:
   int rank_;
@@ -31,6 +38,8 @@ class rank_runtime {
   std::unique_ptr<caf::actor_system> sys_;
   relay_actor relay_;
   std::shared_ptr<data_plane> plane_;
+  std::mutex attach_mtx_;
+  std::map<std::string, std::shared_ptr<void>> attached_;
 };
 
 /// Spawns the relay (see actors/actors.hpp).

@@ -9,6 +9,7 @@
 
 #include <complex>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -79,7 +80,34 @@ T from_value(value v) {
     return static_cast<T>(v.real());
 }
 
-inline values read(const tensor& t) {
+/// The device the collective suites put their tensors on: cuda:0 when
+/// TROUPE_TEST_DEVICE=cuda (the gpu-labelled runs of the suites), else the CPU.
+inline troupe::device device() {
+  static const troupe::device d = [] {
+    const char* e = std::getenv("TROUPE_TEST_DEVICE");
+    return e && std::string(e) == "cuda" ? troupe::device::cuda(0) : troupe::device::cpu();
+  }();
+  return d;
+}
+
+/// tensor::zeros / tensor::empty on the suites' device.
+inline tensor zeros(troupe::shape_t shape, dtype t) {
+  return tensor::zeros(std::move(shape), t, device());
+}
+inline tensor empty(troupe::shape_t shape, dtype t) {
+  return tensor::empty(std::move(shape), t, device());
+}
+
+/// A host copy of `t` (itself when it is on the CPU).
+inline tensor host(const tensor& t) {
+  if (t.is_cpu()) return t;
+  auto h = tensor::empty(t.shape(), t.scalar_type());
+  h.copy_from(t);
+  return h;
+}
+
+inline values read(const tensor& device_tensor) {
+  const auto t = host(device_tensor);
   values r(static_cast<std::size_t>(t.numel()));
   visit(t.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
@@ -97,7 +125,10 @@ inline tensor make(dtype t, const values& v, troupe::shape_t shape = {}) {
     auto* p = r.data_as<T>();
     for (std::size_t i = 0; i < v.size(); ++i) p[i] = from_value<T>(v[i]);
   });
-  return r;
+  if (device() == r.get_device()) return r;
+  auto d = tensor::empty(shape, t, device());
+  d.copy_from(r);
+  return d;
 }
 
 /// Random small integers (as values) fitting `t` and `op`: never all zero.

@@ -15,12 +15,12 @@ TEST_CASE("allgather into a list and into one tensor") {
           auto all = ct::per_rank(t, n, len, 1);
           auto in = ref::make(t, all[static_cast<std::size_t>(w.rank())]);
           tensor_list outs;
-          for (int r = 0; r < n; ++r) outs.push_back(tensor::zeros({len}, t));
+          for (int r = 0; r < n; ++r) outs.push_back(ref::zeros({len}, t));
           w.default_group().allgather(outs, in).wait();
           for (int r = 0; r < n; ++r)
             ref::check_close(outs[static_cast<std::size_t>(r)], all[static_cast<std::size_t>(r)],
                              ct::name("allgather", t, len));
-          auto flat = tensor::zeros({len * n}, t);
+          auto flat = ref::zeros({len * n}, t);
           w.default_group().allgather_into_tensor(flat, in).wait();
           ref::check_close(flat, ref::concat(all), ct::name("allgather_into_tensor", t, len));
         }
@@ -30,7 +30,7 @@ TEST_CASE("allgather into a list and into one tensor") {
 
 TEST_CASE("allgather_into_tensor in place: the input is the rank's block of the output") {
   testing::run_ranks(4, [](world& w) {
-    auto out = tensor::zeros({8}, dtype::float32);
+    auto out = ref::zeros({8}, dtype::float32);
     auto mine = out.flat_slice(2 * w.rank(), 2);
     mine.copy_from(tensor::from_vector<float>({float(w.rank()), float(w.rank()) + 0.5f}));
     w.default_group().allgather_into_tensor(out, mine).wait();
@@ -51,14 +51,14 @@ TEST_CASE("allgather_coalesced and allgather_into_tensor_coalesced") {
       }
       std::vector<tensor_list> outs(static_cast<std::size_t>(n));  // [r][i]
       for (auto& per_rank : outs)
-        for (auto len : lens) per_rank.push_back(tensor::zeros({len}, dtype::float64));
+        for (auto len : lens) per_rank.push_back(ref::zeros({len}, dtype::float64));
       w.default_group().allgather_coalesced(outs, ins).wait();
       for (int r = 0; r < n; ++r)
         for (std::size_t i = 0; i < lens.size(); ++i)
           ref::check_close(outs[static_cast<std::size_t>(r)][i],
                            all[i][static_cast<std::size_t>(r)], "allgather_coalesced");
       tensor_list flats;
-      for (auto len : lens) flats.push_back(tensor::zeros({len * n}, dtype::float64));
+      for (auto len : lens) flats.push_back(ref::zeros({len * n}, dtype::float64));
       w.default_group().allgather_into_tensor_coalesced(flats, ins).wait();
       for (std::size_t i = 0; i < lens.size(); ++i)
         ref::check_close(flats[i], ref::concat(all[i]), "allgather_into_tensor_coalesced");
@@ -78,7 +78,7 @@ TEST_CASE("allgatherv gathers uneven blocks, zeros included") {
                                             ct::seed(r, n, 3, 5)));
         total += counts[static_cast<std::size_t>(r)];
       }
-      auto out = tensor::zeros({total}, dtype::int16);
+      auto out = ref::zeros({total}, dtype::int16);
       w.default_group()
           .allgatherv(out, ref::make(dtype::int16, blocks[static_cast<std::size_t>(w.rank())]),
                       counts)

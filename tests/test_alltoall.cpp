@@ -27,7 +27,7 @@ TEST_CASE("alltoall exchanges one tensor per pair of ranks") {
       tensor_list ins, outs;
       for (int p = 0; p < n; ++p) {
         ins.push_back(ref::make(dtype::int32, block(w.rank(), p, 1 + p % 2)));
-        outs.push_back(tensor::zeros({1 + w.rank() % 2}, dtype::int32));
+        outs.push_back(ref::zeros({1 + w.rank() % 2}, dtype::int32));
       }
       w.default_group().alltoall(outs, ins).wait();
       for (int p = 0; p < n; ++p)
@@ -51,7 +51,7 @@ TEST_CASE("alltoall_single with equal splits and with uneven split sizes") {
           auto e = block(p, me, 6);
           expected.insert(expected.end(), e.begin(), e.end());
         }
-        auto out = tensor::zeros({2 * n, 3}, dtype::float32);
+        auto out = ref::zeros({2 * n, 3}, dtype::float32);
         w.default_group().alltoall_single(out, ref::make(dtype::float32, in, {2 * n, 3})).wait();
         ref::check_close(out, expected, "alltoall_single equal");
       }
@@ -70,7 +70,7 @@ TEST_CASE("alltoall_single with equal splits and with uneven split sizes") {
         std::int64_t in_rows = 0, out_rows = 0;
         for (auto r : in_splits) in_rows += r;
         for (auto r : out_splits) out_rows += r;
-        auto out = tensor::zeros({out_rows, 2}, dtype::int64);
+        auto out = ref::zeros({out_rows, 2}, dtype::int64);
         w.default_group()
             .alltoall_single(out, ref::make(dtype::int64, in, {in_rows, 2}), out_splits, in_splits)
             .wait();

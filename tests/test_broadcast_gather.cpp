@@ -42,7 +42,7 @@ TEST_CASE("gather collects every rank's tensor on every root") {
             auto in = ref::make(t, all[static_cast<std::size_t>(w.rank())]);
             tensor_list outs;
             if (w.rank() == root)
-              for (int r = 0; r < n; ++r) outs.push_back(tensor::zeros({len}, t));
+              for (int r = 0; r < n; ++r) outs.push_back(ref::zeros({len}, t));
             w.default_group().gather(outs, in, {.root_rank = root}).wait();
             for (int r = 0; r < static_cast<int>(outs.size()); ++r)
               ref::check_close(outs[static_cast<std::size_t>(r)], all[static_cast<std::size_t>(r)],
@@ -63,7 +63,7 @@ TEST_CASE("scatter sends block r of the root's list to rank r") {
             tensor_list ins;
             if (w.rank() == root)
               for (auto& b : blocks) ins.push_back(ref::make(t, b));
-            auto out = tensor::zeros({len}, t);
+            auto out = ref::zeros({len}, t);
             w.default_group().scatter(out, ins, {.root_rank = root}).wait();
             ref::check_close(out, blocks[static_cast<std::size_t>(w.rank())],
                              ct::name("scatter", t, len));
@@ -86,15 +86,15 @@ TEST_CASE("gatherv and scatterv move uneven blocks, zeros included") {
           blocks.push_back(ref::random_values(dtype::int32, counts[static_cast<std::size_t>(r)],
                                               ct::seed(r, n, 9, root)));
         // gatherv: the root receives every block in rank order.
-        auto out = tensor::zeros({w.rank() == root ? total : 0}, dtype::int32);
+        auto out = ref::zeros({w.rank() == root ? total : 0}, dtype::int32);
         w.default_group()
             .gatherv(out, ref::make(dtype::int32, blocks[me]), counts, {.root_rank = root})
             .wait();
         if (w.rank() == root) ref::check_close(out, ref::concat(blocks), "gatherv");
         // scatterv: the root's concatenation goes back out.
         auto in = w.rank() == root ? ref::make(dtype::int32, ref::concat(blocks))
-                                   : tensor::zeros({0}, dtype::int32);
-        auto mine = tensor::zeros({counts[me]}, dtype::int32);
+                                   : ref::zeros({0}, dtype::int32);
+        auto mine = ref::zeros({counts[me]}, dtype::int32);
         w.default_group().scatterv(mine, in, counts, {.root_rank = root}).wait();
         ref::check_close(mine, blocks[me], "scatterv");
       }

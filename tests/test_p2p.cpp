@@ -16,7 +16,7 @@ TEST_CASE("send and recv around a ring, for 2, 3, 4 and 7 ranks") {
       const int right = (w.rank() + 1) % n;
       const int left = (w.rank() + n - 1) % n;
       auto out = tensor::from_vector<double>({double(w.rank()), 0.5});
-      auto in = tensor::zeros({2}, dtype::float64);
+      auto in = ref::zeros({2}, dtype::float64);
       auto r = pg.recv(in, left);
       auto s = pg.send(out, right);
       s.wait();
@@ -35,8 +35,8 @@ TEST_CASE("messages with different tags are matched by tag, in order per tag") {
       pg.send(tensor::from_vector<int>({2}), 1, 7).wait();
       pg.send(tensor::from_vector<int>({3}), 1, 5).wait();
     } else {
-      auto a = tensor::zeros({1}, dtype::int32), b = tensor::zeros({1}, dtype::int32),
-           c = tensor::zeros({1}, dtype::int32);
+      auto a = ref::zeros({1}, dtype::int32), b = ref::zeros({1}, dtype::int32),
+           c = ref::zeros({1}, dtype::int32);
       pg.recv(a, 0, 7).wait();
       pg.recv(b, 0, 5).wait();
       pg.recv(c, 0, 5).wait();
@@ -56,7 +56,7 @@ TEST_CASE("recv_any_source tells which rank sent") {
     }
     std::vector<int> seen;
     for (int i = 0; i < 3; ++i) {
-      auto t = tensor::zeros({1}, dtype::int32);
+      auto t = ref::zeros({1}, dtype::int32);
       auto wk = pg.recv_any_source(t, 3);
       wk.wait();
       CHECK(t.to_vector<int>()[0] == wk.source_rank() * 10);
@@ -72,8 +72,8 @@ TEST_CASE("batch_isend_irecv issues every op and completes as one work") {
     CAPTURE(n);
     testing::run_ranks(n, [n](world& w) {
       const int right = (w.rank() + 1) % n, left = (w.rank() + n - 1) % n;
-      auto from_left = tensor::zeros({3}, dtype::float32);
-      auto from_right = tensor::zeros({3}, dtype::float32);
+      auto from_left = ref::zeros({3}, dtype::float32);
+      auto from_right = ref::zeros({3}, dtype::float32);
       auto mine = tensor::from_vector<float>({float(w.rank()), 1, 2});
       std::vector<p2p_op> ops{{p2p_op::irecv, from_left, left, 0},
                               {p2p_op::irecv, from_right, right, 1},
@@ -89,7 +89,7 @@ TEST_CASE("batch_isend_irecv issues every op and completes as one work") {
 TEST_CASE("recv fails after its timeout, naming the peer and tag") {
   testing::run_ranks(2, [](world& w) {
     if (w.rank() != 0) return;
-    auto t = tensor::zeros({1}, dtype::int32);
+    auto t = ref::zeros({1}, dtype::int32);
     auto wk = w.default_group().recv({t}, 1, {.tag = 9, .timeout = 200ms});
     try {
       wk.wait(10s);
@@ -108,9 +108,9 @@ TEST_CASE("recv into a buffer of the wrong size fails and names both sizes") {
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
     if (w.rank() == 0) {
-      pg.send(tensor::zeros({4}, dtype::float32), 1).wait();
+      pg.send(ref::zeros({4}, dtype::float32), 1).wait();
     } else {
-      auto t = tensor::zeros({3}, dtype::float32);
+      auto t = ref::zeros({3}, dtype::float32);
       auto wk = pg.recv(t, 0);
       try {
         wk.wait(10s);

@@ -42,13 +42,13 @@ TEST_CASE("reduce_scatter_tensor and reduce_scatter (list) match the reference")
           for (std::int64_t len : {0, 3}) {
             auto in = inputs(t, n, len * n, op, 11);
             auto expected = ref::slice(ref::reduce(in, op, t), len * w.rank(), len);
-            auto out = tensor::zeros({len}, t);
+            auto out = ref::zeros({len}, t);
             w.default_group().reduce_scatter_tensor(out, ref::make(t, in[me]), {.op = op}).wait();
             ref::check_close(out, expected, "reduce_scatter_tensor " + op.to_string());
             tensor_list blocks;
             for (int r = 0; r < n; ++r)
               blocks.push_back(ref::make(t, ref::slice(in[me], len * r, len)));
-            auto out2 = tensor::zeros({len}, t);
+            auto out2 = ref::zeros({len}, t);
             w.default_group().reduce_scatter(out2, blocks, {.op = op}).wait();
             ref::check_close(out2, expected, "reduce_scatter " + op.to_string());
           }
@@ -69,7 +69,7 @@ TEST_CASE("reduce_scatter_tensor_coalesced reduces several tensors in one call")
         expected.push_back(ref::slice(ref::reduce(in, reduce_op::SUM, dtype::float64),
                                       lens[i] * w.rank(), lens[i]));
         ins.push_back(ref::make(dtype::float64, in[me]));
-        outs.push_back(tensor::zeros({lens[i]}, dtype::float64));
+        outs.push_back(ref::zeros({lens[i]}, dtype::float64));
       }
       w.default_group().reduce_scatter_tensor_coalesced(outs, ins).wait();
       for (std::size_t i = 0; i < lens.size(); ++i)
@@ -90,7 +90,7 @@ TEST_CASE("reduce_scatterv reduces uneven blocks, zeros included") {
       }
       for (auto& op : {reduce_op(reduce_op::SUM), reduce_op(reduce_op::MAX)}) {
         auto in = inputs(dtype::int64, n, total, op, 30);
-        auto out = tensor::zeros({counts[static_cast<std::size_t>(w.rank())]}, dtype::int64);
+        auto out = ref::zeros({counts[static_cast<std::size_t>(w.rank())]}, dtype::int64);
         w.default_group()
             .reduce_scatterv(out, ref::make(dtype::int64, in[static_cast<std::size_t>(w.rank())]),
                              counts, {.op = op})

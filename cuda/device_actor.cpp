@@ -1,0 +1,242 @@
+// The device actor (see cuda/device_actor.hpp): a detached actor per (rank,
+// CUDA device) that owns the rank's stream on the device.
+//
+//   submit  -> job message: make the device current, enqueue the job's work,
+//              record an event, ask CUDA to call back on the host when the
+//              stream gets there
+//   done    -> the host callback's message: run `after`, complete the work
+//   poll    -> every millisecond while jobs are pending: a failed event, a
+//              failed health check or a passed deadline fails the job (a
+//              stream that faulted may never call back)
+//   abort   -> fail every pending job
+// On exit the actor waits for its stream to drain, so that no callback
+// outlives it, then destroys the stream.
+
+#include "cuda/device_actor.hpp"
+
+#include <caf/all.hpp>
+
+#include <map>
+
+#include "actors/rank_runtime.hpp"
+#include "src/device_memory.hpp"
+#include "troupe/error.hpp"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<troupe::detail::gpu::device_job>)
+
+namespace troupe::detail::gpu {
+
+namespace {
+
+using job_atom = caf::atom_constant<caf::atom("gpujob")>;
+using done_atom = caf::atom_constant<caf::atom("gpudone")>;
+using poll_atom = caf::atom_constant<caf::atom("gpupoll")>;
+using abort_atom = caf::atom_constant<caf::atom("gpuabort")>;
+
+using job_ptr = std::shared_ptr<device_job>;
+using clock = std::chrono::steady_clock;
+constexpr auto poll_interval = std::chrono::milliseconds(1);
+
+struct pending_job {
+  job_ptr job;
+  event_t event = nullptr;
+  clock::time_point deadline = clock::time_point::max();
+};
+
+struct device_state {
+  int device = -1;
+  stream_t stream = nullptr;
+  std::uint64_t next_id = 0;
+  bool polling = false;
+  std::map<std::uint64_t, pending_job> pending;
+
+  ~device_state() {
+    for (auto& kv : pending) destroy_event(device, kv.second.event);
+    destroy_stream(device, stream);
+  }
+};
+
+using device_actor = caf::stateful_actor<device_state>;
+
+/// What the CUDA host callback needs to tell the actor that job `id` is done.
+struct callback_context {
+  caf::actor actor;
+  std::uint64_t id;
+};
+
+void on_stream_reached(void* p) {
+  auto* c = static_cast<callback_context*>(p);
+  caf::anon_send(c->actor, done_atom::value, c->id);
+  delete c;
+}
+
+void fail_job(device_job& j, errc code, const std::string& reason) {
+  if (j.on_failure) {
+    try {
+      j.on_failure(reason);
+    } catch (...) {
+      // the job fails with `reason` either way
+    }
+  }
+  if (j.handle.valid()) j.handle.fail(std::make_exception_ptr(error(code, reason)));
+}
+
+void fail_job(device_job& j, const std::exception_ptr& e) {
+  std::string reason = "unknown error";
+  errc code = errc::backend;
+  try {
+    std::rethrow_exception(e);
+  } catch (const error& x) {
+    reason = x.what();
+    code = x.code();
+  } catch (const std::exception& x) {
+    reason = x.what();
+  } catch (...) {
+  }
+  fail_job(j, code, reason);
+}
+
+/// Removes job `id` from the pending ones (nullptr when it already left).
+job_ptr take(device_actor* self, std::uint64_t id) {
+  auto& st = self->state;
+  auto i = st.pending.find(id);
+  if (i == st.pending.end()) return nullptr;
+  auto j = std::move(i->second.job);
+  destroy_event(st.device, i->second.event);
+  st.pending.erase(i);
+  return j;
+}
+
+void finish(device_actor* self, std::uint64_t id) {
+  auto j = take(self, id);
+  if (!j) return;
+  try {
+    if (j->after) j->after();
+    if (j->handle.valid()) j->handle.complete(std::move(j->outputs));
+  } catch (...) {
+    fail_job(*j, std::current_exception());
+  }
+}
+
+void schedule_poll(device_actor* self) {
+  if (self->state.polling || self->state.pending.empty()) return;
+  self->state.polling = true;
+  self->delayed_send(self, poll_interval, poll_atom::value);
+}
+
+void start(device_actor* self, const job_ptr& j) {
+  auto& st = self->state;
+  const char* op = j->name.c_str();
+  event_t ev = nullptr;
+  try {
+    set_device(op, st.device);
+    j->enqueue(st.stream);
+    ev = create_event(op, st.device);
+    record(op, st.device, ev, st.stream);
+  } catch (...) {
+    destroy_event(st.device, ev);
+    fail_job(*j, std::current_exception());
+    return;
+  }
+  const auto id = ++st.next_id;
+  pending_job p{j, ev};
+  if (j->timeout.count() > 0) p.deadline = clock::now() + j->timeout;
+  st.pending.emplace(id, std::move(p));
+  auto* ctx = new callback_context{caf::actor_cast<caf::actor>(self), id};
+  try {
+    on_host(op, st.device, st.stream, &on_stream_reached, ctx);
+  } catch (...) {
+    delete ctx;  // the poll still finds the event done
+  }
+  schedule_poll(self);
+}
+
+/// Checks every pending job: finished (the callback may be late or never
+/// come), failed, unhealthy or late.
+void poll(device_actor* self) {
+  auto& st = self->state;
+  st.polling = false;
+  const auto now = clock::now();
+  std::vector<std::uint64_t> ids;
+  for (auto& kv : st.pending) ids.push_back(kv.first);
+  for (auto id : ids) {
+    auto i = st.pending.find(id);
+    if (i == st.pending.end()) continue;
+    auto& p = i->second;
+    const char* op = p.job->name.c_str();
+    try {
+      if (event_done(op, st.device, p.event)) {
+        finish(self, id);
+        continue;
+      }
+    } catch (...) {
+      auto j = take(self, id);
+      fail_job(*j, std::current_exception());
+      continue;
+    }
+    std::string sick = p.job->health ? p.job->health() : std::string();
+    if (!sick.empty()) {
+      auto j = take(self, id);
+      fail_job(*j, errc::backend, sick);
+    } else if (now >= p.deadline) {
+      auto j = take(self, id);
+      fail_job(*j, errc::timeout,
+               j->name + ": Timeout after " + std::to_string(j->timeout.count()) + " ms on cuda:" +
+                   std::to_string(st.device) + " (the device did not finish the work)");
+    }
+  }
+  schedule_poll(self);
+}
+
+caf::behavior device_actor_behavior(device_actor* self, int device, stream_t stream) {
+  self->state.device = device;
+  self->state.stream = stream;
+  self->attach_functor([self] {
+    // Let the stream drain so that no host callback refers to this actor later.
+    synchronize_quietly(self->state.device, self->state.stream);
+  });
+  return {
+      [=](job_atom, const job_ptr& j) { start(self, j); },
+      [=](done_atom, std::uint64_t id) { finish(self, id); },
+      [=](poll_atom) { poll(self); },
+      [=](abort_atom, const std::string& reason) {
+        auto& st = self->state;
+        while (!st.pending.empty()) {
+          auto j = take(self, st.pending.begin()->first);
+          fail_job(*j, errc::aborted,
+                   j->name + " on cuda:" + std::to_string(device) + " failed: " + reason);
+        }
+      },
+  };
+}
+
+class queue_impl final : public device_queue {
+ public:
+  queue_impl(caf::actor a, int device) : actor_(std::move(a)), device_(device) {}
+  ~queue_impl() override { caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown); }
+  int device() const noexcept override { return device_; }
+  void submit(device_job job) override {
+    caf::anon_send(actor_, job_atom::value, std::make_shared<device_job>(std::move(job)));
+  }
+  void abort(const std::string& reason) override {
+    caf::anon_send(actor_, abort_atom::value, reason);
+  }
+
+ private:
+  caf::actor actor_;
+  int device_;
+};
+
+}  // namespace
+
+std::shared_ptr<device_queue> device_queue_of(rank_runtime& rt, int device) {
+  auto slot = rt.attachment("cuda:" + std::to_string(device), [&]() -> std::shared_ptr<void> {
+    check_device("device actor", troupe::device::cuda(device));
+    auto stream = create_stream("device actor", device);
+    auto a = rt.system().spawn<caf::detached>(device_actor_behavior, device, stream);
+    return std::make_shared<queue_impl>(caf::actor_cast<caf::actor>(a), device);
+  });
+  return std::static_pointer_cast<device_queue>(std::static_pointer_cast<queue_impl>(slot));
+}
+
+}  // namespace troupe::detail::gpu
