@@ -1,0 +1,19 @@
+#pragma once
+// The "nccl" backend: c10d's ProcessGroupNCCL for cuda tensors, on NCCL
+// communicators driven by the rank's device actor (cuda/device_actor.hpp).
+// See cuda/nccl_backend.cpp for the design and the mapping of every call.
+//
+// This header is free of CUDA, NCCL and CAF; the backend exists only in
+// builds with CUDA and NCCL (TROUPE_HAVE_NCCL).
+
+#include <memory>
+
+#include "troupe/backend.hpp"
+
+namespace troupe::detail {
+
+/// A backend for one group on cuda tensors. `ctx.runtime` must be the rank's
+/// rank_runtime; `ctx.store` is the group's private store (NCCL unique ids).
+std::shared_ptr<backend> make_nccl_backend(const backend_context& ctx);
+
+}  // namespace troupe::detail
