@@ -59,9 +59,9 @@ struct bfloat16_t {
 /// Maps a C++ element type to its dtype: dtype_of<float> == dtype::float32.
 template <class T>
 struct dtype_traits;
-#define TROUPE_DTYPE_TRAIT(T, D) \
-  template <>                    \
-  struct dtype_traits<T> {       \
+#define TROUPE_DTYPE_TRAIT(T, D)             \
+  template <>                                \
+  struct dtype_traits<T> {                   \
     static constexpr dtype value = dtype::D; \
   };
 TROUPE_DTYPE_TRAIT(bool, bool_)

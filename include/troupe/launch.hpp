@@ -17,9 +17,9 @@ struct launch_env {
   int rank = -1;
   int world_size = -1;
   int local_rank = -1;
-  std::string master_addr;      ///< empty when not set
+  std::string master_addr;        ///< empty when not set
   std::uint16_t master_port = 0;  ///< 0 when not set
-  std::string token;            ///< TROUPE_JOB_TOKEN, may be empty
+  std::string token;              ///< TROUPE_JOB_TOKEN, may be empty
   /// Which convention provided rank and size: "troupe-run/torchrun" (RANK,
   /// WORLD_SIZE, LOCAL_RANK), "mpirun" (OMPI_COMM_WORLD_*), "srun" (SLURM_*).
   std::string source;

@@ -55,9 +55,8 @@ T unpack_object(const byte_vector& bytes, const char* op, int rank) {
 /// Replaces `obj` on every rank with the root's.
 template <class T>
 void broadcast_object(process_group& pg, T& obj, int root = 0) {
-  auto bytes = detail::broadcast_bytes(pg, pg.rank() == root ? detail::pack_object(obj)
-                                                             : detail::byte_vector{},
-                                       root);
+  auto bytes = detail::broadcast_bytes(
+      pg, pg.rank() == root ? detail::pack_object(obj) : detail::byte_vector{}, root);
   obj = detail::unpack_object<T>(bytes, "broadcast_object", root);
 }
 

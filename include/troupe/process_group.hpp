@@ -78,7 +78,8 @@ class process_group {
   work allgather_into_tensor_coalesced(tensor_list outputs, tensor_list inputs,
                                        const allgather_options& opts = {});
   /// On the root, outputs[0][r] receives rank r's inputs[0]; elsewhere outputs is empty.
-  work gather(std::vector<tensor_list> outputs, tensor_list inputs, const gather_options& opts = {});
+  work gather(std::vector<tensor_list> outputs, tensor_list inputs,
+              const gather_options& opts = {});
   work gather(tensor_list outputs, tensor input, const gather_options& opts = {});
   /// Rank r's outputs[0] receives the root's inputs[0][r]; elsewhere inputs is empty.
   work scatter(tensor_list outputs, std::vector<tensor_list> inputs,
@@ -94,7 +95,8 @@ class process_group {
                                        const reduce_scatter_options& opts = {});
   /// Splits input along dim 0 by input_split_sizes (rows sent to each rank) and
   /// receives output_split_sizes rows from each rank; empty splits mean equal parts.
-  work alltoall_single(tensor output, tensor input, std::vector<std::int64_t> output_split_sizes = {},
+  work alltoall_single(tensor output, tensor input,
+                       std::vector<std::int64_t> output_split_sizes = {},
                        std::vector<std::int64_t> input_split_sizes = {},
                        const alltoall_options& opts = {});
   /// outputs[r] receives rank r's inputs[rank()].

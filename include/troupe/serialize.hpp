@@ -52,7 +52,9 @@ template <class T, std::size_t N>
 struct is_array<std::array<T, N>> : std::true_type {};
 
 template <class Inspector, class T>
-concept inspectable = requires(Inspector& f, T& x) { inspect(f, x); };
+concept inspectable = requires(Inspector& f, T& x) {
+  inspect(f, x);
+};
 
 /// Whether T can be written by binary_writer (checked recursively at use).
 template <class T>
@@ -222,8 +224,8 @@ T deserialize(const std::vector<std::uint8_t>& bytes) {
   T x{};
   r.apply(x);
   if (!r.at_end())
-    throw error(errc::invalid_argument, "deserialize: " + std::to_string(bytes.size()) +
-                                            " bytes hold more than one value");
+    throw error(errc::invalid_argument,
+                "deserialize: " + std::to_string(bytes.size()) + " bytes hold more than one value");
   return x;
 }
 
