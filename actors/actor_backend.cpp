@@ -27,6 +27,7 @@
 #include "fabric/open_fabrics.hpp"
 #include "src/device_memory.hpp"
 #include "src/reduce_kernels.hpp"
+#include "src/tensor_util.hpp"
 #include "src/work_state.hpp"
 #include "transport/data_plane.hpp"
 #include "transport/in_process.hpp"
@@ -417,12 +418,7 @@ class actor_backend final : public backend {
 
   std::vector<std::int64_t> rows_to_elements(const tensor& t,
                                              const std::vector<std::int64_t>& splits) const {
-    const auto rows = t.dim() == 0 ? 1 : t.shape()[0];
-    const auto row = rows == 0 ? 0 : t.numel() / rows;
-    std::vector<std::int64_t> r;
-    for (int p = 0; p < size(); ++p)
-      r.push_back(splits.empty() ? t.numel() / size() : splits[static_cast<std::size_t>(p)] * row);
-    return r;
+    return split_elements(t, splits, size());
   }
 
   /// allreduce and reduce over one tensor (in place) or several (combined locally first).

@@ -793,10 +793,14 @@ void reduce(const char* op, int device, const reduce_args& a, stream_t s) {
     copy_into(op, device, esize, a.dsts[0], a.count, a.dsts.data() + slots, ndst - slots, s);
 }
 
-void scale(const char* op, int device, dtype t, void* data, std::size_t n, double factor,
-           stream_t s) {
+namespace {
+
+/// data[i] = data[i] * factor (scaled) or data[i] / divisor (divided): a
+/// one-source reduction in place.
+void in_place(const char* op, const char* what, int device, dtype t, void* data, std::size_t n,
+              bool scaled, double factor, bool divided, double divisor, stream_t s) {
   check_dtype(op, t);
-  check_floating(op, "scale", t);
+  check_floating(op, what, t);
   if (n == 0) return;
   check_pointer(op, "buffer", 0, data, t);
   reduce_params p{};
@@ -806,25 +810,22 @@ void scale(const char* op, int device, dtype t, void* data, std::size_t n, doubl
   p.srcs[0] = data;
   p.dsts[0] = data;
   p.scales[0] = factor;
-  p.scaled = 1;
+  p.scaled = scaled ? 1 : 0;
+  p.divided = divided;
+  p.divisor = divisor;
   dispatch_reduce(op, device, t, p, s);
+}
+
+}  // namespace
+
+void scale(const char* op, int device, dtype t, void* data, std::size_t n, double factor,
+           stream_t s) {
+  in_place(op, "scale", device, t, data, n, true, factor, false, 0.0, s);
 }
 
 void divide(const char* op, int device, dtype t, void* data, std::size_t n, double divisor,
             stream_t s) {
-  check_dtype(op, t);
-  check_floating(op, "divide", t);
-  if (n == 0) return;
-  check_pointer(op, "buffer", 0, data, t);
-  reduce_params p{};
-  p.op = reduce_op::SUM;
-  p.count = n;
-  p.nsrc = p.ndst = 1;
-  p.srcs[0] = data;
-  p.dsts[0] = data;
-  p.divided = true;
-  p.divisor = divisor;
-  dispatch_reduce(op, device, t, p, s);
+  in_place(op, "divide", device, t, data, n, false, 1.0, true, divisor, s);
 }
 
 namespace {

@@ -87,6 +87,7 @@
 #include "actors/rank_runtime.hpp"
 #include "cuda/device_actor.hpp"
 #include "cuda/kernels.hpp"
+#include "src/tensor_util.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -1167,15 +1168,9 @@ class nccl_backend final : public backend {
     return static_cast<std::size_t>(counts[rank_index(r)]);
   }
 
-  /// Elements per rank from splits in rows of dim 0 (empty: equal parts).
   std::vector<std::int64_t> rows_to_elements(const tensor& t,
                                              const std::vector<std::int64_t>& splits) const {
-    const auto rows = t.dim() == 0 ? 1 : t.shape()[0];
-    const auto row = rows == 0 ? 0 : t.numel() / rows;
-    std::vector<std::int64_t> r;
-    for (int p = 0; p < size(); ++p)
-      r.push_back(splits.empty() ? t.numel() / size() : splits[rank_index(p)] * row);
-    return r;
+    return split_elements(t, splits, size());
   }
 
   /// allreduce and reduce: in place on one tensor, or combined over several.

@@ -151,6 +151,16 @@ std::shared_ptr<void> allocate_host(std::size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { ::operator delete (q, std::align_val_t{64}); });
 }
 
+std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,
+                                         int size) {
+  const auto rows = t.dim() == 0 ? 1 : t.shape()[0];
+  const auto row = rows == 0 ? 0 : t.numel() / rows;
+  std::vector<std::int64_t> r;
+  for (int p = 0; p < size; ++p)
+    r.push_back(splits.empty() ? t.numel() / size : splits[static_cast<std::size_t>(p)] * row);
+  return r;
+}
+
 std::shared_ptr<void> non_null_base(std::shared_ptr<void> owner, void* data) {
   return std::shared_ptr<void>(std::move(owner), data ? data : empty_sentinel);
 }

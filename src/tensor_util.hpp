@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "troupe/tensor.hpp"
 
@@ -22,5 +23,9 @@ shape_t contiguous_strides(const shape_t& shape);
 /// Owned host memory of `bytes` (64-byte aligned; large buffers use huge pages).
 std::shared_ptr<void> allocate_host(std::size_t bytes);
 std::shared_ptr<void> non_null_base(std::shared_ptr<void> owner, void* data);
+/// Elements per rank of alltoall_single's `splits` (counted in rows of `t`'s
+/// first dimension); empty splits: `t` in `size` equal parts.
+std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,
+                                         int size);
 
 }  // namespace troupe::detail
