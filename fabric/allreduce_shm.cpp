@@ -13,7 +13,9 @@
 //   another collective at this sequence number is a collective mismatch.
 // Small N (one step; the slot size is fabric/segment.hpp's shape_for): reduce
 //   the n slots straight into the output; done = k.
-// Ranks of one process, N above 32 KiB (direct): reduce part (me) of every
+// Ranks of one process, N above 32 KiB, or ranks of several processes whose
+//   buffers are all shared (tensor::empty_shared; fabric/peer_memory maps
+//   them) and too large for a slot (direct): reduce part (me) of every
 //   rank's buffer into mine and copy it into every other buffer; done = k;
 //   return once every rank is done (the others write into my buffer).
 // Large N, per chunk g (a ring of `chunk_slots` staging and result slots;
@@ -39,8 +41,10 @@
 
 #include "actors/call.hpp"
 #include "fabric/medium.hpp"
+#include "fabric/peer_memory.hpp"
 #include "fabric/segment.hpp"
 #include "src/reduce_kernels.hpp"
+#include "src/tensor_util.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -74,8 +78,9 @@ class allreduce_shm final : public fabric_op {
                                                static_cast<std::uint32_t>(data_.scalar_type()),
                                                static_cast<std::uint32_t>(kind_),
                                                code_,
-                                               0,
+                                               -1,
                                                reinterpret_cast<std::uint64_t>(data_.data())};
+        if (ctx.peers && !small) describe_shared(seg.descriptor(me, op));
         if (small)
           copy(seg.small_slot(me, op), static_cast<const std::byte*>(data_.data()),
                static_cast<std::int64_t>(nbytes));
@@ -92,7 +97,7 @@ class allreduce_shm final : public fabric_op {
           finish_op(ctx, moved);
           return true;
         }
-        if (!ctx.one_process) {
+        if (!ctx.one_process && !all_shared(ctx)) {
           const auto chunk = seg.shape().chunk_bytes / element_size(data_.scalar_type());
           chunk_elems_ = static_cast<std::int64_t>(chunk);
           chunks_ = (data_.numel() + chunk_elems_ - 1) / chunk_elems_;
@@ -199,14 +204,39 @@ class allreduce_shm final : public fabric_op {
   /// One process: reduce part (me) of every rank's buffer straight into my
   /// buffer and copy it into every other rank's buffer (one read of N and one
   /// write of N per rank: the memory ceiling), in cache-sized pieces.
+  /// Adds where the buffer lives to the descriptor, when it is shared memory.
+  void describe_shared(op_descriptor& d) const {
+    auto r = find_shared(data_.data(), data_.nbytes());
+    if (!r) return;
+    d.share_fd = r->fd;
+    d.share_id = r->id;
+    d.share_size = r->size;
+    d.share_offset = r->offset;
+  }
+
+  /// Every rank posted a shared buffer (between processes: the direct path).
+  bool all_shared(fabric_context& ctx) const {
+    if (!ctx.peers) return false;
+    for (int r = 0; r < ctx.size; ++r)
+      if (ctx.seg->descriptor(r, op).share_id == 0) return false;
+    return true;
+  }
+
+  /// Rank r's buffer in this process.
+  std::byte* buffer_of(fabric_context& ctx, int r) const {
+    if (r == ctx.rank) return static_cast<std::byte*>(data_.data());
+    const auto& d = ctx.seg->descriptor(r, op);
+    if (ctx.one_process) return reinterpret_cast<std::byte*>(d.addr);
+    return ctx.peers->map(ctx.seg->identity(r).pid.load(), d,
+                          ctx.names[static_cast<std::size_t>(r)]);
+  }
+
   void reduce_direct(fabric_context& ctx) {
     const auto n = ctx.size;
     const auto me = ctx.rank;
     const auto es = static_cast<std::int64_t>(element_size(data_.scalar_type()));
     std::vector<std::byte*> bufs(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r)
-      bufs[static_cast<std::size_t>(r)] =
-          reinterpret_cast<std::byte*>(ctx.seg->descriptor(r, op).addr);
+    for (int r = 0; r < n; ++r) bufs[static_cast<std::size_t>(r)] = buffer_of(ctx, r);
     const auto [off, count] = part(data_.numel(), n, me);
     const std::int64_t piece = std::max<std::int64_t>(1, (32 << 10) / es);
     std::vector<const void*> srcs(static_cast<std::size_t>(n));

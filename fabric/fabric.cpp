@@ -167,8 +167,8 @@ bool fabric::pass(bool block_on_lock) {
 }
 
 bool fabric::step_head(std::vector<finished>& out) {
-  fabric_context ctx{*this,  *med_,   med_->shared_segment(), rank_, size(),
-                     names_, chunks_, med_->one_process()};
+  fabric_context ctx{*this,  *med_,   med_->shared_segment(), rank_,        size(),
+                     names_, chunks_, med_->one_process(),    med_->peers()};
   bool moved = false;
   auto where = [&](const fabric_op& op) {
     return op.name + " on group '" + group_ + "' (rank " + std::to_string(rank_) + ", seq " +

@@ -43,6 +43,7 @@ namespace troupe::detail {
 
 class medium;
 class segment;
+class peer_memory;
 struct work_state;
 
 using fabric_clock = std::chrono::steady_clock;
@@ -62,6 +63,8 @@ struct fabric_context {
   std::uint64_t& chunks;
   /// Every rank lives in this process: buffers can be read and written directly.
   bool one_process;
+  /// Between processes of one host: the peers' shared buffers (else null).
+  peer_memory* peers;
 };
 
 /// One collective on the fabric: a resumable state machine.

@@ -11,6 +11,8 @@
 
 namespace troupe::detail {
 
+class peer_memory;
+
 class segment;
 
 class medium {
@@ -45,6 +47,9 @@ class medium {
   virtual segment* shared_segment() noexcept { return nullptr; }
   /// Every rank lives in this process (buffers can be read directly).
   virtual bool one_process() const noexcept { return false; }
+  /// The peers' shared buffers mapped into this process (shm_medium between
+  /// processes), else null.
+  virtual peer_memory* peers() noexcept { return nullptr; }
 };
 
 }  // namespace troupe::detail

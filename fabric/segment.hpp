@@ -45,9 +45,14 @@ struct op_descriptor {
   std::uint64_t nbytes = 0;
   std::uint32_t dtype = 0;
   std::uint32_t reduce = 0;
-  std::uint32_t code = 0;  ///< which collective (op_code)
-  std::uint32_t pad = 0;
-  std::uint64_t addr = 0;  ///< the buffer's address (read only by ranks in the same process)
+  std::uint32_t code = 0;      ///< which collective (op_code)
+  std::int32_t share_fd = -1;  ///< the buffer's memfd in its process (tensor::empty_shared)
+  std::uint64_t addr = 0;      ///< the buffer's address (read only by ranks in the same process)
+  /// A shared buffer (share_id != 0): its allocation number, the allocation's
+  /// size and the buffer's offset in it; peers map it (fabric/peer_memory).
+  std::uint64_t share_id = 0;
+  std::uint64_t share_size = 0;
+  std::uint64_t share_offset = 0;
 };
 
 /// Progress counters of one rank (written by it alone).

@@ -30,6 +30,7 @@ shm_medium::shm_medium(std::unique_ptr<segment> seg, int rank, std::string group
   for (int r = 0; r < size(); ++r)
     one_process_ = one_process_ && seg_->identity(r).pid.load() == ::getpid();
   pidfds_.assign(static_cast<std::size_t>(size()), -1);
+  if (allow_direct && !one_process_) peers_ = std::make_unique<peer_memory>();
 }
 
 shm_medium::~shm_medium() {

@@ -11,6 +11,7 @@
 
 #include "fabric/fabric.hpp"
 #include "fabric/medium.hpp"
+#include "fabric/peer_memory.hpp"
 
 namespace troupe::detail {
 
@@ -33,6 +34,7 @@ class shm_medium final : public medium {
   void leave() override;
   segment* shared_segment() noexcept override { return seg_.get(); }
   bool one_process() const noexcept override { return one_process_; }
+  peer_memory* peers() noexcept override { return peers_.get(); }
 
  private:
   std::unique_ptr<segment> seg_;
@@ -40,7 +42,8 @@ class shm_medium final : public medium {
   std::string group_;
   std::vector<std::string> names_;
   bool one_process_ = false;
-  std::vector<int> pidfds_;  // per rank, opened when first needed
+  std::unique_ptr<peer_memory> peers_;  // between processes: the peers' shared buffers
+  std::vector<int> pidfds_;             // per rank, opened when first needed
   fabric_clock::time_point next_liveness_check_{};
 };
 

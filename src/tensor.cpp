@@ -3,6 +3,11 @@
 #include "troupe/tensor.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <map>
 
 #include <cstdlib>
 
@@ -54,6 +59,10 @@ shape_t contiguous_strides(const shape_t& shape) {
 }
 
 namespace {
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 // Stands in for the address of zero-element tensors whose memory pointer is null,
 // so that such tensors are still defined().
@@ -161,6 +170,71 @@ std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std:
   return r;
 }
 
+namespace {
+
+/// The live tensor::empty_shared allocations of this process, by address.
+struct shared_registry {
+  std::mutex mtx;
+  std::map<std::uintptr_t, shared_range> live;
+  std::uint64_t next_id = 0;
+};
+
+shared_registry& shared_allocations() {
+  static auto* r = new shared_registry;  // never destroyed: tensors may outlive statics
+  return *r;
+}
+
+}  // namespace
+
+std::shared_ptr<void> allocate_shared(std::size_t bytes) {
+  const std::size_t size = std::max<std::size_t>(bytes, 64);
+  const int fd = ::memfd_create("troupe-shared-tensor", MFD_CLOEXEC);
+  if (fd < 0)
+    throw error(errc::backend, "tensor.empty_shared: memfd_create failed: " + errno_text());
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const auto why = errno_text();
+    ::close(fd);
+    throw error(errc::backend, "tensor.empty_shared: cannot size " + std::to_string(size) +
+                                   " bytes of shared memory: " + why);
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const auto why = errno_text();
+    ::close(fd);
+    throw error(errc::backend, "tensor.empty_shared: cannot map " + std::to_string(size) +
+                                   " bytes of shared memory: " + why);
+  }
+  ::madvise(p, size, MADV_HUGEPAGE);  // honoured where shared huge pages are enabled
+  auto& reg = shared_allocations();
+  {
+    std::lock_guard<std::mutex> g{reg.mtx};
+    reg.live[reinterpret_cast<std::uintptr_t>(p)] = shared_range{fd, ++reg.next_id, size, 0};
+  }
+  return std::shared_ptr<void>(p, [fd, size](void* q) {
+    auto& r = shared_allocations();
+    {
+      std::lock_guard<std::mutex> g{r.mtx};
+      r.live.erase(reinterpret_cast<std::uintptr_t>(q));
+    }
+    ::munmap(q, size);
+    ::close(fd);
+  });
+}
+
+std::optional<shared_range> find_shared(const void* p, std::size_t bytes) {
+  auto& reg = shared_allocations();
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard<std::mutex> g{reg.mtx};
+  auto i = reg.live.upper_bound(at);
+  if (i == reg.live.begin()) return std::nullopt;
+  --i;
+  const auto offset = at - i->first;
+  if (offset + bytes > i->second.size) return std::nullopt;
+  auto r = i->second;
+  r.offset = offset;
+  return r;
+}
+
 std::shared_ptr<void> non_null_base(std::shared_ptr<void> owner, void* data) {
   return std::shared_ptr<void>(std::move(owner), data ? data : empty_sentinel);
 }
@@ -208,6 +282,17 @@ tensor tensor::empty(shape_t shape, dtype t, device d) {
                                    : detail::gpu::allocate("tensor.empty", d, bytes);
   auto strides = detail::contiguous_strides(shape);
   return make(std::move(base), 0, std::move(shape), std::move(strides), t, d);
+}
+
+tensor tensor::empty_shared(shape_t shape, dtype t) {
+  const auto n = detail::checked_numel("tensor.empty_shared", shape);
+  const auto elem = troupe::element_size(t);
+  if (static_cast<std::uint64_t>(n) > std::numeric_limits<std::size_t>::max() / 2 / elem)
+    invalid("tensor.empty_shared", "shape " + detail::format_shape(shape) + " is too large");
+  const std::size_t bytes = (static_cast<std::size_t>(n) * elem + 63) / 64 * 64;
+  auto strides = detail::contiguous_strides(shape);
+  return make(detail::allocate_shared(bytes), 0, std::move(shape), std::move(strides), t,
+              device::cpu());
 }
 
 tensor tensor::zeros(shape_t shape, dtype t, device d) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,19 @@ shape_t contiguous_strides(const shape_t& shape);
 /// Owned host memory of `bytes` (64-byte aligned; large buffers use huge pages).
 std::shared_ptr<void> allocate_host(std::size_t bytes);
 std::shared_ptr<void> non_null_base(std::shared_ptr<void> owner, void* data);
+/// Host memory of tensor::empty_shared: `bytes` in a memfd mapped here.
+std::shared_ptr<void> allocate_shared(std::size_t bytes);
+/// Where a range of tensor::empty_shared memory lives: the memfd `fd` of this
+/// process (mapped whole, `size` bytes), allocation number `id` (never
+/// reused), and the range's `offset` in it.
+struct shared_range {
+  int fd = -1;
+  std::uint64_t id = 0;
+  std::uint64_t size = 0;
+  std::uint64_t offset = 0;
+};
+/// The shared allocation that holds all of [p, p + bytes), if any.
+std::optional<shared_range> find_shared(const void* p, std::size_t bytes);
 /// Elements per rank of alltoall_single's `splits` (counted in rows of `t`'s
 /// first dimension); empty splits: `t` in `size` equal parts.
 std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,

@@ -33,6 +33,13 @@ class tensor {
   /// Allocates uninitialised memory owned by the tensor (on a CUDA device:
   /// device memory; errc::backend when the device is not usable).
   static tensor empty(shape_t shape, dtype t, device d = device::cpu());
+  /// Allocates uninitialised host memory that ranks in other processes of this
+  /// host can map (like MPI_Alloc_mem): an allreduce between processes on
+  /// such tensors reduces straight from the ranks' buffers instead of staging
+  /// through shared slots. Its pages fault in one by one (a fresh 16 MiB
+  /// tensor costs several milliseconds more than empty()), so keep and reuse
+  /// such tensors, as gradient buckets are.
+  static tensor empty_shared(shape_t shape, dtype t);
   /// Allocates zero-filled memory owned by the tensor.
   static tensor zeros(shape_t shape, dtype t, device d = device::cpu());
   /// Borrows `data` (not freed by troupe). Contiguous strides.
