@@ -41,8 +41,13 @@ namespace {
 
 /// The systems in column order: CSV (system, transport) -> column label.
 const std::vector<std::pair<std::string, std::string>> columns = {
-    {"troupe-inproc", "troupe inproc"}, {"troupe-shm", "troupe shm"}, {"troupe-tcp", "troupe tcp"},
-    {"gloo-tcp", "gloo tcp"},           {"mpi-shm", "mpi shm"},       {"mpi-tcp", "mpi tcp"}};
+    {"troupe-inproc", "troupe inproc"},
+    {"troupe-shm", "troupe shm"},
+    {"troupe-shmshared", "troupe shared"},
+    {"troupe-tcp", "troupe tcp"},
+    {"gloo-tcp", "gloo tcp"},
+    {"mpi-shm", "mpi shm"},
+    {"mpi-tcp", "mpi tcp"}};
 
 using key = std::tuple<std::string, int, std::size_t>;  // op, ranks, bytes
 using cell_map = std::map<key, std::map<std::string, bench::record>>;
@@ -269,7 +274,9 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
   };
   // Ranks in processes of their own over shared memory: the memory-bandwidth
   // bound applies (troupe's in-process targets are shown without it).
-  auto in_memory = [](const std::string& mine) { return mine == "troupe-shm"; };
+  auto in_memory = [](const std::string& mine) {
+    return mine == "troupe-shm" || mine == "troupe-shmshared";
+  };
 
   // troupe busbw >= k x peer's busbw.
   auto busbw_vs = [&](const char* mine, const char* peer, const char* peer_name, int n,
@@ -369,6 +376,14 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
     rows.push_back(t);
   }
   time_below("troupe-inproc", 2, MiB, 30.0);
+  // The shared-memory targets above the one-step slots again, on tensors from
+  // tensor::empty_shared (ranks reduce straight from each other's buffers).
+  busbw_vs("troupe-shmshared", "mpi-shm", "mpi shm", 2, 16 * MiB, 2.5);
+  busbw_vs("troupe-shmshared", "mpi-shm", "mpi shm", 2, 64 * MiB, 4.0);
+  time_vs("troupe-shmshared", "mpi-shm", "mpi shm", 4, MiB, 1.0, true);
+  time_vs("troupe-shmshared", "mpi-shm", "mpi shm", 4, 16 * MiB, 1.0, true);
+  for (std::size_t b : {MiB, 16 * MiB})
+    time_vs("troupe-shmshared", "gloo-tcp", "gloo tcp", 4, b, 0.1, false);
   for (std::size_t b : {MiB, 64 * MiB}) {
     auto a = find(cells, "allreduce", 2, b, "troupe-inproc");
     auto m = memcpy.find(b);
