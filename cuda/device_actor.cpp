@@ -9,8 +9,8 @@
 //              failed health check or a passed deadline fails the job (a
 //              stream that faulted may never call back)
 //   abort   -> fail every pending job
-// On exit the actor waits for its stream to drain, so that no callback
-// outlives it, then destroys the stream.
+// On exit it fails the jobs still pending and waits for its stream to drain,
+// so that no callback outlives it, then destroys the stream.
 
 #include "cuda/device_actor.hpp"
 
@@ -188,25 +188,31 @@ void poll(device_actor* self) {
   schedule_poll(self);
 }
 
+/// Fails every pending job with errc::aborted and `reason`.
+void fail_all(device_actor* self, const std::string& reason) {
+  auto& st = self->state;
+  while (!st.pending.empty()) {
+    auto j = take(self, st.pending.begin()->first);
+    fail_job(*j, errc::aborted,
+             j->name + " on cuda:" + std::to_string(st.device) + " failed: " + reason);
+  }
+}
+
 caf::behavior device_actor_behavior(device_actor* self, int device, stream_t stream) {
   self->state.device = device;
   self->state.stream = stream;
-  self->attach_functor([self] {
-    // Let the stream drain so that no host callback refers to this actor later.
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    // Works still pending fail; the stream drains, so that no host callback
+    // refers to this actor later.
+    fail_all(self, "the rank's device actor stopped (its world is shutting down)");
     synchronize_quietly(self->state.device, self->state.stream);
+    self->quit(m.reason);
   });
   return {
       [=](job_atom, const job_ptr& j) { start(self, j); },
       [=](done_atom, std::uint64_t id) { finish(self, id); },
       [=](poll_atom) { poll(self); },
-      [=](abort_atom, const std::string& reason) {
-        auto& st = self->state;
-        while (!st.pending.empty()) {
-          auto j = take(self, st.pending.begin()->first);
-          fail_job(*j, errc::aborted,
-                   j->name + " on cuda:" + std::to_string(device) + " failed: " + reason);
-        }
-      },
+      [=](abort_atom, const std::string& reason) { fail_all(self, reason); },
   };
 }
 
