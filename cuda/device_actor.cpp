@@ -73,7 +73,7 @@ void on_stream_reached(void* p) {
 void fail_job(device_job& j, errc code, const std::string& reason) {
   if (j.on_failure) {
     try {
-      j.on_failure(reason);
+      j.on_failure(code, reason);
     } catch (...) {
       // the job fails with `reason` either way
     }
@@ -140,7 +140,7 @@ void start(device_actor* self, const job_ptr& j) {
   }
   const auto id = ++st.next_id;
   pending_job p{j, ev};
-  if (j->timeout.count() > 0) p.deadline = clock::now() + j->timeout;
+  if (j->timeout.count() > 0) p.deadline = j->submitted + j->timeout;
   st.pending.emplace(id, std::move(p));
   auto* ctx = new callback_context{caf::actor_cast<caf::actor>(self), id};
   try {
@@ -222,6 +222,7 @@ class queue_impl final : public device_queue {
   ~queue_impl() override { caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown); }
   int device() const noexcept override { return device_; }
   void submit(device_job job) override {
+    job.submitted = clock::now();
     caf::anon_send(actor_, job_atom::value, std::make_shared<device_job>(std::move(job)));
   }
   void abort(const std::string& reason) override {

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "cuda/runtime.hpp"
+#include "troupe/error.hpp"
 #include "troupe/tensor.hpp"
 #include "troupe/work.hpp"
 
@@ -40,11 +41,13 @@ struct device_job {
   std::function<void()> after;
   /// Polled while the job is pending: a non-empty answer fails the job with it.
   std::function<std::string()> health;
-  /// Called once if the job fails or times out, with the reason (to abort a
-  /// communicator that may hang).
-  std::function<void(const std::string&)> on_failure;
+  /// Called once if the job fails or times out, with the error's code and
+  /// message (to abort a communicator that may hang).
+  std::function<void(errc, const std::string&)> on_failure;
   /// How long the job may take from its submission (0: no limit).
   std::chrono::milliseconds timeout{0};
+  /// When it was submitted (set by device_queue::submit; its deadline counts from here).
+  std::chrono::steady_clock::time_point submitted{};
   /// Completed with `outputs` as its result, or failed with the reason (a
   /// job without a work, an internal step, only runs).
   work handle;

@@ -136,9 +136,9 @@ class exchange_impl final : public device_exchange,
     return rd;
   }
 
-  std::function<void(const std::string&)> failer(std::uint64_t seq) {
-    return [w = weak_from_this(), seq](const std::string& why) {
-      if (auto self = w.lock()) self->fail_round(seq, errc::backend, why);
+  std::function<void(errc, const std::string&)> failer(std::uint64_t seq) {
+    return [w = weak_from_this(), seq](errc code, const std::string& why) {
+      if (auto self = w.lock()) self->fail_round(seq, code, why);
     };
   }
 

@@ -191,10 +191,11 @@ struct communicator {
   const char* first_op = "";  ///< the call that created it (for messages)
   timeout_t init_timeout{};
   clock::time_point init_deadline;
-  std::atomic<bool> ready{false};    ///< set up: calls go straight to the device actor
-  std::atomic<bool> settled{false};  ///< ready or failed: the set-up poll stops
-  std::vector<held_job> held;        ///< under nccl_group::mtx_
-  ncclComm_t comm = nullptr;         ///< touched by device-actor jobs only
+  std::atomic<bool> ready{false};         ///< set up: calls go straight to the device actor
+  std::atomic<bool> settled{false};       ///< ready or failed: the set-up poll stops
+  std::atomic<bool> probe_queued{false};  ///< a set-up probe waits in the device actor
+  std::vector<held_job> held;             ///< under nccl_group::mtx_
+  ncclComm_t comm = nullptr;              ///< touched by device-actor jobs only
 
   std::string store_key() const { return "nccl/uid/" + key; }
 };
@@ -291,6 +292,12 @@ void nccl_group::use_device(int device) {
 
 std::shared_ptr<communicator> nccl_group::communicator_for(const char* op, int peer) {
   const auto t = timeout_;
+  {
+    // A communicator that exists needs no wait behind another one's set-up.
+    std::lock_guard<std::mutex> g{mtx_};
+    if (broken_) throw refusal_locked(op);
+    if (auto i = comms_.find(describe(op, peer, t)->key); i != comms_.end()) return i->second;
+  }
   std::lock_guard<std::mutex> create{create_mtx_};
   std::shared_ptr<communicator> c;
   {
@@ -369,6 +376,8 @@ void nccl_group::watch_init(const std::shared_ptr<communicator>& c) {
 void nccl_group::submit_probe(const std::shared_ptr<communicator>& c) {
   std::lock_guard<std::mutex> g{mtx_};
   if (!queue_) return;  // shut down
+  // One probe at a time: a busy device actor must not collect one per tick.
+  if (c->probe_queued.exchange(true)) return;
   queue_->submit(internal_job(c->first_op, [self = shared_from_this(), c] { self->probe(*c); }));
 }
 
@@ -376,7 +385,9 @@ gpu::device_job nccl_group::internal_job(const char* op, std::function<void()> f
   gpu::device_job j;
   j.name = op;
   j.enqueue = [fn = std::move(fn)](gpu::stream_t) { fn(); };
-  j.on_failure = [self = shared_from_this()](const std::string& why) { self->failed(why); };
+  j.on_failure = [self = shared_from_this()](errc code, const std::string& why) {
+    self->failed(code, why);
+  };
   j.handle = work::make(op, group_);
   return j;
 }
@@ -393,7 +404,7 @@ gpu::device_job nccl_group::call_job(const char* op, std::shared_ptr<communicato
     if (self->stopping_) throw self->refusal(op);
   };
   j.health = [self, c, op] { return self->health(op, *c); };
-  j.on_failure = [self](const std::string& why) { self->failed(why); };
+  j.on_failure = [self](errc code, const std::string& why) { self->failed(code, why); };
   j.timeout = t;
   return j;
 }
@@ -454,6 +465,7 @@ void nccl_group::start(communicator& c, const std::optional<bytes>& uid) {
 }
 
 void nccl_group::probe(communicator& c) {
+  c.probe_queued = false;
   const char* op = c.first_op;
   if (c.settled || stopping_ || !c.comm) return;
   ncclResult_t state = ncclInProgress;
@@ -462,8 +474,8 @@ void nccl_group::probe(communicator& c) {
   if (state == ncclSuccess) return open(c);
   if (state != ncclInProgress) throw nccl_error(op, c.device, "ncclCommInitRankConfig", state);
   if (clock::now() < c.init_deadline) return;
-  // Break the group with errc::timeout before the job fails (its
-  // on_failure only knows the message).
+  // Break the group with errc::timeout at once (the failing probe job
+  // would do the same through on_failure).
   error late(errc::timeout, std::string(op) + ": group '" + group_ + "': Timeout after " +
                                 in_ms(c.init_timeout) + ": the NCCL communicator '" + c.label +
                                 "' on cuda:" + std::to_string(c.device) +
@@ -508,8 +520,8 @@ std::string nccl_group::async_error(const char* op, const communicator& c) const
       .what();
 }
 
-void nccl_group::failed(const std::string& why) {
-  mark_broken(errc::backend, why, false);
+void nccl_group::failed(errc code, const std::string& why) {
+  mark_broken(code, why, false);
   for (auto& c : communicators())
     if (c->comm) {
       ncclCommAbort(c->comm);  // frees it; nothing more to do when even this fails

@@ -167,7 +167,7 @@ class nccl_group : public std::enable_shared_from_this<nccl_group> {
   std::string async_error(const char* op, const communicator& c) const;
 
   /// A job failed: the group is broken and its communicators are aborted.
-  void failed(const std::string& why);
+  void failed(errc code, const std::string& why);
 
   /// Teardown job: destroys idle, healthy communicators and aborts the others.
   void teardown(bool force);

@@ -109,7 +109,7 @@ TEST_CASE("the device actor turns failures into failed works, never aborts") {
     for (int i = 0; i < 200; ++i) detail::gpu::reduce("scatter", 0, a, s);
   };
   sick.health = [] { return std::string("scatter: communicator failed"); };
-  sick.on_failure = [&](const std::string&) { told = true; };
+  sick.on_failure = [&](errc, const std::string&) { told = true; };
   auto k = sick.handle;
   q->submit(std::move(sick));
   check_error([&] { k.wait(std::chrono::seconds(10)); }, errc::backend,
