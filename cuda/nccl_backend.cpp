@@ -320,6 +320,18 @@ class nccl_backend final : public backend {
     return point_to_point("recv", false, ts, src, o);
   }
 
+  /// One NCCL group of sends and receives on the group's communicator (as
+  /// ProcessGroupNCCL: if it is the group's first call, every rank makes one).
+  work batch_isend_irecv(std::vector<p2p_op>& ops) override {
+    const char* op = "batch_isend_irecv";
+    tensor_list bufs;
+    for (auto& o : ops) bufs.push_back(o.buffer);
+    prepare(op, bufs);
+    auto p = keeping(bufs);
+    for (auto& o : ops) exchange(p, o.kind == p2p_op::isend, o.buffer, 0, numel(o.buffer), o.peer);
+    return g_->issue(op, whole_group, std::move(p), bufs, use_group_timeout);
+  }
+
   std::uint64_t sequence_number() override { return g_->sequence(); }
 
   void abort(const std::string& reason) override { g_->abort(reason); }

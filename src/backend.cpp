@@ -41,6 +41,16 @@ work backend::gatherv(tensor&, tensor&, const std::vector<std::int64_t>&, const 
 work backend::scatterv(tensor&, tensor&, const std::vector<std::int64_t>&, const scatter_options&) { unsupported("scatterv"); }
 work backend::reduce_scatterv(tensor&, tensor&, const std::vector<std::int64_t>&, const reduce_scatter_options&) { unsupported("reduce_scatterv"); }
 // clang-format on
+work backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
+  std::vector<work> parts;
+  for (auto& op : ops) {
+    tensor_list one{op.buffer};
+    const p2p_options o{.tag = op.tag};
+    parts.push_back(op.kind == p2p_op::isend ? send(one, op.peer, o) : recv(one, op.peer, o));
+  }
+  return work::when_all("batch_isend_irecv", group_name(), std::move(parts));
+}
+
 std::uint64_t backend::sequence_number() {
   return 0;
 }

@@ -2,6 +2,8 @@
 
 #include "troupe/process_group.hpp"
 
+#include <algorithm>
+
 #include "src/validate.hpp"
 #include "troupe/error.hpp"
 
@@ -429,6 +431,14 @@ work process_group::batch_isend_irecv(std::vector<p2p_op> ops) {
     check_p2p_tensors(v, {op.buffer}, op.tag);
     check_peer(v, op.peer, rank_, op.kind == p2p_op::isend ? "isend peer" : "irecv peer");
   }
+  // Every buffer on one device: that device's backend issues the batch
+  // (NCCL groups it); otherwise each op goes to its own device's backend.
+  tensor_list buffers;
+  for (auto& op : ops) buffers.push_back(op.buffer);
+  const auto d = ops.front().buffer.get_device().type;
+  const bool one_device = std::all_of(
+      ops.begin(), ops.end(), [d](const p2p_op& op) { return op.buffer.get_device().type == d; });
+  if (one_device) return track(backend_for("batch_isend_irecv", buffers).batch_isend_irecv(ops));
   std::vector<work> parts;
   const bool outer = coalescing_;
   coalescing_ = false;  // the parts are tracked as one work below

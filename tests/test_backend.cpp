@@ -41,7 +41,13 @@ class dummy_backend final : public backend {
     add(ts, 1.0f);
     return work::completed("broadcast", group_name(), ts);
   }
+  /// Takes a batch whole (as NCCL must), counting its ops.
+  work batch_isend_irecv(std::vector<p2p_op>& ops) override {
+    batched += static_cast<int>(ops.size());
+    return work::completed("batch_isend_irecv", group_name(), {});
+  }
   const backend_context& context() const { return ctx_; }
+  int batched = 0;
 
  private:
   static void add(tensor_list& ts, float x) {
@@ -207,6 +213,20 @@ TEST_CASE("a user-written backend runs the calls it implements") {
         wk.wait();
         CHECK(u.to_vector<float>()[0] == 6.0f);
         CHECK(pg.sequence_number() == 0);  // the base class's default
+      },
+      with_backend("dummy_test"));
+}
+
+TEST_CASE("batch_isend_irecv hands the whole batch to the backend of its device") {
+  register_dummy("dummy_test");
+  testing::run_ranks(
+      2,
+      [](world& w) {
+        auto& pg = w.default_group();
+        auto a = tensor::from_vector<float>({1.0f}), b = tensor::zeros({1}, dtype::float32);
+        const int peer = 1 - w.rank();
+        pg.batch_isend_irecv({{p2p_op::isend, a, peer}, {p2p_op::irecv, b, peer}}).wait();
+        CHECK(dynamic_cast<dummy_backend&>(pg.get_backend(device_type::cpu)).batched == 2);
       },
       with_backend("dummy_test"));
 }

@@ -92,6 +92,11 @@ class backend {
   virtual work send(tensor_list& tensors, int dst_rank, const p2p_options& opts);
   virtual work recv(tensor_list& tensors, int src_rank, const p2p_options& opts);
   virtual work recv_any_source(tensor_list& tensors, const p2p_options& opts);
+  /// Every send and receive of a batch (validated; all on this backend's
+  /// device). The default issues them one by one with send() and recv() and
+  /// completes when all did; a backend that must group them (NCCL: two ranks
+  /// sending to each other at once) overrides it.
+  virtual work batch_isend_irecv(std::vector<p2p_op>& ops);
   virtual work allgatherv(tensor& output, tensor& input, const std::vector<std::int64_t>& counts,
                           const allgather_options& opts);
   virtual work gatherv(tensor& output, tensor& input, const std::vector<std::int64_t>& counts,
