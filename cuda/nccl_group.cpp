@@ -256,8 +256,15 @@ void nccl_group::abort(const std::string& reason) {
 }
 
 void nccl_group::shutdown() {
+  bool was_broken = false;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    was_broken = broken_.has_value();
+  }
+  // Calls still running, or a group that broke before (its communicators may
+  // wait for peers): abort rather than destroy, which would wait for them.
   const bool unfinished = mark_broken(errc::aborted, "the group was destroyed", true);
-  auto done = submit_teardown(unfinished);
+  auto done = submit_teardown(unfinished || was_broken);
   if (done.valid() && std::this_thread::get_id() != actor_thread_.load()) {
     try {
       done.wait(teardown_wait);
