@@ -133,6 +133,15 @@ struct arena {
   unsigned char* slot(std::size_t k) const { return base + k * slot_bytes; }
 };
 
+/// What every kernel test starts from: a fresh seed (reported), a device and
+/// an arena of buffers on it.
+struct kernel_test {
+  const std::uint64_t seed = fresh_seed();
+  rng r{seed};
+  gpu_env env;
+  arena a{env};
+};
+
 // Random elements of dtype t (odd integers for PRODUCT, so that products do not vanish).
 bytes_t random_elements(dtype t, std::size_t n, rng& r, kind op = reduce_op::SUM) {
   const std::size_t es = element_size(t);
@@ -381,12 +390,9 @@ bool half_is_nan(dtype t, std::uint16_t bits) {
 
 }  // namespace
 
-TEST_CASE("reduce matches the CPU kernels for every op, dtype, source count and alignment") {
-  const std::uint64_t seed = fresh_seed();
+TEST_CASE_FIXTURE(
+    kernel_test, "reduce matches the CPU kernels for every op, dtype, source count and alignment") {
   INFO("seed " << seed);
-  rng r{seed};
-  gpu_env env;
-  arena a(env);
   for (dtype t : all_dtypes())
     for (kind op : kernel_ops) {
       if (!is_reduce_supported(op, t)) continue;
@@ -405,12 +411,10 @@ TEST_CASE("reduce matches the CPU kernels for every op, dtype, source count and 
     }
 }
 
-TEST_CASE("reduce in place: destinations are sources, in any order, and more than a launch takes") {
-  const std::uint64_t seed = fresh_seed();
+TEST_CASE_FIXTURE(
+    kernel_test,
+    "reduce in place: destinations are sources, in any order, and more than a launch takes") {
   INFO("seed " << seed);
-  rng r{seed};
-  gpu_env env;
-  arena a(env);
   for (dtype t : all_dtypes())
     for (kind op : {reduce_op::SUM, reduce_op::MAX, reduce_op::BXOR}) {
       if (!is_reduce_supported(op, t)) continue;
@@ -445,12 +449,10 @@ TEST_CASE("reduce in place: destinations are sources, in any order, and more tha
     }
 }
 
-TEST_CASE("reduce with scales and a divisor (PREMUL_SUM, AVG) on floating and complex dtypes") {
-  const std::uint64_t seed = fresh_seed();
+TEST_CASE_FIXTURE(
+    kernel_test,
+    "reduce with scales and a divisor (PREMUL_SUM, AVG) on floating and complex dtypes") {
   INFO("seed " << seed);
-  rng r{seed};
-  gpu_env env;
-  arena a(env);
   for (dtype t : {dtype::float16, dtype::bfloat16, dtype::float32, dtype::float64, dtype::complex64,
                   dtype::complex128})
     for (std::size_t nsrc : {1, 2, 3, 8, 9, 17})
@@ -476,12 +478,10 @@ TEST_CASE("reduce with scales and a divisor (PREMUL_SUM, AVG) on floating and co
           }
 }
 
-TEST_CASE("NaN in any source gives NaN where the CPU kernels give it (SUM, PRODUCT, MIN, MAX)") {
-  const std::uint64_t seed = fresh_seed();
+TEST_CASE_FIXTURE(
+    kernel_test,
+    "NaN in any source gives NaN where the CPU kernels give it (SUM, PRODUCT, MIN, MAX)") {
   INFO("seed " << seed);
-  rng r{seed};
-  gpu_env env;
-  arena a(env);
   constexpr std::size_t count = 1000;
   for (dtype t : {dtype::float16, dtype::bfloat16, dtype::float32, dtype::float64})
     for (kind op : {reduce_op::SUM, reduce_op::PRODUCT, reduce_op::MIN, reduce_op::MAX})
@@ -529,12 +529,8 @@ TEST_CASE("NaN in any source gives NaN where the CPU kernels give it (SUM, PRODU
       }
 }
 
-TEST_CASE("scale and divide match scale_by and divide_by") {
-  const std::uint64_t seed = fresh_seed();
+TEST_CASE_FIXTURE(kernel_test, "scale and divide match scale_by and divide_by") {
   INFO("seed " << seed);
-  rng r{seed};
-  gpu_env env;
-  arena a(env);
   for (dtype t : {dtype::float16, dtype::bfloat16, dtype::float32, dtype::float64, dtype::complex64,
                   dtype::complex128})
     for (std::size_t count : counts)
@@ -563,12 +559,8 @@ TEST_CASE("scale and divide match scale_by and divide_by") {
         }
 }
 
-TEST_CASE("cast float32 <-> float16/bfloat16 matches the CPU conversions") {
-  const std::uint64_t seed = fresh_seed();
+TEST_CASE_FIXTURE(kernel_test, "cast float32 <-> float16/bfloat16 matches the CPU conversions") {
   INFO("seed " << seed);
-  rng r{seed};
-  gpu_env env;
-  arena a(env);
   for (dtype h : {dtype::float16, dtype::bfloat16}) {
     // Every 16-bit pattern to float32, at every offset pair of 0 and 1 element.
     std::vector<std::uint16_t> all(65536);
@@ -654,12 +646,8 @@ TEST_CASE("cast float32 <-> float16/bfloat16 matches the CPU conversions") {
   }
 }
 
-TEST_CASE("cast to the same dtype copies; other pairs are refused") {
-  const std::uint64_t seed = fresh_seed();
+TEST_CASE_FIXTURE(kernel_test, "cast to the same dtype copies; other pairs are refused") {
   INFO("seed " << seed);
-  rng r{seed};
-  gpu_env env;
-  arena a(env);
   for (dtype t : all_dtypes())
     for (std::size_t count : counts)
       for (int shifted : {0, 1}) {
