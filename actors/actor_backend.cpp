@@ -15,12 +15,13 @@
 #ifdef TROUPE_HAVE_CUDA
 #include "cuda/device_actor.hpp"
 #include "cuda/kernels.hpp"
+#include "device/device_ops.hpp"
 #endif
 #ifdef TROUPE_HAVE_NCCL
 #include "cuda/nccl_backend.hpp"
 #endif
 #include "actors/rank_runtime.hpp"
-#include "cuda/device_exchange.hpp"
+#include "device/device_exchange.hpp"
 #include "fabric/algorithm_op.hpp"
 #include "fabric/allreduce_shm.hpp"
 #include "fabric/fabric.hpp"
@@ -150,7 +151,9 @@ class actor_backend final : public backend {
       shm_ = f.shm;
 #ifdef TROUPE_HAVE_CUDA
       // Ranks that share this process share their device memory too.
-      if (!mixed) exchange_ = gpu::device_exchange::open(key_prefix_ + "device", ctx.size);
+      if (!mixed)
+        exchange_ =
+            gpu::device_exchange::open(key_prefix_ + "device", ctx.size, gpu::cuda_device_ops());
 #endif
     } catch (...) {
       shutdown("group set-up failed");
@@ -507,7 +510,7 @@ class actor_backend final : public backend {
   }
 
   /// A call on cuda tensors among ranks of this process: straight between
-  /// the ranks' device buffers (cuda/device_exchange.hpp).
+  /// the ranks' device buffers (device/device_exchange.hpp).
   work submit_on_device(const call_ptr& c) {
     track(c->handle);
     if (debug_ == debug_level::detail)

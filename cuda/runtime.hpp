@@ -10,10 +10,9 @@
 #include <cstddef>
 #include <string>
 
-namespace troupe::detail::gpu {
+#include "device/stream.hpp"
 
-using stream_t = void*;  ///< a cudaStream_t
-using event_t = void*;   ///< a cudaEvent_t
+namespace troupe::detail::gpu {
 
 /// Throws the error described above for a CUDA error code `code` (!= 0).
 [[noreturn]] void fail(const char* op, int device, const char* call, int code);

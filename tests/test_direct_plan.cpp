@@ -2,7 +2,7 @@
 // collective family on 1, 2, 3, 4 and 7 ranks, the ranks' shares run in
 // several orders (shares are disjoint, so the order must not matter), in
 // place and not, and the checks that the ranks' calls agree. On a GPU the
-// same steps run as kernels (cuda/device_exchange.cpp).
+// same steps run as kernels (device/device_exchange.cpp).
 
 #include <doctest/doctest.h>
 

@@ -1,8 +1,8 @@
-// The device exchange (see cuda/device_exchange.hpp): rounds of posts,
+// The device exchange (see device/device_exchange.hpp): rounds of posts,
 // shares and finishes, one round per sequence number, chained by events and
 // device-actor jobs; a watchdog thread fails rounds that a rank never joins.
 
-#include "cuda/device_exchange.hpp"
+#include "device/device_exchange.hpp"
 
 #include <chrono>
 #include <condition_variable>
@@ -10,8 +10,8 @@
 #include <mutex>
 #include <thread>
 
-#include "cuda/device_actor.hpp"
-#include "cuda/kernels.hpp"
+#include "device/device_ops.hpp"
+#include "device/device_queue.hpp"
 #include "device/direct_plan.hpp"
 #include "troupe/error.hpp"
 
@@ -36,15 +36,16 @@ struct round {
 class exchange_impl final : public device_exchange,
                             public std::enable_shared_from_this<exchange_impl> {
  public:
-  explicit exchange_impl(int size) : size_(size) {}
+  exchange_impl(int size, device_ops& ops) : size_(size), ops_(ops) {}
 
   ~exchange_impl() override {
+    // The watchdog may be the thread that lets go of the exchange last (a
+    // callback of a failed work destroyed the group): it is told, not joined.
     {
-      std::lock_guard<std::mutex> g{mtx_};
-      stopping_ = true;
+      std::lock_guard<std::mutex> g{watch_->mtx};
+      watch_->stop = true;
     }
-    cv_.notify_all();
-    if (watchdog_.joinable()) watchdog_.join();
+    watch_->cv.notify_all();
     for (auto& kv : rounds_) release_events(kv.second);
   }
 
@@ -56,13 +57,17 @@ class exchange_impl final : public device_exchange,
       if (!aborted_.empty() || rd.failed) {
         auto e = error(aborted_.empty() ? rd.code : errc::aborted,
                        aborted_.empty() ? rd.failure : c->name + " failed: " + aborted_);
-        if (rd.failed && ++rd.posted == size_) rounds_.erase(seq);
+        if (rd.failed && ++rd.posted == size_) {
+          release_events(rd);
+          rounds_.erase(seq);
+        }
         g.unlock();
         c->handle.fail(std::make_exception_ptr(e));
         return;
       }
       rd.calls[static_cast<std::size_t>(rank)] = c;
       rd.queues[static_cast<std::size_t>(rank)] = queue;
+      queue_of_rank(rank) = queue;
       ++rd.posted;
       if (!left_.empty()) {
         g.unlock();
@@ -71,22 +76,18 @@ class exchange_impl final : public device_exchange,
       }
       if (c->timeout.count() > 0) rd.deadline = std::min(rd.deadline, clock::now() + c->timeout);
       // The watchdog starts with the first call (most groups never see a cuda tensor).
-      if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
+      if (!watching_) {
+        watching_ = true;
+        std::thread([w = weak_from_this(), st = watch_] { watch(w, st); }).detach();
+      }
     }
-    cv_.notify_all();
+    poke_watchdog();
     // Stage 1: mark everything this rank issued so far.
     device_job j;
     j.name = c->name;
     j.enqueue = [self = shared_from_this(), seq, rank, dev = queue->device(),
                  name = c->name](stream_t s) {
-      auto e = create_event(name.c_str(), dev);
-      try {
-        record(name.c_str(), dev, e, s);
-      } catch (...) {
-        destroy_event(dev, e);
-        throw;
-      }
-      self->readied(seq, rank, e);
+      self->readied(seq, rank, self->ops_.record_event(name.c_str(), dev, s));
     };
     j.on_failure = failer(seq);
     queue->submit(std::move(j));
@@ -136,6 +137,29 @@ class exchange_impl final : public device_exchange,
     return rd;
   }
 
+  /// Round `seq`, or null when it already ended (it failed): then event `e`,
+  /// recorded for it on `rank`'s device, is released at once.
+  round* find_or_drop(std::uint64_t seq, int rank, event_t e) {
+    auto i = rounds_.find(seq);
+    if (i != rounds_.end()) return &i->second;
+    auto& q = queue_of_rank(rank);
+    ops_.destroy_event(q ? q->device() : 0, e);
+    return nullptr;
+  }
+
+  /// The queue rank `rank` posted on last (the device of its events).
+  std::shared_ptr<device_queue>& queue_of_rank(int rank) {
+    return last_queue_[static_cast<std::size_t>(rank)];
+  }
+
+  void poke_watchdog() {
+    {
+      std::lock_guard<std::mutex> g{watch_->mtx};
+      watch_->poked = true;
+    }
+    watch_->cv.notify_all();
+  }
+
   std::function<void(errc, const std::string&)> failer(std::uint64_t seq) {
     return [w = weak_from_this(), seq](errc code, const std::string& why) {
       if (auto self = w.lock()) self->fail_round(seq, code, why);
@@ -149,12 +173,13 @@ class exchange_impl final : public device_exchange,
     std::vector<event_t> ready;
     {
       std::lock_guard<std::mutex> g{mtx_};
-      auto& rd = get(seq);
-      rd.ready[static_cast<std::size_t>(rank)] = e;
-      if (rd.failed || ++rd.readied < size_) return;
-      for (auto& c : rd.calls) calls.push_back(c.get());
-      queues = rd.queues;
-      ready = rd.ready;
+      auto* rd = find_or_drop(seq, rank, e);
+      if (!rd) return;
+      rd->ready[static_cast<std::size_t>(rank)] = e;
+      if (rd->failed || ++rd->readied < size_) return;
+      for (auto& c : rd->calls) calls.push_back(c.get());
+      queues = rd->queues;
+      ready = rd->ready;
     }
     std::vector<std::vector<plan_step>> plans;
     try {
@@ -174,16 +199,9 @@ class exchange_impl final : public device_exchange,
       j.enqueue = [self = shared_from_this(), seq, r, dev = q->device(), ready, name = j.name,
                    steps = std::move(plans[static_cast<std::size_t>(r)])](stream_t s) {
         const char* op = name.c_str();
-        for (auto ev : ready) wait_event(op, dev, s, ev);
-        for (auto& st : steps) reduce(op, dev, st, s);
-        auto done = create_event(op, dev);
-        try {
-          record(op, dev, done, s);
-        } catch (...) {
-          destroy_event(dev, done);
-          throw;
-        }
-        self->shared(seq, r, done);
+        for (auto ev : ready) self->ops_.wait_event(op, dev, s, ev);
+        for (auto& st : steps) self->ops_.reduce(op, dev, st, s);
+        self->shared(seq, r, self->ops_.record_event(op, dev, s));
       };
       j.on_failure = failer(seq);
       q->submit(std::move(j));
@@ -191,19 +209,11 @@ class exchange_impl final : public device_exchange,
   }
 
   /// Every rank's tensors must be reachable from every rank's device.
-  static void check_devices(const collective_call& c,
-                            const std::vector<std::shared_ptr<device_queue>>& queues) {
+  void check_devices(const collective_call& c,
+                     const std::vector<std::shared_ptr<device_queue>>& queues) {
     for (auto& a : queues)
-      for (auto& b : queues) {
-        if (can_access_peer(a->device(), b->device())) {
-          enable_peer_access(c.name.c_str(), a->device(), b->device());
-          continue;
-        }
-        throw error(errc::invalid_argument,
-                    c.name + ": ranks of the group hold tensors on cuda:" +
-                        std::to_string(a->device()) + " and cuda:" + std::to_string(b->device()) +
-                        ", which cannot access each other's memory (use the nccl backend)");
-      }
+      for (auto& b : queues)
+        if (a->device() != b->device()) ops_.connect(c.name.c_str(), a->device(), b->device());
   }
 
   /// Stage 2 done on `rank`: once every rank is, every rank finishes.
@@ -213,12 +223,13 @@ class exchange_impl final : public device_exchange,
     std::vector<event_t> done;
     {
       std::lock_guard<std::mutex> g{mtx_};
-      auto& rd = get(seq);
-      rd.done[static_cast<std::size_t>(rank)] = e;
-      if (rd.failed || ++rd.shared < size_) return;
-      calls = rd.calls;
-      queues = rd.queues;
-      done = rd.done;
+      auto* rd = find_or_drop(seq, rank, e);
+      if (!rd) return;
+      rd->done[static_cast<std::size_t>(rank)] = e;
+      if (rd->failed || ++rd->shared < size_) return;
+      calls = rd->calls;
+      queues = rd->queues;
+      done = rd->done;
     }
     // Stage 3: wait for every share (peers wrote into this rank's buffers).
     for (int r = 0; r < size_; ++r) {
@@ -232,7 +243,7 @@ class exchange_impl final : public device_exchange,
       j.after = c->on_success;
       j.enqueue = [self = shared_from_this(), seq, dev = q->device(), done,
                    name = c->name](stream_t s) {
-        for (auto ev : done) wait_event(name.c_str(), dev, s, ev);
+        for (auto ev : done) self->ops_.wait_event(name.c_str(), dev, s, ev);
         self->finishing(seq);
       };
       j.on_failure = failer(seq);
@@ -253,8 +264,8 @@ class exchange_impl final : public device_exchange,
     for (int r = 0; r < size_; ++r) {
       auto& q = rd.queues[static_cast<std::size_t>(r)];
       const int dev = q ? q->device() : 0;
-      destroy_event(dev, rd.ready[static_cast<std::size_t>(r)]);
-      destroy_event(dev, rd.done[static_cast<std::size_t>(r)]);
+      ops_.destroy_event(dev, rd.ready[static_cast<std::size_t>(r)]);
+      ops_.destroy_event(dev, rd.done[static_cast<std::size_t>(r)]);
       rd.ready[static_cast<std::size_t>(r)] = rd.done[static_cast<std::size_t>(r)] = nullptr;
     }
   }
@@ -280,34 +291,48 @@ class exchange_impl final : public device_exchange,
       if (c) c->handle.fail(std::make_exception_ptr(error(code, why)));
   }
 
-  /// The watchdog: fails a round whose deadline passed while a rank had not posted.
-  void watch() {
-    std::unique_lock<std::mutex> g{mtx_};
-    while (!stopping_) {
+  /// What the watchdog thread shares with the exchange (it outlives it).
+  struct watch_state {
+    std::mutex mtx;
+    std::condition_variable cv;
+    bool stop = false;
+    bool poked = false;
+  };
+
+  /// The watchdog: fails every round whose deadline passed while a rank had
+  /// not posted, then sleeps until the next deadline or a new post.
+  static void watch(std::weak_ptr<exchange_impl> weak, std::shared_ptr<watch_state> st) {
+    for (;;) {
       auto next = clock::time_point::max();
-      std::uint64_t late = 0;
-      bool found = false;
+      {
+        auto self = weak.lock();
+        if (!self) return;
+        next = self->fail_late_rounds();
+      }  // the last owner may let go here: the exchange then only sets st->stop
+      std::unique_lock<std::mutex> g{st->mtx};
+      st->cv.wait_until(g, next, [&] { return st->stop || st->poked; });
+      if (st->stop) return;
+      st->poked = false;
+    }
+  }
+
+  /// Fails the rounds past their deadline; returns the next deadline.
+  clock::time_point fail_late_rounds() {
+    std::vector<std::pair<std::uint64_t, std::string>> late;
+    auto next = clock::time_point::max();
+    {
+      std::lock_guard<std::mutex> g{mtx_};
+      const auto now = clock::now();
       for (auto& [seq, rd] : rounds_) {
         if (rd.failed || rd.posted == size_) continue;
-        if (rd.deadline <= clock::now()) {
-          late = seq;
-          found = true;
-          break;
-        }
-        next = std::min(next, rd.deadline);
+        if (rd.deadline <= now)
+          late.emplace_back(seq, timeout_message(rd, seq));
+        else
+          next = std::min(next, rd.deadline);
       }
-      if (found) {
-        auto why = timeout_message(rounds_[late], late);
-        g.unlock();
-        fail_round(late, errc::timeout, why);
-        g.lock();
-        continue;
-      }
-      if (next == clock::time_point::max())
-        cv_.wait(g);
-      else
-        cv_.wait_until(g, next);
     }
+    for (auto& [seq, why] : late) fail_round(seq, errc::timeout, why);
+    return next;
   }
 
   std::string left_message(const std::string& name) const {
@@ -330,13 +355,15 @@ class exchange_impl final : public device_exchange,
   }
 
   const int size_;
+  device_ops& ops_;
   std::mutex mtx_;
-  std::condition_variable cv_;
   std::map<std::uint64_t, round> rounds_;
+  std::vector<std::shared_ptr<device_queue>> last_queue_ =
+      std::vector<std::shared_ptr<device_queue>>(static_cast<std::size_t>(size_));
   std::string aborted_;
   std::string left_;  // the ranks that left, with their reasons
-  bool stopping_ = false;
-  std::thread watchdog_;
+  bool watching_ = false;
+  std::shared_ptr<watch_state> watch_ = std::make_shared<watch_state>();
 };
 
 struct directory {
@@ -351,11 +378,12 @@ directory& the_directory() {
 
 }  // namespace
 
-std::shared_ptr<device_exchange> device_exchange::open(const std::string& key, int size) {
+std::shared_ptr<device_exchange> device_exchange::open(const std::string& key, int size,
+                                                       device_ops& ops) {
   auto& d = the_directory();
   std::lock_guard<std::mutex> g{d.mtx};
   if (auto x = d.open[key].lock()) return x;
-  auto x = std::make_shared<exchange_impl>(size);
+  auto x = std::make_shared<exchange_impl>(size, ops);
   d.open[key] = x;
   std::erase_if(d.open, [](auto& kv) { return kv.second.expired(); });
   return x;

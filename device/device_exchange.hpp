@@ -18,7 +18,8 @@
 // A rank that does not post within the call's timeout fails every posted
 // rank's work (naming the missing rank); calls that disagree fail every rank
 // with errc::mismatch or errc::invalid_argument; a failed CUDA call fails the
-// whole round. This header is free of CUDA and CAF.
+// whole round. The device work goes through device_ops (CUDA in the library,
+// host memory in the tests); this code is free of CUDA and CAF.
 
 #include <memory>
 #include <string>
@@ -28,12 +29,13 @@
 namespace troupe::detail::gpu {
 
 class device_queue;
+class device_ops;
 
 class device_exchange {
  public:
-  /// The exchange of group `key` among `size` ranks of this process; every
-  /// rank of the group that opens `key` gets the same one.
-  static std::shared_ptr<device_exchange> open(const std::string& key, int size);
+  /// The exchange of group `key` among `size` ranks of this process, on
+  /// `ops`; every rank of the group that opens `key` gets the same one.
+  static std::shared_ptr<device_exchange> open(const std::string& key, int size, device_ops& ops);
   virtual ~device_exchange() = default;
   /// Rank `rank` posts `c` (sequence number set, tensors on `queue`'s device);
   /// c->handle completes when the collective is done on every rank's stream.
