@@ -45,6 +45,16 @@ backend& process_group::get_backend(device_type d) const {
   return *i->second;
 }
 
+backend& process_group::tensorless_backend() const {
+  // The CPU's backend, or (a group on "nccl" alone) the one it has, as
+  // ProcessGroupNCCL runs barrier on the GPU.
+  if (auto i = backends_.find(device_type::cpu); i != backends_.end() && i->second)
+    return *i->second;
+  for (auto& kv : backends_)
+    if (kv.second) return *kv.second;
+  return get_backend(device_type::cpu);  // throws, naming the group
+}
+
 backend& process_group::backend_for(const char* op, const tensor_list& ts) const {
   auto d = ts.empty() ? device_type::cpu : ts.front().get_device().type;
   auto i = backends_.find(d);
@@ -68,7 +78,7 @@ work process_group::track(work w) {
 
 std::uint64_t process_group::sequence_number() const {
   check_member("sequence_number");
-  return get_backend(device_type::cpu).sequence_number();
+  return tensorless_backend().sequence_number();
 }
 
 // -- collectives ---------------------------------------------------------------
@@ -313,12 +323,12 @@ work process_group::alltoall(tensor_list outs, tensor_list ins, const alltoall_o
 
 work process_group::barrier(const barrier_options& o) {
   check_member("barrier");
-  return track(get_backend(device_type::cpu).barrier(o));
+  return track(tensorless_backend().barrier(o));
 }
 
 work process_group::monitored_barrier(const monitored_barrier_options& o) {
   check_member("monitored_barrier");
-  return track(get_backend(device_type::cpu).monitored_barrier(o));
+  return track(tensorless_backend().monitored_barrier(o));
 }
 
 // -- variable-size forms -----------------------------------------------------------

@@ -231,6 +231,26 @@ TEST_CASE("batch_isend_irecv hands the whole batch to the backend of its device"
       with_backend("dummy_test"));
 }
 
+TEST_CASE("a group with a backend for cuda alone runs barrier on it (as ProcessGroupNCCL)") {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_backend("dummy_cuda_only",
+                     [](const backend_context& ctx) -> std::shared_ptr<backend> {
+                       return std::make_shared<dummy_backend>(ctx);
+                     },
+                     {device_type::cuda});
+  });
+  testing::run_ranks(
+      1,
+      [](world& w) {
+        auto& pg = w.default_group();
+        CHECK(pg.sequence_number() == 0);
+        check_error([&] { pg.barrier(); }, errc::backend,
+                    {"backend 'dummy'", "does not support barrier"});
+      },
+      with_backend("dummy_cuda_only"));
+}
+
 TEST_CASE("a user-written backend rejects calls it does not implement") {
   register_dummy("dummy_test");
   testing::run_ranks(

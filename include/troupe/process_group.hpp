@@ -155,6 +155,9 @@ class process_group {
   void release(const std::string& reason);
   void check_member(const char* op) const;
   backend& backend_for(const char* op, const tensor_list& tensors) const;
+  /// Runs calls without tensors (barrier, sequence_number): the CPU's backend,
+  /// else the only one the group has.
+  backend& tensorless_backend() const;
   work track(work w);
 
   std::string name_;
