@@ -1,7 +1,9 @@
 // The "nccl" backend (c10d's ProcessGroupNCCL) for cuda tensors: each call
-// becomes a plan (cuda/nccl_plan.hpp) that the group's NCCL state issues
-// (cuda/nccl_group.hpp, which holds the design: communicators, set-up,
-// launching, failures). Dtypes and reductions: cuda/nccl_plan.hpp.
+// becomes a plan (cuda/nccl_plan.hpp) that a plan_runner (cuda/nccl_runner.hpp)
+// issues: the group's NCCL state (cuda/nccl_group.hpp, which holds the design:
+// communicators, set-up, launching, failures), or in tests an emulator of
+// NCCL on host memory (tests/test_nccl_mapping.cpp). Dtypes and reductions:
+// cuda/nccl_plan.hpp.
 //
 // Mapping (one helper per pattern: NCCL collectives on flat buffers, grouped
 // send/recv, pack/unpack with gpu::copy_segments)
@@ -31,6 +33,7 @@
 
 #include "cuda/nccl_group.hpp"
 #include "cuda/nccl_plan.hpp"
+#include "cuda/nccl_runner.hpp"
 #include "src/tensor_util.hpp"
 
 namespace troupe::detail {
@@ -89,10 +92,6 @@ tensor_list both(const tensor_list& a, const tensor_list& b) {
   return r;
 }
 
-tensor scratch(const tensor& like, std::size_t n, int device) {
-  return tensor::empty({static_cast<std::int64_t>(n)}, like.scalar_type(), device::cuda(device));
-}
-
 /// A plan that keeps `ts` (inputs that are not outputs) alive.
 plan keeping(const tensor_list& ts) {
   plan p;
@@ -104,8 +103,8 @@ plan keeping(const tensor_list& ts) {
 
 class nccl_backend final : public backend {
  public:
-  explicit nccl_backend(const backend_context& ctx)
-      : backend(ctx), g_(std::make_shared<nccl_group>(ctx)) {}
+  nccl_backend(const backend_context& ctx, std::shared_ptr<plan_runner> runner)
+      : backend(ctx), g_(std::move(runner)) {}
   ~nccl_backend() override { g_->shutdown(); }
 
   std::string name() const override { return "nccl"; }
@@ -306,7 +305,7 @@ class nccl_backend final : public backend {
   work barrier(const barrier_options& o) override {
     // An allreduce of one byte, as ProcessGroupNCCL's barrier.
     const int dev = g_->bind_default("barrier");
-    auto one = tensor::empty({1}, dtype::uint8, device::cuda(dev));
+    auto one = g_->scratch(dtype::uint8, 1, dev);
     auto p = keeping({one});
     p.collectives.push_back(on(collective::allreduce, one, one, 1));
     return g_->issue("barrier", whole_group, std::move(p), {}, o.timeout);
@@ -344,6 +343,11 @@ class nccl_backend final : public backend {
   }
 
   static std::size_t rank_index(int r) { return static_cast<std::size_t>(r); }
+
+  /// `n` elements of `like`'s dtype on the group's device.
+  tensor scratch(const tensor& like, std::size_t n, int device) const {
+    return g_->scratch(like.scalar_type(), n, device);
+  }
 
   static std::size_t count_of(const std::vector<std::int64_t>& counts, int r) {
     return static_cast<std::size_t>(counts[rank_index(r)]);
@@ -438,7 +442,7 @@ class nccl_backend final : public backend {
     return g_->issue(op, peer, std::move(p), ts, o.timeout, send ? -1 : peer);
   }
 
-  std::shared_ptr<nccl_group> g_;
+  std::shared_ptr<plan_runner> g_;
 };
 
 }  // namespace
@@ -446,7 +450,12 @@ class nccl_backend final : public backend {
 }  // namespace nccl
 
 std::shared_ptr<backend> make_nccl_backend(const backend_context& ctx) {
-  return std::make_shared<nccl::nccl_backend>(ctx);
+  return make_nccl_backend(ctx, std::make_shared<nccl::nccl_group>(ctx));
+}
+
+std::shared_ptr<backend> make_nccl_backend(const backend_context& ctx,
+                                           std::shared_ptr<nccl::plan_runner> runner) {
+  return std::make_shared<nccl::nccl_backend>(ctx, std::move(runner));
 }
 
 }  // namespace troupe::detail

@@ -60,13 +60,10 @@
 
 #include "cuda/device_actor.hpp"
 #include "cuda/nccl_plan.hpp"
+#include "cuda/nccl_runner.hpp"
 #include "troupe/backend.hpp"
 
 namespace troupe::detail::nccl {
-
-/// The `peer` of calls on the group's communicator (send and recv name their
-/// peer instead, for the pair's communicator).
-inline constexpr int whole_group = -1;
 
 /// One NCCL communicator of the group (cuda/nccl_group.cpp).
 struct communicator;
@@ -78,32 +75,33 @@ struct failure {
 };
 
 /// The NCCL state of one group: shared by the backend and its jobs, which
-/// may outlive it in the device actor.
-class nccl_group : public std::enable_shared_from_this<nccl_group> {
+/// may outlive it in the device actor. The backend sees it as its plan_runner.
+class nccl_group : public plan_runner, public std::enable_shared_from_this<nccl_group> {
  public:
   explicit nccl_group(const backend_context& ctx);
 
   // -- the caller's side -------------------------------------------------------------
 
   /// Checks that every tensor is on the group's device (the first call picks it); returns it.
-  int bind(const char* op, const tensor_list& ts);
+  int bind(const char* op, const tensor_list& ts) override;
 
   /// The group's device for a call without tensors (barrier): rank % devices until bound.
-  int bind_default(const char* op) { return bind(op, {}); }
+  int bind_default(const char* op) override { return bind(op, {}); }
 
   /// Issues `p` on the group's communicator (peer == whole_group) or on the
   /// pair with group rank `peer`. The work completes with `outputs` (and,
   /// for recv, `source` as its source rank).
-  work issue(const char* op, int peer, plan p, tensor_list outputs, timeout_t t, int source = -1);
+  work issue(const char* op, int peer, plan p, tensor_list outputs, timeout_t t,
+             int source = -1) override;
 
-  std::uint64_t sequence() const;
+  std::uint64_t sequence() const override;
 
   /// Fails every pending call and aborts the communicators (ncclCommAbort).
-  void abort(const std::string& reason);
+  void abort(const std::string& reason) override;
 
   /// The backend goes away: fails what is pending, destroys idle
   /// communicators and aborts the others, waiting (bounded) for the device actor.
-  void shutdown();
+  void shutdown() override;
 
  private:
   static rank_runtime& runtime_of(const backend_context& ctx);

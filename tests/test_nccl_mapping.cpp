@@ -1,0 +1,1232 @@
+// The "nccl" backend's mapping of every c10d call onto NCCL plans
+// (cuda/nccl_backend.cpp), checked without a GPU: each rank's backend hands
+// its plans to a host emulator of NCCL instead of the group's NCCL state.
+// Builds without NCCL compile this file to nothing.
+//
+// The emulator (one per group, one plan_runner per rank)
+//   matching     a communicator (the group's, or a pair's for send/recv) runs
+//                its members' k-th plans together, once every member issued
+//                its k-th; ranks are driven from one thread, so the last
+//                rank's call runs the plans and completes every rank's work.
+//   a plan       per rank: pack (memcpy), combine (the CPU kernels); then the
+//                NCCL group: collectives index by index across ranks, then the
+//                sends matched in order with the peers' receives; then per
+//                rank: unpack (memcpy), spread (the CPU kernels).
+//   NCCL rules   collectives run on the wire type (bool as uint8, complex as
+//                pairs of reals) with ncclSum/Prod/Min/Max/Avg and PREMUL_SUM;
+//                ranks must agree on every collective's kind, count, type, op
+//                and root, and on every send's count, and buffers of one
+//                NCCL group may not overlap except in NCCL's in-place forms.
+//                What would hang or race on NCCL fails the call instead,
+//                saying why.
+
+#include <doctest/doctest.h>
+
+#ifdef TROUPE_HAVE_NCCL
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../cuda/nccl_backend.hpp"
+#include "../cuda/nccl_runner.hpp"
+#include "../device/direct_plan.hpp"
+#include "check_error.hpp"
+#include "collective_test.hpp"
+#include "reference.hpp"
+
+using namespace troupe;
+using troupe::test::check_error;
+namespace nccl = troupe::detail::nccl;
+namespace gpu = troupe::detail::gpu;
+
+namespace {
+
+// -- the emulator ---------------------------------------------------------------------
+
+/// Fails the calls being run: what NCCL would hang on, race on or refuse.
+/// (Each rank's work fails with "OP: NCCL emulator: WHY".)
+[[noreturn]] void emulation_fails(const std::string& why) {
+  throw error(errc::backend, why);
+}
+
+dtype dtype_of_wire(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8:
+      return dtype::int8;
+    case ncclUint8:
+      return dtype::uint8;
+    case ncclInt32:
+      return dtype::int32;
+    case ncclInt64:
+      return dtype::int64;
+    case ncclFloat16:
+      return dtype::float16;
+    case ncclBfloat16:
+      return dtype::bfloat16;
+    case ncclFloat32:
+      return dtype::float32;
+    case ncclFloat64:
+      return dtype::float64;
+    default:
+      break;
+  }
+  throw error(errc::internal, "NCCL emulator: unexpected ncclDataType_t " + std::to_string(t));
+}
+
+/// A buffer as NCCL sees it: `n` elements of the wire type.
+struct on_wire {
+  dtype type;
+  std::size_t n;
+  std::size_t bytes() const { return n * element_size(type); }
+};
+
+on_wire wire(const std::string& op, dtype t, std::size_t count) {
+  const auto w = nccl::wire_of(op.c_str(), t);
+  return {dtype_of_wire(w.type), count * w.lanes};
+}
+
+const char* kind_name(nccl::collective::kind_t k) {
+  static const char* names[] = {"ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather",
+                                "ncclReduceScatter"};
+  return names[k];
+}
+
+/// Byte ranges one rank's NCCL group reads or writes, for the overlap check.
+struct span {
+  const char* at;
+  std::size_t bytes;
+  bool overlaps(const span& o) const {
+    return bytes > 0 && o.bytes > 0 && at < o.at + o.bytes && o.at < at + bytes;
+  }
+};
+
+struct access {
+  std::string what;
+  std::vector<span> reads, writes;
+};
+
+/// One call a rank issued, waiting for its peers'.
+struct pending_call {
+  std::string op;
+  int rank = 0;  ///< group rank
+  nccl::plan p;
+  tensor_list outputs;
+  int source = -1;
+  work w;
+};
+
+/// The ranks of one group, their communicators and their pending calls.
+class emulator {
+ public:
+  emulator(int size, std::string group) : size_(size), group_(std::move(group)), issued_(size) {}
+
+  work issue(int rank, const char* op, int peer, nccl::plan p, tensor_list outputs, int source) {
+    auto w = work::make(op, group_);
+    const auto r = static_cast<std::size_t>(rank);
+    w.set_sequence_number(++issued_[r]);
+    if (broken_) {
+      w.fail(std::make_exception_ptr(error(errc::aborted, std::string(op) + ": " + *broken_)));
+      return w;
+    }
+    auto& c = communicator(rank, peer);
+    const auto at = static_cast<std::size_t>(std::find(c.members.begin(), c.members.end(), rank) -
+                                             c.members.begin());
+    c.queues[at].push_back({op, rank, std::move(p), std::move(outputs), source, w});
+    if (std::all_of(c.queues.begin(), c.queues.end(), [](auto& q) { return !q.empty(); })) {
+      std::vector<pending_call> calls;
+      for (auto& q : c.queues) {
+        calls.push_back(std::move(q.front()));
+        q.pop_front();
+      }
+      finish(calls);
+    }
+    return w;
+  }
+
+  std::uint64_t sequence(int rank) const { return issued_[static_cast<std::size_t>(rank)]; }
+
+  /// Fails every pending call (of every rank: a broken NCCL group never completes) and later ones.
+  void abort(const std::string& reason) {
+    if (!broken_) broken_ = "aborted: " + reason;
+    for (auto& [key, c] : comms_)
+      for (auto& q : c.queues) {
+        for (auto& call : q)
+          call.w.fail(std::make_exception_ptr(error(errc::aborted, call.op + ": " + *broken_)));
+        q.clear();
+      }
+  }
+
+ private:
+  struct comm {
+    std::vector<int> members;  ///< comm rank -> group rank
+    std::vector<std::deque<pending_call>> queues;
+  };
+
+  comm& communicator(int rank, int peer) {
+    std::vector<int> members;
+    if (peer == nccl::whole_group)
+      for (int r = 0; r < size_; ++r) members.push_back(r);
+    else
+      members = {std::min(rank, peer), std::max(rank, peer)};
+    std::string key;
+    for (auto m : members) key += std::to_string(m) + ",";
+    auto& c = comms_[peer == nccl::whole_group ? "group" : key];
+    if (c.members.empty()) {
+      c.members = members;
+      c.queues.resize(members.size());
+    }
+    return c;
+  }
+
+  /// Runs the calls (calls[i]: the communicator's rank i) and completes or fails them all.
+  void finish(std::vector<pending_call>& calls) {
+    try {
+      run(calls);
+    } catch (const error& e) {
+      for (auto& c : calls)
+        c.w.fail(std::make_exception_ptr(
+            error(e.code(), c.op + ": NCCL emulator: " + std::string(e.what()))));
+      return;
+    }
+    for (auto& c : calls) c.w.complete(c.outputs, c.source);
+  }
+
+  static void copy(const std::vector<gpu::copy_segment>& segments) {
+    for (auto& s : segments) std::memmove(s.dst, s.src, s.bytes);
+  }
+
+  void run(std::vector<pending_call>& calls) {
+    for (auto& c : calls) check_lifetimes(c, calls.size());
+    for (auto& c : calls) {
+      copy(c.p.pack);
+      detail::run_on_cpu(c.p.combine);
+    }
+    check_overlaps(calls);
+    run_collectives(calls);
+    run_transfers(calls);
+    for (auto& c : calls) {
+      copy(c.p.unpack);
+      detail::run_on_cpu(c.p.spread);
+    }
+  }
+
+  // -- collectives ----------------------------------------------------------------------
+
+  void run_collectives(std::vector<pending_call>& calls) {
+    const auto& op = calls[0].op;
+    const auto count = calls[0].p.collectives.size();
+    for (auto& c : calls)
+      if (c.p.collectives.size() != count)
+        emulation_fails("rank " + std::to_string(c.rank) + " issues " +
+                        std::to_string(c.p.collectives.size()) + " collectives, rank " +
+                        std::to_string(calls[0].rank) + " " + std::to_string(count) +
+                        ": NCCL would hang");
+    for (std::size_t j = 0; j < count; ++j) {
+      std::vector<const nccl::collective*> cs;
+      for (auto& c : calls) cs.push_back(&c.p.collectives[j]);
+      run_collective(op, j, cs);
+    }
+  }
+
+  static void agree(const std::string& op, std::size_t j,
+                    const std::vector<const nccl::collective*>& cs) {
+    const auto& a = *cs[0];
+    for (std::size_t i = 1; i < cs.size(); ++i) {
+      const auto& b = *cs[i];
+      auto differ = [&](const std::string& what, const std::string& x, const std::string& y) {
+        emulation_fails("collective " + std::to_string(j) + " (" + kind_name(a.kind) +
+                        "): comm rank 0 has " + what + " " + x + ", comm rank " +
+                        std::to_string(i) + " has " + y);
+      };
+      if (a.kind != b.kind) differ("kind", kind_name(a.kind), kind_name(b.kind));
+      const auto wa = wire(op, a.type, a.count), wb = wire(op, b.type, b.count);
+      if (wa.type != wb.type)
+        differ("wire type", std::string(to_string(wa.type)), std::string(to_string(wb.type)));
+      if (wa.n != wb.n) differ("count", std::to_string(wa.n), std::to_string(wb.n));
+      if (a.root != b.root) differ("root", std::to_string(a.root), std::to_string(b.root));
+      if (a.red.op != b.red.op || a.red.premul != b.red.premul || a.red.scale != b.red.scale)
+        differ("reduction", std::to_string(a.red.op), std::to_string(b.red.op));
+    }
+    if (a.root < 0 || a.root >= static_cast<int>(cs.size()))
+      emulation_fails("collective " + std::to_string(j) + " has root " + std::to_string(a.root) +
+                      " outside the communicator");
+  }
+
+  /// The reduction step of collective `c` on the wire, from `srcs` into `dst`.
+  static gpu::reduce_args reduction(const nccl::collective& c, on_wire w,
+                                    std::vector<const void*> srcs, void* dst) {
+    gpu::reduce_args a{w.type, reduce_op::SUM, w.n, std::move(srcs), {}, {dst}, 0.0};
+    if (c.red.premul) {
+      if (c.red.op != ncclSum) emulation_fails("PREMUL_SUM must be made from ncclSum");
+      a.scales.assign(a.srcs.size(), c.red.scale);
+      return a;
+    }
+    switch (c.red.op) {
+      case ncclSum:
+        break;
+      case ncclProd:
+        a.op = reduce_op::PRODUCT;
+        break;
+      case ncclMin:
+        a.op = reduce_op::MIN;
+        break;
+      case ncclMax:
+        a.op = reduce_op::MAX;
+        break;
+      case ncclAvg:
+        if (!is_floating_point(w.type))
+          emulation_fails("ncclAvg on " + std::string(to_string(w.type)));
+        a.divisor = static_cast<double>(a.srcs.size());
+        break;
+      default:
+        emulation_fails("unknown ncclRedOp_t " + std::to_string(c.red.op));
+    }
+    return a;
+  }
+
+  static void run_collective(const std::string& op, std::size_t j,
+                             const std::vector<const nccl::collective*>& cs) {
+    agree(op, j, cs);
+    const auto& c0 = *cs[0];
+    const auto w = wire(op, c0.type, c0.count);
+    if (w.n == 0) return;  // as the launcher: every rank skips it
+    const auto m = cs.size();
+    const auto b = w.bytes();
+    auto send = [&](std::size_t i) { return static_cast<const char*>(cs[i]->send); };
+    auto recv = [&](std::size_t i) { return static_cast<char*>(cs[i]->recv); };
+    std::vector<const void*> sends;
+    for (std::size_t i = 0; i < m; ++i) sends.push_back(send(i));
+    const auto root = static_cast<std::size_t>(c0.root);
+    switch (c0.kind) {
+      case nccl::collective::allreduce: {
+        std::vector<char> acc(b);
+        detail::run_on_cpu({reduction(c0, w, sends, acc.data())});
+        for (std::size_t i = 0; i < m; ++i) std::memcpy(recv(i), acc.data(), b);
+        return;
+      }
+      case nccl::collective::broadcast: {
+        std::vector<char> v(send(root), send(root) + b);
+        for (std::size_t i = 0; i < m; ++i) std::memcpy(recv(i), v.data(), b);
+        return;
+      }
+      case nccl::collective::reduce: {
+        std::vector<char> acc(b);
+        detail::run_on_cpu({reduction(c0, w, sends, acc.data())});
+        std::memcpy(recv(root), acc.data(), b);
+        return;
+      }
+      case nccl::collective::allgather: {
+        std::vector<char> all(b * m);
+        for (std::size_t i = 0; i < m; ++i) std::memcpy(all.data() + i * b, send(i), b);
+        for (std::size_t i = 0; i < m; ++i) std::memcpy(recv(i), all.data(), b * m);
+        return;
+      }
+      case nccl::collective::reduce_scatter: {
+        std::vector<char> acc(b * m);
+        for (std::size_t k = 0; k < m; ++k) {
+          std::vector<const void*> blocks;
+          for (std::size_t i = 0; i < m; ++i) blocks.push_back(send(i) + k * b);
+          detail::run_on_cpu({reduction(c0, w, blocks, acc.data() + k * b)});
+        }
+        for (std::size_t i = 0; i < m; ++i) std::memcpy(recv(i), acc.data() + i * b, b);
+        return;
+      }
+    }
+  }
+
+  // -- sends and receives ---------------------------------------------------------------
+
+  void run_transfers(std::vector<pending_call>& calls) {
+    const auto& op = calls[0].op;
+    const auto m = calls.size();
+    // ops[i][p]: comm rank i's sends to (or receives from) comm rank p, in order.
+    using lists = std::vector<std::vector<std::vector<const nccl::transfer*>>>;
+    lists sends(m, std::vector<std::vector<const nccl::transfer*>>(m)), recvs = sends;
+    for (std::size_t i = 0; i < m; ++i)
+      for (auto& t : calls[i].p.transfers) {
+        if (t.peer < 0 || static_cast<std::size_t>(t.peer) >= m)
+          emulation_fails("rank " + std::to_string(calls[i].rank) + " names peer " +
+                          std::to_string(t.peer) + " of a communicator of " + std::to_string(m));
+        (t.send ? sends : recvs)[i][static_cast<std::size_t>(t.peer)].push_back(&t);
+      }
+    auto who = [&](std::size_t i) { return "rank " + std::to_string(calls[i].rank); };
+    // Match, and read every send before any receive is written.
+    std::vector<std::pair<void*, std::vector<char>>> deliveries;
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t p = 0; p < m; ++p) {
+        const auto& s = sends[i][p];
+        const auto& r = recvs[p][i];
+        if (s.size() != r.size())
+          emulation_fails(who(i) + " posts " + std::to_string(s.size()) + " sends to " + who(p) +
+                          ", which posts " + std::to_string(r.size()) +
+                          " receives from it: NCCL would hang");
+        for (std::size_t k = 0; k < s.size(); ++k) {
+          const auto ws = wire(op, s[k]->type, s[k]->count), wr = wire(op, r[k]->type, r[k]->count);
+          if (ws.type != wr.type || ws.n != wr.n)
+            emulation_fails(who(i) + "'s send " + std::to_string(k) + " to " + who(p) +
+                            " carries " + std::to_string(ws.n) + " " +
+                            std::string(to_string(ws.type)) + ", the receive takes " +
+                            std::to_string(wr.n) + " " + std::string(to_string(wr.type)) +
+                            ": NCCL would hang or truncate");
+          const auto* from = static_cast<const char*>(s[k]->buf);
+          deliveries.push_back({r[k]->buf, std::vector<char>(from, from + ws.bytes())});
+        }
+      }
+    for (auto& [to, data] : deliveries) std::memcpy(to, data.data(), data.size());
+  }
+
+  // -- lifetimes: the job holds the plan (keep) and the outputs, nothing else -----------
+
+  static void check_lifetimes(const pending_call& c, std::size_t m) {
+    auto held = [&](const void* p, std::size_t bytes) {
+      if (bytes == 0) return;
+      const auto* at = static_cast<const char*>(p);
+      auto inside = [&](const tensor& t) {
+        if (!t.defined()) return false;
+        const auto* base = static_cast<const char*>(t.data());
+        return at >= base && at + bytes <= base + t.nbytes();
+      };
+      if (std::none_of(c.p.keep.begin(), c.p.keep.end(), inside) &&
+          std::none_of(c.outputs.begin(), c.outputs.end(), inside))
+        emulation_fails("rank " + std::to_string(c.rank) + "'s plan uses " + std::to_string(bytes) +
+                        " bytes that neither its keep list nor its outputs hold alive");
+    };
+    for (auto& s : c.p.pack) held(s.src, s.bytes), held(s.dst, s.bytes);
+    for (auto& s : c.p.unpack) held(s.src, s.bytes), held(s.dst, s.bytes);
+    for (const auto* steps : {&c.p.combine, &c.p.spread})
+      for (auto& a : *steps) {
+        const auto b = a.count * element_size(a.type);
+        for (auto* p : a.srcs) held(p, b);
+        for (auto* p : a.dsts) held(p, b);
+      }
+    for (auto& x : c.p.collectives) {
+      // (the buffers non-roots pass but NCCL ignores included)
+      const auto b = wire(c.op, x.type, x.count).bytes();
+      held(x.send, x.kind == nccl::collective::reduce_scatter ? b * m : b);
+      held(x.recv, x.kind == nccl::collective::allgather ? b * m : b);
+    }
+    for (auto& t : c.p.transfers) held(t.buf, wire(c.op, t.type, t.count).bytes());
+  }
+
+  // -- overlaps within one NCCL group ---------------------------------------------------
+
+  /// Buffers of one rank's NCCL group: one operation's writes may not touch
+  /// another's reads or writes; a collective's own send and recv overlap only
+  /// in NCCL's in-place forms.
+  void check_overlaps(const std::vector<pending_call>& calls) const {
+    const auto m = calls.size();
+    for (std::size_t i = 0; i < m; ++i) {
+      const auto& c = calls[i];
+      std::vector<access> acc;
+      for (std::size_t j = 0; j < c.p.collectives.size(); ++j) {
+        const auto& x = c.p.collectives[j];
+        const auto w = wire(c.op, x.type, x.count);
+        if (w.n == 0) continue;
+        const auto b = w.bytes();
+        const auto* s = static_cast<const char*>(x.send);
+        const auto* r = static_cast<const char*>(x.recv);
+        const bool root = static_cast<std::size_t>(x.root) == i;
+        access a{"collective " + std::to_string(j) + " (" + kind_name(x.kind) + ")", {}, {}};
+        bool in_place = s == r;
+        switch (x.kind) {
+          case nccl::collective::allreduce:
+            a.reads = {{s, b}};
+            a.writes = {{r, b}};
+            break;
+          case nccl::collective::broadcast:
+            if (root) a.reads = {{s, b}};
+            a.writes = {{r, b}};
+            break;
+          case nccl::collective::reduce:
+            a.reads = {{s, b}};
+            if (root) a.writes = {{r, b}};
+            break;
+          case nccl::collective::allgather:
+            a.reads = {{s, b}};
+            a.writes = {{r, b * m}};
+            in_place = s == r + i * b;
+            break;
+          case nccl::collective::reduce_scatter:
+            a.reads = {{s, b * m}};
+            a.writes = {{r, b}};
+            in_place = r == s + i * b;
+            break;
+        }
+        if (!in_place)
+          for (auto& rd : a.reads)
+            for (auto& wr : a.writes)
+              if (rd.overlaps(wr))
+                emulation_fails("rank " + std::to_string(c.rank) + ": " + a.what +
+                                " has overlapping send and recv buffers that are not "
+                                "NCCL's in-place form");
+        acc.push_back(std::move(a));
+      }
+      for (std::size_t k = 0; k < c.p.transfers.size(); ++k) {
+        const auto& t = c.p.transfers[k];
+        const auto w = wire(c.op, t.type, t.count);
+        access a{std::string(t.send ? "ncclSend " : "ncclRecv ") + std::to_string(k), {}, {}};
+        (t.send ? a.reads : a.writes).push_back({static_cast<const char*>(t.buf), w.bytes()});
+        acc.push_back(std::move(a));
+      }
+      for (std::size_t x = 0; x < acc.size(); ++x)
+        for (std::size_t y = 0; y < acc.size(); ++y) {
+          if (x == y) continue;
+          for (auto& wr : acc[x].writes) {
+            auto clash = [&](const std::vector<span>& v) {
+              return std::any_of(v.begin(), v.end(), [&](const span& s) { return wr.overlaps(s); });
+            };
+            if (clash(acc[y].reads) || clash(acc[y].writes))
+              emulation_fails("rank " + std::to_string(c.rank) + ": " + acc[x].what +
+                              " writes memory that " + acc[y].what +
+                              " of the same NCCL group uses: a race on a GPU");
+          }
+        }
+    }
+  }
+
+  int size_;
+  std::string group_;
+  std::vector<std::uint64_t> issued_;
+  std::map<std::string, comm> comms_;
+  std::optional<std::string> broken_;
+};
+
+/// One rank's view of the emulator: what the backend runs its plans on.
+class host_runner final : public nccl::plan_runner {
+ public:
+  host_runner(std::shared_ptr<emulator> e, int rank) : e_(std::move(e)), rank_(rank) {}
+
+  int bind(const char*, const tensor_list&) override { return 0; }
+  int bind_default(const char*) override { return 0; }
+  tensor scratch(dtype t, std::size_t n, int) override {
+    return tensor::empty({static_cast<std::int64_t>(n)}, t);
+  }
+  work issue(const char* op, int peer, nccl::plan p, tensor_list outputs, timeout_t,
+             int source = -1) override {
+    return e_->issue(rank_, op, peer, std::move(p), std::move(outputs), source);
+  }
+  std::uint64_t sequence() const override { return e_->sequence(rank_); }
+  void abort(const std::string& reason) override { e_->abort(reason); }
+  void shutdown() override {}
+
+ private:
+  std::shared_ptr<emulator> e_;
+  int rank_;
+};
+
+/// n "nccl" backends, one per rank, on one emulator.
+struct emulated_group {
+  explicit emulated_group(int n) : emu(std::make_shared<emulator>(n, "mapping")) {
+    for (int r = 0; r < n; ++r) {
+      backend_context ctx;
+      ctx.rank = r;
+      ctx.size = n;
+      ctx.group_name = "mapping";
+      ctx.timeout = std::chrono::seconds(10);
+      ranks.push_back(detail::make_nccl_backend(ctx, std::make_shared<host_runner>(emu, r)));
+    }
+  }
+  backend& operator[](int r) { return *ranks[static_cast<std::size_t>(r)]; }
+  int size() const { return static_cast<int>(ranks.size()); }
+
+  /// Issues fn(r) for every rank in order, then checks that every work completed.
+  template <class F>
+  void run(const std::string& what, F&& fn) {
+    std::vector<work> ws;
+    for (int r = 0; r < size(); ++r) ws.push_back(fn(r));
+    for (int r = 0; r < size(); ++r) {
+      INFO(what << ": rank " << r);
+      auto& w = ws[static_cast<std::size_t>(r)];
+      REQUIRE_MESSAGE(w.is_completed(), "the call is still pending in the emulator");
+      if (auto e = w.exception()) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+          FAIL(std::string(x.what()));
+        }
+      }
+    }
+  }
+
+  std::shared_ptr<emulator> emu;
+  std::vector<std::shared_ptr<backend>> ranks;
+};
+
+const int group_sizes[] = {1, 2, 3, 4};
+
+std::size_t at(int r) {
+  return static_cast<std::size_t>(r);
+}
+
+/// Values of rank r's j-th tensor (salt picks the call site).
+ref::values vals(dtype t, int r, int n, std::int64_t len, int salt,
+                 reduce_op::kind k = reduce_op::SUM) {
+  return ref::random_values(t, len, ct::seed(r, n, len, salt), k);
+}
+
+/// Whether NCCL runs `op` on `t` (the backend refuses the others).
+bool nccl_runs(const reduce_op& op, dtype t) {
+  try {
+    nccl::reduction_of("allreduce", op, t);
+    return true;
+  } catch (const error&) {
+    return false;
+  }
+}
+
+std::string op_name(const reduce_op& op) {
+  return std::string(to_string(op.op()));
+}
+
+const dtype reduce_dtypes[] = {dtype::bool_,   dtype::uint8,     dtype::int8,      dtype::int32,
+                               dtype::int64,   dtype::float16,   dtype::bfloat16,  dtype::float32,
+                               dtype::float64, dtype::complex64, dtype::complex128};
+
+std::vector<reduce_op> all_ops() {
+  return {reduce_op::SUM,  reduce_op::PRODUCT, reduce_op::MIN,
+          reduce_op::MAX,  reduce_op::AVG,     reduce_op::premul_sum(0.5),
+          reduce_op::BAND, reduce_op::BOR,     reduce_op::BXOR};
+}
+
+}  // namespace
+
+// -- broadcast, allreduce, reduce ------------------------------------------------------
+
+TEST_CASE("nccl mapping: broadcast of one and several local tensors, any root and root_tensor") {
+  for (int n : group_sizes)
+    for (auto t : ct::move_dtypes)
+      for (int k : {1, 3})
+        for (int root : {0, n - 1}) {
+          emulated_group g(n);
+          const std::int64_t len = 5;
+          const int root_tensor = k - 1;
+          std::vector<tensor_list> ts(at(n));
+          for (int r = 0; r < n; ++r)
+            for (int j = 0; j < k; ++j)
+              ts[at(r)].push_back(ref::make(t, vals(t, r, n, len, 10 + j)));
+          const auto expected = ref::read(ts[at(root)][at(root_tensor)]);
+          g.run("broadcast", [&](int r) {
+            return g[r].broadcast(ts[at(r)], {root, root_tensor, use_group_timeout});
+          });
+          for (int r = 0; r < n; ++r)
+            for (int j = 0; j < k; ++j)
+              ref::check_close(ts[at(r)][at(j)], expected,
+                               ct::name("broadcast", t, len) + " n=" + std::to_string(n) +
+                                   " k=" + std::to_string(k) + " root=" + std::to_string(root) +
+                                   " rank=" + std::to_string(r) + " tensor=" + std::to_string(j));
+        }
+}
+
+TEST_CASE("nccl mapping: allreduce, every op NCCL allows on every dtype, one and several tensors") {
+  for (int n : group_sizes)
+    for (auto t : reduce_dtypes)
+      for (auto& op : all_ops())
+        for (int k : {1, 3}) {
+          const std::int64_t len = 7;
+          const auto what = ct::name("allreduce", t, len) + " " + op_name(op) +
+                            " n=" + std::to_string(n) + " k=" + std::to_string(k);
+          INFO(what);
+          emulated_group g(n);
+          std::vector<tensor_list> ts(at(n));
+          std::vector<ref::values> inputs;
+          for (int r = 0; r < n; ++r)
+            for (int j = 0; j < k; ++j) {
+              inputs.push_back(vals(t, r, n, len, 20 + j, op.op()));
+              ts[at(r)].push_back(ref::make(t, inputs.back()));
+            }
+          if (!nccl_runs(op, t)) {
+            check_error(
+                [&] {
+                  g[0].allreduce(ts[0], {op, use_group_timeout});
+                },
+                errc::invalid_argument, {"allreduce: ", "ReduceOp."});
+            continue;
+          }
+          g.run(what, [&](int r) { return g[r].allreduce(ts[at(r)], {op, use_group_timeout}); });
+          const auto expected = ref::reduce(inputs, op, t, static_cast<double>(n * k));
+          for (int r = 0; r < n; ++r)
+            for (int j = 0; j < k; ++j)
+              ref::check_close(
+                  ts[at(r)][at(j)], expected,
+                  what + " rank=" + std::to_string(r) + " tensor=" + std::to_string(j));
+        }
+}
+
+TEST_CASE("nccl mapping: allreduce_coalesced of tensors of several lengths") {
+  for (int n : group_sizes)
+    for (auto t : {dtype::float32, dtype::int64, dtype::bool_, dtype::complex64, dtype::float16})
+      for (auto& op : std::vector<reduce_op>{reduce_op::SUM, reduce_op::MAX, reduce_op::AVG,
+                                             reduce_op::premul_sum(2.0)}) {
+        if (!nccl_runs(op, t)) continue;
+        const std::int64_t lens[] = {3, 0, 6};
+        const auto what =
+            ct::name("allreduce_coalesced", t, 3) + " " + op_name(op) + " n=" + std::to_string(n);
+        emulated_group g(n);
+        std::vector<tensor_list> ts(at(n));
+        std::vector<std::vector<ref::values>> inputs(3);  // [tensor][rank]
+        for (int r = 0; r < n; ++r)
+          for (std::size_t j = 0; j < 3; ++j) {
+            inputs[j].push_back(vals(t, r, n, lens[j], 30 + static_cast<int>(j)));
+            ts[at(r)].push_back(ref::make(t, inputs[j].back()));
+          }
+        g.run(what, [&](int r) {
+          allreduce_coalesced_options o;
+          o.op = op;
+          return g[r].allreduce_coalesced(ts[at(r)], o);
+        });
+        for (std::size_t j = 0; j < 3; ++j) {
+          const auto expected = ref::reduce(inputs[j], op, t);
+          for (int r = 0; r < n; ++r)
+            ref::check_close(ts[at(r)][j], expected, what + " tensor " + std::to_string(j));
+        }
+      }
+}
+
+TEST_CASE("nccl mapping: reduce into the root (tensor), the other ranks' tensors untouched") {
+  for (int n : group_sizes)
+    for (auto t : {dtype::float32, dtype::int32, dtype::bool_, dtype::float16, dtype::complex128})
+      for (auto& op : std::vector<reduce_op>{reduce_op::SUM, reduce_op::PRODUCT, reduce_op::MIN,
+                                             reduce_op::AVG, reduce_op::premul_sum(0.25)})
+        for (int k : {1, 2})
+          for (int root : {0, n - 1}) {
+            if (!nccl_runs(op, t)) continue;
+            const std::int64_t len = 6;
+            const int root_tensor = k - 1;
+            const auto what = ct::name("reduce", t, len) + " " + op_name(op) +
+                              " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                              " root=" + std::to_string(root);
+            emulated_group g(n);
+            std::vector<tensor_list> ts(at(n));
+            std::vector<ref::values> inputs;
+            for (int r = 0; r < n; ++r)
+              for (int j = 0; j < k; ++j) {
+                inputs.push_back(vals(t, r, n, len, 40 + j, op.op()));
+                ts[at(r)].push_back(ref::make(t, inputs.back()));
+              }
+            g.run(what, [&](int r) {
+              return g[r].reduce(ts[at(r)], {op, root, root_tensor, use_group_timeout});
+            });
+            const auto expected = ref::reduce(inputs, op, t, static_cast<double>(n * k));
+            for (int r = 0; r < n; ++r)
+              for (int j = 0; j < k; ++j) {
+                const bool result = r == root && j == root_tensor;
+                ref::check_close(ts[at(r)][at(j)],
+                                 result ? expected : ref::read(ref::make(t, inputs[at(r * k + j)])),
+                                 what + " rank=" + std::to_string(r) + " tensor=" +
+                                     std::to_string(j) + (result ? " (result)" : " (untouched)"));
+              }
+          }
+}
+
+TEST_CASE("nccl mapping: zero elements everywhere") {
+  for (int n : group_sizes) {
+    emulated_group g(n);
+    const auto t = dtype::float32;
+    std::vector<tensor_list> one(at(n)), three(at(n)), outs(at(n));
+    for (int r = 0; r < n; ++r) {
+      one[at(r)] = {ref::zeros({0}, t)};
+      three[at(r)] = {ref::zeros({0}, t), ref::zeros({0}, t), ref::zeros({0}, t)};
+      outs[at(r)] = {ref::zeros({0}, t)};
+    }
+    for (auto* ts : {&one, &three}) {
+      g.run("allreduce", [&](int r) {
+        return g[r].allreduce((*ts)[at(r)], {reduce_op::AVG, use_group_timeout});
+      });
+      g.run("reduce", [&](int r) {
+        return g[r].reduce((*ts)[at(r)], {reduce_op::SUM, n - 1, 0, use_group_timeout});
+      });
+      g.run("broadcast", [&](int r) { return g[r].broadcast((*ts)[at(r)], {}); });
+    }
+    g.run("allgather_into_tensor",
+          [&](int r) { return g[r].allgather_into_tensor(outs[at(r)][0], one[at(r)][0], {}); });
+    g.run("reduce_scatter_tensor",
+          [&](int r) { return g[r].reduce_scatter_tensor(outs[at(r)][0], one[at(r)][0], {}); });
+    g.run("alltoall_single",
+          [&](int r) { return g[r].alltoall_single(outs[at(r)][0], one[at(r)][0], {}, {}, {}); });
+    const std::vector<std::int64_t> zeros(at(n), 0);
+    g.run("allgatherv",
+          [&](int r) { return g[r].allgatherv(outs[at(r)][0], one[at(r)][0], zeros, {}); });
+    g.run("reduce_scatterv",
+          [&](int r) { return g[r].reduce_scatterv(outs[at(r)][0], one[at(r)][0], zeros, {}); });
+    for (int r = 0; r < n; ++r) CHECK(g[r].sequence_number() == 11);
+  }
+}
+
+// -- allgather --------------------------------------------------------------------------
+
+TEST_CASE("nccl mapping: allgather, allgather_coalesced and the _into_tensor forms") {
+  for (int n : group_sizes)
+    for (auto t : ct::move_dtypes) {
+      const std::int64_t lens[] = {4, 0, 3};
+      const auto what = ct::name("allgather", t, 4) + " n=" + std::to_string(n);
+      // inputs[j][r]: rank r's j-th input.
+      std::vector<std::vector<ref::values>> inputs(3);
+      for (std::size_t j = 0; j < 3; ++j)
+        for (int r = 0; r < n; ++r)
+          inputs[j].push_back(vals(t, r, n, lens[j], 50 + static_cast<int>(j)));
+      auto ins_of = [&](int r) {
+        tensor_list ins;
+        for (std::size_t j = 0; j < 3; ++j) ins.push_back(ref::make(t, inputs[j][at(r)]));
+        return ins;
+      };
+      {  // allgather: outs[j][p] <- rank p's ins[j]
+        emulated_group g(n);
+        std::vector<tensor_list> ins(at(n));
+        std::vector<std::vector<tensor_list>> outs(at(n));
+        for (int r = 0; r < n; ++r) {
+          ins[at(r)] = ins_of(r);
+          outs[at(r)].resize(3);
+          for (std::size_t j = 0; j < 3; ++j)
+            for (int p = 0; p < n; ++p) outs[at(r)][j].push_back(ref::zeros({lens[j]}, t));
+        }
+        g.run(what, [&](int r) { return g[r].allgather(outs[at(r)], ins[at(r)], {}); });
+        for (int r = 0; r < n; ++r)
+          for (std::size_t j = 0; j < 3; ++j)
+            for (int p = 0; p < n; ++p)
+              ref::check_close(outs[at(r)][j][at(p)], inputs[j][at(p)],
+                               what + " rank=" + std::to_string(r) + " [" + std::to_string(j) +
+                                   "][" + std::to_string(p) + "]");
+      }
+      {  // allgather_coalesced: outs[p][j] <- rank p's ins[j]
+        emulated_group g(n);
+        std::vector<tensor_list> ins(at(n));
+        std::vector<std::vector<tensor_list>> outs(at(n));
+        for (int r = 0; r < n; ++r) {
+          ins[at(r)] = ins_of(r);
+          outs[at(r)].resize(at(n));
+          for (int p = 0; p < n; ++p)
+            for (std::size_t j = 0; j < 3; ++j)
+              outs[at(r)][at(p)].push_back(ref::zeros({lens[j]}, t));
+        }
+        g.run(what + " coalesced",
+              [&](int r) { return g[r].allgather_coalesced(outs[at(r)], ins[at(r)], {}); });
+        for (int r = 0; r < n; ++r)
+          for (int p = 0; p < n; ++p)
+            for (std::size_t j = 0; j < 3; ++j)
+              ref::check_close(outs[at(r)][at(p)][j], inputs[j][at(p)],
+                               what + " coalesced rank=" + std::to_string(r) + " [" +
+                                   std::to_string(p) + "][" + std::to_string(j) + "]");
+      }
+      {  // allgather_into_tensor(_coalesced): out_j = rank 0's in_j, rank 1's in_j, ...
+        emulated_group g(n);
+        std::vector<tensor_list> ins(at(n)), outs(at(n));
+        for (int r = 0; r < n; ++r) {
+          ins[at(r)] = ins_of(r);
+          for (std::size_t j = 0; j < 3; ++j) outs[at(r)].push_back(ref::zeros({lens[j] * n}, t));
+        }
+        g.run(what + " into_tensor",
+              [&](int r) { return g[r].allgather_into_tensor(outs[at(r)][0], ins[at(r)][0], {}); });
+        g.run(what + " into_tensor_coalesced", [&](int r) {
+          return g[r].allgather_into_tensor_coalesced(outs[at(r)], ins[at(r)], {});
+        });
+        for (int r = 0; r < n; ++r)
+          for (std::size_t j = 0; j < 3; ++j)
+            ref::check_close(
+                outs[at(r)][j], ref::concat(inputs[j]),
+                what + " into_tensor rank=" + std::to_string(r) + " [" + std::to_string(j) + "]");
+      }
+    }
+}
+
+TEST_CASE("nccl mapping: allgatherv with uneven counts and zeros") {
+  for (int n : group_sizes)
+    for (auto t : ct::move_dtypes) {
+      const auto counts = ct::uneven_counts(n);
+      std::int64_t sum = 0;
+      for (auto c : counts) sum += c;
+      const auto what = ct::name("allgatherv", t, sum) + " n=" + std::to_string(n);
+      emulated_group g(n);
+      std::vector<ref::values> inputs;
+      std::vector<tensor> ins, outs;
+      for (int r = 0; r < n; ++r) {
+        inputs.push_back(vals(t, r, n, counts[at(r)], 60));
+        ins.push_back(ref::make(t, inputs.back()));
+        outs.push_back(ref::zeros({sum}, t));
+      }
+      g.run(what, [&](int r) { return g[r].allgatherv(outs[at(r)], ins[at(r)], counts, {}); });
+      for (int r = 0; r < n; ++r)
+        ref::check_close(outs[at(r)], ref::concat(inputs), what + " rank=" + std::to_string(r));
+    }
+}
+
+// -- gather and scatter -------------------------------------------------------------------
+
+TEST_CASE("nccl mapping: gather and gatherv into any root") {
+  for (int n : group_sizes)
+    for (auto t : ct::move_dtypes)
+      for (int root : {0, n - 1}) {
+        const auto what =
+            ct::name("gather", t, 5) + " n=" + std::to_string(n) + " root=" + std::to_string(root);
+        {
+          emulated_group g(n);
+          std::vector<ref::values> inputs;
+          std::vector<tensor_list> ins(at(n));
+          std::vector<std::vector<tensor_list>> outs(at(n));
+          for (int r = 0; r < n; ++r) {
+            inputs.push_back(vals(t, r, n, 5, 70));
+            ins[at(r)].push_back(ref::make(t, inputs.back()));
+            if (r == root) {
+              outs[at(r)].resize(1);
+              for (int p = 0; p < n; ++p) outs[at(r)][0].push_back(ref::zeros({5}, t));
+            }
+          }
+          g.run(what, [&](int r) { return g[r].gather(outs[at(r)], ins[at(r)], {root}); });
+          for (int p = 0; p < n; ++p)
+            ref::check_close(outs[at(root)][0][at(p)], inputs[at(p)],
+                             what + " from " + std::to_string(p));
+        }
+        {
+          emulated_group g(n);
+          const auto counts = ct::uneven_counts(n);
+          std::int64_t sum = 0;
+          for (auto c : counts) sum += c;
+          std::vector<ref::values> inputs;
+          std::vector<tensor> ins, outs;
+          for (int r = 0; r < n; ++r) {
+            inputs.push_back(vals(t, r, n, counts[at(r)], 71));
+            ins.push_back(ref::make(t, inputs.back()));
+            outs.push_back(r == root ? ref::zeros({sum}, t) : tensor());
+          }
+          g.run(what + " v",
+                [&](int r) { return g[r].gatherv(outs[at(r)], ins[at(r)], counts, {root}); });
+          ref::check_close(outs[at(root)], ref::concat(inputs), what + "v");
+        }
+      }
+}
+
+TEST_CASE("nccl mapping: scatter and scatterv from any root") {
+  for (int n : group_sizes)
+    for (auto t : ct::move_dtypes)
+      for (int root : {0, n - 1}) {
+        const auto what =
+            ct::name("scatter", t, 5) + " n=" + std::to_string(n) + " root=" + std::to_string(root);
+        {
+          emulated_group g(n);
+          std::vector<ref::values> parts;
+          std::vector<tensor_list> outs(at(n));
+          std::vector<std::vector<tensor_list>> ins(at(n));
+          for (int p = 0; p < n; ++p) parts.push_back(vals(t, p, n, 5, 80));
+          for (int r = 0; r < n; ++r) {
+            outs[at(r)].push_back(ref::zeros({5}, t));
+            if (r == root) {
+              ins[at(r)].resize(1);
+              for (int p = 0; p < n; ++p) ins[at(r)][0].push_back(ref::make(t, parts[at(p)]));
+            }
+          }
+          g.run(what, [&](int r) { return g[r].scatter(outs[at(r)], ins[at(r)], {root}); });
+          for (int r = 0; r < n; ++r)
+            ref::check_close(outs[at(r)][0], parts[at(r)], what + " rank=" + std::to_string(r));
+        }
+        {
+          emulated_group g(n);
+          const auto counts = ct::uneven_counts(n);
+          std::vector<ref::values> parts;
+          for (int p = 0; p < n; ++p) parts.push_back(vals(t, p, n, counts[at(p)], 81));
+          std::vector<tensor> ins, outs;
+          for (int r = 0; r < n; ++r) {
+            outs.push_back(ref::zeros({counts[at(r)]}, t));
+            ins.push_back(r == root ? ref::make(t, ref::concat(parts)) : tensor());
+          }
+          g.run(what + "v",
+                [&](int r) { return g[r].scatterv(outs[at(r)], ins[at(r)], counts, {root}); });
+          for (int r = 0; r < n; ++r)
+            ref::check_close(outs[at(r)], parts[at(r)], what + "v rank=" + std::to_string(r));
+        }
+      }
+}
+
+// -- reduce_scatter ---------------------------------------------------------------------
+
+TEST_CASE("nccl mapping: reduce_scatter, reduce_scatter_tensor(_coalesced), reduce_scatterv") {
+  for (int n : group_sizes)
+    for (auto t : {dtype::float32, dtype::int64, dtype::bool_, dtype::bfloat16, dtype::complex64})
+      for (auto& op : std::vector<reduce_op>{reduce_op::SUM, reduce_op::MAX, reduce_op::AVG,
+                                             reduce_op::premul_sum(0.5)}) {
+        if (!nccl_runs(op, t)) continue;
+        const std::int64_t m = 3;
+        const auto what =
+            ct::name("reduce_scatter", t, m) + " " + op_name(op) + " n=" + std::to_string(n);
+        // inputs[r]: rank r's n*m elements; block p goes to rank p.
+        std::vector<ref::values> inputs;
+        for (int r = 0; r < n; ++r) inputs.push_back(vals(t, r, n, m * n, 90));
+        const auto total = ref::reduce(inputs, op, t);
+        {
+          emulated_group g(n);
+          std::vector<tensor_list> outs(at(n));
+          std::vector<std::vector<tensor_list>> ins(at(n));
+          for (int r = 0; r < n; ++r) {
+            outs[at(r)].push_back(ref::zeros({m}, t));
+            ins[at(r)].resize(1);
+            for (int p = 0; p < n; ++p)
+              ins[at(r)][0].push_back(ref::make(t, ref::slice(inputs[at(r)], p * m, m)));
+          }
+          g.run(what, [&](int r) {
+            return g[r].reduce_scatter(outs[at(r)], ins[at(r)], {op, use_group_timeout});
+          });
+          for (int r = 0; r < n; ++r)
+            ref::check_close(outs[at(r)][0], ref::slice(total, r * m, m),
+                             what + " rank=" + std::to_string(r));
+        }
+        {
+          emulated_group g(n);
+          // Two pairs: the whole inputs (block m), and their first n elements (block 1).
+          std::vector<tensor_list> outs(at(n)), ins(at(n));
+          std::vector<ref::values> heads;
+          for (int r = 0; r < n; ++r) heads.push_back(ref::slice(inputs[at(r)], 0, n));
+          const auto head_total = ref::reduce(heads, op, t);
+          for (int r = 0; r < n; ++r) {
+            ins[at(r)] = {ref::make(t, inputs[at(r)]), ref::make(t, heads[at(r)])};
+            outs[at(r)] = {ref::zeros({m}, t), ref::zeros({1}, t)};
+          }
+          g.run(what + " tensor", [&](int r) {
+            return g[r].reduce_scatter_tensor(outs[at(r)][0], ins[at(r)][0],
+                                              {op, use_group_timeout});
+          });
+          for (int r = 0; r < n; ++r)
+            ref::check_close(outs[at(r)][0], ref::slice(total, r * m, m),
+                             what + " tensor rank=" + std::to_string(r));
+          for (int r = 0; r < n; ++r) outs[at(r)][0].zero_();
+          g.run(what + " tensor_coalesced", [&](int r) {
+            return g[r].reduce_scatter_tensor_coalesced(outs[at(r)], ins[at(r)],
+                                                        {op, use_group_timeout});
+          });
+          for (int r = 0; r < n; ++r) {
+            ref::check_close(outs[at(r)][0], ref::slice(total, r * m, m),
+                             what + " tensor_coalesced [0] rank=" + std::to_string(r));
+            ref::check_close(outs[at(r)][1], ref::slice(head_total, r, 1),
+                             what + " tensor_coalesced [1] rank=" + std::to_string(r));
+          }
+        }
+        {
+          emulated_group g(n);
+          const auto counts = ct::uneven_counts(n);
+          std::int64_t sum = 0;
+          for (auto c : counts) sum += c;
+          std::vector<ref::values> vin;
+          for (int r = 0; r < n; ++r) vin.push_back(vals(t, r, n, sum, 91));
+          const auto vtotal = ref::reduce(vin, op, t);
+          std::vector<tensor> ins, outs;
+          for (int r = 0; r < n; ++r) {
+            ins.push_back(ref::make(t, vin[at(r)]));
+            outs.push_back(ref::zeros({counts[at(r)]}, t));
+          }
+          g.run(what + "v", [&](int r) {
+            return g[r].reduce_scatterv(outs[at(r)], ins[at(r)], counts, {op, use_group_timeout});
+          });
+          std::int64_t off = 0;
+          for (int r = 0; r < n; ++r) {
+            ref::check_close(outs[at(r)], ref::slice(vtotal, off, counts[at(r)]),
+                             what + "v rank=" + std::to_string(r));
+            ref::check_close(ins[at(r)], vin[at(r)], what + "v input of rank " + std::to_string(r));
+            off += counts[at(r)];
+          }
+        }
+      }
+}
+
+TEST_CASE("nccl mapping: in-place allgather_into_tensor and reduce_scatter_tensor (views)") {
+  // NCCL's in-place forms: the input is the output's block `rank`, or the
+  // output is the input's block `rank`.
+  for (int n : group_sizes)
+    for (auto t : {dtype::float32, dtype::int32, dtype::complex64}) {
+      const std::int64_t m = 3;
+      const auto what = ct::name("in-place", t, m) + " n=" + std::to_string(n);
+      std::vector<ref::values> inputs;
+      for (int r = 0; r < n; ++r) inputs.push_back(vals(t, r, n, m * n, 95));
+      auto block = [&](const tensor& x, int r) {
+        return tensor::from_blob(static_cast<char*>(x.data()) + at(r) * at(m) * x.element_size(),
+                                 {m}, t);
+      };
+      {
+        emulated_group g(n);
+        std::vector<tensor> outs, ins;
+        for (int r = 0; r < n; ++r) {
+          outs.push_back(ref::make(t, inputs[at(r)]));
+          ins.push_back(block(outs.back(), r));
+        }
+        g.run(what + " allgather_into_tensor",
+              [&](int r) { return g[r].allgather_into_tensor(outs[at(r)], ins[at(r)], {}); });
+        ref::values expected;
+        for (int p = 0; p < n; ++p) {
+          auto b = ref::slice(inputs[at(p)], p * m, m);
+          expected.insert(expected.end(), b.begin(), b.end());
+        }
+        for (int r = 0; r < n; ++r)
+          ref::check_close(outs[at(r)], expected, what + " allgather rank=" + std::to_string(r));
+      }
+      {
+        emulated_group g(n);
+        std::vector<tensor> outs, ins;
+        for (int r = 0; r < n; ++r) {
+          ins.push_back(ref::make(t, inputs[at(r)]));
+          outs.push_back(block(ins.back(), r));
+        }
+        g.run(what + " reduce_scatter_tensor",
+              [&](int r) { return g[r].reduce_scatter_tensor(outs[at(r)], ins[at(r)], {}); });
+        const auto total = ref::reduce(inputs, reduce_op::SUM, t);
+        for (int r = 0; r < n; ++r)
+          ref::check_close(outs[at(r)], ref::slice(total, r * m, m),
+                           what + " reduce_scatter rank=" + std::to_string(r));
+      }
+    }
+}
+
+// -- alltoall -----------------------------------------------------------------------------
+
+TEST_CASE("nccl mapping: alltoall with per-pair sizes, alltoall_single even and uneven") {
+  for (int n : group_sizes)
+    for (auto t : ct::move_dtypes) {
+      const auto what = ct::name("alltoall", t, 0) + " n=" + std::to_string(n);
+      // Rank r sends (r + 2p) % 4 elements to rank p.
+      auto len = [](int r, int p) { return static_cast<std::int64_t>((r + 2 * p) % 4); };
+      auto block = [&](int r, int p) { return vals(t, r, n, len(r, p), 100 + p); };
+      {
+        emulated_group g(n);
+        std::vector<tensor_list> ins(at(n)), outs(at(n));
+        for (int r = 0; r < n; ++r)
+          for (int p = 0; p < n; ++p) {
+            ins[at(r)].push_back(ref::make(t, block(r, p)));
+            outs[at(r)].push_back(ref::zeros({len(p, r)}, t));
+          }
+        g.run(what, [&](int r) { return g[r].alltoall(outs[at(r)], ins[at(r)], {}); });
+        for (int r = 0; r < n; ++r)
+          for (int p = 0; p < n; ++p)
+            ref::check_close(outs[at(r)][at(p)], block(p, r),
+                             what + " rank=" + std::to_string(r) + " from " + std::to_string(p));
+      }
+      for (bool even : {true, false}) {
+        // Rows of 2 elements; even: 2 rows to each rank, uneven: len(r, p) rows.
+        emulated_group g(n);
+        auto rows = [&](int r, int p) { return even ? std::int64_t{2} : len(r, p); };
+        std::vector<tensor> ins, outs;
+        std::vector<std::vector<std::int64_t>> in_splits(at(n)), out_splits(at(n));
+        std::vector<ref::values> expected(at(n));
+        for (int r = 0; r < n; ++r) {
+          std::vector<ref::values> mine;
+          std::int64_t in_rows = 0, out_rows = 0;
+          for (int p = 0; p < n; ++p) {
+            mine.push_back(vals(t, r, n, 2 * rows(r, p), 110 + p));
+            in_rows += rows(r, p);
+            out_rows += rows(p, r);
+            if (!even) {
+              in_splits[at(r)].push_back(rows(r, p));
+              out_splits[at(r)].push_back(rows(p, r));
+            }
+          }
+          ins.push_back(ref::make(t, ref::concat(mine), {in_rows, 2}));
+          outs.push_back(ref::zeros({out_rows, 2}, t));
+        }
+        for (int r = 0; r < n; ++r)
+          for (int p = 0; p < n; ++p) {
+            auto v = vals(t, p, n, 2 * rows(p, r), 110 + r);
+            expected[at(r)].insert(expected[at(r)].end(), v.begin(), v.end());
+          }
+        const auto name = what + (even ? " single even" : " single uneven");
+        g.run(name, [&](int r) {
+          return g[r].alltoall_single(outs[at(r)], ins[at(r)], out_splits[at(r)], in_splits[at(r)],
+                                      {});
+        });
+        for (int r = 0; r < n; ++r)
+          ref::check_close(outs[at(r)], expected[at(r)], name + " rank=" + std::to_string(r));
+      }
+    }
+}
+
+// -- barrier, point to point, batches -------------------------------------------------------
+
+TEST_CASE("nccl mapping: barrier and sequence numbers") {
+  for (int n : group_sizes) {
+    emulated_group g(n);
+    for (int i = 0; i < 3; ++i) g.run("barrier", [&](int r) { return g[r].barrier({}); });
+    for (int r = 0; r < n; ++r) CHECK(g[r].sequence_number() == 3);
+  }
+}
+
+TEST_CASE("nccl mapping: send and recv on pair communicators, tags ignored") {
+  for (int n : {2, 3, 4})
+    for (auto t : ct::move_dtypes) {
+      emulated_group g(n);
+      // Each pair (lo, hi): lo sends to hi, then hi sends to lo; in rank order.
+      for (int lo = 0; lo < n; ++lo)
+        for (int hi = lo + 1; hi < n; ++hi) {
+          const auto what = ct::name("send/recv", t, 4) + " n=" + std::to_string(n) + " " +
+                            std::to_string(lo) + "<->" + std::to_string(hi);
+          INFO(what);
+          for (bool down : {false, true}) {
+            const int from = down ? hi : lo, to = down ? lo : hi;
+            const auto v = vals(t, from, n, 4, 120 + to);
+            tensor_list sent{ref::make(t, v)}, got{ref::zeros({4}, t)};
+            auto s = g[from].send(sent, to, {7, use_group_timeout});
+            CHECK_FALSE(s.is_completed());
+            auto r = g[to].recv(got, from, {9, use_group_timeout});
+            REQUIRE(s.is_completed());
+            REQUIRE(r.is_completed());
+            CHECK(s.exception() == nullptr);
+            REQUIRE(r.exception() == nullptr);
+            CHECK(r.source_rank() == from);
+            ref::check_close(got[0], v, what);
+          }
+        }
+    }
+}
+
+TEST_CASE("nccl mapping: batch_isend_irecv around a ring and both ways") {
+  for (int n : {2, 3, 4})
+    for (auto t : ct::move_dtypes) {
+      const auto what = ct::name("batch_isend_irecv", t, 3) + " n=" + std::to_string(n);
+      emulated_group g(n);
+      // Each rank sends to both neighbours and receives from both (receives first).
+      std::vector<std::vector<p2p_op>> ops(at(n));
+      std::vector<tensor> from_left(at(n)), from_right(at(n));
+      auto left = [&](int r) { return (r + n - 1) % n; };
+      auto right = [&](int r) { return (r + 1) % n; };
+      auto payload = [&](int from, int to) { return vals(t, from, n, 3, 130 + to); };
+      for (int r = 0; r < n; ++r) {
+        from_left[at(r)] = ref::zeros({3}, t);
+        from_right[at(r)] = ref::zeros({3}, t);
+        ops[at(r)] = {{p2p_op::irecv, from_left[at(r)], left(r)},
+                      {p2p_op::irecv, from_right[at(r)], right(r)},
+                      {p2p_op::isend, ref::make(t, payload(r, right(r))), right(r)},
+                      {p2p_op::isend, ref::make(t, payload(r, left(r))), left(r)}};
+      }
+      g.run(what, [&](int r) { return g[r].batch_isend_irecv(ops[at(r)]); });
+      for (int r = 0; r < n; ++r) {
+        ref::check_close(from_left[at(r)], payload(left(r), r), what + " from left");
+        ref::check_close(from_right[at(r)], payload(right(r), r), what + " from right");
+      }
+    }
+}
+
+// -- the emulator fails what NCCL would hang on --------------------------------------------
+
+TEST_CASE("nccl mapping: disagreeing calls fail every rank instead of hanging; abort") {
+  emulated_group g(2);
+  auto a = tensor::zeros({4}, dtype::float32), b = tensor::zeros({3}, dtype::float32);
+  tensor_list ta{a}, tb{b};
+  auto w0 = g[0].allreduce(ta, {});
+  auto w1 = g[1].allreduce(tb, {});
+  REQUIRE(w0.is_completed());
+  REQUIRE(w1.is_completed());
+  check_error([&] { w0.wait(); }, errc::backend,
+              {"allreduce: NCCL emulator", "ncclAllReduce", "count 4", "has 3"});
+  tensor_list s{tensor::zeros({4}, dtype::int32)}, r{tensor::zeros({5}, dtype::int32)};
+  auto ws = g[0].send(s, 1, {});
+  auto wr = g[1].recv(r, 0, {});
+  check_error([&] { wr.wait(); }, errc::backend, {"recv: NCCL emulator", "carries 4", "takes 5"});
+  // A call whose peers never come fails on abort.
+  tensor_list x{tensor::zeros({2}, dtype::float32)};
+  auto pending = g[0].allreduce(x, {});
+  CHECK_FALSE(pending.is_completed());
+  g[0].abort("test");
+  check_error([&] { pending.wait(); }, errc::aborted, {"allreduce", "aborted: test"});
+  check_error([&] { g[1].barrier({}).wait(); }, errc::aborted, {"barrier", "aborted: test"});
+}
+
+#endif
