@@ -100,11 +100,13 @@ TEST_CASE("the device actor turns failures into failed works, never aborts") {
   std::atomic<bool> told{false};
   auto sick = job("scatter");
   auto big = tensor::zeros({1 << 24}, dtype::float32, device::cuda(0));
-  sick.enqueue = [big](detail::gpu::stream_t s) {
-    // Keep the stream busy (~10 ms) so that a poll asks for health first.
+  auto other = tensor::zeros({1 << 24}, dtype::float32, device::cuda(0));
+  sick.enqueue = [big, other](detail::gpu::stream_t s) {
+    // Keep the stream busy (200 real reductions of 64 MiB, about 10 ms on
+    // an H100) so that a poll asks for health before the work is done.
     detail::gpu::reduce_args a;
     a.count = 1 << 24;
-    a.srcs = {big.data()};
+    a.srcs = {big.data(), other.data()};
     a.dsts = {big.data()};
     for (int i = 0; i < 200; ++i) detail::gpu::reduce("scatter", 0, a, s);
   };
