@@ -11,10 +11,10 @@
 #include <map>
 #include <mutex>
 
+#include "actors/cuda_staging.hpp"
 #include "actors/group_actor.hpp"
 #ifdef TROUPE_HAVE_CUDA
 #include "cuda/device_actor.hpp"
-#include "cuda/kernels.hpp"
 #include "device/device_ops.hpp"
 #endif
 #ifdef TROUPE_HAVE_NCCL
@@ -26,7 +26,6 @@
 #include "fabric/allreduce_shm.hpp"
 #include "fabric/fabric.hpp"
 #include "fabric/open_fabrics.hpp"
-#include "src/device_memory.hpp"
 #include "src/reduce_kernels.hpp"
 #include "src/tensor_util.hpp"
 #include "src/work_state.hpp"
@@ -56,14 +55,6 @@ tensor like(const tensor& t, std::int64_t n) {
 
 bool on_cuda(const tensor& t) {
   return t.defined() && t.get_device().type == device_type::cuda;
-}
-
-/// A host copy of `t` (undefined stays undefined).
-tensor on_host(const tensor& t) {
-  if (!t.defined()) return t;
-  auto h = tensor::empty({t.numel()}, t.scalar_type());
-  h.copy_from(flat(t));
-  return h;
 }
 
 std::int64_t total_numel(const tensor_list& ts) {
@@ -440,7 +431,7 @@ class actor_backend final : public backend {
     for (auto& t : ts) srcs.push_back(t.data());
     c->input = like(ts[0], ts[0].numel());
     if (on_cuda(c->input))
-      reduce_on_device(name, local_op, c->input, srcs);
+      combine_on_device(name, local_op, c->input, srcs);
     else
       reduce_many(c->input.scalar_type(), local_op, c->input.data(), srcs.data(), srcs.size(),
                   static_cast<std::size_t>(ts[0].numel()));
@@ -528,41 +519,6 @@ class actor_backend final : public backend {
     return c->handle;
   }
 
-  /// A call on cuda tensors with ranks in other processes: the same call on
-  /// host copies, whose results are copied back to the device when it succeeds.
-  static call_ptr staged_through_host(const call_ptr& c) {
-    auto h = std::make_shared<collective_call>(*c);
-    h->input = on_host(c->input);
-    h->output = c->output.is_same(c->input) ? h->input : on_host(c->output);
-    h->on_success = [out = c->output, host = h->output, then = c->on_success] {
-      if (out.defined() && host.defined()) flat(out).copy_from(host);
-      if (then) then();
-    };
-    return h;
-  }
-
-  /// dst = the local tensors combined with `op` on their device (several
-  /// tensors per rank in one call), complete when this returns.
-  static void reduce_on_device(const char* name, reduce_op::kind op, const tensor& dst,
-                               const std::vector<const void*>& srcs) {
-#ifdef TROUPE_HAVE_CUDA
-    gpu::reduce_args a;
-    a.type = dst.scalar_type();
-    a.op = op;
-    a.count = static_cast<std::size_t>(dst.numel());
-    a.srcs = srcs;
-    a.dsts = {dst.data()};
-    const int dev = dst.get_device().index;
-    gpu::set_device(name, dev);
-    gpu::reduce(name, dev, a, nullptr);
-    gpu::synchronize(name, dev);
-#else
-    (void)op;
-    (void)srcs;
-    gpu::check_device(name, dst.get_device());
-#endif
-  }
-
   work allreduce_on_fabric(tensor& t, const allreduce_options& o) {
     auto data = flat(t);
     if (!shm_) {
@@ -632,30 +588,8 @@ class actor_backend final : public backend {
     track(c->handle);
     if (debug_ == debug_level::detail) log_detail(c->handle, c->buffer);
     auto result = c->handle;
-    if (on_cuda(c->buffer) && !exchange_) result = stage_p2p_through_host(*c);
+    if (on_cuda(c->buffer) && !exchange_) result = p2p_staged_through_host(*c);
     caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
-    return result;
-  }
-
-  /// A send or receive of a cuda tensor to another process moves a host copy;
-  /// the returned work completes once a received copy is back on the device.
-  static work stage_p2p_through_host(p2p_call& c) {
-    auto device_buf = c.buffer;
-    auto result = c.handle;
-    c.buffer = c.kind == p2p_call::send
-                   ? on_host(device_buf)
-                   : tensor::empty({device_buf.numel()}, device_buf.scalar_type());
-    c.handle = work::make(c.name, result.group_name());
-    c.handle.on_complete(
-        [result, device_buf, host = c.buffer, recv = c.kind != p2p_call::send](const work& w) {
-          if (!w.is_success()) return result.fail(w.exception());
-          try {
-            if (recv) flat(device_buf).copy_from(host);
-            result.complete({device_buf}, w.source_rank());
-          } catch (...) {
-            result.fail(std::current_exception());
-          }
-        });
     return result;
   }
 

@@ -12,18 +12,32 @@
 
 #include <nccl.h>
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <vector>
 
 #include "cuda/kernels.hpp"
 #include "troupe/error.hpp"
+#include "troupe/options.hpp"
 #include "troupe/reduce_op.hpp"
 #include "troupe/tensor.hpp"
 
 namespace troupe::detail::nccl {
 
 // -- NCCL types, reductions and errors ---------------------------------------------
+
+using clock = std::chrono::steady_clock;
+
+/// now + t, or never for t == 0.
+inline clock::time_point deadline_after(timeout_t t) {
+  return t.count() > 0 ? clock::now() + t : clock::time_point::max();
+}
+
+/// "250 ms".
+inline std::string in_ms(timeout_t t) {
+  return std::to_string(t.count()) + " ms";
+}
 
 /// "OP: cuda:N: CALL failed: STRING (LAST ERROR)".
 error nccl_error(const char* op, int device, const std::string& call, ncclResult_t r);

@@ -67,7 +67,6 @@ class exchange_impl final : public device_exchange,
       }
       rd.calls[static_cast<std::size_t>(rank)] = c;
       rd.queues[static_cast<std::size_t>(rank)] = queue;
-      queue_of_rank(rank) = queue;
       ++rd.posted;
       if (!left_.empty()) {
         g.unlock();
@@ -87,7 +86,7 @@ class exchange_impl final : public device_exchange,
     j.name = c->name;
     j.enqueue = [self = shared_from_this(), seq, rank, dev = queue->device(),
                  name = c->name](stream_t s) {
-      self->readied(seq, rank, self->ops_.record_event(name.c_str(), dev, s));
+      self->readied(seq, rank, dev, self->ops_.record_event(name.c_str(), dev, s));
     };
     j.on_failure = failer(seq);
     queue->submit(std::move(j));
@@ -138,18 +137,12 @@ class exchange_impl final : public device_exchange,
   }
 
   /// Round `seq`, or null when it already ended (it failed): then event `e`,
-  /// recorded for it on `rank`'s device, is released at once.
-  round* find_or_drop(std::uint64_t seq, int rank, event_t e) {
+  /// recorded for it on device `dev`, is released at once.
+  round* find_or_drop(std::uint64_t seq, int dev, event_t e) {
     auto i = rounds_.find(seq);
     if (i != rounds_.end()) return &i->second;
-    auto& q = queue_of_rank(rank);
-    ops_.destroy_event(q ? q->device() : 0, e);
+    ops_.destroy_event(dev, e);
     return nullptr;
-  }
-
-  /// The queue rank `rank` posted on last (the device of its events).
-  std::shared_ptr<device_queue>& queue_of_rank(int rank) {
-    return last_queue_[static_cast<std::size_t>(rank)];
   }
 
   void poke_watchdog() {
@@ -167,13 +160,13 @@ class exchange_impl final : public device_exchange,
   }
 
   /// Stage 1 done on `rank`: once every rank is, check the calls and start the shares.
-  void readied(std::uint64_t seq, int rank, event_t e) {
+  void readied(std::uint64_t seq, int rank, int dev, event_t e) {
     std::vector<const collective_call*> calls;
     std::vector<std::shared_ptr<device_queue>> queues;
     std::vector<event_t> ready;
     {
       std::lock_guard<std::mutex> g{mtx_};
-      auto* rd = find_or_drop(seq, rank, e);
+      auto* rd = find_or_drop(seq, dev, e);
       if (!rd) return;
       rd->ready[static_cast<std::size_t>(rank)] = e;
       if (rd->failed || ++rd->readied < size_) return;
@@ -201,7 +194,7 @@ class exchange_impl final : public device_exchange,
         const char* op = name.c_str();
         for (auto ev : ready) self->ops_.wait_event(op, dev, s, ev);
         for (auto& st : steps) self->ops_.reduce(op, dev, st, s);
-        self->shared(seq, r, self->ops_.record_event(op, dev, s));
+        self->shared(seq, r, dev, self->ops_.record_event(op, dev, s));
       };
       j.on_failure = failer(seq);
       q->submit(std::move(j));
@@ -217,13 +210,13 @@ class exchange_impl final : public device_exchange,
   }
 
   /// Stage 2 done on `rank`: once every rank is, every rank finishes.
-  void shared(std::uint64_t seq, int rank, event_t e) {
+  void shared(std::uint64_t seq, int rank, int dev, event_t e) {
     std::vector<call_ptr> calls;
     std::vector<std::shared_ptr<device_queue>> queues;
     std::vector<event_t> done;
     {
       std::lock_guard<std::mutex> g{mtx_};
-      auto* rd = find_or_drop(seq, rank, e);
+      auto* rd = find_or_drop(seq, dev, e);
       if (!rd) return;
       rd->done[static_cast<std::size_t>(rank)] = e;
       if (rd->failed || ++rd->shared < size_) return;
@@ -358,8 +351,6 @@ class exchange_impl final : public device_exchange,
   device_ops& ops_;
   std::mutex mtx_;
   std::map<std::uint64_t, round> rounds_;
-  std::vector<std::shared_ptr<device_queue>> last_queue_ =
-      std::vector<std::shared_ptr<device_queue>>(static_cast<std::size_t>(size_));
   std::string aborted_;
   std::string left_;  // the ranks that left, with their reasons
   bool watching_ = false;

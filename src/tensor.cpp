@@ -270,13 +270,22 @@ tensor tensor::make(std::shared_ptr<void> base, std::size_t offset, shape_t shap
   return r;
 }
 
-tensor tensor::empty(shape_t shape, dtype t, device d) {
-  const auto n = detail::checked_numel("tensor.empty", shape);
+namespace {
+
+/// Bytes of contiguous storage for `shape` of `t`, rounded up to whole cache
+/// lines so that vectorised kernels may touch the tail; errors name `op`.
+std::size_t storage_bytes(const char* op, const shape_t& shape, dtype t) {
+  const auto n = detail::checked_numel(op, shape);
   const auto elem = troupe::element_size(t);
   if (static_cast<std::uint64_t>(n) > std::numeric_limits<std::size_t>::max() / 2 / elem)
-    invalid("tensor.empty", "shape " + detail::format_shape(shape) + " is too large");
-  // Round up to whole cache lines so that vectorised kernels may touch the tail.
-  const std::size_t bytes = (static_cast<std::size_t>(n) * elem + 63) / 64 * 64;
+    invalid(op, "shape " + detail::format_shape(shape) + " is too large");
+  return (static_cast<std::size_t>(n) * elem + 63) / 64 * 64;
+}
+
+}  // namespace
+
+tensor tensor::empty(shape_t shape, dtype t, device d) {
+  const auto bytes = storage_bytes("tensor.empty", shape, t);
   std::shared_ptr<void> base = d.type == device_type::cpu
                                    ? detail::allocate_host(bytes)
                                    : detail::gpu::allocate("tensor.empty", d, bytes);
@@ -285,14 +294,9 @@ tensor tensor::empty(shape_t shape, dtype t, device d) {
 }
 
 tensor tensor::empty_shared(shape_t shape, dtype t) {
-  const auto n = detail::checked_numel("tensor.empty_shared", shape);
-  const auto elem = troupe::element_size(t);
-  if (static_cast<std::uint64_t>(n) > std::numeric_limits<std::size_t>::max() / 2 / elem)
-    invalid("tensor.empty_shared", "shape " + detail::format_shape(shape) + " is too large");
-  const std::size_t bytes = (static_cast<std::size_t>(n) * elem + 63) / 64 * 64;
+  auto base = detail::allocate_shared(storage_bytes("tensor.empty_shared", shape, t));
   auto strides = detail::contiguous_strides(shape);
-  return make(detail::allocate_shared(bytes), 0, std::move(shape), std::move(strides), t,
-              device::cpu());
+  return make(std::move(base), 0, std::move(shape), std::move(strides), t, device::cpu());
 }
 
 tensor tensor::zeros(shape_t shape, dtype t, device d) {
