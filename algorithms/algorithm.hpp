@@ -9,6 +9,7 @@
 // transport. Errors are thrown as troupe::error and fail the call.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -38,8 +39,25 @@ class op_context {
   virtual bool copies_on_send(int /*peer*/) const { return false; }
 
   /// Takes the message of step `step` from `peer`, if it arrived; otherwise
-  /// remembers what the algorithm waits for (for timeout messages).
+  /// remembers what the algorithm waits for (for timeout messages). An
+  /// undefined tensor: consume_on_arrival's `fn` consumed it.
   std::optional<tensor> take(int peer, std::uint32_t step);
+
+  /// What a receiving thread does with a message as it arrives.
+  using arrival_fn = std::function<void(const tensor&)>;
+  /// Asks that the message of step `step` from `peer` be handed to `fn` on
+  /// the thread that receives it, as soon as it arrives: for large transfers
+  /// between processes the data plane's reader thread then reduces while
+  /// this thread sends (and reduces bytes still in its cache). take() then
+  /// returns an undefined tensor, or throws what `fn` threw. `fn` may run
+  /// until the operation ends, concurrently with this thread: it must touch
+  /// only memory no later step reads or writes before take() saw it done.
+  /// False when this context cannot (the peer shares this process, the
+  /// waiting thread reads the connections itself, or the message is already
+  /// here): then take it as usual.
+  virtual bool consume_on_arrival(int /*peer*/, std::uint32_t /*step*/, arrival_fn /*fn*/) {
+    return false;
+  }
 
   /// Stores a message that arrived (used by the group actor).
   void deliver(int peer, std::uint32_t step, tensor payload) {

@@ -1,5 +1,6 @@
-// allreduce_pair — allreduce of two ranks: each sends its whole buffer to the
-// other in segments and reduces locally, one stream each way.
+// allreduce_pair — allreduce of two ranks up to 1 MiB: each sends its whole
+// buffer to the other in segments and reduces locally, one stream each way
+// (larger buffers: allreduce_halves).
 //
 // Terms: the buffer is cut into segments of about 1 MiB (one for small
 // buffers); "mine" is this rank's contribution (pre-scaled for PREMUL_SUM).

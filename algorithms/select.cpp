@@ -9,6 +9,7 @@ namespace troupe::detail {
 std::unique_ptr<algorithm> make_allreduce_ring();
 std::unique_ptr<algorithm> make_allreduce_direct();
 std::unique_ptr<algorithm> make_allreduce_pair();
+std::unique_ptr<algorithm> make_allreduce_halves();
 std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
@@ -23,13 +24,19 @@ std::unique_ptr<algorithm> make_monitored_barrier();
 /// in one step (allreduce_direct) instead of running the ring: latency, not
 /// bandwidth, decides small collectives.
 constexpr std::size_t direct_allreduce_bytes = 64 * 1024;
+/// Above this many bytes, two ranks each reduce half (allreduce_halves):
+/// half the reduction work, done by the receiving thread between processes.
+constexpr std::size_t halves_allreduce_bytes = std::size_t{1} << 20;
 
 std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, int size) {
   switch (call.code) {
     case op_code::allreduce:
-      // Two ranks: one pipelined exchange at every size (the ring's volume in
-      // one phase); more: one step while latency decides, the ring beyond.
-      if (size == 2) return make_allreduce_pair();
+      // Two ranks: one pipelined exchange (the ring's volume in one phase)
+      // up to 1 MiB, each rank reducing half beyond; more: one step while
+      // latency decides, the ring beyond.
+      if (size == 2)
+        return call.input.nbytes() > halves_allreduce_bytes ? make_allreduce_halves()
+                                                            : make_allreduce_pair();
       return size > 1 && call.input.nbytes() <= direct_allreduce_bytes ? make_allreduce_direct()
                                                                        : make_allreduce_ring();
     case op_code::broadcast:

@@ -62,6 +62,34 @@ std::vector<op_kind> parse_ops(const std::string& list) {
   return ops;
 }
 
+std::vector<std::size_t> parse_sizes(const std::string& list) {
+  const auto all = sizes(false);
+  auto squeeze = [](std::string t) {
+    t.erase(std::remove(t.begin(), t.end(), ' '), t.end());
+    return t;
+  };
+  std::string known;
+  for (auto b : all) known += (known.empty() ? "" : ", ") + squeeze(size_label(b));
+  std::vector<bool> want(all.size(), false);
+  std::istringstream is(list);
+  bool any = false;
+  for (std::string name; std::getline(is, name, ',');) {
+    std::size_t i = 0;
+    while (i < all.size() && squeeze(name) != squeeze(size_label(all[i]))) ++i;
+    if (i == all.size())
+      throw std::invalid_argument("--sizes: unknown size '" + name + "' in '" + list +
+                                  "' (known: " + known + ")");
+    want[i] = any = true;
+  }
+  if (!any || list.back() == ',')
+    throw std::invalid_argument("--sizes: expects a comma-separated list of " + known +
+                                ", got '" + list + "'");
+  std::vector<std::size_t> picked;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (want[i]) picked.push_back(all[i]);
+  return picked;
+}
+
 double bus_factor(op_kind op, int n) {
   switch (op) {
     case op_kind::allreduce:
@@ -192,7 +220,7 @@ std::vector<record> run_rank(const rank_runtime& rt, const run_config& c) {
   using clock = std::chrono::steady_clock;
   std::vector<record> rows;
   for (op_kind op : c.ops.empty() ? all_ops() : c.ops) {
-    for (std::size_t nominal : sizes(c.quick)) {
+    for (std::size_t nominal : c.sizes.empty() ? sizes(c.quick) : c.sizes) {
       const layout l = make_layout(op, nominal, rt.size);
       prepared_op p = rt.prepare(op, l);
       if (!p.run) continue;  // not offered by this system (the same on every rank)
@@ -459,6 +487,8 @@ worker_args parse_worker_args(int argc, char** argv) {
       a.transport = value();
     else if (f == "--ops")
       a.ops = parse_ops(value());
+    else if (f == "--sizes")
+      a.sizes = parse_sizes(value());
     else if (f == "--rss")
       a.rss = true;
     else if (f == "--memcpy")
@@ -471,7 +501,7 @@ worker_args parse_worker_args(int argc, char** argv) {
 
 run_config config_of(const worker_args& a, const std::string& system,
                      const std::string& transport) {
-  return {system, transport, a.quick, a.check_only, a.iters, a.ops};
+  return {system, transport, a.quick, a.check_only, a.iters, a.ops, a.sizes};
 }
 
 void print_records(const std::vector<record>& rows) {

@@ -38,6 +38,10 @@ double bus_factor(op_kind op, int n);
 
 /// Nominal sizes: 4 B, 1 KiB, 64 KiB, 1 MiB (quick mode stops here), 16 MiB, 64 MiB.
 std::vector<std::size_t> sizes(bool quick);
+/// "--sizes" lists nominal sizes by their labels ("4 B" or "4B", "16MiB"):
+/// the sizes picked, in sizes(false)'s order; throws std::invalid_argument
+/// naming a label that is not one of them.
+std::vector<std::size_t> parse_sizes(const std::string& list);
 
 /// Buffers of one collective at one size, in float32 elements. As nccl-tests,
 /// `bytes` is the whole buffer: allgather's output, reduce_scatter's input,
@@ -106,6 +110,7 @@ struct run_config {
   bool check_only = false;
   int iters = 0;             ///< 0: plan_for's default
   std::vector<op_kind> ops;  ///< empty: all_ops()
+  std::vector<std::size_t> sizes;  ///< empty: sizes(quick)
 };
 
 /// Runs the configured collectives at every size on this rank (every rank
@@ -163,11 +168,12 @@ struct worker_args {
   int ranks = 0;             ///< --inprocess N / --ranks N
   std::string transport;     ///< --transport (labels the records)
   std::vector<op_kind> ops;  ///< --ops a,b (empty: all)
+  std::vector<std::size_t> sizes;  ///< --sizes 16MiB,64MiB (empty: all of sizes(quick))
   bool rss = false;          ///< --rss: run_rss instead of the collectives (--csv: rss CSV)
   bool memcpy = false;       ///< --memcpy: run_memcpy (troupe_bench_worker only)
 };
 /// Parses --csv F --quick --check-only --iters K --inprocess N --ranks N
-/// --transport T --ops a,b --rss --memcpy; throws std::invalid_argument on
+/// --transport T --ops a,b --sizes 4B,1MiB --rss --memcpy; throws std::invalid_argument on
 /// anything else.
 worker_args parse_worker_args(int argc, char** argv);
 /// The run_config of a worker's arguments.

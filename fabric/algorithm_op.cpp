@@ -25,6 +25,11 @@ class message_context final : public op_context {
   // Frames to other processes are written out at once; ranks in this
   // process get the tensor itself.
   bool copies_on_send(int peer) const override { return !net_.is_local(peer); }
+  // Only where a reader thread receives while this one sends.
+  bool consume_on_arrival(int peer, std::uint32_t step, arrival_fn fn) override {
+    if (reads_ || net_.is_local(peer)) return false;
+    return net_.on_arrival(op_, step, peer, static_cast<std::uint8_t>(call().code), std::move(fn));
+  }
 
  private:
   message_medium& net_;
@@ -54,6 +59,7 @@ class algorithm_op final : public fabric_op {
                     "collective mismatch: " + fc.names[static_cast<std::size_t>(src)] + " called " +
                         to_string(static_cast<op_code>(m.code)) +
                         " at the same sequence number, this rank called " + name);
+      if (m.error) std::rethrow_exception(m.error);
       ctx_->deliver(src, step, std::move(m.payload));
       moved = true;
     });

@@ -177,6 +177,7 @@ bool fabric::step_head(std::vector<finished>& out) {
   auto fail = [&](errc code, const std::string& cause) {
     auto op = std::move(queue_.front());
     queue_.pop_front();
+    med_->end_op(op->op);  // before the caller hears: nothing writes its buffers afterwards
     auto msg = where(*op) + " failed: " + cause;
     out.push_back({std::move(op), std::make_exception_ptr(error(code, msg))});
     return msg;
@@ -205,6 +206,7 @@ bool fabric::step_head(std::vector<finished>& out) {
     };
     if (!attempt()) continue;
     if (finished_now) {
+      med_->end_op(op.op);
       out.push_back({std::move(queue_.front()), nullptr});
       queue_.pop_front();
       continue;
@@ -214,6 +216,7 @@ bool fabric::step_head(std::vector<finished>& out) {
       // What the peer published before it left still counts: one more try.
       if (!attempt()) continue;
       if (finished_now) {
+        med_->end_op(op.op);
         out.push_back({std::move(queue_.front()), nullptr});
         queue_.pop_front();
         continue;

@@ -39,6 +39,9 @@ class medium {
   virtual void announce(std::uint64_t /*seq*/, std::uint8_t /*code*/) {}
   /// The collective rank `r` announced for `seq`, or -1 when unknown.
   virtual int announced(int /*r*/, std::uint64_t /*seq*/) { return -1; }
+  /// Operation `op` ended (finished or failed): work the medium does for it
+  /// on other threads stops, and this returns once none runs any more.
+  virtual void end_op(std::uint64_t /*op*/) {}
   /// Wakes this rank's threads sleeping in sleep() (abort).
   virtual void wake_all() = 0;
   /// This rank leaves the group: peers waiting for it learn so.

@@ -74,13 +74,37 @@ std::shared_ptr<message_medium> message_medium::local_peer(int r) {
 }
 
 void message_medium::deliver(received_frame& f) {
-  deliver(f.header.seq, f.header.step, f.header.src, message{f.header.code, std::move(f.payload)});
+  deliver(f.header.seq, f.header.step, f.header.src,
+          message{f.header.code, std::move(f.payload), false, nullptr});
 }
 
 void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, message m) {
+  const key k{op, step, src};
+  arrival_fn fn;
   {
     std::lock_guard<std::mutex> g{mtx_};
-    inbox_[{op, step, src}] = std::move(m);
+    auto h = handlers_.find(k);
+    if (h != handlers_.end() && h->second.first == m.code) {
+      fn = std::move(h->second.second);
+      handlers_.erase(h);
+      running_.insert(op);
+    } else {
+      inbox_[k] = std::move(m);
+    }
+  }
+  if (fn) {
+    // On this (receiving) thread, outside the lock; end_op waits for it.
+    message done{m.code, {}, true, nullptr};
+    try {
+      fn(m.payload);
+    } catch (...) {
+      done.error = std::current_exception();
+    }
+    m.payload = tensor{};
+    std::lock_guard<std::mutex> g{mtx_};
+    inbox_[k] = std::move(done);
+    running_.erase(running_.find(op));
+    idle_.notify_all();
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_relaxed) != 0) {
@@ -89,12 +113,30 @@ void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, mess
   }
 }
 
+bool message_medium::on_arrival(std::uint64_t op, std::uint32_t step, int src, std::uint8_t code,
+                                arrival_fn fn) {
+  const key k{op, step, src};
+  std::lock_guard<std::mutex> g{mtx_};
+  if (inbox_.count(k) != 0) return false;
+  handlers_[k] = {code, std::move(fn)};
+  return true;
+}
+
+void message_medium::end_op(std::uint64_t op) {
+  std::unique_lock<std::mutex> g{mtx_};
+  handlers_.erase(handlers_.lower_bound({op, 0, 0}), handlers_.lower_bound({op + 1, 0, 0}));
+  idle_.wait(g, [&] { return running_.count(op) == 0; });
+  // What a finished handler left, or a failed operation never took.
+  inbox_.erase(inbox_.lower_bound({op, 0, 0}), inbox_.lower_bound({op + 1, 0, 0}));
+}
+
 void message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
                           const tensor& payload, std::chrono::steady_clock::time_point deadline,
                           bool reads) {
   if (is_local(peer)) {
     // Handed over as is: the algorithms never write a payload after sending.
-    if (auto p = local_peer(peer)) p->deliver(op, step, rank_, message{code, payload});
+    if (auto p = local_peer(peer))
+      p->deliver(op, step, rank_, message{code, payload, false, nullptr});
     return;
   }
   if (auto plane = plane_.lock())

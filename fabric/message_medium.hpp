@@ -12,11 +12,20 @@
 //    operations: a thread that sends while another receives moves 2.5 GB/s
 //    each way, one thread doing both 1.7). A peer is lost when the data plane
 //    says its process is gone.
+// Arrival handlers (on_arrival): an operation may ask that one of its
+// messages be consumed by the thread that delivers it (a reader thread
+// reduces a segment while the bytes are in its cache and the waiting thread
+// sends); the inbox then gets a "consumed" marker. end_op drops an
+// operation's handlers and waits for running ones, before its caller hears.
 
 #include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -36,7 +45,10 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   struct message {
     std::uint8_t code = 0;  ///< the sender's collective (op_code)
     tensor payload;
+    bool consumed = false;     ///< an arrival handler took the payload
+    std::exception_ptr error;  ///< what that handler threw
   };
+  using arrival_fn = std::function<void(const tensor&)>;
 
   /// `key` names this group of this job in the process (ranks of one process
   /// find each other's inbox under key + rank); `local[r]`: rank r lives in
@@ -66,6 +78,12 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   /// connection is full.
   void send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
             const tensor& payload, std::chrono::steady_clock::time_point deadline, bool reads);
+  /// Has the message (op, step, src) handed to `fn` by the thread that
+  /// delivers it (a reader thread), if it is of collective `code`; the inbox
+  /// then gets a consumed message in its place (with `fn`'s exception).
+  /// False when it already arrived.
+  bool on_arrival(std::uint64_t op, std::uint32_t step, int src, std::uint8_t code, arrival_fn fn);
+  void end_op(std::uint64_t op) override;
   /// Takes every message of operation `op` that arrived: fn(src, step, message).
   template <class F>
   void take_all(std::uint64_t op, F&& fn) {
@@ -100,8 +118,12 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   std::string group_;
   std::vector<std::string> names_;
   std::vector<int> remote_;  // world ranks of the peers in other processes
-  std::mutex mtx_;           // guards inbox_
-  std::map<std::tuple<std::uint64_t, std::uint32_t, int>, message> inbox_;  // (op, step, src)
+  using key = std::tuple<std::uint64_t, std::uint32_t, int>;  // (op, step, src)
+  std::mutex mtx_;                                            // guards inbox_, handlers_, running_
+  std::map<key, message> inbox_;
+  std::map<key, std::pair<std::uint8_t, arrival_fn>> handlers_;  // code expected, handler
+  std::multiset<std::uint64_t> running_;                         // ops whose handlers run now
+  std::condition_variable idle_;                                 // a handler finished
   std::atomic<std::uint32_t> bell_{0};
   std::atomic<std::uint32_t> sleepers_{0};
 };

@@ -213,6 +213,94 @@ TEST_CASE("allreduce between processes on empty_shared tensors reads the peers' 
   }
 }
 
+TEST_CASE("over TCP, large 2-rank allreduces are reduced by the receiving thread, exactly") {
+  // Above 1 MiB the data plane's reader thread reduces each segment as it
+  // arrives while the caller's thread sends: every op, several dtypes, a
+  // length that leaves a short last segment, three calls in flight at once.
+  auto codes = run_processes(2, 2, "tcp", [](world& w) {
+    auto& pg = w.default_group();
+    const int me = w.rank();
+    const std::int64_t len = (std::int64_t{1} << 20) + 12345;  // 4 MiB float32 and more
+    bool ok = true;
+    auto fill = [&](dtype t) {
+      auto x = tensor::empty({len}, t);
+      for (std::int64_t i = 0; i < len; ++i) {
+        const double v = (me + 1) * (i % 5);
+        if (t == dtype::float32) x.data_as<float>()[i] = static_cast<float>(v);
+        if (t == dtype::int64) x.data_as<std::int64_t>()[i] = static_cast<std::int64_t>(v);
+        if (t == dtype::float64) x.data_as<double>()[i] = v;
+      }
+      return x;
+    };
+    auto value = [](const tensor& x, std::int64_t i) {
+      if (x.scalar_type() == dtype::float32) return double(x.data_as<float>()[i]);
+      if (x.scalar_type() == dtype::int64) return double(x.data_as<std::int64_t>()[i]);
+      return x.data_as<double>()[i];
+    };
+    struct want {
+      reduce_op op;
+      dtype t;
+      double factor;  // result = factor * (i % 5)
+    };
+    const std::vector<want> cases = {{reduce_op::SUM, dtype::float32, 3},
+                                     {reduce_op::AVG, dtype::float32, 1.5},
+                                     {reduce_op::premul_sum(0.5), dtype::float64, 1.5},
+                                     {reduce_op::MAX, dtype::int64, 2},
+                                     {reduce_op::MIN, dtype::float32, 1},
+                                     {reduce_op::PRODUCT, dtype::int64, 0}};
+    for (const auto& c : cases) {
+      std::vector<tensor> xs;
+      std::vector<work> works;
+      for (int k = 0; k < 3; ++k) {
+        xs.push_back(fill(c.t));
+        works.push_back(pg.allreduce(tensor_list{xs.back()}, {.op = c.op}));
+      }
+      for (auto& wk : works) wk.wait();
+      for (auto& x : xs)
+        for (std::int64_t i = 0; i < len; ++i) {
+          const double m = double(i % 5);
+          const double expect = c.op.op() == reduce_op::PRODUCT ? 2 * m * m : c.factor * m;
+          if (value(x, i) != expect) {
+            std::fprintf(stderr, "rank %d: %s element %lld is %g, expected %g\n", me,
+                         c.op.to_string().c_str(), static_cast<long long>(i), value(x, i), expect);
+            ok = false;
+            break;
+          }
+        }
+    }
+    return ok;
+  });
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+}
+
+TEST_CASE("over TCP, large allreduces of different sizes fail on both ranks, naming the sizes") {
+  auto codes = run_processes(2, 2, "tcp", [](world& w) {
+    auto& pg = w.default_group();
+    // 2 Mi against 2 Mi + 1000 elements: the same segment count, the last
+    // segment larger on rank 1; found by whichever thread reduces it.
+    const std::int64_t len = (std::int64_t{2} << 20) + (w.rank() == 1 ? 1000 : 0);
+    auto x = tensor::zeros({len}, dtype::float32);
+    const auto start = std::chrono::steady_clock::now();
+    bool ok = false;
+    try {
+      pg.allreduce(tensor_list{x}, {.timeout = 5000ms}).wait();
+      std::fprintf(stderr, "rank %d: no error\n", w.rank());
+    } catch (const error& e) {
+      const std::string what = e.what();
+      ok = e.code() == errc::invalid_argument && what.find("allreduce") != npos &&
+           what.find("this rank expected") != npos &&
+           std::chrono::steady_clock::now() - start < 4s;
+      if (!ok) std::fprintf(stderr, "rank %d: unexpected: %s\n", w.rank(), what.c_str());
+    }
+    std::fflush(stderr);
+    ::_exit(ok ? 0 : 1);
+    return ok;
+  });
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+}
+
 TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming it") {
   // auto: the shared-memory fabric sees the process end through a pidfd;
   // tcp: the message fabric through the connection's end.
