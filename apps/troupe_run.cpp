@@ -89,8 +89,10 @@ int main(int argc, char** argv) {
   }
 
   std::vector<rank_spec> ranks;
+  const auto cpus = rank_cpus(o.bind, o.nproc);
   for (int local = 0; local < o.nproc; ++local) {
-    ranks.push_back(rank_spec{global_rank(j, local), o.program, rank_environment(j, local)});
+    ranks.push_back(rank_spec{global_rank(j, local), o.program, rank_environment(j, local),
+                              cpus[static_cast<std::size_t>(local)]});
   }
   return supervise(ranks, o.grace_seconds);
 }

@@ -79,8 +79,15 @@ worker=("$build/bench/troupe_bench_worker")
 common=(--csv "$csv" "${quick[@]}" "${iters[@]}" "${ops[@]}")
 rss_args=(--rss --csv "$rss_csv")
 limit=$([ ${#quick[@]} -gt 0 ] && echo 150 || echo 900)  # seconds per run
-mpirun_args=(--oversubscribe --bind-to none --mca pml ob1)
-[ "$(id -u)" -eq 0 ] && mpirun_args+=(--allow-run-as-root)
+# Placement: every system as its users run it by default. troupe-run binds each
+# rank to a CPU of its own when there are enough (--bind auto), as mpirun does
+# (bind to core for 2 ranks); with more ranks than CPUs neither binds (mpirun
+# needs --oversubscribe --bind-to none to start them). Gloo has no launcher:
+# under torchrun its ranks are not bound (bound, its transport thread and the
+# caller share one CPU and a 64 KiB allreduce takes 4 ms instead of 0.3).
+mpirun_base=(--mca pml ob1)
+[ "$(id -u)" -eq 0 ] && mpirun_base+=(--allow-run-as-root)
+cpus=$(nproc)
 failed=()
 
 run() {  # run NAME COMMAND...: one system at one rank count, logged
@@ -122,6 +129,8 @@ for n in $ranks; do
     echo "run_bench: gloo skipped (not built: apt-get install libgloo-dev, then rebuild)"
   fi
   if [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; then
+    mpirun_args=("${mpirun_base[@]}" --bind-to core)
+    [ "$n" -le "$cpus" ] || mpirun_args=("${mpirun_base[@]}" --oversubscribe --bind-to none)
     measure "mpi-shm-${n}" mpirun "${mpirun_args[@]}" --mca btl self,vader -n "$n" \
       "$build/bench/mpi_bench_worker" --transport shm
     measure "mpi-tcp-${n}" mpirun "${mpirun_args[@]}" --mca btl self,tcp \

@@ -7,7 +7,9 @@
 //   sleep          prints "ready R", waits for SIGTERM, prints "term R", exits 0
 //   lines          prints lines to stdout and stderr, one written in two
 //                  pieces, and a last line without newline
+//   cpus           prints "CPUS=a,b,..": the CPUs it may run on
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -93,6 +95,16 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(50ms);
     std::printf("cd\npartial");
     std::fflush(stdout);
+    return 0;
+  }
+  if (mode == "cpus") {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+    std::string list;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) list += (list.empty() ? "" : ",") + std::to_string(c);
+    std::printf("CPUS=%s\n", list.c_str());
     return 0;
   }
   std::fprintf(stderr, "launcher_child: unknown mode '%s'\n", mode.c_str());

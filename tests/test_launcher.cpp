@@ -12,6 +12,7 @@ TEST_CASE("troupe-run is not built (TROUPE_BUILD_EXAMPLES=OFF): launcher tests s
 #else
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -335,6 +336,49 @@ TEST_CASE("SIGTERM to troupe-run is forwarded to every rank") {
   CHECK(!contains(l.err, "failed"));
 }
 
+TEST_CASE("--bind: core gives each rank one CPU, none and auto beyond the CPUs leave them free") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof(set), &set) == 0);
+  std::vector<std::string> usable;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) usable.push_back(std::to_string(c));
+  std::string all;
+  for (const auto& c : usable) all += (all.empty() ? "" : ",") + c;
+  const int n = static_cast<int>(usable.size());
+  // Ranks' CPU lists, by rank.
+  auto cpus_of = [&](std::vector<std::string> args) {
+    launched l = run(args);
+    SHOW_OUTPUT(l);
+    CHECK(l.status == 0);
+    std::map<int, std::string> got;
+    std::istringstream is(l.out);
+    for (std::string line; std::getline(is, line);) {
+      const auto close = line.find("] CPUS=");
+      if (line.size() > 1 && line[0] == '[' && close != std::string::npos)
+        got[std::stoi(line.substr(1, close - 1))] = line.substr(close + 7);
+    }
+    return got;
+  };
+  // auto with a CPU per rank, and core with more ranks than CPUs (round robin).
+  for (auto [bind, ranks] : {std::pair<std::string, int>{"auto", n}, {"core", n + 1}}) {
+    CAPTURE(bind);
+    auto got = cpus_of({"-n", std::to_string(ranks), "--bind", bind, child, "cpus"});
+    REQUIRE(got.size() == static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) CHECK(got[r] == usable[static_cast<std::size_t>(r % n)]);
+  }
+  // none, and auto with more ranks than CPUs: the launcher's own set.
+  for (auto [bind, ranks] : {std::pair<std::string, int>{"none", 2}, {"auto", n + 1}}) {
+    CAPTURE(bind);
+    auto got = cpus_of({"-n", std::to_string(ranks), "--bind", bind, child, "cpus"});
+    REQUIRE(got.size() == static_cast<std::size_t>(ranks));
+    for (auto& [r, list] : got) CHECK(list == all);
+  }
+  // The default is auto.
+  auto dflt = cpus_of({"-n", "1", child, "cpus"});
+  CHECK(dflt[0] == usable[0]);
+}
+
 TEST_CASE("argument errors exit 2 and name the option") {
   struct bad {
     std::vector<std::string> args;
@@ -352,6 +396,7 @@ TEST_CASE("argument errors exit 2 and name the option") {
       {{"-n", "2", "--master-port", "70000", child}, "'70000' for --master-port"},
       {{"-n", "2", "--nnodes", "0", child}, "'0' for --nnodes"},
       {{"-n", "2", "--grace-seconds", "-1", child}, "'-1' for --grace-seconds"},
+      {{"-n", "2", "--bind", "socket", child}, "'socket' for --bind"},
   };
   for (const bad& c : cases) {
     std::string joined;

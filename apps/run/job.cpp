@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -114,6 +115,23 @@ std::vector<std::string> rank_environment(const job& j, int local_rank) {
   }
   for (const auto& [name, value] : ours) env.push_back(name + "=" + value);
   return env;
+}
+
+std::vector<int> rank_cpus(const std::string& bind, int nproc) {
+  std::vector<int> cpus(static_cast<std::size_t>(nproc), -1);
+  if (bind == "none") return cpus;
+  std::vector<int> usable;
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) usable.push_back(c);
+#endif
+  if (usable.empty() || (bind == "auto" && nproc > static_cast<int>(usable.size()))) return cpus;
+  for (int i = 0; i < nproc; ++i)
+    cpus[static_cast<std::size_t>(i)] = usable[static_cast<std::size_t>(i) % usable.size()];
+  return cpus;
 }
 
 }  // namespace troupe_run

@@ -33,6 +33,10 @@ std::optional<std::string> launched_by_scheduler();
 /// MASTER_ADDR, MASTER_PORT and TROUPE_JOB_TOKEN replaced, as "NAME=value".
 std::vector<std::string> rank_environment(const job& j, int local_rank);
 
+/// The CPU each local rank is bound to under `bind` ("auto", "core",
+/// "none"; see --bind), from the CPUs this process may use; -1: not bound.
+std::vector<int> rank_cpus(const std::string& bind, int nproc);
+
 /// RANK of the process with `local_rank` on this node.
 inline int global_rank(const job& j, int local_rank) {
   return j.node_rank * j.nproc + local_rank;

@@ -79,6 +79,10 @@ options parse_options(const std::vector<std::string>& args) {
       o.master_port = parse_int(name, value(), 1, 65535);
     } else if (name == "--grace-seconds") {
       o.grace_seconds = parse_seconds(name, value());
+    } else if (name == "--bind") {
+      o.bind = value();
+      if (o.bind != "auto" && o.bind != "core" && o.bind != "none")
+        throw usage_error("invalid value '" + o.bind + "' for --bind: expected auto, core or none");
     } else {
       throw usage_error("unknown option '" + arg + "'");
     }
@@ -104,13 +108,13 @@ options parse_options(const std::vector<std::string>& args) {
 
 std::string usage() {
   return "Usage: troupe-run -n N [--nnodes M --node-rank K --master-addr A --master-port P]\n"
-         "                  [--grace-seconds S] [--] program [args...]\n"
+         "                  [--grace-seconds S] [--bind auto|core|none] [--] program [args...]\n"
          "Run 'troupe-run --help' for details.\n";
 }
 
 std::string help_text() {
   return R"(Usage: troupe-run -n N [--nnodes M --node-rank K --master-addr A --master-port P]
-                  [--grace-seconds S] [--] program [args...]
+                  [--grace-seconds S] [--bind auto|core|none] [--] program [args...]
 
 Starts N processes of `program args...` on this node as ranks of one troupe
 job, prefixes their output with their rank and supervises them.
@@ -126,6 +130,13 @@ Options:
                           --master-port is required
   --grace-seconds S       seconds the ranks get to exit after SIGTERM before
                           they are killed with SIGKILL (default 5)
+  --bind B                where the ranks may run: "core" binds local rank i
+                          to the i-th CPU this process may use (round robin
+                          when there are more ranks than CPUs); "none" leaves
+                          them to the scheduler; "auto" (default) is "core"
+                          when every rank gets a CPU of its own, else "none".
+                          Two ranks that the scheduler puts on one CPU wait
+                          for each other's time slices (mpirun binds too)
   -h, --help              print this help and exit
   --                      ends the options (the program may start with '-')
 

@@ -15,6 +15,7 @@ struct options {
   std::string master_addr = "127.0.0.1";  ///< --master-addr
   int master_port = 0;                    ///< --master-port; 0: pick a free one
   double grace_seconds = 5.0;             ///< --grace-seconds
+  std::string bind = "auto";              ///< --bind: auto, core or none
   bool help = false;                      ///< -h / --help
   std::vector<std::string> program;       ///< the program and its arguments
 };

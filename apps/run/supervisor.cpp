@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -156,6 +157,20 @@ class supervisor {
       if (stdin_fd >= 0) ::dup2(stdin_fd, 0);
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
+#ifdef __linux__
+      if (spec.cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(spec.cpu, &set);
+        if (::sched_setaffinity(0, sizeof(set), &set) != 0) {
+          const std::string text = "troupe-run: warning: cannot bind rank " +
+                                   std::to_string(spec.rank) + " to CPU " +
+                                   std::to_string(spec.cpu) + ": " + strerror(errno) + "\n";
+          ssize_t ignored = ::write(2, text.data(), text.size());
+          (void)ignored;
+        }
+      }
+#endif
       environ = envp.data();
       ::execvp(argv[0], argv.data());
       const int e = errno;

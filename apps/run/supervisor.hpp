@@ -11,6 +11,7 @@ struct rank_spec {
   int rank = 0;                   ///< printed as the "[RANK] " prefix
   std::vector<std::string> argv;  ///< argv[0] is looked up in PATH
   std::vector<std::string> env;   ///< the whole environment, "NAME=value"
+  int cpu = -1;                   ///< the CPU the process is bound to (-1: any)
 };
 
 /// Starts one process per spec, each in its own process group, and returns
