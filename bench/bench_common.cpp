@@ -82,8 +82,8 @@ std::vector<std::size_t> parse_sizes(const std::string& list) {
     want[i] = any = true;
   }
   if (!any || list.back() == ',')
-    throw std::invalid_argument("--sizes: expects a comma-separated list of " + known +
-                                ", got '" + list + "'");
+    throw std::invalid_argument("--sizes: expects a comma-separated list of " + known + ", got '" +
+                                list + "'");
   std::vector<std::size_t> picked;
   for (std::size_t i = 0; i < all.size(); ++i)
     if (want[i]) picked.push_back(all[i]);

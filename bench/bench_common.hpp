@@ -108,8 +108,8 @@ struct run_config {
   std::string system, transport;
   bool quick = false;
   bool check_only = false;
-  int iters = 0;             ///< 0: plan_for's default
-  std::vector<op_kind> ops;  ///< empty: all_ops()
+  int iters = 0;                   ///< 0: plan_for's default
+  std::vector<op_kind> ops;        ///< empty: all_ops()
   std::vector<std::size_t> sizes;  ///< empty: sizes(quick)
 };
 
@@ -165,12 +165,12 @@ struct worker_args {
   bool quick = false;
   bool check_only = false;
   int iters = 0;
-  int ranks = 0;             ///< --inprocess N / --ranks N
-  std::string transport;     ///< --transport (labels the records)
-  std::vector<op_kind> ops;  ///< --ops a,b (empty: all)
+  int ranks = 0;                   ///< --inprocess N / --ranks N
+  std::string transport;           ///< --transport (labels the records)
+  std::vector<op_kind> ops;        ///< --ops a,b (empty: all)
   std::vector<std::size_t> sizes;  ///< --sizes 16MiB,64MiB (empty: all of sizes(quick))
-  bool rss = false;          ///< --rss: run_rss instead of the collectives (--csv: rss CSV)
-  bool memcpy = false;       ///< --memcpy: run_memcpy (troupe_bench_worker only)
+  bool rss = false;                ///< --rss: run_rss instead of the collectives (--csv: rss CSV)
+  bool memcpy = false;             ///< --memcpy: run_memcpy (troupe_bench_worker only)
 };
 /// Parses --csv F --quick --check-only --iters K --inprocess N --ranks N
 /// --transport T --ops a,b --sizes 4B,1MiB --rss --memcpy; throws std::invalid_argument on
