@@ -11,10 +11,14 @@
 // Per size: the received bytes are checked once, then (after warm-ups) each
 // timed exchange runs between a one-byte handshake each way and ends when
 // the process has sent and received all N bytes; the time of an exchange is
-// the slower process's, a record holds the median. Two ways of driving the
-// socket are measured, as --method picks (default both): `threads` (a sender
-// thread next to the receiving one, blocking I/O) and `poll` (one thread,
-// non-blocking send and recv as poll() allows); the record is the faster.
+// the slower process's, a record holds the median. Three ways of driving the
+// socket are measured, as --method picks (default all): `threads` (a sender
+// thread next to the receiving one, blocking I/O, one call for all N bytes),
+// `poll` (one thread, non-blocking send and recv as poll() allows) and
+// `stream` (as threads, in 1 MiB pieces received into one 1 MiB window, as a
+// pipelined allreduce consumes them while they are in the cache); each with
+// the processes free and bound to a CPU each (as troupe-run and mpirun place
+// two ranks). The record is the fastest of them.
 // Its busbw is N / time, algbw the same (nccl-tests' busbw of an allreduce is
 // algbw * 2(n-1)/n = algbw for n = 2). Records: system "tcp-ceiling",
 // transport "tcp", ranks 2, op "allreduce", appended to F.
@@ -25,6 +29,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -88,14 +93,41 @@ void handshake(int fd) {
   recv_all(fd, &b, 1);
 }
 
-enum class method { threads, poll };
+enum class method { threads, poll, stream };
 
 const char* method_name(method m) {
-  return m == method::threads ? "threads" : "poll";
+  return m == method::threads ? "threads" : m == method::poll ? "poll" : "stream";
 }
+
+/// stream: the bytes go in pieces of this size and land in one piece-sized
+/// window, over and over (what a pipelined allreduce does: it consumes each
+/// piece while it is in the cache).
+constexpr std::size_t stream_piece = std::size_t{1} << 20;
 
 /// Sends n bytes of `out` and receives n bytes into `in` at the same time.
 void exchange(int fd, method m, const char* out, char* in, std::size_t n) {
+  if (m == method::stream) {
+    std::exception_ptr error;
+    std::thread tx([&] {
+      try {
+        for (std::size_t off = 0; off < n; off += stream_piece)
+          send_all(fd, out + off, std::min(stream_piece, n - off));
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+    try {
+      for (std::size_t off = 0; off < n; off += stream_piece)
+        recv_all(fd, in, std::min(stream_piece, n - off));
+    } catch (...) {
+      ::shutdown(fd, SHUT_RDWR);
+      tx.join();
+      throw;
+    }
+    tx.join();
+    if (error) std::rethrow_exception(error);
+    return;
+  }
   if (m == method::threads) {
     std::exception_ptr error;
     std::thread tx([&] {
@@ -152,10 +184,35 @@ std::uint8_t pattern(int side, std::size_t i) {
 struct options {
   std::string csv;
   std::vector<std::size_t> bytes;
-  std::vector<method> methods = {method::threads, method::poll};
+  std::vector<method> methods = {method::threads, method::poll, method::stream};
   int warmup = 3;
   int iters = 20;
 };
+
+/// The CPUs this process may use at start.
+const cpu_set_t& usable_cpus() {
+  static const cpu_set_t set = [] {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    if (::sched_getaffinity(0, sizeof(s), &s) != 0) fail("sched_getaffinity");
+    return s;
+  }();
+  return set;
+}
+
+/// Free: any usable CPU; bound: side k on the k-th usable CPU, as troupe-run
+/// and mpirun place two ranks (left free when there is only one CPU).
+void place(int side, bool bound) {
+  cpu_set_t set = usable_cpus();
+  if (bound && CPU_COUNT(&set) >= 2) {
+    int seen = 0, cpu = -1;
+    for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
+      if (CPU_ISSET(c, &set) && seen++ == side) cpu = c;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+  }
+  if (::sched_setaffinity(0, sizeof(set), &set) != 0) fail("sched_setaffinity");
+}
 
 /// One process's side: per size and method, a checked exchange, warm-ups,
 /// then `iters` timed exchanges; returns their times in µs, in that order.
@@ -167,23 +224,27 @@ std::vector<double> run_side(int fd, int side, const options& o) {
     char* out = reinterpret_cast<char*>(out_buf.get());
     char* in = reinterpret_cast<char*>(in_buf.get());
     for (std::size_t i = 0; i < n; ++i) out[i] = char(pattern(side, i));
-    for (method m : o.methods) {
-      std::memset(in, 0, n);
-      handshake(fd);
-      exchange(fd, m, out, in, n);
-      for (std::size_t i = 0; i < n; ++i)
-        if (std::uint8_t(in[i]) != pattern(1 - side, i))
-          throw std::runtime_error("byte " + std::to_string(i) + " of " + std::to_string(n) +
-                                   " received wrong (" + method_name(m) + ")");
-      for (int it = 0; it < o.warmup + o.iters; ++it) {
-        handshake(fd);
-        const auto t0 = clock_type::now();
-        exchange(fd, m, out, in, n);
-        const auto t1 = clock_type::now();
-        if (it >= o.warmup)
-          us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      }
+    // The bytes are checked once, whole (stream keeps only a window).
+    std::memset(in, 0, n);
+    handshake(fd);
+    exchange(fd, method::threads, out, in, n);
+    for (std::size_t i = 0; i < n; ++i)
+      if (std::uint8_t(in[i]) != pattern(1 - side, i))
+        throw std::runtime_error("byte " + std::to_string(i) + " of " + std::to_string(n) +
+                                 " received wrong");
+    for (bool bound : {false, true}) {
+      place(side, bound);
+      for (method m : o.methods)
+        for (int it = 0; it < o.warmup + o.iters; ++it) {
+          handshake(fd);
+          const auto t0 = clock_type::now();
+          exchange(fd, m, out, in, n);
+          const auto t1 = clock_type::now();
+          if (it >= o.warmup)
+            us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        }
     }
+    place(side, false);
   }
   return us;
 }
@@ -285,15 +346,17 @@ std::vector<bench::record> measure(const options& o) {
   std::size_t k = 0;
   for (std::size_t n : o.bytes) {
     bench::record best;
-    for (method m : o.methods) {
-      std::vector<double> us(o.iters);
-      for (int i = 0; i < o.iters; ++i, ++k) us[i] = std::max(mine[k], theirs[k]);
-      const double t = median(us);
-      std::printf("tcp exchange %8s each way, %-7s: %10.1f us  %7.3f GB/s\n",
-                  bench::size_label(n).c_str(), method_name(m), t, double(n) / (t * 1e-6) / 1e9);
-      if (best.ranks == 0 || t < best.median_us)
-        best = {"tcp-ceiling", "tcp", 2, "allreduce", n, o.iters, t, 0, 0};
-    }
+    for (const char* placement : {"free", "bound"})
+      for (method m : o.methods) {
+        std::vector<double> us(o.iters);
+        for (int i = 0; i < o.iters; ++i, ++k) us[i] = std::max(mine[k], theirs[k]);
+        const double t = median(us);
+        std::printf("tcp exchange %8s each way, %-7s %-5s: %10.1f us  %7.3f GB/s\n",
+                    bench::size_label(n).c_str(), method_name(m), placement, t,
+                    double(n) / (t * 1e-6) / 1e9);
+        if (best.ranks == 0 || t < best.median_us)
+          best = {"tcp-ceiling", "tcp", 2, "allreduce", n, o.iters, t, 0, 0};
+      }
     best.algbw = best.busbw = double(n) / (best.median_us * 1e-6) / 1e9;
     rows.push_back(best);
   }
@@ -326,8 +389,10 @@ options parse(int argc, char** argv) {
         o.methods = {method::threads};
       else if (v == "poll")
         o.methods = {method::poll};
-      else if (v != "both")
-        throw std::invalid_argument("--method expects threads, poll or both");
+      else if (v == "stream")
+        o.methods = {method::stream};
+      else if (v != "all")
+        throw std::invalid_argument("--method expects threads, poll, stream or all");
     } else {
       throw std::invalid_argument("unknown argument '" + f + "'");
     }
