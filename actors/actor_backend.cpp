@@ -24,7 +24,9 @@
 #include "device/device_exchange.hpp"
 #include "fabric/algorithm_op.hpp"
 #include "fabric/allreduce_shm.hpp"
+#include "fabric/direct_shm.hpp"
 #include "fabric/fabric.hpp"
+#include "fabric/medium.hpp"
 #include "fabric/open_fabrics.hpp"
 #include "src/reduce_kernels.hpp"
 #include "src/tensor_util.hpp"
@@ -476,6 +478,13 @@ class actor_backend final : public backend {
     if (on_cuda(c->input) || on_cuda(c->output)) {
       if (exchange_) return submit_on_device(c);
       c = staged_through_host(c);
+    }
+    // Ranks of one process: straight between their buffers.
+    if (shm_ && fabric_->med().one_process() && fits_message_fabric(*c) && fits_direct_shm(*c)) {
+      auto op = make_direct_shm(*c);
+      op->handle = c->handle;
+      return on_fabric(*fabric_, std::move(op), c->code, c->name.c_str(),
+                       c->input.defined() ? c->input : c->output, c->timeout, c->outputs);
     }
     if (auto& f = shm_ ? messages_ : fabric_; f && fits_message_fabric(*c)) {
       auto op = make_algorithm_op(*c);

@@ -43,6 +43,7 @@
 #include "fabric/medium.hpp"
 #include "fabric/peer_memory.hpp"
 #include "fabric/segment.hpp"
+#include "fabric/shm_op.hpp"
 #include "src/reduce_kernels.hpp"
 #include "src/tensor_util.hpp"
 #include "troupe/error.hpp"
@@ -54,10 +55,10 @@ namespace {
 /// buffers rather than through slots.
 constexpr std::uint64_t direct_from_bytes = 32 << 10;
 
-class allreduce_shm final : public fabric_op {
+class allreduce_shm final : public shm_op {
  public:
   allreduce_shm(tensor data, reduce_op::kind kind, double divisor, std::uint8_t code)
-      : data_(std::move(data)), kind_(kind), divisor_(divisor), code_(code) {}
+      : shm_op(code), data_(std::move(data)), kind_(kind), divisor_(divisor) {}
 
   bool step(fabric_context& ctx, bool& moved) override {
     auto& seg = *ctx.seg;
@@ -89,7 +90,8 @@ class allreduce_shm final : public fabric_op {
         [[fallthrough]];
       }
       case phase::agree: {
-        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this " + name)) return false;
+        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this " + name, true))
+          return false;
         check_same(ctx, moved);
         reduced_bytes_ = nbytes;
         if (small) {
@@ -119,52 +121,14 @@ class allreduce_shm final : public fabric_op {
     }
   }
 
-  std::pair<int, std::string> blocker() const override { return {blocked_rank_, blocked_what_}; }
-
  private:
   enum class phase { post, agree, finish, chunks };
-
-  /// True when every rank's `counter` reached `value`; otherwise remembers the
-  /// first rank that did not (and whether it issued another collective).
-  bool all_reached(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
-                   std::uint64_t value, std::string_view what) {
-    for (int r = 0; r < ctx.size; ++r) {
-      if ((ctx.seg->progress(r).*counter).load(std::memory_order_acquire) >= value) continue;
-      blocked_rank_ = r;
-      blocked_what_ = std::string(what);
-      if (phase_ == phase::agree) check_kind(ctx, r);
-      return false;
-    }
-    return true;
-  }
-
-  void publish(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
-               std::uint64_t value, bool& moved) {
-    (ctx.seg->progress(ctx.rank).*counter).store(value, std::memory_order_release);
-    ctx.seg->ring(ctx.rank);
-    moved = true;
-  }
-
-  /// A rank that announced another collective at this sequence number.
-  void check_kind(fabric_context& ctx, int r) {
-    const int other = ctx.med.announced(r, seq);
-    if (other < 0 || other == code_) return;
-    throw error(errc::mismatch, "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] +
-                                    " called " + to_string(static_cast<op_code>(other)) +
-                                    " at the same sequence number, this rank called " + name);
-  }
 
   void check_same(fabric_context& ctx, bool& moved) {
     const auto& mine = ctx.seg->descriptor(ctx.rank, op);
     for (int r = 0; r < ctx.size; ++r) {
+      check_code(ctx, r, moved);
       const auto& d = ctx.seg->descriptor(r, op);
-      if (d.code != mine.code) {
-        finish_op(ctx, moved);
-        throw error(errc::mismatch,
-                    "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] + " called " +
-                        to_string(static_cast<op_code>(d.code)) +
-                        " at the same sequence number, this rank called " + name);
-      }
       if (d.nbytes == mine.nbytes && d.dtype == mine.dtype && d.reduce == mine.reduce) continue;
       // Every rank sees the same descriptors: all fail here and step past.
       finish_op(ctx, moved);
@@ -266,14 +230,6 @@ class allreduce_shm final : public fabric_op {
     const auto per = ((m + n - 1) / n + align - 1) / align * align;
     const auto begin = std::min<std::int64_t>(m, per * q);
     return {begin, std::min<std::int64_t>(m, begin + per) - begin};
-  }
-
-  /// The first rank whose `counter` is below `value`, or -1.
-  static int short_of(fabric_context& ctx, std::atomic<std::uint64_t> rank_progress::*counter,
-                      std::uint64_t value) {
-    for (int r = 0; r < ctx.size; ++r)
-      if ((ctx.seg->progress(r).*counter).load(std::memory_order_acquire) < value) return r;
-    return -1;
   }
 
   /// The three cursors run as far as the peers allow, each up to `slots`
@@ -380,35 +336,14 @@ class allreduce_shm final : public fabric_op {
     return true;
   }
 
-  void copy(std::byte* dst, const std::byte* src, std::int64_t bytes) {
-    if (bytes <= 0) return;
-    std::memcpy(dst, src, static_cast<std::size_t>(bytes));
-    copied_ += static_cast<std::uint64_t>(bytes);
-  }
-
-  /// This rank is done with the operation: says so, and adds its byte counts
-  /// to the process's (once per operation, not per copy: ranks of one process
-  /// share those counters' cache line).
-  void finish_op(fabric_context& ctx, bool& moved) {
-    publish(ctx, &rank_progress::done, op, moved);
-    auto& stats = fabric_stats();
-    if (copied_) stats.copied.fetch_add(copied_, std::memory_order_relaxed);
-    if (reduced_bytes_) stats.reduced.fetch_add(reduced_bytes_, std::memory_order_relaxed);
-    copied_ = reduced_bytes_ = 0;
-  }
-
   tensor data_;
   reduce_op::kind kind_;
   double divisor_;
-  std::uint8_t code_;
-  std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to fabric_stats() by finish_op
   phase phase_ = phase::post;
   std::int64_t chunk_elems_ = 0;
   std::int64_t chunks_ = 0;
   std::int64_t staged_ = 0, reduced_ = 0, gathered_ = 0;  // chunks of this operation
   std::uint64_t first_ = 0;
-  int blocked_rank_ = -1;
-  std::string blocked_what_;
 };
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <mutex>
 #include <string>
@@ -541,4 +543,88 @@ TEST_CASE("ranks calling different collectives at one sequence number fail with 
     CHECK(errors[r].find("allreduce") != std::string::npos);
   }
   CHECK(mismatches >= 1);
+}
+
+TEST_CASE(
+    "ranks of one process that disagree on a broadcast, allgather or reduce_scatter all fail") {
+  // Ranks of one process copy straight between each other's buffers: every
+  // rank checks every rank's arguments first, so all fail alike, naming the
+  // value, and the group works afterwards.
+  struct disagreement {
+    const char* what;
+    std::vector<std::string> words;
+    std::function<work(int rank, process_group&)> call;
+  };
+  const std::vector<disagreement> cases = {
+      {"broadcast roots",
+       {"broadcast", "root 1", "root 0"},
+       [](int r, process_group& pg) {
+         auto t = f32(4);
+         return pg.broadcast(tensor_list{t}, {.root_rank = r == 0 ? 0 : 1, .timeout = 5000ms});
+       }},
+      {"broadcast sizes",
+       {"broadcast", "20 bytes of float32", "expected 16"},
+       [](int r, process_group& pg) {
+         auto t = f32(r == 2 ? 5 : 4);
+         return pg.broadcast(tensor_list{t}, {.root_rank = 0, .timeout = 5000ms});
+       }},
+      {"allgatherv counts",
+       {"allgatherv", "other counts"},
+       [](int r, process_group& pg) {
+         std::vector<std::int64_t> counts = {1, 2, r == 1 ? 4 : 3};
+         const std::int64_t total = counts[0] + counts[1] + counts[2];
+         return pg.allgatherv(f32(total), f32(counts[static_cast<std::size_t>(r)]), counts,
+                              {.timeout = 5000ms});
+       }},
+      {"reduce_scatter dtypes",
+       {"reduce_scatter_tensor", "float64", "float32"},
+       [](int r, process_group& pg) {
+         const auto t = r == 0 ? dtype::float64 : dtype::float32;
+         return pg.reduce_scatter_tensor(tensor::zeros({2}, t), tensor::zeros({6}, t),
+                                         {.timeout = 5000ms});
+       }},
+      {"alltoall splits",
+       {"alltoall_single", "sends 2 elements to", "which expects 1"},
+       [](int r, process_group& pg) {
+         std::vector<std::int64_t> in_splits = {1, r == 0 ? 2 : 1, 1};
+         return pg.alltoall_single(f32(3), f32(r == 0 ? 4 : 3), {1, 1, 1}, in_splits,
+                                   {.timeout = 5000ms});
+       }},
+      {"reduce_scatter ops",
+       {"reduce_scatter_tensor", "MAX", "SUM"},
+       [](int r, process_group& pg) {
+         return pg.reduce_scatter_tensor(
+             f32(2), f32(6), {.op = r == 1 ? reduce_op::MAX : reduce_op::SUM, .timeout = 5000ms});
+       }},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    std::array<std::string, 3> errors;
+    std::array<errc, 3> codes{};
+    std::array<bool, 3> works_after{};
+    std::mutex mtx;
+    on_ranks(3, [&](world& w, process_group& pg) {
+      const auto start = std::chrono::steady_clock::now();
+      const auto r = static_cast<std::size_t>(w.rank());
+      try {
+        c.call(w.rank(), pg).wait();
+      } catch (const error& e) {
+        std::lock_guard<std::mutex> g{mtx};
+        errors[r] = e.what();
+        codes[r] = e.code();
+      }
+      const bool fast = std::chrono::steady_clock::now() - start < 3s;
+      auto t = tensor::from_vector<float>({float(w.rank())});
+      pg.broadcast(tensor_list{t}, {.root_rank = 2}).wait();
+      std::lock_guard<std::mutex> g{mtx};
+      works_after[r] = fast && t.to_vector<float>()[0] == 2.f;
+    });
+    for (std::size_t r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CAPTURE(errors[r]);
+      CHECK(codes[r] == errc::invalid_argument);
+      for (const auto& word : c.words) CHECK(errors[r].find(word) != std::string::npos);
+      CHECK(works_after[r]);
+    }
+  }
 }

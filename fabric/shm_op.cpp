@@ -1,0 +1,64 @@
+#include "fabric/shm_op.hpp"
+
+#include <cstring>
+
+#include "actors/call.hpp"
+#include "fabric/medium.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+bool shm_op::all_reached(fabric_context& ctx, counter c, std::uint64_t value, std::string_view what,
+                         bool agreeing) {
+  const int r = short_of(ctx, c, value);
+  if (r < 0) return true;
+  blocked_rank_ = r;
+  blocked_what_ = std::string(what);
+  if (agreeing) check_kind(ctx, r);
+  return false;
+}
+
+int shm_op::short_of(fabric_context& ctx, counter c, std::uint64_t value) {
+  for (int r = 0; r < ctx.size; ++r)
+    if ((ctx.seg->progress(r).*c).load(std::memory_order_acquire) < value) return r;
+  return -1;
+}
+
+void shm_op::publish(fabric_context& ctx, counter c, std::uint64_t value, bool& moved) {
+  (ctx.seg->progress(ctx.rank).*c).store(value, std::memory_order_release);
+  ctx.seg->ring(ctx.rank);
+  moved = true;
+}
+
+void shm_op::check_kind(fabric_context& ctx, int r) {
+  const int other = ctx.med.announced(r, seq);
+  if (other < 0 || other == code_) return;
+  throw error(errc::mismatch, "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] +
+                                  " called " + to_string(static_cast<op_code>(other)) +
+                                  " at the same sequence number, this rank called " + name);
+}
+
+void shm_op::check_code(fabric_context& ctx, int r, bool& moved) {
+  const auto& d = ctx.seg->descriptor(r, op);
+  if (d.code == code_) return;
+  finish_op(ctx, moved);
+  throw error(errc::mismatch, "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] +
+                                  " called " + to_string(static_cast<op_code>(d.code)) +
+                                  " at the same sequence number, this rank called " + name);
+}
+
+void shm_op::copy(std::byte* dst, const std::byte* src, std::int64_t bytes) {
+  if (bytes <= 0) return;
+  std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+  copied_ += static_cast<std::uint64_t>(bytes);
+}
+
+void shm_op::finish_op(fabric_context& ctx, bool& moved) {
+  publish(ctx, &rank_progress::done, op, moved);
+  auto& stats = fabric_stats();
+  if (copied_) stats.copied.fetch_add(copied_, std::memory_order_relaxed);
+  if (reduced_bytes_) stats.reduced.fetch_add(reduced_bytes_, std::memory_order_relaxed);
+  copied_ = reduced_bytes_ = 0;
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,57 @@
+#pragma once
+// shm_op — what the fabric's operations on the shared segment have in common
+// (allreduce_shm, direct_shm): each rank publishes its progress counters in
+// the segment and waits until every rank's counter reached a value; while it
+// waits it remembers whom it waits for (timeouts name that rank), and a rank
+// that issued another collective at this sequence number is a collective
+// mismatch. Bytes copied are added to the process's fabric_stats() once per
+// operation.
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "fabric/fabric.hpp"
+#include "fabric/segment.hpp"
+
+namespace troupe::detail {
+
+class shm_op : public fabric_op {
+ public:
+  std::pair<int, std::string> blocker() const override { return {blocked_rank_, blocked_what_}; }
+
+ protected:
+  explicit shm_op(std::uint8_t code) : code_(code) {}
+
+  using counter = std::atomic<std::uint64_t> rank_progress::*;
+  /// True when every rank's `c` reached `value`; otherwise remembers the
+  /// first rank that did not, and (`agreeing`: waiting for the ranks to post
+  /// this operation) throws a mismatch when it issued another collective.
+  bool all_reached(fabric_context& ctx, counter c, std::uint64_t value, std::string_view what,
+                   bool agreeing = false);
+  /// The first rank whose `c` is below `value`, or -1.
+  static int short_of(fabric_context& ctx, counter c, std::uint64_t value);
+  /// Sets this rank's `c` to `value` and wakes the ranks sleeping on it.
+  void publish(fabric_context& ctx, counter c, std::uint64_t value, bool& moved);
+  /// Throws a collective mismatch when rank r posted another collective for
+  /// this operation (its descriptor's code).
+  void check_code(fabric_context& ctx, int r, bool& moved);
+  /// memcpy, counted for fabric_stats().
+  void copy(std::byte* dst, const std::byte* src, std::int64_t bytes);
+  /// This rank is done with the operation: publishes done = op and adds its
+  /// byte counts to the process's.
+  void finish_op(fabric_context& ctx, bool& moved);
+
+  std::uint8_t code_;
+  std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to fabric_stats() by finish_op
+  int blocked_rank_ = -1;
+  std::string blocked_what_;
+
+ private:
+  /// A rank that announced another collective at this sequence number.
+  void check_kind(fabric_context& ctx, int r);
+};
+
+}  // namespace troupe::detail
