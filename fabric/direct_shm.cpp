@@ -91,6 +91,10 @@ class direct_shm final : public shm_op {
         } else {
           d.counts_hash = hash_counts(c.counts);
         }
+        // Small sources travel in the descriptor's slot: one step.
+        if (const auto mine = source_bytes(ctx.rank); mine <= small_limit(ctx) && mine > 0)
+          copy(ctx.seg->small_slot(ctx.rank, op), static_cast<const std::byte*>(c.input.data()),
+               mine);
         publish(ctx, &rank_progress::arrived, op, moved);
         phase_ = phase::agree;
         [[fallthrough]];
@@ -99,6 +103,21 @@ class direct_shm final : public shm_op {
         if (!all_reached(ctx, &rank_progress::arrived, op, "issue this " + name, true))
           return false;
         check(ctx, moved);
+        if (refused_.empty() && all_small(ctx)) {
+          // The slots are reused at operation k+2, once every rank is done
+          // with this one: no rank waits for the others here.
+          own_part(ctx);
+          consume_range(ctx, 0, small_limit(ctx),
+                        [&](int r) { return ctx.seg->small_slot(r, op); });
+          finish_op(ctx, moved);
+          if (c.on_success) c.on_success();
+          return true;
+        }
+        if (refused_.empty() && !ctx.one_process) {
+          start_staged(ctx);
+          phase_ = phase::staged;
+          return run_staged(ctx, moved);
+        }
         if (refused_.empty()) pull(ctx);
         finish_op(ctx, moved);
         phase_ = phase::finish;
@@ -115,12 +134,14 @@ class direct_shm final : public shm_op {
               name + ": " + refused_ + " (do the ranks pass the same arguments and tensors?)");
         if (c.on_success) c.on_success();
         return true;
+      case phase::staged:
+        return run_staged(ctx, moved);
     }
     return false;
   }
 
  private:
-  enum class phase { post, agree, finish };
+  enum class phase { post, agree, finish, staged };
 
   /// The tensor whose dtype the call moves (gather's non-roots have no output).
   const tensor& element_type() const {
@@ -213,6 +234,213 @@ class direct_shm final : public shm_op {
     }
   }
 
+  // -- between processes: through the segment's staging slots ----------------
+
+  /// Bytes of rank r's input the others may need (its "source").
+  std::int64_t source_bytes(int r) const {
+    const auto& c = *call_;
+    const auto es = element_bytes();
+    const auto total = std::accumulate(c.counts.begin(), c.counts.end(), std::int64_t{0}) * es;
+    switch (c.code) {
+      case op_code::broadcast:
+        return r == c.root ? static_cast<std::int64_t>(c.output.nbytes()) : 0;
+      case op_code::allgatherv:
+      case op_code::gatherv:
+        return c.counts[static_cast<std::size_t>(r)] * es;
+      case op_code::scatterv:
+        return r == c.root ? total : 0;
+      case op_code::reduce_scatterv:
+        return total;
+      default:
+        return 0;
+    }
+  }
+
+  /// What rank `me` needs of rank r's source: bytes [from, to), which go to
+  /// its output at byte `at` (from == to: nothing). reduce_scatter needs the
+  /// same range of every rank (its own from its input).
+  struct need {
+    std::int64_t from = 0, to = 0, at = 0;
+  };
+  need needed(int me, int r) const {
+    const auto& c = *call_;
+    const auto es = element_bytes();
+    const auto offsets = offsets_of(c.counts);
+    const auto off = [&](int q) { return offsets[static_cast<std::size_t>(q)] * es; };
+    const auto len = [&](int q) { return c.counts[static_cast<std::size_t>(q)] * es; };
+    switch (c.code) {
+      case op_code::broadcast:
+        if (r == c.root && me != c.root) return {0, source_bytes(r), 0};
+        return {};
+      case op_code::allgatherv:
+      case op_code::gatherv:
+        if (r == me || (c.code == op_code::gatherv && me != c.root)) return {};
+        return {0, len(r), off(r)};
+      case op_code::scatterv:
+        if (r != c.root || me == c.root) return {};
+        return {off(me), off(me) + len(me), 0};
+      case op_code::reduce_scatterv:
+        return {off(me), off(me) + len(me), 0};
+      default:
+        return {};
+    }
+  }
+
+  /// Sources up to this size go through the descriptors' small slots.
+  static std::int64_t small_limit(fabric_context& ctx) {
+    return static_cast<std::int64_t>(
+        std::min<std::size_t>(ctx.seg->shape().small_bytes, std::size_t{64} << 10));
+  }
+  /// The longest source (the same on every rank once the arguments agree).
+  std::int64_t longest_source(fabric_context& ctx) const {
+    std::int64_t longest = 0;
+    for (int r = 0; r < ctx.size; ++r) longest = std::max(longest, source_bytes(r));
+    return longest;
+  }
+  /// (alltoall reads the others' counts and inputs in place, in one process.)
+  bool all_small(fabric_context& ctx) const {
+    return call_->code != op_code::alltoallv && longest_source(ctx) <= small_limit(ctx);
+  }
+
+  /// Takes the operation's chunk numbers (the same on every rank) and copies
+  /// what this rank needs of its own input.
+  void start_staged(fabric_context& ctx) {
+    const auto bytes = static_cast<std::int64_t>(ctx.seg->shape().chunk_bytes);
+    chunks_ = (longest_source(ctx) + bytes - 1) / bytes;
+    mine_ = (source_bytes(ctx.rank) + bytes - 1) / bytes;
+    first_ = ctx.chunks + 1;
+    ctx.chunks += static_cast<std::uint64_t>(chunks_);
+    own_part(ctx);
+  }
+
+  /// Copies what this rank's output needs of its own input.
+  void own_part(fabric_context& ctx) {
+    auto& c = *call_;
+    const int me = ctx.rank;
+    const auto es = element_bytes();
+    auto* in = c.input.defined() ? static_cast<const std::byte*>(c.input.data()) : nullptr;
+    auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
+    const auto offsets = offsets_of(c.counts);
+    const auto off = offsets.empty() ? 0 : offsets[static_cast<std::size_t>(me)] * es;
+    const auto len = c.counts.empty() ? 0 : c.counts[static_cast<std::size_t>(me)] * es;
+    if (c.code == op_code::allgatherv || (c.code == op_code::gatherv && me == c.root)) {
+      if (out + off != in) copy(out + off, in, len);
+    } else if (c.code == op_code::scatterv && me == c.root) {
+      if (out != in + off) copy(out, in + off, len);
+    }
+  }
+
+  /// Chunk i's global number.
+  std::uint64_t number(std::int64_t i) const { return first_ + static_cast<std::uint64_t>(i); }
+
+  /// Stages my chunks (once every rank consumed what the slot held) and
+  /// consumes everyone's as they are staged, as far as the peers allow.
+  bool run_staged(fabric_context& ctx, bool& moved) {
+    auto& seg = *ctx.seg;
+    const auto slots = static_cast<std::int64_t>(seg.shape().chunk_slots);
+    const auto bytes = static_cast<std::int64_t>(seg.shape().chunk_bytes);
+    int waiting_rank = -1;
+    const char* waiting_for = "";
+    for (bool progress = true; progress;) {
+      progress = false;
+      if (consumed_ < chunks_) {
+        const int r = consume(ctx, consumed_, bytes);
+        if (r < 0) {
+          publish(ctx, &rank_progress::consumed, number(consumed_++), moved);
+          progress = true;
+          continue;
+        }
+        waiting_rank = r;
+        waiting_for = "stage its data";
+      }
+      if (staged_ < mine_) {
+        const int r = staged_ >= slots
+                          ? short_of(ctx, &rank_progress::consumed, number(staged_ - slots))
+                          : -1;
+        if (r < 0) {
+          const auto from = staged_ * bytes;
+          const auto n = std::min(bytes, source_bytes(ctx.rank) - from);
+          copy(seg.stage(ctx.rank, number(staged_)),
+               static_cast<const std::byte*>(call_->input.data()) + from, n);
+          publish(ctx, &rank_progress::staged, number(staged_++), moved);
+          progress = true;
+          continue;
+        }
+        if (waiting_rank < 0) {
+          waiting_rank = r;
+          waiting_for = "copy out an earlier chunk";
+        }
+      }
+    }
+    if (consumed_ < chunks_ || staged_ < mine_) {
+      blocked_rank_ = waiting_rank;
+      blocked_what_ = waiting_for;
+      return false;
+    }
+    // The next operation may reuse the slots once nobody reads them.
+    if (chunks_ > 0 && !all_reached(ctx, &rank_progress::consumed, number(chunks_ - 1),
+                                    "copy out this operation's last chunk"))
+      return false;
+    if (!finished_) {
+      finished_ = true;
+      finish_op(ctx, moved);
+    }
+    if (call_->on_success) call_->on_success();
+    return true;
+  }
+
+  /// Copies (reduces) what this rank needs of chunk i; -1 when done, else a
+  /// rank that has not staged it yet (nothing copied then).
+  int consume(fabric_context& ctx, std::int64_t i, std::int64_t bytes) {
+    const auto lo = i * bytes, hi = lo + bytes;
+    for (int r = 0; r < ctx.size; ++r) {
+      if (r == ctx.rank) continue;
+      const auto nd = needed(ctx.rank, r);
+      if (std::max(nd.from, lo) < std::min(nd.to, hi) &&
+          ctx.seg->progress(r).staged.load(std::memory_order_acquire) < number(i))
+        return r;
+    }
+    consume_range(ctx, lo, hi, [&](int r) { return ctx.seg->stage(r, number(i)); });
+    return -1;
+  }
+
+  /// Copies (reduces) what this rank needs of bytes [lo, hi) of every
+  /// source, which `at(r)` holds (from byte lo on).
+  template <class Where>
+  void consume_range(fabric_context& ctx, std::int64_t lo, std::int64_t hi, const Where& at) {
+    auto& c = *call_;
+    const int me = ctx.rank, n = ctx.size;
+    auto part = [&](const need& nd) {
+      return std::pair{std::max(nd.from, lo), std::min(nd.to, hi)};
+    };
+    auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
+    auto staged_at = [&](int r, std::int64_t from) { return at(r) + (from - lo); };
+    if (c.code == op_code::reduce_scatterv) {
+      const auto nd = needed(me, me);
+      const auto [from, to] = part(nd);
+      if (from >= to) return;
+      std::vector<const void*> srcs(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r)
+        srcs[static_cast<std::size_t>(r)] =
+            r == me ? static_cast<const std::byte*>(c.input.data()) + from : staged_at(r, from);
+      const auto es = element_bytes();
+      const auto count = (to - from) / es;
+      const auto kind = c.op.op() == reduce_op::AVG ? reduce_op::SUM : c.op.op();
+      reduce_many(c.output.scalar_type(), kind, out + nd.at + (from - nd.from), srcs.data(),
+                  srcs.size(), static_cast<std::size_t>(count));
+      auto done = c.output.flat_slice((nd.at + from - nd.from) / es, count);
+      finish_reduction(c, done, n);
+      reduced_bytes_ += static_cast<std::uint64_t>((to - from) * n);
+      return;
+    }
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      const auto nd = needed(me, r);
+      const auto [from, to] = part(nd);
+      if (from < to) copy(out + nd.at + (from - nd.from), staged_at(r, from), to - from);
+    }
+  }
+
   /// Rank r's input in this process.
   const std::byte* input_of(fabric_context& ctx, int r) const {
     return reinterpret_cast<const std::byte*>(ctx.seg->descriptor(r, op).addr);
@@ -275,6 +503,10 @@ class direct_shm final : public shm_op {
   std::unique_ptr<collective_call> call_;
   phase phase_ = phase::post;
   std::string refused_;
+  // Between processes: the operation's chunks, mine among them, and the cursors.
+  std::int64_t chunks_ = 0, mine_ = 0, staged_ = 0, consumed_ = 0;
+  std::uint64_t first_ = 0;
+  bool finished_ = false;
 };
 
 }  // namespace
