@@ -480,10 +480,8 @@ class actor_backend final : public backend {
       c = staged_through_host(c);
     }
     // Ranks of one host: through the shared segment (ranks of one process
-    // straight between their buffers); alltoall only in one process (each
-    // rank reads the others' counts).
-    if (shm_ && fits_message_fabric(*c) && fits_direct_shm(*c) &&
-        (fabric_->med().one_process() || c->code != op_code::alltoallv)) {
+    // straight between their buffers).
+    if (shm_ && fits_message_fabric(*c) && fits_direct_shm(*c, size())) {
       auto op = make_direct_shm(*c);
       op->handle = c->handle;
       return on_fabric(*fabric_, std::move(op), c->code, c->name.c_str(),

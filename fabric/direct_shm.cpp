@@ -21,8 +21,7 @@
 //   gather          the same, on the root only;
 //   scatter         block (me) of the root's input;
 //   alltoall        from every rank r, the block r sends to me (each rank
-//                   posts where its send and receive counts are; the others
-//                   read them, in this process);
+//                   posts its send and receive counts in its small slot);
 //   reduce_scatter  block (me) of every input, reduced in rank order (then
 //                   AVG's division); every rank reduces its own block, so the
 //                   results are the bits the message algorithms give.
@@ -85,14 +84,18 @@ class direct_shm final : public shm_op {
         d.root = rooted(c.code) ? c.root : 0;
         d.addr = c.input.defined() ? reinterpret_cast<std::uint64_t>(c.input.data()) : 0;
         if (c.code == op_code::alltoallv) {
-          // Each rank's own send and receive counts, read by the others.
-          d.counts_addr = reinterpret_cast<std::uint64_t>(c.counts.data());
-          d.recv_counts_addr = reinterpret_cast<std::uint64_t>(c.recv_counts.data());
+          // Each rank's own send and receive counts, in its small slot, read
+          // by the others.
+          auto* slot = reinterpret_cast<std::int64_t*>(ctx.seg->small_slot(ctx.rank, op));
+          std::copy(c.counts.begin(), c.counts.end(), slot);
+          std::copy(c.recv_counts.begin(), c.recv_counts.end(), slot + ctx.size);
         } else {
           d.counts_hash = hash_counts(c.counts);
         }
-        // Small sources travel in the descriptor's slot: one step.
-        if (const auto mine = source_bytes(ctx.rank); mine <= small_limit(ctx) && mine > 0)
+        // Small sources travel in the descriptor's slot: one step (not
+        // alltoall's: its slot holds the counts).
+        if (const auto mine = source_bytes(ctx, ctx.rank);
+            c.code != op_code::alltoallv && mine <= small_limit(ctx) && mine > 0)
           copy(ctx.seg->small_slot(ctx.rank, op), static_cast<const std::byte*>(c.input.data()),
                mine);
         publish(ctx, &rank_progress::arrived, op, moved);
@@ -210,8 +213,8 @@ class direct_shm final : public shm_op {
 
   /// Rank r's send counts (alltoall), or its receive counts.
   const std::int64_t* counts_of(fabric_context& ctx, int r, bool receive) const {
-    const auto& d = ctx.seg->descriptor(r, op);
-    return reinterpret_cast<const std::int64_t*>(receive ? d.recv_counts_addr : d.counts_addr);
+    return reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(r, op)) +
+           (receive ? ctx.size : 0);
   }
 
   /// Every rank checks every pair, so all refuse alike.
@@ -237,7 +240,7 @@ class direct_shm final : public shm_op {
   // -- between processes: through the segment's staging slots ----------------
 
   /// Bytes of rank r's input the others may need (its "source").
-  std::int64_t source_bytes(int r) const {
+  std::int64_t source_bytes(fabric_context& ctx, int r) const {
     const auto& c = *call_;
     const auto es = element_bytes();
     const auto total = std::accumulate(c.counts.begin(), c.counts.end(), std::int64_t{0}) * es;
@@ -251,6 +254,10 @@ class direct_shm final : public shm_op {
         return r == c.root ? total : 0;
       case op_code::reduce_scatterv:
         return total;
+      case op_code::alltoallv: {
+        const auto* sends = counts_of(ctx, r, false);
+        return std::accumulate(sends, sends + ctx.size, std::int64_t{0}) * es;
+      }
       default:
         return 0;
     }
@@ -262,7 +269,7 @@ class direct_shm final : public shm_op {
   struct need {
     std::int64_t from = 0, to = 0, at = 0;
   };
-  need needed(int me, int r) const {
+  need needed(fabric_context& ctx, int me, int r) const {
     const auto& c = *call_;
     const auto es = element_bytes();
     const auto offsets = offsets_of(c.counts);
@@ -270,7 +277,7 @@ class direct_shm final : public shm_op {
     const auto len = [&](int q) { return c.counts[static_cast<std::size_t>(q)] * es; };
     switch (c.code) {
       case op_code::broadcast:
-        if (r == c.root && me != c.root) return {0, source_bytes(r), 0};
+        if (r == c.root && me != c.root) return {0, source_bytes(ctx, r), 0};
         return {};
       case op_code::allgatherv:
       case op_code::gatherv:
@@ -281,6 +288,14 @@ class direct_shm final : public shm_op {
         return {off(me), off(me) + len(me), 0};
       case op_code::reduce_scatterv:
         return {off(me), off(me) + len(me), 0};
+      case op_code::alltoallv: {
+        // The block r sends to me, at the place of r's block in my output.
+        const auto* sends = counts_of(ctx, r, false);
+        const auto* recvs = counts_of(ctx, me, true);
+        const auto from = std::accumulate(sends, sends + me, std::int64_t{0}) * es;
+        return {from, from + sends[me] * es,
+                std::accumulate(recvs, recvs + r, std::int64_t{0}) * es};
+      }
       default:
         return {};
     }
@@ -294,7 +309,7 @@ class direct_shm final : public shm_op {
   /// The longest source (the same on every rank once the arguments agree).
   std::int64_t longest_source(fabric_context& ctx) const {
     std::int64_t longest = 0;
-    for (int r = 0; r < ctx.size; ++r) longest = std::max(longest, source_bytes(r));
+    for (int r = 0; r < ctx.size; ++r) longest = std::max(longest, source_bytes(ctx, r));
     return longest;
   }
   /// (alltoall reads the others' counts and inputs in place, in one process.)
@@ -307,7 +322,7 @@ class direct_shm final : public shm_op {
   void start_staged(fabric_context& ctx) {
     const auto bytes = static_cast<std::int64_t>(ctx.seg->shape().chunk_bytes);
     chunks_ = (longest_source(ctx) + bytes - 1) / bytes;
-    mine_ = (source_bytes(ctx.rank) + bytes - 1) / bytes;
+    mine_ = (source_bytes(ctx, ctx.rank) + bytes - 1) / bytes;
     first_ = ctx.chunks + 1;
     ctx.chunks += static_cast<std::uint64_t>(chunks_);
     own_part(ctx);
@@ -327,6 +342,9 @@ class direct_shm final : public shm_op {
       if (out + off != in) copy(out + off, in, len);
     } else if (c.code == op_code::scatterv && me == c.root) {
       if (out != in + off) copy(out, in + off, len);
+    } else if (c.code == op_code::alltoallv) {
+      const auto nd = needed(ctx, me, me);
+      if (out + nd.at != in + nd.from) copy(out + nd.at, in + nd.from, nd.to - nd.from);
     }
   }
 
@@ -359,7 +377,7 @@ class direct_shm final : public shm_op {
                           : -1;
         if (r < 0) {
           const auto from = staged_ * bytes;
-          const auto n = std::min(bytes, source_bytes(ctx.rank) - from);
+          const auto n = std::min(bytes, source_bytes(ctx, ctx.rank) - from);
           copy(seg.stage(ctx.rank, number(staged_)),
                static_cast<const std::byte*>(call_->input.data()) + from, n);
           publish(ctx, &rank_progress::staged, number(staged_++), moved);
@@ -395,7 +413,7 @@ class direct_shm final : public shm_op {
     const auto lo = i * bytes, hi = lo + bytes;
     for (int r = 0; r < ctx.size; ++r) {
       if (r == ctx.rank) continue;
-      const auto nd = needed(ctx.rank, r);
+      const auto nd = needed(ctx, ctx.rank, r);
       if (std::max(nd.from, lo) < std::min(nd.to, hi) &&
           ctx.seg->progress(r).staged.load(std::memory_order_acquire) < number(i))
         return r;
@@ -416,7 +434,7 @@ class direct_shm final : public shm_op {
     auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
     auto staged_at = [&](int r, std::int64_t from) { return at(r) + (from - lo); };
     if (c.code == op_code::reduce_scatterv) {
-      const auto nd = needed(me, me);
+      const auto nd = needed(ctx, me, me);
       const auto [from, to] = part(nd);
       if (from >= to) return;
       std::vector<const void*> srcs(static_cast<std::size_t>(n));
@@ -435,7 +453,7 @@ class direct_shm final : public shm_op {
     }
     for (int r = 0; r < n; ++r) {
       if (r == me) continue;
-      const auto nd = needed(me, r);
+      const auto nd = needed(ctx, me, r);
       const auto [from, to] = part(nd);
       if (from < to) copy(out + nd.at + (from - nd.from), staged_at(r, from), to - from);
     }
@@ -511,14 +529,16 @@ class direct_shm final : public shm_op {
 
 }  // namespace
 
-bool fits_direct_shm(const collective_call& c) {
+bool fits_direct_shm(const collective_call& c, int size) {
   switch (c.code) {
     case op_code::broadcast:
     case op_code::allgatherv:
     case op_code::gatherv:
     case op_code::scatterv:
-    case op_code::alltoallv:
       return true;
+    case op_code::alltoallv:
+      // Every rank posts its send and receive counts in its small slot.
+      return std::size_t(size) * 2 * sizeof(std::int64_t) <= segment_shape{}.small_bytes;
     case op_code::reduce_scatterv:
       // PREMUL_SUM scales every input before the sum: the message algorithms'.
       return c.op.op() != reduce_op::PREMUL_SUM;

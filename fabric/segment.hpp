@@ -53,10 +53,8 @@ struct op_descriptor {
   std::uint64_t share_id = 0;
   std::uint64_t share_size = 0;
   std::uint64_t share_offset = 0;
-  std::int32_t root = 0;               ///< rooted collectives (direct_shm)
-  std::uint64_t counts_hash = 0;       ///< the elements per rank, hashed (direct_shm)
-  std::uint64_t counts_addr = 0;       ///< alltoall: the rank's send counts (direct_shm)
-  std::uint64_t recv_counts_addr = 0;  ///< alltoall: its receive counts
+  std::int32_t root = 0;          ///< rooted collectives (direct_shm)
+  std::uint64_t counts_hash = 0;  ///< the elements per rank, hashed (direct_shm)
 };
 
 /// Progress counters of one rank (written by it alone).

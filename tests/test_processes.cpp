@@ -160,7 +160,8 @@ double copies_per_byte(F&& f) {
 
 }  // namespace
 
-TEST_CASE("large broadcast, allgather, gather, scatter and reduce_scatter between processes") {
+TEST_CASE(
+    "large broadcast, allgather, gather, scatter, reduce_scatter and alltoall between processes") {
   // Through the shared segment's staging slots (256 KiB chunks, 4 in flight):
   // sizes of many chunks, uneven counts, calls in flight at once and
   // interleaved with chunked allreduces that use the same slots.
@@ -229,6 +230,30 @@ TEST_CASE("large broadcast, allgather, gather, scatter and reduce_scatter betwee
       for (std::int64_t i = 0; i < len; ++i)
         good &= block.data_as<float>()[i] == float(n - 1) / 2.f + float((me * len + i) % 3);
       expect(good, "reduce_scatter_tensor AVG");
+      // alltoall_single with uneven splits: rank s sends 100000 + 1000 s + d
+      // elements to rank d.
+      auto split = [](int from, int to) { return std::int64_t{100000} + 1000 * from + to; };
+      std::vector<std::int64_t> in_splits, out_splits;
+      for (int q = 0; q < n; ++q) {
+        in_splits.push_back(split(me, q));
+        out_splits.push_back(split(q, me));
+      }
+      auto sum = [](const std::vector<std::int64_t>& v) {
+        return std::accumulate(v.begin(), v.end(), std::int64_t{0});
+      };
+      auto send = tensor::empty({sum(in_splits)}, dtype::float32);
+      auto recv = tensor::zeros({sum(out_splits)}, dtype::float32);
+      std::int64_t k = 0;
+      for (int d = 0; d < n; ++d)
+        for (std::int64_t i = 0; i < split(me, d); ++i, ++k)
+          send.data_as<float>()[k] = float(me * 100 + d + i % 7);
+      pg.alltoall_single(recv, send, out_splits, in_splits).wait();
+      good = true;
+      k = 0;
+      for (int q = 0; q < n; ++q)
+        for (std::int64_t i = 0; i < split(q, me); ++i, ++k)
+          good &= recv.data_as<float>()[k] == float(q * 100 + me + i % 7);
+      expect(good, "alltoall_single");
       return ok;
     });
     for (auto c : codes) CHECK(c == 0);
