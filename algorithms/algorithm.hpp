@@ -100,6 +100,10 @@ void check_payload(const collective_call& call, const tensor& payload, std::int6
                    std::uint32_t step);
 /// A new owned buffer holding a copy of `src`.
 tensor fresh_copy(const tensor& src);
+/// What to send of `t` (the caller's memory, written later) to `peer`: `t`
+/// itself where the transport copies the bytes before send returns, else a
+/// fresh copy.
+tensor to_send(const op_context& ctx, int peer, const tensor& t);
 /// A new owned buffer holding a op b (elementwise; SUM for AVG/PREMUL_SUM).
 tensor combine(const reduce_op& op, const tensor& a, const tensor& b);
 /// This rank's contribution: `input` scaled by the PREMUL_SUM scale (a new

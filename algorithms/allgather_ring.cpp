@@ -21,9 +21,8 @@ class allgather_ring final : public algorithm {
     const auto offsets = offsets_of(call.counts);
     auto block = [&](int b) { return call.output.flat_slice(offsets[b], call.counts[b]); };
     if (step_ == 0) {
-      auto own = fresh_copy(call.input);
-      if (!call.input.is_same(block(r))) block(r).copy_from(own);
-      if (n > 1) ctx.send(ring(r, 1, n), 1, own);
+      if (!call.input.is_same(block(r))) block(r).copy_from(call.input);
+      if (n > 1) ctx.send(ring(r, 1, n), 1, to_send(ctx, ring(r, 1, n), call.input));
       step_ = 1;
     }
     for (; step_ < n; ++step_) {

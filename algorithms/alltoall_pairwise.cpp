@@ -31,7 +31,7 @@ class alltoall_pairwise final : public algorithm {
       const auto send_offsets = offsets_of(call.counts);
       for (int i = 1; i < n; ++i) {
         const int p = ring(r, i, n);
-        ctx.send(p, 0, fresh_copy(call.input.flat_slice(send_offsets[p], call.counts[p])));
+        ctx.send(p, 0, to_send(ctx, p, call.input.flat_slice(send_offsets[p], call.counts[p])));
       }
       auto own = call.input.flat_slice(send_offsets[r], call.counts[r]);
       if (own.numel() != call.recv_counts[r])

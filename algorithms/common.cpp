@@ -62,6 +62,10 @@ tensor fresh_copy(const tensor& src) {
   return src.clone();
 }
 
+tensor to_send(const op_context& ctx, int peer, const tensor& t) {
+  return ctx.copies_on_send(peer) ? t : fresh_copy(t);
+}
+
 int segments_of(std::int64_t elements, dtype t) {
   constexpr std::size_t segment_bytes = std::size_t{1} << 20;
   const auto per =

@@ -19,7 +19,7 @@ class gather_direct final : public algorithm {
     const int n = ctx.size();
     const int r = ctx.rank();
     if (r != call.root) {
-      ctx.send(call.root, 0, fresh_copy(call.input));  // Step 1
+      ctx.send(call.root, 0, to_send(ctx, call.root, call.input));  // Step 1
       return true;
     }
     const auto offsets = offsets_of(call.counts);

@@ -31,7 +31,7 @@ class reduce_scatter_ring final : public algorithm {
         call.output.copy_from(result);
         return true;
       }
-      ctx.send(ring(r, 1, n), 0, fresh_copy(own(ring(r, -1, n))));
+      ctx.send(ring(r, 1, n), 0, to_send(ctx, ring(r, 1, n), own(ring(r, -1, n))));
     }
     for (; step_ < n - 1; ++step_) {
       const int left = ring(r, -1, n);

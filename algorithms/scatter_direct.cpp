@@ -23,7 +23,7 @@ class scatter_direct final : public algorithm {
         if (p == r) {
           if (!block.is_same(call.output)) call.output.copy_from(block);
         } else {
-          ctx.send(p, 0, fresh_copy(block));
+          ctx.send(p, 0, to_send(ctx, p, block));
         }
       }
       return true;
