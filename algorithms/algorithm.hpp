@@ -100,6 +100,8 @@ void check_payload(const collective_call& call, const tensor& payload, std::int6
                    std::uint32_t step);
 /// A new owned buffer holding a copy of `src`.
 tensor fresh_copy(const tensor& src);
+/// Whether the memory of `a` and `b` overlaps (either undefined: no).
+bool overlaps(const tensor& a, const tensor& b);
 /// What to send of `t` (the caller's memory, written later) to `peer`: `t`
 /// itself where the transport copies the bytes before send returns, else a
 /// fresh copy.

@@ -62,6 +62,13 @@ tensor fresh_copy(const tensor& src) {
   return src.clone();
 }
 
+bool overlaps(const tensor& a, const tensor& b) {
+  if (!a.defined() || !b.defined() || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto* a0 = static_cast<const std::byte*>(a.data());
+  const auto* b0 = static_cast<const std::byte*>(b.data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
 tensor to_send(const op_context& ctx, int peer, const tensor& t) {
   return ctx.copies_on_send(peer) ? t : fresh_copy(t);
 }

@@ -122,7 +122,8 @@ bool collectives(world& w) {
 TEST_CASE("collectives across 2 and 4 processes over shared memory and over TCP") {
   for (const char* transport : {"shm", "tcp"})
     for (int processes : {2, 4}) {
-      CAPTURE(transport);
+      const std::string via = transport;
+      CAPTURE(via);
       CAPTURE(processes);
       auto codes = run_processes(processes, processes, transport, collectives);
       for (auto c : codes) CHECK(c == 0);
@@ -162,102 +163,106 @@ double copies_per_byte(F&& f) {
 
 TEST_CASE(
     "large broadcast, allgather, gather, scatter, reduce_scatter and alltoall between processes") {
-  // Through the shared segment's staging slots (256 KiB chunks, 4 in flight):
-  // sizes of many chunks, uneven counts, calls in flight at once and
-  // interleaved with chunked allreduces that use the same slots.
-  for (int processes : {2, 4}) {
-    CAPTURE(processes);
-    auto codes = run_processes(processes, processes, "shm", [](world& w) {
-      auto& pg = w.default_group();
-      const int n = w.size(), me = w.rank();
-      bool ok = true;
-      auto expect = [&](bool good, const char* what) {
-        if (!good) std::fprintf(stderr, "rank %d: %s was wrong\n", me, what);
-        ok &= good;
-      };
-      const std::int64_t len = 700001;  // 2.8 MB of float32: 11 chunks
-      auto value = [](int r, std::int64_t i) { return float(r * 7 + i % 13); };
-      // broadcast from the last rank, twice in flight, with an allreduce between.
-      auto b1 = tensor::empty({len}, dtype::float32), b2 = tensor::empty({len}, dtype::float32);
-      auto a = tensor::empty({len}, dtype::float32);
-      for (std::int64_t i = 0; i < len; ++i) {
-        b1.data_as<float>()[i] = b2.data_as<float>()[i] = value(me, i);
-        a.data_as<float>()[i] = 1.f;
-      }
-      auto w1 = pg.broadcast(tensor_list{b1}, {.root_rank = n - 1});
-      auto w2 = pg.allreduce(tensor_list{a});
-      auto w3 = pg.broadcast(tensor_list{b2}, {.root_rank = 0});
-      w1.wait(), w2.wait(), w3.wait();
-      bool good = true;
-      for (std::int64_t i = 0; i < len; ++i)
-        good &= b1.data_as<float>()[i] == value(n - 1, i) &&
-                b2.data_as<float>()[i] == value(0, i) && a.data_as<float>()[i] == float(n);
-      expect(good, "broadcast / allreduce");
-      // allgatherv with uneven counts (rank r: len + 1000 r elements).
-      std::vector<std::int64_t> counts;
-      for (int r = 0; r < n; ++r) counts.push_back(len + 1000 * r);
-      const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
-      auto in = tensor::empty({counts[static_cast<std::size_t>(me)]}, dtype::float32);
-      for (std::int64_t i = 0; i < in.numel(); ++i) in.data_as<float>()[i] = value(me, i);
-      auto all = tensor::zeros({total}, dtype::float32);
-      auto gathered = tensor::zeros({total}, dtype::float32);
-      pg.allgatherv(all, in, counts).wait();
-      pg.gatherv(gathered, in, counts, {.root_rank = 1}).wait();
-      good = true;
-      std::int64_t at = 0;
-      for (int r = 0; r < n; ++r)
-        for (std::int64_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i, ++at) {
-          good &= all.data_as<float>()[at] == value(r, i);
-          if (me == 1) good &= gathered.data_as<float>()[at] == value(r, i);
+  // Over shared memory through the segment's staging slots (256 KiB chunks,
+  // 4 in flight); over TCP as segmented messages, copied into place by the
+  // receiving thread: sizes of many chunks and segments, uneven counts, calls
+  // in flight at once and interleaved with chunked allreduces.
+  for (const char* transport : {"shm", "tcp"})
+    for (int processes : {2, 4}) {
+      const std::string via = transport;
+      CAPTURE(via);
+      CAPTURE(processes);
+      auto codes = run_processes(processes, processes, transport, [](world& w) {
+        auto& pg = w.default_group();
+        const int n = w.size(), me = w.rank();
+        bool ok = true;
+        auto expect = [&](bool good, const char* what) {
+          if (!good) std::fprintf(stderr, "rank %d: %s was wrong\n", me, what);
+          ok &= good;
+        };
+        const std::int64_t len = 700001;  // 2.8 MB of float32: 11 chunks
+        auto value = [](int r, std::int64_t i) { return float(r * 7 + i % 13); };
+        // broadcast from the last rank, twice in flight, with an allreduce between.
+        auto b1 = tensor::empty({len}, dtype::float32), b2 = tensor::empty({len}, dtype::float32);
+        auto a = tensor::empty({len}, dtype::float32);
+        for (std::int64_t i = 0; i < len; ++i) {
+          b1.data_as<float>()[i] = b2.data_as<float>()[i] = value(me, i);
+          a.data_as<float>()[i] = 1.f;
         }
-      expect(good, "allgatherv / gatherv");
-      // scatterv from rank 0: rank r gets its counts[r] elements of the whole.
-      auto whole = tensor::empty({total}, dtype::float32);
-      for (std::int64_t i = 0; i < total; ++i) whole.data_as<float>()[i] = float(i % 1009);
-      auto part = tensor::zeros({counts[static_cast<std::size_t>(me)]}, dtype::float32);
-      pg.scatterv(part, whole, counts, {.root_rank = 0}).wait();
-      const auto first = std::accumulate(counts.begin(), counts.begin() + me, std::int64_t{0});
-      good = true;
-      for (std::int64_t i = 0; i < part.numel(); ++i)
-        good &= part.data_as<float>()[i] == float((first + i) % 1009);
-      expect(good, "scatterv");
-      // reduce_scatter_tensor with AVG: block me of the average of every input.
-      auto mine = tensor::empty({len * n}, dtype::float32);
-      for (std::int64_t i = 0; i < len * n; ++i) mine.data_as<float>()[i] = float(me + i % 3);
-      auto block = tensor::zeros({len}, dtype::float32);
-      pg.reduce_scatter_tensor(block, mine, {.op = reduce_op::AVG}).wait();
-      good = true;
-      for (std::int64_t i = 0; i < len; ++i)
-        good &= block.data_as<float>()[i] == float(n - 1) / 2.f + float((me * len + i) % 3);
-      expect(good, "reduce_scatter_tensor AVG");
-      // alltoall_single with uneven splits: rank s sends 100000 + 1000 s + d
-      // elements to rank d.
-      auto split = [](int from, int to) { return std::int64_t{100000} + 1000 * from + to; };
-      std::vector<std::int64_t> in_splits, out_splits;
-      for (int q = 0; q < n; ++q) {
-        in_splits.push_back(split(me, q));
-        out_splits.push_back(split(q, me));
-      }
-      auto sum = [](const std::vector<std::int64_t>& v) {
-        return std::accumulate(v.begin(), v.end(), std::int64_t{0});
-      };
-      auto send = tensor::empty({sum(in_splits)}, dtype::float32);
-      auto recv = tensor::zeros({sum(out_splits)}, dtype::float32);
-      std::int64_t k = 0;
-      for (int d = 0; d < n; ++d)
-        for (std::int64_t i = 0; i < split(me, d); ++i, ++k)
-          send.data_as<float>()[k] = float(me * 100 + d + i % 7);
-      pg.alltoall_single(recv, send, out_splits, in_splits).wait();
-      good = true;
-      k = 0;
-      for (int q = 0; q < n; ++q)
-        for (std::int64_t i = 0; i < split(q, me); ++i, ++k)
-          good &= recv.data_as<float>()[k] == float(q * 100 + me + i % 7);
-      expect(good, "alltoall_single");
-      return ok;
-    });
-    for (auto c : codes) CHECK(c == 0);
-  }
+        auto w1 = pg.broadcast(tensor_list{b1}, {.root_rank = n - 1});
+        auto w2 = pg.allreduce(tensor_list{a});
+        auto w3 = pg.broadcast(tensor_list{b2}, {.root_rank = 0});
+        w1.wait(), w2.wait(), w3.wait();
+        bool good = true;
+        for (std::int64_t i = 0; i < len; ++i)
+          good &= b1.data_as<float>()[i] == value(n - 1, i) &&
+                  b2.data_as<float>()[i] == value(0, i) && a.data_as<float>()[i] == float(n);
+        expect(good, "broadcast / allreduce");
+        // allgatherv with uneven counts (rank r: len + 1000 r elements).
+        std::vector<std::int64_t> counts;
+        for (int r = 0; r < n; ++r) counts.push_back(len + 1000 * r);
+        const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+        auto in = tensor::empty({counts[static_cast<std::size_t>(me)]}, dtype::float32);
+        for (std::int64_t i = 0; i < in.numel(); ++i) in.data_as<float>()[i] = value(me, i);
+        auto all = tensor::zeros({total}, dtype::float32);
+        auto gathered = tensor::zeros({total}, dtype::float32);
+        pg.allgatherv(all, in, counts).wait();
+        pg.gatherv(gathered, in, counts, {.root_rank = 1}).wait();
+        good = true;
+        std::int64_t at = 0;
+        for (int r = 0; r < n; ++r)
+          for (std::int64_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i, ++at) {
+            good &= all.data_as<float>()[at] == value(r, i);
+            if (me == 1) good &= gathered.data_as<float>()[at] == value(r, i);
+          }
+        expect(good, "allgatherv / gatherv");
+        // scatterv from rank 0: rank r gets its counts[r] elements of the whole.
+        auto whole = tensor::empty({total}, dtype::float32);
+        for (std::int64_t i = 0; i < total; ++i) whole.data_as<float>()[i] = float(i % 1009);
+        auto part = tensor::zeros({counts[static_cast<std::size_t>(me)]}, dtype::float32);
+        pg.scatterv(part, whole, counts, {.root_rank = 0}).wait();
+        const auto first = std::accumulate(counts.begin(), counts.begin() + me, std::int64_t{0});
+        good = true;
+        for (std::int64_t i = 0; i < part.numel(); ++i)
+          good &= part.data_as<float>()[i] == float((first + i) % 1009);
+        expect(good, "scatterv");
+        // reduce_scatter_tensor with AVG: block me of the average of every input.
+        auto mine = tensor::empty({len * n}, dtype::float32);
+        for (std::int64_t i = 0; i < len * n; ++i) mine.data_as<float>()[i] = float(me + i % 3);
+        auto block = tensor::zeros({len}, dtype::float32);
+        pg.reduce_scatter_tensor(block, mine, {.op = reduce_op::AVG}).wait();
+        good = true;
+        for (std::int64_t i = 0; i < len; ++i)
+          good &= block.data_as<float>()[i] == float(n - 1) / 2.f + float((me * len + i) % 3);
+        expect(good, "reduce_scatter_tensor AVG");
+        // alltoall_single with uneven splits: rank s sends 100000 + 1000 s + d
+        // elements to rank d.
+        auto split = [](int from, int to) { return std::int64_t{100000} + 1000 * from + to; };
+        std::vector<std::int64_t> in_splits, out_splits;
+        for (int q = 0; q < n; ++q) {
+          in_splits.push_back(split(me, q));
+          out_splits.push_back(split(q, me));
+        }
+        auto sum = [](const std::vector<std::int64_t>& v) {
+          return std::accumulate(v.begin(), v.end(), std::int64_t{0});
+        };
+        auto send = tensor::empty({sum(in_splits)}, dtype::float32);
+        auto recv = tensor::zeros({sum(out_splits)}, dtype::float32);
+        std::int64_t k = 0;
+        for (int d = 0; d < n; ++d)
+          for (std::int64_t i = 0; i < split(me, d); ++i, ++k)
+            send.data_as<float>()[k] = float(me * 100 + d + i % 7);
+        pg.alltoall_single(recv, send, out_splits, in_splits).wait();
+        good = true;
+        k = 0;
+        for (int q = 0; q < n; ++q)
+          for (std::int64_t i = 0; i < split(q, me); ++i, ++k)
+            good &= recv.data_as<float>()[k] == float(q * 100 + me + i % 7);
+        expect(good, "alltoall_single");
+        return ok;
+      });
+      for (auto c : codes) CHECK(c == 0);
+    }
 }
 
 TEST_CASE("allreduce between processes on empty_shared tensors reads the peers' buffers") {
