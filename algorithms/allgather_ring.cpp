@@ -2,10 +2,17 @@
 //
 // Terms: block b is rank b's input, counts[b] elements, placed at offset
 // sum(counts[<b]) of the output. Rank r sends to right = r+1 and receives
-// from left = r-1.
-// Step 0: copy the own input into its block and send a copy of it right.
+// from left = r-1. Blocks travel in segments of about 1 MiB (one for small
+// blocks); message (s, j) is segment j of step s.
+// Step 0: copy the own input into its block and send it right, segment by
+//   segment (the caller's memory where the transport copies it before send
+//   returns, else a copy).
 // Step s (1 .. size-1): receive block r-s from left, copy it into place, and
 //   forward the same payload right unless it is the block right started with.
+//   Between processes the receiving thread copies each segment into place as
+//   it arrives (arrival handlers); this thread then forwards from the output.
+
+#include <algorithm>
 
 #include "algorithms/algorithm.hpp"
 
@@ -18,27 +25,58 @@ class allgather_ring final : public algorithm {
     auto& call = ctx.call();
     const int n = ctx.size();
     const int r = ctx.rank();
+    const int left = ring(r, -1, n), right = ring(r, 1, n);
+    const auto dt = call.output.scalar_type();
     const auto offsets = offsets_of(call.counts);
     auto block = [&](int b) { return call.output.flat_slice(offsets[b], call.counts[b]); };
+    auto segs_of = [&](int b) { return segments_of(call.counts[b], dt); };
+    auto segment = [&](const tensor& t, int b, int j) {
+      const auto [off, len] = chunk_range(call.counts[b], segs_of(b), j);
+      return t.flat_slice(off, len);
+    };
     if (step_ == 0) {
+      for (int b = 0; b < n; ++b) segs_ = std::max(segs_, segs_of(b));
+      // Handlers write only into the other ranks' blocks of the output.
+      if (call.input.is_same(block(r)) || !overlaps(call.input, call.output))
+        for (int s = 1; s < n; ++s) {
+          const int b = ring(r, -s, n);
+          for (int j = 0; j < segs_of(b); ++j)
+            ctx.consume_on_arrival(left, id(s, j),
+                                   [&call, left, step = id(s, j),
+                                    out = segment(block(b), b, j)](const tensor& in) mutable {
+                                     check_payload(call, in, out.numel(), left, step);
+                                     out.copy_from(in);
+                                   });
+        }
       if (!call.input.is_same(block(r))) block(r).copy_from(call.input);
-      if (n > 1) ctx.send(ring(r, 1, n), 1, to_send(ctx, ring(r, 1, n), call.input));
+      if (n > 1)
+        for (int j = 0; j < segs_of(r); ++j)
+          ctx.send(right, id(1, j), to_send(ctx, right, segment(call.input, r, j)));
       step_ = 1;
     }
-    for (; step_ < n; ++step_) {
-      const int left = ring(r, -1, n);
-      auto in = ctx.take(left, step_);
-      if (!in) return false;
+    for (; step_ < n; ++step_, seg_ = 0) {
       const int b = ring(r, -step_, n);
-      check_payload(call, *in, call.counts[b], left, step_);
-      block(b).copy_from(*in);
-      if (step_ + 1 < n) ctx.send(ring(r, 1, n), step_ + 1, *in);
+      for (; seg_ < segs_of(b); ++seg_) {
+        auto in = ctx.take(left, id(step_, seg_));
+        if (!in) return false;
+        auto out = segment(block(b), b, seg_);
+        if (in->defined()) {
+          check_payload(call, *in, out.numel(), left, id(step_, seg_));
+          out.copy_from(*in);
+        }
+        if (step_ + 1 < n)
+          ctx.send(right, id(step_ + 1, seg_), in->defined() ? *in : to_send(ctx, right, out));
+      }
     }
     return true;
   }
 
  private:
+  std::uint32_t id(int step, int j) const { return static_cast<std::uint32_t>(step * segs_ + j); }
+
   int step_ = 0;
+  int seg_ = 0;   // the next segment of this step
+  int segs_ = 1;  // the most segments of any block (message numbers)
 };
 
 }  // namespace
