@@ -64,7 +64,14 @@ class direct_shm final : public shm_op {
  public:
   explicit direct_shm(collective_call call)
       : shm_op(static_cast<std::uint8_t>(call.code)),
-        call_(std::make_unique<collective_call>(std::move(call))) {}
+        call_(std::make_unique<collective_call>(std::move(call))) {
+    // alltoall in place: the others read this rank's input while its output
+    // is written (and, between processes, while it is still being staged),
+    // so they read a copy. (The other collectives' in-place layouts write
+    // only what nobody reads.)
+    if (call_->code == op_code::alltoallv && overlaps(call_->input, call_->output))
+      call_->input = fresh_copy(call_->input);
+  }
 
   bool step(fabric_context& ctx, bool& moved) override {
     auto& c = *call_;

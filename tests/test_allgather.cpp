@@ -36,6 +36,22 @@ TEST_CASE("allgather_into_tensor in place: the input is the rank's block of the 
     w.default_group().allgather_into_tensor(out, mine).wait();
     CHECK(out.to_vector<float>() == std::vector<float>{0, 0.5f, 1, 1.5f, 2, 2.5f, 3, 3.5f});
   });
+  // Large enough for several staging chunks and segments between processes.
+  for (int n : ct::rank_counts) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      const std::int64_t len = 100003;
+      auto out = ref::zeros({len * n}, dtype::float32);
+      auto mine = out.flat_slice(len * w.rank(), len);
+      for (std::int64_t i = 0; i < len; ++i)
+        mine.data_as<float>()[i] = float(w.rank() * 10 + i % 7);
+      w.default_group().allgather_into_tensor(out, mine).wait();
+      bool good = true;
+      for (std::int64_t i = 0; i < len * n; ++i)
+        good &= out.data_as<float>()[i] == float((i / len) * 10 + (i % len) % 7);
+      CHECK(good);
+    });
+  }
 }
 
 TEST_CASE("allgather_coalesced and allgather_into_tensor_coalesced") {

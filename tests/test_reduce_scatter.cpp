@@ -103,3 +103,23 @@ TEST_CASE("reduce_scatterv reduces uneven blocks, zeros included") {
     });
   }
 }
+
+TEST_CASE("reduce_scatter_tensor in place: the output is the rank's block of the input") {
+  // Large enough for several staging chunks between processes.
+  for (int n : ct::rank_counts) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      const std::int64_t len = 100003;
+      auto in = tensor::empty({len * n}, dtype::float32);
+      for (std::int64_t i = 0; i < len * n; ++i)
+        in.data_as<float>()[i] = float(w.rank() + 1) * float(i % 5);
+      auto out = in.flat_slice(len * w.rank(), len);
+      w.default_group().reduce_scatter_tensor(out, in).wait();
+      const float ranks_sum = float(n * (n + 1) / 2);
+      bool good = true;
+      for (std::int64_t i = 0; i < len; ++i)
+        good &= out.data_as<float>()[i] == ranks_sum * float((len * w.rank() + i) % 5);
+      CHECK(good);
+    });
+  }
+}
