@@ -100,6 +100,13 @@ void check_payload(const collective_call& call, const tensor& payload, std::int6
                    std::uint32_t step);
 /// A new owned buffer holding a copy of `src`.
 tensor fresh_copy(const tensor& src);
+/// Checks that `payload` from `peer` (message `step`) fits `out`, then copies
+/// it there.
+void place(const collective_call& call, const tensor& payload, tensor out, int peer,
+           std::uint32_t step);
+/// place() as an arrival handler (consume_on_arrival) for `out`.
+op_context::arrival_fn place_on_arrival(const collective_call& call, tensor out, int peer,
+                                        std::uint32_t step);
 /// Whether the memory of `a` and `b` overlaps (either undefined: no).
 bool overlaps(const tensor& a, const tensor& b);
 /// What to send of `t` (the caller's memory, written later) to `peer`: `t`

@@ -42,11 +42,7 @@ class allgather_ring final : public algorithm {
           const int b = ring(r, -s, n);
           for (int j = 0; j < segs_of(b); ++j)
             ctx.consume_on_arrival(left, id(s, j),
-                                   [&call, left, step = id(s, j),
-                                    out = segment(block(b), b, j)](const tensor& in) mutable {
-                                     check_payload(call, in, out.numel(), left, step);
-                                     out.copy_from(in);
-                                   });
+                                   place_on_arrival(call, segment(block(b), b, j), left, id(s, j)));
         }
       if (!call.input.is_same(block(r))) block(r).copy_from(call.input);
       if (n > 1)
@@ -60,10 +56,7 @@ class allgather_ring final : public algorithm {
         auto in = ctx.take(left, id(step_, seg_));
         if (!in) return false;
         auto out = segment(block(b), b, seg_);
-        if (in->defined()) {
-          check_payload(call, *in, out.numel(), left, id(step_, seg_));
-          out.copy_from(*in);
-        }
+        if (in->defined()) place(call, *in, out, left, id(step_, seg_));
         if (step_ + 1 < n)
           ctx.send(right, id(step_ + 1, seg_), in->defined() ? *in : to_send(ctx, right, out));
       }

@@ -64,12 +64,8 @@ class allreduce_halves final : public algorithm {
                                [reduce = segment_reducer(call, me), mine = segment(mine_, me, j),
                                 out = segment(call.output, me, j), step = id(0, j)](
                                    const tensor& in) { reduce(mine, out, in, step); });
-        ctx.consume_on_arrival(peer, id(1, j),
-                               [&call, peer, j, out = segment(call.output, peer, j),
-                                step = id(1, j)](const tensor& in) mutable {
-                                 check_payload(call, in, out.numel(), peer, step);
-                                 out.copy_from(in);
-                               });
+        ctx.consume_on_arrival(
+            peer, id(1, j), place_on_arrival(call, segment(call.output, peer, j), peer, id(1, j)));
       }
     }
     for (;;) {
@@ -81,7 +77,7 @@ class allreduce_halves final : public algorithm {
         auto out = segment(call.output, me, reduced_);
         if (in->defined())
           segment_reducer(call, me)(segment(mine_, me, reduced_), out, *in, id(0, reduced_));
-        ctx.send(peer, id(1, reduced_), ctx.copies_on_send(peer) ? out : fresh_copy(out));
+        ctx.send(peer, id(1, reduced_), to_send(ctx, peer, out));
         ++reduced_;
         moved = true;
       }
@@ -89,18 +85,15 @@ class allreduce_halves final : public algorithm {
       // reduced segments go out between them.
       if (sent_ < segs_) {
         auto part = segment(mine_, peer, sent_);
-        ctx.send(peer, id(0, sent_), ctx.copies_on_send(peer) ? part : fresh_copy(part));
+        ctx.send(peer, id(0, sent_), to_send(ctx, peer, part));
         ++sent_;
         moved = true;
       }
       while (gathered_ < segs_) {
         auto in = ctx.take(peer, id(1, gathered_));
         if (!in) break;
-        if (in->defined()) {
-          auto out = segment(call.output, peer, gathered_);
-          check_payload(call, *in, out.numel(), peer, id(1, gathered_));
-          out.copy_from(*in);
-        }
+        if (in->defined())
+          place(call, *in, segment(call.output, peer, gathered_), peer, id(1, gathered_));
         ++gathered_;
         moved = true;
       }

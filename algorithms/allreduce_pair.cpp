@@ -40,8 +40,7 @@ class allreduce_pair final : public algorithm {
     for (;;) {
       while (sent_ < segs_ && sent_ < reduced_ + window) {
         auto part = segment(mine_, sent_);
-        ctx.send(peer, static_cast<std::uint32_t>(sent_),
-                 ctx.copies_on_send(peer) ? part : fresh_copy(part));
+        ctx.send(peer, static_cast<std::uint32_t>(sent_), to_send(ctx, peer, part));
         ++sent_;
       }
       if (reduced_ == segs_) return true;

@@ -55,7 +55,7 @@ class allreduce_ring final : public algorithm {
       const int received0 = step_ > 0 ? segs_ : seg_;
       while (sent0_ < segs_ && sent0_ < received0 + window) {
         auto part = segment(mine_, r, sent0_, n);
-        ctx.send(right, id(0, sent0_), ctx.copies_on_send(right) ? part : fresh_copy(part));
+        ctx.send(right, id(0, sent0_), to_send(ctx, right, part));
         ++sent0_;
       }
       if (step_ >= n - 1) break;
@@ -85,8 +85,7 @@ class allreduce_ring final : public algorithm {
       if (!in) return false;
       const int c = ring(r, -(step_ - (n - 1)), n);
       const auto [off, len] = segment_range(call.input.numel(), n, c, seg_);
-      check_payload(call, *in, len, left, id(step_, seg_));
-      call.output.flat_slice(off, len).copy_from(*in);
+      place(call, *in, call.output.flat_slice(off, len), left, id(step_, seg_));
       if (step_ + 1 < 2 * n - 2) ctx.send(right, id(step_ + 1, seg_), *in);
       if (++seg_ == segs_) {
         seg_ = 0;

@@ -39,12 +39,9 @@ class alltoall_pairwise final : public algorithm {
           const int segs = segments_of(block.numel(), dt);
           for (int j = 0; j < segs; ++j) {
             const auto [off, len] = chunk_range(block.numel(), segs, j);
-            ctx.consume_on_arrival(
-                p, static_cast<std::uint32_t>(j),
-                [&call, p, j, out = block.flat_slice(off, len)](const tensor& in) mutable {
-                  check_payload(call, in, out.numel(), p, static_cast<std::uint32_t>(j));
-                  out.copy_from(in);
-                });
+            const auto step = static_cast<std::uint32_t>(j);
+            ctx.consume_on_arrival(p, step,
+                                   place_on_arrival(call, block.flat_slice(off, len), p, step));
           }
         }
       const auto send_offsets = offsets_of(call.counts);
@@ -79,8 +76,7 @@ class alltoall_pairwise final : public algorithm {
         if (!in) break;
         if (!in->defined()) continue;  // copied on arrival
         const auto [off, len] = chunk_range(block.numel(), segs, next);
-        check_payload(call, *in, len, p, j);
-        block.flat_slice(off, len).copy_from(*in);
+        place(call, *in, block.flat_slice(off, len), p, j);
       }
       if (next == segs)
         next = -1;

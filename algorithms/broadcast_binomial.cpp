@@ -57,8 +57,7 @@ class broadcast_binomial final : public algorithm {
       auto in = ctx.take(parent, j);
       if (!in) return false;
       const auto [off, len] = chunk_range(numel, segs, next_);
-      check_payload(call, *in, len, parent, j);
-      call.output.flat_slice(off, len).copy_from(*in);
+      place(call, *in, call.output.flat_slice(off, len), parent, j);
       children(j, *in, *in);
     }
     return true;

@@ -62,6 +62,19 @@ tensor fresh_copy(const tensor& src) {
   return src.clone();
 }
 
+void place(const collective_call& call, const tensor& payload, tensor out, int peer,
+           std::uint32_t step) {
+  check_payload(call, payload, out.numel(), peer, step);
+  out.copy_from(payload);
+}
+
+op_context::arrival_fn place_on_arrival(const collective_call& call, tensor out, int peer,
+                                        std::uint32_t step) {
+  return [&call, out = std::move(out), peer, step](const tensor& in) {
+    place(call, in, out, peer, step);
+  };
+}
+
 bool overlaps(const tensor& a, const tensor& b) {
   if (!a.defined() || !b.defined() || a.nbytes() == 0 || b.nbytes() == 0) return false;
   const auto* a0 = static_cast<const std::byte*>(a.data());

@@ -30,10 +30,8 @@ class gather_direct final : public algorithm {
       done_.assign(static_cast<std::size_t>(n), false);
       done_[static_cast<std::size_t>(r)] = true;
     }
-    return collect_from_peers(ctx, done_, [&](int p, const tensor& in) {
-      check_payload(call, in, call.counts[p], p, 0);
-      block(p).copy_from(in);
-    });
+    return collect_from_peers(ctx, done_,
+                              [&](int p, const tensor& in) { place(call, in, block(p), p, 0); });
   }
 
  private:

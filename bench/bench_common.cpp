@@ -39,55 +39,58 @@ const char* op_name(op_kind op) {
   return "?";
 }
 
-std::vector<op_kind> parse_ops(const std::string& list) {
-  std::vector<bool> want(all_ops().size(), false);
+namespace {
+
+/// The items `list` (comma-separated names) picks, in `all`'s order; `name`
+/// gives an item's name, `flag` and `what` word the errors ("--ops",
+/// "collective"). Throws std::invalid_argument naming an unknown name.
+template <class T, class Name>
+std::vector<T> pick(const std::vector<T>& all, const std::string& list, const char* flag,
+                    const char* what, const Name& name) {
   std::string known;
-  for (op_kind op : all_ops()) known += (known.empty() ? "" : ", ") + std::string(op_name(op));
+  for (const auto& item : all) known += (known.empty() ? "" : ", ") + name(item);
+  std::vector<bool> want(all.size(), false);
   std::istringstream is(list);
   bool any = false;
-  for (std::string name; std::getline(is, name, ',');) {
+  for (std::string given; std::getline(is, given, ',');) {
     std::size_t i = 0;
-    while (i < all_ops().size() && name != op_name(all_ops()[i])) ++i;
-    if (i == all_ops().size())
-      throw std::invalid_argument("--ops: unknown collective '" + name + "' in '" + list +
-                                  "' (known: " + known + ")");
+    while (i < all.size() && name(given) != name(all[i])) ++i;
+    if (i == all.size())
+      throw std::invalid_argument(std::string(flag) + ": unknown " + what + " '" + given +
+                                  "' in '" + list + "' (known: " + known + ")");
     want[i] = any = true;
   }
   if (!any || list.back() == ',')
-    throw std::invalid_argument("--ops: expects a comma-separated list of " + known + ", got '" +
-                                list + "'");
-  std::vector<op_kind> ops;
-  for (std::size_t i = 0; i < want.size(); ++i)
-    if (want[i]) ops.push_back(all_ops()[i]);
-  return ops;
+    throw std::invalid_argument(std::string(flag) + ": expects a comma-separated list of " + known +
+                                ", got '" + list + "'");
+  std::vector<T> picked;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if (want[i]) picked.push_back(all[i]);
+  return picked;
+}
+
+}  // namespace
+
+std::vector<op_kind> parse_ops(const std::string& list) {
+  struct {
+    std::string operator()(op_kind op) const { return op_name(op); }
+    std::string operator()(const std::string& given) const { return given; }
+  } name;
+  return pick(all_ops(), list, "--ops", "collective", name);
 }
 
 std::vector<std::size_t> parse_sizes(const std::string& list) {
-  const auto all = sizes(false);
+  // Labels compare without spaces ("4 B" and "4B" alike).
   auto squeeze = [](std::string t) {
     t.erase(std::remove(t.begin(), t.end(), ' '), t.end());
     return t;
   };
-  std::string known;
-  for (auto b : all) known += (known.empty() ? "" : ", ") + squeeze(size_label(b));
-  std::vector<bool> want(all.size(), false);
-  std::istringstream is(list);
-  bool any = false;
-  for (std::string name; std::getline(is, name, ',');) {
-    std::size_t i = 0;
-    while (i < all.size() && squeeze(name) != squeeze(size_label(all[i]))) ++i;
-    if (i == all.size())
-      throw std::invalid_argument("--sizes: unknown size '" + name + "' in '" + list +
-                                  "' (known: " + known + ")");
-    want[i] = any = true;
-  }
-  if (!any || list.back() == ',')
-    throw std::invalid_argument("--sizes: expects a comma-separated list of " + known + ", got '" +
-                                list + "'");
-  std::vector<std::size_t> picked;
-  for (std::size_t i = 0; i < all.size(); ++i)
-    if (want[i]) picked.push_back(all[i]);
-  return picked;
+  struct {
+    decltype(squeeze) sq;
+    std::string operator()(std::size_t bytes) const { return sq(size_label(bytes)); }
+    std::string operator()(const std::string& given) const { return sq(given); }
+  } name{squeeze};
+  return pick(sizes(false), list, "--sizes", "size", name);
 }
 
 double bus_factor(op_kind op, int n) {

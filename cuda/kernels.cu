@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "cuda/kernels.hpp"
+#include "src/combine_exact.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail::gpu {
@@ -79,12 +80,6 @@ __device__ __forceinline__ double add_rn(double a, double b) {
   return __dadd_rn(a, b);
 }
 
-// Integer arithmetic in an unsigned type at least as wide as int, so that
-// overflow wraps.
-template <class T>
-using wide_unsigned =
-    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-
 template <class T>
 struct int_elem {
   using storage = T;
@@ -95,15 +90,7 @@ struct int_elem {
   __device__ static storage store(acc a) { return a; }
   template <kind K>
   __device__ static T op(T a, T b) {
-    using U = wide_unsigned<T>;
-    if constexpr (K == reduce_op::SUM) return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    if constexpr (K == reduce_op::PRODUCT)
-      return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-    if constexpr (K == reduce_op::MIN) return b < a ? b : a;
-    if constexpr (K == reduce_op::MAX) return b > a ? b : a;
-    if constexpr (K == reduce_op::BAND) return static_cast<T>(a & b);
-    if constexpr (K == reduce_op::BOR) return static_cast<T>(a | b);
-    if constexpr (K == reduce_op::BXOR) return static_cast<T>(a ^ b);
+    return combine_int<K>(a, b);  // the CPU kernels' (src/combine_exact.hpp)
   }
 };
 
@@ -111,12 +98,7 @@ struct int_elem {
 struct bool_elem : int_elem<std::uint8_t> {
   template <kind K>
   __device__ static std::uint8_t op(std::uint8_t a, std::uint8_t b) {
-    const bool x = a != 0, y = b != 0;
-    if constexpr (K == reduce_op::SUM || K == reduce_op::MAX || K == reduce_op::BOR)
-      return static_cast<std::uint8_t>(x | y);
-    if constexpr (K == reduce_op::PRODUCT || K == reduce_op::MIN || K == reduce_op::BAND)
-      return static_cast<std::uint8_t>(x & y);
-    if constexpr (K == reduce_op::BXOR) return static_cast<std::uint8_t>(x ^ y);
+    return combine_bool<K>(a, b);  // the CPU kernels' (src/combine_exact.hpp)
   }
 };
 

@@ -471,58 +471,10 @@ class direct_shm final : public shm_op {
     return reinterpret_cast<const std::byte*>(ctx.seg->descriptor(r, op).addr);
   }
 
+  /// One process: what this rank needs, straight from the others' inputs.
   void pull(fabric_context& ctx) {
-    auto& c = *call_;
-    const int me = ctx.rank, n = ctx.size, root = rooted(c.code) ? c.root : 0;
-    const auto es = element_bytes();
-    const auto offsets = offsets_of(c.counts);
-    auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
-    auto at = [&](int r) { return offsets[static_cast<std::size_t>(r)] * es; };
-    auto bytes = [&](int r) { return c.counts[static_cast<std::size_t>(r)] * es; };
-    // Copies unless source and destination are the same memory (in place).
-    auto move = [&](std::byte* dst, const std::byte* src, std::int64_t n_bytes) {
-      if (dst != src) copy(dst, src, n_bytes);
-    };
-    switch (c.code) {
-      case op_code::broadcast:
-        if (me != root)
-          move(out, input_of(ctx, root), static_cast<std::int64_t>(c.output.nbytes()));
-        break;
-      case op_code::allgatherv:
-      case op_code::gatherv:
-        if (c.code == op_code::gatherv && me != root) break;
-        for (int r = 0; r < n; ++r) move(out + at(r), input_of(ctx, r), bytes(r));
-        break;
-      case op_code::scatterv:
-        move(out, input_of(ctx, root) + at(me), bytes(me));
-        break;
-      case op_code::alltoallv: {
-        const auto* recv = c.recv_counts.data();
-        std::int64_t at_out = 0;
-        for (int r = 0; r < n; ++r) {
-          const auto* sends = counts_of(ctx, r, false);
-          const auto at_in = std::accumulate(sends, sends + me, std::int64_t{0});
-          move(out + at_out * es, input_of(ctx, r) + at_in * es, recv[r] * es);
-          at_out += recv[r];
-        }
-        break;
-      }
-      case op_code::reduce_scatterv: {
-        std::vector<const void*> srcs(static_cast<std::size_t>(n));
-        for (int r = 0; r < n; ++r) srcs[static_cast<std::size_t>(r)] = input_of(ctx, r) + at(me);
-        const auto kind = c.op.op() == reduce_op::AVG ? reduce_op::SUM : c.op.op();
-        const auto count = c.counts[static_cast<std::size_t>(me)];
-        // In place (the output is block me of this rank's input) the
-        // destination is also a source; elementwise, that is safe.
-        reduce_many(c.output.scalar_type(), kind, out, srcs.data(), srcs.size(),
-                    static_cast<std::size_t>(count));
-        finish_reduction(c, c.output, n);
-        reduced_bytes_ += static_cast<std::uint64_t>(count * es * n);
-        break;
-      }
-      default:
-        throw error(errc::internal, name + ": no direct path for this collective");
-    }
+    own_part(ctx);
+    consume_range(ctx, 0, longest_source(ctx), [&](int r) { return input_of(ctx, r); });
   }
 
   std::unique_ptr<collective_call> call_;

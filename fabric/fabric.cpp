@@ -174,12 +174,17 @@ bool fabric::step_head(std::vector<finished>& out) {
     return op.name + " on group '" + group_ + "' (rank " + std::to_string(rank_) + ", seq " +
            std::to_string(op.seq) + ")";
   };
-  auto fail = [&](errc code, const std::string& cause) {
+  // The head leaves the queue, finished (no error) or failed; end_op runs
+  // before its caller hears, so nothing writes its buffers afterwards.
+  auto leave = [&](std::exception_ptr failure) {
     auto op = std::move(queue_.front());
     queue_.pop_front();
-    med_->end_op(op->op);  // before the caller hears: nothing writes its buffers afterwards
-    auto msg = where(*op) + " failed: " + cause;
-    out.push_back({std::move(op), std::make_exception_ptr(error(code, msg))});
+    med_->end_op(op->op);
+    out.push_back({std::move(op), std::move(failure)});
+  };
+  auto fail = [&](errc code, const std::string& cause) {
+    auto msg = where(*queue_.front()) + " failed: " + cause;
+    leave(std::make_exception_ptr(error(code, msg)));
     return msg;
   };
   while (!queue_.empty()) {
@@ -206,9 +211,7 @@ bool fabric::step_head(std::vector<finished>& out) {
     };
     if (!attempt()) continue;
     if (finished_now) {
-      med_->end_op(op.op);
-      out.push_back({std::move(queue_.front()), nullptr});
-      queue_.pop_front();
+      leave(nullptr);
       continue;
     }
     const auto [peer, what] = op.blocker();
@@ -216,9 +219,7 @@ bool fabric::step_head(std::vector<finished>& out) {
       // What the peer published before it left still counts: one more try.
       if (!attempt()) continue;
       if (finished_now) {
-        med_->end_op(op.op);
-        out.push_back({std::move(queue_.front()), nullptr});
-        queue_.pop_front();
+        leave(nullptr);
         continue;
       }
       stop(fail(errc::peer_failure, why + " before finishing this " + op.name));

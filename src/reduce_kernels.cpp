@@ -17,6 +17,7 @@
 #include <string>
 #include <type_traits>
 
+#include "combine_exact.hpp"
 #include "half.hpp"
 #include "troupe/error.hpp"
 
@@ -68,25 +69,6 @@ inline void convert(const S* __restrict s, D* __restrict d, std::size_t n, F f) 
   for (; i < n; ++i) d[i] = f(s[i]);
 }
 
-// Integer arithmetic in an unsigned type at least as wide as int, so that
-// overflow wraps instead of being undefined.
-template <class T>
-using wide_unsigned =
-    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
-
-template <kind K, class T>
-inline T combine_int(T a, T b) {
-  using U = wide_unsigned<T>;
-  if constexpr (K == reduce_op::SUM) return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  if constexpr (K == reduce_op::PRODUCT)
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-  if constexpr (K == reduce_op::MIN) return b < a ? b : a;
-  if constexpr (K == reduce_op::MAX) return b > a ? b : a;
-  if constexpr (K == reduce_op::BAND) return static_cast<T>(a & b);
-  if constexpr (K == reduce_op::BOR) return static_cast<T>(a | b);
-  if constexpr (K == reduce_op::BXOR) return static_cast<T>(a ^ b);
-}
-
 template <kind K, class T>
 inline T combine_float(T a, T b) {
   if constexpr (K == reduce_op::SUM) return a + b;
@@ -94,17 +76,6 @@ inline T combine_float(T a, T b) {
   // NaN in either operand propagates (a NaN `a` is kept because both tests fail).
   if constexpr (K == reduce_op::MIN) return ((b < a) | (b != b)) ? b : a;
   if constexpr (K == reduce_op::MAX) return ((b > a) | (b != b)) ? b : a;
-}
-
-// bool stored as bytes; any non-zero byte is true, results are 0 or 1.
-template <kind K>
-inline std::uint8_t combine_bool(std::uint8_t a, std::uint8_t b) {
-  const bool x = a != 0, y = b != 0;
-  if constexpr (K == reduce_op::SUM || K == reduce_op::MAX || K == reduce_op::BOR)
-    return static_cast<std::uint8_t>(x | y);
-  if constexpr (K == reduce_op::PRODUCT || K == reduce_op::MIN || K == reduce_op::BAND)
-    return static_cast<std::uint8_t>(x & y);
-  if constexpr (K == reduce_op::BXOR) return static_cast<std::uint8_t>(x ^ y);
 }
 
 // --- policies ---------------------------------------------------------------
