@@ -30,6 +30,16 @@
 //           slot into my buffer; consumed = g.
 // Each rank copies about 2N bytes in all (stage (n-1)/n·N, own part N/n,
 // gather (n-1)/n·N) and reads N for its reduction: one copy per hop.
+// Two ranks, large N: each rank reduces the whole of every chunk (no result
+// slots, two cursors):
+//   stage:  once the other rank reduced chunk g - slots, copy my whole chunk
+//           into my staging slot; staged = g.
+//   reduce: once both staged g, reduce the other's slot into my buffer in
+//           place (a + b == b + a bit for bit, so both get the same bits);
+//           reduced = g.
+// Each rank copies N and reduces N, reading its own chunk from its cache
+// right after staging it (measured, 16 and 64 MiB: 5-10 % faster than the
+// reduce-scatter above, in 8 alternating runs of each).
 
 #include "fabric/allreduce_shm.hpp"
 
@@ -237,6 +247,7 @@ class allreduce_shm final : public shm_op {
   /// then stage. A rank ahead of the others stages the next chunks instead of
   /// waiting, so the ranks need not run in lockstep.
   bool run_chunks(fabric_context& ctx, bool& moved) {
+    if (ctx.size == 2) return run_chunks_both(ctx, moved);
     auto& seg = *ctx.seg;
     const auto n = ctx.size;
     const auto me = ctx.rank;
@@ -329,6 +340,60 @@ class allreduce_shm final : public shm_op {
     }
     if (gathered_ < chunks_) {
       blocked_rank_ = waiting_rank;
+      blocked_what_ = waiting_for;
+      return false;
+    }
+    finish_op(ctx, moved);
+    return true;
+  }
+
+  /// Two ranks: both stage every chunk whole and reduce the other's copy
+  /// into their buffer (the reduce cursor first: it frees slots and uses the
+  /// chunk while it is in the cache; the stage cursor runs up to `slots`
+  /// chunks ahead of the other rank's reduce).
+  bool run_chunks_both(fabric_context& ctx, bool& moved) {
+    auto& seg = *ctx.seg;
+    const int other = 1 - ctx.rank;
+    const auto es = static_cast<std::int64_t>(element_size(data_.scalar_type()));
+    const auto slots = static_cast<std::int64_t>(seg.shape().chunk_slots);
+    auto number = [&](std::int64_t i) { return first_ + static_cast<std::uint64_t>(i); };
+    auto chunk = [&](std::int64_t i) {
+      const auto begin = i * chunk_elems_;
+      return std::pair{static_cast<std::byte*>(data_.data()) + begin * es,
+                       std::min(chunk_elems_, data_.numel() - begin)};
+    };
+    const auto& peer = seg.progress(other);
+    const char* waiting_for = "";
+    for (bool progress = true; progress && reduced_ < chunks_;) {
+      progress = false;
+      // reduce: the other's copy of chunk i into mine (I staged mine first).
+      if (reduced_ < staged_) {
+        if (peer.staged.load(std::memory_order_acquire) >= number(reduced_)) {
+          auto [mine, count] = chunk(reduced_);
+          const void* srcs[2] = {mine, seg.stage(other, number(reduced_))};
+          reduce_many(data_.scalar_type(), kind_, mine, srcs, 2, static_cast<std::size_t>(count));
+          finish_part(mine, count);
+          publish(ctx, &rank_progress::reduced, number(reduced_++), moved);
+          progress = true;
+          continue;
+        }
+        waiting_for = "stage its chunk";
+      }
+      // stage: my chunk, once the other reduced the chunk this slot held.
+      if (staged_ < chunks_) {
+        if (staged_ < slots ||
+            peer.reduced.load(std::memory_order_acquire) >= number(staged_ - slots)) {
+          auto [mine, count] = chunk(staged_);
+          copy(seg.stage(ctx.rank, number(staged_)), mine, count * es);
+          publish(ctx, &rank_progress::staged, number(staged_++), moved);
+          progress = true;
+          continue;
+        }
+        if (reduced_ == staged_) waiting_for = "reduce an earlier chunk";
+      }
+    }
+    if (reduced_ < chunks_) {
+      blocked_rank_ = other;
       blocked_what_ = waiting_for;
       return false;
     }
