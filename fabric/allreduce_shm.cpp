@@ -175,12 +175,12 @@ class allreduce_shm final : public shm_op {
     finish_part(data_.data(), data_.numel());
   }
 
-  /// One process: reduce part (me) of every rank's buffer straight into my
-  /// buffer and copy it into every other rank's buffer (one read of N and one
-  /// write of N per rank: the memory ceiling), in cache-sized pieces.
-  /// Adds where the buffer lives to the descriptor, when it is shared memory.
+  /// Adds where the buffer lives to the descriptor, when it is shared memory
+  /// or can be made so (a whole large allocation of tensor::empty is moved
+  /// into shared memory in place, once: src/tensor_util.hpp share_in_place).
   void describe_shared(op_descriptor& d) const {
     auto r = find_shared(data_.data(), data_.nbytes());
+    if (!r) r = share_in_place(data_.data(), data_.nbytes());
     if (!r) return;
     d.share_fd = r->fd;
     d.share_id = r->id;
@@ -205,6 +205,9 @@ class allreduce_shm final : public shm_op {
                           ctx.names[static_cast<std::size_t>(r)]);
   }
 
+  /// Reduce part (me) of every rank's buffer straight into my buffer and
+  /// copy it into every other rank's buffer (one read of N and one write of
+  /// N per rank: the memory ceiling), in cache-sized pieces.
   void reduce_direct(fabric_context& ctx) {
     const auto n = ctx.size;
     const auto me = ctx.rank;

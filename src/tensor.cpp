@@ -146,24 +146,6 @@ std::shared_ptr<void> pooled(std::size_t bytes) {
 
 }  // namespace
 
-std::shared_ptr<void> allocate_host(std::size_t bytes) {
-  // Large buffers are 2 MiB aligned and asked to use huge pages: a fresh
-  // 64 MiB buffer then costs 32 page faults instead of 16384 (received
-  // frames and collective results are fresh buffers).
-  constexpr std::size_t huge = std::size_t{2} << 20;
-  if (bytes >= huge) {
-    const std::size_t rounded = (bytes + huge - 1) / huge * huge;
-    void* p = std::aligned_alloc(huge, rounded);
-    if (!p) throw std::bad_alloc{};
-    ::madvise(p, rounded, MADV_HUGEPAGE);
-    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-  }
-  if (bytes >= pooled_min) return pooled(bytes);
-  constexpr std::align_val_t align{64};
-  void* p = ::operator new(bytes ? bytes : 64, align);
-  return std::shared_ptr<void>(p, [](void* q) { ::operator delete (q, std::align_val_t{64}); });
-}
-
 std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,
                                          int size) {
   const auto rows = t.dim() == 0 ? 1 : t.shape()[0];
@@ -176,10 +158,21 @@ std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std:
 
 namespace {
 
-/// The live tensor::empty_shared allocations of this process, by address.
+constexpr std::size_t huge_page = std::size_t{2} << 20;
+
+/// The shared memory of this process that peers may map, by address
+/// (tensor::empty_shared allocations and large ones shared in place), and
+/// the host allocations of 2 MiB and more, each mapped on its own.
 struct shared_registry {
   std::mutex mtx;
   std::map<std::uintptr_t, shared_range> live;
+  struct large {
+    std::size_t requested = 0;  ///< bytes asked for
+    std::size_t size = 0;       ///< bytes mapped (whole huge pages)
+    int fd = -1;                ///< its memfd, once shared in place
+    int uses = 0;               ///< share_in_place calls so far
+  };
+  std::map<std::uintptr_t, large> large_allocations;
   std::uint64_t next_id = 0;
 };
 
@@ -188,7 +181,57 @@ shared_registry& shared_allocations() {
   return *r;
 }
 
+/// `size` bytes (whole huge pages) of private memory, 2 MiB aligned, with
+/// huge pages asked for.
+void* map_large(std::size_t size) {
+  void* raw =
+      ::mmap(nullptr, size + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc{};
+  const auto at = reinterpret_cast<std::uintptr_t>(raw);
+  const auto aligned = (at + huge_page - 1) / huge_page * huge_page;
+  if (aligned > at) ::munmap(raw, aligned - at);
+  if (const auto tail = at + huge_page - aligned; tail > 0)
+    ::munmap(reinterpret_cast<void*>(aligned + size), tail);
+  ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(aligned);
+}
+
 }  // namespace
+
+std::shared_ptr<void> allocate_host(std::size_t bytes) {
+  // Large buffers are 2 MiB aligned and asked to use huge pages: a fresh
+  // 64 MiB buffer then costs 32 page faults instead of 16384 (received
+  // frames and collective results are fresh buffers). Each is a mapping of
+  // its own, so that share_in_place can replace its pages.
+  if (bytes >= huge_page) {
+    const std::size_t size = (bytes + huge_page - 1) / huge_page * huge_page;
+    void* p = map_large(size);
+    auto& reg = shared_allocations();
+    {
+      std::lock_guard<std::mutex> g{reg.mtx};
+      reg.large_allocations[reinterpret_cast<std::uintptr_t>(p)] = {bytes, size, -1, 0};
+    }
+    return std::shared_ptr<void>(p, [size](void* q) {
+      auto& r = shared_allocations();
+      const auto at = reinterpret_cast<std::uintptr_t>(q);
+      int fd = -1;
+      {
+        std::lock_guard<std::mutex> g{r.mtx};
+        if (auto it = r.large_allocations.find(at); it != r.large_allocations.end()) {
+          fd = it->second.fd;
+          r.large_allocations.erase(it);
+        }
+        r.live.erase(at);
+      }
+      ::munmap(q, size);
+      if (fd >= 0) ::close(fd);
+    });
+  }
+  if (bytes >= pooled_min) return pooled(bytes);
+  constexpr std::align_val_t align{64};
+  void* p = ::operator new(bytes ? bytes : 64, align);
+  return std::shared_ptr<void>(p, [](void* q) { ::operator delete (q, std::align_val_t{64}); });
+}
 
 std::shared_ptr<void> allocate_shared(std::size_t bytes) {
   const std::size_t size = std::max<std::size_t>(bytes, 64);
@@ -236,6 +279,45 @@ std::optional<shared_range> find_shared(const void* p, std::size_t bytes) {
   if (offset + bytes > i->second.size) return std::nullopt;
   auto r = i->second;
   r.offset = offset;
+  return r;
+}
+
+std::optional<shared_range> share_in_place(const void* p, std::size_t bytes) {
+  if (const char* e = std::getenv("TROUPE_SHARE_IN_PLACE"); e && std::string(e) == "off")
+    return std::nullopt;
+  auto& reg = shared_allocations();
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard<std::mutex> g{reg.mtx};
+  auto it = reg.large_allocations.find(at);
+  // Only a buffer that is the whole allocation: no other view of the
+  // allocation is written while its pages are replaced.
+  if (it == reg.large_allocations.end() || it->second.fd >= 0 || bytes > it->second.requested ||
+      it->second.requested - bytes >= 64)
+    return std::nullopt;
+  // From the second use on: a buffer used once and freed would cost a copy
+  // and keep the peers' mappings of it alive until they evict them.
+  if (++it->second.uses < 2) return std::nullopt;
+  const auto size = it->second.size;
+  const int fd = ::memfd_create("troupe-shared-tensor", MFD_CLOEXEC);
+  if (fd < 0) return std::nullopt;  // out of descriptors, say: the buffer stays private
+  void* fresh = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(size)) == 0)
+    fresh = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (fresh == MAP_FAILED) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  std::memcpy(fresh, p, it->second.requested);
+  // Moves the shared pages over the private ones: same address, same contents.
+  if (::mremap(fresh, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, const_cast<void*>(p)) ==
+      MAP_FAILED) {
+    ::munmap(fresh, size);
+    ::close(fd);
+    return std::nullopt;
+  }
+  it->second.fd = fd;
+  auto r = shared_range{fd, ++reg.next_id, size, 0};
+  reg.live[at] = r;
   return r;
 }
 

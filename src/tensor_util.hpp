@@ -37,6 +37,14 @@ struct shared_range {
 };
 /// The shared allocation that holds all of [p, p + bytes), if any.
 std::optional<shared_range> find_shared(const void* p, std::size_t bytes);
+/// Moves a host allocation of tensor::empty (2 MiB or more) that is exactly
+/// [p, p + bytes) into shared memory in place: its pages become a memfd's,
+/// mapped at the same address with the same contents, so that ranks in
+/// other processes can map it (as tensor::empty_shared memory). Only from
+/// the second call for the allocation on (the first is counted). Empty when
+/// the range is not such an allocation, on the first call, when it fails
+/// (the buffer stays private and intact), or with TROUPE_SHARE_IN_PLACE=off.
+std::optional<shared_range> share_in_place(const void* p, std::size_t bytes);
 /// Elements per rank of alltoall_single's `splits` (counted in rows of `t`'s
 /// first dimension); empty splits: `t` in `size` equal parts.
 std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,

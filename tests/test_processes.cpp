@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 
@@ -307,13 +308,109 @@ TEST_CASE("allreduce between processes on empty_shared tensors reads the peers' 
       fill_rank(part, me);
       report("slice", copies_per_byte([&] { pg.allreduce(part).wait(); }), direct);
       ok &= summed(part, n);
-      // One rank's buffer is private: every rank stages, results are the same.
-      auto mixed = me == n - 1 ? tensor::empty({1 << 20}, dtype::float32)
+      // One rank's buffer is private (borrowed memory cannot be shared in
+      // place): every rank stages, results are the same.
+      std::vector<float> own(1 << 20);
+      auto mixed = me == n - 1 ? tensor::from_blob(own.data(), {1 << 20}, dtype::float32)
                                : tensor::empty_shared({1 << 20}, dtype::float32);
       fill_rank(mixed, me);
       report("mixed", copies_per_byte([&] { pg.allreduce(mixed).wait(); }), staged);
       ok &= summed(mixed, n);
       if (!ok) std::fprintf(stderr, "rank %d: a shared allreduce went wrong\n", me);
+      return ok;
+    });
+    for (auto c : codes) CHECK(c == 0);
+  }
+}
+
+namespace {
+
+/// Shared-memory descriptors (memfds of shared tensors) this process has open.
+int open_memfds() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    n += std::filesystem::read_symlink(e.path(), ec).string().find("troupe-shared-tensor") !=
+         std::string::npos;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a large tensor::empty buffer moves into shared memory in place on its first allreduce") {
+  // The second allreduce between processes of a whole large allocation of
+  // tensor::empty (2 MiB or more) makes it shared memory at the same address
+  // with the same contents, and reads the peers' buffers (direct) from then
+  // on; the first stages. A slice of an allocation, borrowed memory and
+  // TROUPE_SHARE_IN_PLACE=off stay private (staged). Freed buffers release
+  // their descriptors.
+  for (int processes : {2, 4}) {
+    CAPTURE(processes);
+    auto codes = run_processes(processes, processes, "shm", [](world& w) {
+      auto& pg = w.default_group();
+      const int n = w.size(), me = w.rank();
+      bool ok = true;
+      auto expect = [&](bool good, const std::string& what) {
+        if (!good) std::fprintf(stderr, "rank %d: %s\n", me, what.c_str());
+        ok &= good;
+      };
+      auto check_copies = [&](const char* what, double got, double want) {
+        expect(got > want - 0.01 && got < want + 0.01,
+               std::string(what) + ": " + std::to_string(got) +
+                   " bytes copied per byte, expected " + std::to_string(want));
+      };
+      const double direct = double(n - 1) / n, staged = n == 2 ? 1.0 : double(2 * n - 1) / n;
+      const int fds = open_memfds();
+      {
+        auto x = tensor::empty({(1 << 20) + 3}, dtype::float32);  // 4 MiB and a ragged tail
+        void* at = x.data();
+        fill_rank(x, me);
+        check_copies("first", copies_per_byte([&] { pg.allreduce(x).wait(); }), staged);
+        expect(summed(x, n), "the first allreduce's result");
+        fill_rank(x, me);
+        check_copies("second", copies_per_byte([&] { pg.allreduce(x).wait(); }), direct);
+        expect(x.data() == at && summed(x, n), "the second allreduce's result or address");
+        fill_rank(x, me);
+        check_copies("third", copies_per_byte([&] { pg.allreduce(x).wait(); }), direct);
+        expect(summed(x, n), "the third allreduce's result");
+        // The memory stays usable as ever: written and read here, reduced again.
+        for (std::int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = 1.f;
+        pg.allreduce(x, reduce_op::MAX).wait();
+        expect(x.data_as<float>()[x.numel() - 1] == 1.f, "MAX after writing the shared buffer");
+      }
+      // A slice of a larger allocation stays private.
+      auto big = tensor::empty({3 << 20}, dtype::float32);
+      auto part = big.flat_slice(1 << 20, 1 << 20);
+      fill_rank(part, me);
+      for (int k = 0; k < 2; ++k) {
+        fill_rank(part, me);
+        check_copies("slice", copies_per_byte([&] { pg.allreduce(part).wait(); }), staged);
+        expect(summed(part, n), "the slice's result");
+      }
+      // Switched off (read at each allreduce): staged, as before.
+      ::setenv("TROUPE_SHARE_IN_PLACE", "off", 1);
+      auto y = tensor::empty({1 << 20}, dtype::float32);
+      for (int k = 0; k < 2; ++k) {
+        fill_rank(y, me);
+        check_copies("off", copies_per_byte([&] { pg.allreduce(y).wait(); }), staged);
+        expect(summed(y, n), "the result with sharing off");
+      }
+      ::unsetenv("TROUPE_SHARE_IN_PLACE");
+      // Many fresh buffers shared (used twice) and freed: no descriptor stays
+      // open, and the peers unmap the oldest.
+      for (int k = 0; k < 40; ++k) {
+        auto z = tensor::empty({1 << 19}, dtype::float32);  // 2 MiB
+        for (int use = 0; use < 2; ++use) {
+          fill_rank(z, me + k);
+          pg.allreduce(z).wait();
+          expect(z.data_as<float>()[7] == float(n * (n - 1) / 2 + n * k + n * 2), "a fresh buffer");
+        }
+      }
+      pg.barrier().wait();
+      expect(open_memfds() == fds,
+             "shared-memory descriptors open: " + std::to_string(open_memfds()) + ", before " +
+                 std::to_string(fds));
       return ok;
     });
     for (auto c : codes) CHECK(c == 0);

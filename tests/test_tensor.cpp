@@ -1,6 +1,9 @@
 // Tests for dtypes, float16/bfloat16 conversions and tensors (DLPack: test_dlpack.cpp).
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cmath>
@@ -10,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/tensor_util.hpp"
 #include "check_error.hpp"
 #include "troupe/error.hpp"
 #include "troupe/tensor.hpp"
@@ -202,6 +206,61 @@ TEST_CASE("empty, zeros: shape, strides, contiguity, alignment") {
 
   CHECK(t.describe() == "tensor(float32, cpu, [2, 3, 4])");
   CHECK(tensor::empty({2, 3}, dtype::bool_).describe() == "tensor(bool, cpu, [2, 3])");
+}
+
+TEST_CASE(
+    "a large tensor moves into shared memory in place on its second use: same address, same "
+    "contents") {
+  const std::int64_t len = (1 << 20) + 5;  // 4 MiB and a ragged tail
+  auto t = tensor::empty({len}, dtype::int32);
+  for (std::int64_t i = 0; i < len; ++i) t.data_as<int>()[i] = int(i * 7);
+  void* at = t.data();
+  CHECK_FALSE(detail::find_shared(at, t.nbytes()));
+  CHECK_FALSE(detail::share_in_place(at, t.nbytes()));  // the first use is only counted
+  CHECK_FALSE(detail::find_shared(at, t.nbytes()));
+  auto r = detail::share_in_place(at, t.nbytes());
+  REQUIRE(r);
+  CHECK(t.data() == at);
+  CHECK(r->offset == 0);
+  CHECK(r->size >= t.nbytes());
+  bool same = true;
+  for (std::int64_t i = 0; i < len; ++i) same &= t.data_as<int>()[i] == int(i * 7);
+  CHECK(same);
+  // The memory is the memfd's: a second mapping of it sees this one's writes.
+  void* other = ::mmap(nullptr, r->size, PROT_READ, MAP_SHARED, r->fd, 0);
+  REQUIRE(other != MAP_FAILED);
+  t.data_as<int>()[len - 1] = -9;
+  CHECK(static_cast<const int*>(other)[len - 1] == -9);
+  ::munmap(other, r->size);
+  // Found from now on, once only moved; a range inside it is found too.
+  auto found = detail::find_shared(t.data_as<int>() + 8, 64);
+  REQUIRE(found);
+  CHECK(found->id == r->id);
+  CHECK(found->offset == 32);
+  CHECK_FALSE(detail::share_in_place(at, t.nbytes()));
+  // Freed: no longer registered, its descriptor closed.
+  const int fd = r->fd;
+  t = tensor{};
+  CHECK_FALSE(detail::find_shared(at, 64));
+  CHECK(::fcntl(fd, F_GETFD) == -1);
+}
+
+TEST_CASE("only a whole large allocation of tensor::empty moves into shared memory") {
+  auto big = tensor::empty({3 << 20}, dtype::float32);  // 12 MiB
+  auto slice = big.flat_slice(1 << 20, 1 << 20);
+  CHECK_FALSE(detail::share_in_place(slice.data(), slice.nbytes()));     // a part
+  CHECK_FALSE(detail::share_in_place(big.data(), big.nbytes() - 4096));  // not all of it
+  auto small = tensor::empty({1 << 18}, dtype::float32);                 // 1 MiB: pooled memory
+  CHECK_FALSE(detail::share_in_place(small.data(), small.nbytes()));
+  std::vector<float> own(1 << 20);
+  auto borrowed = tensor::from_blob(own.data(), {1 << 20}, dtype::float32);
+  CHECK_FALSE(detail::share_in_place(borrowed.data(), borrowed.nbytes()));
+  ::setenv("TROUPE_SHARE_IN_PLACE", "off", 1);
+  CHECK_FALSE(detail::share_in_place(big.data(), big.nbytes()));
+  CHECK_FALSE(detail::share_in_place(big.data(), big.nbytes()));
+  ::unsetenv("TROUPE_SHARE_IN_PLACE");
+  CHECK_FALSE(detail::share_in_place(big.data(), big.nbytes()));  // the first use counted
+  CHECK(detail::share_in_place(big.data(), big.nbytes()));
 }
 
 TEST_CASE("contiguity rules") {
