@@ -120,9 +120,10 @@ for n in $ranks; do
     measure "troupe-${t}-${n}" env TROUPE_TRANSPORT=$t "$build/apps/troupe-run" -n "$n" \
       "${worker[@]}"
   done
-  # allreduce once more on tensors from tensor::empty_shared (peers map them).
-  run "troupe-shmshared-${n}" env TROUPE_TRANSPORT=shm "$build/apps/troupe-run" -n "$n" \
-    "${worker[@]}" --transport shmshared "${common[@]}" --ops allreduce
+  # allreduce once more on tensors kept private (TROUPE_SHARE_IN_PLACE=off):
+  # staged through the segment, as borrowed memory is.
+  run "troupe-shmstaged-${n}" env TROUPE_TRANSPORT=shm "$build/apps/troupe-run" -n "$n" \
+    "${worker[@]}" --transport shmstaged "${common[@]}" --ops allreduce
   if [ -x "$build/bench/gloo_bench_worker" ]; then
     measure "gloo-tcp-${n}" "$build/bench/gloo_bench_worker" --ranks "$n"
   else

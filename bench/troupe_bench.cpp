@@ -8,8 +8,8 @@
 //                       [--ops allreduce,broadcast,...] [--rss]
 //       N ranks on threads of this process (one world each, one hash_store)
 //   TROUPE_TRANSPORT=shm|tcp troupe-run -n N troupe_bench_worker [--csv F] ...
-//   TROUPE_TRANSPORT=shm troupe-run -n N troupe_bench_worker --transport shmshared ...
-//     (buffers from tensor::empty_shared)
+//   TROUPE_TRANSPORT=shm troupe-run -n N troupe_bench_worker --transport shmstaged ...
+//     (buffers kept private, TROUPE_SHARE_IN_PLACE=off: every allreduce stages)
 //       one rank per process (troupe::init_world); records say the transport
 //   troupe_bench_worker --memcpy [--csv F] [--quick] [--iters K]
 //       single-thread memcpy at the same sizes (the bandwidth reference)
@@ -36,13 +36,8 @@ namespace {
 using troupe::process_group;
 using troupe::tensor;
 
-/// --transport shmshared: the buffers come from tensor::empty_shared.
-bool shared_tensors = false;
-
 tensor floats(std::size_t elems) {
-  const troupe::shape_t shape{static_cast<std::int64_t>(elems)};
-  return shared_tensors ? tensor::empty_shared(shape, troupe::dtype::float32)
-                        : tensor::empty(shape, troupe::dtype::float32);
+  return tensor::empty({static_cast<std::int64_t>(elems)}, troupe::dtype::float32);
 }
 
 /// Buffers (troupe's own allocation) and the call for one collective.
@@ -92,7 +87,9 @@ bench::rank_runtime runtime_of(troupe::world& w) {
 
 /// One rank: run everything, and on rank 0 report.
 void run_world(troupe::world& w, const bench::worker_args& a, const std::string& transport) {
-  shared_tensors = transport == "shmshared";
+  // Large tensors stay private: allreduces stage through the segment, as
+  // for borrowed memory (the default moves them into shared memory).
+  if (transport == "shmstaged") ::setenv("TROUPE_SHARE_IN_PLACE", "off", 1);
   const bench::run_config c = bench::config_of(a, "troupe", transport);
   if (a.rss) {
     bench::report_rss(runtime_of(w), c, a.csv);

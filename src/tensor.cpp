@@ -307,13 +307,21 @@ std::optional<shared_range> share_in_place(const void* p, std::size_t bytes) {
     ::close(fd);
     return std::nullopt;
   }
-  std::memcpy(fresh, p, it->second.requested);
-  // Moves the shared pages over the private ones: same address, same contents.
-  if (::mremap(fresh, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, const_cast<void*>(p)) ==
-      MAP_FAILED) {
-    ::munmap(fresh, size);
-    ::close(fd);
-    return std::nullopt;
+  // Moves the shared pages over the private ones a huge page at a time (same
+  // address, same contents), so that no more than one piece is held twice.
+  auto* from = static_cast<std::byte*>(fresh);
+  auto* to = static_cast<std::byte*>(const_cast<void*>(p));
+  const auto requested = it->second.requested;
+  for (std::size_t off = 0; off < size; off += huge_page) {
+    if (off < requested) std::memcpy(from + off, to + off, std::min(huge_page, requested - off));
+    if (::mremap(from + off, huge_page, huge_page, MREMAP_MAYMOVE | MREMAP_FIXED, to + off) ==
+        MAP_FAILED) {
+      // The pieces moved so far hold the same contents: the buffer is intact,
+      // partly in the memfd (kept alive by its mapping) and stays unshared.
+      ::munmap(from + off, size - off);
+      ::close(fd);
+      return std::nullopt;
+    }
   }
   it->second.fd = fd;
   auto r = shared_range{fd, ++reg.next_id, size, 0};
