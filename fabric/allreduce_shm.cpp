@@ -341,9 +341,15 @@ class allreduce_shm final : public shm_op {
         }
       }
     }
-    if (gathered_ < chunks_) {
-      blocked_rank_ = waiting_rank;
-      blocked_what_ = waiting_for;
+    return end_chunks(ctx, moved, gathered_ == chunks_, waiting_rank, waiting_for);
+  }
+
+  /// Finishes the operation once its chunks are `done`; else remembers whom
+  /// it waits for, and for what.
+  bool end_chunks(fabric_context& ctx, bool& moved, bool done, int rank, const char* what) {
+    if (!done) {
+      blocked_rank_ = rank;
+      blocked_what_ = what;
       return false;
     }
     finish_op(ctx, moved);
@@ -395,13 +401,7 @@ class allreduce_shm final : public shm_op {
         if (reduced_ == staged_) waiting_for = "reduce an earlier chunk";
       }
     }
-    if (reduced_ < chunks_) {
-      blocked_rank_ = other;
-      blocked_what_ = waiting_for;
-      return false;
-    }
-    finish_op(ctx, moved);
-    return true;
+    return end_chunks(ctx, moved, reduced_ == chunks_, other, waiting_for);
   }
 
   tensor data_;
