@@ -51,7 +51,6 @@
 
 #include "actors/call.hpp"
 #include "fabric/medium.hpp"
-#include "fabric/peer_memory.hpp"
 #include "fabric/segment.hpp"
 #include "fabric/shm_op.hpp"
 #include "src/reduce_kernels.hpp"
@@ -91,7 +90,7 @@ class allreduce_shm final : public shm_op {
                                                code_,
                                                -1,
                                                reinterpret_cast<std::uint64_t>(data_.data())};
-        if (ctx.peers && !small) describe_shared(seg.descriptor(me, op));
+        if (ctx.peers && !small) describe_shared(seg.descriptor(me, op), data_);
         if (small)
           copy(seg.small_slot(me, op), static_cast<const std::byte*>(data_.data()),
                static_cast<std::int64_t>(nbytes));
@@ -175,19 +174,6 @@ class allreduce_shm final : public shm_op {
     finish_part(data_.data(), data_.numel());
   }
 
-  /// Adds where the buffer lives to the descriptor, when it is shared memory
-  /// or can be made so (a whole large allocation of tensor::empty is moved
-  /// into shared memory in place, once: src/tensor_util.hpp share_in_place).
-  void describe_shared(op_descriptor& d) const {
-    auto r = find_shared(data_.data(), data_.nbytes());
-    if (!r) r = share_in_place(data_.data(), data_.nbytes());
-    if (!r) return;
-    d.share_fd = r->fd;
-    d.share_id = r->id;
-    d.share_size = r->size;
-    d.share_offset = r->offset;
-  }
-
   /// Every rank posted a shared buffer (between processes: the direct path).
   bool all_shared(fabric_context& ctx) const {
     if (!ctx.peers) return false;
@@ -198,11 +184,7 @@ class allreduce_shm final : public shm_op {
 
   /// Rank r's buffer in this process.
   std::byte* buffer_of(fabric_context& ctx, int r) const {
-    if (r == ctx.rank) return static_cast<std::byte*>(data_.data());
-    const auto& d = ctx.seg->descriptor(r, op);
-    if (ctx.one_process) return reinterpret_cast<std::byte*>(d.addr);
-    return ctx.peers->map(ctx.seg->identity(r).pid.load(), d,
-                          ctx.names[static_cast<std::size_t>(r)]);
+    return r == ctx.rank ? static_cast<std::byte*>(data_.data()) : posted_buffer(ctx, r);
   }
 
   /// Reduce part (me) of every rank's buffer straight into my buffer and

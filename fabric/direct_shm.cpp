@@ -1,8 +1,12 @@
 // direct_shm — broadcast, allgather, gather, scatter, reduce_scatter and alltoall among
-// the ranks of one process, straight between their buffers: each rank copies
-// (reduce_scatter: reduces) what its own output needs from the others'
-// inputs, so every byte is copied once, by the rank that needs it, with no
-// message, staging buffer or thread in between.
+// the ranks of one host through the group's segment. Ranks of one process,
+// and ranks of several processes whose inputs peers can map (shared memory:
+// large tensor::empty buffers from their second use, tensor::empty_shared),
+// go straight between their buffers: each rank copies (reduce_scatter:
+// reduces) what its own output needs from the others' inputs, so every byte
+// is copied once, by the rank that needs it, with no message, staging
+// buffer or thread in between. Otherwise the sources are staged chunk by
+// chunk through the segment's slots (below).
 //
 // Terms: k is the fabric operation number; "counts" the elements per rank
 // (the call's, the same on every rank); block r starts at the sum of the
@@ -99,6 +103,10 @@ class direct_shm final : public shm_op {
         } else {
           d.counts_hash = hash_counts(c.counts);
         }
+        // Large inputs that peers can map are read in place between processes.
+        if (ctx.peers && c.input.defined() &&
+            static_cast<std::int64_t>(c.input.nbytes()) > small_limit(ctx))
+          describe_shared(d, c.input);
         // Small sources travel in the descriptor's slot: one step (not
         // alltoall's: its slot holds the counts).
         if (const auto mine = source_bytes(ctx, ctx.rank);
@@ -123,7 +131,7 @@ class direct_shm final : public shm_op {
           if (c.on_success) c.on_success();
           return true;
         }
-        if (refused_.empty() && !ctx.one_process) {
+        if (refused_.empty() && !ctx.one_process && !sources_shared(ctx)) {
           start_staged(ctx);
           phase_ = phase::staged;
           return run_staged(ctx, moved);
@@ -466,12 +474,20 @@ class direct_shm final : public shm_op {
     }
   }
 
-  /// Rank r's input in this process.
-  const std::byte* input_of(fabric_context& ctx, int r) const {
-    return reinterpret_cast<const std::byte*>(ctx.seg->descriptor(r, op).addr);
+  /// Between processes: every rank with something to send posted shared
+  /// memory (the same answer on every rank).
+  bool sources_shared(fabric_context& ctx) const {
+    if (!ctx.peers) return false;
+    for (int r = 0; r < ctx.size; ++r)
+      if (source_bytes(ctx, r) > 0 && ctx.seg->descriptor(r, op).share_id == 0) return false;
+    return true;
   }
 
-  /// One process: what this rank needs, straight from the others' inputs.
+  /// Rank r's input in this process.
+  const std::byte* input_of(fabric_context& ctx, int r) const { return posted_buffer(ctx, r); }
+
+  /// One process, or shared inputs: what this rank needs, straight from the
+  /// others' inputs.
   void pull(fabric_context& ctx) {
     own_part(ctx);
     consume_range(ctx, 0, longest_source(ctx), [&](int r) { return input_of(ctx, r); });

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "actors/call.hpp"
 #include "fabric/segment.hpp"
 #include "troupe/error.hpp"
 
@@ -24,10 +25,10 @@ std::byte* peer_memory::map(int pid, const op_descriptor& d, const std::string& 
                           [&](const mapping& m) { return m.pid == pid && m.id == d.share_id; });
   if (hit == maps_.end()) {
     auto fail = [&](const char* what) {
-      throw error(errc::backend, "allreduce: cannot " + std::string(what) +
-                                     " the shared buffer of " + who + " (pid " +
-                                     std::to_string(pid) + ", fd " + std::to_string(d.share_fd) +
-                                     "): " + std::strerror(errno));
+      throw error(errc::backend, std::string(to_string(static_cast<op_code>(d.code))) +
+                                     ": cannot " + std::string(what) + " the shared buffer of " +
+                                     who + " (pid " + std::to_string(pid) + ", fd " +
+                                     std::to_string(d.share_fd) + "): " + std::strerror(errno));
     };
     const auto path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(d.share_fd);
     const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
@@ -46,7 +47,8 @@ std::byte* peer_memory::map(int pid, const op_descriptor& d, const std::string& 
   }
   hit->used = clock_;
   if (d.share_offset + d.nbytes > hit->size)
-    throw error(errc::internal, "allreduce: the shared buffer of " + who + " holds " +
+    throw error(errc::internal, std::string(to_string(static_cast<op_code>(d.code))) +
+                                    ": the shared buffer of " + who + " holds " +
                                     std::to_string(hit->size) + " bytes, not " +
                                     std::to_string(d.share_offset + d.nbytes));
   return hit->addr + d.share_offset;

@@ -4,6 +4,8 @@
 
 #include "actors/call.hpp"
 #include "fabric/medium.hpp"
+#include "fabric/peer_memory.hpp"
+#include "src/tensor_util.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -45,6 +47,22 @@ void shm_op::check_code(fabric_context& ctx, int r, bool& moved) {
   throw error(errc::mismatch, "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] +
                                   " called " + to_string(static_cast<op_code>(d.code)) +
                                   " at the same sequence number, this rank called " + name);
+}
+
+void shm_op::describe_shared(op_descriptor& d, const tensor& t) {
+  auto r = find_shared(t.data(), t.nbytes());
+  if (!r) r = share_in_place(t.data(), t.nbytes());
+  if (!r) return;
+  d.share_fd = r->fd;
+  d.share_id = r->id;
+  d.share_size = r->size;
+  d.share_offset = r->offset;
+}
+
+std::byte* shm_op::posted_buffer(fabric_context& ctx, int r) const {
+  const auto& d = ctx.seg->descriptor(r, op);
+  if (ctx.one_process) return reinterpret_cast<std::byte*>(d.addr);
+  return ctx.peers->map(ctx.seg->identity(r).pid.load(), d, ctx.names[static_cast<std::size_t>(r)]);
 }
 
 void shm_op::copy(std::byte* dst, const std::byte* src, std::int64_t bytes) {

@@ -15,6 +15,7 @@
 
 #include "fabric/fabric.hpp"
 #include "fabric/segment.hpp"
+#include "troupe/tensor.hpp"
 
 namespace troupe::detail {
 
@@ -38,6 +39,13 @@ class shm_op : public fabric_op {
   /// Throws a collective mismatch when rank r posted another collective for
   /// this operation (its descriptor's code).
   void check_code(fabric_context& ctx, int r, bool& moved);
+  /// Adds where `t`'s memory lives to `d` when ranks in other processes can
+  /// map it: shared memory, or a whole large buffer of tensor::empty moved
+  /// there in place (src/tensor_util.hpp share_in_place, from its second use).
+  static void describe_shared(op_descriptor& d, const tensor& t);
+  /// Rank r's posted buffer (its descriptor's) in this process: its address
+  /// when every rank lives here, else its shared memory mapped here.
+  std::byte* posted_buffer(fabric_context& ctx, int r) const;
   /// memcpy, counted for fabric_stats().
   void copy(std::byte* dst, const std::byte* src, std::int64_t bytes);
   /// This rank is done with the operation: publishes done = op and adds its
