@@ -97,6 +97,15 @@ bool collectives(world& w) {
     pg.broadcast(b, n - 1).wait();
     ok &= b.to_vector<std::int64_t>() == std::vector<std::int64_t>{n - 1, 2 * (n - 1)};
   }
+  // A large buffer reused: staged, then (over shared memory) shared in place.
+  auto big = tensor::empty({(1 << 20) + 7}, dtype::float32);
+  for (int use = 0; use < 3; ++use) {
+    for (std::int64_t i = 0; i < big.numel(); ++i)
+      big.data_as<float>()[i] = float(me + use + i % 3);
+    pg.allreduce(big).wait();
+    for (std::int64_t i = 0; i < big.numel(); i += 4001)
+      ok &= big.data_as<float>()[i] == float(n * (n - 1) / 2 + n * (use + i % 3));
+  }
   auto all = tensor::zeros({n}, dtype::int32);
   pg.allgather_into_tensor(all, tensor::from_vector<int>({me * 3})).wait();
   for (int r = 0; r < n; ++r) ok &= all.to_vector<int>()[static_cast<std::size_t>(r)] == r * 3;
