@@ -69,7 +69,7 @@ work fabric::submit(std::unique_ptr<fabric_op> op) {
 }
 
 void fabric::drive(work_state& s, fabric_clock::time_point until) {
-  const auto& policy = wait_policy::get();
+  const auto policy = wait_policy::get().for_ranks(med_->ranks_on_host());
   waiters_.fetch_add(1);
   const bool reads = head_reads_itself();
   med_->begin_wait(reads);

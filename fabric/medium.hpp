@@ -19,6 +19,9 @@ class medium {
  public:
   virtual ~medium() = default;
   virtual int size() const noexcept = 0;
+  /// The group's ranks that run on this host (they share its CPUs), when
+  /// known; 0 when not.
+  virtual int ranks_on_host() const noexcept { return 0; }
   /// Moves incoming data within reach of the operations without blocking
   /// (reads sockets); true when something arrived.
   virtual bool pump() { return false; }

@@ -1,6 +1,7 @@
 #include "src/wait_policy.hpp"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -33,6 +34,8 @@ std::chrono::nanoseconds microseconds_from_env(const char* name, std::chrono::na
 wait_policy wait_policy::from_env() {
   wait_policy p;
   p.spin = microseconds_from_env("TROUPE_SPIN_US", p.spin);
+  const char* spin = std::getenv("TROUPE_SPIN_US");
+  p.spin_chosen = spin && *spin;
   p.poll = microseconds_from_env("TROUPE_POLL_US", p.poll);
   return p;
 }
@@ -40,6 +43,13 @@ wait_policy wait_policy::from_env() {
 const wait_policy& wait_policy::get() {
   static const wait_policy policy = from_env();
   return policy;
+}
+
+wait_policy wait_policy::for_ranks(int ranks) const {
+  auto p = *this;
+  static const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (ranks > cpus && cpus > 0 && !spin_chosen) p.spin = {};
+  return p;
 }
 
 bool wait_policy::poll_step(std::chrono::nanoseconds polled) const {

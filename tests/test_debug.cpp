@@ -4,6 +4,9 @@
 #include <doctest/doctest.h>
 #include "check_error.hpp"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <initializer_list>
 #include <memory>
@@ -11,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "../src/wait_policy.hpp"
 #include "troupe/debug.hpp"
 #include "troupe/error.hpp"
 #include "troupe/store.hpp"
@@ -163,6 +167,19 @@ TEST_CASE("a world refuses wait windows that are not microseconds from 0 to 1000
   scoped_env spin{"TROUPE_SPIN_US", "0"};
   scoped_env poll{"TROUPE_POLL_US", "20"};
   start_world();
+}
+
+TEST_CASE("waits do not spin when the host's ranks outnumber its CPUs, unless told to") {
+  const int cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  const auto p = detail::wait_policy::from_env();
+  CHECK(p.spin > std::chrono::nanoseconds{0});
+  CHECK(p.for_ranks(cpus).spin == p.spin);
+  CHECK(p.for_ranks(0).spin == p.spin);  // not known
+  CHECK(p.for_ranks(cpus + 1).spin == std::chrono::nanoseconds{0});
+  CHECK(p.for_ranks(cpus + 1).poll == p.poll);
+  scoped_env spin{"TROUPE_SPIN_US", "3"};
+  const auto chosen = detail::wait_policy::from_env();
+  CHECK(chosen.for_ranks(cpus + 1).spin == std::chrono::microseconds{3});
 }
 
 TEST_CASE("a world refuses a TROUPE_FABRIC that is not on, off or staged") {
