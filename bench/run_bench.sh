@@ -9,12 +9,15 @@
 #
 #   bash bench/run_bench.sh [--quick] [--ranks "2 4"] [--iters K] [--build-dir DIR]
 #                           [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall]
-#                           [--no-rss]
+#                           [--no-rss] [--repeat K]
 #
 # --quick stops at 1 MiB (whole run well under 3 minutes on 2 cores; the TCP
 # exchange only at 16 MiB, under a second); the full run goes to 64 MiB. --ops picks the collectives every worker runs (default:
 # all five). --no-rss skips the peak-memory runs (one fresh process per system
-# and rank count, a few 64 MiB allreduces each; also in --quick). Builds what
+# and rank count, a few 64 MiB allreduces each; also in --quick). --repeat K
+# (default 2) measures every system K times, one round after another; the
+# report keeps each cell's lower median (the machine has windows of seconds
+# in which memory is several times slower: one round may fall into one). Builds what
 # is missing (installs nothing: scripts/setup.sh installs the peers), then
 # writes to bench/out/: results.csv (every system's records, memcpy's and
 # tcp-ceiling's), rss.csv (peak RSS per system and rank count), tables.txt
@@ -31,6 +34,7 @@ iters=()
 build=build
 ops=()
 rss=1
+repeat=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
@@ -39,7 +43,11 @@ while [ $# -gt 0 ]; do
     --build-dir) build="$2"; shift ;;
     --ops) ops=(--ops "$2"); shift ;;
     --no-rss) rss=0 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --repeat)
+      repeat="$2"
+      [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "run_bench.sh: --repeat: expected a positive integer, got '$repeat'" >&2; exit 2; }
+      shift ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "run_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -106,39 +114,45 @@ measure() {  # measure NAME COMMAND...: the collectives, then (unless --no-rss) 
   local name=$1
   shift
   run "$name" "$@" "${common[@]}"
-  [ "$rss" -eq 0 ] || run "$name-rss" "$@" "${rss_args[@]}"
+  [ "$rss_now" -eq 0 ] || run "${name%-r1}-rss" "$@" "${rss_args[@]}"
 }
 
-# memcpy, one thread, at the same sizes: the reference of the bandwidths.
-run memcpy "${worker[@]}" --memcpy --csv "$csv" "${quick[@]}" "${iters[@]}"
-# Two processes exchanging N bytes each way over one loopback TCP connection,
-# no troupe (16 and 64 MiB; --quick: 16 MiB): the TCP ceiling of the targets.
-run tcp-ceiling "$build/bench/tcp_exchange" --csv "$csv" "${quick[@]}" "${iters[@]}"
-for n in $ranks; do
-  measure "troupe-inproc-${n}" "${worker[@]}" --inprocess "$n"
-  for t in shm tcp; do
-    measure "troupe-${t}-${n}" env TROUPE_TRANSPORT=$t "$build/apps/troupe-run" -n "$n" \
-      "${worker[@]}"
+for round in $(seq 1 "$repeat"); do
+  tag=""
+  [ "$repeat" -eq 1 ] || tag="-r$round"
+  rss_now=$rss  # peak memory once, in the first round
+  [ "$round" -eq 1 ] || rss_now=0
+  # memcpy, one thread, at the same sizes: the reference of the bandwidths.
+  run "memcpy$tag" "${worker[@]}" --memcpy --csv "$csv" "${quick[@]}" "${iters[@]}"
+  # Two processes exchanging N bytes each way over one loopback TCP connection,
+  # no troupe (16 and 64 MiB; --quick: 16 MiB): the TCP ceiling of the targets.
+  run "tcp-ceiling$tag" "$build/bench/tcp_exchange" --csv "$csv" "${quick[@]}" "${iters[@]}"
+  for n in $ranks; do
+    measure "troupe-inproc-${n}$tag" "${worker[@]}" --inprocess "$n"
+    for t in shm tcp; do
+      measure "troupe-${t}-${n}$tag" env TROUPE_TRANSPORT=$t "$build/apps/troupe-run" -n "$n" \
+        "${worker[@]}"
+    done
+    # allreduce once more on tensors kept private (TROUPE_SHARE_IN_PLACE=off):
+    # staged through the segment, as borrowed memory is.
+    run "troupe-shmstaged-${n}$tag" env TROUPE_TRANSPORT=shm "$build/apps/troupe-run" -n "$n" \
+      "${worker[@]}" --transport shmstaged "${common[@]}" --ops allreduce
+    if [ -x "$build/bench/gloo_bench_worker" ]; then
+      measure "gloo-tcp-${n}$tag" "$build/bench/gloo_bench_worker" --ranks "$n"
+    else
+      echo "run_bench: gloo skipped (not built: apt-get install libgloo-dev, then rebuild)"
+    fi
+    if [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; then
+      mpirun_args=("${mpirun_base[@]}" --bind-to core)
+      [ "$n" -le "$cpus" ] || mpirun_args=("${mpirun_base[@]}" --oversubscribe --bind-to none)
+      measure "mpi-shm-${n}$tag" mpirun "${mpirun_args[@]}" --mca btl self,vader -n "$n" \
+        "$build/bench/mpi_bench_worker" --transport shm
+      measure "mpi-tcp-${n}$tag" mpirun "${mpirun_args[@]}" --mca btl self,tcp \
+        --mca btl_tcp_if_include lo -n "$n" "$build/bench/mpi_bench_worker" --transport tcp
+    else
+      echo "run_bench: mpi skipped (not built: apt-get install libopenmpi-dev openmpi-bin)"
+    fi
   done
-  # allreduce once more on tensors kept private (TROUPE_SHARE_IN_PLACE=off):
-  # staged through the segment, as borrowed memory is.
-  run "troupe-shmstaged-${n}" env TROUPE_TRANSPORT=shm "$build/apps/troupe-run" -n "$n" \
-    "${worker[@]}" --transport shmstaged "${common[@]}" --ops allreduce
-  if [ -x "$build/bench/gloo_bench_worker" ]; then
-    measure "gloo-tcp-${n}" "$build/bench/gloo_bench_worker" --ranks "$n"
-  else
-    echo "run_bench: gloo skipped (not built: apt-get install libgloo-dev, then rebuild)"
-  fi
-  if [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; then
-    mpirun_args=("${mpirun_base[@]}" --bind-to core)
-    [ "$n" -le "$cpus" ] || mpirun_args=("${mpirun_base[@]}" --oversubscribe --bind-to none)
-    measure "mpi-shm-${n}" mpirun "${mpirun_args[@]}" --mca btl self,vader -n "$n" \
-      "$build/bench/mpi_bench_worker" --transport shm
-    measure "mpi-tcp-${n}" mpirun "${mpirun_args[@]}" --mca btl self,tcp \
-      --mca btl_tcp_if_include lo -n "$n" "$build/bench/mpi_bench_worker" --transport tcp
-  else
-    echo "run_bench: mpi skipped (not built: apt-get install libopenmpi-dev openmpi-bin)"
-  fi
 done
 
 # 3. Tables, targets and plots.
