@@ -30,7 +30,7 @@ struct wait_policy {
   /// spinning when they outnumber the host's CPUs (unless TROUPE_SPIN_US
   /// set it): the rank waited for may be waiting for this CPU, and yielding
   /// at once lets it run (measured, 4 processes on 2 CPUs: 1 KiB allreduce
-  /// 12–18 µs against 15–23, 64 KiB 33–56 against 43–86).
+  /// 12–19 µs against 15–22, 64 KiB 33–57 against 43–86).
   wait_policy for_ranks(int ranks) const;
   /// One polling step of a wait that began polling `polled` ago: pauses or
   /// yields; false once the poll window is over (time to sleep).
