@@ -1,12 +1,12 @@
 // direct_shm — broadcast, allgather, gather, scatter, reduce_scatter and alltoall among
 // the ranks of one host through the group's segment. Ranks of one process
 // (and, for alltoall and reduce_scatter, ranks of several processes whose
-// inputs peers can map: large tensor::empty buffers from their second use,
-// tensor::empty_shared) go straight between their buffers: each rank copies
-// (reduce_scatter: reduces) what its own output needs from the others'
-// inputs, so every byte is copied once, by the rank that needs it, with no
-// message, staging buffer or thread in between. Otherwise the sources are
-// staged chunk by chunk through the segment's slots (below).
+// inputs peers can map: tensor::empty buffers of 64 KiB and more from their
+// second use, tensor::empty_shared) go straight between their buffers: each
+// rank copies (reduce_scatter: reduces) what its own output needs from the
+// others' inputs, so every byte is copied once, by the rank that needs it,
+// with no message, staging buffer or thread in between. Otherwise the
+// sources are staged chunk by chunk through the segment's slots (below).
 //
 // Terms: k is the fabric operation number; "counts" the elements per rank
 // (the call's, the same on every rank); block r starts at the sum of the

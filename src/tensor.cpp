@@ -3,6 +3,7 @@
 #include "troupe/tensor.hpp"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,15 +92,93 @@ void for_each_offset(const shape_t& shape, const shape_t& strides, std::size_t e
 
 }  // namespace
 
+std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,
+                                         int size) {
+  const auto rows = t.dim() == 0 ? 1 : t.shape()[0];
+  const auto row = rows == 0 ? 0 : t.numel() / rows;
+  std::vector<std::int64_t> r;
+  for (int p = 0; p < size; ++p)
+    r.push_back(splits.empty() ? t.numel() / size : splits[static_cast<std::size_t>(p)] * row);
+  return r;
+}
+
 namespace {
 
+constexpr std::size_t huge_page = std::size_t{2} << 20;
+
+/// The shared memory of this process that peers may map, by address
+/// (tensor::empty_shared allocations and large ones shared in place), and
+/// the host allocations of 2 MiB and more, each mapped on its own.
+struct shared_registry {
+  std::mutex mtx;
+  std::map<std::uintptr_t, shared_range> live;
+  struct large {
+    std::size_t requested = 0;  ///< bytes asked for
+    std::size_t size = 0;       ///< bytes mapped (whole huge pages)
+    int fd = -1;                ///< its memfd, once shared in place
+    int uses = 0;               ///< share_in_place calls so far
+  };
+  std::map<std::uintptr_t, large> large_allocations;
+  std::size_t moved = 0;  ///< allocations shared in place now (each holds a descriptor)
+  std::uint64_t next_id = 0;
+};
+
+shared_registry& shared_allocations() {
+  static auto* r = new shared_registry;  // never destroyed: tensors may outlive statics
+  return *r;
+}
+
+/// `size` bytes (whole huge pages) of private memory, 2 MiB aligned, with
+/// huge pages asked for.
+void* map_large(std::size_t size) {
+  void* raw =
+      ::mmap(nullptr, size + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) throw std::bad_alloc{};
+  const auto at = reinterpret_cast<std::uintptr_t>(raw);
+  const auto aligned = (at + huge_page - 1) / huge_page * huge_page;
+  if (aligned > at) ::munmap(raw, aligned - at);
+  if (const auto tail = at + huge_page - aligned; tail > 0)
+    ::munmap(reinterpret_cast<void*>(aligned + size), tail);
+  ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(aligned);
+}
+
+/// Registers a mapping of its own of `size` bytes at `p`, handed out for
+/// `bytes`.
+void register_mapping(void* p, std::size_t bytes, std::size_t size) {
+  auto& reg = shared_allocations();
+  std::lock_guard<std::mutex> g{reg.mtx};
+  reg.large_allocations[reinterpret_cast<std::uintptr_t>(p)] = {bytes, size, -1, 0};
+}
+
+/// Unmaps a mapping of its own and forgets it (closing its memfd, if it was
+/// shared in place).
+void unmap_mapping(void* p, std::size_t size) {
+  auto& reg = shared_allocations();
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  int fd = -1;
+  {
+    std::lock_guard<std::mutex> g{reg.mtx};
+    if (auto it = reg.large_allocations.find(at); it != reg.large_allocations.end()) {
+      fd = it->second.fd;
+      reg.moved -= fd >= 0;
+      reg.large_allocations.erase(it);
+    }
+    reg.live.erase(at);
+  }
+  ::munmap(p, size);
+  if (fd >= 0) ::close(fd);
+}
+
 /// Buffers from 64 KiB up to 2 MiB (segments of pipelined collectives,
-/// received frames) come from a small cache of freed ones, one list per power
-/// of two: malloc serves such sizes with mmap and munmap, so every fresh
-/// buffer paid its page faults and zeroing again (measured: a sixth of a 64
-/// MiB TCP allreduce; a 16 MiB TCP broadcast, whose receiver holds 16 segments
-/// at once, spent 15 % of its samples zeroing pages with 8 kept). Per size,
-/// up to 16 MiB of buffers are kept (at least 8).
+/// received frames, middle-sized tensors) come from a small cache of freed
+/// ones, one list per power of two: each fresh buffer pays its page faults
+/// and zeroing (measured: a sixth of a 64 MiB TCP allreduce; a 16 MiB TCP
+/// broadcast, whose receiver holds 16 segments at once, spent 15 % of its
+/// samples zeroing pages with 8 kept). Per size, up to 16 MiB of buffers are
+/// kept (at least 8). Each is a mapping of its own (registered, so that
+/// share_in_place can move it into shared memory; a buffer shared so stays
+/// shared when it is handed out again).
 constexpr std::size_t pooled_min = std::size_t{64} << 10;
 constexpr int pool_classes = 6;  // 64 KiB .. 2 MiB (exclusive)
 constexpr std::size_t pool_depth(int cls) {
@@ -129,9 +208,19 @@ std::shared_ptr<void> pooled(std::size_t bytes) {
       bp.free[cls].pop_back();
     }
   }
-  if (!p) p = std::aligned_alloc(64, size);
-  if (!p) throw std::bad_alloc{};
-  return std::shared_ptr<void>(p, [cls](void* q) {
+  if (p) {
+    // Handed out again: a new owner, whose uses count afresh.
+    auto& reg = shared_allocations();
+    std::lock_guard<std::mutex> g{reg.mtx};
+    auto& entry = reg.large_allocations[reinterpret_cast<std::uintptr_t>(p)];
+    entry.requested = bytes;
+    entry.uses = 0;
+  } else {
+    p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc{};
+    register_mapping(p, bytes, size);
+  }
+  return std::shared_ptr<void>(p, [cls, size](void* q) {
     auto& bp = pool();
     {
       std::lock_guard<std::mutex> g{bp.mtx};
@@ -140,60 +229,8 @@ std::shared_ptr<void> pooled(std::size_t bytes) {
         return;
       }
     }
-    std::free(q);
+    unmap_mapping(q, size);
   });
-}
-
-}  // namespace
-
-std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,
-                                         int size) {
-  const auto rows = t.dim() == 0 ? 1 : t.shape()[0];
-  const auto row = rows == 0 ? 0 : t.numel() / rows;
-  std::vector<std::int64_t> r;
-  for (int p = 0; p < size; ++p)
-    r.push_back(splits.empty() ? t.numel() / size : splits[static_cast<std::size_t>(p)] * row);
-  return r;
-}
-
-namespace {
-
-constexpr std::size_t huge_page = std::size_t{2} << 20;
-
-/// The shared memory of this process that peers may map, by address
-/// (tensor::empty_shared allocations and large ones shared in place), and
-/// the host allocations of 2 MiB and more, each mapped on its own.
-struct shared_registry {
-  std::mutex mtx;
-  std::map<std::uintptr_t, shared_range> live;
-  struct large {
-    std::size_t requested = 0;  ///< bytes asked for
-    std::size_t size = 0;       ///< bytes mapped (whole huge pages)
-    int fd = -1;                ///< its memfd, once shared in place
-    int uses = 0;               ///< share_in_place calls so far
-  };
-  std::map<std::uintptr_t, large> large_allocations;
-  std::uint64_t next_id = 0;
-};
-
-shared_registry& shared_allocations() {
-  static auto* r = new shared_registry;  // never destroyed: tensors may outlive statics
-  return *r;
-}
-
-/// `size` bytes (whole huge pages) of private memory, 2 MiB aligned, with
-/// huge pages asked for.
-void* map_large(std::size_t size) {
-  void* raw =
-      ::mmap(nullptr, size + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) throw std::bad_alloc{};
-  const auto at = reinterpret_cast<std::uintptr_t>(raw);
-  const auto aligned = (at + huge_page - 1) / huge_page * huge_page;
-  if (aligned > at) ::munmap(raw, aligned - at);
-  if (const auto tail = at + huge_page - aligned; tail > 0)
-    ::munmap(reinterpret_cast<void*>(aligned + size), tail);
-  ::madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);
-  return reinterpret_cast<void*>(aligned);
 }
 
 }  // namespace
@@ -206,26 +243,8 @@ std::shared_ptr<void> allocate_host(std::size_t bytes) {
   if (bytes >= huge_page) {
     const std::size_t size = (bytes + huge_page - 1) / huge_page * huge_page;
     void* p = map_large(size);
-    auto& reg = shared_allocations();
-    {
-      std::lock_guard<std::mutex> g{reg.mtx};
-      reg.large_allocations[reinterpret_cast<std::uintptr_t>(p)] = {bytes, size, -1, 0};
-    }
-    return std::shared_ptr<void>(p, [size](void* q) {
-      auto& r = shared_allocations();
-      const auto at = reinterpret_cast<std::uintptr_t>(q);
-      int fd = -1;
-      {
-        std::lock_guard<std::mutex> g{r.mtx};
-        if (auto it = r.large_allocations.find(at); it != r.large_allocations.end()) {
-          fd = it->second.fd;
-          r.large_allocations.erase(it);
-        }
-        r.live.erase(at);
-      }
-      ::munmap(q, size);
-      if (fd >= 0) ::close(fd);
-    });
+    register_mapping(p, bytes, size);
+    return std::shared_ptr<void>(p, [size](void* q) { unmap_mapping(q, size); });
   }
   if (bytes >= pooled_min) return pooled(bytes);
   constexpr std::align_val_t align{64};
@@ -297,6 +316,11 @@ std::optional<shared_range> share_in_place(const void* p, std::size_t bytes) {
   // From the second use on: a buffer used once and freed would cost a copy
   // and keep the peers' mappings of it alive until they evict them.
   if (++it->second.uses < 2) return std::nullopt;
+  // Each moved allocation keeps a descriptor open (the peers open it): at
+  // most a quarter of the process's descriptors, and 256.
+  rlimit limit{};
+  const auto soft = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : rlim_t{1024};
+  if (reg.moved >= static_cast<std::size_t>(std::min<rlim_t>(256, soft / 4))) return std::nullopt;
   const auto size = it->second.size;
   const int fd = ::memfd_create("troupe-shared-tensor", MFD_CLOEXEC);
   if (fd < 0) return std::nullopt;  // out of descriptors, say: the buffer stays private
@@ -313,9 +337,9 @@ std::optional<shared_range> share_in_place(const void* p, std::size_t bytes) {
   auto* to = static_cast<std::byte*>(const_cast<void*>(p));
   const auto requested = it->second.requested;
   for (std::size_t off = 0; off < size; off += huge_page) {
-    if (off < requested) std::memcpy(from + off, to + off, std::min(huge_page, requested - off));
-    if (::mremap(from + off, huge_page, huge_page, MREMAP_MAYMOVE | MREMAP_FIXED, to + off) ==
-        MAP_FAILED) {
+    const auto piece = std::min(huge_page, size - off);
+    if (off < requested) std::memcpy(from + off, to + off, std::min(piece, requested - off));
+    if (::mremap(from + off, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED, to + off) == MAP_FAILED) {
       // The pieces moved so far hold the same contents: the buffer is intact,
       // partly in the memfd (kept alive by its mapping) and stays unshared.
       ::munmap(from + off, size - off);
@@ -324,6 +348,7 @@ std::optional<shared_range> share_in_place(const void* p, std::size_t bytes) {
     }
   }
   it->second.fd = fd;
+  ++reg.moved;
   auto r = shared_range{fd, ++reg.next_id, size, 0};
   reg.live[at] = r;
   return r;

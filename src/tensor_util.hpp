@@ -37,13 +37,16 @@ struct shared_range {
 };
 /// The shared allocation that holds all of [p, p + bytes), if any.
 std::optional<shared_range> find_shared(const void* p, std::size_t bytes);
-/// Moves a host allocation of tensor::empty (2 MiB or more) that is exactly
-/// [p, p + bytes) into shared memory in place: its pages become a memfd's,
+/// Moves a host allocation of tensor::empty (64 KiB or more: a mapping of its
+/// own, pooled below 2 MiB) that is exactly [p, p + bytes) into shared
+/// memory in place: its pages become a memfd's,
 /// mapped at the same address with the same contents, so that ranks in
 /// other processes can map it (as tensor::empty_shared memory). Only from
 /// the second call for the allocation on (the first is counted). Empty when
 /// the range is not such an allocation, on the first call, when it fails
-/// (the buffer stays private and intact), or with TROUPE_SHARE_IN_PLACE=off.
+/// (the buffer stays private and intact), when moved allocations hold 256
+/// descriptors or a quarter of RLIMIT_NOFILE, or with TROUPE_SHARE_IN_PLACE=off.
+/// A pooled buffer stays shared when it is handed out again.
 std::optional<shared_range> share_in_place(const void* p, std::size_t bytes);
 /// Elements per rank of alltoall_single's `splits` (counted in rows of `t`'s
 /// first dimension); empty splits: `t` in `size` equal parts.

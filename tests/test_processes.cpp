@@ -362,7 +362,7 @@ int open_memfds() {
 TEST_CASE(
     "a large tensor::empty buffer moves into shared memory in place on its second allreduce") {
   // The second allreduce between processes of a whole large allocation of
-  // tensor::empty (2 MiB or more) makes it shared memory at the same address
+  // tensor::empty (64 KiB or more) makes it shared memory at the same address
   // with the same contents, and reads the peers' buffers (direct) from then
   // on; the first stages. A slice of an allocation, borrowed memory and
   // TROUPE_SHARE_IN_PLACE=off stay private (staged). Freed buffers release
@@ -381,7 +381,6 @@ TEST_CASE(
         ok &= copies_as_expected(me, what, got, want);
       };
       const auto [direct, staged] = direct_and_staged_copies(n);
-      const int fds = open_memfds();
       {
         auto x = tensor::empty({(1 << 20) + 3}, dtype::float32);  // 4 MiB and a ragged tail
         void* at = x.data();
@@ -399,6 +398,21 @@ TEST_CASE(
         pg.allreduce(x, reduce_op::MAX).wait();
         expect(x.data_as<float>()[x.numel() - 1] == 1.f, "MAX after writing the shared buffer");
       }
+      // A middle-sized buffer (from the pool of freed buffers, 512 KiB) too,
+      // above the one-step slots (32 KiB with more than 2 ranks; with 2
+      // ranks up to 1 MiB goes through the slots in one step: 1 byte per byte).
+      {
+        auto m = tensor::empty({1 << 17}, dtype::float32);
+        for (int use = 0; use < 3; ++use) {
+          fill_rank(m, me + use);
+          const double want = n == 2 ? 1.0 : use == 0 ? staged : direct;
+          check_copies("middle", copies_per_byte([&] { pg.allreduce(m).wait(); }), want);
+          for (std::int64_t i = 0; i < m.numel(); i += 1021)
+            ok &= m.data_as<float>()[i] == float(n * (n - 1) / 2 + n * use + n * (i % 5));
+        }
+      }
+      // (The pool keeps the middle-sized buffer, and its memfd, for reuse.)
+      const int fds = open_memfds();
       // A slice of a larger allocation stays private.
       auto big = tensor::empty({3 << 20}, dtype::float32);
       auto part = big.flat_slice(1 << 20, 1 << 20);

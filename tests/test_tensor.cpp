@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <bit>
@@ -250,8 +251,9 @@ TEST_CASE("only a whole large allocation of tensor::empty moves into shared memo
   auto slice = big.flat_slice(1 << 20, 1 << 20);
   CHECK_FALSE(detail::share_in_place(slice.data(), slice.nbytes()));     // a part
   CHECK_FALSE(detail::share_in_place(big.data(), big.nbytes() - 4096));  // not all of it
-  auto small = tensor::empty({1 << 18}, dtype::float32);                 // 1 MiB: pooled memory
-  CHECK_FALSE(detail::share_in_place(small.data(), small.nbytes()));
+  auto tiny = tensor::empty({1 << 12}, dtype::float32);  // 16 KiB: not a mapping of its own
+  CHECK_FALSE(detail::share_in_place(tiny.data(), tiny.nbytes()));
+  CHECK_FALSE(detail::share_in_place(tiny.data(), tiny.nbytes()));
   std::vector<float> own(1 << 20);
   auto borrowed = tensor::from_blob(own.data(), {1 << 20}, dtype::float32);
   CHECK_FALSE(detail::share_in_place(borrowed.data(), borrowed.nbytes()));
@@ -261,6 +263,60 @@ TEST_CASE("only a whole large allocation of tensor::empty moves into shared memo
   ::unsetenv("TROUPE_SHARE_IN_PLACE");
   CHECK_FALSE(detail::share_in_place(big.data(), big.nbytes()));  // the first use counted
   CHECK(detail::share_in_place(big.data(), big.nbytes()));
+}
+
+TEST_CASE("a pooled middle-sized buffer moves into shared memory too, and stays so when reused") {
+  const std::int64_t len = (1 << 18) - 5;  // just under 1 MiB: the pool's 1 MiB buffers
+  void* at = nullptr;
+  std::uint64_t id = 0;
+  {
+    auto t = tensor::empty({len}, dtype::float32);
+    for (std::int64_t i = 0; i < len; ++i) t.data_as<float>()[i] = float(i % 101);
+    at = t.data();
+    CHECK_FALSE(detail::share_in_place(at, t.nbytes()));  // the first use is only counted
+    auto r = detail::share_in_place(at, t.nbytes());
+    REQUIRE(r);
+    id = r->id;
+    CHECK(t.data() == at);
+    bool same = true;
+    for (std::int64_t i = 0; i < len; ++i) same &= t.data_as<float>()[i] == float(i % 101);
+    CHECK(same);
+  }
+  // Freed into the pool and handed out again: still the same shared memory.
+  auto u = tensor::empty({1 << 17}, dtype::float32);  // 512 KiB: another size class
+  auto v = tensor::empty({len}, dtype::float32);
+  CHECK(v.data() == at);
+  auto found = detail::find_shared(v.data(), v.nbytes());
+  REQUIRE(found);
+  CHECK(found->id == id);
+  CHECK_FALSE(detail::find_shared(u.data(), u.nbytes()));
+}
+
+TEST_CASE("at most a quarter of the process's descriptors hold buffers shared in place") {
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit low = saved;
+  low.rlim_cur = 40;  // at most 10 moved allocations
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<tensor> ts;
+  int moved = 0;
+  bool last = true;
+  for (int k = 0; k < 12; ++k) {
+    ts.push_back(tensor::empty({1 << 19}, dtype::float32));  // 2 MiB
+    auto& t = ts.back();
+    (void)detail::share_in_place(t.data(), t.nbytes());
+    last = detail::share_in_place(t.data(), t.nbytes()).has_value();
+    moved += last;
+  }
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  CHECK(moved <= 10);
+  CHECK(moved >= 8);  // earlier tests may have left a pooled buffer moved
+  CHECK_FALSE(last);
+  // Freed, they make room again.
+  ts.clear();
+  auto t = tensor::empty({1 << 19}, dtype::float32);
+  (void)detail::share_in_place(t.data(), t.nbytes());
+  CHECK(detail::share_in_place(t.data(), t.nbytes()));
 }
 
 TEST_CASE("contiguity rules") {

@@ -33,15 +33,17 @@ class tensor {
   /// Allocates uninitialised memory owned by the tensor (on a CUDA device:
   /// device memory; errc::backend when the device is not usable).
   ///
-  /// Host tensors of 2 MiB and more get a mapping of their own (huge pages
-  /// where the system allows). The second allreduce between processes of one
-  /// host that uses such a tensor whole moves its pages into shared memory in
+  /// Host tensors of 64 KiB and more get a mapping of their own (from 2 MiB
+  /// with huge pages where the system allows; smaller ones are kept for
+  /// reuse when freed). The second allreduce between processes of one host
+  /// that uses such a tensor whole moves its pages into shared memory in
   /// place (same address, same contents; as MPI libraries register reused
-  /// user buffers), so that this and later allreduces read the peers'
+  /// user buffers), so that this and later collectives read the peers'
   /// buffers directly instead of staging every byte (16 MiB, 2 ranks: about
   /// 40 % less time). The memory then behaves as empty_shared's: a child
-  /// forked later shares it rather than copying it. Set
-  /// TROUPE_SHARE_IN_PLACE=off to keep such tensors private.
+  /// forked later shares it rather than copying it. Each such buffer holds
+  /// a file descriptor (at most 256, and a quarter of the process's limit).
+  /// Set TROUPE_SHARE_IN_PLACE=off to keep such tensors private.
   static tensor empty(shape_t shape, dtype t, device d = device::cpu());
   /// Allocates uninitialised host memory that ranks in other processes of this
   /// host can map (like MPI_Alloc_mem): an allreduce between processes on
