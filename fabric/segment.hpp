@@ -13,7 +13,8 @@
 //    flag, and the ring of the kinds of its last 64 collectives (announce);
 //  - per rank, two small-message slots (operation parity);
 //  - per rank, `chunk_slots` staging slots of `chunk_bytes`, and one shared
-//    ring of result slots of the same shape.
+//    ring of result slots of the same shape. Every data slot starts half a
+//    page into a page (page-aligned buffers would stall on 4 KiB aliasing).
 // Counters grow monotonically and are never reset, so a flag never needs
 // clearing: "rank r reached step x" is `counter[r] >= x`.
 
