@@ -159,6 +159,31 @@ bool summed(const tensor& x, int n) {
   return ok;
 }
 
+/// Says on stderr, and remembers, what went wrong on one rank.
+struct verdict {
+  int rank;
+  bool ok = true;
+  void operator()(bool good, const std::string& what) {
+    if (!good) std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
+    ok &= good;
+  }
+};
+
+/// Runs body(world, verdict) on 2, then 4 processes over shared memory;
+/// every process must pass.
+template <class F>
+void on_2_and_4_shm_processes(F body) {
+  for (int processes : {2, 4}) {
+    CAPTURE(processes);
+    auto codes = run_processes(processes, processes, "shm", [&](world& w) {
+      verdict v{w.rank()};
+      body(w, v);
+      return v.ok;
+    });
+    for (auto c : codes) CHECK(c == 0);
+  }
+}
+
 /// Bytes copied per byte reduced by an allreduce across n processes: direct
 /// (each rank writes its reduced part into the n-1 other buffers) and staged
 /// (a buffer is not shared: stage, own part, gather; with 2 ranks each stages
@@ -367,88 +392,78 @@ TEST_CASE(
   // on; the first stages. A slice of an allocation, borrowed memory and
   // TROUPE_SHARE_IN_PLACE=off stay private (staged). Freed buffers release
   // their descriptors.
-  for (int processes : {2, 4}) {
-    CAPTURE(processes);
-    auto codes = run_processes(processes, processes, "shm", [](world& w) {
-      auto& pg = w.default_group();
-      const int n = w.size(), me = w.rank();
-      bool ok = true;
-      auto expect = [&](bool good, const std::string& what) {
-        if (!good) std::fprintf(stderr, "rank %d: %s\n", me, what.c_str());
-        ok &= good;
-      };
-      auto check_copies = [&](const char* what, double got, double want) {
-        ok &= copies_as_expected(me, what, got, want);
-      };
-      const auto [direct, staged] = direct_and_staged_copies(n);
-      {
-        auto x = tensor::empty({(1 << 20) + 3}, dtype::float32);  // 4 MiB and a ragged tail
-        void* at = x.data();
-        fill_rank(x, me);
-        check_copies("first", copies_per_byte([&] { pg.allreduce(x).wait(); }), staged);
-        expect(summed(x, n), "the first allreduce's result");
-        fill_rank(x, me);
-        check_copies("second", copies_per_byte([&] { pg.allreduce(x).wait(); }), direct);
-        expect(x.data() == at && summed(x, n), "the second allreduce's result or address");
-        fill_rank(x, me);
-        check_copies("third", copies_per_byte([&] { pg.allreduce(x).wait(); }), direct);
-        expect(summed(x, n), "the third allreduce's result");
-        // The memory stays usable as ever: written and read here, reduced again.
-        for (std::int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = 1.f;
-        pg.allreduce(x, reduce_op::MAX).wait();
-        expect(x.data_as<float>()[x.numel() - 1] == 1.f, "MAX after writing the shared buffer");
+  on_2_and_4_shm_processes([](world& w, verdict& expect) {
+    auto& pg = w.default_group();
+    const int n = w.size(), me = w.rank();
+    auto check_copies = [&](const char* what, double got, double want) {
+      expect.ok &= copies_as_expected(me, what, got, want);
+    };
+    const auto [direct, staged] = direct_and_staged_copies(n);
+    {
+      auto x = tensor::empty({(1 << 20) + 3}, dtype::float32);  // 4 MiB and a ragged tail
+      void* at = x.data();
+      fill_rank(x, me);
+      check_copies("first", copies_per_byte([&] { pg.allreduce(x).wait(); }), staged);
+      expect(summed(x, n), "the first allreduce's result");
+      fill_rank(x, me);
+      check_copies("second", copies_per_byte([&] { pg.allreduce(x).wait(); }), direct);
+      expect(x.data() == at && summed(x, n), "the second allreduce's result or address");
+      fill_rank(x, me);
+      check_copies("third", copies_per_byte([&] { pg.allreduce(x).wait(); }), direct);
+      expect(summed(x, n), "the third allreduce's result");
+      // The memory stays usable as ever: written and read here, reduced again.
+      for (std::int64_t i = 0; i < x.numel(); ++i) x.data_as<float>()[i] = 1.f;
+      pg.allreduce(x, reduce_op::MAX).wait();
+      expect(x.data_as<float>()[x.numel() - 1] == 1.f, "MAX after writing the shared buffer");
+    }
+    // A middle-sized buffer (from the pool of freed buffers, 512 KiB) too,
+    // above the one-step slots (32 KiB with more than 2 ranks; with 2
+    // ranks up to 1 MiB goes through the slots in one step: 1 byte per byte).
+    {
+      auto m = tensor::empty({1 << 17}, dtype::float32);
+      for (int use = 0; use < 3; ++use) {
+        fill_rank(m, me + use);
+        const double want = n == 2 ? 1.0 : use == 0 ? staged : direct;
+        check_copies("middle", copies_per_byte([&] { pg.allreduce(m).wait(); }), want);
+        for (std::int64_t i = 0; i < m.numel(); i += 1021)
+          expect.ok &= m.data_as<float>()[i] == float(n * (n - 1) / 2 + n * use + n * (i % 5));
       }
-      // A middle-sized buffer (from the pool of freed buffers, 512 KiB) too,
-      // above the one-step slots (32 KiB with more than 2 ranks; with 2
-      // ranks up to 1 MiB goes through the slots in one step: 1 byte per byte).
-      {
-        auto m = tensor::empty({1 << 17}, dtype::float32);
-        for (int use = 0; use < 3; ++use) {
-          fill_rank(m, me + use);
-          const double want = n == 2 ? 1.0 : use == 0 ? staged : direct;
-          check_copies("middle", copies_per_byte([&] { pg.allreduce(m).wait(); }), want);
-          for (std::int64_t i = 0; i < m.numel(); i += 1021)
-            ok &= m.data_as<float>()[i] == float(n * (n - 1) / 2 + n * use + n * (i % 5));
-        }
-      }
-      // (The pool keeps the middle-sized buffer, and its memfd, for reuse.)
-      const int fds = open_memfds();
-      // A slice of a larger allocation stays private.
-      auto big = tensor::empty({3 << 20}, dtype::float32);
-      auto part = big.flat_slice(1 << 20, 1 << 20);
+    }
+    // (The pool keeps the middle-sized buffer, and its memfd, for reuse.)
+    const int fds = open_memfds();
+    // A slice of a larger allocation stays private.
+    auto big = tensor::empty({3 << 20}, dtype::float32);
+    auto part = big.flat_slice(1 << 20, 1 << 20);
+    fill_rank(part, me);
+    for (int k = 0; k < 2; ++k) {
       fill_rank(part, me);
-      for (int k = 0; k < 2; ++k) {
-        fill_rank(part, me);
-        check_copies("slice", copies_per_byte([&] { pg.allreduce(part).wait(); }), staged);
-        expect(summed(part, n), "the slice's result");
+      check_copies("slice", copies_per_byte([&] { pg.allreduce(part).wait(); }), staged);
+      expect(summed(part, n), "the slice's result");
+    }
+    // Switched off (read at each allreduce): staged, as before.
+    ::setenv("TROUPE_SHARE_IN_PLACE", "off", 1);
+    auto y = tensor::empty({1 << 20}, dtype::float32);
+    for (int k = 0; k < 2; ++k) {
+      fill_rank(y, me);
+      check_copies("off", copies_per_byte([&] { pg.allreduce(y).wait(); }), staged);
+      expect(summed(y, n), "the result with sharing off");
+    }
+    ::unsetenv("TROUPE_SHARE_IN_PLACE");
+    // Many fresh buffers shared (used twice) and freed: no descriptor stays
+    // open, and the peers unmap the oldest.
+    for (int k = 0; k < 40; ++k) {
+      auto z = tensor::empty({1 << 19}, dtype::float32);  // 2 MiB
+      for (int use = 0; use < 2; ++use) {
+        fill_rank(z, me + k);
+        pg.allreduce(z).wait();
+        expect(z.data_as<float>()[7] == float(n * (n - 1) / 2 + n * k + n * 2), "a fresh buffer");
       }
-      // Switched off (read at each allreduce): staged, as before.
-      ::setenv("TROUPE_SHARE_IN_PLACE", "off", 1);
-      auto y = tensor::empty({1 << 20}, dtype::float32);
-      for (int k = 0; k < 2; ++k) {
-        fill_rank(y, me);
-        check_copies("off", copies_per_byte([&] { pg.allreduce(y).wait(); }), staged);
-        expect(summed(y, n), "the result with sharing off");
-      }
-      ::unsetenv("TROUPE_SHARE_IN_PLACE");
-      // Many fresh buffers shared (used twice) and freed: no descriptor stays
-      // open, and the peers unmap the oldest.
-      for (int k = 0; k < 40; ++k) {
-        auto z = tensor::empty({1 << 19}, dtype::float32);  // 2 MiB
-        for (int use = 0; use < 2; ++use) {
-          fill_rank(z, me + k);
-          pg.allreduce(z).wait();
-          expect(z.data_as<float>()[7] == float(n * (n - 1) / 2 + n * k + n * 2), "a fresh buffer");
-        }
-      }
-      pg.barrier().wait();
-      expect(open_memfds() == fds,
-             "shared-memory descriptors open: " + std::to_string(open_memfds()) + ", before " +
-                 std::to_string(fds));
-      return ok;
-    });
-    for (auto c : codes) CHECK(c == 0);
-  }
+    }
+    pg.barrier().wait();
+    expect(open_memfds() == fds,
+           "shared-memory descriptors open: " + std::to_string(open_memfds()) + ", before " +
+               std::to_string(fds));
+  });
 }
 
 TEST_CASE(
@@ -458,110 +473,99 @@ TEST_CASE(
   // through the segment; at the second, alltoall and reduce_scatter (their
   // inputs now shared memory) copy straight from the peers' inputs, each
   // byte once: fewer bytes copied. The results are the same every time.
-  for (int processes : {2, 4}) {
-    CAPTURE(processes);
-    auto codes = run_processes(processes, processes, "shm", [](world& w) {
-      auto& pg = w.default_group();
-      const int n = w.size(), me = w.rank();
-      bool ok = true;
-      auto expect = [&](bool good, const std::string& what) {
-        if (!good) std::fprintf(stderr, "rank %d: %s\n", me, what.c_str());
-        ok &= good;
-      };
-      auto copied = [] { return detail::fabric_stats().copied.load(); };
-      // Runs `call` twice (results checked by `good`): the second copies less.
-      auto twice = [&](const char* what, auto call, auto good, bool pulls = false) {
-        std::uint64_t bytes[2];
-        for (int use = 0; use < 2; ++use) {
-          const auto before = copied();
-          call();
-          bytes[use] = copied() - before;
-          expect(good(), std::string(what) + ": a wrong result at use " + std::to_string(use + 1));
-        }
-        // Pulling, every rank copies less (it no longer stages); else the same.
-        expect(pulls ? bytes[1] < bytes[0] : bytes[1] == bytes[0],
-               std::string(what) + ": copied " + std::to_string(bytes[0]) + " then " +
-                   std::to_string(bytes[1]) + " bytes");
-      };
-      const std::int64_t len = (1 << 19) + 3;  // 2 MiB of float32 and a ragged tail
-      auto value = [](int r, std::int64_t i) { return float(r * 11 + i % 17); };
-      auto fill = [&](tensor& t, int r) {
-        for (std::int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = value(r, i);
-      };
-      // broadcast from the last rank (the root's buffer is the shared one).
-      auto b = tensor::empty({len}, dtype::float32);
-      twice(
-          "broadcast",
-          [&] {
-            fill(b, me);
-            pg.broadcast(b, n - 1).wait();
-          },
-          [&] {
-            bool g = true;
-            for (std::int64_t i = 0; i < len; i += 997)
-              g &= b.data_as<float>()[i] == value(n - 1, i);
-            return g && b.data_as<float>()[len - 1] == value(n - 1, len - 1);
-          });
-      // allgather and gather (to rank 1) of every rank's block.
-      auto in = tensor::empty({len}, dtype::float32);
-      fill(in, me);
-      auto all = tensor::zeros({len * n}, dtype::float32),
-           some = tensor::zeros({len * n}, dtype::float32);
-      auto gathered = [&](const tensor& t) {
-        bool g = true;
-        for (int r = 0; r < n; ++r)
-          for (std::int64_t i = 0; i < len; i += 1009)
-            g &= t.data_as<float>()[r * len + i] == value(r, i);
-        return g && t.data_as<float>()[n * len - 1] == value(n - 1, len - 1);
-      };
-      twice(
-          "allgather", [&] { pg.allgather_into_tensor(all, in).wait(); },
-          [&] { return gathered(all); });
-      std::vector<std::int64_t> counts(static_cast<std::size_t>(n), len);
-      twice(
-          "gather", [&] { pg.gatherv(some, in, counts, {.root_rank = 1}).wait(); },
-          [&] { return me != 1 || gathered(some); });
-      // scatter from rank 0 and reduce_scatter of a whole of n blocks.
-      auto whole = tensor::empty({len * n}, dtype::float32);
-      for (std::int64_t i = 0; i < len * n; ++i) whole.data_as<float>()[i] = float(i % 1013);
-      auto part = tensor::zeros({len}, dtype::float32);
-      twice(
-          "scatter", [&] { pg.scatterv(part, whole, counts, {.root_rank = 0}).wait(); },
-          [&] {
-            bool g = true;
-            for (std::int64_t i = 0; i < len; i += 991)
-              g &= part.data_as<float>()[i] == float((me * len + i) % 1013);
-            return g;
-          });
-      twice(
-          "reduce_scatter", [&] { pg.reduce_scatter_tensor(part, whole).wait(); },
-          [&] {
-            bool g = true;
-            for (std::int64_t i = 0; i < len; i += 991)
-              g &= part.data_as<float>()[i] == float(n * ((me * len + i) % 1013));
-            return g;
-          },
-          true);
-      // alltoall: block d of rank s holds s * 100 + d.
-      auto send = tensor::empty({len * n}, dtype::float32),
-           recv = tensor::zeros({len * n}, dtype::float32);
-      for (int d = 0; d < n; ++d)
-        for (std::int64_t i = 0; i < len; ++i)
-          send.data_as<float>()[d * len + i] = float(me * 100 + d);
-      twice(
-          "alltoall", [&] { pg.alltoall_single(recv, send).wait(); },
-          [&] {
-            bool g = true;
-            for (int q = 0; q < n; ++q)
-              g &= recv.data_as<float>()[q * len] == float(q * 100 + me) &&
-                   recv.data_as<float>()[q * len + len - 1] == float(q * 100 + me);
-            return g;
-          },
-          true);
-      return ok;
-    });
-    for (auto c : codes) CHECK(c == 0);
-  }
+  on_2_and_4_shm_processes([](world& w, verdict& expect) {
+    auto& pg = w.default_group();
+    const int n = w.size(), me = w.rank();
+    auto copied = [] { return detail::fabric_stats().copied.load(); };
+    // Runs `call` twice (results checked by `good`): the second copies less.
+    auto twice = [&](const char* what, auto call, auto good, bool pulls = false) {
+      std::uint64_t bytes[2];
+      for (int use = 0; use < 2; ++use) {
+        const auto before = copied();
+        call();
+        bytes[use] = copied() - before;
+        expect(good(), std::string(what) + ": a wrong result at use " + std::to_string(use + 1));
+      }
+      // Pulling, every rank copies less (it no longer stages); else the same.
+      expect(pulls ? bytes[1] < bytes[0] : bytes[1] == bytes[0],
+             std::string(what) + ": copied " + std::to_string(bytes[0]) + " then " +
+                 std::to_string(bytes[1]) + " bytes");
+    };
+    const std::int64_t len = (1 << 19) + 3;  // 2 MiB of float32 and a ragged tail
+    auto value = [](int r, std::int64_t i) { return float(r * 11 + i % 17); };
+    auto fill = [&](tensor& t, int r) {
+      for (std::int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = value(r, i);
+    };
+    // broadcast from the last rank (the root's buffer is the shared one).
+    auto b = tensor::empty({len}, dtype::float32);
+    twice(
+        "broadcast",
+        [&] {
+          fill(b, me);
+          pg.broadcast(b, n - 1).wait();
+        },
+        [&] {
+          bool g = true;
+          for (std::int64_t i = 0; i < len; i += 997) g &= b.data_as<float>()[i] == value(n - 1, i);
+          return g && b.data_as<float>()[len - 1] == value(n - 1, len - 1);
+        });
+    // allgather and gather (to rank 1) of every rank's block.
+    auto in = tensor::empty({len}, dtype::float32);
+    fill(in, me);
+    auto all = tensor::zeros({len * n}, dtype::float32),
+         some = tensor::zeros({len * n}, dtype::float32);
+    auto gathered = [&](const tensor& t) {
+      bool g = true;
+      for (int r = 0; r < n; ++r)
+        for (std::int64_t i = 0; i < len; i += 1009)
+          g &= t.data_as<float>()[r * len + i] == value(r, i);
+      return g && t.data_as<float>()[n * len - 1] == value(n - 1, len - 1);
+    };
+    twice(
+        "allgather", [&] { pg.allgather_into_tensor(all, in).wait(); },
+        [&] { return gathered(all); });
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(n), len);
+    twice(
+        "gather", [&] { pg.gatherv(some, in, counts, {.root_rank = 1}).wait(); },
+        [&] { return me != 1 || gathered(some); });
+    // scatter from rank 0 and reduce_scatter of a whole of n blocks.
+    auto whole = tensor::empty({len * n}, dtype::float32);
+    for (std::int64_t i = 0; i < len * n; ++i) whole.data_as<float>()[i] = float(i % 1013);
+    auto part = tensor::zeros({len}, dtype::float32);
+    twice(
+        "scatter", [&] { pg.scatterv(part, whole, counts, {.root_rank = 0}).wait(); },
+        [&] {
+          bool g = true;
+          for (std::int64_t i = 0; i < len; i += 991)
+            g &= part.data_as<float>()[i] == float((me * len + i) % 1013);
+          return g;
+        });
+    twice(
+        "reduce_scatter", [&] { pg.reduce_scatter_tensor(part, whole).wait(); },
+        [&] {
+          bool g = true;
+          for (std::int64_t i = 0; i < len; i += 991)
+            g &= part.data_as<float>()[i] == float(n * ((me * len + i) % 1013));
+          return g;
+        },
+        true);
+    // alltoall: block d of rank s holds s * 100 + d.
+    auto send = tensor::empty({len * n}, dtype::float32),
+         recv = tensor::zeros({len * n}, dtype::float32);
+    for (int d = 0; d < n; ++d)
+      for (std::int64_t i = 0; i < len; ++i)
+        send.data_as<float>()[d * len + i] = float(me * 100 + d);
+    twice(
+        "alltoall", [&] { pg.alltoall_single(recv, send).wait(); },
+        [&] {
+          bool g = true;
+          for (int q = 0; q < n; ++q)
+            g &= recv.data_as<float>()[q * len] == float(q * 100 + me) &&
+                 recv.data_as<float>()[q * len + len - 1] == float(q * 100 + me);
+          return g;
+        },
+        true);
+  });
 }
 
 TEST_CASE("over TCP, large 2-rank allreduces are reduced by the receiving thread, exactly") {
