@@ -2,6 +2,7 @@
 
 #include "troupe/tensor.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -190,9 +191,52 @@ struct buffer_pool {
   std::vector<void*> free[pool_classes];
 };
 
+void prepare_fork();
+void parent_after_fork();
+void child_after_fork();
+
 buffer_pool& pool() {
   static buffer_pool* p = new buffer_pool;  // never destroyed: tensors may outlive statics
+  static const bool fork_safe =
+      ::pthread_atfork(prepare_fork, parent_after_fork, child_after_fork) == 0;
+  (void)fork_safe;
   return *p;
+}
+
+// Across fork both locks are held (the pool's first, as everywhere), so the
+// child finds them free and the lists whole. The child then unmaps the
+// pooled buffers that were shared in place: their pages are the parent's
+// too, and handing them out would let two processes write one buffer.
+void prepare_fork() {
+  pool().mtx.lock();
+  shared_allocations().mtx.lock();
+}
+
+void parent_after_fork() {
+  shared_allocations().mtx.unlock();
+  pool().mtx.unlock();
+}
+
+void child_after_fork() {
+  auto& reg = shared_allocations();
+  auto& bp = pool();
+  for (auto& list : bp.free)
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](void* q) {
+                                const auto at = reinterpret_cast<std::uintptr_t>(q);
+                                auto it = reg.large_allocations.find(at);
+                                if (it == reg.large_allocations.end() || it->second.fd < 0)
+                                  return false;
+                                ::munmap(q, it->second.size);
+                                ::close(it->second.fd);
+                                --reg.moved;
+                                reg.large_allocations.erase(it);
+                                reg.live.erase(at);
+                                return true;
+                              }),
+               list.end());
+  reg.mtx.unlock();
+  bp.mtx.unlock();
 }
 
 std::shared_ptr<void> pooled(std::size_t bytes) {

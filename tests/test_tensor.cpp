@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <bit>
@@ -290,6 +291,38 @@ TEST_CASE("a pooled middle-sized buffer moves into shared memory too, and stays 
   REQUIRE(found);
   CHECK(found->id == id);
   CHECK_FALSE(detail::find_shared(u.data(), u.nbytes()));
+}
+
+TEST_CASE("a child forked after a pooled buffer was shared in place never gets that buffer") {
+  const std::int64_t len = 1 << 16;  // 256 KiB: the pool's 256 KiB buffers
+  void* at = nullptr;
+  {
+    auto t = tensor::empty({len}, dtype::int32);
+    for (std::int64_t i = 0; i < len; ++i) t.data_as<int>()[i] = 7;
+    at = t.data();
+    (void)detail::share_in_place(at, t.nbytes());
+    REQUIRE(detail::share_in_place(at, t.nbytes()));
+  }  // back in the pool, still shared memory
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // The same size class: a private buffer (perhaps at the same address,
+    // mapped afresh), written freely.
+    auto c = tensor::empty({len}, dtype::int32);
+    const bool fine = !detail::find_shared(c.data(), 64) && !detail::find_shared(at, 64);
+    for (std::int64_t i = 0; i < len; ++i) c.data_as<int>()[i] = -1;
+    ::_exit(fine ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // The parent still has it, shared, its contents untouched by the child.
+  auto t = tensor::empty({len}, dtype::int32);
+  CHECK(t.data() == at);
+  CHECK(detail::find_shared(at, 64));
+  bool same = true;
+  for (std::int64_t i = 0; i < len; ++i) same &= t.data_as<int>()[i] == 7;
+  CHECK(same);
 }
 
 TEST_CASE("at most a quarter of the process's descriptors hold buffers shared in place") {
