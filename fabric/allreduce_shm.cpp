@@ -329,11 +329,7 @@ class allreduce_shm final : public shm_op {
   /// Finishes the operation once its chunks are `done`; else remembers whom
   /// it waits for, and for what.
   bool end_chunks(fabric_context& ctx, bool& moved, bool done, int rank, const char* what) {
-    if (!done) {
-      blocked_rank_ = rank;
-      blocked_what_ = what;
-      return false;
-    }
+    if (!done) return waiting(rank, what);
     finish_op(ctx, moved);
     return true;
   }

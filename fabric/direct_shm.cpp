@@ -405,11 +405,7 @@ class direct_shm final : public shm_op {
         }
       }
     }
-    if (consumed_ < chunks_ || staged_ < mine_) {
-      blocked_rank_ = waiting_rank;
-      blocked_what_ = waiting_for;
-      return false;
-    }
+    if (consumed_ < chunks_ || staged_ < mine_) return waiting(waiting_rank, waiting_for);
     // The next operation may reuse the slots once nobody reads them.
     if (chunks_ > 0 && !all_reached(ctx, &rank_progress::consumed, number(chunks_ - 1),
                                     "copy out this operation's last chunk"))

@@ -24,7 +24,11 @@ fabric_counters& fabric_stats() noexcept {
 
 fabric::fabric(std::shared_ptr<medium> med, int rank, std::string group,
                std::vector<std::string> names)
-    : med_(std::move(med)), rank_(rank), group_(std::move(group)), names_(std::move(names)) {
+    : med_(std::move(med)),
+      rank_(rank),
+      group_(std::move(group)),
+      names_(std::move(names)),
+      policy_(wait_policy::get().for_ranks(med_->ranks_on_host())) {
   watchdog_ = std::thread([this] { watch(); });
 }
 
@@ -69,7 +73,6 @@ work fabric::submit(std::unique_ptr<fabric_op> op) {
 }
 
 void fabric::drive(work_state& s, fabric_clock::time_point until) {
-  const auto policy = wait_policy::get().for_ranks(med_->ranks_on_host());
   waiters_.fetch_add(1);
   const bool reads = head_reads_itself();
   med_->begin_wait(reads);
@@ -83,7 +86,7 @@ void fabric::drive(work_state& s, fabric_clock::time_point until) {
       polling_since = now;
       continue;
     }
-    if (policy.poll_step(now - polling_since)) continue;
+    if (policy_.poll_step(now - polling_since)) continue;
     const auto nap = std::min<fabric_clock::duration>(until - now, max_sleep);
     med_->sleep(
         blocker(), nap, [&] { return (reads && med_->pump()) | pass(true) || s.finished.load(); },

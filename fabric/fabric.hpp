@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/wait_policy.hpp"
 #include "troupe/work.hpp"
 
 namespace troupe::detail {
@@ -136,6 +137,7 @@ class fabric : public std::enable_shared_from_this<fabric> {
   int rank_;
   std::string group_;
   std::vector<std::string> names_;
+  wait_policy policy_;  ///< how drive() waits (no pure spin when ranks outnumber CPUs)
   std::uint64_t issued_ = 0;
   std::uint64_t chunks_ = 0;  // guarded by engine_
   std::mutex engine_;         // held while stepping (guards queue_, stopped_, chunks_)

@@ -14,9 +14,13 @@ bool shm_op::all_reached(fabric_context& ctx, counter c, std::uint64_t value, st
                          bool agreeing) {
   const int r = short_of(ctx, c, value);
   if (r < 0) return true;
+  if (agreeing) check_kind(ctx, r);
+  return waiting(r, what);
+}
+
+bool shm_op::waiting(int r, std::string_view what) {
   blocked_rank_ = r;
   blocked_what_ = std::string(what);
-  if (agreeing) check_kind(ctx, r);
   return false;
 }
 

@@ -36,6 +36,9 @@ class shm_op : public fabric_op {
   static int short_of(fabric_context& ctx, counter c, std::uint64_t value);
   /// Sets this rank's `c` to `value` and wakes the ranks sleeping on it.
   void publish(fabric_context& ctx, counter c, std::uint64_t value, bool& moved);
+  /// Remembers that this rank waits for rank `r` to `what` (blocker());
+  /// false, for `return waiting(...)`.
+  bool waiting(int r, std::string_view what);
   /// Throws a collective mismatch when rank r posted another collective for
   /// this operation (its descriptor's code).
   void check_code(fabric_context& ctx, int r, bool& moved);
@@ -54,10 +57,10 @@ class shm_op : public fabric_op {
 
   std::uint8_t code_;
   std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to fabric_stats() by finish_op
-  int blocked_rank_ = -1;
-  std::string blocked_what_;
 
  private:
+  int blocked_rank_ = -1;
+  std::string blocked_what_;
   /// A rank that announced another collective at this sequence number.
   void check_kind(fabric_context& ctx, int r);
 };

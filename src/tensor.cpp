@@ -108,14 +108,15 @@ namespace {
 constexpr std::size_t huge_page = std::size_t{2} << 20;
 
 /// The shared memory of this process that peers may map, by address
-/// (tensor::empty_shared allocations and large ones shared in place), and
-/// the host allocations of 2 MiB and more, each mapped on its own.
+/// (tensor::empty_shared allocations and mappings shared in place), and the
+/// host allocations of 64 KiB and more, each a mapping of its own (pooled
+/// below 2 MiB).
 struct shared_registry {
   std::mutex mtx;
   std::map<std::uintptr_t, shared_range> live;
   struct large {
     std::size_t requested = 0;  ///< bytes asked for
-    std::size_t size = 0;       ///< bytes mapped (whole huge pages)
+    std::size_t size = 0;       ///< bytes mapped (whole pages)
     int fd = -1;                ///< its memfd, once shared in place
     int uses = 0;               ///< share_in_place calls so far
   };
