@@ -34,9 +34,10 @@ struct segment_shape {
   int chunk_slots = 4;                  ///< chunks in flight
 };
 
-/// The shape a group of `size` ranks uses. Two ranks take buffers up to 1 MiB
-/// in one step (measured 45–51 µs at 1 MiB against 59–60 µs staged); more
-/// ranks read n slots each, so one step only up to 32 KiB.
+/// The shape a group of `size` ranks uses. Two ranks take private buffers up
+/// to 1 MiB through the slots (measured 45–51 µs at 1 MiB against 59–60 µs
+/// staged in chunks); more ranks read n slots each, so only up to 32 KiB.
+/// Shared buffers above 32 KiB skip the slots (fabric/allreduce_shm).
 segment_shape shape_for(int size);
 
 /// What an operation looks like; every rank must pass the same.

@@ -319,7 +319,7 @@ TEST_CASE(
 TEST_CASE("allreduce between processes on empty_shared tensors reads the peers' buffers") {
   // Direct: each rank writes its reduced part into the n-1 other buffers,
   // (n-1)/n bytes per byte; staged (a buffer is not shared): (2n-1)/n, with
-  // 2 ranks 1 (each stages its whole buffer).
+  // 2 ranks 1 (each stages its whole buffer, or copies it into its slot).
   for (int processes : {2, 4}) {
     CAPTURE(processes);
     auto codes = run_processes(processes, processes, "shm", [](world& w) {
@@ -362,6 +362,32 @@ TEST_CASE("allreduce between processes on empty_shared tensors reads the peers' 
       fill_rank(mixed, me);
       report("mixed", copies_per_byte([&] { pg.allreduce(mixed).wait(); }), staged);
       ok &= summed(mixed, n);
+      // Buffers that fit a slot (up to 1 MiB with 2 ranks): above 32 KiB they
+      // go direct when every rank's is shared, and are copied into the slots
+      // (one byte per byte with 2 ranks) only when one is private; up to
+      // 32 KiB always through the slots in one step.
+      for (const std::int64_t elems : {std::int64_t{(1 << 17) + 5}, std::int64_t{8192 + 64}}) {
+        CAPTURE(elems);
+        auto s = tensor::empty_shared({elems}, dtype::float32);
+        fill_rank(s, me);
+        report("shared, fits a slot", copies_per_byte([&] { pg.allreduce(s).wait(); }), direct);
+        ok &= summed(s, n);
+        std::vector<float> mine(static_cast<std::size_t>(elems));
+        auto p = me == 0 ? tensor::from_blob(mine.data(), {elems}, dtype::float32)
+                         : tensor::empty_shared({elems}, dtype::float32);
+        fill_rank(p, me);
+        report("one private, fits a slot", copies_per_byte([&] { pg.allreduce(p).wait(); }),
+               staged);
+        ok &= summed(p, n);
+        fill_rank(p, me);
+        pg.allreduce(p, reduce_op::AVG).wait();
+        for (std::int64_t i = 0; i < elems; i += 97)
+          ok &= p.data_as<float>()[i] == float(n * (n - 1) / 2 + n * (i % 5)) / float(n);
+      }
+      auto edge = tensor::empty_shared({8192}, dtype::float32);  // 32 KiB: one step
+      fill_rank(edge, me);
+      report("32 KiB", copies_per_byte([&] { pg.allreduce(edge).wait(); }), 1.0);
+      ok &= summed(edge, n);
       if (!ok) std::fprintf(stderr, "rank %d: a shared allreduce went wrong\n", me);
       return ok;
     });
@@ -416,14 +442,14 @@ TEST_CASE(
       pg.allreduce(x, reduce_op::MAX).wait();
       expect(x.data_as<float>()[x.numel() - 1] == 1.f, "MAX after writing the shared buffer");
     }
-    // A middle-sized buffer (from the pool of freed buffers, 512 KiB) too,
-    // above the one-step slots (32 KiB with more than 2 ranks; with 2
-    // ranks up to 1 MiB goes through the slots in one step: 1 byte per byte).
+    // A middle-sized buffer (from the pool of freed buffers, 512 KiB) too:
+    // above the one-step slots with more than 2 ranks (32 KiB); with 2 ranks
+    // it fits a slot (1 MiB) and is copied there only while it is private.
     {
       auto m = tensor::empty({1 << 17}, dtype::float32);
       for (int use = 0; use < 3; ++use) {
         fill_rank(m, me + use);
-        const double want = n == 2 ? 1.0 : use == 0 ? staged : direct;
+        const double want = use == 0 ? staged : direct;
         check_copies("middle", copies_per_byte([&] { pg.allreduce(m).wait(); }), want);
         for (std::int64_t i = 0; i < m.numel(); i += 1021)
           expect.ok &= m.data_as<float>()[i] == float(n * (n - 1) / 2 + n * use + n * (i % 5));
