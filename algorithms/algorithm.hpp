@@ -58,6 +58,13 @@ class op_context {
   virtual bool consume_on_arrival(int /*peer*/, std::uint32_t /*step*/, arrival_fn /*fn*/) {
     return false;
   }
+  /// Asks that the payload of step `step` from `peer`, when it is exactly
+  /// `out`'s size and dtype, be received straight into `out` (between
+  /// processes: the receiver then copies nothing). `out` must be memory no
+  /// step writes, and no pending send reads, before take() returned the
+  /// message; what take() returns may then be `out` itself. Ignored where
+  /// the context cannot.
+  virtual void post_receive(int /*peer*/, std::uint32_t /*step*/, const tensor& /*out*/) {}
 
   /// Stores a message that arrived (used by the group actor).
   void deliver(int peer, std::uint32_t step, tensor payload) {
@@ -107,6 +114,11 @@ void place(const collective_call& call, const tensor& payload, tensor out, int p
 /// place() as an arrival handler (consume_on_arrival) for `out`.
 op_context::arrival_fn place_on_arrival(const collective_call& call, tensor out, int peer,
                                         std::uint32_t step);
+/// The message of step `step` from `peer` belongs in `out` (see
+/// post_receive for what `out` must be): posts the receive and has the
+/// receiving thread place it there (consume_on_arrival) where it can.
+void receive_into(op_context& ctx, const collective_call& call, int peer, std::uint32_t step,
+                  const tensor& out);
 /// Whether the memory of `a` and `b` overlaps (either undefined: no).
 bool overlaps(const tensor& a, const tensor& b);
 /// What to send of `t` (the caller's memory, written later) to `peer`: `t`

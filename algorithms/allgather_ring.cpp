@@ -41,8 +41,7 @@ class allgather_ring final : public algorithm {
         for (int s = 1; s < n; ++s) {
           const int b = ring(r, -s, n);
           for (int j = 0; j < segs_of(b); ++j)
-            ctx.consume_on_arrival(left, id(s, j),
-                                   place_on_arrival(call, segment(block(b), b, j), left, id(s, j)));
+            receive_into(ctx, call, left, id(s, j), segment(block(b), b, j));
         }
       if (!call.input.is_same(block(r))) block(r).copy_from(call.input);
       if (n > 1)
@@ -57,8 +56,11 @@ class allgather_ring final : public algorithm {
         if (!in) return false;
         auto out = segment(block(b), b, seg_);
         if (in->defined()) place(call, *in, out, left, id(step_, seg_));
+        // The message goes on as it came, unless it came straight into the
+        // output (a posted receive), which the caller writes after this call.
+        const bool own_message = in->defined() && in->data() != out.data();
         if (step_ + 1 < n)
-          ctx.send(right, id(step_ + 1, seg_), in->defined() ? *in : to_send(ctx, right, out));
+          ctx.send(right, id(step_ + 1, seg_), own_message ? *in : to_send(ctx, right, out));
       }
     }
     return true;

@@ -64,8 +64,7 @@ class allreduce_halves final : public algorithm {
                                [reduce = segment_reducer(call, me), mine = segment(mine_, me, j),
                                 out = segment(call.output, me, j), step = id(0, j)](
                                    const tensor& in) { reduce(mine, out, in, step); });
-        ctx.consume_on_arrival(
-            peer, id(1, j), place_on_arrival(call, segment(call.output, peer, j), peer, id(1, j)));
+        receive_into(ctx, call, peer, id(1, j), segment(call.output, peer, j));
       }
     }
     for (;;) {

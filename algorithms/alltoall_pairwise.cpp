@@ -40,8 +40,7 @@ class alltoall_pairwise final : public algorithm {
           for (int j = 0; j < segs; ++j) {
             const auto [off, len] = chunk_range(block.numel(), segs, j);
             const auto step = static_cast<std::uint32_t>(j);
-            ctx.consume_on_arrival(p, step,
-                                   place_on_arrival(call, block.flat_slice(off, len), p, step));
+            receive_into(ctx, call, p, step, block.flat_slice(off, len));
           }
         }
       const auto send_offsets = offsets_of(call.counts);

@@ -65,7 +65,7 @@ tensor fresh_copy(const tensor& src) {
 void place(const collective_call& call, const tensor& payload, tensor out, int peer,
            std::uint32_t step) {
   check_payload(call, payload, out.numel(), peer, step);
-  out.copy_from(payload);
+  if (payload.data() != out.data()) out.copy_from(payload);  // else received in place
 }
 
 op_context::arrival_fn place_on_arrival(const collective_call& call, tensor out, int peer,
@@ -80,6 +80,12 @@ bool overlaps(const tensor& a, const tensor& b) {
   const auto* a0 = static_cast<const std::byte*>(a.data());
   const auto* b0 = static_cast<const std::byte*>(b.data());
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+void receive_into(op_context& ctx, const collective_call& call, int peer, std::uint32_t step,
+                  const tensor& out) {
+  ctx.post_receive(peer, step, out);
+  ctx.consume_on_arrival(peer, step, place_on_arrival(call, out, peer, step));
 }
 
 tensor to_send(const op_context& ctx, int peer, const tensor& t) {

@@ -30,6 +30,9 @@ class message_context final : public op_context {
     if (reads_ || net_.is_local(peer)) return false;
     return net_.on_arrival(op_, step, peer, static_cast<std::uint8_t>(call().code), std::move(fn));
   }
+  void post_receive(int peer, std::uint32_t step, const tensor& out) override {
+    net_.post_receive(op_, step, peer, static_cast<std::uint8_t>(call().code), out);
+  }
 
  private:
   message_medium& net_;

@@ -49,9 +49,15 @@ void message_medium::attach() {
     d.media[key_ + std::to_string(rank_)] = self;
   }
   if (auto plane = plane_.lock(); plane && !remote_.empty())
-    plane->add_sink(group_, [self](received_frame& f) {
-      if (auto m = self.lock()) m->deliver(f);
-    });
+    plane->add_sink(
+        group_,
+        [self](received_frame& f) {
+          if (auto m = self.lock()) m->deliver(f);
+        },
+        [self](const frame_header& h) {
+          auto m = self.lock();
+          return m ? m->placement(h) : posted_receive{};
+        });
 }
 
 void message_medium::leave() {
@@ -122,8 +128,32 @@ bool message_medium::on_arrival(std::uint64_t op, std::uint32_t step, int src, s
   return true;
 }
 
+void message_medium::post_receive(std::uint64_t op, std::uint32_t step, int src, std::uint8_t code,
+                                  const tensor& into) {
+  if (is_local(src) || !into.defined() || !into.is_cpu() || !into.is_contiguous() ||
+      into.nbytes() == 0)
+    return;
+  std::lock_guard<std::mutex> g{mtx_};
+  posted_[{op, step, src}] = posted{code, {into, std::make_shared<receive_guard>()}};
+}
+
+posted_receive message_medium::placement(const frame_header& h) {
+  std::lock_guard<std::mutex> g{mtx_};
+  auto i = posted_.find({h.seq, h.step, h.src});
+  if (i == posted_.end() || i->second.handed_out || i->second.code != h.code) return {};
+  i->second.handed_out = true;
+  return i->second.where;
+}
+
 void message_medium::end_op(std::uint64_t op) {
   std::unique_lock<std::mutex> g{mtx_};
+  // Revoked before the caller hears: a frame read at this moment writes
+  // its remaining bytes elsewhere.
+  for (auto i = posted_.lower_bound({op, 0, 0}); i != posted_.end() && std::get<0>(i->first) == op;
+       i = posted_.erase(i)) {
+    std::lock_guard<std::mutex> r{i->second.where.guard->mtx};
+    i->second.where.guard->revoked = true;
+  }
   handlers_.erase(handlers_.lower_bound({op, 0, 0}), handlers_.lower_bound({op + 1, 0, 0}));
   idle_.wait(g, [&] { return running_.count(op) == 0; });
   // What a finished handler left, or a failed operation never took.

@@ -17,6 +17,11 @@
 // reduces a segment while the bytes are in its cache and the waiting thread
 // sends); the inbox then gets a "consumed" marker. end_op drops an
 // operation's handlers and waits for running ones, before its caller hears.
+// Posted receives (post_receive): an operation may name the tensor a message
+// from another process belongs in (a slice of its output); the data plane
+// then reads the payload straight into it, and placing it there copies
+// nothing. end_op revokes what it posted: from then on no byte is written
+// there, even by a frame being read at that moment.
 
 #include <atomic>
 #include <condition_variable>
@@ -31,13 +36,13 @@
 #include <vector>
 
 #include "fabric/medium.hpp"
+#include "transport/frame.hpp"
 #include "troupe/tensor.hpp"
 
 namespace troupe::detail {
 
 class data_plane;
 struct envelope;
-struct received_frame;
 
 class message_medium final : public medium, public std::enable_shared_from_this<message_medium> {
  public:
@@ -83,6 +88,15 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   /// then gets a consumed message in its place (with `fn`'s exception).
   /// False when it already arrived.
   bool on_arrival(std::uint64_t op, std::uint32_t step, int src, std::uint8_t code, arrival_fn fn);
+  /// Has the payload of message (op, step, src) from another process read
+  /// straight into `into` when it is of collective `code` and exactly
+  /// `into`'s bytes and dtype (a contiguous host tensor that nothing else
+  /// writes, and no pending send reads, until the message was taken).
+  void post_receive(std::uint64_t op, std::uint32_t step, int src, std::uint8_t code,
+                    const tensor& into);
+  /// Where the payload of the frame with header `h` goes (what post_receive
+  /// posted for it, handed out once), or nothing; asked by the data plane.
+  posted_receive placement(const frame_header& h);
   void end_op(std::uint64_t op) override;
   /// Takes every message of operation `op` that arrived: fn(src, step, message).
   template <class F>
@@ -122,8 +136,14 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   std::mutex mtx_;                                            // guards inbox_, handlers_, running_
   std::map<key, message> inbox_;
   std::map<key, std::pair<std::uint8_t, arrival_fn>> handlers_;  // code expected, handler
-  std::multiset<std::uint64_t> running_;                         // ops whose handlers run now
-  std::condition_variable idle_;                                 // a handler finished
+  struct posted {
+    std::uint8_t code;
+    posted_receive where;
+    bool handed_out = false;
+  };
+  std::map<key, posted> posted_;
+  std::multiset<std::uint64_t> running_;  // ops whose handlers run now
+  std::condition_variable idle_;          // a handler finished
   std::atomic<std::uint32_t> bell_{0};
   std::atomic<std::uint32_t> sleepers_{0};
 };

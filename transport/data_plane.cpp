@@ -323,7 +323,7 @@ bool data_plane::dispatch(int r, received_frame& f) {
     fabric_sink sink;
     {
       std::lock_guard<std::mutex> g{mtx_};
-      if (auto i = sinks_.find(f.group); i != sinks_.end()) sink = i->second;
+      if (auto i = sinks_.find(f.group); i != sinks_.end()) sink = i->second.first;
     }
     if (sink) sink(f);
     return true;
@@ -351,10 +351,20 @@ bool data_plane::drain(int r, bool& any) {
     any = true;
     return dispatch(r, f);
   };
-  auto why = p.in_ring
-                 ? p.reader.drain(
-                       [&](void* d, std::size_t n) { return p.in_ring->read_some(d, n); }, on_frame)
-                 : p.reader.drain(p.in_socket->fd(), on_frame);
+  // Fabric payloads may go where their operation posted a receive.
+  auto place = [&](const frame_header& h, const std::string& group) {
+    if (h.kind != frame_fabric) return posted_receive{};
+    fabric_place where;
+    {
+      std::lock_guard<std::mutex> g{mtx_};
+      if (auto i = sinks_.find(group); i != sinks_.end()) where = i->second.second;
+    }
+    return where ? where(h) : posted_receive{};
+  };
+  auto why =
+      p.in_ring ? p.reader.drain([&](void* d, std::size_t n) { return p.in_ring->read_some(d, n); },
+                                 on_frame, place)
+                : p.reader.drain(p.in_socket->fd(), on_frame, place);
   if (why.empty()) return true;
   p.over = true;
   if (why == "stopped") return false;  // a goodbye, already handled
@@ -491,9 +501,9 @@ void data_plane::send_fabric(int r, const std::string& group, const envelope& en
             true);
 }
 
-void data_plane::add_sink(const std::string& group, fabric_sink sink) {
+void data_plane::add_sink(const std::string& group, fabric_sink sink, fabric_place place) {
   std::lock_guard<std::mutex> g{mtx_};
-  sinks_[group] = std::move(sink);
+  sinks_[group] = {std::move(sink), std::move(place)};
 }
 
 void data_plane::remove_sink(const std::string& group) {

@@ -15,7 +15,9 @@
 // that peer at once.
 // Receipt: a reader thread per incoming connection decodes frames straight
 // into tensors and hands them to the local group actor named in the frame,
-// or (fabric frames) to the group's fabric sink. A thread waiting for a
+// or (fabric frames) to the group's fabric sink; a fabric payload goes
+// straight into the tensor its operation posted for it, when there is one
+// (the output: the receiver then copies nothing). A thread waiting for a
 // fabric operation may read a TCP connection itself (pump): a socket read by
 // the waiting thread answers in about 3 µs, a reader thread woken by the
 // kernel in about 20 µs. While such a thread pumps, the reader thread parks.
@@ -79,7 +81,10 @@ class data_plane {
 
   /// Where fabric frames for `group` go (called on the thread that read them).
   using fabric_sink = std::function<void(received_frame&)>;
-  void add_sink(const std::string& group, fabric_sink sink);
+  /// Where the payload of a fabric frame for `group` may be read to (a
+  /// receive posted in advance, frame.hpp), asked before it is read.
+  using fabric_place = std::function<posted_receive(const frame_header&)>;
+  void add_sink(const std::string& group, fabric_sink sink, fabric_place place = {});
   void remove_sink(const std::string& group);
 
   /// Whether frames from world rank `r` arrive over its TCP connection (not
@@ -126,7 +131,7 @@ class data_plane {
   std::condition_variable connected_cv_;
   int connected_ = 0;
   std::map<std::string, group_actor> groups_;
-  std::map<std::string, fabric_sink> sinks_;
+  std::map<std::string, std::pair<fabric_sink, fabric_place>> sinks_;
   std::vector<std::thread> threads_;
 };
 

@@ -82,7 +82,8 @@ bool write_goodbye(byte_stream& out) {
   return out.write(&h, sizeof(h));
 }
 
-std::string frame_reader::drain(int fd, const std::function<bool(received_frame&)>& on_frame) {
+std::string frame_reader::drain(int fd, const std::function<bool(received_frame&)>& on_frame,
+                                const place_fn& place) {
   std::string broke;
   auto from_socket = [&](void* p, std::size_t n) -> long {
     for (;;) {
@@ -95,12 +96,25 @@ std::string frame_reader::drain(int fd, const std::function<bool(received_frame&
       return -1;
     }
   };
-  auto why = drain(from_socket, on_frame);
+  auto why = drain(from_socket, on_frame, place);
   return broke.empty() ? why : broke;
 }
 
+long frame_reader::read_posted(const std::function<long(void*, std::size_t)>& read_some) {
+  const auto need = f_.header.payload_bytes - got_;
+  std::lock_guard<std::mutex> g{guard_->mtx};
+  if (guard_->revoked) {
+    // Whoever posted no longer wants the bytes (its operation ended): the
+    // rest goes to a fresh tensor, as a frame nobody posted for.
+    f_.payload = payload_for(f_.header);
+    guard_.reset();
+  }
+  return read_some(static_cast<char*>(f_.payload.data()) + got_, need);
+}
+
 std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& read_some,
-                                const std::function<bool(received_frame&)>& on_frame) {
+                                const std::function<bool(received_frame&)>& on_frame,
+                                const place_fn& place) {
   auto& h = f_.header;
   for (;;) {
     char* dst = nullptr;
@@ -120,7 +134,8 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
         break;
     }
     if (got_ < need) {
-      const auto k = read_some(dst + got_, need - got_);
+      const auto k = at_ == piece::payload && guard_ ? read_posted(read_some)
+                                                     : read_some(dst + got_, need - got_);
       if (k < 0) return "connection closed";
       if (k == 0) return {};
       got_ += static_cast<std::size_t>(k);
@@ -138,7 +153,15 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
         at_ = piece::name;
       }
     } else if (at_ == piece::name) {
-      f_.payload = payload_for(h);
+      if (place && h.payload_bytes > small_frame) {
+        auto posted = place(h, f_.group);
+        if (posted.into.defined() && posted.guard && posted.into.nbytes() == h.payload_bytes &&
+            static_cast<std::uint8_t>(posted.into.scalar_type()) == h.dtype) {
+          f_.payload = std::move(posted.into);
+          guard_ = std::move(posted.guard);
+        }
+      }
+      if (!guard_) f_.payload = payload_for(h);
       if (h.payload_bytes)
         at_ = piece::payload;
       else
@@ -148,6 +171,7 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
     }
     if (complete) {
       at_ = piece::header;
+      guard_.reset();
       received_frame f = std::move(f_);
       f_ = received_frame{};
       if (!on_frame(f)) return "stopped";

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "actors/call.hpp"
@@ -67,6 +69,24 @@ struct received_frame {
   tensor payload;
 };
 
+/// A receive posted in advance: a payload of exactly `into`'s bytes and dtype
+/// is read straight into `into` instead of a fresh tensor (the receiver then
+/// copies nothing). The reader writes there only while it holds
+/// `guard->mtx` and `guard->revoked` is false; the poster sets `revoked`
+/// (under the mutex) when it no longer wants the bytes, and the rest of the
+/// payload goes to a fresh tensor.
+struct receive_guard {
+  std::mutex mtx;
+  bool revoked = false;
+};
+struct posted_receive {
+  tensor into;  ///< undefined: nothing posted
+  std::shared_ptr<receive_guard> guard;
+};
+/// Where a frame's payload goes (asked once its header and group name are
+/// read), or nothing posted.
+using place_fn = std::function<posted_receive(const frame_header&, const std::string& group)>;
+
 /// Reads frames piece by piece from a socket without blocking, for whichever
 /// thread holds the socket at the moment (the data plane's reader thread, or
 /// a thread waiting for a fabric operation that reads the socket itself).
@@ -76,17 +96,25 @@ class frame_reader {
   /// returns false to stop early, after a goodbye). Returns "" when the
   /// socket has nothing more for now, else why the connection is over
   /// ("connection closed", a malformed frame, "stopped").
-  std::string drain(int fd, const std::function<bool(received_frame&)>& on_frame);
+  /// `place`, when set, is asked where payloads above 16 KiB go.
+  std::string drain(int fd, const std::function<bool(received_frame&)>& on_frame,
+                    const place_fn& place = {});
   /// The same over any source: `read_some(p, n)` copies up to n bytes that
   /// are there now and returns the count, 0 when nothing is there, -1 at the
   /// end of the stream.
   std::string drain(const std::function<long(void*, std::size_t)>& read_some,
-                    const std::function<bool(received_frame&)>& on_frame);
+                    const std::function<bool(received_frame&)>& on_frame,
+                    const place_fn& place = {});
 
  private:
+  /// Reads the next bytes of a payload that goes where it was posted, or,
+  /// once revoked, into a fresh tensor.
+  long read_posted(const std::function<long(void*, std::size_t)>& read_some);
+
   enum class piece { header, name, payload } at_ = piece::header;
   std::size_t got_ = 0;
   received_frame f_;
+  std::shared_ptr<receive_guard> guard_;  // the payload is read into a posted tensor
 };
 
 }  // namespace troupe::detail
