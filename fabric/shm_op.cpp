@@ -5,6 +5,7 @@
 #include "actors/call.hpp"
 #include "fabric/medium.hpp"
 #include "fabric/peer_memory.hpp"
+#include "src/stream_copy.hpp"
 #include "src/tensor_util.hpp"
 #include "troupe/error.hpp"
 
@@ -75,7 +76,20 @@ void shm_op::copy(std::byte* dst, const std::byte* src, std::int64_t bytes) {
   copied_ += static_cast<std::uint64_t>(bytes);
 }
 
+void shm_op::copy_out(std::byte* dst, const std::byte* src, std::int64_t bytes) {
+  if (!stream_output_) return copy(dst, src, bytes);
+  if (bytes <= 0) return;
+  stream_copy(dst, src, static_cast<std::size_t>(bytes));
+  copied_ += static_cast<std::uint64_t>(bytes);
+}
+
+bool shm_op::outgrows_cache(std::size_t output_bytes, int ranks) {
+  return output_bytes > 0 && output_bytes * static_cast<std::size_t>(ranks) >= stream_threshold();
+}
+
 void shm_op::finish_op(fabric_context& ctx, bool& moved) {
+  // Whoever hears that the operation is done sees its streamed output.
+  if (stream_output_) stream_fence();
   publish(ctx, &rank_progress::done, op, moved);
   auto& stats = fabric_stats();
   if (copied_) stats.copied.fetch_add(copied_, std::memory_order_relaxed);

@@ -51,12 +51,20 @@ class shm_op : public fabric_op {
   std::byte* posted_buffer(fabric_context& ctx, int r) const;
   /// memcpy, counted for fabric_stats().
   void copy(std::byte* dst, const std::byte* src, std::int64_t bytes);
+  /// copy() into this rank's output, with non-temporal stores when
+  /// `stream_output_` (src/stream_copy.hpp; nobody else reads the output,
+  /// and finish_op fences them).
+  void copy_out(std::byte* dst, const std::byte* src, std::int64_t bytes);
+  /// Whether outputs of `output_bytes` on each of `ranks` ranks of this host
+  /// together outgrow the last-level cache (then stream them).
+  static bool outgrows_cache(std::size_t output_bytes, int ranks);
   /// This rank is done with the operation: publishes done = op and adds its
   /// byte counts to the process's.
   void finish_op(fabric_context& ctx, bool& moved);
 
   std::uint8_t code_;
   std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to fabric_stats() by finish_op
+  bool stream_output_ = false;
 
  private:
   int blocked_rank_ = -1;

@@ -1,13 +1,16 @@
 // The shared-memory fabric (fabric/): allreduce for groups whose ranks share
 // a host. Results across the small/chunked boundaries, bytes copied per byte
 // reduced, progress without a waiting thread, issue from one thread for
-// every rank, timeouts, a rank that leaves, abort, and TROUPE_FABRIC=off.
+// every rank, timeouts, a rank that leaves, abort, TROUPE_FABRIC=off, and
+// outputs streamed past the caches (src/stream_copy.hpp).
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <thread>
@@ -15,6 +18,7 @@
 
 #include "../fabric/fabric.hpp"
 #include "../fabric/segment.hpp"
+#include "../src/stream_copy.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "troupe/troupe.hpp"
@@ -207,4 +211,64 @@ TEST_CASE("TROUPE_FABRIC=off keeps allreduce on the actor path") {
   });
   ::unsetenv("TROUPE_FABRIC");
   CHECK(reduced_so_far() == before);
+}
+
+TEST_CASE("outputs streamed past the caches arrive byte for byte") {
+  // Streaming (non-temporal stores) starts where the host's outputs outgrow
+  // the last-level cache; here at once, so that every size and alignment
+  // goes through it: blocks of 12345 bytes start anywhere in a cache line.
+  detail::set_stream_threshold(1);
+  for (bool staged : {false, true}) {
+    CAPTURE(staged);
+    fabric_mode mode{staged};
+    for (int n : {2, 3, 4}) {
+      CAPTURE(n);
+      testing::run_ranks(n, [&](world& w) {
+        auto& pg = w.default_group();
+        const int me = w.rank();
+        const std::int64_t len = 12345;
+        auto byte_of = [](int r, std::int64_t i) { return std::uint8_t((r * 131 + i * 7) & 0xff); };
+        auto in = tensor::empty({len * n}, dtype::uint8);
+        for (std::int64_t i = 0; i < len * n; ++i) in.data_as<std::uint8_t>()[i] = byte_of(me, i);
+        // allgather: rank r's first len bytes in block r.
+        auto mine = in.flat_slice(0, len);
+        auto gathered = tensor::empty({len * n}, dtype::uint8);
+        pg.allgather_into_tensor(gathered, mine).wait();
+        // alltoall: block r of rank s's input is block s of rank r's output.
+        auto swapped = tensor::empty({len * n}, dtype::uint8);
+        pg.alltoall_single(swapped, in).wait();
+        // broadcast from the last rank.
+        auto b = in.clone();
+        pg.broadcast(b, n - 1).wait();
+        bool ok = true;
+        for (int r = 0; r < n; ++r)
+          for (std::int64_t i = 0; i < len; ++i) {
+            ok &= gathered.data_as<std::uint8_t>()[r * len + i] == byte_of(r, i);
+            ok &= swapped.data_as<std::uint8_t>()[r * len + i] == byte_of(r, me * len + i);
+            ok &= b.data_as<std::uint8_t>()[r * len + i] == byte_of(n - 1, r * len + i);
+          }
+        CHECK(ok);
+      });
+    }
+  }
+  detail::set_stream_threshold(0);
+}
+
+TEST_CASE("stream_copy copies exactly what memcpy does, at every alignment") {
+  std::vector<std::uint8_t> src(4096 + 64), dst(4096 + 128), want(4096 + 128);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = std::uint8_t(i * 13 + 1);
+  for (std::size_t d = 0; d < 64; d += 7)
+    for (std::size_t s = 0; s < 64; s += 5)
+      for (std::size_t len : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{64},
+                              std::size_t{65}, std::size_t{200}, std::size_t{4096}}) {
+        std::fill(dst.begin(), dst.end(), 0xee);
+        want = dst;
+        std::memcpy(want.data() + d, src.data() + s, len);
+        detail::stream_copy(dst.data() + d, src.data() + s, len);
+        detail::stream_fence();
+        CHECK_MESSAGE(dst == want,
+                      "dst offset " << d << ", src offset " << s << ", " << len << " bytes");
+      }
+  CHECK(detail::last_level_cache_bytes() > 0);
+  CHECK(detail::stream_threshold() == detail::last_level_cache_bytes());
 }

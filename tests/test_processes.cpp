@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "../fabric/fabric.hpp"
+#include "../src/stream_copy.hpp"
 #include "check_error.hpp"
 #include "children.hpp"
 #include "troupe/object_collectives.hpp"
@@ -218,12 +219,16 @@ TEST_CASE(
   // 4 in flight); over TCP as segmented messages, copied into place by the
   // receiving thread: sizes of many chunks and segments, uneven counts, calls
   // in flight at once and interleaved with chunked allreduces.
-  for (const char* transport : {"shm", "tcp"})
+  // Over shared memory also with every output streamed past the caches
+  // (src/stream_copy.hpp; by default only outputs larger than the cache).
+  for (const char* transport : {"shm", "tcp", "shm streamed"})
     for (int processes : {2, 4}) {
       const std::string via = transport;
       CAPTURE(via);
       CAPTURE(processes);
-      auto codes = run_processes(processes, processes, transport, [](world& w) {
+      const bool streamed = via == "shm streamed";
+      detail::set_stream_threshold(streamed ? 1 : 0);  // the children inherit it
+      auto codes = run_processes(processes, processes, streamed ? "shm" : transport, [](world& w) {
         auto& pg = w.default_group();
         const int n = w.size(), me = w.rank();
         bool ok = true;
@@ -312,6 +317,7 @@ TEST_CASE(
         expect(good, "alltoall_single");
         return ok;
       });
+      detail::set_stream_threshold(0);
       for (auto c : codes) CHECK(c == 0);
     }
 }
