@@ -89,6 +89,10 @@ void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, mess
   arrival_fn fn;
   {
     std::lock_guard<std::mutex> g{mtx_};
+    // A late message of an operation that ended (failed) is dropped: kept,
+    // it would hold its payload (perhaps the caller's output, received in
+    // place) until the group ends.
+    if (op <= ended_) return;
     auto h = handlers_.find(k);
     if (h != handlers_.end() && h->second.first == m.code) {
       fn = std::move(h->second.second);
@@ -147,6 +151,7 @@ posted_receive message_medium::placement(const frame_header& h) {
 
 void message_medium::end_op(std::uint64_t op) {
   std::unique_lock<std::mutex> g{mtx_};
+  ended_ = std::max(ended_, op);  // operations end in the order they were issued
   // Revoked before the caller hears: a frame read at this moment writes
   // its remaining bytes elsewhere.
   for (auto i = posted_.lower_bound({op, 0, 0}); i != posted_.end() && std::get<0>(i->first) == op;

@@ -97,6 +97,9 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   /// Where the payload of the frame with header `h` goes (what post_receive
   /// posted for it, handed out once), or nothing; asked by the data plane.
   posted_receive placement(const frame_header& h);
+  /// Operation `op` ended (operations end in the order they were issued):
+  /// drops its handlers, waits for running ones, revokes its posted
+  /// receives and drops what it never took, and what arrives for it later.
   void end_op(std::uint64_t op) override;
   /// Takes every message of operation `op` that arrived: fn(src, step, message).
   template <class F>
@@ -142,6 +145,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
     bool handed_out = false;
   };
   std::map<key, posted> posted_;
+  std::uint64_t ended_ = 0;               // every operation up to this one ended (fabric's order)
   std::multiset<std::uint64_t> running_;  // ops whose handlers run now
   std::condition_variable idle_;          // a handler finished
   std::atomic<std::uint32_t> bell_{0};

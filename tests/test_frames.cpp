@@ -1,10 +1,12 @@
 // Frames between processes (transport/frame.hpp): payloads read straight
-// into a receive posted for them (fabric/message_medium's post_receive), and
-// what happens when the poster revokes it while the payload is being read.
+// into a receive posted for them (fabric/message_medium's post_receive),
+// what happens when the poster revokes it while the payload is being read,
+// and messages that arrive after their operation ended.
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -176,4 +178,34 @@ TEST_CASE("a group's posted receives are handed out once, by key and kind, and r
   CHECK_FALSE(where.guard->revoked);
   medium->end_op(9);
   CHECK(where.guard->revoked);
+}
+
+TEST_CASE("a message for an operation that already ended is dropped, not kept") {
+  // Two ranks of one process: rank 0's messages go straight into rank 1's inbox.
+  const std::vector<std::string> names{"rank 0", "rank 1"};
+  auto a = std::make_shared<message_medium>(nullptr, "test-late-", std::vector<bool>{true, true},
+                                            std::vector<int>{0, 1}, 0, "g", names);
+  auto b = std::make_shared<message_medium>(nullptr, "test-late-", std::vector<bool>{true, true},
+                                            std::vector<int>{0, 1}, 1, "g", names);
+  a->attach();
+  b->attach();
+  const auto code = static_cast<std::uint8_t>(op_code::allreduce);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto payload = tensor::zeros({4}, dtype::float32);
+  auto taken = [&](std::uint64_t op) {
+    int n = 0;
+    b->take_all(op, [&](int src, std::uint32_t, message_medium::message& m) {
+      CHECK(src == 0);
+      CHECK(m.payload.defined());
+      ++n;
+    });
+    return n;
+  };
+  b->end_op(4);  // operations 1..4 ended (failed) on rank 1
+  a->send(1, 4, 0, code, payload, deadline, false);
+  a->send(1, 3, 0, code, payload, deadline, false);
+  a->send(1, 5, 0, code, payload, deadline, false);
+  CHECK(taken(3) == 0);
+  CHECK(taken(4) == 0);
+  CHECK(taken(5) == 1);  // the next operation's message is kept
 }
