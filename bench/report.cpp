@@ -5,10 +5,11 @@
 //   bench_report results.csv [--plots DIR] [--rss rss.csv] [--cpus K]
 //
 // Per collective, one row per (ranks, size): the median time of every system
-// in µs (the lower one where the CSV holds several rounds), the ratios of times (troupe / peer:
-// below 1 troupe is faster) and the bus bandwidth of every system. The memcpy rows of the CSV
-// (system memcpy) give a small table of their own and the ratio of troupe's allreduce busbw to
-// memcpy's bandwidth; --rss adds the peak resident memory per rank during a
+// in µs (the lower one where the CSV holds several rounds), the ratios of
+// times (troupe / peer: below 1 troupe is faster) and the bus bandwidth of
+// every system. The memcpy rows of the CSV (system memcpy) give a small table
+// of their own and the ratio of troupe's allreduce busbw to memcpy's
+// bandwidth; --rss adds the peak resident memory per rank during a
 // 64 MiB allreduce. The report ends with the performance targets: each one's
 // measured value, the goal and met / missed / not measured, and where the
 // run measured what the machine allows, that limit: the raw TCP exchange of
@@ -118,7 +119,7 @@ void print_legend() {
       "a local expectation before timing. A system measured in several rounds (run_bench.sh\n"
       "--repeat, default 2; every system in every round) shows its lower median.\n"
       "systems: troupe shm = one process per rank over shared memory, buffers from\n"
-      "  tensor::empty (from 2 MiB, moved into shared memory in place on their second\n"
+      "  tensor::empty (from 64 KiB, moved into shared memory in place on their second\n"
       "  allreduce: later ones read the peers' buffers); troupe staged = the same with\n"
       "  TROUPE_SHARE_IN_PLACE=off, allreduce only (every byte staged through the segment,\n"
       "  as for borrowed memory).\n"
@@ -385,9 +386,10 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
   // The large shared-memory targets again on tensors kept private (staged
   // through the segment, as borrowed memory is): reported, not targets.
   auto reported = [&](std::size_t from) {
-    for (std::size_t i = from; i < rows.size(); ++i)
+    for (std::size_t i = from; i < rows.size(); ++i) {
       if (rows[i].status != na) rows[i].status = "-";
-    for (std::size_t i = from; i < rows.size(); ++i) rows[i].goal = "(reported)";
+      rows[i].goal = "(reported)";
+    }
   };
   const auto staged_from = rows.size();
   busbw_vs("troupe-shmstaged", "mpi-shm", "mpi shm", 2, 16 * MiB, 2.5);

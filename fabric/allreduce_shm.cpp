@@ -87,6 +87,7 @@ class allreduce_shm final : public shm_op {
     // every rank's buffer is shared; it is copied into its slot only once the
     // descriptors show that some buffer is private.
     const bool post_first = small && ctx.peers && nbytes > direct_from_bytes;
+    const bool one_step = small && !post_first;  // the data goes with the descriptor
     switch (phase_) {
       case phase::post: {
         if (!all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,
@@ -101,7 +102,7 @@ class allreduce_shm final : public shm_op {
                                                -1,
                                                reinterpret_cast<std::uint64_t>(data_.data())};
         if (ctx.peers && (!small || post_first)) describe_shared(seg.descriptor(me, op), data_);
-        if (small && !post_first)
+        if (one_step)
           copy(seg.small_slot(me, op), static_cast<const std::byte*>(data_.data()),
                static_cast<std::int64_t>(nbytes));
         publish(ctx, &rank_progress::arrived, op, moved);
@@ -121,7 +122,7 @@ class allreduce_shm final : public shm_op {
           phase_ = phase::small_staged;
           return step(ctx, moved);
         }
-        if (small && !post_first) {
+        if (one_step) {
           reduce_small(ctx);
           finish_op(ctx, moved);
           return true;

@@ -6,7 +6,7 @@
 #include "fabric/medium.hpp"
 #include "fabric/peer_memory.hpp"
 #include "src/stream_copy.hpp"
-#include "src/tensor_util.hpp"
+#include "src/host_memory.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {

@@ -44,7 +44,7 @@ class shm_op : public fabric_op {
   void check_code(fabric_context& ctx, int r, bool& moved);
   /// Adds where `t`'s memory lives to `d` when ranks in other processes can
   /// map it: shared memory, or a whole large buffer of tensor::empty moved
-  /// there in place (src/tensor_util.hpp share_in_place, from its second use).
+  /// there in place (src/host_memory.hpp share_in_place, from its second use).
   static void describe_shared(op_descriptor& d, const tensor& t);
   /// Rank r's posted buffer (its descriptor's) in this process: its address
   /// when every rank lives here, else its shared memory mapped here.
