@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@
 #include "troupe/work.hpp"
 
 namespace troupe::detail {
+
+struct call_fingerprint;
+/// What a rank called (actors/agreement.hpp), shared read-only by its messages.
+using fingerprint_ptr = std::shared_ptr<const call_fingerprint>;
 
 /// The algorithm families the group actor runs. Every public collective is
 /// planned onto one of them (see actors/actor_backend.cpp).
@@ -36,7 +41,7 @@ const char* to_string(op_code c) noexcept;
 /// One collective, planned on flat contiguous one-dimensional buffers.
 struct collective_call {
   op_code code = op_code::barrier;
-  std::string name;  ///< the public call ("allreduce_coalesced"), for messages
+  std::string name;       ///< the public call ("allreduce_coalesced"), for messages
   std::uint64_t seq = 0;  ///< the group's sequence number (assigned at issue)
   reduce_op op;
   int root = 0;
@@ -49,6 +54,9 @@ struct collective_call {
   std::vector<std::int64_t> recv_counts;
   /// Extra divisor for AVG when a rank contributed several local tensors.
   std::int64_t avg_local = 1;
+  /// The dtype the caller passed, where the call moves another one (sums of
+  /// float16 travel as float32): what the ranks agree on.
+  std::optional<dtype> user_dtype;
   bool wait_all_ranks = false;
   std::chrono::milliseconds timeout{};
   /// Runs in the group actor after the algorithm succeeded, before the work
@@ -75,13 +83,19 @@ using p2p_ptr = std::shared_ptr<p2p_call>;
 
 /// Collective data between group actors: step `step` of operation `seq`,
 /// sent by group rank `src`. The payload is shared read-only, never copied.
+/// The first message of a call to each peer carries the sender's
+/// fingerprint; a message of step `describe_step` carries only that.
 struct envelope {
   std::uint64_t seq = 0;
   std::uint32_t step = 0;
   std::int32_t src = 0;
   op_code code = op_code::barrier;
   tensor payload;
+  fingerprint_ptr fp;
 };
+
+/// The step of a message that only says what its sender called.
+inline constexpr std::uint32_t describe_step = 0xffffffffu;
 
 /// A point-to-point message.
 struct p2p_envelope {

@@ -21,8 +21,8 @@ class actor_op_context final : public op_context {
  public:
   actor_op_context(int rank, int size, collective_call& call, std::uint64_t seq, transport& net)
       : op_context(rank, size, call), seq_(seq), net_(net) {}
-  void send(int peer, std::uint32_t step, tensor payload) override {
-    net_.send(peer, envelope{seq_, step, rank(), call().code, std::move(payload)});
+  void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
+    net_.send(peer, envelope{seq_, step, rank(), call().code, std::move(payload), std::move(fp)});
   }
   bool copies_on_send(int peer) const override { return !net_.reads_after_send(peer); }
 
@@ -39,6 +39,8 @@ struct running_op {
   std::unique_ptr<algorithm> alg;
   std::unique_ptr<actor_op_context> ctx;
   caf::typed_response_promise<tensor_list> rp;
+  bool described = false;  // this rank's fingerprint went to every peer
+  bool finished = false;   // the algorithm is done (the agreement may still wait)
 };
 
 struct pending_recv {
@@ -100,6 +102,12 @@ void on_tick(self_ptr self) {
     if (op.deadline <= now) expired.push_back(seq);
   for (auto seq : expired) {
     auto& op = st.ops[seq];
+    // A peer whose call differs, while another never said what it called.
+    if (op.ctx->disagrees()) {
+      fail_op(self, seq, errc::mismatch,
+              "collective mismatch: " + op.ctx->agreed().disagreement(true));
+      continue;
+    }
     auto what = op.alg->on_timeout(*op.ctx);
     fail_op(self, seq, errc::timeout,
             "Timeout after " + std::to_string(op.call->timeout.count()) + " ms: " + what);
@@ -131,10 +139,19 @@ void advance(self_ptr self, std::uint64_t seq) {
   if (i == st.ops.end()) return;
   auto& op = i->second;
   try {
-    if (!op.alg->progress(*op.ctx)) {
+    auto& ctx = *op.ctx;
+    // Messages of a peer whose call differs never reach the algorithm, so
+    // it stops where it is; the agreement says what differs.
+    if (!op.finished && !ctx.disagrees()) op.finished = op.alg->progress(ctx);
+    if (!op.described) {
+      op.described = true;
+      ctx.describe_to_rest();
+    }
+    const bool agreed = ctx.settled();  // throws when the ranks' calls differ
+    if (!op.finished || !agreed) {
       // Everything a peer sent arrives before the news that it left, so a call
       // that waits for a peer that left can never finish.
-      auto g = st.gone.find(op.ctx->blocked_peer());
+      auto g = st.gone.find(ctx.blocked_peer());
       if (g != st.gone.end()) fail_op(self, seq, errc::peer_failure, g->second);
       return;
     }
@@ -151,16 +168,14 @@ void advance(self_ptr self, std::uint64_t seq) {
   done.rp.deliver(done.call->outputs);
 }
 
-/// Hands one envelope to the running op (checking that both ranks run the same collective).
+/// Hands one envelope to the running op (its agreement checks what the
+/// sender called).
 void deliver(self_ptr self, running_op& op, std::uint64_t seq, envelope& env) {
-  if (env.code != op.call->code) {
-    fail_op(self, seq, errc::mismatch,
-            "collective mismatch: this rank called " + std::string(to_string(op.call->code)) +
-                " but rank " + std::to_string(env.src) + " called " + to_string(env.code) +
-                " at the same sequence number");
-    return;
+  try {
+    op.ctx->deliver(env.src, env.step, std::move(env.payload), env.fp);
+  } catch (const error& e) {
+    fail_op(self, seq, e.code(), e.what());
   }
-  op.ctx->deliver(env.src, env.step, std::move(env.payload));
 }
 
 /// Answers `rp` with the abort reason if the group was aborted.

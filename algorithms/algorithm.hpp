@@ -17,14 +17,18 @@
 #include <utility>
 #include <vector>
 
+#include "actors/agreement.hpp"
 #include "actors/call.hpp"
 
 namespace troupe::detail {
 
-/// What an algorithm sees of its group actor.
+/// What an algorithm sees of its group actor (or of the fabric operation
+/// that runs it). It also keeps the call's agreement (actors/agreement.hpp):
+/// the first message to each peer carries this rank's fingerprint, and
+/// messages of a peer whose call differs never reach the algorithm.
 class op_context {
  public:
-  op_context(int rank, int size, collective_call& call) : rank_(rank), size_(size), call_(call) {}
+  op_context(int rank, int size, collective_call& call);
   virtual ~op_context() = default;
 
   int rank() const noexcept { return rank_; }
@@ -33,7 +37,9 @@ class op_context {
 
   /// Sends `payload` to group rank `peer` as step `step` of this call. The
   /// payload is shared, so it must never be written to afterwards.
-  virtual void send(int peer, std::uint32_t step, tensor payload) = 0;
+  void send(int peer, std::uint32_t step, tensor payload) {
+    transmit(peer, step, std::move(payload), agree_.tell(peer) ? agree_.mine() : nullptr);
+  }
   /// Whether send() to `peer` has copied the payload's bytes when it returns
   /// (then a slice of the caller's memory may be sent as is).
   virtual bool copies_on_send(int /*peer*/) const { return false; }
@@ -66,19 +72,38 @@ class op_context {
   /// the context cannot.
   virtual void post_receive(int /*peer*/, std::uint32_t /*step*/, const tensor& /*out*/) {}
 
-  /// Stores a message that arrived (used by the group actor).
-  void deliver(int peer, std::uint32_t step, tensor payload) {
-    inbox_.insert_or_assign({step, peer}, std::move(payload));
-  }
+  /// Stores a message that arrived (used by whoever runs the algorithm):
+  /// records the sender's fingerprint `fp` (its first message carries it)
+  /// and drops what a peer that disagrees sent.
+  void deliver(int peer, std::uint32_t step, tensor payload, const fingerprint_ptr& fp = nullptr);
+  /// Records `peer`'s fingerprint alone (before its messages are delivered).
+  void heard(int peer, const fingerprint_ptr& fp) { agree_.heard(peer, fp); }
+  /// Once the algorithm made its first progress: tells this rank's
+  /// fingerprint to every peer it sent nothing yet.
+  void describe_to_rest();
+  /// Whether the call may complete as far as the agreement goes: false while
+  /// a peer's fingerprint is missing; throws disagreement_error once every
+  /// fingerprint arrived and one differs.
+  bool settled();
+  /// Whether a peer's call is known to differ (the algorithm need not go on).
+  bool disagrees() const noexcept { return agree_.differs(); }
+  /// The agreement so far.
+  const agreement& agreed() const noexcept { return agree_; }
   /// The peer of the last message take() did not find (-1: none yet).
   int blocked_peer() const noexcept { return blocked_peer_; }
   /// "rank 2 (step 1)": the last message take() did not find.
   std::string waiting_for() const;
 
+ protected:
+  /// Hands `payload` to the transport; `fp` is set on the first message to `peer`.
+  virtual void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) = 0;
+
  private:
   int rank_;
   int size_;
   collective_call& call_;
+  agreement agree_;
+  bool gated_;  // every peer's fingerprint is awaited (all but monitored_barrier)
   std::map<std::pair<std::uint32_t, int>, tensor> inbox_;  // (step, src) -> payload
   int blocked_peer_ = -1;
   std::uint32_t blocked_step_ = 0;
@@ -89,7 +114,8 @@ class algorithm {
   virtual ~algorithm() = default;
   /// Advances as far as possible; returns true when finished.
   virtual bool progress(op_context& ctx) = 0;
-  /// The message of a timeout error (default: what ctx waits for).
+  /// The message of a timeout error (default: the ranks that never joined
+  /// the call, else what ctx waits for).
   virtual std::string on_timeout(op_context& ctx);
 };
 

@@ -11,6 +11,46 @@
 
 namespace troupe::detail {
 
+op_context::op_context(int rank, int size, collective_call& call)
+    : rank_(rank),
+      size_(size),
+      call_(call),
+      agree_(call, rank, size),
+      gated_(call.code != op_code::monitored_barrier) {}
+
+void op_context::deliver(int peer, std::uint32_t step, tensor payload, const fingerprint_ptr& fp) {
+  if (fp) agree_.heard(peer, fp);
+  if (step == describe_step) return;
+  if (!agree_.heard_from(peer)) {
+    // The first message of every call to each peer says what it called.
+    if (gated_)
+      throw error(errc::internal, "rank " + std::to_string(peer) + " sent step " +
+                                      std::to_string(step) + " before describing its call");
+    return;
+  }
+  if (!agree_.agrees_with(peer)) return;  // its call differs: settled() says how
+  inbox_.insert_or_assign({step, peer}, std::move(payload));
+}
+
+void op_context::describe_to_rest() {
+  if (!gated_) return;
+  for (int p : agree_.untold()) transmit(p, describe_step, tensor{}, agree_.mine());
+}
+
+bool op_context::settled() {
+  if (!gated_) {
+    if (agree_.differs()) throw disagreement_error(agree_.disagreement(true));
+    return true;
+  }
+  if (const int p = agree_.missing(); p >= 0) {
+    blocked_peer_ = p;
+    blocked_step_ = describe_step;
+    return false;
+  }
+  if (auto why = agree_.disagreement(); !why.empty()) throw disagreement_error(why);
+  return true;
+}
+
 std::optional<tensor> op_context::take(int peer, std::uint32_t step) {
   auto i = inbox_.find({step, peer});
   if (i == inbox_.end()) {
@@ -25,10 +65,17 @@ std::optional<tensor> op_context::take(int peer, std::uint32_t step) {
 
 std::string op_context::waiting_for() const {
   if (blocked_peer_ < 0) return "no message";
+  if (blocked_step_ == describe_step)
+    return "rank " + std::to_string(blocked_peer_) + " to join the call";
   return "rank " + std::to_string(blocked_peer_) + " (step " + std::to_string(blocked_step_) + ")";
 }
 
 std::string algorithm::on_timeout(op_context& ctx) {
+  // A rank that never came is the one to name, not the neighbour that waits for it.
+  if (auto missing = ctx.agreed().missing_ranks(); !missing.empty())
+    return "waiting for " + missing + " to join this " + ctx.call().name +
+           " (nothing of this sequence number arrived from " +
+           (missing.find(',') == std::string::npos ? "it" : "them") + ")";
   return "waiting for " + ctx.waiting_for();
 }
 

@@ -40,7 +40,7 @@ class monitored_barrier final : public algorithm {
   }
 
   std::string on_timeout(op_context& ctx) override {
-    if (ctx.rank() != 0) return "no release from rank 0 (" + ctx.waiting_for() + ")";
+    if (ctx.rank() != 0) return "no release from rank 0";
     std::vector<int> missing;
     for (std::size_t p = 1; p < arrived_.size(); ++p)
       if (!arrived_[p]) missing.push_back(static_cast<int>(p));

@@ -3,6 +3,8 @@
 
 #include "device/direct_plan.hpp"
 
+#include "actors/agreement.hpp"
+
 #include "algorithms/algorithm.hpp"
 #include "src/reduce_kernels.hpp"
 #include "troupe/error.hpp"
@@ -155,65 +157,12 @@ std::vector<plan_step> alltoallv(const calls_t& calls, int r) {
   return steps;
 }
 
-[[noreturn]] void disagree(const collective_call& me, int r, const std::string& what,
-                           const std::string& theirs, const std::string& mine) {
-  throw error(errc::invalid_argument, me.name + ": rank " + std::to_string(r) + " passed " + what +
-                                          " " + theirs + ", rank 0 passed " + mine +
-                                          " (do the ranks pass the same arguments?)");
-}
-
-std::string list(const std::vector<std::int64_t>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
-bool reduces(op_code c) {
-  return c == op_code::allreduce || c == op_code::reduce || c == op_code::reduce_scatterv;
-}
-
 }  // namespace
 
 void check_calls_agree(const calls_t& calls) {
-  const auto& first = *calls.front();
-  for (std::size_t i = 1; i < calls.size(); ++i) {
-    const auto& c = *calls[i];
-    const int r = static_cast<int>(i);
-    if (c.code != first.code)
-      throw error(errc::mismatch, "collective mismatch: rank " + std::to_string(r) + " called " +
-                                      to_string(c.code) + " (" + c.name +
-                                      ") at the same sequence number, rank 0 called " +
-                                      to_string(first.code) + " (" + first.name + ")");
-    if (c.code == op_code::barrier) continue;
-    const auto& ct = c.input.defined() ? c.input : c.output;
-    const auto& ft = first.input.defined() ? first.input : first.output;
-    if (ct.scalar_type() != ft.scalar_type())
-      disagree(c, r, "dtype", std::string(to_string(ct.scalar_type())),
-               std::string(to_string(ft.scalar_type())));
-    if (c.root != first.root)
-      disagree(c, r, "root", std::to_string(c.root), std::to_string(first.root));
-    if (reduces(c.code) && c.op.op() != first.op.op())
-      disagree(c, r, "op", c.op.to_string(), first.op.to_string());
-    const bool same_numel =
-        c.code == op_code::allreduce || c.code == op_code::reduce || c.code == op_code::broadcast;
-    if (same_numel && c.input.numel() != first.input.numel())
-      disagree(c, r, "a tensor of", std::to_string(c.input.numel()) + " elements",
-               std::to_string(first.input.numel()) + " elements");
-    const bool same_counts = c.code == op_code::allgatherv || c.code == op_code::gatherv ||
-                             c.code == op_code::scatterv || c.code == op_code::reduce_scatterv;
-    if (same_counts && c.counts != first.counts)
-      disagree(c, r, "counts", list(c.counts), list(first.counts));
-  }
-  if (first.code != op_code::alltoallv) return;
-  // What rank i sends to rank j is what rank j expects from rank i.
-  for (std::size_t i = 0; i < calls.size(); ++i)
-    for (std::size_t j = 0; j < calls.size(); ++j)
-      if (calls[i]->counts[j] != calls[j]->recv_counts[i])
-        throw error(errc::invalid_argument, calls[j]->name + ": rank " + std::to_string(i) +
-                                                " sends " + std::to_string(calls[i]->counts[j]) +
-                                                " elements to rank " + std::to_string(j) +
-                                                ", which expects " +
-                                                std::to_string(calls[j]->recv_counts[i]));
+  std::vector<call_fingerprint> fps;
+  for (auto& c : calls) fps.push_back(fingerprint_of(*c));
+  if (auto why = describe_disagreement(fps); !why.empty()) throw disagreement_error(why);
 }
 
 std::vector<plan_step> direct_plan(const calls_t& calls, int rank) {

@@ -1,8 +1,11 @@
 #include "fabric/algorithm_op.hpp"
 
 #include <algorithm>
+#include <tuple>
+#include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "fabric/medium.hpp"
 #include "fabric/message_medium.hpp"
 #include "troupe/error.hpp"
 
@@ -19,8 +22,9 @@ class message_context final : public op_context {
         op_(op),
         deadline_(deadline),
         reads_(reads) {}
-  void send(int peer, std::uint32_t step, tensor payload) override {
-    net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload, deadline_, reads_);
+  void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
+    net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload, deadline_, reads_,
+              fp);
   }
   // Frames to other processes are written out at once; ranks in this
   // process get the tensor itself.
@@ -49,24 +53,41 @@ class algorithm_op final : public fabric_op {
   bool step(fabric_context& fc, bool& moved) override {
     auto& net = static_cast<message_medium&>(fc.med);
     if (!ctx_) {
+      call_->seq = seq;
       ctx_ = std::make_unique<message_context>(net, op, *call_, deadline, reads_itself);
       alg_ = make_algorithm(*call_, fc.rank, fc.size);
       moved = true;
-      // Send first: a peer that called another collective must get this
-      // rank's message to tell the mismatch too.
-      if (alg_->progress(*ctx_)) return finish();
+      // Send first: a peer must get this rank's fingerprint (with its
+      // first message, or alone) to tell whether the calls agree.
+      finished_ = alg_->progress(*ctx_);
+      ctx_->describe_to_rest();
+    } else {
+      std::vector<std::tuple<int, std::uint32_t, message_medium::message>> got;
+      net.take_all(op, [&](int src, std::uint32_t step, message_medium::message& m) {
+        if (src < 0 || src >= fc.size || src == fc.rank) return;
+        got.emplace_back(src, step, std::move(m));
+      });
+      // What each sender called first (its first message says so), then
+      // the data of the senders that agree.
+      for (auto& [src, step, m] : got)
+        if (m.fp) ctx_->heard(src, m.fp);
+      for (auto& [src, step, m] : got) {
+        if (m.error && ctx_->agreed().agrees_with(src)) std::rethrow_exception(m.error);
+        ctx_->deliver(src, step, std::move(m.payload));
+        moved = true;
+      }
+      if (!finished_ && !ctx_->disagrees()) finished_ = alg_->progress(*ctx_);
     }
-    net.take_all(op, [&](int src, std::uint32_t step, message_medium::message& m) {
-      if (m.code != static_cast<std::uint8_t>(call_->code))
-        throw error(errc::mismatch,
-                    "collective mismatch: " + fc.names[static_cast<std::size_t>(src)] + " called " +
-                        to_string(static_cast<op_code>(m.code)) +
-                        " at the same sequence number, this rank called " + name);
-      if (m.error) std::rethrow_exception(m.error);
-      ctx_->deliver(src, step, std::move(m.payload));
-      moved = true;
-    });
-    return alg_->progress(*ctx_) && finish();
+    if (!ctx_->settled()) {  // throws when the ranks' calls differ
+      // A peer that issued this sequence number on another engine never comes.
+      const int p = ctx_->agreed().missing();
+      const int mine = announcement(static_cast<std::uint8_t>(call_->code), route::messages);
+      if (const int theirs = p >= 0 ? fc.announcer.announced(p, seq) : -1;
+          theirs >= 0 && (theirs >> 4) != (mine >> 4))
+        throw error(errc::mismatch, announced_mismatch(p, theirs, mine, name));
+      return false;
+    }
+    return finished_ && finish();
   }
 
   bool finish() {
@@ -76,13 +97,21 @@ class algorithm_op final : public fabric_op {
 
   std::pair<int, std::string> blocker() const override {
     if (!ctx_) return {-1, "start"};
-    return {ctx_->blocked_peer(), "send its data (" + ctx_->waiting_for() + ")"};
+    const int p = ctx_->blocked_peer();
+    if (p >= 0 && !ctx_->agreed().heard_from(p))
+      return {p, "join this " + name + " (nothing of this sequence number arrived from it)"};
+    return {p, "send its data (" + ctx_->waiting_for() + ")"};
+  }
+
+  std::string disagreement() const override {
+    return ctx_ && ctx_->disagrees() ? ctx_->agreed().disagreement(true) : std::string{};
   }
 
  private:
   std::unique_ptr<collective_call> call_;
   std::unique_ptr<message_context> ctx_;
   std::unique_ptr<algorithm> alg_;
+  bool finished_ = false;  // the algorithm is done (the agreement may still wait)
 };
 
 }  // namespace

@@ -93,14 +93,11 @@ class allreduce_shm final : public shm_op {
         if (!all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,
                          "finish its previous operation"))
           return false;
-        seg.descriptor(me, op) = op_descriptor{op,
-                                               seq,
-                                               nbytes,
-                                               static_cast<std::uint32_t>(data_.scalar_type()),
-                                               static_cast<std::uint32_t>(kind_),
-                                               code_,
-                                               -1,
-                                               reinterpret_cast<std::uint64_t>(data_.data())};
+        seg.descriptor(me, op) =
+            op_descriptor{op, seq, nbytes, static_cast<std::uint32_t>(data_.scalar_type()),
+                          // what the caller asked for (AVG: SUM, then divide)
+                          static_cast<std::uint32_t>(divisor_ > 0 ? reduce_op::AVG : kind_), code_,
+                          -1, reinterpret_cast<std::uint64_t>(data_.data())};
         if (ctx.peers && (!small || post_first)) describe_shared(seg.descriptor(me, op), data_);
         if (one_step)
           copy(seg.small_slot(me, op), static_cast<const std::byte*>(data_.data()),
@@ -158,23 +155,11 @@ class allreduce_shm final : public shm_op {
  private:
   enum class phase { post, agree, finish, small_staged, chunks };
 
+  /// Every rank sees the same descriptors: all fail alike and step past.
   void check_same(fabric_context& ctx, bool& moved) {
-    const auto& mine = ctx.seg->descriptor(ctx.rank, op);
-    for (int r = 0; r < ctx.size; ++r) {
-      check_code(ctx, r, moved);
-      const auto& d = ctx.seg->descriptor(r, op);
-      if (d.nbytes == mine.nbytes && d.dtype == mine.dtype && d.reduce == mine.reduce) continue;
-      // Every rank sees the same descriptors: all fail here and step past.
+    if (auto why = disagreement(ctx); !why.empty()) {
       finish_op(ctx, moved);
-      throw error(errc::invalid_argument,
-                  name + ": " + ctx.names[static_cast<std::size_t>(r)] + " passed " +
-                      std::to_string(d.nbytes) + " bytes of " +
-                      std::string(to_string(static_cast<dtype>(d.dtype))) + " (" +
-                      to_string(static_cast<reduce_op::kind>(d.reduce)) + "), this rank " +
-                      std::to_string(mine.nbytes) + " bytes of " +
-                      std::string(to_string(static_cast<dtype>(mine.dtype))) + " (" +
-                      to_string(static_cast<reduce_op::kind>(mine.reduce)) +
-                      ") (do the ranks pass tensors of the same size and dtype?)");
+      throw disagreement_error(why);
     }
   }
 

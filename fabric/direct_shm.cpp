@@ -50,16 +50,6 @@
 namespace troupe::detail {
 namespace {
 
-/// FNV-1a over the counts: ranks that disagree on them disagree on this.
-std::uint64_t hash_counts(const std::vector<std::int64_t>& counts) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (auto c : counts) {
-    auto v = static_cast<std::uint64_t>(c);
-    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
-  }
-  return h;
-}
-
 bool rooted(op_code c) {
   return c == op_code::broadcast || c == op_code::gatherv || c == op_code::scatterv;
 }
@@ -154,10 +144,7 @@ class direct_shm final : public shm_op {
         if (!all_reached(ctx, &rank_progress::done, op, "finish reading this rank's input"))
           return false;
         // Every rank checked the same arguments: all refuse alike, and step past.
-        if (!refused_.empty())
-          throw error(
-              errc::invalid_argument,
-              name + ": " + refused_ + " (do the ranks pass the same arguments and tensors?)");
+        if (!refused_.empty()) throw disagreement_error(refused_);
         if (c.on_success) c.on_success();
         return true;
       case phase::staged:
@@ -202,36 +189,33 @@ class direct_shm final : public shm_op {
   }
 
   void check(fabric_context& ctx, bool& moved) {
-    const auto& mine = ctx.seg->descriptor(ctx.rank, op);
-    const int root = static_cast<int>(mine.root);
-    auto who = [&](int r) { return ctx.names[static_cast<std::size_t>(r)]; };
-    for (int r = 0; r < ctx.size; ++r) {
-      check_code(ctx, r, moved);
-      const auto& d = ctx.seg->descriptor(r, op);
-      if (d.dtype != mine.dtype)
-        refuse(who(r) + " passed " + std::string(to_string(static_cast<dtype>(d.dtype))) +
-               ", this rank " + std::string(to_string(static_cast<dtype>(mine.dtype))));
-      if (d.root != mine.root)
-        refuse(who(r) + " passed root " + std::to_string(d.root) + ", this rank root " +
-               std::to_string(mine.root));
-      if (d.reduce != mine.reduce)
-        refuse(who(r) + " passed " + to_string(static_cast<reduce_op::kind>(d.reduce)) +
-               ", this rank " + to_string(static_cast<reduce_op::kind>(mine.reduce)));
-      if (d.counts_hash != mine.counts_hash)
-        refuse(who(r) + " passed other counts (sizes per rank) than this rank");
+    // What every rank called (collective, dtype, root, op, counts, splits).
+    if (auto why = disagreement(ctx); !why.empty()) {
+      refuse(why);
+      // Another collective: its protocol on this segment differs; done here.
+      if (ctx.seg->descriptor(ctx.rank, op).code != code_ || !same_codes(ctx)) {
+        finish_op(ctx, moved);
+        throw disagreement_error(refused_);
+      }
+      return;
     }
     if (call_->code == op_code::alltoallv) return check_alltoall(ctx);
     // The counts agree, so every rank checks the sizes against the same numbers.
-    const auto& root_d = ctx.seg->descriptor(root, op);
+    const int root = static_cast<int>(ctx.seg->descriptor(ctx.rank, op).root);
     for (int r = 0; r < ctx.size; ++r) {
       const auto& d = ctx.seg->descriptor(r, op);
       auto want = expected_input(r, root);
-      if (call_->code == op_code::broadcast) want = static_cast<std::int64_t>(root_d.nbytes);
       if (want >= 0 && static_cast<std::int64_t>(d.nbytes) != want)
-        refuse(who(r) + " passed " + std::to_string(d.nbytes) + " bytes of " +
-               std::string(to_string(static_cast<dtype>(d.dtype))) + ", this rank expected " +
-               std::to_string(want) + " from it");
+        refuse("rank " + std::to_string(r) + " passed an input of " + std::to_string(d.nbytes) +
+               " bytes of " + std::string(to_string(static_cast<dtype>(d.dtype))) +
+               ", which its counts make " + std::to_string(want) + " bytes");
     }
+  }
+
+  bool same_codes(fabric_context& ctx) const {
+    for (int r = 0; r < ctx.size; ++r)
+      if (ctx.seg->descriptor(r, op).code != code_) return false;
+    return true;
   }
 
   /// Rank r's send counts (alltoall), or its receive counts.
@@ -240,23 +224,16 @@ class direct_shm final : public shm_op {
            (receive ? ctx.size : 0);
   }
 
-  /// Every rank checks every pair, so all refuse alike.
+  /// Every rank's input holds what its splits send (the splits themselves
+  /// agree: disagreement() checked every pair), so all refuse alike.
   void check_alltoall(fabric_context& ctx) {
-    auto who = [&](int r) { return ctx.names[static_cast<std::size_t>(r)]; };
     for (int r = 0; r < ctx.size; ++r) {
       const auto* sends = counts_of(ctx, r, false);
-      std::int64_t total = 0;
-      for (int q = 0; q < ctx.size; ++q) {
-        total += sends[q];
-        const auto expected = counts_of(ctx, q, true)[r];
-        if (sends[q] != expected)
-          refuse(who(r) + " sends " + std::to_string(sends[q]) + " elements to " + who(q) +
-                 ", which expects " + std::to_string(expected) + " from it");
-      }
+      const auto total = std::accumulate(sends, sends + ctx.size, std::int64_t{0});
       const auto bytes = ctx.seg->descriptor(r, op).nbytes;
       if (static_cast<std::int64_t>(bytes) != total * element_bytes())
-        refuse(who(r) + " passed an input of " + std::to_string(bytes) + " bytes for " +
-               std::to_string(total) + " elements");
+        refuse("rank " + std::to_string(r) + " passed an input of " + std::to_string(bytes) +
+               " bytes for " + std::to_string(total) + " elements");
     }
   }
 

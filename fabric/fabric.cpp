@@ -1,5 +1,7 @@
 #include "fabric/fabric.hpp"
 
+#include "actors/agreement.hpp"
+#include "actors/call.hpp"
 #include "fabric/medium.hpp"
 #include "src/wait_policy.hpp"
 #include "src/work_state.hpp"
@@ -45,8 +47,18 @@ int fabric::size() const noexcept {
   return med_->size();
 }
 
-void fabric::announce(std::uint64_t seq, std::uint8_t code) {
-  med_->announce(seq, code);
+void fabric::announce(std::uint64_t seq, std::uint8_t code, route r) {
+  med_->announce(seq, static_cast<std::uint8_t>(announcement(code, r)));
+}
+
+std::string announced_mismatch(int peer, int theirs, int mine, const std::string& name) {
+  const auto code = [](int a) { return std::string(to_string(static_cast<op_code>(a & 15))); };
+  if ((theirs & 15) != (mine & 15))
+    return "collective mismatch: rank " + std::to_string(peer) + " called " + code(theirs) +
+           " at the same sequence number, this rank called " + name;
+  return "collective mismatch: rank " + std::to_string(peer) + " called " + code(theirs) +
+         " too, but one that runs on another engine (it differs in the reduce op, the tensors " +
+         "per rank or the device)";
 }
 
 work fabric::submit(std::unique_ptr<fabric_op> op) {
@@ -170,8 +182,9 @@ bool fabric::pass(bool block_on_lock) {
 }
 
 bool fabric::step_head(std::vector<finished>& out) {
-  fabric_context ctx{*this,  *med_,   med_->shared_segment(), rank_,        size(),
-                     names_, chunks_, med_->one_process(),    med_->peers()};
+  fabric_context ctx{
+      *this,  *med_,   med_->shared_segment(), rank_,         size(),
+      names_, chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_};
   bool moved = false;
   auto where = [&](const fabric_op& op) {
     return op.name + " on group '" + group_ + "' (rank " + std::to_string(rank_) + ", seq " +
@@ -203,12 +216,23 @@ bool fabric::step_head(std::vector<finished>& out) {
         finished_now = op.step(ctx, m);
         moved |= m;
         return true;
-      } catch (const error& e) {
+      } catch (const disagreement_error& e) {
+        // Every rank sees the same disagreement and steps past the operation.
         moved = true;
-        // A size mismatch is seen alike by every rank, which all step past
-        // the operation; anything else leaves the protocol state unknown.
-        const auto msg = fail(e.code(), e.what());
-        if (e.code() != errc::invalid_argument) stop(msg);
+        fail(e.code(), e.what());
+        return false;
+      } catch (const error& e) {
+        // Anything else leaves the protocol state unknown.
+        moved = true;
+        stop(fail(e.code(), e.what()));
+        return false;
+      } catch (const std::exception& e) {
+        moved = true;
+        stop(fail(errc::internal, std::string("internal error: ") + e.what()));
+        return false;
+      } catch (...) {
+        moved = true;
+        stop(fail(errc::internal, "internal error: an unknown exception"));
         return false;
       }
     };
@@ -229,6 +253,10 @@ bool fabric::step_head(std::vector<finished>& out) {
       continue;
     }
     if (fabric_clock::now() >= op.deadline) {
+      if (auto why = op.disagreement(); !why.empty()) {
+        stop(fail(errc::mismatch, "collective mismatch: " + why));
+        continue;
+      }
       stop(fail(errc::timeout,
                 "Timeout after " + std::to_string(op.timeout.count()) + " ms waiting for " +
                     (peer < 0 ? std::string("the peers") : names_[static_cast<std::size_t>(peer)]) +

@@ -51,6 +51,19 @@ using fabric_clock = std::chrono::steady_clock;
 
 class fabric;
 
+/// Which engine runs a call: announced with its collective (fabric::announce)
+/// so that a rank blocked on one engine can tell that a peer issued the same
+/// sequence number on another (its call differs in what picks the engine:
+/// PREMUL_SUM, tensors per rank, the device).
+enum class route : std::uint8_t { shm = 0, messages = 1, actors = 2, device = 3 };
+/// The announced value of collective `code` (an op_code) run by `r`.
+inline int announcement(std::uint8_t code, route r) {
+  return code | static_cast<int>(r) << 4;
+}
+/// "rank 1 called allreduce on another engine ...": why announcement `theirs`
+/// of group rank `peer` is not this rank's `mine` (both announced values).
+std::string announced_mismatch(int peer, int theirs, int mine, const std::string& name);
+
 /// What one step of an operation sees.
 struct fabric_context {
   fabric& fab;
@@ -66,6 +79,9 @@ struct fabric_context {
   bool one_process;
   /// Between processes of one host: the peers' shared buffers (else null).
   peer_memory* peers;
+  /// Where the ranks announce what they issued (this fabric's medium, or
+  /// beside a shared-memory fabric that one's).
+  medium& announcer;
 };
 
 /// One collective on the fabric: a resumable state machine.
@@ -77,6 +93,9 @@ class fabric_op {
   virtual bool step(fabric_context& ctx, bool& moved) = 0;
   /// The group rank the last blocked step waits for, and for what.
   virtual std::pair<int, std::string> blocker() const = 0;
+  /// Why the ranks' calls are known to differ while the operation still
+  /// waits for some of them ("" when not known): the error at its deadline.
+  virtual std::string disagreement() const { return {}; }
 
   std::string name;  ///< "allreduce"
   /// The thread that drives it also reads incoming data itself (small
@@ -105,12 +124,17 @@ class fabric : public std::enable_shared_from_this<fabric> {
   ~fabric();
 
   medium& med() noexcept { return *med_; }
+  const std::shared_ptr<medium>& medium_ptr() const noexcept { return med_; }
   int rank() const noexcept { return rank_; }
   int size() const noexcept;
 
-  /// Records that this rank issued collective `code` as sequence number `seq`,
-  /// so that a peer blocked in a fabric operation of another kind can tell.
-  void announce(std::uint64_t seq, std::uint8_t code);
+  /// Records that this rank issued collective `code` as sequence number `seq`
+  /// on engine `r`, so that a peer blocked in a fabric operation of another
+  /// kind, or on another engine, can tell.
+  void announce(std::uint64_t seq, std::uint8_t code, route r);
+  /// Operations read the peers' announcements from `m` (the shared-memory
+  /// fabric's medium beside this one) instead of this fabric's medium.
+  void read_announcements_from(std::shared_ptr<medium> m) { announcer_ = std::move(m); }
   /// The next operation number (the caller serializes issue).
   std::uint64_t next_op() noexcept { return ++issued_; }
   /// Queues `op`, makes one pass and returns its work.
@@ -134,6 +158,7 @@ class fabric : public std::enable_shared_from_this<fabric> {
   void stop(const std::string& reason);
 
   std::shared_ptr<medium> med_;
+  std::shared_ptr<medium> announcer_;  // null: med_
   int rank_;
   std::string group_;
   std::vector<std::string> names_;

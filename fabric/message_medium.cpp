@@ -81,7 +81,7 @@ std::shared_ptr<message_medium> message_medium::local_peer(int r) {
 
 void message_medium::deliver(received_frame& f) {
   deliver(f.header.seq, f.header.step, f.header.src,
-          message{f.header.code, std::move(f.payload), false, nullptr});
+          message{f.header.code, std::move(f.payload), false, nullptr, std::move(f.fp)});
 }
 
 void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, message m) {
@@ -104,7 +104,7 @@ void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, mess
   }
   if (fn) {
     // On this (receiving) thread, outside the lock; end_op waits for it.
-    message done{m.code, {}, true, nullptr};
+    message done{m.code, {}, true, nullptr, std::move(m.fp)};
     try {
       fn(m.payload);
     } catch (...) {
@@ -167,17 +167,17 @@ void message_medium::end_op(std::uint64_t op) {
 
 void message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
                           const tensor& payload, std::chrono::steady_clock::time_point deadline,
-                          bool reads) {
+                          bool reads, const fingerprint_ptr& fp) {
   if (is_local(peer)) {
     // Handed over as is: the algorithms never write a payload after sending.
     if (auto p = local_peer(peer))
-      p->deliver(op, step, rank_, message{code, payload, false, nullptr});
+      p->deliver(op, step, rank_, message{code, payload, false, nullptr, fp});
     return;
   }
   if (auto plane = plane_.lock())
     plane->send_fabric(
         global_ranks_[static_cast<std::size_t>(peer)], group_,
-        envelope{op, step, rank_, static_cast<op_code>(code), payload},
+        envelope{op, step, rank_, static_cast<op_code>(code), payload, fp},
         [this, reads] {
           if (reads) pump();
         },

@@ -52,6 +52,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
     tensor payload;
     bool consumed = false;     ///< an arrival handler took the payload
     std::exception_ptr error;  ///< what that handler threw
+    fingerprint_ptr fp;        ///< what the sender called (on its first message of a call)
   };
   using arrival_fn = std::function<void(const tensor&)>;
 
@@ -77,12 +78,14 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   void wake_all() override;
   void leave() override;
 
-  /// Sends step `step` of fabric operation `op` to group rank `peer`,
+  /// Sends step `step` of fabric operation `op` to group rank `peer` (with
+  /// the sender's fingerprint `fp` on its first message of the operation),
   /// giving up on a peer that takes nothing until `deadline`. A sender that
   /// reads its peers' sockets itself (`reads`) keeps reading them while the
   /// connection is full.
   void send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
-            const tensor& payload, std::chrono::steady_clock::time_point deadline, bool reads);
+            const tensor& payload, std::chrono::steady_clock::time_point deadline, bool reads,
+            const fingerprint_ptr& fp = nullptr);
   /// Has the message (op, step, src) handed to `fn` by the thread that
   /// delivers it (a reader thread), if it is of collective `code`; the inbox
   /// then gets a consumed message in its place (with `fn`'s exception).

@@ -22,7 +22,9 @@ group_fabrics open_fabrics(const backend_context& ctx, const std::vector<std::st
   if (ctx.size < 2) return out;
   const char* env = std::getenv("TROUPE_FABRIC");
   const std::string setting = env ? env : "";
-  bool shm = setting != "off";
+  // "messages": no shared segment (every collective on the message fabric,
+  // as between hosts; for tests and comparisons).
+  bool shm = setting != "off" && setting != "messages";
   std::vector<bool> local;
   for (int w : ctx.global_ranks) {
     if (plane) shm = shm && plane->shares_memory(w);

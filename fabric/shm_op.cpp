@@ -5,8 +5,9 @@
 #include "actors/call.hpp"
 #include "fabric/medium.hpp"
 #include "fabric/peer_memory.hpp"
-#include "src/stream_copy.hpp"
 #include "src/host_memory.hpp"
+#include "src/stream_copy.hpp"
+#include "troupe/dtype.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -39,19 +40,43 @@ void shm_op::publish(fabric_context& ctx, counter c, std::uint64_t value, bool& 
 
 void shm_op::check_kind(fabric_context& ctx, int r) {
   const int other = ctx.med.announced(r, seq);
-  if (other < 0 || other == code_) return;
-  throw error(errc::mismatch, "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] +
-                                  " called " + to_string(static_cast<op_code>(other)) +
-                                  " at the same sequence number, this rank called " + name);
+  const int mine = announcement(code_, route::shm);
+  // On this engine its descriptor tells (the agreement check); on another
+  // engine it never comes.
+  if (other < 0 || (other >> 4) == (mine >> 4)) return;
+  throw error(errc::mismatch, announced_mismatch(r, other, mine, name));
 }
 
-void shm_op::check_code(fabric_context& ctx, int r, bool& moved) {
-  const auto& d = ctx.seg->descriptor(r, op);
-  if (d.code == code_) return;
-  finish_op(ctx, moved);
-  throw error(errc::mismatch, "collective mismatch: " + ctx.names[static_cast<std::size_t>(r)] +
-                                  " called " + to_string(static_cast<op_code>(d.code)) +
-                                  " at the same sequence number, this rank called " + name);
+std::vector<call_fingerprint> shm_op::posted_calls(fabric_context& ctx) const {
+  std::vector<call_fingerprint> fps(static_cast<std::size_t>(ctx.size));
+  for (int r = 0; r < ctx.size; ++r) {
+    const auto& d = ctx.seg->descriptor(r, op);
+    auto& f = fps[static_cast<std::size_t>(r)];
+    const auto c = static_cast<op_code>(d.code);
+    f.code = static_cast<std::uint8_t>(d.code);
+    if (c == op_code::barrier || c == op_code::monitored_barrier) continue;
+    f.dtype = static_cast<std::uint8_t>(d.dtype);
+    if (c == op_code::allreduce || c == op_code::reduce || c == op_code::reduce_scatterv)
+      f.reduce = static_cast<std::uint8_t>(d.reduce);
+    if (c == op_code::broadcast || c == op_code::reduce || c == op_code::gatherv ||
+        c == op_code::scatterv)
+      f.root = d.root;
+    if ((c == op_code::allreduce || c == op_code::reduce || c == op_code::broadcast) &&
+        d.dtype < dtype_count)
+      f.numel = static_cast<std::int64_t>(d.nbytes / element_size(static_cast<dtype>(d.dtype)));
+    if (c == op_code::alltoallv) {
+      const auto* slot = reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(r, op));
+      f.sends.assign(slot, slot + ctx.size);
+      f.receives.assign(slot + ctx.size, slot + 2 * ctx.size);
+    } else {
+      f.counts_hash = d.counts_hash;
+    }
+  }
+  return fps;
+}
+
+std::string shm_op::disagreement(fabric_context& ctx) const {
+  return describe_disagreement(posted_calls(ctx));
 }
 
 void shm_op::describe_shared(op_descriptor& d, const tensor& t) {

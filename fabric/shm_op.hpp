@@ -12,7 +12,9 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "actors/agreement.hpp"
 #include "fabric/fabric.hpp"
 #include "fabric/segment.hpp"
 #include "troupe/tensor.hpp"
@@ -39,9 +41,11 @@ class shm_op : public fabric_op {
   /// Remembers that this rank waits for rank `r` to `what` (blocker());
   /// false, for `return waiting(...)`.
   bool waiting(int r, std::string_view what);
-  /// Throws a collective mismatch when rank r posted another collective for
-  /// this operation (its descriptor's code).
-  void check_code(fabric_context& ctx, int r, bool& moved);
+  /// What every rank posted for this operation, as fingerprints
+  /// (actors/agreement.hpp); alltoall's splits are read from the small slots.
+  std::vector<call_fingerprint> posted_calls(fabric_context& ctx) const;
+  /// Why the posted calls disagree ("" when they agree): one text on every rank.
+  std::string disagreement(fabric_context& ctx) const;
   /// Adds where `t`'s memory lives to `d` when ranks in other processes can
   /// map it: shared memory, or a whole large buffer of tensor::empty moved
   /// there in place (src/host_memory.hpp share_in_place, from its second use).

@@ -132,8 +132,10 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   impl_->debug = get_debug_level();  // throws on a bad TROUPE_DEBUG
   (void)detail::wait_policy::get();  // throws on a bad TROUPE_SPIN_US / TROUPE_POLL_US
   if (const char* f = std::getenv("TROUPE_FABRIC");
-      f && *f && std::string(f) != "on" && std::string(f) != "off" && std::string(f) != "staged")
-    invalid("world: TROUPE_FABRIC '" + std::string(f) + "' is not one of on, off, staged");
+      f && *f && std::string(f) != "on" && std::string(f) != "off" && std::string(f) != "staged" &&
+      std::string(f) != "messages")
+    invalid("world: TROUPE_FABRIC '" + std::string(f) +
+            "' is not one of on, off, staged, messages");
   impl_->opts = std::move(opts);
   auto& o = impl_->opts;
   // Rendezvous: rank 0 names the job; everyone reads it. The job id keeps

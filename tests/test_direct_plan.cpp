@@ -237,19 +237,23 @@ TEST_CASE("direct plan: the ranks' calls must agree") {
       {"collective mismatch", "rank 1 called broadcast", "rank 0 called allreduce"});
   auto calls = two(op_code::allreduce, op_code::allreduce);
   calls[1]->input = calls[1]->output = tensor::zeros({5}, dtype::float32);
-  check_error([&] { troupe::detail::check_calls_agree(view(calls)); }, errc::invalid_argument,
-              {"allreduce: rank 1 passed a tensor of 5 elements, rank 0 passed 4 elements"});
+  check_error([&] { troupe::detail::check_calls_agree(view(calls)); }, errc::mismatch,
+              {"rank 0 called allreduce (SUM) of 4 float32 elements",
+               "rank 1 called allreduce (SUM) of 5 float32 elements", "the element count"});
   calls[1]->input = calls[1]->output = tensor::zeros({4}, dtype::float64);
-  check_error([&] { troupe::detail::check_calls_agree(view(calls)); }, errc::invalid_argument,
-              {"rank 1 passed dtype float64, rank 0 passed float32"});
+  check_error([&] { troupe::detail::check_calls_agree(view(calls)); }, errc::mismatch,
+              {"rank 1 called allreduce (SUM) of 4 float64 elements", "the dtype"});
   calls[1]->input = calls[1]->output = tensor::zeros({4}, dtype::float32);
   calls[1]->op = reduce_op::MAX;
-  check_error([&] { troupe::detail::check_calls_agree(view(calls)); }, errc::invalid_argument,
-              {"rank 1 passed op MAX, rank 0 passed SUM"});
+  check_error([&] { troupe::detail::check_calls_agree(view(calls)); }, errc::mismatch,
+              {"rank 1 called allreduce (MAX)", "rank 0 called allreduce (SUM)", "the reduce op"});
   calls[1]->op = reduce_op::SUM;
+  // allreduce has no root: only rooted collectives compare it.
   calls[1]->root = 1;
-  check_error([&] { troupe::detail::check_calls_agree(view(calls)); }, errc::invalid_argument,
-              {"rank 1 passed root 1, rank 0 passed 0"});
+  troupe::detail::check_calls_agree(view(calls));
+  for (auto& c : calls) c->code = op_code::reduce;
+  check_error([&] { troupe::detail::check_calls_agree(view(calls)); }, errc::mismatch,
+              {"rank 1 called reduce (SUM) of 4 float32 elements to root 1", "the root"});
   // alltoallv: what rank 0 sends to rank 1 must be what rank 1 expects.
   calls_t a;
   for (int r = 0; r < 2; ++r) {
@@ -260,6 +264,6 @@ TEST_CASE("direct plan: the ranks' calls must agree") {
     c->output = tensor::zeros({2}, dtype::float32);
     a.push_back(c);
   }
-  check_error([&] { troupe::detail::check_calls_agree(view(a)); }, errc::invalid_argument,
-              {"alltoall_single: rank 0 sends 2 elements to rank 1, which expects 1"});
+  check_error([&] { troupe::detail::check_calls_agree(view(a)); }, errc::mismatch,
+              {"alltoall: rank 0 sends 2 elements to rank 1, which expects 1 from it"});
 }

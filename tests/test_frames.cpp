@@ -38,7 +38,8 @@ std::string fabric_frame(std::int64_t count) {
   auto payload = tensor::empty({count}, dtype::float32);
   for (std::int64_t i = 0; i < count; ++i) payload.data_as<float>()[i] = float(i);
   string_stream out;
-  REQUIRE(write_frame(out, "g", envelope{7, 3, 1, op_code::allreduce, payload}, frame_fabric));
+  REQUIRE(
+      write_frame(out, "g", envelope{7, 3, 1, op_code::allreduce, payload, nullptr}, frame_fabric));
   return out.bytes;
 }
 

@@ -335,9 +335,10 @@ bool data_plane::dispatch(int r, received_frame& f) {
   }
   if (!target) return true;  // the group was destroyed here
   if (f.header.kind == frame_collective)
-    caf::anon_send(target, data_atom::value,
-                   envelope{f.header.seq, f.header.step, f.header.src,
-                            static_cast<op_code>(f.header.code), std::move(f.payload)});
+    caf::anon_send(
+        target, data_atom::value,
+        envelope{f.header.seq, f.header.step, f.header.src, static_cast<op_code>(f.header.code),
+                 std::move(f.payload), std::move(f.fp)});
   else
     caf::anon_send(target, msg_atom::value,
                    p2p_envelope{f.header.src, f.header.tag, std::move(f.payload)});

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "actors/agreement.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -15,19 +16,21 @@ namespace {
 constexpr std::size_t small_frame = 16 << 10;
 
 bool write_common(byte_stream& out, frame_header& h, const std::string& group,
-                  const tensor& payload) {
+                  const tensor& payload, const fingerprint_ptr& fp = nullptr) {
+  const auto fp_bytes = fp ? fp->serialize() : std::string{};
   h.name_len = static_cast<std::uint16_t>(group.size());
+  h.fp_bytes = static_cast<std::uint32_t>(fp_bytes.size());
   h.has_payload = payload.defined() ? 1 : 0;
   h.dtype = static_cast<std::uint8_t>(payload.defined() ? payload.scalar_type() : dtype::uint8);
   h.payload_bytes = payload.defined() ? payload.nbytes() : 0;
+  std::string buf(reinterpret_cast<const char*>(&h), sizeof(h));
+  buf += group;
+  buf += fp_bytes;
   if (h.payload_bytes <= small_frame) {
-    std::string buf(reinterpret_cast<const char*>(&h), sizeof(h));
-    buf += group;
     if (h.payload_bytes) buf.append(static_cast<const char*>(payload.data()), h.payload_bytes);
     return out.write(buf.data(), buf.size());
   }
-  return out.write(&h, sizeof(h)) && out.write(group.data(), group.size()) &&
-         out.write(payload.data(), h.payload_bytes);
+  return out.write(buf.data(), buf.size()) && out.write(payload.data(), h.payload_bytes);
 }
 
 /// Why a header is malformed (empty: it is not).
@@ -41,6 +44,8 @@ std::string check_header(const frame_header& h) {
   if (h.dtype >= dtype_count) return "bad dtype " + std::to_string(h.dtype);
   if (h.name_len == 0 || h.name_len > max_group_name)
     return "bad group name length " + std::to_string(h.name_len);
+  if (h.fp_bytes > max_fingerprint || (h.fp_bytes != 0 && h.kind == frame_p2p))
+    return "bad fingerprint size " + std::to_string(h.fp_bytes);
   const auto elem = element_size(static_cast<dtype>(h.dtype));
   if (h.payload_bytes % elem != 0 || (!h.has_payload && h.payload_bytes != 0))
     return "bad payload size " + std::to_string(h.payload_bytes);
@@ -65,7 +70,7 @@ bool write_frame(byte_stream& out, const std::string& group, const envelope& env
   h.src = env.src;
   h.step = env.step;
   h.seq = env.seq;
-  return write_common(out, h, group, env.payload);
+  return write_common(out, h, group, env.payload, env.fp);
 }
 
 bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope& env) {
@@ -128,6 +133,10 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
         dst = f_.group.data();
         need = h.name_len;
         break;
+      case piece::fingerprint:
+        dst = fp_.data();
+        need = h.fp_bytes;
+        break;
       case piece::payload:
         dst = static_cast<char*>(f_.payload.data());
         need = h.payload_bytes;
@@ -152,7 +161,18 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
         f_.group.resize(h.name_len);
         at_ = piece::name;
       }
-    } else if (at_ == piece::name) {
+    } else if (at_ == piece::name && h.fp_bytes != 0) {
+      fp_.resize(h.fp_bytes);
+      at_ = piece::fingerprint;
+    } else if (at_ == piece::name || at_ == piece::fingerprint) {
+      if (at_ == piece::fingerprint) {
+        try {
+          f_.fp = std::make_shared<const call_fingerprint>(
+              call_fingerprint::deserialize(fp_.data(), fp_.size()));
+        } catch (const error& e) {
+          return e.what();
+        }
+      }
       if (place && h.payload_bytes > small_frame) {
         auto posted = place(h, f_.group);
         if (posted.into.defined() && posted.guard && posted.into.nbytes() == h.payload_bytes &&

@@ -4,7 +4,8 @@
 // A frame carries one envelope (collective data for the group actor, or for
 // the group's fabric: kind 3) or p2p_envelope (point to point) for `group` in
 // the receiving process:
-//   header (fixed 40 bytes) | group name (name_len bytes) | payload (payload_bytes)
+//   header (fixed 48 bytes) | group name (name_len bytes)
+//   | the sender's call fingerprint (fp_bytes; actors/agreement.hpp) | payload (payload_bytes)
 // Every field is checked on receipt; a malformed frame closes the connection.
 
 #include <cstdint>
@@ -19,6 +20,8 @@ namespace troupe::detail {
 
 inline constexpr std::uint32_t frame_magic = 0x46505254;  // "TRPF"
 inline constexpr std::size_t max_group_name = 1024;
+/// The longest fingerprint a frame may carry (alltoall splits of 4096 ranks).
+inline constexpr std::size_t max_fingerprint = 32 + 16 * 4096;
 
 struct frame_header {
   std::uint32_t magic = frame_magic;
@@ -32,7 +35,7 @@ struct frame_header {
   std::int32_t src = 0;  ///< group rank of the sender
   std::int32_t tag = 0;  ///< p2p tag
   std::uint32_t step = 0;
-  std::uint32_t reserved2 = 0;
+  std::uint32_t fp_bytes = 0;  ///< the serialized call fingerprint after the name (0: none)
   std::uint64_t seq = 0;
   std::uint64_t payload_bytes = 0;
 };
@@ -67,6 +70,7 @@ struct received_frame {
   frame_header header;
   std::string group;
   tensor payload;
+  fingerprint_ptr fp;  ///< what the sender called (its first message of a call carries it)
 };
 
 /// A receive posted in advance: a payload of exactly `into`'s bytes and dtype
@@ -111,9 +115,10 @@ class frame_reader {
   /// once revoked, into a fresh tensor.
   long read_posted(const std::function<long(void*, std::size_t)>& read_some);
 
-  enum class piece { header, name, payload } at_ = piece::header;
+  enum class piece { header, name, fingerprint, payload } at_ = piece::header;
   std::size_t got_ = 0;
   received_frame f_;
+  std::string fp_;                        // the fingerprint's bytes as they arrive
   std::shared_ptr<receive_guard> guard_;  // the payload is read into a posted tensor
 };
 

@@ -57,15 +57,22 @@ class process_group {
   // -- collectives -------------------------------------------------------------
   work broadcast(tensor_list tensors, const broadcast_options& opts = {});
   work broadcast(tensor t, int root = 0) { return broadcast(tensor_list{t}, {.root_rank = root}); }
+  work broadcast(tensor t, const broadcast_options& opts) {
+    return broadcast(tensor_list{t}, opts);
+  }
   work allreduce(tensor_list tensors, const allreduce_options& opts = {});
   work allreduce(tensor t, reduce_op op = reduce_op::SUM) {
     return allreduce(tensor_list{t}, {.op = op});
+  }
+  work allreduce(tensor t, const allreduce_options& opts) {
+    return allreduce(tensor_list{t}, opts);
   }
   work allreduce_coalesced(tensor_list tensors, const allreduce_coalesced_options& opts = {});
   work reduce(tensor_list tensors, const reduce_options& opts = {});
   work reduce(tensor t, int root, reduce_op op = reduce_op::SUM) {
     return reduce(tensor_list{t}, {.op = op, .root_rank = root});
   }
+  work reduce(tensor t, const reduce_options& opts) { return reduce(tensor_list{t}, opts); }
   /// outputs[i][r] receives rank r's inputs[i] (c10d allgather; normally one input).
   work allgather(std::vector<tensor_list> outputs, tensor_list inputs,
                  const allgather_options& opts = {});

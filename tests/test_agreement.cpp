@@ -1,0 +1,308 @@
+// The agreement check: ranks whose calls differ in the collective, count,
+// dtype, reduce op, root, counts per rank or alltoall splits all fail the
+// call with errc::mismatch and the same text (naming the ranks and what
+// differs), at once rather than at a timeout, and the group works afterwards.
+// Run on every engine in one process (the shared segment, the message fabric
+// with TROUPE_FABRIC=messages, the group actors with TROUPE_FABRIC=off) and
+// by ctest under troupe-run across 2 and 4 processes, over shared memory and
+// TCP.
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "troupe/error.hpp"
+#include "troupe/object_collectives.hpp"
+#include "troupe/process_group.hpp"
+#include "troupe/testing.hpp"
+#include "troupe/world.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+
+namespace {
+
+tensor f32(std::int64_t n) {
+  return tensor::zeros({n}, dtype::float32);
+}
+
+struct disagreement {
+  const char* what;
+  int min_ranks;                   ///< the case needs this many ranks
+  std::vector<std::string> words;  ///< every rank's error names these
+  std::function<work(int rank, int n, process_group&)> call;
+};
+
+constexpr auto t_out = 10000ms;  // far beyond the time a refusal takes
+
+const std::vector<disagreement>& cases() {
+  static const std::vector<disagreement> all = {
+      {"allreduce counts",
+       2,
+       {"element count", "5 float32 elements", "4 float32 elements"},
+       [](int r, int n, process_group& pg) {
+         return pg.allreduce(f32(r == n - 1 ? 5 : 4), {.timeout = t_out});
+       }},
+      {"allreduce dtypes",
+       2,
+       {"the dtype", "float64", "float32"},
+       [](int r, int, process_group& pg) {
+         return pg.allreduce(tensor::zeros({4}, r == 1 ? dtype::float64 : dtype::float32),
+                             {.timeout = t_out});
+       }},
+      {"allreduce ops",
+       2,
+       {"the reduce op", "(MAX)", "(SUM)"},
+       [](int r, int, process_group& pg) {
+         return pg.allreduce(f32(4),
+                             {.op = r == 1 ? reduce_op::MAX : reduce_op::SUM, .timeout = t_out});
+       }},
+      {"allreduce AVG against SUM",
+       2,
+       {"the reduce op", "(AVG)", "(SUM)"},
+       [](int r, int, process_group& pg) {
+         return pg.allreduce(f32(4),
+                             {.op = r == 0 ? reduce_op::AVG : reduce_op::SUM, .timeout = t_out});
+       }},
+      {"allreduce PREMUL_SUM scale kinds",
+       2,
+       {"PREMUL_SUM with a tensor scale", "scalar scale"},
+       [](int r, int, process_group& pg) {
+         auto op = r == 0 ? reduce_op::premul_sum(tensor::from_vector<float>({2.f}))
+                          : reduce_op::premul_sum(2.0);
+         return pg.allreduce(tensor_list{f32(4)}, {.op = op, .timeout = t_out});
+       }},
+      {"allreduce large counts",
+       2,
+       {"element count", "300001 float32", "300000 float32"},
+       [](int r, int n, process_group& pg) {
+         return pg.allreduce(f32(r == n - 1 ? 300001 : 300000), {.timeout = t_out});
+       }},
+      {"broadcast roots",
+       2,
+       {"the root", "from root 1", "from root 0"},
+       [](int r, int, process_group& pg) {
+         return pg.broadcast(f32(4), {.root_rank = r == 0 ? 0 : 1, .timeout = t_out});
+       }},
+      {"broadcast counts",
+       2,
+       {"element count"},
+       [](int r, int n, process_group& pg) {
+         return pg.broadcast(f32(r == n - 1 ? 5 : 4), {.root_rank = 0, .timeout = t_out});
+       }},
+      {"reduce roots",
+       2,
+       {"the root", "to root 0", "to root 1"},
+       [](int r, int, process_group& pg) {
+         return pg.reduce(f32(4), {.root_rank = r == 0 ? 0 : 1, .timeout = t_out});
+       }},
+      {"collective kinds",
+       2,
+       {"the collective", "broadcast", "allreduce"},
+       [](int r, int, process_group& pg) {
+         auto t = f32(4);
+         return r == 0 ? pg.broadcast(t, {.root_rank = 0, .timeout = t_out})
+                       : pg.allreduce(t, {.timeout = t_out});
+       }},
+      {"barrier against allreduce",
+       2,
+       {"the collective", "barrier", "allreduce"},
+       [](int r, int, process_group& pg) {
+         return r == 0 ? pg.barrier({.timeout = t_out}) : pg.allreduce(f32(1), {.timeout = t_out});
+       }},
+      {"allgatherv counts",
+       2,
+       {"counts per rank"},
+       [](int r, int n, process_group& pg) {
+         std::vector<std::int64_t> counts(static_cast<std::size_t>(n), 2);
+         if (r == n - 1) counts[0] = 3;
+         std::int64_t total = 0;
+         for (auto c : counts) total += c;
+         return pg.allgatherv(f32(total), f32(counts[static_cast<std::size_t>(r)]), counts,
+                              {.timeout = t_out});
+       }},
+      {"allgather counts",
+       2,
+       {"counts per rank"},
+       [](int r, int n, process_group& pg) {
+         const std::int64_t k = r == 0 ? 3 : 2;
+         return pg.allgather_into_tensor(f32(k * n), f32(k), {.timeout = t_out});
+       }},
+      {"reduce_scatter ops",
+       2,
+       {"the reduce op", "(MAX)", "(SUM)"},
+       [](int r, int n, process_group& pg) {
+         return pg.reduce_scatter_tensor(
+             f32(2), f32(2 * n),
+             {.op = r == 1 ? reduce_op::MAX : reduce_op::SUM, .timeout = t_out});
+       }},
+      {"reduce_scatter dtypes",
+       2,
+       {"the dtype", "float64", "float32"},
+       [](int r, int n, process_group& pg) {
+         const auto t = r == 0 ? dtype::float64 : dtype::float32;
+         return pg.reduce_scatter_tensor(tensor::zeros({2}, t), tensor::zeros({2 * n}, t),
+                                         {.timeout = t_out});
+       }},
+      {"gather roots",
+       2,
+       {"the root"},
+       [](int r, int n, process_group& pg) {
+         return pg.gatherv(f32(n), f32(1),
+                           std::vector<std::int64_t>(static_cast<std::size_t>(n), 1),
+                           {.root_rank = r == 0 ? 0 : 1, .timeout = t_out});
+       }},
+      {"scatter roots",
+       2,
+       {"the root"},
+       [](int r, int n, process_group& pg) {
+         return pg.scatterv(f32(1), f32(n),
+                            std::vector<std::int64_t>(static_cast<std::size_t>(n), 1),
+                            {.root_rank = r == 0 ? 0 : 1, .timeout = t_out});
+       }},
+      {"alltoall splits",
+       2,
+       {"alltoall: rank 0 sends 2 elements to rank 1, which expects 1 from it"},
+       [](int r, int n, process_group& pg) {
+         std::vector<std::int64_t> in(static_cast<std::size_t>(n), 1), out = in;
+         if (r == 0) in[1] = 2;
+         std::int64_t total = 0;
+         for (auto c : in) total += c;
+         return pg.alltoall_single(f32(n), f32(total), out, in, {.timeout = t_out});
+       }},
+      {"alltoall splits between two other ranks",
+       3,
+       {"alltoall: rank 1 sends 2 elements to rank 2, which expects 1 from it"},
+       [](int r, int n, process_group& pg) {
+         std::vector<std::int64_t> in(static_cast<std::size_t>(n), 1), out = in;
+         if (r == 1) in[2] = 2;
+         std::int64_t total = 0;
+         for (auto c : in) total += c;
+         return pg.alltoall_single(f32(n), f32(total), out, in, {.timeout = t_out});
+       }},
+  };
+  return all;
+}
+
+/// Runs every case on `n` ranks: each rank must fail with errc::mismatch,
+/// quickly, naming the case's words, with the same cause on every rank; the
+/// group then works (a broadcast from the last rank).
+void run_matrix(int n) {
+  for (const auto& c : cases()) {
+    if (n < c.min_ranks) continue;
+    CAPTURE(c.what);
+    CAPTURE(n);
+    testing::run_ranks(n, [&](world& w) {
+      auto& pg = w.default_group();
+      const auto start = std::chrono::steady_clock::now();
+      std::string cause = "no error";
+      errc code = errc::internal;
+      try {
+        c.call(w.rank(), n, pg).wait();
+      } catch (const error& e) {
+        const std::string what = e.what();
+        code = e.code();
+        const auto at = what.find("failed: ");
+        cause = at == std::string::npos ? what : what.substr(at + 8);
+      }
+      const auto took = std::chrono::steady_clock::now() - start;
+      CAPTURE(cause);
+      CHECK(code == errc::mismatch);
+      CHECK(cause.find("collective mismatch") != std::string::npos);
+      for (const auto& word : c.words) CHECK_MESSAGE(cause.find(word) != std::string::npos, word);
+      CHECK(took < 5s);  // refused at once, not at the 10 s timeout
+      // Every rank reports the same cause, and the group still works.
+      auto causes = all_gather_object(pg, cause);
+      for (const auto& other : causes) CHECK(other == cause);
+      auto t = tensor::from_vector<float>({float(w.rank())});
+      pg.broadcast(t, {.root_rank = n - 1}).wait();
+      CHECK(t.to_vector<float>()[0] == float(n - 1));
+    });
+  }
+}
+
+/// Sets TROUPE_FABRIC for one scope.
+struct fabric_setting {
+  explicit fabric_setting(const char* v) {
+    if (const char* old = std::getenv("TROUPE_FABRIC")) saved = old;
+    ::setenv("TROUPE_FABRIC", v, 1);
+  }
+  ~fabric_setting() {
+    if (saved.empty())
+      ::unsetenv("TROUPE_FABRIC");
+    else
+      ::setenv("TROUPE_FABRIC", saved.c_str(), 1);
+  }
+  std::string saved;
+};
+
+bool under_launcher() {
+  return std::getenv("WORLD_SIZE") != nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("calls that disagree fail on every rank alike: the default engines") {
+  for (int n : {2, 3, 4}) run_matrix(n);
+}
+
+TEST_CASE("calls that disagree fail on every rank alike: the message fabric") {
+  fabric_setting s{"messages"};
+  for (int n : under_launcher() ? std::vector<int>{4} : std::vector<int>{2, 3, 4}) run_matrix(n);
+}
+
+TEST_CASE("calls that disagree fail on every rank alike: the group actors") {
+  fabric_setting s{"off"};
+  for (int n : under_launcher() ? std::vector<int>{4} : std::vector<int>{2, 3, 4}) run_matrix(n);
+}
+
+TEST_CASE("a rank that never joins is named at the timeout, not its neighbour") {
+  if (under_launcher()) return;  // the fabric stops after a timeout: no closing barrier
+  for (const char* setting : {"messages", "off"}) {
+    CAPTURE(setting);
+    fabric_setting s{setting};
+    testing::run_ranks(4, [](world& w) {
+      auto& pg = w.default_group();
+      if (w.rank() == 2) {
+        // Joins only the collective after the one the others time out in.
+        std::this_thread::sleep_for(700ms);
+      } else {
+        std::string what;
+        try {
+          pg.allreduce(f32(1 << 18), {.timeout = 400ms}).wait();
+        } catch (const error& e) {
+          what = e.what();
+          CHECK(e.code() == errc::timeout);
+        }
+        CAPTURE(what);
+        CHECK(what.find("rank 2") != std::string::npos);
+        CHECK(what.find("to join this allreduce") != std::string::npos);
+      }
+    });
+  }
+}
+
+TEST_CASE("calls that run on different engines fail with a mismatch on both") {
+  // SUM runs on the shared segment, PREMUL_SUM on messages: neither engine
+  // sees the other's call, but each sees what the other rank announced.
+  if (under_launcher()) return;  // the fabrics stop: no closing barrier
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    auto op = w.rank() == 0 ? reduce_op::premul_sum(2.0) : reduce_op(reduce_op::SUM);
+    std::string what;
+    try {
+      pg.allreduce(f32(4), {.op = op, .timeout = t_out}).wait();
+    } catch (const error& e) {
+      what = e.what();
+      CHECK(e.code() == errc::mismatch);
+    }
+    CAPTURE(what);
+    CHECK(what.find("collective mismatch") != std::string::npos);
+    CHECK(what.find("another engine") != std::string::npos);
+  });
+}
