@@ -163,10 +163,6 @@ class allreduce_shm final : public shm_op {
     }
   }
 
-  void finish_part(void* p, std::int64_t count) {
-    if (divisor_ > 0) divide_by(data_.scalar_type(), p, static_cast<std::size_t>(count), divisor_);
-  }
-
   void reduce_small(fabric_context& ctx) {
     std::vector<const void*> srcs(static_cast<std::size_t>(ctx.size));
     for (int r = 0; r < ctx.size; ++r)
@@ -180,8 +176,7 @@ class allreduce_shm final : public shm_op {
     // order is the rank order (sums do not associate).
     if (ctx.size == 2 && ctx.rank == 1) std::swap(srcs[0], srcs[1]);
     reduce_many(data_.scalar_type(), kind_, data_.data(), srcs.data(), srcs.size(),
-                static_cast<std::size_t>(data_.numel()));
-    finish_part(data_.data(), data_.numel());
+                static_cast<std::size_t>(data_.numel()), divisor_);
   }
 
   /// Every rank posted a shared buffer (between processes: the direct path).
@@ -221,8 +216,7 @@ class allreduce_shm final : public shm_op {
         if (r != me) srcs[k++] = bufs[static_cast<std::size_t>(r)] + at;
       std::byte* mine = bufs[static_cast<std::size_t>(me)] + at;
       reduce_many(data_.scalar_type(), kind_, mine, srcs.data(), srcs.size(),
-                  static_cast<std::size_t>(m));
-      finish_part(mine, m);
+                  static_cast<std::size_t>(m), divisor_);
       for (int r = 0; r < n; ++r)
         if (r != me) copy(bufs[static_cast<std::size_t>(r)] + at, mine, m * es);
     }
@@ -301,8 +295,7 @@ class allreduce_shm final : public shm_op {
           std::byte* out = seg.result(g) + c.my_off;
           const auto count = c.my_bytes / es;
           reduce_many(data_.scalar_type(), kind_, out, srcs.data(), srcs.size(),
-                      static_cast<std::size_t>(count));
-          finish_part(out, count);
+                      static_cast<std::size_t>(count), divisor_);
           copy(c.mine + c.my_off, out, c.my_bytes);
           publish(ctx, &rank_progress::reduced, number(reduced_++), moved);
           progress = true;
@@ -368,8 +361,8 @@ class allreduce_shm final : public shm_op {
         if (peer.staged.load(std::memory_order_acquire) >= number(reduced_)) {
           auto [mine, count] = chunk(reduced_);
           const void* srcs[2] = {mine, seg.stage(other, number(reduced_))};
-          reduce_many(data_.scalar_type(), kind_, mine, srcs, 2, static_cast<std::size_t>(count));
-          finish_part(mine, count);
+          reduce_many(data_.scalar_type(), kind_, mine, srcs, 2, static_cast<std::size_t>(count),
+                      divisor_);
           publish(ctx, &rank_progress::reduced, number(reduced_++), moved);
           progress = true;
           continue;

@@ -439,11 +439,12 @@ class direct_shm final : public shm_op {
             r == me ? static_cast<const std::byte*>(c.input.data()) + from : staged_at(r, from);
       const auto es = element_bytes();
       const auto count = (to - from) / es;
-      const auto kind = c.op.op() == reduce_op::AVG ? reduce_op::SUM : c.op.op();
-      reduce_many(c.output.scalar_type(), kind, out + nd.at + (from - nd.from), srcs.data(),
-                  srcs.size(), static_cast<std::size_t>(count));
-      auto done = c.output.flat_slice((nd.at + from - nd.from) / es, count);
-      finish_reduction(c, done, n);
+      const bool avg = c.op.op() == reduce_op::AVG;
+      // AVG divides before the one rounding of float16/bfloat16.
+      reduce_many(c.output.scalar_type(), avg ? reduce_op::SUM : c.op.op(),
+                  out + nd.at + (from - nd.from), srcs.data(), srcs.size(),
+                  static_cast<std::size_t>(count),
+                  avg ? static_cast<double>(n) * static_cast<double>(c.avg_local) : 0.0);
       reduced_bytes_ += static_cast<std::uint64_t>((to - from) * n);
       return;
     }

@@ -28,8 +28,8 @@ void reduce_into(dtype t, reduce_op::kind op, void* dst, const void* src, std::s
 }
 
 void reduce_many(dtype t, reduce_op::kind op, void* dst, const void* const* srcs, std::size_t nsrc,
-                 std::size_t n) {
-  TROUPE_PICK(reduce_many, t, op, dst, srcs, nsrc, n);
+                 std::size_t n, double divisor) {
+  TROUPE_PICK(reduce_many, t, op, dst, srcs, nsrc, n, divisor);
 }
 
 void scale_by(dtype t, void* data, std::size_t n, double factor) {

@@ -265,7 +265,7 @@ void into(void* dst, const void* src, std::size_t n) {
 }
 
 template <class P, kind K>
-void many(void* dst, const void* const* srcs, std::size_t nsrc, std::size_t n) {
+void many(void* dst, const void* const* srcs, std::size_t nsrc, std::size_t n, double divisor) {
   using S = typename P::storage;
   using A = typename P::acc;
   constexpr std::size_t c = chunk<P>;
@@ -321,6 +321,9 @@ void many(void* dst, const void* const* srcs, std::size_t nsrc, std::size_t n) {
         P::load(src(k, off), tmp, m);
         P::template combine<K>(acc, tmp, m);
       }
+      // AVG divides before the one rounding.
+      if constexpr (P::floating)
+        if (divisor != 0) map(acc, m, [f = static_cast<A>(divisor)](A x) { return x / f; });
       P::store(acc, d + off, m);
     }
   }
@@ -368,11 +371,14 @@ void TROUPE_KERNEL(reduce_into)(dtype t, reduce_op::kind op, void* dst, const vo
 }
 
 void TROUPE_KERNEL(reduce_many)(dtype t, reduce_op::kind op, void* dst, const void* const* srcs,
-                                std::size_t nsrc, std::size_t n) {
+                                std::size_t nsrc, std::size_t n, double divisor) {
   with_policy("reduce_many", t, [&](auto p) {
     using P = decltype(p);
     with_kind<P>("reduce_many", t, op, [&](auto k) {
-      if (n && nsrc) many<P, decltype(k)::value>(dst, srcs, nsrc, n);
+      if (!n || !nsrc) return;
+      many<P, decltype(k)::value>(dst, srcs, nsrc, n, P::direct ? 0.0 : divisor);
+      // Types without conversion divide afterwards (the same result).
+      if (P::direct && divisor != 0) scale<P>("reduce_many", t, dst, n, divisor, true);
     });
   });
 }

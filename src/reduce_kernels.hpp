@@ -18,11 +18,13 @@ namespace troupe::detail {
 /// Floating MIN/MAX propagate NaN.
 void reduce_into(dtype t, reduce_op::kind op, void* dst, const void* src, std::size_t n);
 
-/// dst = srcs[0] op srcs[1] op ... op srcs[nsrc-1]. `dst` may equal any source.
-/// float16/bfloat16 accumulate the whole chain in float32 and round once.
-/// With nsrc == 1, dst is a byte copy of srcs[0]; with nsrc == 0, dst is left unchanged.
+/// dst = srcs[0] op srcs[1] op ... op srcs[nsrc-1], divided by `divisor`
+/// when it is not 0 (AVG; floating and complex dtypes). `dst` may equal any
+/// source. float16/bfloat16 accumulate the whole chain (and divide) in
+/// float32 and round once. With nsrc == 1 (and no divisor), dst is a byte
+/// copy of srcs[0]; with nsrc == 0, dst is left unchanged.
 void reduce_many(dtype t, reduce_op::kind op, void* dst, const void* const* srcs, std::size_t nsrc,
-                 std::size_t n);
+                 std::size_t n, double divisor = 0);
 
 /// data[i] *= factor (floating and complex dtypes only; PREMUL_SUM).
 void scale_by(dtype t, void* data, std::size_t n, double factor);

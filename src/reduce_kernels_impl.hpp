@@ -16,7 +16,7 @@ namespace troupe::detail {
   void reduce_into_##suffix(dtype t, reduce_op::kind op, void* dst, const void* src,         \
                             std::size_t n);                                                  \
   void reduce_many_##suffix(dtype t, reduce_op::kind op, void* dst, const void* const* srcs, \
-                            std::size_t nsrc, std::size_t n);                                \
+                            std::size_t nsrc, std::size_t n, double divisor);                \
   void scale_by_##suffix(dtype t, void* data, std::size_t n, double factor);                 \
   void divide_by_##suffix(dtype t, void* data, std::size_t n, double divisor);
 

@@ -453,16 +453,16 @@ TEST_CASE("the AVX2 build of the kernels gives the baseline build's bits") {
       std::vector<std::uint8_t> a(bytes), b(bytes);
       bool supported = true;
       try {
-        detail::reduce_many_generic(t, k, a.data(), ptrs.data(), ptrs.size(), n);
+        detail::reduce_many_generic(t, k, a.data(), ptrs.data(), ptrs.size(), n, 0.0);
       } catch (const error&) {
         supported = false;  // (dtype, op) pairs the kernels refuse: both builds refuse
       }
       if (!supported) {
-        CHECK_THROWS_AS(detail::reduce_many_avx2(t, k, b.data(), ptrs.data(), ptrs.size(), n),
+        CHECK_THROWS_AS(detail::reduce_many_avx2(t, k, b.data(), ptrs.data(), ptrs.size(), n, 0.0),
                         error);
         continue;
       }
-      detail::reduce_many_avx2(t, k, b.data(), ptrs.data(), ptrs.size(), n);
+      detail::reduce_many_avx2(t, k, b.data(), ptrs.data(), ptrs.size(), n, 0.0);
       CAPTURE(to_string(t));
       CAPTURE(to_string(k));
       // NaN payloads compare by bits too: both builds must take the same path.
@@ -471,8 +471,8 @@ TEST_CASE("the AVX2 build of the kernels gives the baseline build's bits") {
       auto c = srcs[0], d = srcs[0];
       std::vector<const void*> pc{c.data(), srcs[1].data(), srcs[2].data()};
       std::vector<const void*> pd{d.data(), srcs[1].data(), srcs[2].data()};
-      detail::reduce_many_generic(t, k, c.data(), pc.data(), pc.size(), n);
-      detail::reduce_many_avx2(t, k, d.data(), pd.data(), pd.size(), n);
+      detail::reduce_many_generic(t, k, c.data(), pc.data(), pc.size(), n, 0.0);
+      detail::reduce_many_avx2(t, k, d.data(), pd.data(), pd.size(), n, 0.0);
       CHECK(std::memcmp(c.data(), d.data(), bytes) == 0);
     }
 #else
