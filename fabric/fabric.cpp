@@ -1,5 +1,7 @@
 #include "fabric/fabric.hpp"
 
+#include <tuple>
+
 #include "actors/agreement.hpp"
 #include "actors/call.hpp"
 #include "fabric/medium.hpp"
@@ -241,16 +243,22 @@ bool fabric::step_head(std::vector<finished>& out) {
       leave(nullptr);
       continue;
     }
-    const auto [peer, what] = op.blocker();
+    auto [peer, what] = op.blocker();
     if (auto why = med_->lost(op.op, peer); !why.empty()) {
-      // What the peer published before it left still counts: one more try.
+      // What the peer published before it left still counts: one more try,
+      // after which the operation may wait for another (live) rank.
       if (!attempt()) continue;
       if (finished_now) {
         leave(nullptr);
         continue;
       }
-      stop(fail(errc::peer_failure, why + " before finishing this " + op.name));
-      continue;
+      const int before = peer;
+      std::tie(peer, what) = op.blocker();
+      if (peer != before) why = med_->lost(op.op, peer);
+      if (!why.empty()) {
+        stop(fail(errc::peer_failure, why + " before finishing this " + op.name));
+        continue;
+      }
     }
     if (fabric_clock::now() >= op.deadline) {
       if (auto why = op.disagreement(); !why.empty()) {

@@ -43,11 +43,27 @@ std::string type_name(const std::type_info& t) {
   std::unique_ptr<char, void (*)(void*)> name{
       abi::__cxa_demangle(t.name(), nullptr, nullptr, &status), std::free};
   std::string r = status == 0 && name ? name.get() : t.name();
-  // The standard library's spelling of std::string is long; shorten it.
-  const std::string long_string =
-      "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >";
-  for (auto pos = r.find(long_string); pos != std::string::npos; pos = r.find(long_string))
-    r.replace(pos, long_string.size(), "std::string");
+  // The standard library's spelling is long: drop its inline namespaces and
+  // the template arguments that are defaults (allocators, comparators,
+  // hashers, traits), then name std::string.
+  for (const std::string ns : {"std::__cxx11::", "std::__1::"})
+    for (auto pos = r.find(ns); pos != std::string::npos; pos = r.find(ns))
+      r.replace(pos, ns.size(), "std::");
+  for (const std::string arg :
+       {", std::allocator<", ", std::less<", ", std::hash<", ", std::equal_to<",
+        ", std::char_traits<", ", std::default_delete<"})
+    for (auto pos = r.find(arg); pos != std::string::npos; pos = r.find(arg)) {
+      // Up to the matching '>' of this argument.
+      std::size_t end = pos + arg.size();
+      for (int depth = 1; end < r.size() && depth > 0; ++end)
+        depth += r[end] == '<' ? 1 : r[end] == '>' ? -1 : 0;
+      r.erase(pos, end - pos);
+    }
+  for (const std::string s : {"std::basic_string<char>", "std::basic_string<char >"})
+    for (auto pos = r.find(s); pos != std::string::npos; pos = r.find(s))
+      r.replace(pos, s.size(), "std::string");
+  // "std::vector<int >" -> "std::vector<int>"
+  for (auto pos = r.find(" >"); pos != std::string::npos; pos = r.find(" >")) r.erase(pos, 1);
   return r;
 }
 

@@ -1,5 +1,7 @@
 #include "troupe/work.hpp"
 
+#include <cstdio>
+
 #include "src/wait_policy.hpp"
 #include "src/work_state.hpp"
 #include "troupe/error.hpp"
@@ -19,6 +21,21 @@ std::string describe(const work_state& s) {
   auto r = s.op + " on group '" + s.group + "'";
   if (auto seq = s.seq.load()) r += " (seq " + std::to_string(seq) + ")";
   return r;
+}
+
+/// Runs a user's callback: what it throws stays with it (reported on stderr),
+/// never escaping into whichever call happened to complete the work.
+void run_callback(const std::function<void(const work&)>& fn, const work& w,
+                  const work_state& s) noexcept {
+  try {
+    fn(w);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[troupe] an on_complete callback of %s threw: %s\n", describe(s).c_str(),
+                 e.what());
+  } catch (...) {
+    std::fprintf(stderr, "[troupe] an on_complete callback of %s threw an unknown exception\n",
+                 describe(s).c_str());
+  }
 }
 
 }  // namespace
@@ -113,7 +130,7 @@ void work::on_complete(std::function<void(const work&)> fn) const {
       return;
     }
   }
-  fn(*this);
+  run_callback(fn, *this, s);
 }
 
 work work::then(std::function<tensor_list(const work&)> fn) const {
@@ -165,7 +182,7 @@ void finish(const work& w, work_state& s, tensor_list* outputs, int source,
     callbacks.swap(s.callbacks);
   }
   s.cv.notify_all();
-  for (auto& f : callbacks) f(w);
+  for (auto& f : callbacks) run_callback(f, w, s);
 }
 
 }  // namespace

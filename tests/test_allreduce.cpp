@@ -97,7 +97,7 @@ TEST_CASE("allreduce_coalesced reduces tensors of different sizes in one call") 
           inputs[i].push_back(ref::random_values(dtype::int64, lens[i], seed_of(r, n, lens[i], 7)));
         mine.push_back(ref::make(dtype::int64, inputs[i][static_cast<std::size_t>(w.rank())]));
       }
-      w.default_group().allreduce_coalesced(mine, {{.op = reduce_op::MAX}}).wait();
+      w.default_group().allreduce_coalesced(mine, {.op = reduce_op::MAX}).wait();
       for (std::size_t i = 0; i < lens.size(); ++i)
         ref::check_close(mine[i], ref::reduce(inputs[i], reduce_op::MAX, dtype::int64),
                          "allreduce_coalesced tensor " + std::to_string(i));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../fabric/fabric.hpp"
+#include "../fabric/medium.hpp"
 #include "../fabric/segment.hpp"
 #include "../src/stream_copy.hpp"
 #include "check_error.hpp"
@@ -271,4 +272,56 @@ TEST_CASE("stream_copy copies exactly what memcpy does, at every alignment") {
       }
   CHECK(detail::last_level_cache_bytes() > 0);
   CHECK(detail::stream_threshold() == detail::last_level_cache_bytes());
+}
+
+// -- any exception an operation throws fails its work ------------------------
+
+namespace {
+
+/// A medium of one rank: nothing to wait for.
+class lone_medium final : public detail::medium {
+ public:
+  int size() const noexcept override { return 1; }
+  void sleep(int, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+             bool) override {
+    if (!recheck()) std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(max, 1ms));
+  }
+  std::string lost(std::uint64_t, int) override { return {}; }
+  void wake_all() override {}
+  void leave() override {}
+};
+
+/// An operation that throws `what` when stepped.
+template <class E>
+class throwing_op final : public detail::fabric_op {
+ public:
+  explicit throwing_op(E e) : e_(std::move(e)) {}
+  bool step(detail::fabric_context&, bool&) override { throw e_; }
+  std::pair<int, std::string> blocker() const override { return {-1, "nothing"}; }
+
+ private:
+  E e_;
+};
+
+template <class E>
+work submit_throwing(detail::fabric& f, E e) {
+  auto op = std::make_unique<throwing_op<E>>(std::move(e));
+  op->name = "allreduce";
+  op->timeout = 5s;
+  op->handle = work::make("allreduce", "g");
+  op->op = f.next_op();
+  return f.submit(std::move(op));
+}
+
+}  // namespace
+
+TEST_CASE("an operation that throws bad_alloc or anything else fails its work, not the process") {
+  auto f = std::make_shared<detail::fabric>(std::make_shared<lone_medium>(), 0, "g",
+                                            std::vector<std::string>{"rank 0"});
+  // Submitting steps the operation at once: the work fails, nothing escapes.
+  auto a = submit_throwing(*f, std::bad_alloc{});
+  check_error([&] { a.wait(); }, errc::internal, {"allreduce on group 'g'", "internal error"});
+  // The fabric stopped (the protocol state is unknown): later calls say why.
+  auto b = submit_throwing(*f, 42);
+  check_error([&] { b.wait(); }, errc::aborted, {"earlier failure"});
 }

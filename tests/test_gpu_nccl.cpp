@@ -140,7 +140,7 @@ TEST_CASE("nccl: allreduce_coalesced reduces tensors of different sizes in one g
         xs.push_back(random_on_gpu(t, lens[i], 10 + i));
         ts.push_back(xs.back().t);
       }
-      w.default_group().allreduce_coalesced(ts, {{.op = op}}).wait();
+      w.default_group().allreduce_coalesced(ts, {.op = op}).wait();
       for (auto& x : xs) check(x.t, ref::reduce({x.v}, op, t), name("allreduce_coalesced", t));
     }
   });

@@ -595,3 +595,12 @@ TEST_CASE("from_vector and is_same") {
 }
 
 // --- DLPack -------------------------------------------------------------------
+
+TEST_CASE("bool tensors come from and go to std::vector<bool>") {
+  auto t = tensor::from_vector<bool>({true, false, true});
+  CHECK(t.scalar_type() == dtype::bool_);
+  CHECK(t.numel() == 3);
+  CHECK(t.to_vector<bool>() == std::vector<bool>{true, false, true});
+  auto u = tensor::from_vector(std::vector<bool>{false, false, true, true});
+  CHECK(u.to_vector<bool>() == std::vector<bool>{false, false, true, true});
+}

@@ -354,6 +354,44 @@ TEST_CASE("on_complete runs once when completion races with registration") {
   }
 }
 
+TEST_CASE("an exception from an on_complete callback stays with the callback") {
+  // Registered before completion: the completing call does not throw, later
+  // callbacks still run, and the work keeps its own outcome.
+  auto w = work::make("op", "g");
+  int after = 0;
+  w.on_complete([](const work&) { throw std::runtime_error("callback failed"); });
+  w.on_complete([&](const work&) { ++after; });
+  CHECK_NOTHROW(w.complete(one(1)));
+  CHECK(after == 1);
+  CHECK(w.is_success());
+  CHECK(first(w.result()) == 1.f);
+  // Registered after completion: on_complete itself does not throw.
+  CHECK_NOTHROW(w.on_complete([](const work&) { throw 42; }));
+  // then(): the chained work fails with what its function threw, the
+  // original work does not.
+  auto next = w.then([](const work&) -> tensor_list { throw std::runtime_error("then failed"); });
+  CHECK_THROWS_WITH(next.wait(), "then failed");
+  CHECK(w.is_success());
+}
+
+TEST_CASE("a throwing callback on a real collective does not fail another call's wait") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    for (int i = 0; i < 20; ++i) {
+      auto a = tensor::from_vector<float>({1.f});
+      auto first_work = pg.allreduce(a);
+      first_work.on_complete([](const work&) { throw std::runtime_error("user bug"); });
+      auto b = tensor::from_vector<float>({2.f});
+      auto second_work = pg.allreduce(b);
+      // Either wait may be the one that completes the first work.
+      CHECK_NOTHROW(second_work.wait());
+      CHECK_NOTHROW(first_work.wait());
+      CHECK(a.to_vector<float>()[0] == 2.f);
+      CHECK(b.to_vector<float>()[0] == 4.f);
+    }
+  });
+}
+
 // -- awaiting from a CAF actor
 // -------------------------------------------------------------------------
 

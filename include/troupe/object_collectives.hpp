@@ -4,7 +4,7 @@
 /// convention, see troupe/serialize.hpp).
 ///
 /// Every object travels with the name of its C++ type; a rank that receives an
-/// object of another type fails with errc::invalid_argument naming the rank
+/// object of another type fails with errc::mismatch naming the rank
 /// and both types (the type check of c10d's all_gather_object_with_type_check,
 /// done for every object collective). All calls block until done.
 
@@ -43,9 +43,9 @@ T unpack_object(const byte_vector& bytes, const char* op, int rank) {
   r.apply(type);
   const auto expected = type_name(typeid(T));
   if (type != expected)
-    throw error(errc::invalid_argument, std::string(op) + ": rank " + std::to_string(rank) +
-                                            " sent an object of type '" + type +
-                                            "', this rank expects '" + expected + "'");
+    throw error(errc::mismatch, std::string(op) + ": rank " + std::to_string(rank) +
+                                    " sent an object of type '" + type + "', this rank expects '" +
+                                    expected + "'");
   T x{};
   r.apply(x);
   return x;

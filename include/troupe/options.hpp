@@ -25,7 +25,8 @@ struct allreduce_options {
   timeout_t timeout = use_group_timeout;
 };
 
-struct allreduce_coalesced_options : allreduce_options {};
+/// The same fields as allreduce_options (one struct, so `{.op = ...}` works).
+using allreduce_coalesced_options = allreduce_options;
 
 struct reduce_options {
   reduce_op op = reduce_op::SUM;

@@ -67,7 +67,12 @@ class tensor {
   template <class T>
   static tensor from_vector(const std::vector<T>& values) {
     auto r = empty({static_cast<std::int64_t>(values.size())}, dtype_of<T>);
-    copy_bytes(r.data(), values.data(), values.size() * sizeof(T));
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs its bits
+      const std::vector<std::uint8_t> bytes(values.begin(), values.end());
+      copy_bytes(r.data(), bytes.data(), bytes.size());
+    } else {
+      copy_bytes(r.data(), values.data(), values.size() * sizeof(T));
+    }
     return r;
   }
   template <class T>
@@ -119,9 +124,15 @@ class tensor {
   template <class T>
   std::vector<T> to_vector() const {
     check_element_type(dtype_of<T>);
-    std::vector<T> r(static_cast<std::size_t>(numel()));
-    read_into(r.data(), r.size() * sizeof(T));
-    return r;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> packs its bits
+      std::vector<std::uint8_t> bytes(static_cast<std::size_t>(numel()));
+      read_into(bytes.data(), bytes.size());
+      return std::vector<bool>(bytes.begin(), bytes.end());
+    } else {
+      std::vector<T> r(static_cast<std::size_t>(numel()));
+      read_into(r.data(), r.size() * sizeof(T));
+      return r;
+    }
   }
 
   /// "tensor(float32, cpu, [2, 3])".

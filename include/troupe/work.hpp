@@ -59,7 +59,10 @@ class work {
   /// and receives this work; the returned work completes with what `fn` returns,
   /// or fails with what it throws or with this work's error if `fn` rethrows it.
   work then(std::function<tensor_list(const work&)> fn) const;
-  /// Registers a callback without creating a new work (runs exactly once).
+  /// Registers a callback without creating a new work (runs exactly once, on
+  /// the thread that completes the work or right away if already done). What
+  /// it throws stays with it: it is reported on stderr and never reaches the
+  /// call that completed or waits on this or any other work.
   void on_complete(std::function<void(const work&)> fn) const;
 
   bool valid() const noexcept { return static_cast<bool>(state_); }
