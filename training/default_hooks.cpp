@@ -3,6 +3,7 @@
 #include <string>
 
 #include "training/tensor_ops.hpp"
+#include "training/work_chain.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -20,12 +21,12 @@ comm_hook compress_hook(process_group& pg, dtype wire, const char* name) {
                 d.copy_from(compressed);
                 return d;
               }();
-            return pg.allreduce(compressed, reduce_op::SUM)
-                .then([buffer, compressed, name](const work& w) {
-                  w.result();
-                  detail::cast_scaled(name, buffer, compressed);
-                  return tensor_list{buffer};
-                });
+            return detail::then_driving(pg.allreduce(compressed, reduce_op::SUM),
+                                        [buffer, compressed, name](const work& w) {
+                                          w.result();
+                                          detail::cast_scaled(name, buffer, compressed);
+                                          return tensor_list{buffer};
+                                        });
           },
           hook_ordering::concurrent, name};
 }
@@ -35,10 +36,11 @@ comm_hook compress_hook(process_group& pg, dtype wire, const char* name) {
 comm_hook allreduce_hook(process_group& pg) {
   return {[&pg](const grad_bucket& b) {
             auto buffer = b.buffer();
-            return pg.allreduce(buffer, reduce_op::AVG).then([buffer](const work& w) {
-              w.result();
-              return tensor_list{buffer};
-            });
+            return detail::then_driving(pg.allreduce(buffer, reduce_op::AVG),
+                                        [buffer](const work& w) {
+                                          w.result();
+                                          return tensor_list{buffer};
+                                        });
           },
           hook_ordering::concurrent, "allreduce"};
 }

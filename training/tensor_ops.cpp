@@ -205,25 +205,4 @@ tensor zeros_like(const tensor& t) {
   return tensor::zeros(t.shape(), t.scalar_type(), t.get_device());
 }
 
-work and_then(const work& w, std::function<work(const work&)> next) {
-  auto result = work::make(w.op_name() + ".and_then", w.group_name());
-  w.on_complete([result, next = std::move(next)](const work& done) {
-    if (!done.is_success()) {
-      result.fail(done.exception());
-      return;
-    }
-    try {
-      next(done).on_complete([result](const work& inner) {
-        if (inner.is_success())
-          result.complete(inner.result());
-        else
-          result.fail(inner.exception());
-      });
-    } catch (...) {
-      result.fail(std::current_exception());
-    }
-  });
-  return result;
-}
-
 }  // namespace troupe::detail

@@ -1,14 +1,12 @@
 #pragma once
 // Element-wise arithmetic the training layer needs on host tensors (casts,
-// scaling, sums and differences), and the continuation that chains a
-// collective after a work. Tensors on a device are staged through host memory.
+// scaling, sums and differences). Tensors on a device are staged through
+// host memory.
 
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include "troupe/tensor.hpp"
-#include "troupe/work.hpp"
 
 namespace troupe::detail {
 
@@ -28,11 +26,6 @@ void add_inplace(const char* op, tensor dst, const tensor& src);
 void subtract_into(const char* op, tensor dst, const tensor& a, const tensor& b);
 /// A tensor of `t`'s shape, dtype and device filled with zeros.
 tensor zeros_like(const tensor& t);
-
-/// A work that completes when the work `next` returns does; `next` runs once
-/// `w` completed successfully (on the thread that completes it) and may issue
-/// a collective. A failure of `w`, or what `next` throws, fails the result.
-work and_then(const work& w, std::function<work(const work&)> next);
 
 /// "[2, 3]" (Python's list notation, as the seeds print shapes).
 std::string shape_string(const shape_t& shape);
