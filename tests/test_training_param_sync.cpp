@@ -7,8 +7,11 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -241,4 +244,47 @@ TEST_CASE("cast_floating_tensors casts floating tensors only; move_to_device kee
               {"to_dtype", "int64"});
   auto moved = move_to_device(device::cpu(), inputs);
   CHECK(moved.first.is_same(inputs.first));
+}
+
+TEST_CASE("float32 <-> float16 / bfloat16 casts of whole buffers match the scalar conversions") {
+  // More than a vector's worth, with the awkward values: halfway cases,
+  // subnormals, overflow, infinities, NaN, signed zero.
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -2.5f,
+                          65504.0f,
+                          65520.0f,
+                          1e9f,
+                          -1e9f,
+                          std::ldexp(1.0f, -24),
+                          std::ldexp(1.0f, -25),
+                          std::ldexp(3.0f, -26),
+                          1.0f + std::ldexp(1.0f, -11),
+                          1.0f + std::ldexp(3.0f, -11),
+                          1.0f + std::ldexp(1.0f, -8),
+                          1.0f + std::ldexp(3.0f, -8),
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          3.0e38f};
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> u(-100.0f, 100.0f);
+  for (int i = 0; i < 1000; ++i) v.push_back(u(gen) * std::ldexp(1.0f, i % 40 - 20));
+  auto src = tensor::from_vector(v);
+  auto h = to_dtype(src, dtype::float16).to_vector<float16_t>();
+  auto b = to_dtype(src, dtype::bfloat16).to_vector<bfloat16_t>();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    CAPTURE(i);
+    CAPTURE(v[i]);
+    CHECK(h[i].bits == float16_t(v[i]).bits);
+    CHECK(b[i].bits == bfloat16_t(v[i]).bits);
+  }
+  auto hf = to_dtype(to_dtype(src, dtype::float16), dtype::float32).to_vector<float>();
+  auto bf = to_dtype(to_dtype(src, dtype::bfloat16), dtype::float32).to_vector<float>();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const float wh = static_cast<float>(float16_t(v[i])), wb = static_cast<float>(bfloat16_t(v[i]));
+    CHECK((std::isnan(wh) ? std::isnan(hf[i]) : hf[i] == wh));
+    CHECK((std::isnan(wb) ? std::isnan(bf[i]) : bf[i] == wb));
+  }
 }

@@ -1,5 +1,8 @@
 #include "troupe/default_hooks.hpp"
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "training/tensor_ops.hpp"
@@ -10,17 +13,29 @@ namespace troupe {
 
 namespace {
 
+/// The compressed buffers of a hook, one per bucket buffer, kept between steps
+/// (a fresh 50 MB buffer a step costs its page faults; a kept one is also
+/// shared in place between processes after its second allreduce).
+struct compressed_buffers {
+  std::mutex mtx;
+  std::map<const void*, tensor> by_bucket;
+
+  tensor get(const tensor& buffer, dtype wire) {
+    std::lock_guard<std::mutex> g{mtx};
+    auto& t = by_bucket[buffer.data()];
+    if (!t.defined() || t.numel() != buffer.numel() || !(t.get_device() == buffer.get_device()))
+      t = tensor::empty({buffer.numel()}, wire, buffer.get_device());
+    return t;
+  }
+};
+
 comm_hook compress_hook(process_group& pg, dtype wire, const char* name) {
-  return {[&pg, wire, name](const grad_bucket& b) {
+  auto cache = std::make_shared<compressed_buffers>();
+  return {[&pg, wire, name, cache](const grad_bucket& b) {
             const auto& buffer = b.buffer();
-            // Divide first: the sum of n values stays in float16's range.
-            auto compressed = detail::cast_copy(name, buffer, wire, 1.0 / pg.size());
-            if (!buffer.is_cpu())
-              compressed = [&] {
-                auto d = tensor::empty(compressed.shape(), wire, buffer.get_device());
-                d.copy_from(compressed);
-                return d;
-              }();
+            auto compressed = cache->get(buffer, wire);
+            // Divide first: the sum of n values stays in the narrow type's range.
+            detail::cast_scaled(name, compressed, buffer, 1.0 / pg.size());
             return detail::then_driving(pg.allreduce(compressed, reduce_op::SUM),
                                         [buffer, compressed, name](const work& w) {
                                           w.result();

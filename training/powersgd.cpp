@@ -37,6 +37,16 @@ struct powersgd_state::impl {
   std::uint64_t after = 0;
   std::map<std::size_t, tensor> error;     // per bucket: the last compression error
   std::map<std::size_t, tensor> q_memory;  // per bucket: the last Q (warm start)
+  std::map<std::size_t, tensor> scratch;   // per bucket: the gradient as sent (error feedback)
+
+  /// A buffer of `numel` elements of `t` kept for bucket idx in `m` (no page
+  /// faults of a fresh allocation every step).
+  static tensor kept(std::map<std::size_t, tensor>& m, std::size_t idx, std::int64_t numel,
+                     dtype t) {
+    auto& x = m[idx];
+    if (!x.defined() || x.numel() != numel || x.scalar_type() != t) x = tensor::empty({numel}, t);
+    return x;
+  }
 
   /// c10d's maybe_increase_iter: a step ends with its last bucket.
   void advance(bool last_bucket) {
@@ -164,7 +174,8 @@ work layerwise(process_group& pg, const std::shared_ptr<powersgd_state>& state,
       detail::add_inplace("powersgd_hook", buffer, it->second);
     else
       st.error[idx] = tensor::zeros({buffer.numel()}, dt);
-    sent = buffer.clone();
+    sent = powersgd_state::impl::kept(st.scratch, idx, buffer.numel(), dt);
+    sent.copy_from(buffer);
   }
 
   // Which gradients are worth compressing.
@@ -286,7 +297,8 @@ work batched(process_group& pg, const std::shared_ptr<powersgd_state>& state,
       detail::add_inplace("batched_powersgd_hook", square, it->second);
     else
       st.error[idx] = tensor::zeros({side * side}, dt);
-    sent = square.clone();
+    sent = powersgd_state::impl::kept(st.scratch, idx, side * side, dt);
+    sent.copy_from(square);
   }
   const bool fresh = !o.warm_start || !st.q_memory.count(idx);
   if (fresh) {

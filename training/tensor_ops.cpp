@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "src/half.hpp"
+#include "training/half_cast.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -74,7 +75,22 @@ void visit_float(const char* op, dtype t, F&& fn) {
 
 template <class D, class S>
 void cast_loop(D* d, const S* s, std::int64_t n, double scale) {
-  if constexpr (std::is_same_v<D, double> && std::is_same_v<S, double>) {
+  // float32 <-> float16 / bfloat16: vectorised (compression hooks cast whole buckets).
+  auto* d16 = reinterpret_cast<std::uint16_t*>(d);
+  const auto* s16 = reinterpret_cast<const std::uint16_t*>(s);
+  if constexpr (std::is_same_v<D, float16_t> && std::is_same_v<S, float>) {
+    float_to_half(s, d16, n, static_cast<float>(scale));
+  } else if constexpr (std::is_same_v<D, bfloat16_t> && std::is_same_v<S, float>) {
+    float_to_bfloat16(s, d16, n, static_cast<float>(scale));
+  } else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float16_t>) {
+    half_to_float(s16, d, n);
+    if (scale != 1.0)
+      for (std::int64_t i = 0; i < n; ++i) d[i] *= static_cast<float>(scale);
+  } else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, bfloat16_t>) {
+    bfloat16_to_float(s16, d, n);
+    if (scale != 1.0)
+      for (std::int64_t i = 0; i < n; ++i) d[i] *= static_cast<float>(scale);
+  } else if constexpr (std::is_same_v<D, double> && std::is_same_v<S, double>) {
     for (std::int64_t i = 0; i < n; ++i) d[i] = s[i] * scale;
   } else if constexpr (std::is_same_v<D, double>) {
     for (std::int64_t i = 0; i < n; ++i) d[i] = static_cast<double>(load_float(s, i)) * scale;
@@ -162,7 +178,8 @@ void add_inplace(const char* op, tensor dst, const tensor& src) {
         using T = decltype(tt);
         auto* a = d.data_as<T>();
         const auto* b = s.data_as<T>();
-        for (std::int64_t i = 0; i < d.numel(); ++i) {
+        const auto n = d.numel();
+        for (std::int64_t i = 0; i < n; ++i) {
           if constexpr (std::is_same_v<T, double>)
             a[i] += b[i];
           else
@@ -189,7 +206,8 @@ void subtract_into(const char* op, tensor dst, const tensor& a, const tensor& b)
           auto* r = d.data_as<T>();
           const auto* x = ha.data_as<T>();
           const auto* y = hb.data_as<T>();
-          for (std::int64_t i = 0; i < d.numel(); ++i) {
+          const auto n = d.numel();
+          for (std::int64_t i = 0; i < n; ++i) {
             if constexpr (std::is_same_v<T, double>)
               r[i] = x[i] - y[i];
             else
