@@ -8,15 +8,17 @@
 //
 //   reducer_bench --ranks 2              ranks as threads of one process
 //   troupe-run -n 2 reducer_bench        one rank per process (shared memory)
-//   options: --steps K (timed, default 5) --compute-us-per-mib U (default 400)
+//   options: --steps K (timed rounds, default 5) --compute-us-per-mib U (default 400)
 //            --layers L (default 50) --check-only (1 layer, 1 step, values only)
 //            --modes per_tensor,flat,after,overlap,view,fp16,powersgd (default all)
 //
 // The simulated backward writes each gradient (a pass over its memory) and
 // then spins U microseconds per MiB of it, standing for the arithmetic of a
 // real backward. A step's time is the slowest rank's, from a barrier to the
-// averaged gradients; the table shows the median over the timed steps and
-// the exposed synchronisation: step time minus the backward alone.
+// averaged gradients. Each round times every row once, one after the other
+// (the machine's slow seconds then fall on all rows alike); the table shows
+// medians over the rounds of the step time and of the exposed
+// synchronisation: the step's time minus the backward alone in that round.
 
 #include <troupe/default_hooks.hpp>
 #include <troupe/launch.hpp>
@@ -119,138 +121,178 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-struct row {
-  std::string mode;
-  double step_ms;
-  bool correct;
-  std::string note;
+/// One way of synchronising a step's gradients.
+struct mode {
+  mode(std::string k, std::string l, std::function<void()> s, std::function<bool()> c,
+       std::function<std::string()> n)
+      : key(std::move(k)),
+        label(std::move(l)),
+        step(std::move(s)),
+        correct(std::move(c)),
+        note(std::move(n)) {}
+  std::string key;
+  std::string label;
+  std::function<void()> step;         // backward plus synchronisation
+  std::function<bool()> correct;      // the gradients hold the means
+  std::function<std::string()> note;  // what to say about it
+  int warmup = 1;
+  std::vector<double> times, exposed;  // per round: step, step - backward alone
 };
 
-/// Times `steps` steps of `one_step` (after `warmup` untimed ones).
-double time_steps(troupe::process_group& pg, int warmup, int steps,
-                  const std::function<void()>& one_step) {
-  std::vector<double> times;
-  for (int s = 0; s < warmup + steps; ++s) {
-    pg.barrier().wait();
-    const auto t0 = clock_type::now();
-    one_step();
-    const double t = slowest(pg, ms(clock_type::now() - t0));
-    if (s >= warmup) times.push_back(t);
-  }
-  return median(times);
+/// One timed step: from a barrier to the end, the slowest rank's time.
+double timed(troupe::process_group& pg, const std::function<void()>& step) {
+  pg.barrier().wait();
+  const auto t0 = clock_type::now();
+  step();
+  return slowest(pg, ms(clock_type::now() - t0));
 }
 
 void run(troupe::world& w, const options& o, bool launched_here) {
   auto& pg = w.default_group();
   const int n = w.size(), rank = w.rank();
-  const int steps = o.check_only ? 1 : o.steps;
-  troupe::tensor_list grads;
-  for (auto& s : shapes(o)) grads.push_back(tensor::zeros(s, troupe::dtype::float32));
+  const int rounds = o.check_only ? 1 : o.steps;
+  std::vector<mode> modes;
+  auto nothing = [](std::size_t) {};
+  auto fresh_grads = [&] {
+    troupe::tensor_list g;
+    for (auto& s : shapes(o)) g.push_back(tensor::zeros(s, troupe::dtype::float32));
+    return g;
+  };
+  auto grads = fresh_grads();
   std::size_t params = 0;
   for (auto& g : grads) params += static_cast<std::size_t>(g.numel());
-  std::vector<row> rows_out;
-  auto nothing = [](std::size_t) {};
 
-  // The backward alone.
-  const double alone = time_steps(pg, 1, steps, [&] { backward(o, rank, grads, nothing); });
-  rows_out.push_back({"backward alone (no synchronisation)", alone, true, ""});
+  // The baseline: the backward alone.
+  modes.emplace_back(
+      "alone", "backward alone (no synchronisation)", [&] { backward(o, rank, grads, nothing); },
+      [] { return true; }, [] { return std::string(); });
 
   // After the backward: one allreduce per tensor, all in flight, then wait.
-  if (o.wants("per_tensor")) {
-    const double per_tensor = time_steps(pg, 1, steps, [&] {
-      backward(o, rank, grads, nothing);
-      std::vector<troupe::work> ws;
-      for (auto& g : grads) ws.push_back(pg.allreduce(g, troupe::reduce_op::AVG));
-      for (auto& x : ws) x.wait();
-    });
-    rows_out.push_back(
-        {"after backward, one allreduce per tensor (" + std::to_string(grads.size()) + " calls)",
-         per_tensor, check(grads, n, 1e-6), ""});
-  }
+  if (o.wants("per_tensor"))
+    modes.emplace_back(
+        "per_tensor",
+        "after backward, one allreduce per tensor (" + std::to_string(grads.size()) + " calls)",
+        [&] {
+          backward(o, rank, grads, nothing);
+          std::vector<troupe::work> ws;
+          for (auto& g : grads) ws.push_back(pg.allreduce(g, troupe::reduce_op::AVG));
+          for (auto& x : ws) x.wait();
+        },
+        [&] { return check(grads, n, 1e-6); }, [] { return std::string(); });
 
   // After the backward: pack into one flat buffer, one allreduce, unpack.
-  double flat_ms = 0;
-  if (o.wants("flat")) {
-    auto flat = tensor::zeros({static_cast<std::int64_t>(params)}, troupe::dtype::float32);
-    flat_ms = time_steps(pg, 1, steps, [&] {
-      backward(o, rank, grads, nothing);
-      std::int64_t off = 0;
-      for (auto& g : grads) {
-        flat.flat_slice(off, g.numel()).copy_from(g);
-        off += g.numel();
-      }
-      pg.allreduce(flat, troupe::reduce_op::AVG).wait();
-      off = 0;
-      for (auto& g : grads) {
-        g.copy_from(flat.flat_slice(off, g.numel()));
-        off += g.numel();
-      }
-    });
-    rows_out.push_back({"after backward, one flat allreduce (copy in and out)", flat_ms,
-                        check(grads, n, 1e-6), ""});
-  }
+  auto flat = tensor::zeros({static_cast<std::int64_t>(params)}, troupe::dtype::float32);
+  if (o.wants("flat"))
+    modes.emplace_back(
+        "flat", "after backward, one flat allreduce (copy in and out)",
+        [&] {
+          backward(o, rank, grads, nothing);
+          std::int64_t off = 0;
+          for (auto& g : grads) {
+            flat.flat_slice(off, g.numel()).copy_from(g);
+            off += g.numel();
+          }
+          pg.allreduce(flat, troupe::reduce_op::AVG).wait();
+          off = 0;
+          for (auto& g : grads) {
+            g.copy_from(flat.flat_slice(off, g.numel()));
+            off += g.numel();
+          }
+        },
+        [&] { return check(grads, n, 1e-6); }, [] { return std::string(); });
 
-  // The reducer: buckets reduced as the backward marks gradients ready.
-  auto with_reducer = [&](const std::string& key, const std::string& mode,
-                          troupe::reducer_options ro, const std::string& hook_name, double tol) {
+  // The reducer: buckets reduced as the backward marks gradients ready (or,
+  // for "after", all marked once the backward is over).
+  std::vector<std::unique_ptr<troupe::reducer>> reducers;
+  std::vector<troupe::tensor_list> own_grads;
+  std::vector<std::shared_ptr<troupe::powersgd_state>> states;
+  auto add_reducer = [&](const std::string& key, const std::string& label,
+                         troupe::reducer_options ro, const std::string& hook, double tol) {
     if (!o.wants(key)) return;
-    troupe::reducer red{pg, grads, ro};
+    own_grads.push_back(fresh_grads());
+    reducers.push_back(std::make_unique<troupe::reducer>(pg, own_grads.back(), ro));
+    auto* red = reducers.back().get();
     std::shared_ptr<troupe::powersgd_state> state;
-    if (hook_name == "fp16") red.register_comm_hook(troupe::fp16_compress_hook(pg));
-    if (hook_name == "powersgd") {
+    if (hook == "fp16") red->register_comm_hook(troupe::fp16_compress_hook(pg));
+    if (hook == "powersgd") {
       state = std::make_shared<troupe::powersgd_state>(
           troupe::powersgd_options{.matrix_approximation_rank = 4, .start_powersgd_iter = 2});
-      red.register_comm_hook(troupe::powersgd_hook(pg, state));
+      red->register_comm_hook(troupe::powersgd_hook(pg, state));
+      states.push_back(state);
     }
-    auto g = red.gradients();
     const bool overlap = key != "after";
-    const double t = time_steps(pg, hook_name == "powersgd" ? 3 : 1, steps, [&] {
-      backward(o, rank, g, [&](std::size_t i) {
-        if (overlap) red.mark_ready(i);
-      });
-      if (!overlap)
-        for (std::size_t i = g.size(); i-- > 0;) red.mark_ready(i);
-      red.finish_step();
-    });
-    std::string note = std::to_string(red.bucket_count()) + " buckets";
-    if (state) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, ", %.0fx fewer elements",
-                    state->compression_stats().compression_rate);
-      note += buf;
-    }
-    rows_out.push_back({mode, t, tol < 0 ? true : check(g, n, tol), note});
+    mode m{key, label,
+           [&o, rank, red, overlap] {
+             auto g = red->gradients();
+             backward(o, rank, g, [&](std::size_t i) {
+               if (overlap) red->mark_ready(i);
+             });
+             if (!overlap)
+               for (std::size_t i = g.size(); i-- > 0;) red->mark_ready(i);
+             red->finish_step();
+           },
+           [red, n, tol] { return tol < 0 || check(red->gradients(), n, tol); },
+           [red, state] {
+             std::string note = std::to_string(red->bucket_count()) + " buckets";
+             if (state) {
+               char buf[64];
+               std::snprintf(buf, sizeof buf, ", %.0fx fewer elements",
+                             state->compression_stats().compression_rate);
+               note += buf;
+             }
+             return note;
+           }};
+    m.warmup = hook == "powersgd" ? 3 : 1;
+    modes.push_back(std::move(m));
   };
-  with_reducer("after", "reducer, every gradient marked after the backward", {}, "", 1e-6);
-  with_reducer("overlap", "reducer, overlapped (allreduce AVG per bucket)", {}, "", 1e-6);
-  with_reducer("view", "reducer, overlapped, gradient_as_bucket_view",
-               {.gradient_as_bucket_view = true}, "", 1e-6);
-  with_reducer("fp16", "reducer + fp16_compress_hook", {}, "fp16", 1e-3);
-  with_reducer("powersgd", "reducer + PowerSGD rank 4", {}, "powersgd", -1);
+  add_reducer("after", "reducer, every gradient marked after the backward", {}, "", 1e-6);
+  add_reducer("overlap", "reducer, overlapped (allreduce AVG per bucket)", {}, "", 1e-6);
+  add_reducer("view", "reducer, overlapped, gradient_as_bucket_view",
+              {.gradient_as_bucket_view = true}, "", 1e-6);
+  add_reducer("fp16", "reducer + fp16_compress_hook", {}, "fp16", 1e-3);
+  add_reducer("powersgd", "reducer + PowerSGD rank 4", {}, "powersgd", -1);
+
+  // Warm up each, then rounds: every mode once per round, so that the
+  // machine's slow seconds fall on all of them alike.
+  for (auto& m : modes)
+    for (int k = 0; k < m.warmup; ++k) timed(pg, m.step);
+  std::vector<bool> correct(modes.size(), true);
+  for (int r = 0; r < rounds; ++r) {
+    double alone = 0;
+    for (std::size_t k = 0; k < modes.size(); ++k) {
+      const double t = timed(pg, modes[k].step);
+      if (k == 0) alone = t;
+      modes[k].times.push_back(t);
+      modes[k].exposed.push_back(t - alone);
+      correct[k] = correct[k] && modes[k].correct();
+    }
+  }
 
   if (rank != 0) return;
   std::printf(
       "\n%d ranks (%s), %zu tensors, %.1f M float32 parameters (%.0f MiB), backward spins "
-      "%.0f us/MiB, median of %d steps\n\n",
+      "%.0f us/MiB, medians of %d rounds (each round times every row once)\n\n",
       n, launched_here ? "one process per rank" : "threads of one process", grads.size(),
-      params / 1e6, params * 4.0 / (1 << 20), o.compute_us_per_mib, steps);
+      params / 1e6, params * 4.0 / (1 << 20), o.compute_us_per_mib, rounds);
+  double flat_exposed = 0;
+  for (auto& m : modes)
+    if (m.key == "flat") flat_exposed = median(m.exposed);
   std::printf("| synchronisation | step ms | exposed ms | exposed / flat's | values | notes |\n");
   std::printf("|---|---|---|---|---|---|\n");
-  for (std::size_t k = 0; k < rows_out.size(); ++k) {
-    const auto& r = rows_out[k];
+  for (std::size_t k = 0; k < modes.size(); ++k) {
+    const auto& m = modes[k];
     char exposed[32] = "-", ratio[32] = "-";
     if (k > 0) {
-      std::snprintf(exposed, sizeof exposed, "%.1f", r.step_ms - alone);
-      if (flat_ms > 0)
-        std::snprintf(ratio, sizeof ratio, "%.2f", (r.step_ms - alone) / (flat_ms - alone));
+      std::snprintf(exposed, sizeof exposed, "%.1f", median(m.exposed));
+      if (flat_exposed > 0)
+        std::snprintf(ratio, sizeof ratio, "%.2f", median(m.exposed) / flat_exposed);
     }
-    std::printf("| %s | %.1f | %s | %s | %s | %s |\n", r.mode.c_str(), r.step_ms, exposed, ratio,
-                r.correct ? "ok" : "WRONG", r.note.c_str());
+    std::printf("| %s | %.1f | %s | %s | %s | %s |\n", m.label.c_str(), median(m.times), exposed,
+                ratio, correct[k] ? "ok" : "WRONG", m.note().c_str());
   }
   std::fflush(stdout);
-  bool all = true;
-  for (auto& r : rows_out) all = all && r.correct;
-  if (!all) throw std::runtime_error("some synchronisation produced wrong gradients");
+  for (bool c : correct)
+    if (!c) throw std::runtime_error("some synchronisation produced wrong gradients");
 }
 
 options parse(int argc, char** argv) {
