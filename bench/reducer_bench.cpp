@@ -221,19 +221,24 @@ void run(troupe::world& w, const options& o, bool launched_here) {
       states.push_back(state);
     }
     const bool overlap = key != "after";
+    auto finish_ms = std::make_shared<std::vector<double>>();  // this rank's wait in finish_step
     mode m{key, label,
-           [&o, rank, red, overlap] {
+           [&o, rank, red, overlap, finish_ms] {
              auto g = red->gradients();
              backward(o, rank, g, [&](std::size_t i) {
                if (overlap) red->mark_ready(i);
              });
              if (!overlap)
                for (std::size_t i = g.size(); i-- > 0;) red->mark_ready(i);
+             const auto t0 = clock_type::now();
              red->finish_step();
+             finish_ms->push_back(ms(clock_type::now() - t0));
            },
            [red, n, tol] { return tol < 0 || check(red->gradients(), n, tol); },
-           [red, state] {
-             std::string note = std::to_string(red->bucket_count()) + " buckets";
+           [red, state, finish_ms] {
+             char wait[64];
+             std::snprintf(wait, sizeof wait, "; finish_step %.1f ms", median(*finish_ms));
+             std::string note = std::to_string(red->bucket_count()) + " buckets" + wait;
              if (state) {
                char buf[64];
                std::snprintf(buf, sizeof buf, ", %.0fx fewer elements",
