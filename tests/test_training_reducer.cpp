@@ -140,7 +140,8 @@ TEST_CASE("the first bucket is reduced while later gradients are still unmarked"
       // Four gradients of 64 floats, one bucket each: bucket 0 holds parameter 3.
       tensor_list grads;
       for (int i = 0; i < 4; ++i) grads.push_back(filled(64, 0));
-      reducer red{w.default_group(), grads, {.bucket_cap_bytes = 256}};
+      // The marks below come out of order on purpose: keep the buckets as built.
+      reducer red{w.default_group(), grads, {.bucket_cap_bytes = 256, .rebuild_buckets = false}};
       REQUIRE(red.bucket_indices() == indices_t{{3}, {2}, {1}, {0}});
       for (int step = 0; step < 2; ++step) {
         for (int i = 0; i < 4; ++i)
@@ -169,6 +170,60 @@ TEST_CASE("the first bucket is reduced while later gradients are still unmarked"
       }
     });
   }
+}
+
+TEST_CASE("after the first step the buckets follow rank 0's order of marks") {
+  for (bool view : {false, true}) {
+    for (int n : rank_counts) {
+      CAPTURE(view);
+      CAPTURE(n);
+      testing::run_ranks(n, [n, view](world& w) {
+        // Four gradients of 16 floats, 64 bytes: buckets of two under a 128-byte cap.
+        tensor_list grads;
+        for (int i = 0; i < 4; ++i) grads.push_back(filled(16, 0));
+        reducer red{
+            w.default_group(), grads, {.bucket_cap_bytes = 128, .gradient_as_bucket_view = view}};
+        REQUIRE(red.bucket_indices() == indices_t{{3, 2}, {1, 0}});
+        const auto before = red.gradient(0);
+        // The backward produces the gradients first to last on rank 0 (other
+        // ranks in yet another order: rank 0's counts).
+        const std::vector<std::size_t> order = w.rank() == 0 ? std::vector<std::size_t>{0, 1, 2, 3}
+                                                             : std::vector<std::size_t>{2, 0, 3, 1};
+        for (int step = 0; step < 3; ++step) {
+          for (auto i : order) {
+            auto g = red.gradient(i);
+            std::fill_n(g.data_as<float>(), 16, float(w.rank() + 10 * i + step));
+            red.mark_ready(i);
+            if (step > 0 && w.rank() == 0 && i == 1) {
+              // Rebuilt: the first bucket (0 and 1) launched before 2 and 3 are marked.
+              CHECK(red.bucket_work(0).valid());
+              CHECK_FALSE(red.bucket_work(1).valid());
+            }
+          }
+          auto report = red.finish_step();
+          CHECK(report.buckets_rebuilt == (step == 0));
+          CHECK(red.bucket_indices() == indices_t{{0, 1}, {2, 3}});
+          for (std::size_t i = 0; i < 4; ++i)
+            CHECK(values(red.gradient(i)) ==
+                  std::vector<float>(16, (n - 1) / 2.0f + 10 * i + step));
+        }
+        // With bucket views the gradients moved into the new buckets.
+        CHECK(red.gradient(0).is_same(before) == !view);
+        if (!view) CHECK(values(grads[3]) == std::vector<float>(16, (n - 1) / 2.0f + 32));
+      });
+    }
+  }
+  // Nothing to rebuild when the marks come in reverse order, or when asked not to.
+  testing::run_ranks(2, [](world& w) {
+    tensor_list grads{filled(16, 0), filled(16, 0), filled(16, 0)};
+    reducer same{w.default_group(), grads, {.bucket_cap_bytes = 128}};
+    for (std::size_t i = 3; i-- > 0;) same.mark_ready(i);
+    CHECK_FALSE(same.finish_step().buckets_rebuilt);
+    reducer kept{w.default_group(), grads, {.bucket_cap_bytes = 128, .rebuild_buckets = false}};
+    for (std::size_t i = 0; i < 3; ++i) kept.mark_ready(i);
+    CHECK_FALSE(kept.finish_step().buckets_rebuilt);
+    CHECK(kept.bucket_indices() == indices_t{{2, 1}, {0}});
+  });
 }
 
 TEST_CASE("marking twice fails; a step missing marks fails naming them and stays open") {

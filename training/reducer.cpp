@@ -77,40 +77,15 @@ reducer::reducer(process_group& pg, tensor_list gradients, reducer_options optio
     for (std::size_t i = 0; i < gradients.size(); ++i)
       if (count[i] == 0) refuse("", "parameter " + s.label(i) + " is in no bucket");
   } else {
-    tensor_list reversed(gradients.rbegin(), gradients.rend());
-    std::vector<std::int64_t> order;
-    for (auto i = gradients.size(); i-- > 0;) order.push_back(static_cast<std::int64_t>(i));
-    auto a = compute_bucket_assignment_by_size(
-        reversed, {std::min(o.first_bucket_bytes, o.bucket_cap_bytes), o.bucket_cap_bytes}, {},
-        order);
+    std::vector<std::int64_t> reverse;
+    for (auto i = gradients.size(); i-- > 0;) reverse.push_back(static_cast<std::int64_t>(i));
+    auto a = s.assignment_for(reverse);
     s.indices = std::move(a.buckets);
     s.limits = std::move(a.size_limits);
   }
 
   // The buckets' memory and each gradient's slot in it.
-  s.where.resize(gradients.size());
-  for (std::size_t b = 0; b < s.indices.size(); ++b) {
-    impl::bucket bk;
-    std::int64_t total = 0;
-    for (auto i : s.indices[b]) {
-      s.where[i] = {b, bk.params.size()};
-      bk.params.push_back(i);
-      bk.offsets.push_back(total);
-      bk.shapes.push_back(gradients[i].shape());
-      total += gradients[i].numel();
-    }
-    const auto& first = gradients[bk.params[0]];
-    bk.buffer = tensor::zeros({total}, first.scalar_type(), first.get_device());
-    for (std::size_t k = 0; k < bk.params.size(); ++k)
-      bk.views.push_back(
-          bk.buffer.flat_slice(bk.offsets[k], gradients[bk.params[k]].numel()).view(bk.shapes[k]));
-    s.buckets.push_back(std::move(bk));
-  }
-  if (o.gradient_as_bucket_view)
-    for (std::size_t i = 0; i < gradients.size(); ++i) {
-      s.view(i).copy_from(gradients[i]);
-      s.grads[i] = s.view(i);
-    }
+  s.allocate_buckets();
 }
 
 reducer::~reducer() = default;
@@ -178,13 +153,14 @@ void reducer::mark_ready(std::size_t i, const tensor& grad) {
     }
     auto_unused = s.begin_step_locked();
     if (s.static_first()) {
-      ++s.first_counts[i];
+      if (s.first_counts[i]++ == 0) s.ready_order.push_back(static_cast<std::int64_t>(i));
       s.latest[i] = grad;
       return;
     }
     if (--s.marks_left[i] > 0) return;  // static_graph: more marks to come
     s.ready[i] = true;
     s.used[i] = 1;
+    if (s.steps == 0) s.ready_order.push_back(static_cast<std::int64_t>(i));
   }
   s.zero_slots(auto_unused);
   s.complete(auto_unused);
@@ -287,6 +263,17 @@ step_report reducer::finish_step() {
       continue;
     }
     if (!s.opts.gradient_as_bucket_view) s.grads[i].copy_from(s.view(i));
+  }
+  // After the first step: buckets in the order the gradients came.
+  const auto& o = s.opts;
+  if (s.steps == 0 && o.rebuild_buckets && o.bucket_indices.empty() &&
+      (o.static_graph || !o.find_unused_parameters)) {
+    try {
+      report.buckets_rebuilt = s.rebuild_buckets();
+    } catch (...) {
+      end_step();
+      throw;
+    }
   }
   std::lock_guard<std::mutex> g{s.mtx};
   if (s.static_first()) {

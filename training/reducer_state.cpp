@@ -53,6 +53,7 @@ std::vector<std::size_t> reducer::impl::begin_step_locked() {
     b.ready = b.launched = b.done = false;
     b.w = work{};
   }
+  ready_order.clear();
   next_launch = 0;
   launching = failed = used_launched = false;
   used_work = work{};
@@ -248,6 +249,60 @@ void reducer::impl::rethrow_bucket_failure(std::exception_ptr e, std::size_t b) 
   } catch (const std::exception& x) {
     throw error(errc::internal, prefix + x.what());
   }
+}
+
+bucket_assignment reducer::impl::assignment_for(const std::vector<std::int64_t>& order) const {
+  tensor_list in_order;
+  for (auto i : order) in_order.push_back(grads[static_cast<std::size_t>(i)]);
+  return compute_bucket_assignment_by_size(
+      in_order, {std::min(opts.first_bucket_bytes, opts.bucket_cap_bytes), opts.bucket_cap_bytes},
+      {}, order);
+}
+
+void reducer::impl::allocate_buckets() {
+  std::vector<bucket> fresh;
+  where.assign(size(), slot{0, 0});
+  for (std::size_t b = 0; b < indices.size(); ++b) {
+    bucket bk;
+    std::int64_t total = 0;
+    for (auto i : indices[b]) {
+      where[i] = {b, bk.params.size()};
+      bk.params.push_back(i);
+      bk.offsets.push_back(total);
+      bk.shapes.push_back(grads[i].shape());
+      total += grads[i].numel();
+    }
+    const auto& first = grads[bk.params[0]];
+    bk.buffer = tensor::zeros({total}, first.scalar_type(), first.get_device());
+    for (std::size_t k = 0; k < bk.params.size(); ++k)
+      bk.views.push_back(
+          bk.buffer.flat_slice(bk.offsets[k], grads[bk.params[k]].numel()).view(bk.shapes[k]));
+    fresh.push_back(std::move(bk));
+  }
+  buckets = std::move(fresh);
+  if (opts.gradient_as_bucket_view)
+    for (std::size_t i = 0; i < size(); ++i) {
+      view(i).copy_from(grads[i]);
+      grads[i] = view(i);
+    }
+}
+
+bool reducer::impl::rebuild_buckets() {
+  // This rank's order of marks, then what was never marked (last index first).
+  std::vector<std::int64_t> order = ready_order;
+  std::vector<bool> seen(size(), false);
+  for (auto i : order) seen[static_cast<std::size_t>(i)] = true;
+  for (auto i = size(); i-- > 0;)
+    if (!seen[i]) order.push_back(static_cast<std::int64_t>(i));
+  // Every rank takes rank 0's, so that all build the same buckets.
+  auto t = tensor::from_vector(order);
+  pg.broadcast(t, 0).wait();
+  auto a = assignment_for(t.to_vector<std::int64_t>());
+  if (a.buckets == indices) return false;
+  indices = std::move(a.buckets);
+  limits = std::move(a.size_limits);
+  allocate_buckets();
+  return true;
 }
 
 }  // namespace troupe

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/bucket_assignment.hpp"
 #include "troupe/reducer.hpp"
 
 namespace troupe {
@@ -84,6 +85,8 @@ struct reducer::impl : std::enable_shared_from_this<impl> {
   // static_graph, from the first step on
   std::vector<int> static_counts;
   std::vector<std::uint8_t> static_global_unused;
+  // the first step's order of marks, for rebuilding the buckets
+  std::vector<std::int64_t> ready_order;
 
   // -- helpers ----------------------------------------------------------------
 
@@ -100,6 +103,16 @@ struct reducer::impl : std::enable_shared_from_this<impl> {
   void check_index(const char* op, std::size_t i) const;
 
   tensor& view(std::size_t i) { return buckets[where[i].bucket].views[where[i].pos]; }
+
+  /// c10d's assignment for gradients that become ready in `order`: the first
+  /// bucket capped at first_bucket_bytes, the others at bucket_cap_bytes.
+  bucket_assignment assignment_for(const std::vector<std::int64_t>& order) const;
+  /// Allocates the buckets of `indices` (buffers, views, slots); with bucket
+  /// views the gradients move into them, values and all.
+  void allocate_buckets();
+  /// After the first step: buckets in the order of rank 0's marks (c10d's
+  /// rebuild; one broadcast). Returns whether the assignment changed.
+  bool rebuild_buckets();
 
   /// Starts a step if none is open; returns the parameters static_graph marks
   /// unused by itself (to be zeroed and completed outside the lock).

@@ -68,6 +68,15 @@ struct reducer_options {
   /// marked as often as in the first step (the last mark makes it ready), and
   /// need no used-bitmap.
   bool static_graph = false;
+  /// After the first step, rebuild the buckets in the order gradients were
+  /// marked ready on rank 0 (as c10d does after its first iteration), so that
+  /// a backward that does not run in reverse parameter order still launches
+  /// its first buckets early. Only without find_unused_parameters (or with
+  /// static_graph) and without an explicit assignment; it costs one broadcast
+  /// at the end of the first step. With gradient_as_bucket_view the
+  /// gradients move into the new buckets: read gradient(i) again after a
+  /// step that reports buckets_rebuilt.
+  bool rebuild_buckets = true;
   /// One name per parameter for messages (optional).
   std::vector<std::string> parameter_names = {};
 };
@@ -79,6 +88,8 @@ struct step_report {
   /// Parameters no rank used (find_unused_parameters, static_graph); their
   /// gradients were left untouched (in bucket views: zero).
   std::vector<std::size_t> globally_unused_parameters;
+  /// The buckets were rebuilt in the order of this (first) step's marks.
+  bool buckets_rebuilt = false;
 };
 
 class reducer {
