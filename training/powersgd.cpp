@@ -170,7 +170,7 @@ work layerwise(process_group& pg, const std::shared_ptr<powersgd_state>& state,
   // 1. Error feedback: add the last error, keep what is sent.
   tensor sent;
   if (o.use_error_feedback) {
-    if (auto it = st.error.find(idx); it != st.error.end())
+    if (auto it = st.error.find(idx); it != st.error.end() && it->second.numel() == buffer.numel())
       detail::add_inplace("powersgd_hook", buffer, it->second);
     else
       st.error[idx] = tensor::zeros({buffer.numel()}, dt);
@@ -205,7 +205,9 @@ work layerwise(process_group& pg, const std::shared_ptr<powersgd_state>& state,
   }
 
   // Q: warm from the last step, or random (the same on every rank).
-  const bool fresh = !o.warm_start || !st.q_memory.count(idx);
+  // (A bucket of another size, after the reducer rebuilt its buckets, starts afresh.)
+  const bool fresh =
+      !o.warm_start || !st.q_memory.count(idx) || st.q_memory[idx].numel() != total_q;
   if (fresh) st.q_memory[idx] = tensor::empty({total_q}, dt);
   auto q = st.q_memory[idx];
   if (fresh) fill_normal(q.data_as<T>(), total_q, st.next_seed());
@@ -293,14 +295,15 @@ work batched(process_group& pg, const std::shared_ptr<powersgd_state>& state,
   std::copy(buffer.data_as<T>(), buffer.data_as<T>() + total, square.data_as<T>());
   tensor sent;
   if (o.use_error_feedback) {
-    if (auto it = st.error.find(idx); it != st.error.end())
+    if (auto it = st.error.find(idx); it != st.error.end() && it->second.numel() == side * side)
       detail::add_inplace("batched_powersgd_hook", square, it->second);
     else
       st.error[idx] = tensor::zeros({side * side}, dt);
     sent = powersgd_state::impl::kept(st.scratch, idx, side * side, dt);
     sent.copy_from(square);
   }
-  const bool fresh = !o.warm_start || !st.q_memory.count(idx);
+  const bool fresh =
+      !o.warm_start || !st.q_memory.count(idx) || st.q_memory[idx].numel() != side * r;
   if (fresh) {
     st.q_memory[idx] = tensor::empty({side * r}, dt);
     fill_normal(st.q_memory[idx].data_as<T>(), side * r, st.next_seed());
