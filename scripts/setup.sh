@@ -23,7 +23,7 @@ done
 
 # 1. Packages: only touch apt when something is missing.
 # The benchmark's peers and plots (bench/run_bench.sh): Gloo, OpenMPI, gnuplot.
-packages=(libcaf-dev doctest-dev libdlpack-dev cmake ninja-build g++
+packages=(libcaf-dev doctest-dev libdlpack-dev libeigen3-dev cmake ninja-build g++
           libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,99 @@
+#include "training/work_chain.hpp"
+
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "src/work_state.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+/// The operation a continuation's wait drives: its parent, then the work
+/// the continuation issued (and_then).
+struct drive_target {
+  std::mutex mtx;
+  std::shared_ptr<work_state> current;
+
+  std::shared_ptr<work_state> get() {
+    std::lock_guard<std::mutex> g{mtx};
+    return current;
+  }
+  void set(std::shared_ptr<work_state> s) {
+    std::lock_guard<std::mutex> g{mtx};
+    current = std::move(s);
+  }
+};
+
+/// Gives `w` a drive that drives whatever `target` names until `w` finished.
+void drive_through(const work& w, std::shared_ptr<drive_target> target) {
+  auto& s = *w.state();
+  s.drive = [target](work_state& self, clock::time_point until) {
+    std::shared_ptr<work_state> last;
+    while (!self.finished.load(std::memory_order_acquire) && clock::now() < until) {
+      auto cur = target->get();
+      if (!cur || !cur->drive) return;  // an actor operation: wait() sleeps until it is done
+      if (cur != last) {
+        cur->drive(*cur, until);
+        last = cur;
+      } else if (cur->finished.load(std::memory_order_acquire)) {
+        // Done; its continuation runs on another thread and may issue the next work.
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      } else {
+        return;  // stopped before `until` without finishing: let wait() decide
+      }
+    }
+  };
+  s.poke = [target] {
+    if (auto cur = target->get(); cur && cur->poke) cur->poke();
+  };
+}
+
+}  // namespace
+
+work then_driving(const work& w, std::function<tensor_list(const work&)> fn) {
+  auto next = work::make(w.op_name() + ".then", w.group_name(), w.sequence_number());
+  auto target = std::make_shared<drive_target>();
+  target->current = w.state();
+  drive_through(next, target);
+  w.on_complete([next, fn = std::move(fn)](const work& done) {
+    try {
+      next.complete(fn(done));
+    } catch (...) {
+      next.fail(std::current_exception());
+    }
+  });
+  return next;
+}
+
+work and_then(const work& w, std::function<work(const work&)> next) {
+  auto result = work::make(w.op_name() + ".and_then", w.group_name());
+  auto target = std::make_shared<drive_target>();
+  target->current = w.state();
+  drive_through(result, target);
+  w.on_complete([result, target, next = std::move(next)](const work& done) {
+    if (!done.is_success()) {
+      result.fail(done.exception());
+      return;
+    }
+    try {
+      auto inner = next(done);
+      target->set(inner.state());
+      inner.on_complete([result](const work& in) {
+        if (in.is_success())
+          result.complete(in.result());
+        else
+          result.fail(in.exception());
+      });
+    } catch (...) {
+      result.fail(std::current_exception());
+    }
+  });
+  return result;
+}
+
+}  // namespace troupe::detail
