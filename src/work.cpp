@@ -136,6 +136,20 @@ void work::on_complete(std::function<void(const work&)> fn) const {
 work work::then(std::function<tensor_list(const work&)> fn) const {
   auto& s = checked(state_);
   auto next = make(s.op + ".then", s.group, s.seq.load());
+  // Waiting on the continuation drives the operation it continues (a fabric
+  // operation moves in the thread that waits for it; without this it would
+  // move only on the fabric's watchdog tick).
+  if (s.drive) {
+    std::weak_ptr<work_state> parent = state_;
+    auto& n = *next.state_;
+    n.drive = [parent](work_state&, std::chrono::steady_clock::time_point until) {
+      if (auto p = parent.lock(); p && !p->finished.load(std::memory_order_acquire))
+        p->drive(*p, until);
+    };
+    n.poke = [parent] {
+      if (auto p = parent.lock(); p && p->poke) p->poke();
+    };
+  }
   on_complete([next, fn = std::move(fn)](const work& done) {
     try {
       next.complete(fn(done));

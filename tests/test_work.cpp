@@ -17,6 +17,7 @@
 
 #include <troupe/caf_await.hpp>
 
+#include "src/work_state.hpp"
 #include "troupe/error.hpp"
 #include "troupe/testing.hpp"
 #include "troupe/work.hpp"
@@ -372,6 +373,23 @@ TEST_CASE("an exception from an on_complete callback stays with the callback") {
   auto next = w.then([](const work&) -> tensor_list { throw std::runtime_error("then failed"); });
   CHECK_THROWS_WITH(next.wait(), "then failed");
   CHECK(w.is_success());
+}
+
+TEST_CASE("waiting on a then() continuation drives the operation it continues") {
+  // A fabric operation moves in the thread that waits for it: the
+  // continuation's wait must drive it (else it moves on the watchdog's tick).
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    for (int i = 0; i < 10; ++i) {
+      auto t = tensor::from_vector<float>({1.f});
+      auto parent = pg.allreduce(t);
+      auto next = parent.then([](const work& done) { return done.result(); });
+      REQUIRE(parent.state()->drive);
+      CHECK(next.state()->drive);
+      CHECK(next.state()->poke);
+      CHECK(first(next.result()) == 2.f);
+    }
+  });
 }
 
 TEST_CASE("a throwing callback on a real collective does not fail another call's wait") {

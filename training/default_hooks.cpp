@@ -36,12 +36,12 @@ comm_hook compress_hook(process_group& pg, dtype wire, const char* name) {
             auto compressed = cache->get(buffer, wire);
             // Divide first: the sum of n values stays in the narrow type's range.
             detail::cast_scaled(name, compressed, buffer, 1.0 / pg.size());
-            return detail::then_driving(pg.allreduce(compressed, reduce_op::SUM),
-                                        [buffer, compressed, name](const work& w) {
-                                          w.result();
-                                          detail::cast_scaled(name, buffer, compressed);
-                                          return tensor_list{buffer};
-                                        });
+            return pg.allreduce(compressed, reduce_op::SUM)
+                .then([buffer, compressed, name](const work& w) {
+                  w.result();
+                  detail::cast_scaled(name, buffer, compressed);
+                  return tensor_list{buffer};
+                });
           },
           hook_ordering::concurrent, name};
 }
@@ -51,11 +51,10 @@ comm_hook compress_hook(process_group& pg, dtype wire, const char* name) {
 comm_hook allreduce_hook(process_group& pg) {
   return {[&pg](const grad_bucket& b) {
             auto buffer = b.buffer();
-            return detail::then_driving(pg.allreduce(buffer, reduce_op::AVG),
-                                        [buffer](const work& w) {
-                                          w.result();
-                                          return tensor_list{buffer};
-                                        });
+            return pg.allreduce(buffer, reduce_op::AVG).then([buffer](const work& w) {
+              w.result();
+              return tensor_list{buffer};
+            });
           },
           hook_ordering::concurrent, "allreduce"};
 }

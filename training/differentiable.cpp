@@ -37,12 +37,11 @@ tensor empty_as(const shape_t& shape, const tensor& like) {
 
 /// Completes with `outs` once `w` did; `after` runs first (zeroing, scaling).
 work with_outputs(const work& w, tensor_list outs, std::function<void()> after = {}) {
-  return detail::then_driving(w,
-                              [outs = std::move(outs), after = std::move(after)](const work& done) {
-                                done.result();  // rethrows the collective's failure
-                                if (after) after();
-                                return outs;
-                              });
+  return w.then([outs = std::move(outs), after = std::move(after)](const work& done) {
+    done.result();  // rethrows the collective's failure
+    if (after) after();
+    return outs;
+  });
 }
 
 /// 1/size() for AVG, 1 for SUM.

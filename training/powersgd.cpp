@@ -139,7 +139,7 @@ void check_bucket(const char* op, const tensor& buffer) {
 
 /// The vanilla allreduce of the first start_powersgd_iter steps.
 work average(process_group& pg, tensor buffer) {
-  return detail::then_driving(pg.allreduce(buffer, reduce_op::AVG), [buffer](const work& w) {
+  return pg.allreduce(buffer, reduce_op::AVG).then([buffer](const work& w) {
     w.result();
     return tensor_list{buffer};
   });
@@ -249,24 +249,23 @@ work layerwise(process_group& pg, const std::shared_ptr<powersgd_state>& state,
         }
         return pg.allreduce(q, reduce_op::SUM);
       });
-  return detail::then_driving(
-      projected, [state, buffer, q, pu, jobs, sent, idx, last, world](const work& done) {
-        done.result();
-        // 5. M = P Qᵀ / ranks; remember the error.
-        auto& st = state->internals();
-        std::lock_guard<std::mutex> g{st.mtx};
-        detail::scale_inplace("powersgd_hook", q, 1.0 / world);  // kept for the warm start
-        T* base = buffer.data_as<T>();
-        for (auto& j : jobs)
-          matrix_map<T>(base + j.offset, j.n, j.m).noalias() =
-              matrix_map<T>(pu.data_as<T>() + j.p_off, j.n, j.r) *
-              matrix_map<T>(q.data_as<T>() + j.q_off, j.m, j.r).transpose();
-        if (st.o.use_error_feedback)
-          detail::subtract_into("powersgd_hook", st.error[idx], sent, buffer);
-        if (!st.o.warm_start) st.q_memory.erase(idx);
-        st.advance(last);
-        return tensor_list{buffer};
-      });
+  return projected.then([state, buffer, q, pu, jobs, sent, idx, last, world](const work& done) {
+    done.result();
+    // 5. M = P Qᵀ / ranks; remember the error.
+    auto& st = state->internals();
+    std::lock_guard<std::mutex> g{st.mtx};
+    detail::scale_inplace("powersgd_hook", q, 1.0 / world);  // kept for the warm start
+    T* base = buffer.data_as<T>();
+    for (auto& j : jobs)
+      matrix_map<T>(base + j.offset, j.n, j.m).noalias() =
+          matrix_map<T>(pu.data_as<T>() + j.p_off, j.n, j.r) *
+          matrix_map<T>(q.data_as<T>() + j.q_off, j.m, j.r).transpose();
+    if (st.o.use_error_feedback)
+      detail::subtract_into("powersgd_hook", st.error[idx], sent, buffer);
+    if (!st.o.warm_start) st.q_memory.erase(idx);
+    st.advance(last);
+    return tensor_list{buffer};
+  });
 }
 
 template <class T>
@@ -325,8 +324,8 @@ work batched(process_group& pg, const std::shared_ptr<powersgd_state>& state,
             matrix_map<T>(p.data_as<T>(), side, r);
         return pg.allreduce(q, reduce_op::SUM);
       });
-  return detail::then_driving(projected, [state, buffer, p, q, square, sent, idx, last, side, r,
-                                          total, world](const work& done) {
+  return projected.then([state, buffer, p, q, square, sent, idx, last, side, r, total,
+                         world](const work& done) {
     done.result();
     auto& st = state->internals();
     std::lock_guard<std::mutex> g{st.mtx};

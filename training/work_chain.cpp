@@ -55,21 +55,6 @@ void drive_through(const work& w, std::shared_ptr<drive_target> target) {
 
 }  // namespace
 
-work then_driving(const work& w, std::function<tensor_list(const work&)> fn) {
-  auto next = work::make(w.op_name() + ".then", w.group_name(), w.sequence_number());
-  auto target = std::make_shared<drive_target>();
-  target->current = w.state();
-  drive_through(next, target);
-  w.on_complete([next, fn = std::move(fn)](const work& done) {
-    try {
-      next.complete(fn(done));
-    } catch (...) {
-      next.fail(std::current_exception());
-    }
-  });
-  return next;
-}
-
 work and_then(const work& w, std::function<work(const work&)> next) {
   auto result = work::make(w.op_name() + ".and_then", w.group_name());
   auto target = std::make_shared<drive_target>();
