@@ -23,8 +23,10 @@ done
 
 # 1. Packages: only touch apt when something is missing.
 # The benchmark's peers and plots (bench/run_bench.sh): Gloo, OpenMPI, gnuplot.
+# The PyTorch bridge (pytorch/): LibTorch, PyTorch for /usr/bin/python3, pybind11.
 packages=(libcaf-dev doctest-dev libdlpack-dev libeigen3-dev cmake ninja-build g++
-          libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox)
+          libgloo-dev libopenmpi-dev openmpi-bin gnuplot-nox
+          libtorch-dev python3-torch python3-dev pybind11-dev)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg -s "$p" >/dev/null 2>&1; then missing+=("$p"); fi

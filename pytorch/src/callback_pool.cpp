@@ -1,0 +1,73 @@
+// The pool that completes torch futures (see callback_pool.hpp).
+
+#include "callback_pool.hpp"
+
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace troupe_torch::detail {
+namespace {
+
+class callback_pool {
+ public:
+  void post(std::function<void()> task) {
+    std::unique_lock<std::mutex> g{mtx_};
+    tasks_.push_back(std::move(task));
+    if (idle_ > pending_wakeups_) {
+      ++pending_wakeups_;
+      cv_.notify_one();
+    } else if (threads_ < max_threads) {
+      ++threads_;
+      std::thread([this] { run(); }).detach();
+    }
+    // else: every thread is busy and the cap is reached; the task waits.
+  }
+
+ private:
+  static constexpr int max_threads = 64;
+
+  void run() {
+    std::unique_lock<std::mutex> g{mtx_};
+    for (;;) {
+      if (tasks_.empty()) {
+        ++idle_;
+        cv_.wait(g, [this] { return !tasks_.empty(); });
+        --idle_;
+        if (pending_wakeups_ > 0) --pending_wakeups_;
+        continue;
+      }
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      g.unlock();
+      try {
+        task();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "troupe_torch: a future's completion threw: %s\n", e.what());
+      } catch (...) {
+        std::fprintf(stderr, "troupe_torch: a future's completion threw\n");
+      }
+      g.lock();
+    }
+  }
+
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  int threads_ = 0;
+  int idle_ = 0;
+  int pending_wakeups_ = 0;  // notified idle threads that have not woken yet
+};
+
+}  // namespace
+
+void post_callback(std::function<void()> task) {
+  // Never destroyed: its threads may still run while the process exits.
+  static auto* pool = new callback_pool;
+  pool->post(std::move(task));
+}
+
+}  // namespace troupe_torch::detail

@@ -1,0 +1,22 @@
+#pragma once
+// The threads that complete torch futures for troupe works.
+//
+// troupe runs on_complete callbacks on the thread that completes a work: a
+// waiting thread, a reader thread or the fabric's progress thread. Torch
+// runs a future's callbacks in markCompleted, and those may block on other
+// futures (PowerSGD's Python hook waits on an allreduce inside a then()
+// callback) or issue new collectives. Run on troupe's threads, such a
+// callback could stall the very progress it waits for. So the bridge hands
+// every completion to this pool: a task never waits behind a busy thread
+// (a new thread starts when none is idle, up to a cap), idle threads stay
+// for the next completions.
+
+#include <functional>
+
+namespace troupe_torch::detail {
+
+/// Runs `task` on one of the pool's threads (the pool lives until the
+/// process ends). What `task` throws is reported on stderr.
+void post_callback(std::function<void()> task);
+
+}  // namespace troupe_torch::detail
