@@ -49,4 +49,13 @@ makes one per group through the registered creator instead.)")
       },
       py::arg("dist_backend_opts"), py::arg("pg_options"),
       "The creator torch.distributed calls for the backend 'troupe' (extended API).");
+
+  m.def(
+      "_wait_for_completions",
+      [](double seconds) {
+        return troupe_torch::wait_for_completions(
+            std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)));
+      },
+      py::arg("seconds"), py::call_guard<py::gil_scoped_release>(),
+      "Waits until no future completion is queued or running (called at exit).");
 }

@@ -14,6 +14,11 @@ namespace {
 
 class callback_pool {
  public:
+  bool drain(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> g{mtx_};
+    return drained_.wait_for(g, timeout, [this] { return tasks_.empty() && running_ == 0; });
+  }
+
   void post(std::function<void()> task) {
     std::unique_lock<std::mutex> g{mtx_};
     tasks_.push_back(std::move(task));
@@ -42,6 +47,7 @@ class callback_pool {
       }
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
+      ++running_;
       g.unlock();
       try {
         task();
@@ -50,24 +56,36 @@ class callback_pool {
       } catch (...) {
         std::fprintf(stderr, "troupe_torch: a future's completion threw\n");
       }
+      task = nullptr;  // what it holds goes before the pool counts it done
       g.lock();
+      if (--running_ == 0 && tasks_.empty()) drained_.notify_all();
     }
   }
 
   std::mutex mtx_;
   std::condition_variable cv_;
+  std::condition_variable drained_;
   std::deque<std::function<void()>> tasks_;
   int threads_ = 0;
   int idle_ = 0;
+  int running_ = 0;
   int pending_wakeups_ = 0;  // notified idle threads that have not woken yet
 };
+
+callback_pool& the_pool() {
+  // Never destroyed: its threads may still run while the process exits.
+  static auto* pool = new callback_pool;
+  return *pool;
+}
 
 }  // namespace
 
 void post_callback(std::function<void()> task) {
-  // Never destroyed: its threads may still run while the process exits.
-  static auto* pool = new callback_pool;
-  pool->post(std::move(task));
+  the_pool().post(std::move(task));
+}
+
+bool drain_callbacks(std::chrono::milliseconds timeout) {
+  return the_pool().drain(timeout);
 }
 
 }  // namespace troupe_torch::detail

@@ -11,6 +11,7 @@
 // (a new thread starts when none is idle, up to a cap), idle threads stay
 // for the next completions.
 
+#include <chrono>
 #include <functional>
 
 namespace troupe_torch::detail {
@@ -18,5 +19,12 @@ namespace troupe_torch::detail {
 /// Runs `task` on one of the pool's threads (the pool lives until the
 /// process ends). What `task` throws is reported on stderr.
 void post_callback(std::function<void()> task);
+
+/// Waits until no task is queued or running, at most `timeout`; returns
+/// whether the pool is idle. Python calls it at exit: a task that drops
+/// the last reference to a tensor with a Python object needs the GIL, and
+/// a thread that asks for it while the interpreter finalizes is ended
+/// (torch 1.13 on Python 3.11: std::terminate).
+bool drain_callbacks(std::chrono::milliseconds timeout);
 
 }  // namespace troupe_torch::detail

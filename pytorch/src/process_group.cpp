@@ -198,6 +198,10 @@ std::shared_ptr<troupe::process_group> default_group_of(const std::shared_ptr<tr
 
 }  // namespace
 
+bool wait_for_completions(std::chrono::milliseconds timeout) {
+  return detail::drain_callbacks(timeout);
+}
+
 c10::intrusive_ptr<c10d::Work> make_work(troupe::work w, c10d::OpType type, tensor_lists outputs,
                                          int rank) {
   return c10::make_intrusive<work_adapter>(std::move(w), type, std::move(outputs), rank);

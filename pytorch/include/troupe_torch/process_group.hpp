@@ -109,6 +109,12 @@ class ProcessGroupTroupe final : public c10d::ProcessGroup {
   std::shared_ptr<troupe::process_group> group_;
 };
 
+/// Waits until the bridge's completion threads have nothing queued or
+/// running, at most `timeout`; returns whether they are idle. The Python
+/// package calls it at exit, so that no tensor with a Python object is
+/// released on those threads while the interpreter finalizes.
+bool wait_for_completions(std::chrono::milliseconds timeout);
+
 /// The c10d::Work over a troupe work, for calls made on troupe directly
 /// (e.g. a comm hook written against troupe returning to torch code).
 /// `outputs` are the tensors the future completes with.

@@ -12,9 +12,11 @@ RuntimeError with troupe's message (which names the call, the ranks and the
 cause).
 """
 
+import atexit as _atexit
+
 import torch.distributed as _dist
 
-from ._C import ProcessGroupTroupe, _create_process_group
+from ._C import ProcessGroupTroupe, _create_process_group, _wait_for_completions
 
 __all__ = ["ProcessGroupTroupe", "BACKEND"]
 
@@ -23,3 +25,7 @@ BACKEND = "troupe"
 
 if BACKEND.upper() not in _dist.Backend._plugins:
     _dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
+
+# Futures complete on the bridge's own threads; let them finish before the
+# interpreter finalizes (a thread that needs the GIL then is ended).
+_atexit.register(_wait_for_completions, 10.0)
