@@ -4,6 +4,7 @@
 #include "troupe/backend.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <mutex>
 
@@ -51,6 +52,39 @@ work backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
   return work::when_all("batch_isend_irecv", group_name(), std::move(parts));
 }
 
+const char* to_string(backend_type t) noexcept {
+  switch (t) {
+    case backend_type::undefined:
+      return "undefined";
+    case backend_type::actor:
+      return "actor";
+    case backend_type::nccl:
+      return "nccl";
+    case backend_type::custom:
+      return "custom";
+  }
+  return "unknown";
+}
+
+namespace {
+
+/// Backend names are case-insensitive (as c10d's): kept in lower case.
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+backend_type backend_type_of(const std::string& name) {
+  const auto n = lower(name);
+  if (n.empty()) return backend_type::undefined;
+  if (n == "actor") return backend_type::actor;
+  if (n == "nccl") return backend_type::nccl;
+  return backend_type::custom;
+}
+
 std::uint64_t backend::sequence_number() {
   return 0;
 }
@@ -84,7 +118,7 @@ registry& the_registry() {
 backend_creator find_backend(const std::string& name) {
   auto& r = the_registry();
   std::lock_guard<std::mutex> g{r.mtx};
-  auto i = r.entries.find(name);
+  auto i = r.entries.find(lower(name));
   if (i == r.entries.end()) {
     std::string known;
     for (auto& kv : r.entries) known += (known.empty() ? "" : ", ") + kv.first;
@@ -107,16 +141,17 @@ void register_backend(const std::string& name, backend_creator creator,
     throw error(errc::invalid_argument, "register_backend: no device types for '" + name + "'");
   auto& r = detail::the_registry();
   std::lock_guard<std::mutex> g{r.mtx};
-  if (!r.entries.emplace(name, detail::registry_entry{std::move(creator), std::move(devices)})
+  if (!r.entries
+           .emplace(lower(name), detail::registry_entry{std::move(creator), std::move(devices)})
            .second)
-    throw error(errc::invalid_argument,
-                "register_backend: backend '" + name + "' already registered");
+    throw error(errc::invalid_argument, "register_backend: backend '" + name +
+                                            "' already registered (names ignore letter case)");
 }
 
 bool is_backend_available(const std::string& name) {
   auto& r = detail::the_registry();
   std::lock_guard<std::mutex> g{r.mtx};
-  return r.entries.count(name) != 0;
+  return r.entries.count(lower(name)) != 0;
 }
 
 std::vector<std::string> available_backends() {
@@ -140,10 +175,11 @@ device_type parse_device(const std::string& spec, const std::string& d) {
 
 }  // namespace
 
-backend_config::backend_config(const std::string& spec) {
+backend_config::backend_config(const std::string& given) {
+  const std::string spec = lower(given);  // c10d: "DUMMY" and "dummy" are one backend
   auto bad = [&](const std::string& why) {
     throw error(errc::invalid_argument,
-                "backend_config: invalid backend string '" + spec + "': " + why);
+                "backend_config: invalid backend string '" + given + "': " + why);
   };
   if (spec.empty()) bad("empty");
   if (spec.find(':') == std::string::npos) {

@@ -20,7 +20,10 @@ process_group::process_group(std::string name, std::string description, int rank
       rank_(rank),
       global_ranks_(std::move(global_ranks)),
       backends_(std::move(backends)),
-      unavailable_(std::move(unavailable)) {}
+      unavailable_(std::move(unavailable)) {
+  for (auto& [d, b] : backends_)
+    if (b) by_type_.emplace(backend_type_of(b->name()), b);
+}
 
 process_group::~process_group() = default;
 
@@ -43,6 +46,78 @@ backend& process_group::get_backend(device_type d) const {
     throw error(errc::backend,
                 "group '" + name_ + "' has no backend for device type " + to_string(d));
   return *i->second;
+}
+
+backend& process_group::get_backend(backend_type t) const {
+  auto i = by_type_.find(t);
+  if (i == by_type_.end() || !i->second)
+    throw error(errc::backend, std::string("Could not find backend type ") + to_string(t) +
+                                   ". (group '" + name_ + "')");
+  return *i->second;
+}
+
+backend_type process_group::get_backend_type() const {
+  if (backends_.empty()) return backend_type::undefined;
+  return backend_type_of(tensorless_backend().name());
+}
+
+void process_group::set_backend(device_type d, backend_type t, std::shared_ptr<backend> b) {
+  if (!b)
+    throw error(errc::invalid_argument, "set_backend: null backend for device type " +
+                                            std::string(to_string(d)) + " of group '" + name_ +
+                                            "'");
+  if (t == backend_type::undefined)
+    throw error(errc::invalid_argument,
+                "set_backend: backend type undefined for group '" + name_ + "'");
+  backends_[d] = b;
+  unavailable_.erase(d);
+  by_type_[t] = std::move(b);
+}
+
+std::string process_group::backend_name() const {
+  std::string first, all;
+  bool same = true;
+  for (auto& [d, b] : backends_) {
+    if (!b) continue;
+    if (first.empty()) first = b->name();
+    same = same && b->name() == first;
+    all += (all.empty() ? "" : ",") + std::string(to_string(d)) + ":" + b->name();
+  }
+  return same ? first : all;
+}
+
+void process_group::set_name(std::string name) {
+  if (name.empty())
+    throw error(errc::invalid_argument, "set_name: empty name for group '" + name_ + "'");
+  name_ = std::move(name);
+}
+
+void process_group::set_description(std::string description) {
+  description_ = std::move(description);
+}
+
+void process_group::set_bound_device(std::optional<device> d) {
+  if (d && d->index < 0)
+    throw error(errc::invalid_argument, "set_bound_device: device " + to_string(*d) +
+                                            " must have an index (group '" + name_ + "')");
+  bound_device_ = d;
+}
+
+void process_group::check_sequence_numbers(const char* op) const {
+  check_member(op);
+  const auto t = get_backend_type();
+  if (t != backend_type::actor && t != backend_type::nccl)
+    throw error(errc::backend,
+                "ProcessGroup " + backend_name() + " does not yet support sequence numbers.");
+}
+
+void process_group::set_sequence_number_for_group() {
+  check_sequence_numbers("set_sequence_number_for_group");
+}
+
+std::uint64_t process_group::get_sequence_number_for_group() const {
+  check_sequence_numbers("get_sequence_number_for_group");
+  return tensorless_backend().sequence_number();
 }
 
 backend& process_group::tensorless_backend() const {

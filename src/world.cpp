@@ -241,12 +241,14 @@ std::shared_ptr<process_group> world::new_group(std::vector<int> ranks, new_grou
 
 namespace {
 
-void check_registered(const std::map<std::string, std::shared_ptr<process_group>>& groups,
-                      const process_group& g, const char* op) {
-  auto i = groups.find(g.name());
-  if (i == groups.end() || i->second.get() != &g)
-    throw error(errc::group, std::string(op) + ": group '" + g.name() +
-                                 "' is not registered; create groups through new_group");
+/// The registry entry of `g` (by identity: set_name may have renamed it).
+std::map<std::string, std::shared_ptr<process_group>>::const_iterator check_registered(
+    const std::map<std::string, std::shared_ptr<process_group>>& groups, const process_group& g,
+    const char* op) {
+  for (auto i = groups.begin(); i != groups.end(); ++i)
+    if (i->second.get() == &g) return i;
+  throw error(errc::group, std::string(op) + ": group '" + g.name() +
+                               "' is not registered; create groups through new_group");
 }
 
 }  // namespace
@@ -282,8 +284,7 @@ void world::destroy_process_group(const std::shared_ptr<process_group>& group) {
   if (!group) return;
   {
     std::lock_guard<std::mutex> g{impl_->mtx};
-    check_registered(impl_->groups, *group, "destroy_process_group");
-    impl_->groups.erase(group->name());
+    impl_->groups.erase(check_registered(impl_->groups, *group, "destroy_process_group"));
   }
   group->release("group '" + group->name() + "' was destroyed");
 }

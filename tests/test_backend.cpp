@@ -5,10 +5,12 @@
 #include "check_error.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <initializer_list>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "troupe/backend.hpp"
@@ -26,13 +28,21 @@ void check_bad_config(const std::string& spec, std::string_view why) {
   check_error([&] { backend_config c{spec}; }, errc::invalid_argument, {"'" + spec + "'", why});
 }
 
-/// PyTorch's DummyProcessGroup: allreduce adds 2, broadcast adds 1, nothing
-/// else is supported. It never communicates.
+/// PyTorch's DummyProcessGroup (test_c10d_common.py), in full: allgather
+/// copies the input into every output, allreduce adds 2, broadcast adds 1,
+/// reduce_scatter copies this rank's input, barrier counts the ranks in the
+/// store, send adds 1 and recv adds 2. It never moves a tensor between ranks.
 class dummy_backend final : public backend {
  public:
   explicit dummy_backend(const backend_context& ctx) : backend(ctx), ctx_(ctx) {}
   std::string name() const override { return "dummy"; }
 
+  work allgather(std::vector<tensor_list>& outputs, tensor_list& inputs,
+                 const allgather_options&) override {
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      for (auto& out : outputs[i]) out.copy_from(inputs[i]);
+    return work::completed("allgather", group_name(), {});
+  }
   work allreduce(tensor_list& ts, const allreduce_options&) override {
     add(ts, 2.0f);
     return work::completed("allreduce", group_name(), ts);
@@ -40,6 +50,36 @@ class dummy_backend final : public backend {
   work broadcast(tensor_list& ts, const broadcast_options&) override {
     add(ts, 1.0f);
     return work::completed("broadcast", group_name(), ts);
+  }
+  work reduce_scatter(tensor_list& outputs, std::vector<tensor_list>& inputs,
+                      const reduce_scatter_options&) override {
+    for (std::size_t i = 0; i < outputs.size(); ++i)
+      outputs[i].copy_from(inputs[i][static_cast<std::size_t>(rank())]);
+    return work::completed("reduce_scatter", group_name(), outputs);
+  }
+  /// The seed's barrier: every other rank adds 1 to a counter in the store;
+  /// rank 0 (which serves a TCP store) waits until they all did.
+  work barrier(const barrier_options&) override {
+    const std::string key = "TEST:DummyProcessGroup:barrier";
+    if (rank() == 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (ctx_.store->add(key, 0) < size() - 1) {
+        if (std::chrono::steady_clock::now() > deadline)
+          throw error(errc::timeout, "dummy barrier: the other ranks did not arrive");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } else {
+      ctx_.store->add(key, 1);
+    }
+    return work::completed("barrier", group_name(), {});
+  }
+  work send(tensor_list& ts, int, const p2p_options&) override {
+    add(ts, 1.0f);
+    return work::completed("send", group_name(), ts);
+  }
+  work recv(tensor_list& ts, int, const p2p_options&) override {
+    add(ts, 2.0f);
+    return work::completed("recv", group_name(), ts);
   }
   /// Takes a batch whole (as NCCL must), counting its ops.
   work batch_isend_irecv(std::vector<p2p_op>& ops) override {
@@ -59,15 +99,20 @@ class dummy_backend final : public backend {
   backend_context ctx_;
 };
 
-/// Registers the dummy backend under `name` once per process.
-void register_dummy(const std::string& name) {
+/// Registers the dummy backend under `name` once per process (for cpu and
+/// cuda unless `devices` says otherwise).
+void register_dummy(const std::string& name,
+                    std::vector<device_type> devices = {device_type::cpu, device_type::cuda}) {
   static std::mutex mtx;
   static std::vector<std::string> done;
   std::lock_guard<std::mutex> g{mtx};
   if (std::find(done.begin(), done.end(), name) != done.end()) return;
-  register_backend(name, [](const backend_context& ctx) -> std::shared_ptr<backend> {
-    return std::make_shared<dummy_backend>(ctx);
-  });
+  register_backend(
+      name,
+      [](const backend_context& ctx) -> std::shared_ptr<backend> {
+        return std::make_shared<dummy_backend>(ctx);
+      },
+      std::move(devices));
   done.push_back(name);
 }
 
@@ -101,10 +146,32 @@ TEST_CASE("backend_config: a per-device string is kept as given") {
 }
 
 TEST_CASE("backend_config: a single name registered for cpu only has no cuda entry") {
-  register_dummy("dummy_test");
-  backend_config c{"dummy_test"};
-  CHECK(c.to_string() == "cpu:dummy_test");
+  register_dummy("dummy_cpu_only", {device_type::cpu});
+  backend_config c{"dummy_cpu_only"};
+  CHECK(c.to_string() == "cpu:dummy_cpu_only");
   CHECK(c.backend_for(device_type::cuda).empty());
+}
+
+TEST_CASE("backend_config: c10d's test_backend_config table") {
+  // A backend registered without devices runs cpu and cuda; names ignore
+  // letter case; device:backend pairs are kept as given.
+  register_dummy("dummy");
+  const std::pair<const char*, const char*> table[] = {
+      {"dummy", "cpu:dummy,cuda:dummy"},
+      {"DUMMY", "cpu:dummy,cuda:dummy"},
+      {"Actor", "cpu:actor,cuda:actor"},
+      {"cpu:dummy,cuda:dummy", "cpu:dummy,cuda:dummy"},
+      {"cpu:dummy,cuda:nccl", "cpu:dummy,cuda:nccl"},
+      {"cpu:gloo,cuda:dummy", "cpu:gloo,cuda:dummy"},
+      {"cpu:gloo,cuda:nccl", "cpu:gloo,cuda:nccl"},
+      {"CPU:Gloo,CUDA:NCCL", "cpu:gloo,cuda:nccl"},
+  };
+  for (auto [spec, expected] : table) {
+    CAPTURE(spec);
+    CHECK(backend_config{spec}.to_string() == expected);
+  }
+  check_bad_config("cpu:gloo,cuda:nccl,", "trailing comma");
+  check_bad_config("cpu:gloo,cuda:nccl,cpu:dummy", "'cpu' appears twice");
 }
 
 TEST_CASE("backend_config rejects a trailing comma") {
@@ -154,6 +221,24 @@ TEST_CASE("register_backend makes a backend available") {
   CHECK(is_backend_available("dummy_test"));
   auto names = available_backends();
   CHECK(std::find(names.begin(), names.end(), "dummy_test") != names.end());
+}
+
+TEST_CASE("backend names ignore letter case") {
+  register_dummy("dummy_test");
+  CHECK(is_backend_available("DUMMY_TEST"));
+  CHECK(is_backend_available("Dummy_Test"));
+  CHECK(is_backend_available("ACTOR"));
+  auto creator = [](const backend_context& ctx) -> std::shared_ptr<backend> {
+    return std::make_shared<dummy_backend>(ctx);
+  };
+  check_error([&] { register_backend("DUMMY_TEST", creator); }, errc::invalid_argument,
+              {"'DUMMY_TEST'", "already registered"});
+  register_dummy("MixedCase_Test");
+  auto names = available_backends();
+  CHECK(std::find(names.begin(), names.end(), "mixedcase_test") != names.end());
+  testing::run_ranks(
+      1, [](world& w) { CHECK(w.default_group().get_backend(device_type::cpu).name() == "dummy"); },
+      with_backend("MIXEDCASE_TEST"));
 }
 
 TEST_CASE("register_backend rejects a name registered twice") {
@@ -213,6 +298,145 @@ TEST_CASE("a user-written backend runs the calls it implements") {
         wk.wait();
         CHECK(u.to_vector<float>()[0] == 6.0f);
         CHECK(pg.sequence_number() == 0);  // the base class's default
+      },
+      with_backend("dummy_test"));
+}
+
+TEST_CASE("c10d's DummyProcessGroup as a custom backend: collectives and send/recv") {
+  register_dummy("dummy_test");
+  for (int n : {2, 3})
+    testing::run_ranks(
+        n,
+        [n](world& w) {
+          auto& pg = w.default_group();
+          const int r = w.rank();
+          // all_gather copies the input into every output.
+          auto in = tensor::from_vector<float>({7.0f, 7.0f, 7.0f, 7.0f}).view({2, 2});
+          tensor_list outs;
+          for (int q = 0; q < n; ++q) outs.push_back(tensor::zeros({2, 2}, dtype::float32));
+          pg.allgather(outs, in).wait();
+          for (auto& o : outs) CHECK(o.to_vector<float>() == std::vector<float>(4, 7.0f));
+          // all_reduce adds 2, broadcast adds 1 (async, then waited).
+          auto t = tensor::from_vector<float>({7.0f, 7.0f});
+          pg.allreduce(t).wait();
+          CHECK(t.to_vector<float>() == std::vector<float>(2, 9.0f));
+          auto z = tensor::zeros({2, 2}, dtype::float32);
+          pg.broadcast(z, 0).wait();
+          CHECK(z.to_vector<float>() == std::vector<float>(4, 1.0f));
+          // reduce_scatter copies this rank's input.
+          tensor_list ins;
+          for (int q = 0; q < n; ++q)
+            ins.push_back(tensor::from_vector<float>({float(q), float(q)}));
+          auto out = tensor::zeros({2}, dtype::float32);
+          pg.reduce_scatter(out, ins).wait();
+          CHECK(out.to_vector<float>() == std::vector<float>(2, float(r)));
+          // send adds 1, recv adds 2; sending to oneself is refused.
+          auto s = tensor::zeros({2}, dtype::float32);
+          pg.send(s, (r + 1) % n).wait();
+          CHECK(s.to_vector<float>() == std::vector<float>(2, 1.0f));
+          check_error([&] { pg.send(s, r); }, errc::invalid_argument, {"send"});
+          auto v = tensor::zeros({2}, dtype::float32);
+          pg.recv(v, (r + 1) % n).wait();
+          CHECK(v.to_vector<float>() == std::vector<float>(2, 2.0f));
+          // barrier through the store's counter.
+          pg.barrier().wait();
+        },
+        with_backend("dummy_test"));
+}
+
+TEST_CASE("backend types: get_backend(type), set_backend, the backend name") {
+  register_dummy("dummy_test");
+  testing::run_ranks(1, [](world& w) {
+    auto& pg = w.default_group();
+    CHECK(pg.get_backend_type() == backend_type::actor);
+    CHECK(pg.backend_name() == "actor");
+    CHECK(&pg.get_backend(backend_type::actor) == &pg.get_backend(device_type::cpu));
+    check_error([&] { (void)pg.get_backend(backend_type::nccl); }, errc::backend,
+                {"Could not find backend type nccl."});
+    check_error([&] { (void)pg.get_backend(backend_type::custom); }, errc::backend,
+                {"Could not find backend type custom."});
+    // Install a user-written backend for cuda: dispatch and lookup by type see it.
+    backend_context ctx;
+    ctx.rank = 0;
+    ctx.size = 1;
+    ctx.group_name = pg.name();
+    auto mine = std::make_shared<dummy_backend>(ctx);
+    pg.set_backend(device_type::cuda, backend_type::custom, mine);
+    CHECK(&pg.get_backend(device_type::cuda) == mine.get());
+    CHECK(&pg.get_backend(backend_type::custom) == mine.get());
+    CHECK(pg.backend_name() == "cpu:actor,cuda:dummy");
+    CHECK(pg.get_backend_type() == backend_type::actor);  // the cpu's stays the default
+    check_error([&] { pg.set_backend(device_type::cuda, backend_type::custom, nullptr); },
+                errc::invalid_argument, {"set_backend", "null backend"});
+    CHECK(backend_type_of("NCCL") == backend_type::nccl);
+    CHECK(backend_type_of("gloo") == backend_type::custom);
+    CHECK(backend_type_of("") == backend_type::undefined);
+    CHECK(std::string(to_string(backend_type::custom)) == "custom");
+  });
+  testing::run_ranks(
+      1,
+      [](world& w) {
+        CHECK(w.default_group().get_backend_type() == backend_type::custom);
+        CHECK(w.default_group().backend_name() == "dummy");
+      },
+      with_backend("dummy_test"));
+}
+
+TEST_CASE("group name and description setters; the world still finds a renamed group") {
+  testing::run_ranks(2, [](world& w) {
+    auto g = w.new_group({0, 1});
+    g->set_name("trainers");
+    g->set_description("the ranks that train");
+    CHECK(g->name() == "trainers");
+    CHECK(g->description() == "the ranks that train");
+    CHECK(w.get_group_rank(*g, 1) == 1);
+    CHECK(w.get_process_group_ranks(*g) == std::vector<int>{0, 1});
+    auto t = tensor::from_vector<float>({1.0f});
+    g->allreduce(t).wait();
+    CHECK(t.to_vector<float>()[0] == 2.0f);
+    check_error([&] { g->set_name(""); }, errc::invalid_argument, {"set_name", "empty"});
+    w.destroy_process_group(g);
+    check_error([&] { w.get_group_rank(*g, 0); }, errc::group, {"'trainers'", "not registered"});
+  });
+}
+
+TEST_CASE("a group bound to a device") {
+  testing::run_ranks(1, [](world& w) {
+    auto& pg = w.default_group();
+    CHECK_FALSE(pg.bound_device().has_value());
+    pg.set_bound_device(device::cuda(0));
+    REQUIRE(pg.bound_device().has_value());
+    CHECK(*pg.bound_device() == device::cuda(0));
+    check_error(
+        [&] {
+          pg.set_bound_device(device{device_type::cuda, -1});
+        },
+        errc::invalid_argument, {"set_bound_device", "must have an index"});
+    CHECK(*pg.bound_device() == device::cuda(0));
+    pg.set_bound_device(std::nullopt);
+    CHECK_FALSE(pg.bound_device().has_value());
+  });
+}
+
+TEST_CASE("sequence numbers for the group, and a backend without them") {
+  register_dummy("dummy_test");
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    pg.set_sequence_number_for_group();
+    const auto start = pg.get_sequence_number_for_group();
+    for (int i = 1; i <= 3; ++i) {
+      pg.barrier().wait();
+      CHECK(pg.get_sequence_number_for_group() == start + i);
+    }
+  });
+  testing::run_ranks(
+      1,
+      [](world& w) {
+        auto& pg = w.default_group();
+        check_error([&] { pg.set_sequence_number_for_group(); }, errc::backend,
+                    {"ProcessGroup dummy does not yet support sequence numbers."});
+        check_error([&] { (void)pg.get_sequence_number_for_group(); }, errc::backend,
+                    {"ProcessGroup dummy does not yet support sequence numbers."});
       },
       with_backend("dummy_test"));
 }

@@ -10,6 +10,7 @@
 /// fails with a clear errc::backend error.
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +25,17 @@
 #include "troupe/work.hpp"
 
 namespace troupe {
+
+/// Which kind of backend runs a group's calls on a device (c10d's
+/// ProcessGroup::BackendType): troupe's own "actor" and "nccl", or a
+/// user-written one.
+enum class backend_type : std::uint8_t { undefined, actor, nccl, custom };
+
+/// "undefined", "actor", "nccl", "custom".
+const char* to_string(backend_type t) noexcept;
+/// The type of the backend named `name` (any letter case): actor, nccl,
+/// custom for any other name, undefined for "".
+backend_type backend_type_of(const std::string& name);
 
 /// One point-to-point operation of batch_isend_irecv.
 struct p2p_op {
@@ -124,22 +136,26 @@ class backend {
 /// Creates a backend for one group on one device type.
 using backend_creator = std::function<std::shared_ptr<backend>(const backend_context&)>;
 
-/// Registers `name` for the given device types (the default registry of the
-/// process, as c10d's Backend.register_backend). Registering a name twice, or
+/// Registers `name` for the given device types, by default cpu and cuda (the
+/// default registry of the process, as c10d's Backend.register_backend).
+/// Names are case-insensitive: they are kept in lower case, and "DUMMY"
+/// finds what "dummy" registered. Registering a name twice (in any case), or
 /// an empty name, throws errc::invalid_argument.
 void register_backend(const std::string& name, backend_creator creator,
-                      std::vector<device_type> devices = {device_type::cpu});
-/// Whether `name` is registered (built-in: "actor"; "nccl" in CUDA builds).
+                      std::vector<device_type> devices = {device_type::cpu, device_type::cuda});
+/// Whether `name` (any case) is registered (built-in: "actor"; "nccl" in CUDA builds).
 bool is_backend_available(const std::string& name);
-/// Names of the registered backends.
+/// Names of the registered backends (lower case).
 std::vector<std::string> available_backends();
 
 /// A parsed backend string: which backend runs each device type.
 class backend_config {
  public:
   /// Parses "actor" (expands to cpu:actor,cuda:actor), "gloo"-style single names
-  /// (expanded to every device the backend registered), or "cpu:actor,cuda:nccl".
-  /// A trailing comma, a repeated device, an unknown device or an empty part is
+  /// (expanded to every device the backend registered), or "cpu:actor,cuda:nccl"
+  /// (kept as given; its names need not be registered yet), in any letter
+  /// case (names come out in lower case, as c10d's BackendConfig). A
+  /// trailing comma, a repeated device, an unknown device or an empty part is
   /// errc::invalid_argument naming the string.
   explicit backend_config(const std::string& spec);
   /// (device, backend name) pairs in the order given.

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,17 +43,46 @@ class process_group {
   /// Number of ranks in the group.
   int size() const noexcept { return static_cast<int>(global_ranks_.size()); }
   bool is_member() const noexcept { return rank_ >= 0; }
-  /// Unique name ("default", "group1", ...).
+  /// Unique name ("default", "group1", ...), or what set_name() gave it.
   const std::string& name() const noexcept { return name_; }
   /// User-given description (defaults to the name).
   const std::string& description() const noexcept { return description_; }
+  /// Renames the group (c10d's setGroupName): what name() returns from now
+  /// on. The world still finds the group; the engine's messages keep the
+  /// name the group was created with.
+  void set_name(std::string name);
+  /// c10d's setGroupDesc.
+  void set_description(std::string description);
   /// World rank of each group rank.
   const std::vector<int>& global_ranks() const noexcept { return global_ranks_; }
   /// The backend that runs calls on `d` (throws errc::backend when none).
   backend& get_backend(device_type d) const;
+  /// The backend of type `t` (c10d's getBackend(BackendType)); errc::backend
+  /// "Could not find backend type T." when the group has none.
+  backend& get_backend(backend_type t) const;
+  /// The type of the group's default backend: the cpu's, else the only one.
+  backend_type get_backend_type() const;
+  /// Installs `b` as the backend of device `d` and of type `t` (c10d's
+  /// setBackend), replacing what ran there.
+  void set_backend(device_type d, backend_type t, std::shared_ptr<backend> b);
+  /// The backends' name (c10d's getBackendName): "actor", or
+  /// "cpu:actor,cuda:nccl" when devices differ.
+  std::string backend_name() const;
+  /// The device the group is bound to, if any (c10d's getBoundDeviceId).
+  std::optional<device> bound_device() const { return bound_device_; }
+  /// Binds the group to `d` (a cuda device needs an index >= 0), or unbinds it.
+  void set_bound_device(std::optional<device> d);
   /// Number of collectives issued on this group so far (equal on all members
   /// once they issued the same calls).
   std::uint64_t sequence_number() const;
+  /// c10d's setSequenceNumberForGroup: troupe's numbers start at 0 on every
+  /// member, so the actor and nccl backends have nothing to agree on; other
+  /// backends are refused with errc::backend "ProcessGroup NAME does not yet
+  /// support sequence numbers." (c10d's text).
+  void set_sequence_number_for_group();
+  /// c10d's getSequenceNumberForGroup: sequence_number(), for the backends
+  /// that keep one (actor, nccl); others are refused as above.
+  std::uint64_t get_sequence_number_for_group() const;
 
   // -- collectives -------------------------------------------------------------
   work broadcast(tensor_list tensors, const broadcast_options& opts = {});
@@ -171,9 +201,14 @@ class process_group {
   std::string description_;
   int rank_;
   std::vector<int> global_ranks_;
+  /// Refuses backends without sequence numbers, naming `op`.
+  void check_sequence_numbers(const char* op) const;
+
   std::map<device_type, std::shared_ptr<backend>> backends_;
+  std::map<backend_type, std::shared_ptr<backend>> by_type_;
   std::map<device_type, std::string> unavailable_;  // device -> backend name not registered
-  std::string released_;                            // why the group is gone (empty: alive)
+  std::optional<device> bound_device_;
+  std::string released_;  // why the group is gone (empty: alive)
   bool coalescing_ = false;
   std::vector<work> coalesced_;
 };
