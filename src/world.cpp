@@ -10,10 +10,14 @@
 #include <random>
 #include <set>
 
+#include <unistd.h>
+
 #include "actors/rank_runtime.hpp"
 #include "src/wait_policy.hpp"
 #include "transport/data_plane.hpp"
+#include "transport/rendezvous.hpp"
 #include "troupe/error.hpp"
+#include "troupe/tcp_store.hpp"
 
 namespace troupe {
 
@@ -50,6 +54,20 @@ std::string random_job_id() {
 
 void invalid(const std::string& what) {
   throw error(errc::invalid_argument, what);
+}
+
+/// Asks the server of `s` (a tcp_store, perhaps behind prefixes) to append
+/// `line` to `key` should this process's connection end without a goodbye.
+void watch_this_process(store& s, const std::string& key, const std::string& line) {
+  if (auto* p = dynamic_cast<prefix_store*>(&s))
+    return watch_this_process(*p->underlying(), p->prefix() + "/" + key, line);
+  if (auto* t = dynamic_cast<tcp_store*>(&s)) t->append_on_disconnect(key, to_bytes(line));
+}
+
+std::string this_host() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
 }
 
 }  // namespace
@@ -140,15 +158,20 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   // unrelated worlds in one process apart in the in-process directory. A store
   // may serve several worlds one after another: each rank counts its joins,
   // so the k-th world on the store reads the k-th job key, never an old one.
+  // A rank that does not come is named when the world's timeout passes; one
+  // whose process ends is named at once where that can be told
+  // (transport/rendezvous.hpp): this rank asks a tcp_store server to note
+  // its end under the job's gone key.
   const auto joined = o.store->add("troupe/joined", 1);
   const std::string job_key = "troupe/job/" + std::to_string((joined - 1) / o.world_size);
+  const std::string gone_key = job_key + "/gone";
+  watch_this_process(
+      *o.store, gone_key,
+      std::to_string(o.rank) + " " + this_host() + " " + std::to_string(::getpid()) + "\n");
+  detail::rendezvous rdv(*o.store, o.rank, o.world_size, o.timeout, gone_key);
   if (o.rank == 0) o.store->set(job_key, random_job_id());
-  try {
-    o.store->wait({job_key}, o.timeout);
-  } catch (const error& e) {
-    throw error(errc::timeout, "world: rank " + std::to_string(o.rank) +
-                                   " timed out waiting for rank 0 to start the job: " + e.what());
-  }
+  rdv.wait_for(
+      {0}, [&](int) { return job_key; }, "start the job (write its id to the store)");
   const auto job = o.store->get_string(job_key);
   impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, 2);
   // Ranks in other processes: the data plane (a no-op when all live here).
@@ -168,7 +191,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
     invalid("world: transport '" + dp.transport +
             "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
   auto plane = std::make_shared<detail::data_plane>(dp);
-  plane->connect(*o.store);
+  plane->connect(*o.store, rdv);
   impl_->rt->set_plane(std::move(plane));
   std::vector<int> all(static_cast<std::size_t>(o.world_size));
   for (int r = 0; r < o.world_size; ++r) all[static_cast<std::size_t>(r)] = r;

@@ -1,7 +1,9 @@
 #include "transport/frame.hpp"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -35,6 +37,10 @@ std::string check_header(const frame_header& h) {
   if (h.magic != frame_magic) return "bad frame magic";
   if (h.kind == frame_goodbye) return {};
   if (h.kind > frame_fabric) return "bad frame kind " + std::to_string(h.kind);
+  if (h.payload_bytes > max_frame_payload())
+    return "a frame announcing " + std::to_string(h.payload_bytes) +
+           " bytes of payload, more than this host's memory (" +
+           std::to_string(max_frame_payload()) + " bytes)";
   if ((h.kind == frame_collective || h.kind == frame_fabric) &&
       h.code > static_cast<std::uint8_t>(op_code::monitored_barrier))
     return "bad op code " + std::to_string(h.code);
@@ -76,14 +82,24 @@ bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope&
   return write_common(out, h, group, env.payload);
 }
 
-bool write_goodbye(byte_stream& out) {
+bool write_goodbye(byte_stream& out, std::int32_t cause) {
   frame_header h;
-  h.kind = 2;
+  h.kind = frame_goodbye;
+  h.src = cause;
   return out.write(&h, sizeof(h));
 }
 
+std::uint64_t max_frame_payload() noexcept {
+  static const std::uint64_t limit = [] {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? static_cast<std::uint64_t>(pages) * size
+                                 : std::uint64_t{1} << 40;
+  }();
+  return limit;
+}
+
 std::string frame_reader::drain(int fd, const std::function<bool(received_frame&)>& on_frame,
-                                const place_fn& place) {
+                                const place_fn& place, const admit_fn& admit) {
   std::string broke;
   auto from_socket = [&](void* p, std::size_t n) -> long {
     for (;;) {
@@ -96,7 +112,7 @@ std::string frame_reader::drain(int fd, const std::function<bool(received_frame&
       return -1;
     }
   };
-  auto why = drain(from_socket, on_frame, place);
+  auto why = drain(from_socket, on_frame, place, admit);
   return broke.empty() ? why : broke;
 }
 
@@ -114,9 +130,23 @@ long frame_reader::read_posted(const std::function<long(void*, std::size_t)>& re
 
 std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& read_some,
                                 const std::function<bool(received_frame&)>& on_frame,
-                                const place_fn& place) {
+                                const place_fn& place, const admit_fn& admit) {
   auto& h = f_.header;
   for (;;) {
+    if (at_ == piece::payload && skip_) {
+      // A frame nobody here takes: its payload is read and dropped.
+      char scratch[16 << 10];
+      const auto k = read_some(scratch, std::min(sizeof(scratch), h.payload_bytes - got_));
+      if (k < 0) return "connection closed";
+      if (k == 0) return {};
+      got_ += static_cast<std::size_t>(k);
+      if (got_ < h.payload_bytes) continue;
+      got_ = 0;
+      skip_ = false;
+      at_ = piece::header;
+      f_ = received_frame{};
+      continue;
+    }
     char* dst = nullptr;
     std::size_t need = 0;
     switch (at_) {
@@ -153,6 +183,19 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
         at_ = piece::name;
       }
     } else if (at_ == piece::name) {
+      if (admit) {
+        if (auto why = admit(h, f_.group, skip_); !why.empty()) return why;
+        if (skip_) {
+          if (h.payload_bytes) {
+            at_ = piece::payload;
+          } else {
+            skip_ = false;
+            at_ = piece::header;
+            f_ = received_frame{};
+          }
+          continue;
+        }
+      }
       if (place && h.payload_bytes > small_frame) {
         auto posted = place(h, f_.group);
         if (posted.into.defined() && posted.guard && posted.into.nbytes() == h.payload_bytes &&
