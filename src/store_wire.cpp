@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace troupe::detail {
 
@@ -182,7 +183,10 @@ std::optional<store_request> decode_request(const std::string& body, std::uint64
     case store_op::wait:
       r.keys = c.list(string);
       r.number = static_cast<std::int64_t>(c.u(8));
-      r.flag = c.u(1) != 0;
+      if (const auto flag = c.u(1); flag > 1)
+        why = "a wait whose flag is " + std::to_string(flag);
+      else
+        r.flag = flag != 0;
       break;
     case store_op::remove:
       r.keys.push_back(c.string());

@@ -14,6 +14,7 @@
 
 #include "actors/rank_runtime.hpp"
 #include "src/wait_policy.hpp"
+#include "src/watchful_store.hpp"
 #include "transport/data_plane.hpp"
 #include "transport/rendezvous.hpp"
 #include "troupe/error.hpp"
@@ -27,6 +28,7 @@ backend_creator find_backend(const std::string& name);
 
 struct world::impl {
   world_options opts;
+  std::shared_ptr<detail::rendezvous> rdv;  // who is known to be gone, for the groups' set-up
   std::unique_ptr<detail::rank_runtime> rt;
   std::shared_ptr<process_group> default_group;
   debug_level debug = debug_level::off;
@@ -92,7 +94,22 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
       auto& b = by_name[bname];
       if (!b) {
         backend_context ctx;
-        ctx.store = std::make_shared<prefix_store>("troupe/" + rt->job() + "/" + name, opts.store);
+        // Its set-up fails at once, naming the rank, when a member is gone.
+        ctx.store = std::make_shared<detail::watchful_store>(
+            std::make_shared<prefix_store>("troupe/" + rt->job() + "/" + name, opts.store),
+            [rdv = rdv, plane = std::weak_ptr<detail::data_plane>(rt->plane()), ranks, name,
+             me = opts.rank] {
+              std::string why;
+              if (auto p = plane.lock())
+                for (int w : ranks)
+                  if (auto c = p->crash_reason(w); !c.empty())
+                    why += (why.empty() ? "" : "; ") + p->describe(w) + " is gone: " + c;
+              if (why.empty()) why = rdv->gone_among(ranks);
+              if (!why.empty())
+                throw error(errc::peer_failure, "new_group: rank " + std::to_string(me) +
+                                                    " gave up creating group '" + name +
+                                                    "': " + why);
+            });
         ctx.rank = group_rank;
         ctx.size = static_cast<int>(ranks.size());
         ctx.global_ranks = ranks;
@@ -168,7 +185,9 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   watch_this_process(
       *o.store, gone_key,
       std::to_string(o.rank) + " " + this_host() + " " + std::to_string(::getpid()) + "\n");
-  detail::rendezvous rdv(*o.store, o.rank, o.world_size, o.timeout, gone_key);
+  impl_->rdv =
+      std::make_shared<detail::rendezvous>(*o.store, o.rank, o.world_size, o.timeout, gone_key);
+  auto& rdv = *impl_->rdv;
   if (o.rank == 0) o.store->set(job_key, random_job_id());
   rdv.wait_for(
       {0}, [&](int) { return job_key; }, "start the job (write its id to the store)");

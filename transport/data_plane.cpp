@@ -59,11 +59,17 @@ class nonblocking_stream final : public byte_stream {
 
 }  // namespace
 
-const std::string& process_identity() {
-  static const std::string id = [] {
+std::string process_identity() {
+  // Made again in a forked child: it is another process.
+  static std::mutex m;
+  static pid_t owner = 0;
+  static std::string id;
+  std::lock_guard<std::mutex> g{m};
+  if (owner != ::getpid()) {
+    owner = ::getpid();
     std::random_device rd;
-    return std::to_string(rd()) + std::to_string(rd()) + "-" + std::to_string(::getpid());
-  }();
+    id = std::to_string(rd()) + std::to_string(rd()) + "-" + std::to_string(owner);
+  }
   return id;
 }
 
@@ -247,19 +253,7 @@ std::string data_plane::admit(int r, const frame_header& h, const std::string& g
     skip = true;
     return {};
   }
-  const auto& m = rt->members;
-  const auto size = static_cast<std::int64_t>(m.size());
-  auto mine = std::find(m.begin(), m.end(), r);
-  if (mine == m.end()) return "a frame for group '" + group + "', of which it is not a member";
-  if (h.src < 0 || h.src >= size)
-    return "a frame for group '" + group + "' from group rank " + std::to_string(h.src) +
-           ", out of range for the group's " + std::to_string(size) + " ranks";
-  if (m[static_cast<std::size_t>(h.src)] != r)
-    return "a frame for group '" + group + "' that claims to come from group rank " +
-           std::to_string(h.src) + " (world rank " +
-           std::to_string(m[static_cast<std::size_t>(h.src)]) + "), not from its own group rank " +
-           std::to_string(mine - m.begin());
-  return {};
+  return check_sender(h, group, rt->members, r);
 }
 
 bool data_plane::dispatch(int r, received_frame& f, std::string& refusal) {

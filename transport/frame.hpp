@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "actors/call.hpp"
 
@@ -77,6 +78,12 @@ bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope&
 /// Writes the last frame of a rank that leaves on purpose (its world ends);
 /// `cause`: the world rank whose failure made it leave, or -1.
 bool write_goodbye(byte_stream& out, std::int32_t cause = -1);
+
+/// Why a frame from world rank `peer` for `group`, whose group ranks are the
+/// world ranks `members`, is refused ("": it is not): the sender must be a
+/// member, and the frame's src its own group rank.
+std::string check_sender(const frame_header& h, const std::string& group,
+                         const std::vector<int>& members, int peer);
 
 /// The largest payload a frame may announce: this host's physical memory
 /// (no receiver could hold more). Larger announcements are malformed frames.

@@ -53,6 +53,7 @@ rendezvous::~rendezvous() {
 }
 
 void rendezvous::learn(int r, const std::string& host, int pid) {
+  std::lock_guard<std::mutex> g{mtx_};
   auto& k = known_.at(static_cast<std::size_t>(r));
   k.host = host;
   k.pid = pid;
@@ -63,6 +64,7 @@ void rendezvous::learn(int r, const std::string& host, int pid) {
 }
 
 std::string rendezvous::describe(int r) const {
+  // known_[r] changes only in learn(), which runs before any reader of it.
   const auto& k = known_.at(static_cast<std::size_t>(r));
   auto s = "world rank " + std::to_string(r);
   if (k.pid != 0) s += " (host " + k.host + ", pid " + std::to_string(k.pid) + ")";
@@ -86,6 +88,11 @@ void rendezvous::read_gone_key() {
 }
 
 std::string rendezvous::gone(int r) {
+  std::lock_guard<std::mutex> g{mtx_};
+  return gone_locked(r);
+}
+
+std::string rendezvous::gone_locked(int r) {
   auto& why = gone_.at(static_cast<std::size_t>(r));
   if (!why.empty()) return why;
   auto& k = known_[static_cast<std::size_t>(r)];
@@ -93,13 +100,18 @@ std::string rendezvous::gone(int r) {
   return why;
 }
 
-void rendezvous::check(const std::vector<int>& ranks, const std::string& what) {
+std::string rendezvous::gone_among(const std::vector<int>& ranks) {
+  std::lock_guard<std::mutex> g{mtx_};
   read_gone_key();
   std::string why;
   for (int r : ranks)
     if (r != rank_)
-      if (auto g = gone(r); !g.empty()) why += (why.empty() ? "" : "; ") + g;
-  if (!why.empty())
+      if (auto w = gone_locked(r); !w.empty()) why += (why.empty() ? "" : "; ") + w;
+  return why;
+}
+
+void rendezvous::check(const std::vector<int>& ranks, const std::string& what) {
+  if (const auto why = gone_among(ranks); !why.empty())
     throw error(errc::peer_failure, "world: rank " + std::to_string(rank_) +
                                         " gave up waiting for " + rank_list(ranks) + " to " + what +
                                         ": " + why);

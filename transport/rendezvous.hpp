@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,8 @@ class rendezvous {
   std::string describe(int r) const;
   /// Why world rank r is known to be gone ("" while it is not).
   std::string gone(int r);
+  /// Why ranks of `ranks` are known to be gone ("" while none is).
+  std::string gone_among(const std::vector<int>& ranks);
   /// Throws errc::peer_failure when a rank of `ranks` is known to be gone.
   void check(const std::vector<int>& ranks, const std::string& what);
   /// Throws errc::timeout: `ranks` did not `what` by the deadline.
@@ -63,8 +66,9 @@ class rendezvous {
     int pid = 0;
     int pidfd = -1;
   };
-  /// Reads the gone key (one store round trip) into gone_.
+  /// Reads the gone key (one store round trip) into gone_ (under mtx_).
   void read_gone_key();
+  std::string gone_locked(int r);
 
   store& store_;
   int rank_;
@@ -72,6 +76,7 @@ class rendezvous {
   clock::time_point deadline_;
   std::string gone_key_;
   std::string host_;
+  std::mutex mtx_;                 // guards known_ and gone_ (groups are made from any thread)
   std::vector<known> known_;       // by world rank
   std::vector<std::string> gone_;  // by world rank: why it is gone
 };
