@@ -170,7 +170,7 @@ TEST_CASE("over TCP on the group actors, rank 0 killed fails every survivor in 2
 }
 
 TEST_CASE("a survivor that leaves at once after failing is not blamed; the killed rank is") {
-  run({"tcp, one survivor leaves", "tcp", "", 2, moment::small_loop, 3});
+  run({"tcp, one survivor leaves", "tcp", "", 2, moment::large_loop, 3});
   run({"group actors, one survivor leaves", "tcp", "off", 1, moment::small_loop, 0});
   run({"shm, one survivor leaves", "auto", "", 0, moment::small_loop, 1});
 }

@@ -104,6 +104,12 @@ slowloris_result slowloris(std::uint16_t port, int n, const std::string& handsha
   return out;
 }
 
+/// How many connections a flood opens (TROUPE_FLOOD_CONNECTIONS, 5000 by default).
+int flood_size() {
+  const char* env = std::getenv("TROUPE_FLOOD_CONNECTIONS");
+  return env ? std::max(1, std::atoi(env)) : 5000;
+}
+
 /// `n` connections opened and closed as fast as 4 threads can (half send junk first).
 void flood(std::uint16_t port, int n) {
   std::vector<std::thread> threads;
@@ -114,6 +120,8 @@ void flood(std::uint16_t port, int n) {
         const int fd = connect_to(port);
         if (fd < 0) continue;
         if (left.load() % 2) ::send(fd, "GET / HTTP/1.0\r\n\r\n", 18, MSG_NOSIGNAL);
+        linger reset{1, 0};  // closed with a reset: no TIME_WAIT, ports are not used up
+        ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
         ::close(fd);
       }
     });
@@ -156,7 +164,8 @@ void report(const char* what, const usage& before, const usage& during, const us
                             << " after; slowloris: " << s.opened << " opened, " << s.closed_early
                             << " refused early, " << s.closed_by_deadline
                             << " closed by the deadline (last at " << s.slowest_close_s << " s), "
-                            << s.still_open << " still open");
+                            << s.still_open << " still open; flood: " << flood_size()
+                            << " connections");
 }
 
 void check_bounded(const usage& before, const usage& during, const usage& after,
@@ -209,7 +218,7 @@ TEST_CASE("a data-plane port: a slowloris and a flood cost bounded threads and m
     // A hello announcing a 16-byte token, then the token, a byte at a time.
     const std::string hello = std::string("TROUPEH1\x10\0\0\0", 12) + "0123456789abcdef";
     const auto slow = slowloris(port, n, hello, 10s, [&] { during = usage{}; });
-    flood(port, 5000);
+    flood(port, flood_size());
     std::this_thread::sleep_for(200ms);  // the last handshakes end
     const usage after;
     report("data plane", before, during, after, slow);
@@ -246,7 +255,7 @@ TEST_CASE("rank 0's store: one listening port; a slowloris and a flood cost boun
     during = usage{};
     CHECK(client.get_string("before") == "1");  // serving meanwhile
   });
-  flood(server.port(), 5000);
+  flood(server.port(), flood_size());
   std::this_thread::sleep_for(200ms);
   const usage after;
   report("store", before, during, after, slow);

@@ -409,7 +409,7 @@ void data_plane::peer_gone(int r, const std::string& why, bool crashed, int caus
 }
 
 void data_plane::reject(int r, const std::string& why) {
-  if (stopping_) return;
+  if (stopping_ || at(r).gone.load()) return;  // dropped once
   std::fprintf(stderr, "[troupe rank %d] dropping the connection of %s: %s\n", opts_.rank,
                describe(r).c_str(), why.c_str());
   peer_gone(r, "its connection was dropped: it sent " + why, true);

@@ -92,18 +92,18 @@ bool write_goodbye(byte_stream& out, std::int32_t cause) {
 std::string check_sender(const frame_header& h, const std::string& group,
                          const std::vector<int>& members, int peer) {
   const auto size = static_cast<std::int64_t>(members.size());
+  // The per-frame path: two comparisons and a load.
+  if (h.src >= 0 && h.src < size && members[static_cast<std::size_t>(h.src)] == peer) return {};
   const auto mine = std::find(members.begin(), members.end(), peer);
   if (mine == members.end())
     return "a frame for group '" + group + "', of which it is not a member";
   if (h.src < 0 || h.src >= size)
     return "a frame for group '" + group + "' from group rank " + std::to_string(h.src) +
            ", out of range for the group's " + std::to_string(size) + " ranks";
-  if (members[static_cast<std::size_t>(h.src)] != peer)
-    return "a frame for group '" + group + "' that claims to come from group rank " +
-           std::to_string(h.src) + " (world rank " +
-           std::to_string(members[static_cast<std::size_t>(h.src)]) +
-           "), not from its own group rank " + std::to_string(mine - members.begin());
-  return {};
+  return "a frame for group '" + group + "' that claims to come from group rank " +
+         std::to_string(h.src) + " (world rank " +
+         std::to_string(members[static_cast<std::size_t>(h.src)]) +
+         "), not from its own group rank " + std::to_string(mine - members.begin());
 }
 
 std::uint64_t max_frame_payload() noexcept {
