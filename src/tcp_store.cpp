@@ -126,10 +126,6 @@ std::uint64_t tcp_store_server::refused_connections() const {
   return impl_->core.gate ? impl_->core.gate->refused() : 0;
 }
 
-std::size_t tcp_store_server::connections() const {
-  return impl_->core.gate ? impl_->core.gate->connections() : 0;
-}
-
 struct tcp_store::impl {
   std::string host;
   std::uint16_t port = 0;

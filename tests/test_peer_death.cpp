@@ -37,6 +37,7 @@ struct plan {
 
 /// What the children tell the parent.
 struct board {
+  std::atomic<int> ready{0};            // survivors past the first barrier
   std::atomic<long long> killed_at{0};  // now_ns() just before the kill
   std::atomic<int> victim_pid{0};
   std::atomic<long long> detected_ms[ranks] = {};  // kill -> failure, per survivor (+1)
@@ -67,9 +68,11 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
     if (q != p.victim && q != p.leaver) keepers.push_back(q);
   auto sub = w.new_group(keepers);
   pg.barrier().wait();
+  if (r != p.victim) ++b.ready;
   const bool loop = p.when != moment::idle;
   const std::int64_t len = p.when == moment::large_loop ? (1 << 20) : 1;  // 4 MiB or 4 B
   if (r == p.victim) {
+    while (b.ready.load() < ranks - 1) std::this_thread::sleep_for(1ms);  // all left the barrier
     if (loop) run_until_failure(pg, len, p.when == moment::large_loop ? 3 : 20);
     b.victim_pid = ::getpid();
     b.killed_at = test::now_ns();

@@ -72,7 +72,9 @@ void run_attack(const char* fabric, const std::function<std::string(const std::s
     auto& pg = w.default_group();
     auto sub = w.new_group({0, 1});
     pg.barrier().wait();
+    if (r < 2) s->set("ready/" + std::to_string(r), "1");  // out of the barrier
     if (r == 2) {
+      s->wait({"ready/0", "ready/1"}, 20s);
       const auto bytes = attack(sub->name());
       plane_of(w).send_raw(0, bytes.data(), bytes.size());
       plane_of(w).send_raw(1, bytes.data(), bytes.size());

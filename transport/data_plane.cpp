@@ -18,6 +18,8 @@
 
 namespace troupe::detail {
 
+using namespace std::chrono_literals;
+
 namespace {
 
 /// Writes to a socket without blocking; while the socket is full it calls
@@ -187,6 +189,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     const auto [host, port] = parse_address(r, addr);
     const std::string what =
         "accept this rank's connection at " + host + ":" + std::to_string(port);
+    const auto waiting = "rank " + std::to_string(r) + " to " + what;
     int fd = -1;
     while (fd < 0) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -195,7 +198,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
         fd = tcp_connect(host, port, std::clamp(left, std::chrono::milliseconds(1), rdv.slice));
       } catch (const error& e) {
         if (e.code() != errc::timeout) throw;
-        rdv.check({r}, what);
+        rdv.check(all, waiting);  // a rank that gave up closed its port
         if (left <= rdv.slice) rdv.timed_out({r}, what);
       }
     }
@@ -214,13 +217,21 @@ void data_plane::connect(store& s, rendezvous& rdv) {
         p.out_socket->write(bytes.data(), bytes.size()) && p.out_socket->read(&ack, 1);
     tcp_set_read_timeout(fd, std::chrono::milliseconds(0));
     if (!answered) {
-      rdv.check({r}, what);
+      // It gave up (because a rank is gone?), is dying, or took too long: a
+      // death shows through the store or its pidfd a moment after its
+      // sockets closed, so look for a while before blaming the handshake.
+      const auto until = std::min(rdv.deadline(), std::chrono::steady_clock::now() + 1s);
+      do {
+        rdv.check(all, waiting);
+        std::this_thread::sleep_for(rdv.slice / 4);
+      } while (std::chrono::steady_clock::now() < until);
       if (std::chrono::steady_clock::now() >= rdv.deadline()) rdv.timed_out({r}, what);
     }
     if (!answered || ack != 1)
       throw error(errc::backend, "data plane: " + rdv.describe(r) + " at " + host + ":" +
                                      std::to_string(port) +
-                                     " refused this rank's connection (wrong job token?)");
+                                     " closed this rank's connection without accepting it (a "
+                                     "wrong job token, or it gave up building its world)");
     p.out = p.out_ring ? static_cast<byte_stream*>(p.out_ring.get()) : p.out_socket.get();
   }
   // 4. Wait until every process peer connected to us.
@@ -233,7 +244,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     for (int r : all)
       if (!at(r).local && !at(r).in_socket) missing.push_back(r);
     g.unlock();
-    rdv.check(missing, what);
+    rdv.check(all, rank_list(missing) + " to " + what);
     if (std::chrono::steady_clock::now() >= rdv.deadline()) rdv.timed_out(missing, what);
     g.lock();
   }

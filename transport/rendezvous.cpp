@@ -110,11 +110,17 @@ std::string rendezvous::gone_among(const std::vector<int>& ranks) {
   return why;
 }
 
-void rendezvous::check(const std::vector<int>& ranks, const std::string& what) {
+void rendezvous::check(const std::vector<int>& ranks, const std::string& waiting_for) {
   if (const auto why = gone_among(ranks); !why.empty())
     throw error(errc::peer_failure, "world: rank " + std::to_string(rank_) +
-                                        " gave up waiting for " + rank_list(ranks) + " to " + what +
-                                        ": " + why);
+                                        " gave up building its world (waiting for " + waiting_for +
+                                        "): " + why);
+}
+
+std::vector<int> rendezvous::everyone() const {
+  std::vector<int> all(known_.size());
+  for (std::size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
+  return all;
 }
 
 void rendezvous::timed_out(const std::vector<int>& ranks, const std::string& what) const {
@@ -136,7 +142,8 @@ void rendezvous::wait_for(const std::vector<int>& ranks,
     } catch (const error& e) {
       if (e.code() != errc::timeout) throw;
     }
-    check(ranks, what);
+    // Any rank gone dooms the world, not only those waited for here.
+    check(everyone(), rank_list(ranks) + " to " + what);
     if (clock::now() < deadline_) continue;
     std::vector<int> missing;
     for (std::size_t i = 0; i < ranks.size(); ++i)

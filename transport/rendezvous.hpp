@@ -39,7 +39,7 @@ class rendezvous {
   rendezvous& operator=(const rendezvous&) = delete;
 
   /// Waits until `key_of(r)` exists for every world rank r of `ranks`.
-  /// Throws errc::peer_failure at once when one of them is known to be gone,
+  /// Throws errc::peer_failure at once when any rank is known to be gone,
   /// errc::timeout naming the ranks still missing at the deadline. `what`
   /// says what they were to do ("publish their address").
   void wait_for(const std::vector<int>& ranks, const std::function<std::string(int)>& key_of,
@@ -52,8 +52,11 @@ class rendezvous {
   std::string gone(int r);
   /// Why ranks of `ranks` are known to be gone ("" while none is).
   std::string gone_among(const std::vector<int>& ranks);
-  /// Throws errc::peer_failure when a rank of `ranks` is known to be gone.
-  void check(const std::vector<int>& ranks, const std::string& what);
+  /// Throws errc::peer_failure when a rank of `ranks` is known to be gone,
+  /// saying what this rank was `waiting_for` ("rank 2 to publish its address").
+  void check(const std::vector<int>& ranks, const std::string& waiting_for);
+  /// Every world rank.
+  std::vector<int> everyone() const;
   /// Throws errc::timeout: `ranks` did not `what` by the deadline.
   [[noreturn]] void timed_out(const std::vector<int>& ranks, const std::string& what) const;
   clock::time_point deadline() const noexcept { return deadline_; }

@@ -12,7 +12,6 @@
 /// connect. Clients get the full store interface with the same timeouts and
 /// errors. The server keeps serving when a client disconnects or dies.
 
-#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,8 +47,6 @@ class tcp_store_server {
   /// Connections the gate refused so far: wrong token, not a troupe store
   /// client, truncated, no token within 5 s, or too many awaiting theirs.
   std::uint64_t refused_connections() const;
-  /// Clients connected now (admitted connections).
-  std::size_t connections() const;
 
  private:
   struct impl;
