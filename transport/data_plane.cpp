@@ -270,11 +270,13 @@ std::string data_plane::admit(int r, const frame_header& h, const std::string& g
 bool data_plane::dispatch(int r, received_frame& f, std::string& refusal) {
   auto& p = at(r);
   if (f.header.kind == frame_goodbye) {
+    // A rank that leaves because another failed did not finish its part:
+    // its groups fail as if it had died, naming the rank it blames.
     const int cause = f.header.src;
     const bool blames = cause >= 0 && cause < opts_.world_size && cause != r;
     peer_gone(r,
               blames ? "it left the job after " + describe(cause) + " failed" : "it left the job",
-              false, blames ? cause : -1);
+              blames, blames ? cause : -1);
     return false;
   }
   const auto rt = std::move(p.current);  // checked by admit()
@@ -409,8 +411,11 @@ void data_plane::peer_gone(int r, const std::string& why, bool crashed, int caus
     for (auto& kv : routes_)
       if (kv.second->actor) targets.push_back(kv.second->actor);
   }
-  int none = -1;
-  first_cause_.compare_exchange_strong(none, crashed ? r : cause);
+  // Whom this rank's own goodbye will blame: the first failure it learned of.
+  if (const int blame = cause >= 0 ? cause : crashed ? r : -1; blame >= 0) {
+    int none = -1;
+    first_cause_.compare_exchange_strong(none, blame);
+  }
   if (crashed) crashes_->fetch_add(1);
   // Sends to it fail at once (not under out_mtx: a writer blocked on the
   // full ring of a dead peer holds it until the ring closes).
