@@ -163,6 +163,43 @@ TEST_CASE("a rank killed while it waits for the job id: the store tells the othe
   check_outcome(codes, 2, b, "killed waiting for the job id");
 }
 
+TEST_CASE("rank 0, which serves the store, killed in the rendezvous: the others say so at once") {
+  auto& b = *test::shared_page<board>();
+  auto& port = *test::shared_page<std::atomic<int>>();
+  std::thread killer([&] {
+    kill_victim(
+        b, [] { return true; }, 200ms);
+  });
+  auto codes = test::fork_ranks(3, [&](int r) {
+    if (r == 0) {
+      auto o = client(20s);
+      o.is_server = true;
+      auto s = std::make_shared<tcp_store>("127.0.0.1", 0, o);
+      port = s->port();
+      b.victim_pid = ::getpid();
+      b.entering = 1;
+      std::this_thread::sleep_for(20s);  // killed before it starts the job
+      return false;
+    }
+    while (!port.load()) std::this_thread::sleep_for(1ms);
+    auto s = std::make_shared<tcp_store>("127.0.0.1", port.load(), client(20s));
+    try {
+      world w{test::child_world(s, r, 3, 15s)};
+      return expect(r, false, "a world without rank 0 was built");
+    } catch (const error& e) {
+      const std::string what = e.what();
+      b.failed_ms[r] = (test::now_ns() - b.killed_at.load()) / 1000000 + 1;
+      return expect(r,
+                    e.code() == errc::store &&
+                        what.find("lost the store while waiting for rank 0 to start the job") !=
+                            std::string::npos,
+                    "not the lost store: " + what);
+    }
+  });
+  killer.join();
+  check_outcome(codes, 0, b, "rank 0 killed with the store");
+}
+
 TEST_CASE("a rank killed before it published its address: its ended process is seen at once") {
   // A file_store cannot tell; the victim's process identity is in the store
   // (it waits for rank 1's), so the others watch its process on this host.

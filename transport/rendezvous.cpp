@@ -140,6 +140,10 @@ void rendezvous::wait_for(const std::vector<int>& ranks,
       store_.wait(keys, std::clamp(left, std::chrono::milliseconds(0), slice));
       return;
     } catch (const error& e) {
+      if (e.code() == errc::store)  // e.g. the process serving the store (often rank 0) ended
+        throw error(errc::store, "world: rank " + std::to_string(rank_) +
+                                     " lost the store while waiting for " + rank_list(ranks) +
+                                     " to " + what + ": " + e.what());
       if (e.code() != errc::timeout) throw;
     }
     // Any rank gone dooms the world, not only those waited for here.
