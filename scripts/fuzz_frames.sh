@@ -22,6 +22,7 @@ minutes=10
 build=build
 libfuzzer=0
 seed=$(date +%s)
+seconds=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) minutes="$2"; shift 2 ;;
