@@ -4,7 +4,9 @@
 // (measured in this process before, during and after), every slow stranger
 // is closed by the 5 s handshake deadline, at most 64 await authentication
 // at once, and the rank keeps working. The store's process listens on its
-// store port only (no CAF endpoint behind it).
+// store port only (no CAF endpoint behind it), and a client that proved the
+// token but sends malformed or oversized requests is dropped without the
+// server holding more than what it sent.
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -262,4 +264,43 @@ TEST_CASE("rank 0's store: one listening port; a slowloris and a flood cost boun
   check_bounded(before, during, after, slow, n);
   client.set("after", "2");
   CHECK(server.get_string("after") == "2");
+}
+
+TEST_CASE("rank 0's store: a client with the token that sends malformed requests is dropped") {
+  tcp_store_server server("127.0.0.1", 0, "0123456789abcdef");
+  tcp_store_options o;
+  o.token = "0123456789abcdef";
+  o.timeout = 20s;
+  tcp_store client("127.0.0.1", server.port(), o);
+  client.set("k", "v");
+  const usage before;
+  // Each connection proves the token, then sends one bad message.
+  auto after_preamble = [&](const std::string& bytes, time_t wait_s = 5) {
+    const int fd = connect_to(server.port());
+    REQUIRE(fd >= 0);
+    const auto preamble = std::string("TROUPES1\0\0\0\x10", 12) + "0123456789abcdef";
+    ::send(fd, preamble.data(), preamble.size(), MSG_NOSIGNAL);
+    char ack = 0;
+    CHECK(::recv(fd, &ack, 1, 0) == 1);
+    CHECK(ack == 1);
+    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    timeval tv{wait_s, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c;
+    const auto n = ::recv(fd, &c, 1, 0);  // closed by the server: 0; still open: -1
+    ::close(fd);
+    return n;
+  };
+  auto le32 = [](std::uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
+  CHECK(after_preamble(le32(0xffffffffu)) == 0);                        // over 1 GiB
+  CHECK(after_preamble(le32(9) + std::string(8, '\0') + "\x7f") == 0);  // an unknown request
+  // A set whose key announces more bytes than its message holds.
+  CHECK(after_preamble(le32(13) + std::string(8, '\0') + '\0' + le32(1u << 30)) == 0);
+  // 1 GiB announced, 64 KiB sent: the server holds what came, not what was announced.
+  CHECK(after_preamble(le32(1u << 30) + std::string(64 << 10, 'x'), 1) == -1);
+  const usage after;
+  MESSAGE("store with malformed requests: RSS " << before.rss / 1024 << " -> " << after.rss / 1024
+                                                << " MiB");
+  CHECK(after.rss - before.rss < 64 * 1024);
+  CHECK(client.get_string("k") == "v");  // the store and its other clients go on
 }
