@@ -2,7 +2,6 @@
 
 #include "src/gate_io.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -131,15 +130,6 @@ bool same_token(const std::string& given, const std::string& expected) {
   for (std::size_t i = 0; i < given.size(); ++i)
     diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
   return diff == 0;
-}
-
-std::string gate_peer_name(int fd) {
-  sockaddr_in addr{};
-  socklen_t len = sizeof(addr);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "unknown peer";
-  char buf[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof(buf));
-  return std::string(buf) + ":" + std::to_string(ntohs(addr.sin_port));
 }
 
 }  // namespace troupe::detail

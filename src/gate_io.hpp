@@ -23,7 +23,5 @@ bool gate_write(int fd, const void* data, std::size_t n, gate_clock::time_point 
 std::string gate_read(int fd, void* data, std::size_t n, gate_clock::time_point deadline);
 /// Compares without an early exit, so that timing does not reveal the token's content.
 bool same_token(const std::string& given, const std::string& expected);
-/// The "127.0.0.1:40211" of the other end.
-std::string gate_peer_name(int fd);
 
 }  // namespace troupe::detail
