@@ -270,13 +270,13 @@ std::string data_plane::admit(int r, const frame_header& h, const std::string& g
 bool data_plane::dispatch(int r, received_frame& f, std::string& refusal) {
   auto& p = at(r);
   if (f.header.kind == frame_goodbye) {
-    // A rank that leaves because another failed did not finish its part:
-    // its groups fail as if it had died, naming the rank it blames.
+    // A rank that left on purpose: only calls still waiting for it fail
+    // (what it sent before it left still counts), naming the rank it blames.
     const int cause = f.header.src;
     const bool blames = cause >= 0 && cause < opts_.world_size && cause != r;
     peer_gone(r,
               blames ? "it left the job after " + describe(cause) + " failed" : "it left the job",
-              blames, blames ? cause : -1);
+              false, blames ? cause : -1);
     return false;
   }
   const auto rt = std::move(p.current);  // checked by admit()

@@ -37,9 +37,10 @@
 // a bad frame, fails every pending and later call of every group that rank
 // belongs to (group actors by a gone message; fabrics through crashed() and
 // crash_reason()). A goodbye means the rank left on purpose (only calls still
-// waiting for it fail); when it left because a rank failed, the goodbye names
-// that rank: its groups fail as for a death, and the blame lands on the cause,
-// not on the rank that left after it.
+// waiting for it fail); when it left after a rank failed, the goodbye names
+// that rank, so the blame lands on the cause and not on the rank that left
+// after it. (It is not failed as a death: it may have finished its part, and
+// it may leave long after the failure, having worked on in other groups.)
 
 #include <atomic>
 #include <chrono>
@@ -126,8 +127,7 @@ class data_plane {
   /// Why world rank r is gone (empty while it is connected).
   std::string gone_reason(int r);
   /// Why world rank r failed (its connection ended without a goodbye or was
-  /// dropped for bad frames, or it left blaming another rank); empty while
-  /// it did not.
+  /// dropped for bad frames); empty while it did not.
   std::string crash_reason(int r);
   /// How many peers failed so far; shared, so that a fabric checks it with
   /// one load while the data plane may already be gone.
@@ -172,9 +172,9 @@ class data_plane {
   bool dispatch(int r, received_frame& f, std::string& refusal);
   /// Reads r's socket until it has nothing more (the caller holds in_mtx).
   bool drain(int r, bool& any);
-  /// Rank r is gone: `crashed` (died, broke its connection, sent bad frames,
-  /// or left blaming another rank: its groups fail) or left with a goodbye;
-  /// `cause`: the world rank it blamed (-1: none).
+  /// Rank r is gone: `crashed` (died, broke its connection, sent bad frames:
+  /// its groups fail) or left with a goodbye; `cause`: the world rank it
+  /// blamed (-1: none).
   void peer_gone(int rank, const std::string& why, bool crashed, int cause = -1);
   void set_route(const std::string& group, const std::function<void(route&)>& change);
   template <class Envelope>
