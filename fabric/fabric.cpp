@@ -225,8 +225,13 @@ bool fabric::step_head(std::vector<finished>& out) {
         leave(nullptr);
         continue;
       }
-      stop(fail(errc::peer_failure, why + " before finishing this " + op.name));
-      continue;
+      // It may have moved the operation on to wait for a rank that is still
+      // there (the one that left had finished its part): then it waits on.
+      const int next = op.blocker().first;
+      if (auto again = next == peer ? why : med_->lost(op.op, next); !again.empty()) {
+        stop(fail(errc::peer_failure, again + " before finishing this " + op.name));
+        continue;
+      }
     }
     if (fabric_clock::now() >= op.deadline) {
       stop(fail(errc::timeout,
