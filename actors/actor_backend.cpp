@@ -98,7 +98,7 @@ class actor_backend final : public backend {
     auto& dir = in_process_directory::instance();
     dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
     const auto& plane = rt_.plane();
-    if (plane) plane->add_group(ctx.group_name, group_);
+    if (plane) plane->add_group(ctx.group_name, ctx.global_ranks, group_);
     auto in_other_process = [&](int r) {
       return plane && !plane->is_local(ctx.global_ranks[static_cast<std::size_t>(r)]);
     };

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "algorithms/algorithm.hpp"
+#include "transport/frame.hpp"
 #include "transport/transport.hpp"
 #include "troupe/error.hpp"
 
@@ -55,8 +56,14 @@ struct group_state {
   std::uint64_t issued = 0;  // collectives issued; the last one has seq == issued
   std::map<std::uint64_t, running_op> ops;
   std::map<std::uint64_t, std::vector<envelope>> early;  // data for calls not made yet
-  std::deque<p2p_envelope> unmatched;                    // p2p messages nobody asked for yet
-  std::map<std::uint64_t, pending_recv> recvs;           // by post order
+  struct early_account {
+    std::size_t messages = 0;
+    std::uint64_t bytes = 0, next_bytes = 0;  // all early payloads, those of seq issued + 1
+  };
+  std::vector<early_account> early_from;        // by sender (bounds: transport/frame.hpp)
+  std::vector<early_account> unmatched_from;    // the same for unmatched p2p messages
+  std::deque<p2p_envelope> unmatched;           // p2p messages nobody asked for yet
+  std::map<std::uint64_t, pending_recv> recvs;  // by post order
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
   std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
@@ -178,6 +185,58 @@ void deliver(self_ptr self, running_op& op, std::uint64_t seq, envelope& env) {
   }
 }
 
+std::uint64_t payload_bytes(const envelope& e) {
+  return e.payload.defined() ? e.payload.nbytes() : 0;
+}
+
+group_state::early_account& early_from(group_state& st, int src) {
+  st.early_from.resize(static_cast<std::size_t>(st.info.size));
+  return st.early_from[static_cast<std::size_t>(src)];
+}
+
+/// Keeps data for a call not made yet. A peer in another process that sent
+/// more ahead than transport/frame.hpp allows is failed instead.
+void keep_early(group_state& st, envelope& env) {
+  auto& a = early_from(st, env.src);
+  const auto n = payload_bytes(env);
+  const bool next = env.seq == st.issued + 1;
+  if (st.net->in_other_process(env.src)) {
+    std::string why;
+    if (a.messages >= max_waiting_messages)
+      why = "more than " + std::to_string(max_waiting_messages) + " messages for group '" +
+            st.info.name + "' that this rank has not taken yet";
+    else if (!next && a.bytes - a.next_bytes + n > max_early_bytes)
+      why = "more than " + std::to_string(max_early_bytes) + " bytes for calls of group '" +
+            st.info.name + "' after the next one (sequence number " + std::to_string(env.seq) +
+            "; this rank issued " + std::to_string(st.issued) + ")";
+    if (!why.empty()) {
+      st.net->reject(env.src, why);  // its gone message fails this group's calls
+      return;
+    }
+  }
+  ++a.messages;
+  a.bytes += n;
+  if (next) a.next_bytes += n;
+  st.early[env.seq].push_back(std::move(env));
+}
+
+/// Call `seq` was issued: takes its early data (into `taken`), drops what
+/// came for sequence numbers before it, and counts seq + 1 as the next.
+void take_early(group_state& st, std::uint64_t seq, std::vector<envelope>& taken) {
+  for (auto e = st.early.begin(); e != st.early.end() && e->first <= seq;) {
+    for (auto& env : e->second) {
+      auto& a = early_from(st, env.src);
+      --a.messages;
+      a.bytes -= payload_bytes(env);
+    }
+    if (e->first == seq) taken = std::move(e->second);
+    e = st.early.erase(e);
+  }
+  for (auto& a : st.early_from) a.next_bytes = 0;
+  if (auto n = st.early.find(seq + 1); n != st.early.end())
+    for (auto& env : n->second) early_from(st, env.src).next_bytes += payload_bytes(env);
+}
+
 /// Answers `rp` with the abort reason if the group was aborted.
 bool refused(const group_state& st, const std::string& op,
              caf::typed_response_promise<tensor_list>& rp) {
@@ -278,9 +337,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           op.ctx =
               std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq, *st.net);
           op.alg = make_algorithm(*call, st.info.rank, st.info.size);
-          if (auto e = st.early.find(seq); e != st.early.end()) {
-            auto msgs = std::move(e->second);
-            st.early.erase(e);
+          std::vector<envelope> msgs;
+          take_early(st, seq, msgs);
+          if (!msgs.empty()) {
             for (auto& env : msgs) {
               if (!st.ops.count(seq)) break;
               deliver(self, st.ops[seq], seq, env);
@@ -319,6 +378,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             if (!matches(*call, *i)) continue;
             auto msg = std::move(*i);
             st.unmatched.erase(i);
+            auto& a = st.unmatched_from[static_cast<std::size_t>(msg.src)];
+            --a.messages;
+            a.bytes -= msg.payload.defined() ? msg.payload.nbytes() : 0;
             complete_recv(st, r, msg);
             return rp;
           }
@@ -333,7 +395,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             deliver(self, i->second, env.seq, env);
             advance(self, env.seq);
           } else if (env.seq > st.issued) {
-            st.early[env.seq].push_back(std::move(env));
+            keep_early(st, env);
           }  // else: the call already finished or failed here; drop the late message
         },
         [self](msg_atom, p2p_envelope& msg) {
@@ -345,6 +407,20 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             complete_recv(st, r, msg);
             return;
           }
+          // Kept until a receive matches; a peer in another process within bounds.
+          st.unmatched_from.resize(static_cast<std::size_t>(st.info.size));
+          auto& a = st.unmatched_from[static_cast<std::size_t>(msg.src)];
+          const auto n = msg.payload.defined() ? msg.payload.nbytes() : 0;
+          if (st.net->in_other_process(msg.src) &&
+              (a.messages >= max_waiting_messages || a.bytes + n > max_early_bytes)) {
+            st.net->reject(msg.src, "more than " + std::to_string(max_waiting_messages) +
+                                        " messages or " + std::to_string(max_early_bytes) +
+                                        " bytes to group '" + st.info.name +
+                                        "' that no receive matched yet");
+            return;
+          }
+          ++a.messages;
+          a.bytes += n;
           st.unmatched.push_back(std::move(msg));
         },
         [self](timeout_atom) { on_tick(self); },

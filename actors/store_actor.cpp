@@ -12,8 +12,6 @@
 #include <cstdio>
 #include <map>
 
-#include <caf/io/all.hpp>
-
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -239,100 +237,120 @@ store_actor::behavior_type store_behavior(store_ptr self, std::string token,
   };
 }
 
-struct relay_state {
-  store_actor server;
-  std::string where;
-  caf::error lost;  // set once the server is gone
-  std::map<std::uint64_t, caf::response_promise> open;
-  std::uint64_t next = 0;
-  static inline const char* name = "troupe_store_relay";
-};
-
-using relay_ptr = store_actor::stateful_pointer<relay_state>;
-
-/// Bounds how long the relay keeps a request the server never answers (the caller gave up long
-/// ago).
-constexpr auto relay_slack = std::chrono::minutes(10);
-
-/// Forwards one request answered by `Rs...` to the server; answers with its reply or its loss.
-template <class... Rs, class... Ts>
-caf::result<Rs...> forward(relay_ptr self, std::chrono::milliseconds limit, Ts&&... xs) {
-  auto& st = self->state;
-  if (st.lost) return st.lost;
-  const auto id = st.next++;
-  st.open.emplace(id, self->make_response_promise());
-  auto answer = [self, id](auto&&... reply) {
-    auto it = self->state.open.find(id);
-    if (it == self->state.open.end()) return;  // answered with the loss already
-    it->second.deliver(std::move(reply)...);
-    self->state.open.erase(it);
-  };
-  self->request(st.server, limit + relay_slack, std::forward<Ts>(xs)...)
-      .then([answer](Rs&... rs) { answer(std::move(rs)...); },
-            [answer](caf::error& e) { answer(std::move(e)); });
-  return st.open.at(id);
+/// A store_reply carrying the failure `e` (a troupe error keeps its code and message).
+store_reply failure(caf::actor_system& sys, const caf::error& e) {
+  store_reply r;
+  r.failed = true;
+  if (e.category() == caf::atom("troupe") && e.context().match_elements<std::string>()) {
+    r.code = static_cast<errc>(e.code() - 1);
+    r.message = e.context().get_as<std::string>(0);
+  } else {
+    r.code = errc::store;
+    r.message = sys.render(e);
+  }
+  return r;
 }
 
-store_actor::behavior_type relay_behavior(relay_ptr self, store_actor server, std::string where) {
-  self->state.server = server;
-  self->state.where = std::move(where);
-  self->monitor(server);
-  self->set_down_handler([self](caf::down_msg& dm) {
-    auto& st = self->state;
-    st.lost = make_troupe_error(
-        static_cast<int>(errc::store),
-        "lost the connection to the store at " + st.where + " (" + caf::to_string(dm.reason) + ")");
-    for (auto& [id, rp] : st.open) rp.deliver(st.lost);
-    st.open.clear();
-  });
-  const auto none = std::chrono::milliseconds(0);
+caf::behavior session_behavior(caf::event_based_actor* self, store_actor server,
+                               std::string token) {
   return {
-      [self, none](kv_set_atom a, std::string& t, std::string& k, bytes& v) {
-        return forward<bool>(self, none, a, std::move(t), std::move(k), std::move(v));
+      [self, server, token](store_call_ptr& c) {
+        const auto& q = c->request;
+        auto& sys = self->system();
+        auto fail = [c, &sys](caf::error& e) { c->done(failure(sys, e)); };
+        const auto key = q.keys.empty() ? std::string() : q.keys.front();
+        const auto value = q.values.empty() ? bytes() : q.values.front();
+        auto ok = [c](bool) { c->done(store_reply{}); };
+        switch (q.op) {
+          case store_op::set:
+            self->request(server, caf::infinite, kv_set_atom::value, token, key, value)
+                .then(ok, fail);
+            return;
+          case store_op::multi_set:
+            self->request(server, caf::infinite, kv_mset_atom::value, token, q.keys, q.values)
+                .then(ok, fail);
+            return;
+          case store_op::add:
+            self->request(server, caf::infinite, kv_add_atom::value, token, key, q.number)
+                .then(
+                    [c](std::int64_t v) {
+                      store_reply r;
+                      r.number = v;
+                      c->done(std::move(r));
+                    },
+                    fail);
+            return;
+          case store_op::compare_set:
+            self->request(server, caf::infinite, kv_cas_atom::value, token, key, q.values.at(0),
+                          q.values.at(1))
+                .then(
+                    [c](bytes& v) {
+                      store_reply r;
+                      r.value = std::move(v);
+                      c->done(std::move(r));
+                    },
+                    fail);
+            return;
+          case store_op::append:
+            self->request(server, caf::infinite, kv_append_atom::value, token, key, value)
+                .then(ok, fail);
+            return;
+          case store_op::check:
+          case store_op::remove: {
+            auto flag = [c](bool v) {
+              store_reply r;
+              r.flag = v;
+              c->done(std::move(r));
+            };
+            if (q.op == store_op::check)
+              self->request(server, caf::infinite, kv_check_atom::value, token, q.keys)
+                  .then(flag, fail);
+            else
+              self->request(server, caf::infinite, kv_del_atom::value, token, key).then(flag, fail);
+            return;
+          }
+          case store_op::wait:
+            self->request(server, caf::infinite, kv_wait_atom::value, token, q.keys, q.number,
+                          q.flag)
+                .then(
+                    [c](std::vector<std::string>& missing, std::vector<bytes>& values) {
+                      store_reply r;
+                      r.missing = std::move(missing);
+                      r.values = std::move(values);
+                      c->done(std::move(r));
+                    },
+                    fail);
+            return;
+          case store_op::count:
+            self->request(server, caf::infinite, kv_count_atom::value, token)
+                .then(
+                    [c](std::int64_t v) {
+                      store_reply r;
+                      r.number = v;
+                      c->done(std::move(r));
+                    },
+                    fail);
+            return;
+          case store_op::watch:
+          case store_op::goodbye:
+            break;
+        }
+        store_reply r;
+        r.failed = true;
+        r.message = "tcp_store: a request the store session does not serve";
+        c->done(std::move(r));
       },
-      [self, none](kv_mset_atom a, std::string& t, std::vector<std::string>& k,
-                   std::vector<bytes>& v) {
-        return forward<bool>(self, none, a, std::move(t), std::move(k), std::move(v));
-      },
-      [self, none](kv_add_atom a, std::string& t, std::string& k, std::int64_t d) {
-        return forward<std::int64_t>(self, none, a, std::move(t), std::move(k), d);
-      },
-      [self, none](kv_cas_atom a, std::string& t, std::string& k, bytes& e, bytes& d) {
-        return forward<bytes>(self, none, a, std::move(t), std::move(k), std::move(e),
-                              std::move(d));
-      },
-      [self, none](kv_append_atom a, std::string& t, std::string& k, bytes& v) {
-        return forward<bool>(self, none, a, std::move(t), std::move(k), std::move(v));
-      },
-      [self, none](kv_check_atom a, std::string& t, std::vector<std::string>& k) {
-        return forward<bool>(self, none, a, std::move(t), std::move(k));
-      },
-      [self](kv_wait_atom a, std::string& t, std::vector<std::string>& k, std::int64_t ms,
-             bool values) {
-        return forward<std::vector<std::string>, std::vector<bytes>>(
-            self, std::chrono::milliseconds(std::max<std::int64_t>(ms, 0)), a, std::move(t),
-            std::move(k), ms, values);
-      },
-      [self, none](kv_del_atom a, std::string& t, std::string& k) {
-        return forward<bool>(self, none, a, std::move(t), std::move(k));
-      },
-      [self, none](kv_count_atom a, std::string& t) {
-        return forward<std::int64_t>(self, none, a, std::move(t));
-      },
-      [](kv_expire_atom, std::uint64_t) {},
   };
 }
 
 }  // namespace
 
-store_actor spawn_store_relay(caf::actor_system& sys, store_actor server, std::string where) {
-  return sys.spawn(relay_behavior, std::move(server), std::move(where));
+caf::actor spawn_store_session(caf::actor_system& sys, store_actor server, std::string token) {
+  return sys.spawn(session_behavior, std::move(server), std::move(token));
 }
 
 void configure_store_system(caf::actor_system_config& cfg) {
-  cfg.load<caf::io::middleman>();
   cfg.set("scheduler.policy", caf::atom("sharing"));
-  cfg.set("middleman.workers", std::size_t{0});
   cfg.add_message_type<bytes>("troupe_bytes");
   cfg.add_message_type<std::vector<bytes>>("troupe_bytes_list");
 }

@@ -7,16 +7,33 @@
 // reads (get, wait, multi_get) are one message, kv_wait: the actor keeps the
 // caller's promise and answers once every key exists, or with the keys still
 // missing when the caller's timeout passes, or drops it when the caller is gone.
+// The store actor is never published (no CAF port is open): clients reach it
+// through sessions, one per connection (src/store_gate.hpp) and one per
+// client in the server's own process, which turn store_wire requests into its
+// messages and its answers back.
 
 #include <caf/all.hpp>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "src/store_wire.hpp"
 #include "troupe/store.hpp"
+
+namespace troupe::detail {
+/// One request to the store and where its answer goes (never leaves the process).
+struct store_call {
+  store_request request;
+  std::function<void(store_reply)> done;  ///< called on the session's thread
+};
+using store_call_ptr = std::shared_ptr<store_call>;
+}  // namespace troupe::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::store_call_ptr)
 
 namespace troupe::detail {
 
@@ -58,10 +75,8 @@ using store_actor = caf::typed_actor<
     // Self-message: the deadline of waiter `id` passed (ignored from anyone else).
     caf::reacts_to<kv_expire_atom, std::uint64_t>>;
 
-/// Configures an actor system that serves or reaches a store: loads the
-/// middleman, picks the low-latency scheduler (sharing, no middleman workers)
-/// and registers the byte-vector message types (unregistered types would
-/// arrive empty). Servers and clients must both use it.
+/// Configures the actor system of a store server: the low-latency scheduler
+/// (sharing) and the byte-vector message types.
 void configure_store_system(caf::actor_system_config& cfg);
 
 /// Spawns the store actor; it refuses requests whose token differs from
@@ -69,12 +84,10 @@ void configure_store_system(caf::actor_system_config& cfg);
 store_actor spawn_store_actor(caf::actor_system& sys, std::string token,
                               std::shared_ptr<std::atomic<std::uint64_t>> refused);
 
-/// Spawns a client's relay to the (remote) store actor `server`: it offers the
-/// same interface, forwards every request, and fails every open and later
-/// request at once when `server` goes away (CAF drops messages to a proxy whose
-/// connection closed, so a client would otherwise wait for its timeout).
-/// `where` ("host:port") is named in that error.
-store_actor spawn_store_relay(caf::actor_system& sys, store_actor server, std::string where);
+/// Spawns a session with `server`: each store_call_ptr it receives is asked
+/// of the server (with `token`) and its answer handed to the call's done().
+/// The server drops the waiters of a session that exited.
+caf::actor spawn_store_session(caf::actor_system& sys, store_actor server, std::string token);
 
 /// The refusal every store answers a wrong token with.
 inline constexpr const char* refused_token_message = "tcp_store: request refused: wrong job token";

@@ -31,7 +31,9 @@ message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string ke
       global_ranks_(std::move(global_ranks)),
       rank_(rank),
       group_(std::move(group)),
-      names_(std::move(names)) {
+      names_(std::move(names)),
+      waiting_(global_ranks_.size()) {
+  if (auto p = plane_.lock()) crashes_ = p->crashed();
   for (int r = 0; r < size(); ++r)
     if (r != rank_ && !is_local(r)) remote_.push_back(global_ranks_[static_cast<std::size_t>(r)]);
 }
@@ -50,9 +52,10 @@ void message_medium::attach() {
   }
   if (auto plane = plane_.lock(); plane && !remote_.empty())
     plane->add_sink(
-        group_,
+        group_, global_ranks_,
         [self](received_frame& f) {
-          if (auto m = self.lock()) m->deliver(f);
+          auto m = self.lock();
+          return m ? m->deliver(f) : std::string();
         },
         [self](const frame_header& h) {
           auto m = self.lock();
@@ -79,12 +82,37 @@ std::shared_ptr<message_medium> message_medium::local_peer(int r) {
   return slot.lock();
 }
 
-void message_medium::deliver(received_frame& f) {
-  deliver(f.header.seq, f.header.step, f.header.src,
-          message{f.header.code, std::move(f.payload), false, nullptr, std::move(f.fp)});
+std::string message_medium::deliver(received_frame& f) {
+  return deliver(f.header.seq, f.header.step, f.header.src,
+                 message{f.header.code, std::move(f.payload), false, nullptr, std::move(f.fp)});
 }
 
-void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, message m) {
+std::string message_medium::count(std::uint64_t op, int src, message& m) {
+  auto& w = waiting_[static_cast<std::size_t>(src)];
+  const auto bytes = m.payload.defined() ? m.payload.nbytes() : 0;
+  const bool early = op > ended_ + 1;
+  if (!is_local(src)) {  // ranks of this process are trusted
+    if (w.messages >= max_waiting_messages)
+      return "more than " + std::to_string(max_waiting_messages) + " messages for group '" +
+             group_ + "' that this rank has not taken yet";
+    if (early && w.early + bytes > max_early_bytes)
+      return "more than " + std::to_string(max_early_bytes) + " bytes for operations of group '" +
+             group_ + "' after the next one (operation " + std::to_string(op) +
+             "; this rank finished operation " + std::to_string(ended_) + ")";
+  }
+  ++w.messages;
+  m.early = early ? bytes : 0;
+  w.early += m.early;
+  return {};
+}
+
+void message_medium::uncount(int src, const message& m) {
+  auto& w = waiting_[static_cast<std::size_t>(src)];
+  --w.messages;
+  w.early -= m.early;
+}
+
+std::string message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, message m) {
   const key k{op, step, src};
   arrival_fn fn;
   {
@@ -92,13 +120,18 @@ void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, mess
     // A late message of an operation that ended (failed) is dropped: kept,
     // it would hold its payload (perhaps the caller's output, received in
     // place) until the group ends.
-    if (op <= ended_) return;
+    if (op <= ended_) return {};
     auto h = handlers_.find(k);
     if (h != handlers_.end() && h->second.first == m.code) {
       fn = std::move(h->second.second);
       handlers_.erase(h);
       running_.insert(op);
     } else {
+      if (auto old = inbox_.find(k); old != inbox_.end()) {  // sent twice: the last one counts
+        uncount(src, old->second);
+        inbox_.erase(old);
+      }
+      if (auto why = count(op, src, m); !why.empty()) return why;
       inbox_[k] = std::move(m);
     }
   }
@@ -112,6 +145,7 @@ void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, mess
     }
     m.payload = tensor{};
     std::lock_guard<std::mutex> g{mtx_};
+    ++waiting_[static_cast<std::size_t>(src)].messages;  // a marker, no payload
     inbox_[k] = std::move(done);
     running_.erase(running_.find(op));
     idle_.notify_all();
@@ -121,6 +155,7 @@ void message_medium::deliver(std::uint64_t op, std::uint32_t step, int src, mess
     bell_.fetch_add(1);
     futex_wake(bell_);
   }
+  return {};
 }
 
 bool message_medium::on_arrival(std::uint64_t op, std::uint32_t step, int src, std::uint8_t code,
@@ -162,7 +197,16 @@ void message_medium::end_op(std::uint64_t op) {
   handlers_.erase(handlers_.lower_bound({op, 0, 0}), handlers_.lower_bound({op + 1, 0, 0}));
   idle_.wait(g, [&] { return running_.count(op) == 0; });
   // What a finished handler left, or a failed operation never took.
-  inbox_.erase(inbox_.lower_bound({op, 0, 0}), inbox_.lower_bound({op + 1, 0, 0}));
+  const auto next = inbox_.lower_bound({op + 1, 0, 0});
+  for (auto i = inbox_.lower_bound({op, 0, 0}); i != next;) {
+    uncount(std::get<2>(i->first), i->second);
+    i = inbox_.erase(i);
+  }
+  // The next operation's messages are no longer early.
+  for (auto i = next; i != inbox_.end() && std::get<0>(i->first) <= ended_ + 1; ++i) {
+    waiting_[static_cast<std::size_t>(std::get<2>(i->first))].early -= i->second.early;
+    i->second.early = 0;
+  }
 }
 
 void message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
@@ -216,9 +260,29 @@ void message_medium::sleep(int, std::chrono::nanoseconds max, const std::functio
   if (reads) pumping(+1, false);
 }
 
+std::string message_medium::crashed_members() {
+  auto plane = plane_.lock();
+  if (!plane) return {};
+  const auto seen = crashes_->load();
+  std::string why;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_ || is_local(r)) continue;
+    if (auto c = plane->crash_reason(global_ranks_[static_cast<std::size_t>(r)]); !c.empty())
+      why += (why.empty() ? "" : "; ") + names_[static_cast<std::size_t>(r)] + " left group '" +
+             group_ + "' (" + c + ")";
+  }
+  if (why.empty()) crashes_seen_ = seen;  // failures of ranks outside this group
+  return why;
+}
+
 std::string message_medium::lost(std::uint64_t, int blocker) {
-  // Only the rank the operation waits for: one that finished its part and
-  // left (what it sent came before it left) is not missed.
+  // A member whose process died (or was dropped for bad frames) fails every
+  // operation, whichever rank it waits for: one load while no peer failed.
+  if (crashes_ && crashes_->load(std::memory_order_relaxed) != crashes_seen_)
+    if (auto why = crashed_members(); !why.empty()) return why;
+  // A member that left on purpose: only the rank the operation waits for.
+  // One that finished its part and left (what it sent came before it left)
+  // is not missed.
   if (blocker < 0 || blocker == rank_) return {};
   const auto& name = names_[static_cast<std::size_t>(blocker)];
   if (is_local(blocker))

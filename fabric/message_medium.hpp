@@ -22,6 +22,11 @@
 // then reads the payload straight into it, and placing it there copies
 // nothing. end_op revokes what it posted: from then on no byte is written
 // there, even by a frame being read at that moment.
+// Bounds: a peer in another process may have at most max_waiting_messages
+// messages waiting here, and max_early_bytes of payload for operations after
+// the next one (transport/frame.hpp); a frame beyond them is refused, which
+// fails that peer. A peer process that died fails every operation (lost()),
+// not only those blocked on it.
 
 #include <atomic>
 #include <condition_variable>
@@ -53,6 +58,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
     bool consumed = false;     ///< an arrival handler took the payload
     std::exception_ptr error;  ///< what that handler threw
     fingerprint_ptr fp;        ///< what the sender called (on its first message of a call)
+    std::uint64_t early = 0;   ///< payload bytes counted against max_early_bytes
   };
   using arrival_fn = std::function<void(const tensor&)>;
 
@@ -112,6 +118,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
       std::lock_guard<std::mutex> g{mtx_};
       auto it = inbox_.lower_bound({op, 0, 0});
       while (it != inbox_.end() && std::get<0>(it->first) == op) {
+        uncount(std::get<2>(it->first), it->second);
         got.emplace_back(std::get<2>(it->first), std::get<1>(it->first), std::move(it->second));
         it = inbox_.erase(it);
       }
@@ -120,8 +127,14 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   }
 
  private:
-  void deliver(received_frame& f);
-  void deliver(std::uint64_t op, std::uint32_t step, int src, message m);
+  /// Why a frame from another process is refused ("": taken).
+  std::string deliver(received_frame& f);
+  std::string deliver(std::uint64_t op, std::uint32_t step, int src, message m);
+  /// Counts a message into the inbox (under mtx_); why it may not wait there.
+  std::string count(std::uint64_t op, int src, message& m);
+  void uncount(int src, const message& m);
+  /// Why the group can never finish an operation: members whose process died.
+  std::string crashed_members();
   /// The inbox of local rank r (null once its group is gone).
   std::shared_ptr<message_medium> local_peer(int r);
   /// Starts (+1) or stops (-1) pumping every peer's connection.
@@ -151,6 +164,15 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   std::uint64_t ended_ = 0;               // every operation up to this one ended (fabric's order)
   std::multiset<std::uint64_t> running_;  // ops whose handlers run now
   std::condition_variable idle_;          // a handler finished
+  struct waiting {
+    std::size_t messages = 0;
+    std::uint64_t early = 0;
+  };
+  std::vector<waiting> waiting_;  // by sender (under mtx_)
+  // The data plane's count of failed peers, and the count at the last
+  // look that found no member among them (lost() runs under the fabric's lock).
+  std::shared_ptr<const std::atomic<std::uint32_t>> crashes_;
+  std::uint32_t crashes_seen_ = 0;
   std::atomic<std::uint32_t> bell_{0};
   std::atomic<std::uint32_t> sleepers_{0};
 };

@@ -15,6 +15,8 @@ namespace {
 
 /// How often a blocked operation checks that the peers' processes are alive.
 constexpr auto liveness_period = std::chrono::milliseconds(5);
+/// How long a rank that left waits to be named while no process is gone.
+constexpr auto left_grace = std::chrono::milliseconds(20);
 
 bool process_gone(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
@@ -67,31 +69,42 @@ void shm_medium::leave() {
 
 std::string shm_medium::lost(std::uint64_t op, int) {
   // Any rank that has not finished the operation: its done counter says so.
-  // Every lost rank is named (when two are gone, which went first is unknown).
+  // A rank whose process is gone is the cause and is named alone (every one,
+  // when several are gone: which went first is unknown); a rank that left
+  // the group is named only when no process is gone, and only after a short
+  // grace (it may have left because another rank died, which the pidfds
+  // show a moment later than that rank saw it).
   const auto now = fabric_clock::now();
-  const bool check_processes = now >= next_liveness_check_;
-  if (check_processes) next_liveness_check_ = now + liveness_period;
-  std::string why;
-  auto add = [&](const std::string& s) { why += (why.empty() ? "" : "; ") + s; };
+  std::string left, gone;
+  auto add = [](std::string& to, const std::string& s) { to += (to.empty() ? "" : "; ") + s; };
+  std::vector<int> unfinished;
   for (int r = 0; r < size(); ++r) {
     // A rank that finished this operation owes nothing more to it.
     if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
-    auto& id = seg_->identity(r);
-    const auto& name = names_[static_cast<std::size_t>(r)];
-    if (id.left.load(std::memory_order_acquire)) {
-      add(name + " left group '" + group_ + "'");
-      continue;
-    }
-    const auto pid = id.pid.load();
-    if (!check_processes || pid == 0 || pid == ::getpid()) continue;
+    unfinished.push_back(r);
+    if (seg_->identity(r).left.load(std::memory_order_acquire))
+      add(left, names_[static_cast<std::size_t>(r)] + " left group '" + group_ + "'");
+  }
+  const bool check_processes = now >= next_liveness_check_ || !left.empty();
+  if (check_processes) next_liveness_check_ = now + liveness_period;
+  for (int r : check_processes ? unfinished : std::vector<int>{}) {
+    const auto pid = seg_->identity(r).pid.load();
+    if (pid == 0 || pid == ::getpid()) continue;
     auto& fd = pidfds_[static_cast<std::size_t>(r)];
 #ifdef SYS_pidfd_open
     if (fd < 0) fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 #endif
     if (fd < 0 ? ::kill(pid, 0) != 0 && errno == ESRCH : process_gone(fd))
-      add(name + " left group '" + group_ + "' (its process is gone)");
+      add(gone, names_[static_cast<std::size_t>(r)] + " left group '" + group_ +
+                    "' (its process is gone)");
   }
-  return why;
+  if (!gone.empty()) return gone;
+  if (left.empty()) {
+    left_seen_.reset();
+    return {};
+  }
+  if (!left_seen_) left_seen_ = now;
+  return now - *left_seen_ >= left_grace ? left : std::string();
 }
 
 }  // namespace troupe::detail

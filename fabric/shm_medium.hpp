@@ -6,6 +6,7 @@
 // milliseconds while an operation is blocked).
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,10 @@ class shm_medium final : public medium {
   std::unique_ptr<peer_memory> peers_;  // between processes: the peers' shared buffers
   std::vector<int> pidfds_;             // per rank, opened when first needed
   fabric_clock::time_point next_liveness_check_{};
+  // When a rank that left was first seen (no process found dead then): it is
+  // named after a short grace, so that a rank that left because another one
+  // died is not blamed before that death shows.
+  std::optional<fabric_clock::time_point> left_seen_;
 };
 
 }  // namespace troupe::detail

@@ -10,10 +10,15 @@
 #include <random>
 #include <set>
 
+#include <unistd.h>
+
 #include "actors/rank_runtime.hpp"
 #include "src/wait_policy.hpp"
+#include "src/watchful_store.hpp"
 #include "transport/data_plane.hpp"
+#include "transport/rendezvous.hpp"
 #include "troupe/error.hpp"
+#include "troupe/tcp_store.hpp"
 
 namespace troupe {
 
@@ -23,6 +28,7 @@ backend_creator find_backend(const std::string& name);
 
 struct world::impl {
   world_options opts;
+  std::shared_ptr<detail::rendezvous> rdv;  // who is known to be gone, for the groups' set-up
   std::unique_ptr<detail::rank_runtime> rt;
   std::shared_ptr<process_group> default_group;
   debug_level debug = debug_level::off;
@@ -52,6 +58,20 @@ void invalid(const std::string& what) {
   throw error(errc::invalid_argument, what);
 }
 
+/// Asks the server of `s` (a tcp_store, perhaps behind prefixes) to append
+/// `line` to `key` should this process's connection end without a goodbye.
+void watch_this_process(store& s, const std::string& key, const std::string& line) {
+  if (auto* p = dynamic_cast<prefix_store*>(&s))
+    return watch_this_process(*p->underlying(), p->prefix() + "/" + key, line);
+  if (auto* t = dynamic_cast<tcp_store*>(&s)) t->append_on_disconnect(key, to_bytes(line));
+}
+
+std::string this_host() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
 }  // namespace
 
 std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
@@ -74,7 +94,22 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
       auto& b = by_name[bname];
       if (!b) {
         backend_context ctx;
-        ctx.store = std::make_shared<prefix_store>("troupe/" + rt->job() + "/" + name, opts.store);
+        // Its set-up fails at once, naming the rank, when a member is gone.
+        ctx.store = std::make_shared<detail::watchful_store>(
+            std::make_shared<prefix_store>("troupe/" + rt->job() + "/" + name, opts.store),
+            [rdv = rdv, plane = std::weak_ptr<detail::data_plane>(rt->plane()), ranks, name,
+             me = opts.rank] {
+              std::string why;
+              if (auto p = plane.lock())
+                for (int w : ranks)
+                  if (auto c = p->crash_reason(w); !c.empty())
+                    why += (why.empty() ? "" : "; ") + p->describe(w) + " is gone: " + c;
+              if (why.empty()) why = rdv->gone_among(ranks);
+              if (!why.empty())
+                throw error(errc::peer_failure, "new_group: rank " + std::to_string(me) +
+                                                    " gave up creating group '" + name +
+                                                    "': " + why);
+            });
         ctx.rank = group_rank;
         ctx.size = static_cast<int>(ranks.size());
         ctx.global_ranks = ranks;
@@ -142,15 +177,22 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   // unrelated worlds in one process apart in the in-process directory. A store
   // may serve several worlds one after another: each rank counts its joins,
   // so the k-th world on the store reads the k-th job key, never an old one.
+  // A rank that does not come is named when the world's timeout passes; one
+  // whose process ends is named at once where that can be told
+  // (transport/rendezvous.hpp): this rank asks a tcp_store server to note
+  // its end under the job's gone key.
   const auto joined = o.store->add("troupe/joined", 1);
   const std::string job_key = "troupe/job/" + std::to_string((joined - 1) / o.world_size);
+  const std::string gone_key = job_key + "/gone";
+  watch_this_process(
+      *o.store, gone_key,
+      std::to_string(o.rank) + " " + this_host() + " " + std::to_string(::getpid()) + "\n");
+  impl_->rdv =
+      std::make_shared<detail::rendezvous>(*o.store, o.rank, o.world_size, o.timeout, gone_key);
+  auto& rdv = *impl_->rdv;
   if (o.rank == 0) o.store->set(job_key, random_job_id());
-  try {
-    o.store->wait({job_key}, o.timeout);
-  } catch (const error& e) {
-    throw error(errc::timeout, "world: rank " + std::to_string(o.rank) +
-                                   " timed out waiting for rank 0 to start the job: " + e.what());
-  }
+  rdv.wait_for(
+      {0}, [&](int) { return job_key; }, "start the job (write its id to the store)");
   const auto job = o.store->get_string(job_key);
   impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, 2);
   // Ranks in other processes: the data plane (a no-op when all live here).
@@ -170,7 +212,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
     invalid("world: transport '" + dp.transport +
             "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
   auto plane = std::make_shared<detail::data_plane>(dp);
-  plane->connect(*o.store);
+  plane->connect(*o.store, rdv);
   impl_->rt->set_plane(std::move(plane));
   std::vector<int> all(static_cast<std::size_t>(o.world_size));
   for (int r = 0; r < o.world_size; ++r) all[static_cast<std::size_t>(r)] = r;

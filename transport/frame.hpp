@@ -7,12 +7,19 @@
 //   header (fixed 48 bytes) | group name (name_len bytes)
 //   | the sender's call fingerprint (fp_bytes; actors/agreement.hpp) | payload (payload_bytes)
 // Every field is checked on receipt; a malformed frame closes the connection.
+// The reader trusts nothing a frame announces: its header is checked alone
+// (kind, op code, dtype, name length, and a payload no larger than this
+// host's memory), then the receiver admits the frame once its group name is
+// known (transport/data_plane.cpp: the sender's rank, the group's members),
+// and only then is its payload allocated. A goodbye (kind 2) carries in
+// `src` the world rank whose failure made the sender leave, or -1.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "actors/call.hpp"
 
@@ -23,6 +30,15 @@ inline constexpr std::size_t max_group_name = 1024;
 /// The longest fingerprint a frame may carry (alltoall splits of 4096 ranks).
 inline constexpr std::size_t max_fingerprint = 32 + 16 * 4096;
 
+/// What one peer in another process may have waiting in one group of this
+/// rank (the fabric's inbox, the group actor's early messages): at most this
+/// many messages not yet taken, and at most this many payload bytes for
+/// operations after the next one this rank runs. A peer over either bound is
+/// failed (its connection dropped, naming it): a rank cannot hold without
+/// limit what a peer sends ahead.
+inline constexpr std::size_t max_waiting_messages = 65536;
+inline constexpr std::uint64_t max_early_bytes = std::uint64_t{1} << 30;
+
 struct frame_header {
   std::uint32_t magic = frame_magic;
   std::uint8_t kind =
@@ -32,7 +48,7 @@ struct frame_header {
   std::uint8_t has_payload = 0;  ///< 0 for an undefined payload tensor (barriers)
   std::uint16_t name_len = 0;
   std::uint16_t reserved = 0;
-  std::int32_t src = 0;  ///< group rank of the sender
+  std::int32_t src = 0;  ///< group rank of the sender (goodbye: the world rank it blames, or -1)
   std::int32_t tag = 0;  ///< p2p tag
   std::uint32_t step = 0;
   std::uint32_t fp_bytes = 0;  ///< the serialized call fingerprint after the name (0: none)
@@ -62,8 +78,19 @@ bool write_frame(byte_stream& out, const std::string& group, const envelope& env
                  std::uint8_t kind = frame_collective);
 bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope& env);
 
-/// Writes the last frame of a rank that leaves on purpose (its world ends).
-bool write_goodbye(byte_stream& out);
+/// Writes the last frame of a rank that leaves on purpose (its world ends);
+/// `cause`: the world rank whose failure made it leave, or -1.
+bool write_goodbye(byte_stream& out, std::int32_t cause = -1);
+
+/// Why a frame from world rank `peer` for `group`, whose group ranks are the
+/// world ranks `members`, is refused ("": it is not): the sender must be a
+/// member, and the frame's src its own group rank.
+std::string check_sender(const frame_header& h, const std::string& group,
+                         const std::vector<int>& members, int peer);
+
+/// The largest payload a frame may announce: this host's physical memory
+/// (no receiver could hold more). Larger announcements are malformed frames.
+std::uint64_t max_frame_payload() noexcept;
 
 /// A received frame.
 struct received_frame {
@@ -90,6 +117,13 @@ struct posted_receive {
 /// Where a frame's payload goes (asked once its header and group name are
 /// read), or nothing posted.
 using place_fn = std::function<posted_receive(const frame_header&, const std::string& group)>;
+/// Whether the receiver takes a frame whose header and group name were read,
+/// asked before its payload is allocated: "" to take it, else why the frame
+/// is refused (the connection is then over). Setting `skip` takes it without
+/// keeping it: its payload is read into nothing and the frame never handed
+/// on (a frame for a group that no longer exists here).
+using admit_fn =
+    std::function<std::string(const frame_header&, const std::string& group, bool& skip)>;
 
 /// Reads frames piece by piece from a socket without blocking, for whichever
 /// thread holds the socket at the moment (the data plane's reader thread, or
@@ -100,15 +134,16 @@ class frame_reader {
   /// returns false to stop early, after a goodbye). Returns "" when the
   /// socket has nothing more for now, else why the connection is over
   /// ("connection closed", a malformed frame, "stopped").
-  /// `place`, when set, is asked where payloads above 16 KiB go.
+  /// `place`, when set, is asked where payloads above 16 KiB go; `admit`,
+  /// when set, whether to take each frame.
   std::string drain(int fd, const std::function<bool(received_frame&)>& on_frame,
-                    const place_fn& place = {});
+                    const place_fn& place = {}, const admit_fn& admit = {});
   /// The same over any source: `read_some(p, n)` copies up to n bytes that
   /// are there now and returns the count, 0 when nothing is there, -1 at the
   /// end of the stream.
   std::string drain(const std::function<long(void*, std::size_t)>& read_some,
                     const std::function<bool(received_frame&)>& on_frame,
-                    const place_fn& place = {});
+                    const place_fn& place = {}, const admit_fn& admit = {});
 
  private:
   /// Reads the next bytes of a payload that goes where it was posted, or,
@@ -120,6 +155,7 @@ class frame_reader {
   received_frame f_;
   std::string fp_;                        // the fingerprint's bytes as they arrive
   std::shared_ptr<receive_guard> guard_;  // the payload is read into a posted tensor
+  bool skip_ = false;                     // the payload is read into nothing
 };
 
 }  // namespace troupe::detail

@@ -26,6 +26,11 @@ std::string mixed_transport::describe_peer(int peer) const {
   return "rank " + std::to_string(peer) + " (" + dp_->describe(global_ranks_[p]) + ")";
 }
 
+void mixed_transport::reject(int peer, const std::string& why) {
+  auto p = static_cast<std::size_t>(peer);
+  if (!local_[p]) dp_->reject(global_ranks_[p], why);
+}
+
 std::vector<caf::actor_addr> mixed_transport::watch_list() const {
   std::vector<caf::actor_addr> r;
   for (auto& a : local_) r.push_back(a ? a.address() : caf::actor_addr{});

@@ -31,6 +31,8 @@ class mixed_transport final : public transport {
     return static_cast<bool>(local_[static_cast<std::size_t>(peer)]);
   }
   std::vector<caf::actor_addr> watch_list() const override;
+  bool in_other_process(int peer) const override { return !local_[static_cast<std::size_t>(peer)]; }
+  void reject(int peer, const std::string& why) override;
 
  private:
   std::vector<group_actor> local_;

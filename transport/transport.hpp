@@ -28,6 +28,12 @@ class transport {
   /// Actors whose death means the peer of that index is gone (monitored by the
   /// group actor; empty entries are not watched).
   virtual std::vector<caf::actor_addr> watch_list() const = 0;
+  /// Whether group rank `peer` lives in another process (its messages are
+  /// then held to the bounds of transport/frame.hpp).
+  virtual bool in_other_process(int /*peer*/) const { return false; }
+  /// Fails group rank `peer` as if its process died, naming `why` (it sent
+  /// what the group may not hold); only peers in other processes.
+  virtual void reject(int /*peer*/, const std::string& /*why*/) {}
 };
 
 }  // namespace troupe::detail
