@@ -14,7 +14,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/call.hpp"
+#include "base/call.hpp"
 #include "troupe/tensor.hpp"
 
 namespace troupe::detail {

@@ -11,7 +11,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "transport/frame.hpp"
-#include "transport/transport.hpp"
+#include "actors/transport.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "actors/agreement.hpp"
-#include "actors/call.hpp"
+#include "base/agreement.hpp"
+#include "base/call.hpp"
 
 namespace troupe::detail {
 

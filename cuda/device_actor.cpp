@@ -19,7 +19,7 @@
 #include <map>
 
 #include "actors/rank_runtime.hpp"
-#include "src/device_memory.hpp"
+#include "memory/device_memory.hpp"
 #include "troupe/error.hpp"
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<troupe::detail::gpu::device_job>)

@@ -36,7 +36,7 @@
 #include <type_traits>
 
 #include "cuda/kernels.hpp"
-#include "src/combine_exact.hpp"
+#include "kernels/combine_exact.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail::gpu {

@@ -7,7 +7,7 @@
 
 #include <mutex>
 
-#include "src/device_memory.hpp"
+#include "memory/device_memory.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {

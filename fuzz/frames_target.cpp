@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "actors/agreement.hpp"
+#include "base/agreement.hpp"
 #include "fuzz/fuzz_target.hpp"
 #include "transport/frame.hpp"
 

@@ -10,7 +10,7 @@
 #include <cstdlib>
 
 #include "fuzz/fuzz_target.hpp"
-#include "src/store_wire.hpp"
+#include "store/store_wire.hpp"
 #include "transport/handshake.hpp"
 
 using namespace troupe;

@@ -58,7 +58,7 @@ if [ "$libfuzzer" = 1 ]; then
   for target in frames handshakes; do
     case "$target" in
       frames) sources="transport/frame.cpp" ;;
-      handshakes) sources="transport/handshake.cpp src/store_wire.cpp" ;;
+      handshakes) sources="transport/handshake.cpp store/store_wire.cpp" ;;
     esac
     # The decoders compiled in, instrumented; the rest of troupe from the build.
     if ! clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I. -Iinclude \

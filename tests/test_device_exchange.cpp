@@ -16,10 +16,10 @@
 #include <numeric>
 #include <thread>
 
-#include "../device/device_exchange.hpp"
-#include "../device/device_ops.hpp"
-#include "../device/device_queue.hpp"
-#include "../device/direct_plan.hpp"
+#include "../backends/device_exchange.hpp"
+#include "../backends/device_ops.hpp"
+#include "../backends/device_queue.hpp"
+#include "../backends/direct_plan.hpp"
 #include "check_error.hpp"
 #include "reference.hpp"
 

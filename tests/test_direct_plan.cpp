@@ -11,7 +11,7 @@
 #include <numeric>
 #include <random>
 
-#include "../device/direct_plan.hpp"
+#include "../backends/direct_plan.hpp"
 #include "check_error.hpp"
 #include "reference.hpp"
 

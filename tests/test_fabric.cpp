@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "../fabric/fabric.hpp"
-#include "../fabric/medium.hpp"
-#include "../fabric/segment.hpp"
-#include "../src/stream_copy.hpp"
+#include "../inline/engine.hpp"
+#include "../inline/medium.hpp"
+#include "../inline/shm/segment.hpp"
+#include "../kernels/stream_copy.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "troupe/troupe.hpp"

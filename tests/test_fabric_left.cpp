@@ -11,8 +11,8 @@
 #include <chrono>
 #include <thread>
 
-#include "../fabric/fabric.hpp"
-#include "../fabric/medium.hpp"
+#include "../inline/engine.hpp"
+#include "../inline/medium.hpp"
 #include "troupe/error.hpp"
 
 using namespace troupe;

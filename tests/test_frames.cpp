@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "../fabric/message_medium.hpp"
+#include "../inline/message_medium.hpp"
 #include "../transport/frame.hpp"
 #include "troupe/troupe.hpp"
 

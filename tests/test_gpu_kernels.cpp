@@ -26,7 +26,7 @@
 
 #include "../cuda/kernels.hpp"
 #include "../cuda/runtime.hpp"
-#include "../src/reduce_kernels.hpp"
+#include "../kernels/reduce_kernels.hpp"
 #include "check_error.hpp"
 #include "troupe/dtype.hpp"
 #include "troupe/error.hpp"

@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "../cuda/nccl_backend.hpp"
-#include "../cuda/nccl_runner.hpp"
-#include "../device/direct_plan.hpp"
+#include "../backends/nccl_backend.hpp"
+#include "../backends/nccl_runner.hpp"
+#include "../backends/direct_plan.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "reference.hpp"

@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "../cuda/nccl_plan.hpp"
+#include "../backends/nccl_plan.hpp"
 #include "check_error.hpp"
 
 using namespace troupe;

@@ -16,8 +16,8 @@
 #include <numeric>
 #include <thread>
 
-#include "../fabric/fabric.hpp"
-#include "../src/stream_copy.hpp"
+#include "../inline/engine.hpp"
+#include "../kernels/stream_copy.hpp"
 #include "check_error.hpp"
 #include "children.hpp"
 #include "troupe/object_collectives.hpp"

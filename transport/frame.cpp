@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "actors/agreement.hpp"
+#include "base/agreement.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/call.hpp"
+#include "base/call.hpp"
 
 namespace troupe::detail {
 
