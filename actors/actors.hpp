@@ -7,7 +7,7 @@
 //    actors of the other ranks, holds messages that arrive early, and answers
 //    the request with the outputs;
 //  - beside them, for a group whose ranks all share the host, the group's
-//    shared-memory fabric (fabric/): allreduce and barrier run there, in the
+//    shared-memory engine (inline/): allreduce and barrier run there, in the
 //    threads that wait for them, without actor messages;
 //  - one work relay: the façade's calls go through it, and it turns the group
 //    actor's response (a promise) into the completion of a troupe::work.

@@ -9,9 +9,9 @@
 #include <map>
 #include <optional>
 
+#include "actors/transport.hpp"
 #include "algorithms/algorithm.hpp"
 #include "transport/frame.hpp"
-#include "actors/transport.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -326,7 +326,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
           if (refused(st, call->name, rp)) return rp;
-          // Numbered at issue (the shared-memory fabric takes numbers too, so
+          // Numbered at issue (the shared-memory engine takes numbers too, so
           // the actor sees gaps, the same on every rank).
           const auto seq = call->seq;
           st.issued = seq;

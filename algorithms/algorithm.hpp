@@ -22,8 +22,8 @@
 
 namespace troupe::detail {
 
-/// What an algorithm sees of its group actor (or of the fabric operation
-/// that runs it). It also keeps the call's agreement (actors/agreement.hpp):
+/// What an algorithm sees of its group actor (or of the inline operation
+/// that runs it). It also keeps the call's agreement (base/agreement.hpp):
 /// the first message to each peer carries this rank's fingerprint, and
 /// messages of a peer whose call differs never reach the algorithm.
 class op_context {

@@ -70,7 +70,7 @@ struct registry {
   std::map<std::string, registry_entry> entries;
 };
 
-/// Registers the built-in backends (defined in actors/actor_backend.cpp).
+/// Registers the built-in backends (defined in backends/host_backend.cpp).
 void register_builtin_backends(std::map<std::string, registry_entry>& entries);
 
 registry& the_registry() {

@@ -136,9 +136,9 @@ void work::on_complete(std::function<void(const work&)> fn) const {
 work work::then(std::function<tensor_list(const work&)> fn) const {
   auto& s = checked(state_);
   auto next = make(s.op + ".then", s.group, s.seq.load());
-  // Waiting on the continuation drives the operation it continues (a fabric
+  // Waiting on the continuation drives the operation it continues (a inline engine
   // operation moves in the thread that waits for it; without this it would
-  // move only on the fabric's watchdog tick).
+  // move only on the inline engine's watchdog tick).
   if (s.drive) {
     std::weak_ptr<work_state> parent = state_;
     auto& n = *next.state_;

@@ -1,5 +1,5 @@
 // cuda tensors in the actor backend outside the device exchange (see
-// actors/cuda_staging.hpp).
+// backends/cuda_staging.hpp).
 
 #include "backends/cuda_staging.hpp"
 

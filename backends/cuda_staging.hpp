@@ -3,7 +3,7 @@
 // calls with ranks in other processes run on host copies (results copied
 // back when they succeed), and several local tensors of one call are
 // combined on their device. The exchange between ranks of one process is
-// device/device_exchange.hpp.
+// backends/device_exchange.hpp.
 
 #include <vector>
 

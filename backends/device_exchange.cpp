@@ -1,4 +1,4 @@
-// The device exchange (see device/device_exchange.hpp): rounds of posts,
+// The device exchange (see backends/device_exchange.hpp): rounds of posts,
 // shares and finishes, one round per sequence number, chained by events and
 // device-actor jobs; a watchdog thread fails rounds that a rank never joins.
 

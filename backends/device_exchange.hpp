@@ -2,7 +2,7 @@
 // The device exchange: how the "actor" backend runs a collective on cuda
 // tensors when every rank of the group lives in this process (ranks sharing a
 // GPU). Each rank posts its call; the ranks then run their shares of the
-// direct plan (device/direct_plan.hpp) as kernels on their own device actors'
+// direct plan (backends/direct_plan.hpp) as kernels on their own device actors'
 // streams, reading and writing the peers' device buffers. No host memory and
 // no thread waits on the GPU: the stages are chained by CUDA events and
 // device-actor jobs.

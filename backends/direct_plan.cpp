@@ -1,4 +1,4 @@
-// The direct plan (see device/direct_plan.hpp): one short function per
+// The direct plan (see backends/direct_plan.hpp): one short function per
 // collective family, each a list of steps for rank r.
 
 #include "backends/direct_plan.hpp"

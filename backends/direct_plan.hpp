@@ -10,7 +10,7 @@
 // another rank reads, and an in-place allreduce is safe.
 //
 // The plan is a list of element-wise steps (gpu::reduce_args: sources,
-// destinations, op, scales, divisor); device/device_exchange.cpp runs them as
+// destinations, op, scales, divisor); backends/device_exchange.cpp runs them as
 // kernels, run_on_cpu() runs them with the CPU kernels (for tests).
 
 #include <string>

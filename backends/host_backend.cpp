@@ -1,9 +1,9 @@
 // The "actor" backend: plans each c10d call onto one of the algorithm
-// families (actors/call.hpp) over flat buffers, and submits it to the group
+// families (base/call.hpp) over flat buffers, and submits it to the group
 // actor through the rank's work relay. Arguments arrive validated by
 // process_group; cross-rank mismatches are caught by the algorithms.
 // When every rank of the group shares this host, allreduce runs on the
-// group's shared-memory fabric instead (fabric/fabric.hpp): no messages,
+// group's shared-memory engine instead (inline/engine.hpp): no messages,
 // advanced by the threads that wait for it.
 
 #include <atomic>
@@ -11,29 +11,29 @@
 #include <map>
 #include <mutex>
 
-#include "backends/cuda_staging.hpp"
 #include "actors/group_actor.hpp"
+#include "backends/cuda_staging.hpp"
 #ifdef TROUPE_HAVE_CUDA
-#include "cuda/device_actor.hpp"
 #include "backends/device_ops.hpp"
+#include "cuda/device_actor.hpp"
 #endif
 #ifdef TROUPE_HAVE_NCCL
 #include "backends/nccl_backend.hpp"
 #endif
+#include "actors/in_process.hpp"
+#include "actors/mixed.hpp"
 #include "actors/rank_runtime.hpp"
 #include "backends/device_exchange.hpp"
+#include "base/tensor_util.hpp"
+#include "base/work_state.hpp"
 #include "inline/algorithm_op.hpp"
-#include "inline/shm/allreduce_shm.hpp"
-#include "inline/shm/direct_shm.hpp"
 #include "inline/engine.hpp"
 #include "inline/medium.hpp"
 #include "inline/open_engines.hpp"
+#include "inline/shm/allreduce_shm.hpp"
+#include "inline/shm/direct_shm.hpp"
 #include "kernels/reduce_kernels.hpp"
-#include "base/tensor_util.hpp"
-#include "base/work_state.hpp"
 #include "transport/data_plane.hpp"
-#include "actors/in_process.hpp"
-#include "actors/mixed.hpp"
 #include "troupe/backend.hpp"
 #include "troupe/error.hpp"
 
@@ -138,13 +138,14 @@ class actor_backend final : public backend {
       store_based_barrier(*ctx.store, ctx.rank, ctx.size, "created", ctx.timeout);
       std::vector<std::string> names;
       for (int r = 0; r < ctx.size; ++r) names.push_back(net->describe_peer(r));
-      auto f = open_fabrics(ctx, names, plane, key_prefix_ + "fabric/", debug_ != debug_level::off);
-      fabric_ = std::move(f.main);
+      auto f = open_inline_engines(ctx, names, plane, key_prefix_ + "fabric/",
+                                   debug_ != debug_level::off);
+      engine_ = std::move(f.main);
       messages_ = std::move(f.messages);
       shm_ = f.shm;
-      // Beside a shared-memory fabric, operations on messages read the
+      // Beside a shared-memory engine, operations on messages read the
       // peers' announcements from the segment.
-      if (messages_) messages_->read_announcements_from(fabric_->medium_ptr());
+      if (messages_) messages_->read_announcements_from(engine_->medium_ptr());
 #ifdef TROUPE_HAVE_CUDA
       // Ranks that share this process share their device memory too.
       if (!mixed)
@@ -179,11 +180,11 @@ class actor_backend final : public backend {
   }
 
   work allreduce(tensor_list& ts, const allreduce_options& o) override {
-    // The fabric takes one CPU tensor and every op but PREMUL_SUM (its scale
+    // The inline engine takes one CPU tensor and every op but PREMUL_SUM (its scale
     // may be a tensor). The choice depends only on what every rank passes alike.
-    if (fabric_ && ts.size() == 1 && ts[0].get_device().type == device_type::cpu &&
+    if (engine_ && ts.size() == 1 && ts[0].get_device().type == device_type::cpu &&
         o.op.op() != reduce_op::PREMUL_SUM)
-      return allreduce_on_fabric(ts[0], o);
+      return allreduce_inline(ts[0], o);
     return reducing(op_code::allreduce, "allreduce", o.op, 0, 0, o.timeout, ts, false);
   }
 
@@ -377,7 +378,7 @@ class actor_backend final : public backend {
   }
 
   work barrier(const barrier_options& o) override {
-    if (fabric_) return barrier_on_fabric(o);
+    if (engine_) return barrier_inline(o);
     return submit(make_call(op_code::barrier, "barrier", o.timeout, {}));
   }
 
@@ -403,7 +404,7 @@ class actor_backend final : public backend {
 
   void abort(const std::string& reason) override {
     caf::anon_send(group_, abort_atom::value, reason);
-    if (fabric_) fabric_->abort(reason);
+    if (engine_) engine_->abort(reason);
     if (messages_) messages_->abort(reason);
     if (exchange_) exchange_->abort(reason);
   }
@@ -484,18 +485,18 @@ class actor_backend final : public backend {
     }
     // Ranks of one host: through the shared segment (ranks of one process
     // straight between their buffers).
-    if (shm_ && fits_message_fabric(*c) && fits_direct_shm(*c, size())) {
+    if (shm_ && fits_inline(*c) && fits_direct_shm(*c, size())) {
       auto op = make_direct_shm(*c);
       op->handle = c->handle;
-      return on_fabric(*fabric_, std::move(op), c->code, c->name.c_str(),
+      return on_inline(*engine_, std::move(op), c->code, c->name.c_str(),
                        c->input.defined() ? c->input : c->output, c->timeout, c->outputs);
     }
     // Messages and the group actors: float16 sums travel in float32.
     c = with_float_sums(c);
-    if (auto& f = shm_ ? messages_ : fabric_; f && fits_message_fabric(*c)) {
+    if (auto& f = shm_ ? messages_ : engine_; f && fits_inline(*c)) {
       auto op = make_algorithm_op(*c);
       op->handle = c->handle;
-      return on_fabric(*f, std::move(op), c->code, c->name.c_str(), c->input, c->timeout,
+      return on_inline(*f, std::move(op), c->code, c->name.c_str(), c->input, c->timeout,
                        c->outputs);
     }
     track(c->handle);
@@ -537,17 +538,17 @@ class actor_backend final : public backend {
     return w;
   }
 
-  /// The group's next sequence number, set on `w` and announced to the fabric
+  /// The group's next sequence number, set on `w` and announced to the inline engine
   /// (under issue_mtx_, so numbers follow the order of submission).
   std::uint64_t number(const work& w, op_code code, route r) {
     const auto seq = issued_.fetch_add(1) + 1;
     w.set_sequence_number(seq);
-    if (fabric_) fabric_->announce(seq, static_cast<std::uint8_t>(code), r);
+    if (engine_) engine_->announce(seq, static_cast<std::uint8_t>(code), r);
     return seq;
   }
 
   /// A call on cuda tensors among ranks of this process: straight between
-  /// the ranks' device buffers (device/device_exchange.hpp).
+  /// the ranks' device buffers (backends/device_exchange.hpp).
   work submit_on_device(const call_ptr& c) {
     track(c->handle);
     if (debug_ == debug_level::detail)
@@ -565,50 +566,50 @@ class actor_backend final : public backend {
     return c->handle;
   }
 
-  work allreduce_on_fabric(tensor& t, const allreduce_options& o) {
+  work allreduce_inline(tensor& t, const allreduce_options& o) {
     auto data = flat(t);
     if (!shm_) {
       auto c = make_call(op_code::allreduce, "allreduce", o.timeout, {t});
       c->op = o.op;
       c->input = c->output = data;
-      return on_fabric(make_algorithm_op(*with_float_sums(c)), op_code::allreduce, "allreduce",
+      return on_inline(make_algorithm_op(*with_float_sums(c)), op_code::allreduce, "allreduce",
                        data, o.timeout, {t});
     }
     const double divisor = o.op.op() == reduce_op::AVG ? static_cast<double>(size()) : 0.0;
     auto kind = o.op.op() == reduce_op::AVG ? reduce_op::SUM : o.op.op();
-    return on_fabric(
+    return on_inline(
         make_allreduce_shm(data, kind, divisor, static_cast<std::uint8_t>(op_code::allreduce)),
         op_code::allreduce, "allreduce", data, o.timeout, {t});
   }
 
-  work barrier_on_fabric(const barrier_options& o) {
+  work barrier_inline(const barrier_options& o) {
     auto none = tensor::empty({0}, dtype::uint8);
     auto op = shm_ ? make_allreduce_shm(none, reduce_op::SUM, 0.0,
                                         static_cast<std::uint8_t>(op_code::barrier))
                    : make_algorithm_op(*make_call(op_code::barrier, "barrier", o.timeout, {}));
-    return on_fabric(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
+    return on_inline(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
   }
 
-  /// Whether a call runs on a message fabric: every collective on CPU
+  /// Whether a call runs on a message engine: every collective on CPU
   /// tensors (measured 2–3× faster than the actor path from 1 MiB up, 10×
   /// below 64 KiB) but monitored_barrier, which reports the ranks that did not
   /// arrive (an actor's job). The choice depends on the op alone, so every
   /// rank makes the same one.
-  static bool fits_message_fabric(const collective_call& c) {
+  static bool fits_inline(const collective_call& c) {
     auto on_cpu = [](const tensor& t) {
       return !t.defined() || t.get_device().type == device_type::cpu;
     };
     return on_cpu(c.input) && on_cpu(c.output) && c.code != op_code::monitored_barrier;
   }
 
-  /// Issues `op` on the fabric (with a new work unless op->handle is set).
-  work on_fabric(std::unique_ptr<fabric_op> op, op_code code, const char* name, const tensor& data,
+  /// Issues `op` on the inline engine (with a new work unless op->handle is set).
+  work on_inline(std::unique_ptr<inline_op> op, op_code code, const char* name, const tensor& data,
                  timeout_t timeout, tensor_list outputs) {
-    return on_fabric(*fabric_, std::move(op), code, name, data, timeout, std::move(outputs));
+    return on_inline(*engine_, std::move(op), code, name, data, timeout, std::move(outputs));
   }
 
-  work on_fabric(fabric& fab, std::unique_ptr<fabric_op> op, op_code code, const char* name,
-                 const tensor& data, timeout_t timeout, tensor_list outputs) {
+  work on_inline(inline_engine& engine, std::unique_ptr<inline_op> op, op_code code,
+                 const char* name, const tensor& data, timeout_t timeout, tensor_list outputs) {
     op->name = name;
     op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
     op->outputs = std::move(outputs);
@@ -617,9 +618,9 @@ class actor_backend final : public backend {
     if (debug_ == debug_level::detail) log_detail(op->handle, data);
     std::lock_guard<std::mutex> g{issue_mtx_};
     op->seq =
-        number(op->handle, code, &fab == fabric_.get() && shm_ ? route::shm : route::messages);
-    op->op = fab.next_op();
-    return fab.submit(std::move(op));
+        number(op->handle, code, &engine == engine_.get() && shm_ ? route::shm : route::messages);
+    op->op = engine.next_op();
+    return engine.submit(std::move(op));
   }
 
   work submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
@@ -672,7 +673,7 @@ class actor_backend final : public backend {
 
   void shutdown(const std::string& reason) {
     if (!group_) return;
-    for (auto* f : {&fabric_, &messages_})
+    for (auto* f : {&engine_, &messages_})
       if (*f) {
         (*f)->abort(reason);
         f->reset();
@@ -708,9 +709,9 @@ class actor_backend final : public backend {
   std::vector<std::weak_ptr<work_state>> pending_;
   std::mutex issue_mtx_;  // numbering and submission happen in one order
   std::atomic<std::uint64_t> issued_{0};
-  std::shared_ptr<fabric> fabric_;
-  std::shared_ptr<fabric> messages_;  // beside a shared-memory fabric: the other collectives
-  bool shm_ = false;                  // the fabric's medium is shared memory (else the network)
+  std::shared_ptr<inline_engine> engine_;
+  std::shared_ptr<inline_engine> messages_;  // beside a shared-memory engine: the other collectives
+  bool shm_ = false;  // the inline engine's medium is shared memory (else the network)
   std::shared_ptr<gpu::device_exchange> exchange_;  // cuda tensors, every rank in this process
 };
 
@@ -723,7 +724,7 @@ void register_builtin_backends(std::map<std::string, registry_entry>& entries) {
                                  },
                                  {device_type::cpu, device_type::cuda}});
 #ifdef TROUPE_HAVE_NCCL
-  // NCCL for cuda tensors (cuda/nccl_backend.cpp): "cpu:actor,cuda:nccl".
+  // NCCL for cuda tensors (backends/nccl_backend.cpp): "cpu:actor,cuda:nccl".
   entries.emplace("nccl",
                   registry_entry{[](const backend_context& ctx) { return make_nccl_backend(ctx); },
                                  {device_type::cuda}});

@@ -1,9 +1,9 @@
 // The "nccl" backend (c10d's ProcessGroupNCCL) for cuda tensors: each call
-// becomes a plan (cuda/nccl_plan.hpp) that a plan_runner (cuda/nccl_runner.hpp)
-// issues: the group's NCCL state (cuda/nccl_group.hpp, which holds the design:
+// becomes a plan (backends/nccl_plan.hpp) that a plan_runner (backends/nccl_runner.hpp)
+// issues: the group's NCCL state (backends/nccl_group.hpp, which holds the design:
 // communicators, set-up, launching, failures), or in tests an emulator of
 // NCCL on host memory (tests/test_nccl_mapping.cpp). Dtypes and reductions:
-// cuda/nccl_plan.hpp.
+// backends/nccl_plan.hpp.
 //
 // Mapping (one helper per pattern: NCCL collectives on flat buffers, grouped
 // send/recv, pack/unpack with gpu::copy_segments)

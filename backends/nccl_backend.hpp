@@ -1,12 +1,12 @@
 #pragma once
 // The "nccl" backend: c10d's ProcessGroupNCCL for cuda tensors, on NCCL
 // communicators driven by the rank's device actor (cuda/device_actor.hpp).
-// See cuda/nccl_group.hpp for the design, cuda/nccl_backend.cpp for the mapping
+// See backends/nccl_group.hpp for the design, backends/nccl_backend.cpp for the mapping
 // of every call.
 //
 // This header is free of CUDA, NCCL and CAF; the backend exists only in
 // builds with CUDA and NCCL (TROUPE_HAVE_NCCL). Tests that run its plans on
-// another plan_runner (cuda/nccl_runner.hpp) include that header too.
+// another plan_runner (backends/nccl_runner.hpp) include that header too.
 
 #include <memory>
 

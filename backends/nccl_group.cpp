@@ -1,5 +1,5 @@
 // The NCCL state of one group: communicators and launching (the design is
-// in cuda/nccl_group.hpp).
+// in backends/nccl_group.hpp).
 
 #include "backends/nccl_group.hpp"
 

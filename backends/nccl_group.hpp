@@ -1,7 +1,7 @@
 #pragma once
 // The NCCL state of one group of the "nccl" backend: its communicators, set
 // up lazily and without blocking, and the launching of each call's plan
-// (cuda/nccl_plan.hpp) in the rank's device actor.
+// (backends/nccl_plan.hpp) in the rank's device actor.
 //
 // Design
 //   communicators  One NCCL communicator per group, on the device of the
@@ -58,14 +58,14 @@
 #include <thread>
 #include <vector>
 
-#include "cuda/device_actor.hpp"
 #include "backends/nccl_plan.hpp"
 #include "backends/nccl_runner.hpp"
+#include "cuda/device_actor.hpp"
 #include "troupe/backend.hpp"
 
 namespace troupe::detail::nccl {
 
-/// One NCCL communicator of the group (cuda/nccl_group.cpp).
+/// One NCCL communicator of the group (backends/nccl_group.cpp).
 struct communicator;
 
 /// The first failure that broke the group.

@@ -1,4 +1,4 @@
-// Launching one job's plan on the stream (see cuda/nccl_launch.hpp).
+// Launching one job's plan on the stream (see backends/nccl_launch.hpp).
 
 #include "backends/nccl_launch.hpp"
 

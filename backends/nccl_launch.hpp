@@ -1,5 +1,5 @@
 #pragma once
-// Launching one job's plan (cuda/nccl_plan.hpp) on the rank's stream, in the
+// Launching one job's plan (backends/nccl_plan.hpp) on the rank's stream, in the
 // device actor: kernels before, the PREMUL_SUM ops, one NCCL group of
 // collectives and sends/receives, kernels after. A non-blocking communicator
 // launches in the background (ncclGroupEnd returns ncclInProgress): launch()

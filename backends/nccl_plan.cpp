@@ -1,4 +1,4 @@
-// How dtypes, reduce_ops and errors map onto NCCL (see cuda/nccl_plan.hpp).
+// How dtypes, reduce_ops and errors map onto NCCL (see backends/nccl_plan.hpp).
 
 #include "backends/nccl_plan.hpp"
 

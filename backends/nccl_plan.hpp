@@ -1,7 +1,7 @@
 #pragma once
 // What one call of the "nccl" backend issues: a plan (kernels before, one
 // NCCL group of collectives and sends/receives, kernels after), built in the
-// caller's thread and run by the device actor (cuda/nccl_group.hpp), and how
+// caller's thread and run by the device actor (backends/nccl_group.hpp), and how
 // dtypes and reduce_ops travel through NCCL.
 //
 // Reductions: SUM, PRODUCT, MIN, MAX, AVG (ncclAvg) and PREMUL_SUM

@@ -1,6 +1,6 @@
 #pragma once
-// What the "nccl" backend (cuda/nccl_backend.cpp) needs from whatever runs
-// its plans (cuda/nccl_plan.hpp): the group's NCCL state (cuda/nccl_group.hpp)
+// What the "nccl" backend (backends/nccl_backend.cpp) needs from whatever runs
+// its plans (backends/nccl_plan.hpp): the group's NCCL state (backends/nccl_group.hpp)
 // on a GPU, or an emulator of NCCL's semantics on host memory in tests
 // (tests/test_nccl_mapping.cpp).
 //

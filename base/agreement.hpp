@@ -6,7 +6,7 @@
 // collective, dtype, element count, reduce op and PREMUL_SUM scale kind,
 // root, counts per rank, alltoall splits, tensors combined per rank). On
 // the shared segment every rank reads every rank's posted descriptor
-// (fabric/shm_op); on messages (in one process, TCP, the group actors) every
+// (inline/shm/shm_op); on messages (in one process, TCP, the group actors) every
 // rank sends its fingerprint to every peer with its first message of the
 // call, or alone to peers it sends nothing at once, and a call completes
 // only once every peer's fingerprint arrived and agrees. A disagreement
@@ -67,7 +67,7 @@ std::uint64_t hash_counts(const std::vector<std::int64_t>& counts);
 std::string describe_disagreement(const std::vector<call_fingerprint>& fps,
                                   std::vector<int> ranks = {});
 /// Thrown by the agreement checks ("collective mismatch: <why>",
-/// errc::mismatch): every rank refuses the call alike, so a fabric steps past
+/// errc::mismatch): every rank refuses the call alike, so a inline engine steps past
 /// it (another failure leaves the protocol state unknown).
 class disagreement_error : public error {
  public:

@@ -18,11 +18,11 @@
 namespace troupe::detail {
 
 struct call_fingerprint;
-/// What a rank called (actors/agreement.hpp), shared read-only by its messages.
+/// What a rank called (base/agreement.hpp), shared read-only by its messages.
 using fingerprint_ptr = std::shared_ptr<const call_fingerprint>;
 
 /// The algorithm families the group actor runs. Every public collective is
-/// planned onto one of them (see actors/actor_backend.cpp).
+/// planned onto one of them (see backends/host_backend.cpp).
 enum class op_code : std::uint8_t {
   allreduce,
   broadcast,

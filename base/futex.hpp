@@ -1,6 +1,6 @@
 #pragma once
 // futex — the waiting primitives of everything that synchronizes through
-// shared memory (shm rings, the fabric): sleep on a 32-bit word until it
+// shared memory (shm rings, the inline engine): sleep on a 32-bit word until it
 // changes, wake its sleepers, and the pause hint for polling loops.
 // The words live in MAP_SHARED memory, so the calls use the shared (not the
 // process-private) futex operations and work across processes.

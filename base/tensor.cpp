@@ -1,5 +1,5 @@
 // troupe::tensor: owned, borrowed and adopted memory; views, copies, errors.
-// Where owned host memory comes from: src/host_memory.cpp.
+// Where owned host memory comes from: memory/host_memory.cpp.
 
 #include "troupe/tensor.hpp"
 

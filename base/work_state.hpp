@@ -27,7 +27,7 @@ struct work_state {
   std::vector<std::function<void(const work&)>> callbacks;
   /// Set together with done; polled by threads that drive the operation.
   std::atomic<bool> finished{false};
-  /// For operations that progress in the waiting thread (fabric/fabric.hpp):
+  /// For operations that progress in the waiting thread (inline/engine.hpp):
   /// drive(s, until) advances them until s finished or `until` passed; poke()
   /// makes one non-blocking pass. Set before the work is handed out.
   std::function<void(work_state&, std::chrono::steady_clock::time_point)> drive;

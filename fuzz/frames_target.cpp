@@ -55,7 +55,7 @@ std::vector<std::string> seeds() {
   write_frame(s, "g",
               envelope{7, 0, 1, op_code::allreduce, tensor::from_vector<int>({1, 2}), nullptr});
   const auto one = s.bytes;
-  write_frame(s, "g", envelope{7, 1, 1, op_code::allreduce, floats, nullptr}, frame_fabric);
+  write_frame(s, "g", envelope{7, 1, 1, op_code::allreduce, floats, nullptr}, frame_inline);
   write_frame(s, "g", p2p_envelope{1, 42, tensor::from_vector<double>({0.5})});
   write_frame(s, "g", envelope{8, 0, 1, op_code::barrier, tensor{}, nullptr});
   write_frame(s, "other", envelope{1, 0, 1, op_code::broadcast, floats, nullptr});
@@ -64,7 +64,7 @@ std::vector<std::string> seeds() {
   fp->code = static_cast<std::uint8_t>(op_code::alltoallv);
   fp->sends = {1, 2};
   fp->receives = {2, 1};
-  write_frame(s, "g", envelope{9, 0, 1, op_code::alltoallv, floats, fp}, frame_fabric);
+  write_frame(s, "g", envelope{9, 0, 1, op_code::alltoallv, floats, fp}, frame_inline);
   write_frame(s, "g", envelope{9, describe_step, 1, op_code::alltoallv, tensor{}, fp});
   write_goodbye(s, 2);
   return {std::string(1, '\x0f') + one, std::string(1, '\x00') + s.bytes,

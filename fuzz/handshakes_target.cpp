@@ -1,6 +1,6 @@
 // Fuzzing target: the decoders of what strangers send first (the data
 // plane's hello, the store's preamble: transport/handshake.hpp) and of the
-// store's wire (src/store_wire.hpp). The first input byte picks the decoder
+// store's wire (store/store_wire.hpp). The first input byte picks the decoder
 // and how many bytes arrive at a time; the rest is the stream. Invariants:
 // a decoder never asks for more than its format's maximum, a decoded hello
 // or request encodes back to what was read, a reply decodes within bounds.

@@ -16,7 +16,7 @@ namespace {
 class message_context final : public op_context {
  public:
   message_context(message_medium& net, std::uint64_t op, collective_call& call,
-                  fabric_clock::time_point deadline, bool reads)
+                  inline_clock::time_point deadline, bool reads)
       : op_context(net.rank(), net.size(), call),
         net_(net),
         op_(op),
@@ -41,16 +41,16 @@ class message_context final : public op_context {
  private:
   message_medium& net_;
   std::uint64_t op_;
-  fabric_clock::time_point deadline_;
+  inline_clock::time_point deadline_;
   bool reads_;
 };
 
-class algorithm_op final : public fabric_op {
+class algorithm_op final : public inline_op {
  public:
   explicit algorithm_op(collective_call call)
       : call_(std::make_unique<collective_call>(std::move(call))) {}
 
-  bool step(fabric_context& fc, bool& moved) override {
+  bool step(inline_context& fc, bool& moved) override {
     auto& net = static_cast<message_medium&>(fc.med);
     if (!ctx_) {
       call_->seq = seq;
@@ -116,7 +116,7 @@ class algorithm_op final : public fabric_op {
 
 }  // namespace
 
-std::unique_ptr<fabric_op> make_algorithm_op(collective_call call) {
+std::unique_ptr<inline_op> make_algorithm_op(collective_call call) {
   // Up to 1 MiB latency counts: the waiting thread reads its peers' sockets.
   const auto bytes = std::max(call.input.defined() ? call.input.nbytes() : 0,
                               call.output.defined() ? call.output.nbytes() : 0);

@@ -1,5 +1,5 @@
 #pragma once
-// algorithm_op — runs one of troupe's algorithms (algorithms/) as a fabric
+// algorithm_op — runs one of troupe's algorithms (algorithms/) as a inline engine
 // operation over the data plane's connections (message_medium): the state machine
 // the group actor would run, driven instead by the thread that waits for it.
 // Messages leave from that thread and are taken from the group's inbox.
@@ -11,8 +11,8 @@
 
 namespace troupe::detail {
 
-/// `call` as planned by the backend (its handle is unused: the fabric
+/// `call` as planned by the backend (its handle is unused: the inline engine
 /// completes the op's own handle).
-std::unique_ptr<fabric_op> make_algorithm_op(collective_call call);
+std::unique_ptr<inline_op> make_algorithm_op(collective_call call);
 
 }  // namespace troupe::detail

@@ -4,10 +4,10 @@
 
 #include "base/agreement.hpp"
 #include "base/call.hpp"
-#include "inline/medium.hpp"
+#include "base/futex.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
-#include "base/futex.hpp"
+#include "inline/medium.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -21,13 +21,13 @@ constexpr auto max_sleep = 2ms;
 
 }  // namespace
 
-fabric_counters& fabric_stats() noexcept {
-  static fabric_counters counters;
+inline_counters& inline_stats() noexcept {
+  static inline_counters counters;
   return counters;
 }
 
-fabric::fabric(std::shared_ptr<medium> med, int rank, std::string group,
-               std::vector<std::string> names)
+inline_engine::inline_engine(std::shared_ptr<medium> med, int rank, std::string group,
+                             std::vector<std::string> names)
     : med_(std::move(med)),
       rank_(rank),
       group_(std::move(group)),
@@ -36,7 +36,7 @@ fabric::fabric(std::shared_ptr<medium> med, int rank, std::string group,
   watchdog_ = std::thread([this] { watch(); });
 }
 
-fabric::~fabric() {
+inline_engine::~inline_engine() {
   stopping_.store(true);
   watch_word_.fetch_add(1);
   futex_wake(watch_word_);
@@ -45,11 +45,11 @@ fabric::~fabric() {
   med_->leave();
 }
 
-int fabric::size() const noexcept {
+int inline_engine::size() const noexcept {
   return med_->size();
 }
 
-void fabric::announce(std::uint64_t seq, std::uint8_t code, route r) {
+void inline_engine::announce(std::uint64_t seq, std::uint8_t code, route r) {
   med_->announce(seq, static_cast<std::uint8_t>(announcement(code, r)));
 }
 
@@ -63,12 +63,12 @@ std::string announced_mismatch(int peer, int theirs, int mine, const std::string
          "per rank or the device)";
 }
 
-work fabric::submit(std::unique_ptr<fabric_op> op) {
+work inline_engine::submit(std::unique_ptr<inline_op> op) {
   auto w = op->handle;
-  op->deadline = fabric_clock::now() + op->timeout;
-  std::weak_ptr<fabric> self = weak_from_this();
+  op->deadline = inline_clock::now() + op->timeout;
+  std::weak_ptr<inline_engine> self = weak_from_this();
   auto& s = *w.state();
-  s.drive = [self](work_state& st, fabric_clock::time_point until) {
+  s.drive = [self](work_state& st, inline_clock::time_point until) {
     if (auto f = self.lock()) f->drive(st, until);
   };
   s.poke = [self] {
@@ -86,38 +86,38 @@ work fabric::submit(std::unique_ptr<fabric_op> op) {
   return w;
 }
 
-void fabric::drive(work_state& s, fabric_clock::time_point until) {
+void inline_engine::drive(work_state& s, inline_clock::time_point until) {
   waiters_.fetch_add(1);
   const bool reads = head_reads_itself();
   med_->begin_wait(reads);
-  auto polling_since = fabric_clock::now();
+  auto polling_since = inline_clock::now();
   while (!s.finished.load(std::memory_order_acquire)) {
     const bool moved = (reads && med_->pump()) | pass(true);
     if (s.finished.load(std::memory_order_acquire)) break;
-    const auto now = fabric_clock::now();
+    const auto now = inline_clock::now();
     if (now >= until) break;
     if (moved) {
       polling_since = now;
       continue;
     }
     if (policy_.poll_step(now - polling_since)) continue;
-    const auto nap = std::min<fabric_clock::duration>(until - now, max_sleep);
+    const auto nap = std::min<inline_clock::duration>(until - now, max_sleep);
     med_->sleep(
         blocker(), nap, [&] { return (reads && med_->pump()) | pass(true) || s.finished.load(); },
         reads);
-    polling_since = fabric_clock::now();
+    polling_since = inline_clock::now();
   }
   med_->end_wait(reads);
   waiters_.fetch_sub(1);
 }
 
-void fabric::poke() {
+void inline_engine::poke() {
   if (waiters_.load() != 0) return;
   med_->pump();
   pass(false);
 }
 
-void fabric::watch() {
+void inline_engine::watch() {
   auto queue_empty = [this] {
     std::lock_guard<std::mutex> g{engine_};
     return queue_.empty();
@@ -136,18 +136,18 @@ void fabric::watch() {
   }
 }
 
-bool fabric::head_reads_itself() {
+bool inline_engine::head_reads_itself() {
   std::lock_guard<std::mutex> g{engine_};
   return queue_.empty() || queue_.front()->reads_itself;
 }
 
-int fabric::blocker() {
+int inline_engine::blocker() {
   std::lock_guard<std::mutex> g{engine_};
   const int r = queue_.empty() ? -1 : queue_.front()->blocker().first;
   return r < 0 ? rank_ : r;
 }
 
-void fabric::abort(const std::string& reason) {
+void inline_engine::abort(const std::string& reason) {
   std::vector<finished> out;
   {
     std::lock_guard<std::mutex> g{engine_};
@@ -158,11 +158,11 @@ void fabric::abort(const std::string& reason) {
   med_->wake_all();  // threads of this rank sleeping in the medium
 }
 
-void fabric::stop(const std::string& reason) {
+void inline_engine::stop(const std::string& reason) {
   if (stopped_.empty()) stopped_ = reason;
 }
 
-bool fabric::pass(bool block_on_lock) {
+bool inline_engine::pass(bool block_on_lock) {
   std::vector<finished> out;
   bool moved = false;
   {
@@ -183,12 +183,12 @@ bool fabric::pass(bool block_on_lock) {
   return moved || !out.empty();
 }
 
-bool fabric::step_head(std::vector<finished>& out) {
-  fabric_context ctx{
+bool inline_engine::step_head(std::vector<finished>& out) {
+  inline_context ctx{
       *this,  *med_,   med_->shared_segment(), rank_,         size(),
       names_, chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_};
   bool moved = false;
-  auto where = [&](const fabric_op& op) {
+  auto where = [&](const inline_op& op) {
     return op.name + " on group '" + group_ + "' (rank " + std::to_string(rank_) + ", seq " +
            std::to_string(op.seq) + ")";
   };
@@ -208,7 +208,7 @@ bool fabric::step_head(std::vector<finished>& out) {
   while (!queue_.empty()) {
     auto& op = *queue_.front();
     if (!stopped_.empty()) {
-      fail(errc::aborted, "the group's fabric stopped after an earlier failure: " + stopped_);
+      fail(errc::aborted, "the group's engine stopped after an earlier failure: " + stopped_);
       continue;
     }
     bool finished_now = false;
@@ -260,7 +260,7 @@ bool fabric::step_head(std::vector<finished>& out) {
         continue;
       }
     }
-    if (fabric_clock::now() >= op.deadline) {
+    if (inline_clock::now() >= op.deadline) {
       if (auto why = op.disagreement(); !why.empty()) {
         stop(fail(errc::mismatch, "collective mismatch: " + why));
         continue;

@@ -1,5 +1,5 @@
 #pragma once
-// fabric — collectives run by the threads that wait for them, without actor
+// inline engine — collectives run by the threads that wait for them, without actor
 // hops: through the group's shared segment when all ranks share the host
 // (shm_medium), or as messages (message_medium: handed to ranks of this process,
 // frames to others, read by the waiting thread itself). Crossing a thread
@@ -8,14 +8,14 @@
 // collectives must not cross threads.
 //
 // Execution: an operation is queued at issue, in issue order, and advanced
-// by non-blocking steps (fabric_op::step) by whoever drives the fabric:
+// by non-blocking steps (inline_op::step) by whoever drives the inline engine:
 //  - the issuing thread makes one pass (it posts this rank's data at once);
 //  - a thread in work.wait() drives until its work is done: it spins, polls
-//    while yielding, then sleeps in the medium (a futex; src/wait_policy.hpp).
+//    while yielding, then sleeps in the medium (a futex; base/wait_policy.hpp).
 //    Spinning alone collapses when ranks outnumber cores; sleeping alone pays
 //    a wake-up per step;
 //  - when an operation stays pending with nobody waiting for it, the
-//    fabric's watchdog thread passes every millisecond, so works complete and
+//    inline engine's watchdog thread passes every millisecond, so works complete and
 //    their callbacks run anyway. It is a plain thread, not an actor: it sleeps
 //    on a futex and costs nothing while waiters drive (a CAF timer would wake
 //    two threads per tick, which on 2 cores steals time from polling ranks).
@@ -23,7 +23,7 @@
 // has not finished the operation is lost (it destroyed the group, or its
 // process died), so a rank that finished and left does not fail the slower
 // ones. After a timeout, a lost peer or ranks calling different collectives,
-// the protocol state is unknown, so the fabric stops: later operations fail
+// the protocol state is unknown, so the inline engine stops: later operations fail
 // at once, naming the first failure.
 
 #include <atomic>
@@ -47,11 +47,11 @@ class segment;
 class peer_memory;
 struct work_state;
 
-using fabric_clock = std::chrono::steady_clock;
+using inline_clock = std::chrono::steady_clock;
 
-class fabric;
+class inline_engine;
 
-/// Which engine runs a call: announced with its collective (fabric::announce)
+/// Which engine runs a call: announced with its collective (inline_engine::announce)
 /// so that a rank blocked on one engine can tell that a peer issued the same
 /// sequence number on another (its call differs in what picks the engine:
 /// PREMUL_SUM, tensors per rank, the device).
@@ -65,8 +65,8 @@ inline int announcement(std::uint8_t code, route r) {
 std::string announced_mismatch(int peer, int theirs, int mine, const std::string& name);
 
 /// What one step of an operation sees.
-struct fabric_context {
-  fabric& fab;
+struct inline_context {
+  inline_engine& engine;
   medium& med;
   segment* seg;  ///< the shared segment (shm_medium), else null
   int rank;
@@ -79,18 +79,18 @@ struct fabric_context {
   bool one_process;
   /// Between processes of one host: the peers' shared buffers (else null).
   peer_memory* peers;
-  /// Where the ranks announce what they issued (this fabric's medium, or
-  /// beside a shared-memory fabric that one's).
+  /// Where the ranks announce what they issued (this inline engine's medium, or
+  /// beside a shared-memory engine that one's).
   medium& announcer;
 };
 
-/// One collective on the fabric: a resumable state machine.
-class fabric_op {
+/// One collective on the inline engine: a resumable state machine.
+class inline_op {
  public:
-  virtual ~fabric_op() = default;
+  virtual ~inline_op() = default;
   /// Advances as far as the peers allow without blocking; true when finished.
   /// Sets `moved` when it published or consumed anything. Throws troupe::error.
-  virtual bool step(fabric_context& ctx, bool& moved) = 0;
+  virtual bool step(inline_context& ctx, bool& moved) = 0;
   /// The group rank the last blocked step waits for, and for what.
   virtual std::pair<int, std::string> blocker() const = 0;
   /// Why the ranks' calls are known to differ while the operation still
@@ -103,25 +103,26 @@ class fabric_op {
   /// while it sends (large ones: bandwidth). Only a local choice.
   bool reads_itself = true;
   std::uint64_t seq = 0;  ///< the group's sequence number
-  std::uint64_t op = 0;   ///< the fabric's operation number (1, 2, ...)
+  std::uint64_t op = 0;   ///< the inline engine's operation number (1, 2, ...)
   std::chrono::milliseconds timeout{};
-  fabric_clock::time_point deadline;
+  inline_clock::time_point deadline;
   tensor_list outputs;
   work handle;
 };
 
-/// Bytes this process's fabrics copied and reduced (for the copy-count test).
-struct fabric_counters {
+/// Bytes this process's inline engines copied and reduced (for the copy-count test).
+struct inline_counters {
   std::atomic<std::uint64_t> copied{0};   ///< memcpy into or out of the segment
   std::atomic<std::uint64_t> reduced{0};  ///< bytes of allreduce input
 };
-fabric_counters& fabric_stats() noexcept;
+inline_counters& inline_stats() noexcept;
 
-class fabric : public std::enable_shared_from_this<fabric> {
+class inline_engine : public std::enable_shared_from_this<inline_engine> {
  public:
   /// `names[r]` describes group rank r in messages.
-  fabric(std::shared_ptr<medium> med, int rank, std::string group, std::vector<std::string> names);
-  ~fabric();
+  inline_engine(std::shared_ptr<medium> med, int rank, std::string group,
+                std::vector<std::string> names);
+  ~inline_engine();
 
   medium& med() noexcept { return *med_; }
   const std::shared_ptr<medium>& medium_ptr() const noexcept { return med_; }
@@ -129,18 +130,18 @@ class fabric : public std::enable_shared_from_this<fabric> {
   int size() const noexcept;
 
   /// Records that this rank issued collective `code` as sequence number `seq`
-  /// on engine `r`, so that a peer blocked in a fabric operation of another
+  /// on engine `r`, so that a peer blocked in a inline operation of another
   /// kind, or on another engine, can tell.
   void announce(std::uint64_t seq, std::uint8_t code, route r);
   /// Operations read the peers' announcements from `m` (the shared-memory
-  /// fabric's medium beside this one) instead of this fabric's medium.
+  /// inline engine's medium beside this one) instead of this inline engine's medium.
   void read_announcements_from(std::shared_ptr<medium> m) { announcer_ = std::move(m); }
   /// The next operation number (the caller serializes issue).
   std::uint64_t next_op() noexcept { return ++issued_; }
   /// Queues `op`, makes one pass and returns its work.
-  work submit(std::unique_ptr<fabric_op> op);
+  work submit(std::unique_ptr<inline_op> op);
   /// Drives until `s` finished or `until` passed.
-  void drive(work_state& s, fabric_clock::time_point until);
+  void drive(work_state& s, inline_clock::time_point until);
   /// One pass without blocking (skipped while another thread drives).
   void poke();
   /// Fails what is queued and everything later with `reason`.
@@ -148,7 +149,7 @@ class fabric : public std::enable_shared_from_this<fabric> {
 
  private:
   struct finished {
-    std::unique_ptr<fabric_op> op;
+    std::unique_ptr<inline_op> op;
     std::exception_ptr error;
   };
   bool pass(bool block_on_lock);
@@ -166,8 +167,8 @@ class fabric : public std::enable_shared_from_this<fabric> {
   std::uint64_t issued_ = 0;
   std::uint64_t chunks_ = 0;  // guarded by engine_
   std::mutex engine_;         // held while stepping (guards queue_, stopped_, chunks_)
-  std::deque<std::unique_ptr<fabric_op>> queue_;
-  std::string stopped_;  // non-empty once the fabric stopped
+  std::deque<std::unique_ptr<inline_op>> queue_;
+  std::string stopped_;  // non-empty once the inline engine stopped
   std::atomic<int> waiters_{0};
   // The watchdog: sleeps without timeout while the queue is empty (idle),
   // else wakes every millisecond; submit wakes it only out of idle.

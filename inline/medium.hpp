@@ -1,7 +1,7 @@
 #pragma once
-// medium — what a fabric's operations travel through (fabric/fabric.hpp):
+// medium — what a inline engine's operations travel through (inline/engine.hpp):
 // the group's shared segment (shm_medium) or the data plane's connections
-// (message_medium). The fabric drives the operations; the medium says how to wait
+// (message_medium). The inline engine drives the operations; the medium says how to wait
 // for a peer, whether a peer is lost, and brings incoming data within reach.
 
 #include <chrono>
@@ -25,7 +25,7 @@ class medium {
   /// Moves incoming data within reach of the operations without blocking
   /// (reads sockets); true when something arrived.
   virtual bool pump() { return false; }
-  /// A thread starts / stops waiting (driving) for the fabric's operations;
+  /// A thread starts / stops waiting (driving) for the inline engine's operations;
   /// `reads` says whether it reads incoming data itself (pump) meanwhile.
   virtual void begin_wait(bool /*reads*/) {}
   virtual void end_wait(bool /*reads*/) {}

@@ -1,8 +1,8 @@
 #include "inline/message_medium.hpp"
 
 #include "base/call.hpp"
-#include "transport/data_plane.hpp"
 #include "base/futex.hpp"
+#include "transport/data_plane.hpp"
 
 namespace troupe::detail {
 
@@ -219,7 +219,7 @@ void message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::u
     return;
   }
   if (auto plane = plane_.lock())
-    plane->send_fabric(
+    plane->send_inline(
         global_ranks_[static_cast<std::size_t>(peer)], group_,
         envelope{op, step, rank_, static_cast<op_code>(code), payload, fp},
         [this, reads] {

@@ -1,5 +1,5 @@
 #pragma once
-// message_medium — the fabric's medium of messages: operations (algorithm_op)
+// message_medium — the inline engine's medium of messages: operations (algorithm_op)
 // send from the thread that drives them, and what arrives lands in the
 // group's inbox.
 //  - Ranks in this process: the message is handed straight into the peer's
@@ -84,7 +84,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   void wake_all() override;
   void leave() override;
 
-  /// Sends step `step` of fabric operation `op` to group rank `peer` (with
+  /// Sends step `step` of inline operation `op` to group rank `peer` (with
   /// the sender's fingerprint `fp` on its first message of the operation),
   /// giving up on a peer that takes nothing until `deadline`. A sender that
   /// reads its peers' sockets itself (`reads`) keeps reading them while the
@@ -161,7 +161,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
     bool handed_out = false;
   };
   std::map<key, posted> posted_;
-  std::uint64_t ended_ = 0;               // every operation up to this one ended (fabric's order)
+  std::uint64_t ended_ = 0;  // every operation up to this one ended (inline engine's order)
   std::multiset<std::uint64_t> running_;  // ops whose handlers run now
   std::condition_variable idle_;          // a handler finished
   struct waiting {
@@ -170,7 +170,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   };
   std::vector<waiting> waiting_;  // by sender (under mtx_)
   // The data plane's count of failed peers, and the count at the last
-  // look that found no member among them (lost() runs under the fabric's lock).
+  // look that found no member among them (lost() runs under the inline engine's lock).
   std::shared_ptr<const std::atomic<std::uint32_t>> crashes_;
   std::uint32_t crashes_seen_ = 0;
   std::atomic<std::uint32_t> bell_{0};

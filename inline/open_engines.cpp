@@ -15,14 +15,15 @@
 
 namespace troupe::detail {
 
-group_fabrics open_fabrics(const backend_context& ctx, const std::vector<std::string>& names,
-                           const std::shared_ptr<data_plane>& plane, const std::string& key,
-                           bool verbose) {
-  group_fabrics out;
+inline_engines open_inline_engines(const backend_context& ctx,
+                                   const std::vector<std::string>& names,
+                                   const std::shared_ptr<data_plane>& plane, const std::string& key,
+                                   bool verbose) {
+  inline_engines out;
   if (ctx.size < 2) return out;
   const char* env = std::getenv("TROUPE_FABRIC");
   const std::string setting = env ? env : "";
-  // "messages": no shared segment (every collective on the message fabric,
+  // "messages": no shared segment (every collective on the message engine,
   // as between hosts; for tests and comparisons).
   bool shm = setting != "off" && setting != "messages";
   std::vector<bool> local;
@@ -71,9 +72,10 @@ group_fabrics open_fabrics(const backend_context& ctx, const std::vector<std::st
     med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
                                        setting != "staged");
     out.shm = true;
-    out.messages = std::make_shared<fabric>(std::move(msg_med), ctx.rank, ctx.group_name, names);
+    out.messages =
+        std::make_shared<inline_engine>(std::move(msg_med), ctx.rank, ctx.group_name, names);
   }
-  out.main = std::make_shared<fabric>(std::move(med), ctx.rank, ctx.group_name, names);
+  out.main = std::make_shared<inline_engine>(std::move(med), ctx.rank, ctx.group_name, names);
   return out;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// open_fabrics — sets up a group's fabrics when the group is created, the
-// same way on every rank (fabric/fabric.hpp says what a fabric is).
+// open_inline_engines — sets up a group's inline engines when the group is created, the
+// same way on every rank (inline/engine.hpp says what a inline engine is).
 
 #include <memory>
 #include <string>
@@ -11,18 +11,18 @@
 namespace troupe::detail {
 
 class data_plane;
-class fabric;
+class inline_engine;
 
-struct group_fabrics {
+struct inline_engines {
   /// allreduce and barrier (shared memory), or every collective (messages).
-  std::shared_ptr<fabric> main;
-  /// Beside a shared-memory fabric: the collectives the segment has no
+  std::shared_ptr<inline_engine> main;
+  /// Beside a shared-memory engine: the collectives the segment has no
   /// algorithm for, as messages.
-  std::shared_ptr<fabric> messages;
+  std::shared_ptr<inline_engine> messages;
   bool shm = false;  ///< main's medium is shared memory
 };
 
-/// The fabrics of the group `ctx` describes (none for one rank, or with
+/// The inline engines of the group `ctx` describes (none for one rank, or with
 /// TROUPE_FABRIC=off). `names[r]` describes group rank r in messages; `key`
 /// names the group of this job in the process; `plane` reaches the ranks of
 /// other processes; `verbose` reports why shared memory was not available.
@@ -33,10 +33,11 @@ struct group_fabrics {
 ///  - messages: handed over to ranks in this process and sent as frames to
 ///    the others; the medium starts receiving before this rank says it is
 ///    ready.
-/// Each rank writes the mode it can run to the group's store; fabrics are
+/// Each rank writes the mode it can run to the group's store; inline engines are
 /// used only when all wrote the same one.
-group_fabrics open_fabrics(const backend_context& ctx, const std::vector<std::string>& names,
-                           const std::shared_ptr<data_plane>& plane, const std::string& key,
-                           bool verbose);
+inline_engines open_inline_engines(const backend_context& ctx,
+                                   const std::vector<std::string>& names,
+                                   const std::shared_ptr<data_plane>& plane, const std::string& key,
+                                   bool verbose);
 
 }  // namespace troupe::detail

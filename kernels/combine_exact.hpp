@@ -1,6 +1,6 @@
 #pragma once
 // combine_exact — how every reduce op combines two integers or two bools,
-// shared by the CPU kernels (src/reduce_kernels.cpp) and the CUDA kernels
+// shared by the CPU kernels (kernels/reduce_kernels.cpp) and the CUDA kernels
 // (cuda/kernels.cu) so that both give the same bits. Integer arithmetic runs
 // in an unsigned type at least as wide as int, so that overflow wraps instead
 // of being undefined; bools are bytes, any non-zero byte is true, results are

@@ -34,7 +34,7 @@ void divide_by(dtype t, void* data, std::size_t n, double divisor);
 
 /// Whether `t` is float16 or bfloat16 (sums travel as float32 between ranks).
 bool is_half(dtype t) noexcept;
-/// dst[i] = float(src[i]) for float16/bfloat16 `t` (src/half_convert.cpp).
+/// dst[i] = float(src[i]) for float16/bfloat16 `t` (kernels/half_convert.cpp).
 void widen_to_float(dtype t, const void* src, float* dst, std::size_t n);
 /// dst[i] = src[i] rounded once to float16/bfloat16 `t` (round to nearest even).
 void narrow_from_float(dtype t, const float* src, void* dst, std::size_t n);

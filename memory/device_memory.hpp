@@ -1,7 +1,7 @@
 #pragma once
 // Device memory as the rest of the library sees it: allocation, copies and
 // fills of CUDA memory, behind plain pointers. Implemented in cuda/runtime.cpp
-// in CUDA builds and by src/device_memory_none.cpp (which refuses every call)
+// in CUDA builds and by memory/device_memory_none.cpp (which refuses every call)
 // otherwise, so that no CUDA header reaches code outside cuda/.
 //
 // Every function throws troupe::error(errc::backend) naming `op`, the device

@@ -1,4 +1,4 @@
-// gate_io: sockets with deadlines for the store (declarations in src/gate_io.hpp).
+// gate_io: sockets with deadlines for the store (declarations in store/gate_io.hpp).
 
 #include "store/gate_io.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
 // gate_io — the socket plumbing of the store's server and clients
-// (src/store_gate.hpp, src/store_client.hpp): listening, connecting, reading
+// (store/store_gate.hpp, store/store_client.hpp): listening, connecting, reading
 // and writing with deadlines, and comparing tokens in constant time.
 
 #include <chrono>

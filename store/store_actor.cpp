@@ -1,5 +1,5 @@
 // The store actor: a key-value map served to tcp_store clients (protocol in
-// actors/store_actor.hpp).
+// store/store_actor.hpp).
 //
 // Terms: a waiter is a kv_wait request whose keys are not all present yet; it
 // holds the caller's promise until every key exists (answered after each

@@ -8,7 +8,7 @@
 // caller's promise and answers once every key exists, or with the keys still
 // missing when the caller's timeout passes, or drops it when the caller is gone.
 // The store actor is never published (no CAF port is open): clients reach it
-// through sessions, one per connection (src/store_gate.hpp) and one per
+// through sessions, one per connection (store/store_gate.hpp) and one per
 // client in the server's own process, which turn store_wire requests into its
 // messages and its answers back.
 

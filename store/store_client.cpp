@@ -1,5 +1,5 @@
 // store_client: requests over the gate's wire, answers by a reader thread
-// (src/store_client.hpp).
+// (store/store_client.hpp).
 
 #include "store/store_client.hpp"
 

@@ -1,7 +1,7 @@
 #pragma once
 // store_client — a tcp_store client's connection to the server's gate
-// (src/store_gate.hpp): it presents the job's token, then sends store_wire
-// requests (src/store_wire.hpp) from any thread and a reader thread of its
+// (store/store_gate.hpp): it presents the job's token, then sends store_wire
+// requests (store/store_wire.hpp) from any thread and a reader thread of its
 // own hands each answer to the call waiting for it. When the connection
 // ends, every open and later call fails at once, naming why.
 

@@ -1,5 +1,5 @@
 // store_gate: the store server's door and wire, one poll loop
-// (why and what: src/store_gate.hpp).
+// (why and what: store/store_gate.hpp).
 
 #include "store/store_gate.hpp"
 

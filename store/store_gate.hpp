@@ -18,9 +18,9 @@
 //    preamble is refused (logged "[troupe store] refused connection from
 //    <peer>: <reason>", at most 10 lines a second, counted, closed; a wrong
 //    token is answered with byte 0 first). A right one is answered with byte 1;
-//  - admitted connections: requests (src/store_wire.hpp, at most 1 GiB each,
+//  - admitted connections: requests (store/store_wire.hpp, at most 1 GiB each,
 //    buffered as their bytes arrive) go to a session actor of the connection
-//    (actors/store_actor.hpp), whose answers are written back at once or,
+//    (store/store_actor.hpp), whose answers are written back at once or,
 //    when the socket is full, by this thread. A malformed request closes the
 //    connection. A connection that asked to be watched (tcp_store::
 //    append_on_disconnect) and ends without a goodbye has its values

@@ -1,5 +1,5 @@
 // store_wire: encoding and bounded decoding of the store's messages
-// (src/store_wire.hpp).
+// (store/store_wire.hpp).
 
 #include "store/store_wire.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
 // store_wire — how tcp_store clients and the server talk once the gate
-// admitted a connection (src/store_gate.hpp): length-prefixed messages, every
+// admitted a connection (store/store_gate.hpp): length-prefixed messages, every
 // integer little-endian (hosts of one job may differ).
 //
 //   request: u32 length | u64 id | u8 op    | fields of the op

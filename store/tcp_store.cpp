@@ -1,7 +1,7 @@
-// tcp_store: a store served by a store actor (actors/store_actor.hpp) behind
-// the store gate (src/store_gate.hpp), the server's only socket: no CAF port
+// tcp_store: a store served by a store actor (store/store_actor.hpp) behind
+// the store gate (store/store_gate.hpp), the server's only socket: no CAF port
 // is open, and no byte of a client reaches the actor before the client proved
-// the job's token. Clients talk the gate's wire (src/store_wire.hpp) through
+// the job's token. Clients talk the gate's wire (store/store_wire.hpp) through
 // a store_client; a client in the server's own process talks to the actor
 // through a session of its own.
 //

@@ -1,5 +1,5 @@
 // watchful_store: a store whose waits look for gone members
-// (src/watchful_store.hpp).
+// (store/watchful_store.hpp).
 
 #include "store/watchful_store.hpp"
 

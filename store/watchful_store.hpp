@@ -1,5 +1,5 @@
 #pragma once
-// watchful_store — the store a group's set-up goes through (src/world.cpp):
+// watchful_store — the store a group's set-up goes through (api/world.cpp):
 // it forwards every call, and while its calls wait (blocking reads in 100 ms
 // slices, polls such as store_based_barrier's at most every 100 ms) it asks
 // whether a member of the group is known to be gone; if one is, the waiting

@@ -1,4 +1,4 @@
-// The actor backend's device exchange (device/device_exchange.hpp) on host
+// The actor backend's device exchange (backends/device_exchange.hpp) on host
 // memory: its rounds of posts, shares and finishes run on queues that stand
 // in for device actors and on device_ops that stand in for CUDA (events are
 // tokens, the reduction kernel is the CPU's). Every collective family on 1,

@@ -39,10 +39,10 @@ class test_medium final : public medium {
 
 /// Waits for a message from rank 1, then one from rank 2. The first look finds
 /// nothing; right after it, rank 1's message and its goodbye arrive.
-class two_messages final : public fabric_op {
+class two_messages final : public inline_op {
  public:
   two_messages(test_medium& med, std::atomic<bool>& from_2) : med_(med), from_2_(from_2) {}
-  bool step(fabric_context&, bool& moved) override {
+  bool step(inline_context&, bool& moved) override {
     if (stage_ == 0) {
       if (!arrived_) {
         arrived_ = true;   // rank 1's message is there from now on...
@@ -72,8 +72,8 @@ class two_messages final : public fabric_op {
 TEST_CASE("a rank that left after its part is not blamed when the operation moves on") {
   auto med = std::make_shared<test_medium>();
   std::atomic<bool> from_2{false};
-  auto f =
-      std::make_shared<fabric>(med, 0, "g", std::vector<std::string>{"rank 0", "rank 1", "rank 2"});
+  auto f = std::make_shared<inline_engine>(med, 0, "g",
+                                           std::vector<std::string>{"rank 0", "rank 1", "rank 2"});
   auto op = std::make_unique<two_messages>(*med, from_2);
   op->name = "barrier";
   op->op = f->next_op();

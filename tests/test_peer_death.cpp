@@ -28,8 +28,8 @@ enum class moment { idle, small_loop, large_loop };
 
 struct plan {
   const char* name;
-  const char* transport;  // TROUPE_TRANSPORT
-  const char* fabric;     // TROUPE_FABRIC ("" leaves it unset)
+  const char* transport;       // TROUPE_TRANSPORT
+  const char* engine_setting;  // TROUPE_FABRIC ("" leaves it unset)
   int victim;
   moment when;
   int leaver = -1;  // a survivor that destroys its world right after failing
@@ -56,8 +56,8 @@ void run_until_failure(process_group& pg, std::int64_t len, int rounds) {
 
 bool rank_body(const plan& p, const std::string& path, board& b, int r) {
   ::setenv("TROUPE_TRANSPORT", p.transport, 1);
-  if (*p.fabric)
-    ::setenv("TROUPE_FABRIC", p.fabric, 1);
+  if (*p.engine_setting)
+    ::setenv("TROUPE_FABRIC", p.engine_setting, 1);
   else
     ::unsetenv("TROUPE_FABRIC");
   auto s = std::make_shared<file_store>(path, 20s);

@@ -60,13 +60,14 @@ data_plane& plane_of(world& w) {
 /// Three ranks over TCP; rank 2 sends what `attack(sub_group_name)` makes to
 /// ranks 0 and 1, whose allreduce on the default group must then fail naming
 /// rank 2 and `expected`, while their group of two keeps working.
-void run_attack(const char* fabric, const std::function<std::string(const std::string&)>& attack,
+void run_attack(const char* engine_setting,
+                const std::function<std::string(const std::string&)>& attack,
                 const std::string& expected) {
   CAPTURE(expected);
   const auto path = test::temp_store_path();
   auto codes = test::fork_ranks(3, [&](int r) {
     ::setenv("TROUPE_TRANSPORT", "tcp", 1);
-    if (*fabric) ::setenv("TROUPE_FABRIC", fabric, 1);
+    if (*engine_setting) ::setenv("TROUPE_FABRIC", engine_setting, 1);
     auto s = std::make_shared<file_store>(path, 20s);
     world w{test::child_world(s, r, 3, 20s)};
     auto& pg = w.default_group();
@@ -117,7 +118,7 @@ TEST_CASE("a frame announcing a payload larger than the host's memory fails only
 
 TEST_CASE("a frame from a group rank out of range fails only that peer") {
   run_attack(
-      "", [](const std::string&) { return frame("default", frame_fabric, 1000, 77, tensor{}); },
+      "", [](const std::string&) { return frame("default", frame_inline, 1000, 77, tensor{}); },
       "from group rank 77, out of range for the group's 3 ranks");
 }
 
@@ -132,19 +133,19 @@ TEST_CASE("a frame for a group its sender is not a member of fails only that pee
   run_attack(
       "",
       [](const std::string& sub) {
-        return frame(sub, frame_fabric, 1, 0, tensor::from_vector<float>({5.f}));
+        return frame(sub, frame_inline, 1, 0, tensor::from_vector<float>({5.f}));
       },
       "of which it is not a member");
 }
 
 TEST_CASE("frames for operations far ahead are bounded per peer (fabric and group actors)") {
-  for (const char* fabric : {"", "off"}) {
-    CAPTURE(std::string(fabric));
+  for (const char* engine_setting : {"", "off"}) {
+    CAPTURE(std::string(engine_setting));
     run_attack(
-        fabric,
+        engine_setting,
         [&](const std::string&) {
           std::string all;
-          const auto kind = *fabric ? frame_collective : frame_fabric;
+          const auto kind = *engine_setting ? frame_collective : frame_inline;
           for (std::size_t i = 0; i <= max_waiting_messages; ++i)
             all += frame("default", kind, 1000 + i, 2, tensor{});
           return all;
@@ -157,7 +158,7 @@ namespace {
 
 /// A frame for `group` mutated at random: header fields, lengths, bytes.
 std::string mutated(std::mt19937_64& gen, const std::string& group) {
-  const std::uint8_t kinds[] = {frame_collective, frame_p2p, frame_fabric};
+  const std::uint8_t kinds[] = {frame_collective, frame_p2p, frame_inline};
   const auto kind = kinds[gen() % 3];
   const auto seq = 1 + gen() % 4;
   const auto len = static_cast<std::int64_t>(gen() % 3 == 0 ? gen() % 9000 : gen() % 8);

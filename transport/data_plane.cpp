@@ -260,7 +260,7 @@ std::string data_plane::admit(int r, const frame_header& h, const std::string& g
   }
   const auto* rt = p.current.get();
   // A group that does not exist here (destroyed, or never joined): dropped unread.
-  if (!rt || (h.kind == frame_fabric ? !rt->sink : !rt->actor)) {
+  if (!rt || (h.kind == frame_inline ? !rt->sink : !rt->actor)) {
     skip = true;
     return {};
   }
@@ -281,7 +281,7 @@ bool data_plane::dispatch(int r, received_frame& f, std::string& refusal) {
   }
   const auto rt = std::move(p.current);  // checked by admit()
   if (!rt) return true;
-  if (f.header.kind == frame_fabric) {
+  if (f.header.kind == frame_inline) {
     refusal = rt->sink(f);
     return refusal.empty();
   }
@@ -311,7 +311,7 @@ bool data_plane::drain(int r, bool& any) {
     // Fabric payloads may go where their operation posted a receive.
     auto place = [&](const frame_header& h, const std::string&) {
       const auto& rt = p.current;
-      return h.kind == frame_fabric && rt && rt->place ? rt->place(h) : posted_receive{};
+      return h.kind == frame_inline && rt && rt->place ? rt->place(h) : posted_receive{};
     };
     why = p.in_ring
               ? p.reader.drain([&](void* d, std::size_t n) { return p.in_ring->read_some(d, n); },
@@ -467,7 +467,7 @@ void data_plane::send(int r, const std::string& group, const p2p_envelope& env) 
   send_frame(r, group, env);
 }
 
-void data_plane::send_fabric(int r, const std::string& group, const envelope& env,
+void data_plane::send_inline(int r, const std::string& group, const envelope& env,
                              const std::function<void()>& while_full,
                              std::chrono::steady_clock::time_point deadline) {
   auto& p = at(r);
@@ -475,11 +475,11 @@ void data_plane::send_fabric(int r, const std::string& group, const envelope& en
     std::lock_guard<std::mutex> g{p.out_mtx};
     if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
     if (p.out != p.out_socket.get()) {
-      write_frame(*p.out, group, env, frame_fabric);
+      write_frame(*p.out, group, env, frame_inline);
       return;
     }
     nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
-    if (write_frame(out, group, env, frame_fabric)) return;
+    if (write_frame(out, group, env, frame_inline)) return;
     p.out_socket->close();
   }
   peer_gone(r, "it took no data for the length of an operation's timeout (connection closed)",
@@ -504,7 +504,7 @@ void data_plane::set_route(const std::string& group, const std::function<void(ro
 }
 
 void data_plane::add_sink(const std::string& group, const std::vector<int>& members,
-                          fabric_sink sink, fabric_place place) {
+                          inline_sink sink, inline_place place) {
   set_route(group, [&](route& rt) {
     rt.members = members;
     rt.sink = std::move(sink);

@@ -21,10 +21,10 @@
 // most) and joined as soon as its connection ends.
 // Receipt: a reader thread per incoming connection decodes frames straight
 // into tensors and hands them to the local group actor named in the frame,
-// or (fabric frames) to the group's fabric sink; a fabric payload goes
+// or (inline frames) to the group's inline engine sink; a inline engine payload goes
 // straight into the tensor its operation posted for it, when there is one
 // (the output: the receiver then copies nothing). A thread waiting for a
-// fabric operation may read a TCP connection itself (pump): a socket read by
+// inline operation may read a TCP connection itself (pump): a socket read by
 // the waiting thread answers in about 3 µs, a reader thread woken by the
 // kernel in about 20 µs. While such a thread pumps, the reader thread parks.
 // Validation: before a frame's payload is allocated, its sender must be the
@@ -35,7 +35,7 @@
 // peer fails as if it had died, named as the cause; the process never does.
 // Peer failures: a connection that ends without a goodbye, or is dropped for
 // a bad frame, fails every pending and later call of every group that rank
-// belongs to (group actors by a gone message; fabrics through crashed() and
+// belongs to (group actors by a gone message; inline engines through crashed() and
 // crash_reason()). A goodbye means the rank left on purpose (only calls still
 // waiting for it fail); when it left after a rank failed, the goodbye names
 // that rank, so the blame lands on the cause and not on the rank that left
@@ -92,26 +92,26 @@ class data_plane {
 
   void send(int world_rank, const std::string& group, const envelope& env);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
-  /// Sends collective data for the fabric of `group` in world rank's process.
+  /// Sends collective data for the inline engine of `group` in world rank's process.
   /// The calling thread may be the one reading its peers' sockets: while the
   /// connection cannot take more bytes it calls `while_full()` (which reads
   /// them), so two ranks sending to each other at once never wait on each
   /// other's full buffers.
   /// A peer that takes nothing until `deadline` is given up on (its
   /// connection is closed: the frame cannot be taken back half written).
-  void send_fabric(int world_rank, const std::string& group, const envelope& env,
+  void send_inline(int world_rank, const std::string& group, const envelope& env,
                    const std::function<void()>& while_full,
                    std::chrono::steady_clock::time_point deadline);
 
-  /// Where fabric frames for `group` go (called on the thread that read
+  /// Where inline frames for `group` go (called on the thread that read
   /// them); answers why it refuses the frame ("": taken), which fails the peer.
-  using fabric_sink = std::function<std::string(received_frame&)>;
-  /// Where the payload of a fabric frame for `group` may be read to (a
+  using inline_sink = std::function<std::string(received_frame&)>;
+  /// Where the payload of a inline frame for `group` may be read to (a
   /// receive posted in advance, frame.hpp), asked before it is read.
-  using fabric_place = std::function<posted_receive(const frame_header&)>;
+  using inline_place = std::function<posted_receive(const frame_header&)>;
   /// `members[r]`: the world rank of group rank r (frames are checked against them).
-  void add_sink(const std::string& group, const std::vector<int>& members, fabric_sink sink,
-                fabric_place place = {});
+  void add_sink(const std::string& group, const std::vector<int>& members, inline_sink sink,
+                inline_place place = {});
   void remove_sink(const std::string& group);
 
   /// Whether frames from world rank `r` arrive over its TCP connection (not
@@ -129,7 +129,7 @@ class data_plane {
   /// Why world rank r failed (its connection ended without a goodbye or was
   /// dropped for bad frames); empty while it did not.
   std::string crash_reason(int r);
-  /// How many peers failed so far; shared, so that a fabric checks it with
+  /// How many peers failed so far; shared, so that a inline engine checks it with
   /// one load while the data plane may already be gone.
   std::shared_ptr<const std::atomic<std::uint32_t>> crashed() const noexcept { return crashes_; }
   /// Fails world rank r as if it died, naming `why` (its frames broke a rule

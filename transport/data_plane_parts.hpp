@@ -47,8 +47,8 @@ struct data_plane::peer {
 struct data_plane::route {
   std::vector<int> members;  // world rank of each group rank
   group_actor actor;         // collective and p2p frames
-  fabric_sink sink;          // fabric frames
-  fabric_place place;
+  inline_sink sink;          // inline frames
+  inline_place place;
 };
 
 /// Identifies this process among the ranks of a job (same value for every

@@ -39,12 +39,12 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
 std::string check_header(const frame_header& h) {
   if (h.magic != frame_magic) return "bad frame magic";
   if (h.kind == frame_goodbye) return {};
-  if (h.kind > frame_fabric) return "bad frame kind " + std::to_string(h.kind);
+  if (h.kind > frame_inline) return "bad frame kind " + std::to_string(h.kind);
   if (h.payload_bytes > max_frame_payload())
     return "a frame announcing " + std::to_string(h.payload_bytes) +
            " bytes of payload, more than this host's memory (" +
            std::to_string(max_frame_payload()) + " bytes)";
-  if ((h.kind == frame_collective || h.kind == frame_fabric) &&
+  if ((h.kind == frame_collective || h.kind == frame_inline) &&
       h.code > static_cast<std::uint8_t>(op_code::monitored_barrier))
     return "bad op code " + std::to_string(h.code);
   if (h.dtype >= dtype_count) return "bad dtype " + std::to_string(h.dtype);

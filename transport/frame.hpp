@@ -2,10 +2,10 @@
 // frame — the wire format of the data plane between processes.
 //
 // A frame carries one envelope (collective data for the group actor, or for
-// the group's fabric: kind 3) or p2p_envelope (point to point) for `group` in
+// the group's inline engine: kind 3) or p2p_envelope (point to point) for `group` in
 // the receiving process:
 //   header (fixed 48 bytes) | group name (name_len bytes)
-//   | the sender's call fingerprint (fp_bytes; actors/agreement.hpp) | payload (payload_bytes)
+//   | the sender's call fingerprint (fp_bytes; base/agreement.hpp) | payload (payload_bytes)
 // Every field is checked on receipt; a malformed frame closes the connection.
 // The reader trusts nothing a frame announces: its header is checked alone
 // (kind, op code, dtype, name length, and a payload no larger than this
@@ -31,7 +31,7 @@ inline constexpr std::size_t max_group_name = 1024;
 inline constexpr std::size_t max_fingerprint = 32 + 16 * 4096;
 
 /// What one peer in another process may have waiting in one group of this
-/// rank (the fabric's inbox, the group actor's early messages): at most this
+/// rank (the inline engine's inbox, the group actor's early messages): at most this
 /// many messages not yet taken, and at most this many payload bytes for
 /// operations after the next one this rank runs. A peer over either bound is
 /// failed (its connection dropped, naming it): a rank cannot hold without
@@ -42,7 +42,7 @@ inline constexpr std::uint64_t max_early_bytes = std::uint64_t{1} << 30;
 struct frame_header {
   std::uint32_t magic = frame_magic;
   std::uint8_t kind =
-      0;  ///< 0: collective envelope, 1: p2p envelope, 2: goodbye, 3: fabric envelope
+      0;  ///< 0: collective envelope, 1: p2p envelope, 2: goodbye, 3: inline envelope
   std::uint8_t code = 0;  ///< op_code (collective)
   std::uint8_t dtype = 0;
   std::uint8_t has_payload = 0;  ///< 0 for an undefined payload tensor (barriers)
@@ -70,10 +70,10 @@ class byte_stream {
 };
 
 inline constexpr std::uint8_t frame_collective = 0, frame_p2p = 1, frame_goodbye = 2,
-                              frame_fabric = 3;
+                              frame_inline = 3;
 
 /// Writes one frame (header, group name, payload) to `out`; `kind` is
-/// frame_collective or frame_fabric. Small frames go out in one write.
+/// frame_collective or frame_inline. Small frames go out in one write.
 bool write_frame(byte_stream& out, const std::string& group, const envelope& env,
                  std::uint8_t kind = frame_collective);
 bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope& env);
@@ -127,7 +127,7 @@ using admit_fn =
 
 /// Reads frames piece by piece from a socket without blocking, for whichever
 /// thread holds the socket at the moment (the data plane's reader thread, or
-/// a thread waiting for a fabric operation that reads the socket itself).
+/// a thread waiting for a inline operation that reads the socket itself).
 class frame_reader {
  public:
   /// Reads what `fd` has now; `on_frame` gets each complete frame (and

@@ -9,7 +9,7 @@
 // The data plane's hello (host byte order: the processes of a job run one build):
 //   "TROUPEH1" | u32 token length (1..4096) | token | i32 world rank | i32 pid |
 //   u16 length + host | u16 length + job | u16 length + ring name (each 0..255)
-// The store's preamble (src/store_gate.hpp):
+// The store's preamble (store/store_gate.hpp):
 //   "TROUPES1" | big-endian u32 token length (1..4096) | token
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 // (more are refused at once), and one deadline for the whole handshake from
 // the moment of accept (a peer sending a byte a second gains nothing).
 // Used by the data plane (transport/data_plane_accept.cpp) and the store
-// gate (src/store_gate.cpp).
+// gate (store/store_gate.cpp).
 
 #include <poll.h>
 

@@ -1,6 +1,6 @@
 #pragma once
 // rendezvous — a world's ranks meeting through the store while the world is
-// built (src/world.cpp, transport/data_plane.cpp), and naming the ranks that
+// built (api/world.cpp, transport/data_plane.cpp), and naming the ranks that
 // do not come.
 //
 // Every wait ends by one deadline for the whole rendezvous (the world's

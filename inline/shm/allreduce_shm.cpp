@@ -1,6 +1,6 @@
 // allreduce_shm — allreduce through the group's shared segment.
 //
-// Terms: k is the fabric operation number, N the buffer's bytes, n the
+// Terms: k is the inline operation number, N the buffer's bytes, n the
 // ranks, "part q" of a chunk the q-th of n cache-line-aligned slices; rank q
 // reduces part q of every chunk (reduce-scatter), everyone copies every part
 // out (allgather). Sums run in rank order 0..n-1 wherever they run, so every
@@ -11,7 +11,7 @@
 // Step 2 (agree): wait until every rank arrived; all must have posted the
 //   same descriptor (else every rank fails the same way). A rank that issued
 //   another collective at this sequence number is a collective mismatch.
-// Small N (one step; the slot size is fabric/segment.hpp's shape_for): reduce
+// Small N (one step; the slot size is inline/shm/segment.hpp's shape_for): reduce
 //   the n slots straight into the output; done = k.
 //   Between processes above 32 KiB (two ranks: slots of 1 MiB), step 1 copies
 //   nothing: when every rank's buffer turns out shared the operation goes
@@ -21,7 +21,7 @@
 //   private buffers unchanged within the noise).
 // Ranks of one process, N above 32 KiB, or ranks of several processes whose
 //   buffers are all shared (tensor::empty_shared, or moved there in place;
-//   fabric/peer_memory maps them), N above 32 KiB (direct): reduce part (me) of every
+//   memory/peer_memory maps them), N above 32 KiB (direct): reduce part (me) of every
 //   rank's buffer into mine and copy it into every other buffer; done = k;
 //   return once every rank is done (the others write into my buffer).
 // Large N, per chunk g (a ring of `chunk_slots` staging and result slots;
@@ -56,11 +56,11 @@
 #include <vector>
 
 #include "base/call.hpp"
+#include "base/tensor_util.hpp"
 #include "inline/medium.hpp"
 #include "inline/shm/segment.hpp"
 #include "inline/shm/shm_op.hpp"
 #include "kernels/reduce_kernels.hpp"
-#include "base/tensor_util.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -75,7 +75,7 @@ class allreduce_shm final : public shm_op {
   allreduce_shm(tensor data, reduce_op::kind kind, double divisor, std::uint8_t code)
       : shm_op(code), data_(std::move(data)), kind_(kind), divisor_(divisor) {}
 
-  bool step(fabric_context& ctx, bool& moved) override {
+  bool step(inline_context& ctx, bool& moved) override {
     auto& seg = *ctx.seg;
     const auto me = ctx.rank;
     const auto nbytes = static_cast<std::uint64_t>(data_.nbytes());
@@ -156,14 +156,14 @@ class allreduce_shm final : public shm_op {
   enum class phase { post, agree, finish, small_staged, chunks };
 
   /// Every rank sees the same descriptors: all fail alike and step past.
-  void check_same(fabric_context& ctx, bool& moved) {
+  void check_same(inline_context& ctx, bool& moved) {
     if (auto why = disagreement(ctx); !why.empty()) {
       finish_op(ctx, moved);
       throw disagreement_error(why);
     }
   }
 
-  void reduce_small(fabric_context& ctx) {
+  void reduce_small(inline_context& ctx) {
     std::vector<const void*> srcs(static_cast<std::size_t>(ctx.size));
     for (int r = 0; r < ctx.size; ++r)
       srcs[static_cast<std::size_t>(r)] =
@@ -180,7 +180,7 @@ class allreduce_shm final : public shm_op {
   }
 
   /// Every rank posted a shared buffer (between processes: the direct path).
-  bool all_shared(fabric_context& ctx) const {
+  bool all_shared(inline_context& ctx) const {
     if (!ctx.peers) return false;
     for (int r = 0; r < ctx.size; ++r)
       if (ctx.seg->descriptor(r, op).share_id == 0) return false;
@@ -188,14 +188,14 @@ class allreduce_shm final : public shm_op {
   }
 
   /// Rank r's buffer in this process.
-  std::byte* buffer_of(fabric_context& ctx, int r) const {
+  std::byte* buffer_of(inline_context& ctx, int r) const {
     return r == ctx.rank ? static_cast<std::byte*>(data_.data()) : posted_buffer(ctx, r);
   }
 
   /// Reduce part (me) of every rank's buffer straight into my buffer and
   /// copy it into every other rank's buffer (one read of N and one write of
   /// N per rank: the memory ceiling), in cache-sized pieces.
-  void reduce_direct(fabric_context& ctx) {
+  void reduce_direct(inline_context& ctx) {
     const auto n = ctx.size;
     const auto me = ctx.rank;
     const auto es = static_cast<std::int64_t>(element_size(data_.scalar_type()));
@@ -235,7 +235,7 @@ class allreduce_shm final : public shm_op {
   /// chunks ahead of the next: gather first (it frees slots), then reduce,
   /// then stage. A rank ahead of the others stages the next chunks instead of
   /// waiting, so the ranks need not run in lockstep.
-  bool run_chunks(fabric_context& ctx, bool& moved) {
+  bool run_chunks(inline_context& ctx, bool& moved) {
     if (ctx.size == 2) return run_chunks_both(ctx, moved);
     auto& seg = *ctx.seg;
     const auto n = ctx.size;
@@ -331,7 +331,7 @@ class allreduce_shm final : public shm_op {
 
   /// Finishes the operation once its chunks are `done`; else remembers whom
   /// it waits for, and for what.
-  bool end_chunks(fabric_context& ctx, bool& moved, bool done, int rank, const char* what) {
+  bool end_chunks(inline_context& ctx, bool& moved, bool done, int rank, const char* what) {
     if (!done) return waiting(rank, what);
     finish_op(ctx, moved);
     return true;
@@ -341,7 +341,7 @@ class allreduce_shm final : public shm_op {
   /// into their buffer (the reduce cursor first: it frees slots and uses the
   /// chunk while it is in the cache; the stage cursor runs up to `slots`
   /// chunks ahead of the other rank's reduce).
-  bool run_chunks_both(fabric_context& ctx, bool& moved) {
+  bool run_chunks_both(inline_context& ctx, bool& moved) {
     auto& seg = *ctx.seg;
     const int other = 1 - ctx.rank;
     const auto es = static_cast<std::int64_t>(element_size(data_.scalar_type()));
@@ -397,7 +397,7 @@ class allreduce_shm final : public shm_op {
 
 }  // namespace
 
-std::unique_ptr<fabric_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor,
+std::unique_ptr<inline_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor,
                                               std::uint8_t code) {
   return std::make_unique<allreduce_shm>(std::move(data), kind, divisor, code);
 }

@@ -1,5 +1,5 @@
 #pragma once
-// The fabric's operations (one file each, like algorithms/).
+// The inline engine's operations (one file each, like algorithms/).
 
 #include <memory>
 
@@ -12,7 +12,7 @@ namespace troupe::detail {
 /// `divisor` > 0 divides the result (AVG). The caller sets the op's fields.
 /// With an empty buffer and `code` barrier it is the group's barrier (every
 /// rank posts, everyone waits until all posted).
-std::unique_ptr<fabric_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor,
+std::unique_ptr<inline_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor,
                                               std::uint8_t code);
 
 }  // namespace troupe::detail

@@ -8,7 +8,7 @@
 // with no message, staging buffer or thread in between. Otherwise the
 // sources are staged chunk by chunk through the segment's slots (below).
 //
-// Terms: k is the fabric operation number; "counts" the elements per rank
+// Terms: k is the inline operation number; "counts" the elements per rank
 // (the call's, the same on every rank); block r starts at the sum of the
 // counts before r.
 // Step 1 (post): once every rank finished operation k-2 (whose descriptor
@@ -40,8 +40,8 @@
 #include <numeric>
 #include <vector>
 
-#include "base/call.hpp"
 #include "algorithms/algorithm.hpp"
+#include "base/call.hpp"
 #include "inline/medium.hpp"
 #include "inline/shm/shm_op.hpp"
 #include "kernels/reduce_kernels.hpp"
@@ -67,7 +67,7 @@ class direct_shm final : public shm_op {
       call_->input = fresh_copy(call_->input);
   }
 
-  bool step(fabric_context& ctx, bool& moved) override {
+  bool step(inline_context& ctx, bool& moved) override {
     auto& c = *call_;
     switch (phase_) {
       case phase::post: {
@@ -188,7 +188,7 @@ class direct_shm final : public shm_op {
     if (refused_.empty()) refused_ = why;
   }
 
-  void check(fabric_context& ctx, bool& moved) {
+  void check(inline_context& ctx, bool& moved) {
     // What every rank called (collective, dtype, root, op, counts, splits).
     if (auto why = disagreement(ctx); !why.empty()) {
       refuse(why);
@@ -212,21 +212,21 @@ class direct_shm final : public shm_op {
     }
   }
 
-  bool same_codes(fabric_context& ctx) const {
+  bool same_codes(inline_context& ctx) const {
     for (int r = 0; r < ctx.size; ++r)
       if (ctx.seg->descriptor(r, op).code != code_) return false;
     return true;
   }
 
   /// Rank r's send counts (alltoall), or its receive counts.
-  const std::int64_t* counts_of(fabric_context& ctx, int r, bool receive) const {
+  const std::int64_t* counts_of(inline_context& ctx, int r, bool receive) const {
     return reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(r, op)) +
            (receive ? ctx.size : 0);
   }
 
   /// Every rank's input holds what its splits send (the splits themselves
   /// agree: disagreement() checked every pair), so all refuse alike.
-  void check_alltoall(fabric_context& ctx) {
+  void check_alltoall(inline_context& ctx) {
     for (int r = 0; r < ctx.size; ++r) {
       const auto* sends = counts_of(ctx, r, false);
       const auto total = std::accumulate(sends, sends + ctx.size, std::int64_t{0});
@@ -240,7 +240,7 @@ class direct_shm final : public shm_op {
   // -- between processes: through the segment's staging slots ----------------
 
   /// Bytes of rank r's input the others may need (its "source").
-  std::int64_t source_bytes(fabric_context& ctx, int r) const {
+  std::int64_t source_bytes(inline_context& ctx, int r) const {
     const auto& c = *call_;
     const auto es = element_bytes();
     const auto total = std::accumulate(c.counts.begin(), c.counts.end(), std::int64_t{0}) * es;
@@ -269,7 +269,7 @@ class direct_shm final : public shm_op {
   struct need {
     std::int64_t from = 0, to = 0, at = 0;
   };
-  need needed(fabric_context& ctx, int me, int r) const {
+  need needed(inline_context& ctx, int me, int r) const {
     const auto& c = *call_;
     const auto es = element_bytes();
     const auto offsets = offsets_of(c.counts);
@@ -302,24 +302,24 @@ class direct_shm final : public shm_op {
   }
 
   /// Sources up to this size go through the descriptors' small slots.
-  static std::int64_t small_limit(fabric_context& ctx) {
+  static std::int64_t small_limit(inline_context& ctx) {
     return static_cast<std::int64_t>(
         std::min<std::size_t>(ctx.seg->shape().small_bytes, std::size_t{64} << 10));
   }
   /// The longest source (the same on every rank once the arguments agree).
-  std::int64_t longest_source(fabric_context& ctx) const {
+  std::int64_t longest_source(inline_context& ctx) const {
     std::int64_t longest = 0;
     for (int r = 0; r < ctx.size; ++r) longest = std::max(longest, source_bytes(ctx, r));
     return longest;
   }
   /// (alltoall reads the others' counts and inputs in place, in one process.)
-  bool all_small(fabric_context& ctx) const {
+  bool all_small(inline_context& ctx) const {
     return call_->code != op_code::alltoallv && longest_source(ctx) <= small_limit(ctx);
   }
 
   /// Takes the operation's chunk numbers (the same on every rank) and copies
   /// what this rank needs of its own input.
-  void start_staged(fabric_context& ctx) {
+  void start_staged(inline_context& ctx) {
     const auto bytes = static_cast<std::int64_t>(ctx.seg->shape().chunk_bytes);
     chunks_ = (longest_source(ctx) + bytes - 1) / bytes;
     mine_ = (source_bytes(ctx, ctx.rank) + bytes - 1) / bytes;
@@ -329,7 +329,7 @@ class direct_shm final : public shm_op {
   }
 
   /// Copies what this rank's output needs of its own input.
-  void own_part(fabric_context& ctx) {
+  void own_part(inline_context& ctx) {
     auto& c = *call_;
     const int me = ctx.rank;
     const auto es = element_bytes();
@@ -353,7 +353,7 @@ class direct_shm final : public shm_op {
 
   /// Stages my chunks (once every rank consumed what the slot held) and
   /// consumes everyone's as they are staged, as far as the peers allow.
-  bool run_staged(fabric_context& ctx, bool& moved) {
+  bool run_staged(inline_context& ctx, bool& moved) {
     auto& seg = *ctx.seg;
     const auto slots = static_cast<std::int64_t>(seg.shape().chunk_slots);
     const auto bytes = static_cast<std::int64_t>(seg.shape().chunk_bytes);
@@ -405,7 +405,7 @@ class direct_shm final : public shm_op {
 
   /// Copies (reduces) what this rank needs of chunk i; -1 when done, else a
   /// rank that has not staged it yet (nothing copied then).
-  int consume(fabric_context& ctx, std::int64_t i, std::int64_t bytes) {
+  int consume(inline_context& ctx, std::int64_t i, std::int64_t bytes) {
     const auto lo = i * bytes, hi = lo + bytes;
     for (int r = 0; r < ctx.size; ++r) {
       if (r == ctx.rank) continue;
@@ -421,7 +421,7 @@ class direct_shm final : public shm_op {
   /// Copies (reduces) what this rank needs of bytes [lo, hi) of every
   /// source, which `at(r)` holds (from byte lo on).
   template <class Where>
-  void consume_range(fabric_context& ctx, std::int64_t lo, std::int64_t hi, const Where& at) {
+  void consume_range(inline_context& ctx, std::int64_t lo, std::int64_t hi, const Where& at) {
     auto& c = *call_;
     const int me = ctx.rank, n = ctx.size;
     auto part = [&](const need& nd) {
@@ -471,7 +471,7 @@ class direct_shm final : public shm_op {
 
   /// Between processes: every rank with something to send posted shared
   /// memory (the same answer on every rank).
-  bool sources_shared(fabric_context& ctx) const {
+  bool sources_shared(inline_context& ctx) const {
     if (!ctx.peers || !pulls_between_processes()) return false;
     for (int r = 0; r < ctx.size; ++r)
       if (source_bytes(ctx, r) > 0 && ctx.seg->descriptor(r, op).share_id == 0) return false;
@@ -479,11 +479,11 @@ class direct_shm final : public shm_op {
   }
 
   /// Rank r's input in this process.
-  const std::byte* input_of(fabric_context& ctx, int r) const { return posted_buffer(ctx, r); }
+  const std::byte* input_of(inline_context& ctx, int r) const { return posted_buffer(ctx, r); }
 
   /// One process, or shared inputs: what this rank needs, straight from the
   /// others' inputs.
-  void pull(fabric_context& ctx) {
+  void pull(inline_context& ctx) {
     own_part(ctx);
     consume_range(ctx, 0, longest_source(ctx), [&](int r) { return input_of(ctx, r); });
   }
@@ -517,7 +517,7 @@ bool fits_direct_shm(const collective_call& c, int size) {
   }
 }
 
-std::unique_ptr<fabric_op> make_direct_shm(collective_call call) {
+std::unique_ptr<inline_op> make_direct_shm(collective_call call) {
   return std::make_unique<direct_shm>(std::move(call));
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // segment — the shared memory through which the ranks of one group on one
-// host run collectives without messages (see fabric/fabric.hpp).
+// host run collectives without messages (see inline/engine.hpp).
 //
 // Layout (every region starts on its own cache line or page):
 //  - per rank, its bell: a futex word that ranks waiting for this rank sleep
@@ -37,12 +37,12 @@ struct segment_shape {
 /// The shape a group of `size` ranks uses. Two ranks take private buffers up
 /// to 1 MiB through the slots (measured 45–51 µs at 1 MiB against 59–60 µs
 /// staged in chunks); more ranks read n slots each, so only up to 32 KiB.
-/// Shared buffers above 32 KiB skip the slots (fabric/allreduce_shm).
+/// Shared buffers above 32 KiB skip the slots (inline/shm/allreduce_shm).
 segment_shape shape_for(int size);
 
 /// What an operation looks like; every rank must pass the same.
 struct op_descriptor {
-  std::uint64_t op = 0;   ///< fabric operation number (1, 2, ...)
+  std::uint64_t op = 0;   ///< inline operation number (1, 2, ...)
   std::uint64_t seq = 0;  ///< the group's sequence number
   std::uint64_t nbytes = 0;
   std::uint32_t dtype = 0;
@@ -51,7 +51,7 @@ struct op_descriptor {
   std::int32_t share_fd = -1;  ///< the buffer's memfd in its process (tensor::empty_shared)
   std::uint64_t addr = 0;      ///< the buffer's address (read only by ranks in the same process)
   /// A shared buffer (share_id != 0): its allocation number, the allocation's
-  /// size and the buffer's offset in it; peers map it (fabric/peer_memory).
+  /// size and the buffer's offset in it; peers map it (memory/peer_memory).
   std::uint64_t share_id = 0;
   std::uint64_t share_size = 0;
   std::uint64_t share_offset = 0;

@@ -74,7 +74,7 @@ std::string shm_medium::lost(std::uint64_t op, int) {
   // the group is named only when no process is gone, and only after a short
   // grace (it may have left because another rank died, which the pidfds
   // show a moment later than that rank saw it).
-  const auto now = fabric_clock::now();
+  const auto now = inline_clock::now();
   std::string left, gone;
   auto add = [](std::string& to, const std::string& s) { to += (to.empty() ? "" : "; ") + s; };
   std::vector<int> unfinished;

@@ -1,6 +1,6 @@
 #pragma once
-// shm_medium — the fabric's medium for a group whose ranks all share the
-// host: the group's shared segment (fabric/segment.hpp). Waiting for a rank
+// shm_medium — the inline engine's medium for a group whose ranks all share the
+// host: the group's shared segment (inline/shm/segment.hpp). Waiting for a rank
 // sleeps on that rank's bell. A rank that destroys the group sets its "left"
 // flag; a rank whose process dies is seen through a pidfd (checked every few
 // milliseconds while an operation is blocked).
@@ -46,11 +46,11 @@ class shm_medium final : public medium {
   bool one_process_ = false;
   std::unique_ptr<peer_memory> peers_;  // between processes: the peers' shared buffers
   std::vector<int> pidfds_;             // per rank, opened when first needed
-  fabric_clock::time_point next_liveness_check_{};
+  inline_clock::time_point next_liveness_check_{};
   // When a rank that left was first seen (no process found dead then): it is
   // named after a short grace, so that a rank that left because another one
   // died is not blamed before that death shows.
-  std::optional<fabric_clock::time_point> left_seen_;
+  std::optional<inline_clock::time_point> left_seen_;
 };
 
 }  // namespace troupe::detail

@@ -4,15 +4,15 @@
 
 #include "base/call.hpp"
 #include "inline/medium.hpp"
-#include "memory/peer_memory.hpp"
-#include "memory/host_memory.hpp"
 #include "kernels/stream_copy.hpp"
+#include "memory/host_memory.hpp"
+#include "memory/peer_memory.hpp"
 #include "troupe/dtype.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
 
-bool shm_op::all_reached(fabric_context& ctx, counter c, std::uint64_t value, std::string_view what,
+bool shm_op::all_reached(inline_context& ctx, counter c, std::uint64_t value, std::string_view what,
                          bool agreeing) {
   const int r = short_of(ctx, c, value);
   if (r < 0) return true;
@@ -26,19 +26,19 @@ bool shm_op::waiting(int r, std::string_view what) {
   return false;
 }
 
-int shm_op::short_of(fabric_context& ctx, counter c, std::uint64_t value) {
+int shm_op::short_of(inline_context& ctx, counter c, std::uint64_t value) {
   for (int r = 0; r < ctx.size; ++r)
     if ((ctx.seg->progress(r).*c).load(std::memory_order_acquire) < value) return r;
   return -1;
 }
 
-void shm_op::publish(fabric_context& ctx, counter c, std::uint64_t value, bool& moved) {
+void shm_op::publish(inline_context& ctx, counter c, std::uint64_t value, bool& moved) {
   (ctx.seg->progress(ctx.rank).*c).store(value, std::memory_order_release);
   ctx.seg->ring(ctx.rank);
   moved = true;
 }
 
-void shm_op::check_kind(fabric_context& ctx, int r) {
+void shm_op::check_kind(inline_context& ctx, int r) {
   const int other = ctx.med.announced(r, seq);
   const int mine = announcement(code_, route::shm);
   // On this engine its descriptor tells (the agreement check); on another
@@ -47,7 +47,7 @@ void shm_op::check_kind(fabric_context& ctx, int r) {
   throw error(errc::mismatch, announced_mismatch(r, other, mine, name));
 }
 
-std::vector<call_fingerprint> shm_op::posted_calls(fabric_context& ctx) const {
+std::vector<call_fingerprint> shm_op::posted_calls(inline_context& ctx) const {
   std::vector<call_fingerprint> fps(static_cast<std::size_t>(ctx.size));
   for (int r = 0; r < ctx.size; ++r) {
     const auto& d = ctx.seg->descriptor(r, op);
@@ -75,7 +75,7 @@ std::vector<call_fingerprint> shm_op::posted_calls(fabric_context& ctx) const {
   return fps;
 }
 
-std::string shm_op::disagreement(fabric_context& ctx) const {
+std::string shm_op::disagreement(inline_context& ctx) const {
   // The common case costs a comparison per rank (no allocation): the
   // descriptors' fields equal this rank's (alltoall's splits aside).
   const auto& mine = ctx.seg->descriptor(ctx.rank, op);
@@ -103,7 +103,7 @@ void shm_op::describe_shared(op_descriptor& d, const tensor& t) {
   d.share_offset = r->offset;
 }
 
-std::byte* shm_op::posted_buffer(fabric_context& ctx, int r) const {
+std::byte* shm_op::posted_buffer(inline_context& ctx, int r) const {
   const auto& d = ctx.seg->descriptor(r, op);
   if (ctx.one_process) return reinterpret_cast<std::byte*>(d.addr);
   return ctx.peers->map(ctx.seg->identity(r).pid.load(), d, ctx.names[static_cast<std::size_t>(r)]);
@@ -126,11 +126,11 @@ bool shm_op::outgrows_cache(std::size_t output_bytes, int ranks) {
   return output_bytes > 0 && output_bytes * static_cast<std::size_t>(ranks) >= stream_threshold();
 }
 
-void shm_op::finish_op(fabric_context& ctx, bool& moved) {
+void shm_op::finish_op(inline_context& ctx, bool& moved) {
   // Whoever hears that the operation is done sees its streamed output.
   if (stream_output_) stream_fence();
   publish(ctx, &rank_progress::done, op, moved);
-  auto& stats = fabric_stats();
+  auto& stats = inline_stats();
   if (copied_) stats.copied.fetch_add(copied_, std::memory_order_relaxed);
   if (reduced_bytes_) stats.reduced.fetch_add(reduced_bytes_, std::memory_order_relaxed);
   copied_ = reduced_bytes_ = 0;

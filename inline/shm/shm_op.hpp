@@ -1,10 +1,10 @@
 #pragma once
-// shm_op — what the fabric's operations on the shared segment have in common
+// shm_op — what the inline engine's operations on the shared segment have in common
 // (allreduce_shm, direct_shm): each rank publishes its progress counters in
 // the segment and waits until every rank's counter reached a value; while it
 // waits it remembers whom it waits for (timeouts name that rank), and a rank
 // that issued another collective at this sequence number is a collective
-// mismatch. Bytes copied are added to the process's fabric_stats() once per
+// mismatch. Bytes copied are added to the process's inline_stats() once per
 // operation.
 
 #include <atomic>
@@ -21,7 +21,7 @@
 
 namespace troupe::detail {
 
-class shm_op : public fabric_op {
+class shm_op : public inline_op {
  public:
   std::pair<int, std::string> blocker() const override { return {blocked_rank_, blocked_what_}; }
 
@@ -32,31 +32,31 @@ class shm_op : public fabric_op {
   /// True when every rank's `c` reached `value`; otherwise remembers the
   /// first rank that did not, and (`agreeing`: waiting for the ranks to post
   /// this operation) throws a mismatch when it issued another collective.
-  bool all_reached(fabric_context& ctx, counter c, std::uint64_t value, std::string_view what,
+  bool all_reached(inline_context& ctx, counter c, std::uint64_t value, std::string_view what,
                    bool agreeing = false);
   /// The first rank whose `c` is below `value`, or -1.
-  static int short_of(fabric_context& ctx, counter c, std::uint64_t value);
+  static int short_of(inline_context& ctx, counter c, std::uint64_t value);
   /// Sets this rank's `c` to `value` and wakes the ranks sleeping on it.
-  void publish(fabric_context& ctx, counter c, std::uint64_t value, bool& moved);
+  void publish(inline_context& ctx, counter c, std::uint64_t value, bool& moved);
   /// Remembers that this rank waits for rank `r` to `what` (blocker());
   /// false, for `return waiting(...)`.
   bool waiting(int r, std::string_view what);
   /// What every rank posted for this operation, as fingerprints
-  /// (actors/agreement.hpp); alltoall's splits are read from the small slots.
-  std::vector<call_fingerprint> posted_calls(fabric_context& ctx) const;
+  /// (base/agreement.hpp); alltoall's splits are read from the small slots.
+  std::vector<call_fingerprint> posted_calls(inline_context& ctx) const;
   /// Why the posted calls disagree ("" when they agree): one text on every rank.
-  std::string disagreement(fabric_context& ctx) const;
+  std::string disagreement(inline_context& ctx) const;
   /// Adds where `t`'s memory lives to `d` when ranks in other processes can
   /// map it: shared memory, or a whole large buffer of tensor::empty moved
-  /// there in place (src/host_memory.hpp share_in_place, from its second use).
+  /// there in place (memory/host_memory.hpp share_in_place, from its second use).
   static void describe_shared(op_descriptor& d, const tensor& t);
   /// Rank r's posted buffer (its descriptor's) in this process: its address
   /// when every rank lives here, else its shared memory mapped here.
-  std::byte* posted_buffer(fabric_context& ctx, int r) const;
-  /// memcpy, counted for fabric_stats().
+  std::byte* posted_buffer(inline_context& ctx, int r) const;
+  /// memcpy, counted for inline_stats().
   void copy(std::byte* dst, const std::byte* src, std::int64_t bytes);
   /// copy() into this rank's output, with non-temporal stores when
-  /// `stream_output_` (src/stream_copy.hpp; nobody else reads the output,
+  /// `stream_output_` (kernels/stream_copy.hpp; nobody else reads the output,
   /// and finish_op fences them).
   void copy_out(std::byte* dst, const std::byte* src, std::int64_t bytes);
   /// Whether outputs of `output_bytes` on each of `ranks` ranks of this host
@@ -64,17 +64,17 @@ class shm_op : public fabric_op {
   static bool outgrows_cache(std::size_t output_bytes, int ranks);
   /// This rank is done with the operation: publishes done = op and adds its
   /// byte counts to the process's.
-  void finish_op(fabric_context& ctx, bool& moved);
+  void finish_op(inline_context& ctx, bool& moved);
 
   std::uint8_t code_;
-  std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to fabric_stats() by finish_op
+  std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to inline_stats() by finish_op
   bool stream_output_ = false;
 
  private:
   int blocked_rank_ = -1;
   std::string blocked_what_;
   /// A rank that announced another collective at this sequence number.
-  void check_kind(fabric_context& ctx, int r);
+  void check_kind(inline_context& ctx, int r);
 };
 
 }  // namespace troupe::detail
