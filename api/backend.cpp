@@ -3,6 +3,8 @@
 
 #include "troupe/backend.hpp"
 
+#include "api/backend_registry.hpp"
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -60,18 +62,10 @@ void backend::abort(const std::string&) {}
 
 namespace detail {
 
-struct registry_entry {
-  backend_creator creator;
-  std::vector<device_type> devices;
-};
-
 struct registry {
   std::mutex mtx;
   std::map<std::string, registry_entry> entries;
 };
-
-/// Registers the built-in backends (defined in backends/host_backend.cpp).
-void register_builtin_backends(std::map<std::string, registry_entry>& entries);
 
 registry& the_registry() {
   static registry r;

@@ -3,6 +3,7 @@
 
 #include "backends/cuda_staging.hpp"
 
+#include "backends/flat_buffers.hpp"
 #include "memory/device_memory.hpp"
 #ifdef TROUPE_HAVE_CUDA
 #include "cuda/kernels.hpp"
@@ -11,10 +12,6 @@
 namespace troupe::detail {
 
 namespace {
-
-tensor flat(const tensor& t) {
-  return t.defined() ? t.view({t.numel()}) : t;
-}
 
 /// A flat host copy of `t` (undefined stays undefined).
 tensor host_copy(const tensor& t) {
