@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "transport/data_plane.hpp"
+#include "actors/actors.hpp"
 #include "actors/transport.hpp"
+#include "transport/data_plane.hpp"
 
 namespace troupe::detail {
 

@@ -9,6 +9,7 @@
 #include "actors/group_actor.hpp"
 #include "actors/in_process.hpp"
 #include "actors/mixed.hpp"
+#include "actors/plane_sink.hpp"
 #include "actors/rank_runtime.hpp"
 #include "backends/device_exchange.hpp"
 #include "base/work_state.hpp"
@@ -32,7 +33,7 @@ host_backend::host_backend(const backend_context& ctx)
   auto& dir = in_process_directory::instance();
   dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
   const auto& plane = rt_.plane();
-  if (plane) plane->add_group(ctx.group_name, ctx.global_ranks, group_);
+  if (plane) plane->add_group(ctx.group_name, ctx.global_ranks, plane_sink(group_));
   auto in_other_process = [&](int r) {
     return plane && !plane->is_local(ctx.global_ranks[static_cast<std::size_t>(r)]);
   };

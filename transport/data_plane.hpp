@@ -53,7 +53,6 @@
 #include <thread>
 #include <vector>
 
-#include "actors/actors.hpp"
 #include "transport/frame.hpp"
 #include "transport/handshake.hpp"
 #include "troupe/store.hpp"
@@ -136,10 +135,18 @@ class data_plane {
   /// checked above the data plane): its connections close.
   void reject(int r, const std::string& why);
 
-  /// Routes frames for `group` to `actor` (and tells it about peers that
+  /// Where collective and point-to-point frames for a group go (the group's
+  /// group actor: actors/plane_sink.hpp), and who hears that a peer is gone.
+  struct group_sink {
+    std::function<void(envelope)> collective;
+    std::function<void(p2p_envelope)> p2p;
+    /// World rank `r` is gone: `crashed` (died, broke its connection, sent
+    /// bad frames) or left with a goodbye; `why` names it.
+    std::function<void(int r, const std::string& why, bool crashed)> gone;
+  };
+  /// Routes frames for `group` to `sink` (and tells it about peers that
   /// die, also those that died before).
-  void add_group(const std::string& group, const std::vector<int>& members,
-                 const group_actor& actor);
+  void add_group(const std::string& group, const std::vector<int>& members, group_sink sink);
   void remove_group(const std::string& group);
 
   /// Connections refused for a bad handshake so far.

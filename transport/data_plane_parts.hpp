@@ -46,7 +46,7 @@ struct data_plane::peer {
 /// Where frames for one group go in this process.
 struct data_plane::route {
   std::vector<int> members;  // world rank of each group rank
-  group_actor actor;         // collective and p2p frames
+  group_sink actor;          // collective and p2p frames
   inline_sink sink;          // inline frames
   inline_place place;
 };
