@@ -19,17 +19,11 @@
 //   descriptor (same collective, dtype, root, reduce op and counts; each
 //   input the size the counts give it) from the descriptors alone, so all
 //   ranks fail alike (and step past) or none does.
-// Step 3 (pull), into this rank's output only:
-//   broadcast       the root's input (non-roots);
-//   allgather       block r from every rank r's input;
-//   gather          the same, on the root only;
-//   scatter         block (me) of the root's input;
-//   alltoall        from every rank r, the block r sends to me (each rank
-//                   posts its send and receive counts in its small slot);
-//   reduce_scatter  block (me) of every input, reduced in rank order (then
-//                   AVG's division); every rank reduces its own block, so the
-//                   results are the bits the message algorithms give.
-//   done = k.
+// Step 3 (pull), into this rank's output only: what the collective's layout
+//   (inline/shm/direct_layout.hpp, one file per collective) says this rank
+//   needs of every rank's input, copied (reduce_scatter: reduced in rank
+//   order, then AVG's division; every rank reduces its own block, so the
+//   results are the bits the message algorithms give); done = k.
 // Step 4 (finish): return once every rank is done: until then the others
 //   read this rank's input.
 
@@ -43,6 +37,7 @@
 #include "algorithms/algorithm.hpp"
 #include "base/call.hpp"
 #include "inline/medium.hpp"
+#include "inline/shm/direct_layout.hpp"
 #include "inline/shm/shm_op.hpp"
 #include "kernels/reduce_kernels.hpp"
 #include "troupe/error.hpp"
@@ -58,7 +53,8 @@ class direct_shm final : public shm_op {
  public:
   explicit direct_shm(collective_call call)
       : shm_op(static_cast<std::uint8_t>(call.code)),
-        call_(std::make_unique<collective_call>(std::move(call))) {
+        call_(std::make_unique<collective_call>(std::move(call))),
+        layout_(layout_for(call_->code)) {
     // alltoall in place: the others read this rank's input while its output
     // is written (and, between processes, while it is still being staged),
     // so they read a copy. (The other collectives' in-place layouts write
@@ -164,25 +160,6 @@ class direct_shm final : public shm_op {
     return static_cast<std::int64_t>(element_size(element_type().scalar_type()));
   }
 
-  /// The bytes rank r's input must hold, or -1 when any size will do.
-  std::int64_t expected_input(int r, int root) const {
-    const auto& k = call_->counts;
-    const auto total = std::accumulate(k.begin(), k.end(), std::int64_t{0});
-    switch (call_->code) {
-      case op_code::broadcast:
-        return -1;  // compared with the root's below
-      case op_code::allgatherv:
-      case op_code::gatherv:
-        return k[static_cast<std::size_t>(r)] * element_bytes();
-      case op_code::scatterv:
-        return r == root ? total * element_bytes() : -1;
-      case op_code::reduce_scatterv:
-        return total * element_bytes();
-      default:
-        return -1;
-    }
-  }
-
   /// Remembers the first disagreement (thrown once every rank is done).
   void refuse(const std::string& why) {
     if (refused_.empty()) refused_ = why;
@@ -199,12 +176,11 @@ class direct_shm final : public shm_op {
       }
       return;
     }
-    if (call_->code == op_code::alltoallv) return check_alltoall(ctx);
-    // The counts agree, so every rank checks the sizes against the same numbers.
-    const int root = static_cast<int>(ctx.seg->descriptor(ctx.rank, op).root);
+    // The calls agree, so every rank checks the sizes against the same numbers.
+    const auto v = view(ctx);
     for (int r = 0; r < ctx.size; ++r) {
       const auto& d = ctx.seg->descriptor(r, op);
-      auto want = expected_input(r, root);
+      const auto want = layout_->expected_input(v, r);
       if (want >= 0 && static_cast<std::int64_t>(d.nbytes) != want)
         refuse("rank " + std::to_string(r) + " passed an input of " + std::to_string(d.nbytes) +
                " bytes of " + std::string(to_string(static_cast<dtype>(d.dtype))) +
@@ -224,81 +200,21 @@ class direct_shm final : public shm_op {
            (receive ? ctx.size : 0);
   }
 
-  /// Every rank's input holds what its splits send (the splits themselves
-  /// agree: disagreement() checked every pair), so all refuse alike.
-  void check_alltoall(inline_context& ctx) {
-    for (int r = 0; r < ctx.size; ++r) {
-      const auto* sends = counts_of(ctx, r, false);
-      const auto total = std::accumulate(sends, sends + ctx.size, std::int64_t{0});
-      const auto bytes = ctx.seg->descriptor(r, op).nbytes;
-      if (static_cast<std::int64_t>(bytes) != total * element_bytes())
-        refuse("rank " + std::to_string(r) + " passed an input of " + std::to_string(bytes) +
-               " bytes for " + std::to_string(total) + " elements");
-    }
-  }
-
   // -- between processes: through the segment's staging slots ----------------
 
+  /// What the layout sees of the call.
+  direct_view view(inline_context& ctx) const {
+    return {*call_, ctx.size, element_bytes(),
+            [this, &ctx](int r, bool receive) { return counts_of(ctx, r, receive); }};
+  }
   /// Bytes of rank r's input the others may need (its "source").
   std::int64_t source_bytes(inline_context& ctx, int r) const {
-    const auto& c = *call_;
-    const auto es = element_bytes();
-    const auto total = std::accumulate(c.counts.begin(), c.counts.end(), std::int64_t{0}) * es;
-    switch (c.code) {
-      case op_code::broadcast:
-        return r == c.root ? static_cast<std::int64_t>(c.output.nbytes()) : 0;
-      case op_code::allgatherv:
-      case op_code::gatherv:
-        return c.counts[static_cast<std::size_t>(r)] * es;
-      case op_code::scatterv:
-        return r == c.root ? total : 0;
-      case op_code::reduce_scatterv:
-        return total;
-      case op_code::alltoallv: {
-        const auto* sends = counts_of(ctx, r, false);
-        return std::accumulate(sends, sends + ctx.size, std::int64_t{0}) * es;
-      }
-      default:
-        return 0;
-    }
+    return layout_->source_bytes(view(ctx), r);
   }
-
-  /// What rank `me` needs of rank r's source: bytes [from, to), which go to
-  /// its output at byte `at` (from == to: nothing). reduce_scatter needs the
-  /// same range of every rank (its own from its input).
-  struct need {
-    std::int64_t from = 0, to = 0, at = 0;
-  };
+  using need = direct_need;
+  /// What rank `me` needs of rank r's source.
   need needed(inline_context& ctx, int me, int r) const {
-    const auto& c = *call_;
-    const auto es = element_bytes();
-    const auto offsets = offsets_of(c.counts);
-    const auto off = [&](int q) { return offsets[static_cast<std::size_t>(q)] * es; };
-    const auto len = [&](int q) { return c.counts[static_cast<std::size_t>(q)] * es; };
-    switch (c.code) {
-      case op_code::broadcast:
-        if (r == c.root && me != c.root) return {0, source_bytes(ctx, r), 0};
-        return {};
-      case op_code::allgatherv:
-      case op_code::gatherv:
-        if (r == me || (c.code == op_code::gatherv && me != c.root)) return {};
-        return {0, len(r), off(r)};
-      case op_code::scatterv:
-        if (r != c.root || me == c.root) return {};
-        return {off(me), off(me) + len(me), 0};
-      case op_code::reduce_scatterv:
-        return {off(me), off(me) + len(me), 0};
-      case op_code::alltoallv: {
-        // The block r sends to me, at the place of r's block in my output.
-        const auto* sends = counts_of(ctx, r, false);
-        const auto* recvs = counts_of(ctx, me, true);
-        const auto from = std::accumulate(sends, sends + me, std::int64_t{0}) * es;
-        return {from, from + sends[me] * es,
-                std::accumulate(recvs, recvs + r, std::int64_t{0}) * es};
-      }
-      default:
-        return {};
-    }
+    return layout_->needed(view(ctx), me, r);
   }
 
   /// Sources up to this size go through the descriptors' small slots.
@@ -328,24 +244,16 @@ class direct_shm final : public shm_op {
     own_part(ctx);
   }
 
-  /// Copies what this rank's output needs of its own input.
+  /// Copies what this rank's output needs of its own input (a reduction
+  /// reads it with the others').
   void own_part(inline_context& ctx) {
+    if (layout_->reduces()) return;
     auto& c = *call_;
-    const int me = ctx.rank;
-    const auto es = element_bytes();
     auto* in = c.input.defined() ? static_cast<const std::byte*>(c.input.data()) : nullptr;
     auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
-    const auto offsets = offsets_of(c.counts);
-    const auto off = offsets.empty() ? 0 : offsets[static_cast<std::size_t>(me)] * es;
-    const auto len = c.counts.empty() ? 0 : c.counts[static_cast<std::size_t>(me)] * es;
-    if (c.code == op_code::allgatherv || (c.code == op_code::gatherv && me == c.root)) {
-      if (out + off != in) copy_out(out + off, in, len);
-    } else if (c.code == op_code::scatterv && me == c.root) {
-      if (out != in + off) copy_out(out, in + off, len);
-    } else if (c.code == op_code::alltoallv) {
-      const auto nd = needed(ctx, me, me);
-      if (out + nd.at != in + nd.from) copy_out(out + nd.at, in + nd.from, nd.to - nd.from);
-    }
+    const auto nd = needed(ctx, ctx.rank, ctx.rank);
+    if (nd.from < nd.to && out + nd.at != in + nd.from)
+      copy_out(out + nd.at, in + nd.from, nd.to - nd.from);
   }
 
   /// Chunk i's global number.
@@ -429,7 +337,7 @@ class direct_shm final : public shm_op {
     };
     auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
     auto staged_at = [&](int r, std::int64_t from) { return at(r) + (from - lo); };
-    if (c.code == op_code::reduce_scatterv) {
+    if (layout_->reduces()) {
       const auto nd = needed(ctx, me, me);
       const auto [from, to] = part(nd);
       if (from >= to) return;
@@ -456,18 +364,7 @@ class direct_shm final : public shm_op {
     }
   }
 
-  /// Between processes, the collectives in which every rank reads bytes no
-  /// other rank reads, and all ranks about as many, pull from shared inputs.
-  /// Where one source is read by several ranks (broadcast, allgather) or one
-  /// rank reads while the others idle (gather's root, broadcast's one reader
-  /// with 2 ranks), staging is faster: the senders' copies into the slots run
-  /// on the other CPUs and the readers read slots in the cache (measured,
-  /// 2 ranks, 64 MiB: broadcast 4.6-5.3 ms staged against 7.1-8.0 pulled;
-  /// alltoall 12.2-15.7 against 9.3-12.0, reduce_scatter 10.6-11.6 against
-  /// 6.9-7.4).
-  bool pulls_between_processes() const {
-    return call_->code == op_code::alltoallv || call_->code == op_code::reduce_scatterv;
-  }
+  bool pulls_between_processes() const { return layout_->pulls_between_processes(); }
 
   /// Between processes: every rank with something to send posted shared
   /// memory (the same answer on every rank).
@@ -488,7 +385,28 @@ class direct_shm final : public shm_op {
     consume_range(ctx, 0, longest_source(ctx), [&](int r) { return input_of(ctx, r); });
   }
 
+  /// The layout of `c`'s collective.
+  static std::unique_ptr<direct_layout> layout_for(op_code c) {
+    switch (c) {
+      case op_code::broadcast:
+        return make_direct_broadcast();
+      case op_code::allgatherv:
+        return make_direct_gather(true);
+      case op_code::gatherv:
+        return make_direct_gather(false);
+      case op_code::scatterv:
+        return make_direct_scatter();
+      case op_code::reduce_scatterv:
+        return make_direct_reduce_scatter();
+      case op_code::alltoallv:
+        return make_direct_alltoall();
+      default:
+        throw error(errc::internal, std::string("direct_shm: no layout for ") + to_string(c));
+    }
+  }
+
   std::unique_ptr<collective_call> call_;
+  std::unique_ptr<direct_layout> layout_;
   phase phase_ = phase::post;
   std::string refused_;
   // Between processes: the operation's chunks, mine among them, and the cursors.
