@@ -2,6 +2,7 @@
 // point-to-point matching, timeouts and aborts of one (group, rank).
 
 #include "actors/group_actor.hpp"
+#include "base/texts.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -74,9 +75,7 @@ struct group_state {
 using self_ptr = group_actor::stateful_pointer<group_state>;
 
 std::string where(const group_state& st, const std::string& op, std::uint64_t seq) {
-  auto r = op + " on group '" + st.info.name + "' (rank " + std::to_string(st.info.rank);
-  if (seq != 0) r += ", seq " + std::to_string(seq);
-  return r + ")";
+  return call_location(op, st.info.name, st.info.rank, seq);
 }
 
 void fail_op(self_ptr self, std::uint64_t seq, errc code, const std::string& cause) {
@@ -111,13 +110,11 @@ void on_tick(self_ptr self) {
     auto& op = st.ops[seq];
     // A peer whose call differs, while another never said what it called.
     if (op.ctx->disagrees()) {
-      fail_op(self, seq, errc::mismatch,
-              "collective mismatch: " + op.ctx->agreed().disagreement(true));
+      fail_op(self, seq, errc::mismatch, mismatch_text(op.ctx->agreed().disagreement(true)));
       continue;
     }
     auto what = op.alg->on_timeout(*op.ctx);
-    fail_op(self, seq, errc::timeout,
-            "Timeout after " + std::to_string(op.call->timeout.count()) + " ms: " + what);
+    fail_op(self, seq, errc::timeout, timeout_after(op.call->timeout) + ": " + what);
   }
   for (auto i = st.recvs.begin(); i != st.recvs.end();) {
     if (i->second.deadline > now) {
@@ -129,10 +126,10 @@ void on_tick(self_ptr self) {
     const auto& c = *r.call;
     auto from =
         c.kind == p2p_call::recv_any ? std::string("any rank") : st.net->describe_peer(c.peer);
-    r.rp.deliver(make_troupe_error(
-        static_cast<int>(errc::timeout),
-        where(st, c.name, 0) + " failed: Timeout after " + std::to_string(c.timeout.count()) +
-            " ms waiting for a message from " + from + " with tag " + std::to_string(c.tag)));
+    r.rp.deliver(make_troupe_error(static_cast<int>(errc::timeout),
+                                   where(st, c.name, 0) + " failed: " + timeout_after(c.timeout) +
+                                       " waiting for a message from " + from + " with tag " +
+                                       std::to_string(c.tag)));
   }
   std::optional<clock::time_point> next;
   for (auto& kv : st.ops) next = next ? std::min(*next, kv.second.deadline) : kv.second.deadline;

@@ -338,9 +338,7 @@ work process_group::allgatherv(tensor out, tensor in, std::vector<std::int64_t> 
   check_member("allgatherv");
   validator v{"allgatherv", rank_, size()};
   v.tensors({in, out}, "tensors");
-  auto sum = v.counts(counts, "counts");
-  v.numel(in.numel(), counts[static_cast<std::size_t>(rank_)], "input (counts[rank])");
-  v.numel(out.numel(), sum, "output (sum of counts)");
+  v.all_blocks(out, v.blocks(counts, in, "input"), "output");
   tensor_list ts{in};
   return track(backend_for("allgatherv", ts).allgatherv(out, in, counts, o));
 }
@@ -350,12 +348,11 @@ work process_group::gatherv(tensor out, tensor in, std::vector<std::int64_t> cou
   check_member("gatherv");
   validator v{"gatherv", rank_, size()};
   v.rank_arg(o.root_rank, "root_rank");
-  auto sum = v.counts(counts, "counts");
   v.tensor1(in, "input");
-  v.numel(in.numel(), counts[static_cast<std::size_t>(rank_)], "input (counts[rank])");
+  const auto sum = v.blocks(counts, in, "input");
   if (rank_ == o.root_rank) {
     v.tensors({in, out}, "tensors");
-    v.numel(out.numel(), sum, "output (sum of counts)");
+    v.all_blocks(out, sum, "output");
   }
   tensor_list ts{in};
   return track(backend_for("gatherv", ts).gatherv(out, in, counts, o));
@@ -366,12 +363,11 @@ work process_group::scatterv(tensor out, tensor in, std::vector<std::int64_t> co
   check_member("scatterv");
   validator v{"scatterv", rank_, size()};
   v.rank_arg(o.root_rank, "root_rank");
-  auto sum = v.counts(counts, "counts");
   v.tensor1(out, "output");
-  v.numel(out.numel(), counts[static_cast<std::size_t>(rank_)], "output (counts[rank])");
+  const auto sum = v.blocks(counts, out, "output");
   if (rank_ == o.root_rank) {
     v.tensors({in, out}, "tensors");
-    v.numel(in.numel(), sum, "input (sum of counts)");
+    v.all_blocks(in, sum, "input");
   }
   tensor_list ts{out};
   return track(backend_for("scatterv", ts).scatterv(out, in, counts, o));
@@ -382,9 +378,7 @@ work process_group::reduce_scatterv(tensor out, tensor in, std::vector<std::int6
   check_member("reduce_scatterv");
   validator v{"reduce_scatterv", rank_, size()};
   v.tensors({in, out}, "tensors");
-  auto sum = v.counts(counts, "counts");
-  v.numel(in.numel(), sum, "input (sum of counts)");
-  v.numel(out.numel(), counts[static_cast<std::size_t>(rank_)], "output (counts[rank])");
+  v.all_blocks(in, v.blocks(counts, out, "output"), "input");
   check_reduce_supported("reduce_scatterv", o.op, in.scalar_type());
   tensor_list ts{in};
   return track(backend_for("reduce_scatterv", ts).reduce_scatterv(out, in, counts, o));

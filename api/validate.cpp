@@ -65,4 +65,16 @@ std::int64_t validator::counts(const std::vector<std::int64_t>& c, const char* w
   return sum;
 }
 
+std::int64_t validator::blocks(const std::vector<std::int64_t>& c, const tensor& block,
+                               const char* name) const {
+  const auto sum = counts(c, "counts");
+  numel(block.numel(), c[static_cast<std::size_t>(rank_)],
+        (std::string(name) + " (counts[rank])").c_str());
+  return sum;
+}
+
+void validator::all_blocks(const tensor& all, std::int64_t sum, const char* name) const {
+  numel(all.numel(), sum, (std::string(name) + " (sum of counts)").c_str());
+}
+
 }  // namespace troupe::detail

@@ -28,6 +28,13 @@ class validator {
   void numel(std::int64_t got, std::int64_t expected, const char* what) const;
   /// counts has `size` non-negative entries; returns their sum.
   std::int64_t counts(const std::vector<std::int64_t>& c, const char* what) const;
+  /// The variable-size calls: `counts` (one per rank) are valid and this
+  /// rank's block `block` holds counts[rank] elements ("<name> (counts[rank])");
+  /// returns the counts' sum.
+  std::int64_t blocks(const std::vector<std::int64_t>& counts, const tensor& block,
+                      const char* name) const;
+  /// `all` holds every rank's block: the counts' sum ("<name> (sum of counts)").
+  void all_blocks(const tensor& all, std::int64_t sum, const char* name) const;
 
   const char* op() const noexcept { return op_; }
 

@@ -1,4 +1,5 @@
 #include "troupe/work.hpp"
+#include "base/texts.hpp"
 
 #include <cstdio>
 
@@ -18,9 +19,7 @@ const work_state& checked(const std::shared_ptr<work_state>& s) {
 }
 
 std::string describe(const work_state& s) {
-  auto r = s.op + " on group '" + s.group + "'";
-  if (auto seq = s.seq.load()) r += " (seq " + std::to_string(seq) + ")";
-  return r;
+  return detail::call_location(s.op, s.group, -1, s.seq.load());
 }
 
 /// Runs a user's callback: what it throws stays with it (reported on stderr),
@@ -74,8 +73,8 @@ void work::wait(duration timeout) const {
     poll_for_done(s, until);
   std::unique_lock<std::mutex> g{s.mtx};
   if (!s.cv.wait_until(g, until, [&] { return s.done; }))
-    throw error(errc::timeout, "work.wait: Timeout after " + std::to_string(timeout.count()) +
-                                   " ms waiting for " + describe(s));
+    throw error(errc::timeout,
+                "work.wait: " + detail::timeout_after(timeout) + " waiting for " + describe(s));
   if (s.error) std::rethrow_exception(s.error);
 }
 

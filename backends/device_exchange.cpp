@@ -3,6 +3,7 @@
 // device-actor jobs; a watchdog thread fails rounds that a rank never joins.
 
 #include "backends/device_exchange.hpp"
+#include "base/texts.hpp"
 
 #include <chrono>
 #include <condition_variable>
@@ -342,9 +343,8 @@ class exchange_impl final : public device_exchange,
       else
         missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
-    return any->name + ": Timeout after " + std::to_string(any->timeout.count()) +
-           " ms waiting for rank " + missing + " to join (cuda, sequence number " +
-           std::to_string(seq) + ")";
+    return any->name + ": " + detail::timeout_after(any->timeout) + " waiting for rank " + missing +
+           " to join (cuda, sequence number " + std::to_string(seq) + ")";
   }
 
   const int size_;

@@ -3,6 +3,7 @@
 // tear-down, and the works it tracks so that tear-down fails them.
 
 #include "backends/host_backend.hpp"
+#include "base/texts.hpp"
 
 #include <cstdio>
 
@@ -12,6 +13,7 @@
 #include "actors/plane_sink.hpp"
 #include "actors/rank_runtime.hpp"
 #include "backends/device_exchange.hpp"
+#include "base/process_directory.hpp"
 #include "base/work_state.hpp"
 #include "inline/open_engines.hpp"
 #include "transport/data_plane.hpp"
@@ -30,7 +32,7 @@ host_backend::host_backend(const backend_context& ctx)
       key_prefix_(rt_.job() + "/" + ctx.group_name + "/") {
   group_ = spawn_group_actor(rt_.system(),
                              group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks});
-  auto& dir = in_process_directory::instance();
+  auto& dir = process_directory::instance();
   dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
   const auto& plane = rt_.plane();
   if (plane) plane->add_group(ctx.group_name, ctx.global_ranks, plane_sink(group_));
@@ -47,11 +49,16 @@ host_backend::host_backend(const backend_context& ctx)
       peers.emplace_back();
       continue;
     }
-    auto p = r == ctx.rank ? group_ : dir.find(key_prefix_ + std::to_string(r), ctx.timeout);
+    group_actor p = group_;
+    if (r != ctx.rank)
+      if (auto a = dir.wait_for(key_prefix_ + std::to_string(r), ctx.timeout); a.has_value())
+        p = std::any_cast<group_actor>(a);
+      else
+        p = nullptr;
     if (!p) {
       shutdown("group set-up failed");
-      throw error(errc::timeout, "new_group: Timeout after " + std::to_string(ctx.timeout.count()) +
-                                     " ms waiting for rank " + std::to_string(r) + " (world rank " +
+      throw error(errc::timeout, "new_group: " + detail::timeout_after(ctx.timeout) +
+                                     " waiting for rank " + std::to_string(r) + " (world rank " +
                                      std::to_string(ctx.global_ranks[static_cast<std::size_t>(r)]) +
                                      ") to create group '" + ctx.group_name + "'");
     }
@@ -151,7 +158,7 @@ void host_backend::shutdown(const std::string& reason) {
     exchange_->leave(rank(), reason);
     exchange_.reset();
   }
-  in_process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
+  process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
   if (rt_.plane()) rt_.plane()->remove_group(group_name());
   {
     caf::scoped_actor self{rt_.system()};
@@ -166,7 +173,7 @@ void host_backend::shutdown(const std::string& reason) {
   for (auto& p : pending)
     if (auto s = p.lock())
       work::attach(s).fail(std::make_exception_ptr(
-          error(errc::aborted, s->op + " on group '" + s->group + "' failed: " + reason)));
+          error(errc::aborted, call_location(s->op, s->group) + " failed: " + reason)));
 }
 
 }  // namespace troupe::detail

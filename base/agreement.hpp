@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/texts.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -71,8 +72,7 @@ std::string describe_disagreement(const std::vector<call_fingerprint>& fps,
 /// it (another failure leaves the protocol state unknown).
 class disagreement_error : public error {
  public:
-  explicit disagreement_error(const std::string& why)
-      : error(errc::mismatch, "collective mismatch: " + why) {}
+  explicit disagreement_error(const std::string& why) : error(errc::mismatch, mismatch_text(why)) {}
 };
 
 /// One call's agreement on messages: records what each peer says it called.

@@ -1,4 +1,5 @@
 #include "inline/engine.hpp"
+#include "base/texts.hpp"
 
 #include <tuple>
 
@@ -56,11 +57,12 @@ void inline_engine::announce(std::uint64_t seq, std::uint8_t code, route r) {
 std::string announced_mismatch(int peer, int theirs, int mine, const std::string& name) {
   const auto code = [](int a) { return std::string(to_string(static_cast<op_code>(a & 15))); };
   if ((theirs & 15) != (mine & 15))
-    return "collective mismatch: rank " + std::to_string(peer) + " called " + code(theirs) +
-           " at the same sequence number, this rank called " + name;
-  return "collective mismatch: rank " + std::to_string(peer) + " called " + code(theirs) +
-         " too, but one that runs on another engine (it differs in the reduce op, the tensors " +
-         "per rank or the device)";
+    return mismatch_text("rank " + std::to_string(peer) + " called " + code(theirs) +
+                         " at the same sequence number, this rank called " + name);
+  return mismatch_text(
+      "rank " + std::to_string(peer) + " called " + code(theirs) +
+      " too, but one that runs on another engine (it differs in the reduce op, the tensors " +
+      "per rank or the device)");
 }
 
 work inline_engine::submit(std::unique_ptr<inline_op> op) {
@@ -188,10 +190,7 @@ bool inline_engine::step_head(std::vector<finished>& out) {
       *this,  *med_,   med_->shared_segment(), rank_,         size(),
       names_, chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_};
   bool moved = false;
-  auto where = [&](const inline_op& op) {
-    return op.name + " on group '" + group_ + "' (rank " + std::to_string(rank_) + ", seq " +
-           std::to_string(op.seq) + ")";
-  };
+  auto where = [&](const inline_op& op) { return call_location(op.name, group_, rank_, op.seq); };
   // The head leaves the queue, finished (no error) or failed; end_op runs
   // before its caller hears, so nothing writes its buffers afterwards.
   auto leave = [&](std::exception_ptr failure) {
@@ -262,11 +261,11 @@ bool inline_engine::step_head(std::vector<finished>& out) {
     }
     if (inline_clock::now() >= op.deadline) {
       if (auto why = op.disagreement(); !why.empty()) {
-        stop(fail(errc::mismatch, "collective mismatch: " + why));
+        stop(fail(errc::mismatch, mismatch_text(why)));
         continue;
       }
       stop(fail(errc::timeout,
-                "Timeout after " + std::to_string(op.timeout.count()) + " ms waiting for " +
+                timeout_after(op.timeout) + " waiting for " +
                     (peer < 0 ? std::string("the peers") : names_[static_cast<std::size_t>(peer)]) +
                     " to " + what));
       continue;

@@ -2,24 +2,10 @@
 
 #include "base/call.hpp"
 #include "base/futex.hpp"
+#include "base/process_directory.hpp"
 #include "transport/data_plane.hpp"
 
 namespace troupe::detail {
-
-namespace {
-
-/// The media of the ranks in this process, by key + rank.
-struct directory {
-  std::mutex mtx;
-  std::map<std::string, std::weak_ptr<message_medium>> media;
-};
-
-directory& local_media() {
-  static directory d;
-  return d;
-}
-
-}  // namespace
 
 message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string key,
                                std::vector<bool> local, std::vector<int> global_ranks, int rank,
@@ -45,11 +31,7 @@ message_medium::~message_medium() {
 
 void message_medium::attach() {
   std::weak_ptr<message_medium> self = shared_from_this();
-  {
-    auto& d = local_media();
-    std::lock_guard<std::mutex> g{d.mtx};
-    d.media[key_ + std::to_string(rank_)] = self;
-  }
+  process_directory::instance().put(key_ + std::to_string(rank_), self);
   if (auto plane = plane_.lock(); plane && !remote_.empty())
     plane->add_sink(
         group_, global_ranks_,
@@ -64,21 +46,20 @@ void message_medium::attach() {
 }
 
 void message_medium::leave() {
-  auto& d = local_media();
-  std::lock_guard<std::mutex> g{d.mtx};
-  auto i = d.media.find(key_ + std::to_string(rank_));
-  if (i != d.media.end() && (i->second.expired() || i->second.lock().get() == this))
-    d.media.erase(i);
+  // Only this medium's own entry (a newer group may use the key already).
+  process_directory::instance().erase(key_ + std::to_string(rank_), [this](const std::any& v) {
+    const auto* w = std::any_cast<std::weak_ptr<message_medium>>(&v);
+    return !w || w->expired() || w->lock().get() == this;
+  });
 }
 
 std::shared_ptr<message_medium> message_medium::local_peer(int r) {
   auto& slot = peers_[static_cast<std::size_t>(r)];
   if (auto p = slot.lock()) return p;
-  auto& d = local_media();
-  std::lock_guard<std::mutex> g{d.mtx};
-  auto i = d.media.find(key_ + std::to_string(r));
-  if (i == d.media.end()) return nullptr;
-  slot = i->second;
+  const auto found = process_directory::instance().find(key_ + std::to_string(r));
+  const auto* w = std::any_cast<std::weak_ptr<message_medium>>(&found);
+  if (!w) return nullptr;
+  slot = *w;
   return slot.lock();
 }
 

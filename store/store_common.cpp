@@ -4,6 +4,7 @@
 #include <string>
 #include <thread>
 
+#include "base/texts.hpp"
 #include "troupe/error.hpp"
 #include "troupe/store.hpp"
 
@@ -40,8 +41,7 @@ std::int64_t store::add_to_counter(const char* op, const std::string& key, const
 
 void store::throw_timeout(const char* op, const std::vector<std::string>& missing,
                           duration timeout) {
-  std::string msg =
-      std::string(op) + ": Timeout after " + std::to_string(timeout.count()) + " ms waiting for ";
+  std::string msg = std::string(op) + ": " + detail::timeout_after(timeout) + " waiting for ";
   if (missing.size() == 1) {
     msg += "key '" + missing.front() + "'";
   } else {

@@ -14,6 +14,7 @@
 // same plus a grace period) covers a server that does not answer at all.
 
 #include "troupe/tcp_store.hpp"
+#include "base/texts.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -171,9 +172,8 @@ struct tcp_store::impl {
                      const store_request& r, ms limit) {
     auto o = ask(r, limit);
     if (o.kind == store_client::outcome::timed_out)
-      throw error(errc::timeout, std::string(op) + ": Timeout after " +
-                                     std::to_string(timeout.count()) +
-                                     " ms waiting for the store at " + endpoint(host, port) +
+      throw error(errc::timeout, std::string(op) + ": " + detail::timeout_after(timeout) +
+                                     " waiting for the store at " + endpoint(host, port) +
                                      " to answer (" + quoted(keys) + ")");
     if (o.kind == store_client::outcome::lost)
       throw error(errc::store, std::string(op) + "(" + quoted(keys) + "): lost the store at " +

@@ -2,6 +2,7 @@
 // (transport/rendezvous.hpp).
 
 #include "transport/rendezvous.hpp"
+#include "base/texts.hpp"
 
 #include <poll.h>
 #include <sys/syscall.h>
@@ -124,9 +125,9 @@ std::vector<int> rendezvous::everyone() const {
 }
 
 void rendezvous::timed_out(const std::vector<int>& ranks, const std::string& what) const {
-  throw error(errc::timeout, "world: rank " + std::to_string(rank_) + ": Timeout after " +
-                                 std::to_string(timeout_.count()) + " ms waiting for " +
-                                 rank_list(ranks) + " to " + what);
+  throw error(errc::timeout, "world: rank " + std::to_string(rank_) + ": " +
+                                 timeout_after(timeout_) + " waiting for " + rank_list(ranks) +
+                                 " to " + what);
 }
 
 void rendezvous::wait_for(const std::vector<int>& ranks,

@@ -1,4 +1,5 @@
 #include "transport/tcp_stream.hpp"
+#include "base/texts.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -106,9 +107,8 @@ int tcp_connect(const std::string& host, std::uint16_t port, std::chrono::millis
     if (std::chrono::steady_clock::now() + pause > deadline) break;
     std::this_thread::sleep_for(pause);
   }
-  throw error(errc::timeout, "data plane: Timeout after " + std::to_string(timeout.count()) +
-                                 " ms connecting to " + host + ":" + std::to_string(port) + " (" +
-                                 why + ")");
+  throw error(errc::timeout, "data plane: " + detail::timeout_after(timeout) + " connecting to " +
+                                 host + ":" + std::to_string(port) + " (" + why + ")");
 }
 
 std::string tcp_peer_name(int fd) {
