@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "../kernels/half.hpp"
+#include "half.hpp"
 #include "troupe/device.hpp"
 
 namespace troupe {

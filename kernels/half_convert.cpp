@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/half.hpp"
+#include "base/half.hpp"
 #include "kernels/reduce_kernels.hpp"
 #include "troupe/error.hpp"
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <type_traits>
 
+#include "../base/half.hpp"
 #include "combine_exact.hpp"
-#include "half.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {

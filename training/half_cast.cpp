@@ -2,7 +2,7 @@
 
 #include <immintrin.h>
 
-#include "kernels/half.hpp"
+#include "base/half.hpp"
 
 namespace troupe::detail {
 

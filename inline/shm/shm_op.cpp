@@ -4,9 +4,9 @@
 
 #include "base/call.hpp"
 #include "inline/medium.hpp"
+#include "inline/shm/peer_memory.hpp"
 #include "kernels/stream_copy.hpp"
 #include "memory/host_memory.hpp"
-#include "memory/peer_memory.hpp"
 #include "troupe/dtype.hpp"
 #include "troupe/error.hpp"
 

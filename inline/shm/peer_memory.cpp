@@ -1,4 +1,4 @@
-#include "memory/peer_memory.hpp"
+#include "inline/shm/peer_memory.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
