@@ -52,6 +52,7 @@ class exchange_impl final : public device_exchange,
 
   void post(int rank, const call_ptr& c, std::shared_ptr<device_queue> queue) override {
     const auto seq = c->seq;
+    if (needs_snapshot(*c)) snapshot_input(*c, *queue);
     {
       std::unique_lock<std::mutex> g{mtx_};
       auto& rd = get(seq);
@@ -126,6 +127,26 @@ class exchange_impl final : public device_exchange,
   }
 
  private:
+  /// Replaces the call's input by a copy of it, made on the rank's stream
+  /// before anything the exchange issues there (so before the rank's ready
+  /// event, and before any peer may write into the original).
+  void snapshot_input(collective_call& c, device_queue& queue) {
+    auto copy = tensor::empty(c.input.shape(), c.input.scalar_type(), c.input.get_device());
+    reduce_args a;
+    a.type = c.input.scalar_type();
+    a.count = static_cast<std::size_t>(c.input.numel());
+    a.srcs.push_back(c.input.data());
+    a.dsts.push_back(copy.data());
+    device_job j;
+    j.name = c.name;
+    j.enqueue = [self = shared_from_this(), a, dev = queue.device(), name = c.name](stream_t s) {
+      self->ops_.reduce(name.c_str(), dev, a, s);
+    };
+    j.on_failure = failer(c.seq);
+    queue.submit(std::move(j));
+    c.input = std::move(copy);
+  }
+
   round& get(std::uint64_t seq) {
     auto& rd = rounds_[seq];
     if (rd.calls.empty()) {

@@ -165,6 +165,10 @@ void check_calls_agree(const calls_t& calls) {
   if (auto why = describe_disagreement(fps); !why.empty()) throw disagreement_error(why);
 }
 
+bool needs_snapshot(const collective_call& c) {
+  return c.code == op_code::alltoallv && overlaps(c.input, c.output);
+}
+
 std::vector<plan_step> direct_plan(const calls_t& calls, int rank) {
   switch (calls.front()->code) {
     case op_code::allreduce:

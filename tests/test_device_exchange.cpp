@@ -251,6 +251,40 @@ TEST_CASE("device exchange: every collective family, with on_success run before 
   CHECK(ops.live == 0);
 }
 
+TEST_CASE("device exchange: alltoall in place reads every block before a peer overwrites it") {
+  // Rank r writes block r of rank j's buffer while rank j reads it: the
+  // exchange copies an in-place input first (direct_plan.hpp).
+  host_ops ops;
+  for (int n : {2, 3, 4, 7}) {
+    CAPTURE(n);
+    ranks rk(n, ops, "exchange-alltoall-in-place-" + std::to_string(n));
+    const std::int64_t len = 5;  // per pair
+    auto value = [](int from, int to, std::int64_t i) { return double(from * 1000 + to * 10 + i); };
+    std::vector<call_ptr> calls;
+    for (int r = 0; r < n; ++r) {
+      auto c = call(op_code::alltoallv, "alltoall_single", 1);
+      c->counts.assign(static_cast<std::size_t>(n), len);
+      c->recv_counts = c->counts;
+      ref::values mine;
+      for (int to = 0; to < n; ++to)
+        for (std::int64_t i = 0; i < len; ++i) mine.push_back(value(r, to, i));
+      c->input = c->output = ref::make(dtype::float64, mine);
+      calls.push_back(c);
+    }
+    for (int r = 0; r < n; ++r)
+      rk.x->post(r, calls[static_cast<std::size_t>(r)], rk.queues[static_cast<std::size_t>(r)]);
+    for (int r = 0; r < n; ++r) {
+      calls[static_cast<std::size_t>(r)]->handle.wait(10s);
+      ref::values expected;
+      for (int from = 0; from < n; ++from)
+        for (std::int64_t i = 0; i < len; ++i) expected.push_back(value(from, r, i));
+      ref::check_close(calls[static_cast<std::size_t>(r)]->output, expected,
+                       "alltoall_single in place");
+    }
+  }
+  CHECK(ops.live == 0);
+}
+
 TEST_CASE("device exchange: a rank that never posts times out every posted rank, naming it") {
   host_ops ops;
   ranks rk(3, ops, "exchange-timeout");
