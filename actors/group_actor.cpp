@@ -67,8 +67,9 @@ struct group_state {
   std::map<std::uint64_t, pending_recv> recvs;  // by post order
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
-  std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
-  std::map<int, std::string> gone;             // peers that left -> why
+  std::optional<clock::time_point> next_tick;           // when the pending timeout message fires
+  std::map<int, std::string> gone;                      // peers that left -> why
+  std::vector<std::function<void()>> before_transport;  // see until_transport
   static inline const char* name = "troupe.group";
 };
 
@@ -300,6 +301,68 @@ bool matches(const p2p_call& c, const p2p_envelope& m) {
 
 }  // namespace
 
+/// Data for collective call env.seq from a peer.
+void on_data(self_ptr self, envelope& env) {
+  auto& st = self->state;
+  if (auto i = st.ops.find(env.seq); i != st.ops.end()) {
+    deliver(self, i->second, env.seq, env);
+    advance(self, env.seq);
+  } else if (env.seq > st.issued) {
+    keep_early(st, env);
+  }  // else: the call already finished or failed here; drop the late message
+}
+
+/// A point-to-point message from a peer.
+void on_message(self_ptr self, p2p_envelope& msg) {
+  auto& st = self->state;
+  for (auto i = st.recvs.begin(); i != st.recvs.end(); ++i) {
+    if (!matches(*i->second.call, msg)) continue;
+    auto r = std::move(i->second);
+    st.recvs.erase(i);
+    complete_recv(st, r, msg);
+    return;
+  }
+  // Kept until a receive matches; a peer in another process within bounds.
+  st.unmatched_from.resize(static_cast<std::size_t>(st.info.size));
+  auto& a = st.unmatched_from[static_cast<std::size_t>(msg.src)];
+  const auto n = msg.payload.defined() ? msg.payload.nbytes() : 0;
+  if (st.net->in_other_process(msg.src) &&
+      (a.messages >= max_waiting_messages || a.bytes + n > max_early_bytes)) {
+    st.net->reject(msg.src, "more than " + std::to_string(max_waiting_messages) + " messages or " +
+                                std::to_string(max_early_bytes) + " bytes to group '" +
+                                st.info.name + "' that no receive matched yet");
+    return;
+  }
+  ++a.messages;
+  a.bytes += n;
+  st.unmatched.push_back(std::move(msg));
+}
+
+/// World rank `world_rank` is gone: left with a goodbye, or crashed.
+void on_gone(self_ptr self, int world_rank, const std::string& why, bool crashed) {
+  auto& rs = self->state.info.global_ranks;
+  auto i = std::find(rs.begin(), rs.end(), world_rank);
+  if (i == rs.end()) return;
+  const int peer = static_cast<int>(i - rs.begin());
+  const auto reason = self->state.net->describe_peer(peer) + " left group '" +
+                      self->state.info.name + "' (" + why + ")";
+  if (crashed)
+    fail_everything(self, errc::peer_failure, reason);
+  else
+    peer_left(self, peer, reason);
+}
+
+/// Whether `handle` must wait for the transport (the peers_atom message that
+/// follows the actor's spawn): what the data plane or a peer in this process
+/// sends before it (a death it knew of, data of a peer that was quicker) is
+/// kept and handled in order once the transport is there.
+template <class F>
+bool until_transport(self_ptr self, F handle) {
+  if (self->state.net) return false;
+  self->state.before_transport.emplace_back(std::move(handle));
+  return true;
+}
+
 group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
   return sys.spawn([info = std::move(info)](self_ptr self) -> group_actor::behavior_type {
     self->state.info = info;
@@ -387,51 +450,17 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           return rp;
         },
         [self](data_atom, envelope& env) {
-          auto& st = self->state;
-          if (auto i = st.ops.find(env.seq); i != st.ops.end()) {
-            deliver(self, i->second, env.seq, env);
-            advance(self, env.seq);
-          } else if (env.seq > st.issued) {
-            keep_early(st, env);
-          }  // else: the call already finished or failed here; drop the late message
+          if (!until_transport(self, [self, env]() mutable { on_data(self, env); }))
+            on_data(self, env);
         },
         [self](msg_atom, p2p_envelope& msg) {
-          auto& st = self->state;
-          for (auto i = st.recvs.begin(); i != st.recvs.end(); ++i) {
-            if (!matches(*i->second.call, msg)) continue;
-            auto r = std::move(i->second);
-            st.recvs.erase(i);
-            complete_recv(st, r, msg);
-            return;
-          }
-          // Kept until a receive matches; a peer in another process within bounds.
-          st.unmatched_from.resize(static_cast<std::size_t>(st.info.size));
-          auto& a = st.unmatched_from[static_cast<std::size_t>(msg.src)];
-          const auto n = msg.payload.defined() ? msg.payload.nbytes() : 0;
-          if (st.net->in_other_process(msg.src) &&
-              (a.messages >= max_waiting_messages || a.bytes + n > max_early_bytes)) {
-            st.net->reject(msg.src, "more than " + std::to_string(max_waiting_messages) +
-                                        " messages or " + std::to_string(max_early_bytes) +
-                                        " bytes to group '" + st.info.name +
-                                        "' that no receive matched yet");
-            return;
-          }
-          ++a.messages;
-          a.bytes += n;
-          st.unmatched.push_back(std::move(msg));
+          if (!until_transport(self, [self, msg]() mutable { on_message(self, msg); }))
+            on_message(self, msg);
         },
         [self](timeout_atom) { on_tick(self); },
         [self](gone_atom, int world_rank, std::string& why, bool crashed) {
-          auto& rs = self->state.info.global_ranks;
-          auto i = std::find(rs.begin(), rs.end(), world_rank);
-          if (i == rs.end()) return;
-          const int peer = static_cast<int>(i - rs.begin());
-          const auto reason = self->state.net->describe_peer(peer) + " left group '" +
-                              self->state.info.name + "' (" + why + ")";
-          if (crashed)
-            fail_everything(self, errc::peer_failure, reason);
-          else
-            peer_left(self, peer, reason);
+          if (!until_transport(self, [=] { on_gone(self, world_rank, why, crashed); }))
+            on_gone(self, world_rank, why, crashed);
         },
         [self](abort_atom, std::string& reason) { fail_everything(self, errc::aborted, reason); },
         [self](peers_atom, std::shared_ptr<transport>& net) {
@@ -451,6 +480,8 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
                 if (auto a = caf::actor_cast<caf::actor>(peers[r]))
                   caf::anon_send(a, gone_atom::value, me, std::string("its world ended"), false);
           });
+          auto kept = std::move(st.before_transport);
+          for (auto& handle : kept) handle();
           return true;
         },
     };

@@ -125,6 +125,20 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
   int sum = 0;
   for (int q : keepers) sum += q;
   ok &= expect(r, t.to_vector<int>()[0] == sum, "the group of survivors summed wrong");
+  // A new group with it is refused, naming a rank that is gone (its group
+  // actor hears of the death before it has its transport).
+  try {
+    std::vector<int> everyone(ranks);
+    for (int q = 0; q < ranks; ++q) everyone[static_cast<std::size_t>(q)] = q;
+    w.new_group(everyone, {.timeout = 5s});
+    ok &= expect(r, false, "a group with the killed rank was made");
+  } catch (const error& e) {
+    const std::string what = e.what();
+    ok &= expect(r, e.code() == errc::peer_failure, "not a peer failure: " + what);
+    ok &= expect(r, what.find("world rank " + std::to_string(p.victim)) != std::string::npos ||
+                        what.find("world rank " + std::to_string(p.leaver)) != std::string::npos,
+                 "no rank that is gone is named: " + what);
+  }
   sub->barrier().wait();  // every survivor checked before any world goes
   return ok;
 }
