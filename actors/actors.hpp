@@ -1,25 +1,56 @@
 #pragma once
-// The actor protocol of one rank, on one page (as Tenzir's actors.hpp).
+// The actor protocol of troupe, on one page (as Tenzir's actors.hpp): every
+// actor interface, each message with what it does and what it answers.
 //
 // A rank is an actor system (detail::rank_runtime) holding:
-//  - one group actor per group the rank belongs to: it runs each collective
-//    (numbered by the backend at issue) as a message protocol with the group
-//    actors of the other ranks, holds messages that arrive early, and answers
-//    the request with the outputs;
-//  - beside them, for a group whose ranks all share the host, the group's
-//    shared-memory fabric (fabric/): allreduce and barrier run there, in the
-//    threads that wait for them, without actor messages;
-//  - one work relay: the façade's calls go through it, and it turns the group
-//    actor's response (a promise) into the completion of a troupe::work.
+//  - one group actor per group the rank belongs to (actors/group_actor.cpp):
+//    it owns the group's sequence numbers, membership, failure and abort, and
+//    runs the collectives that need actors (monitored_barrier, point to
+//    point, cuda tensors staged through host memory, everything with
+//    TROUPE_FABRIC=off) as message protocols (algorithms/) with the group
+//    actors of the other ranks; it holds messages that arrive early and
+//    answers each request with the outputs. The collectives of CPU tensors
+//    run beside it, in the inline engine (inline/engine.hpp): in the threads
+//    that wait for them, without actor messages (a thread hop costs 10-20 us
+//    on these machines, a flag in shared memory 0.05-0.25 us);
+//  - one work relay (actors/work_relay.cpp): the façade's calls to group
+//    actors go through it, and it turns the response (a promise) into the
+//    completion of a troupe::work;
+//  - one device actor per GPU it uses (cuda/device_actor.cpp): it owns the
+//    rank's CUDA stream there and runs the GPU jobs of every backend;
+//  - on the rank that serves a tcp_store, the store actor
+//    (store/store_actor.cpp) and one session per client connection.
 
 #include <caf/all.hpp>
 
-#include "actors/call.hpp"
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/call.hpp"
+#include "store/store_wire.hpp"
+#include "troupe/store.hpp"
 #include "troupe/tensor.hpp"
 
 namespace troupe::detail {
 class transport;
+/// One request to the store and where its answer goes (never leaves the process).
+struct store_call {
+  store_request request;
+  std::function<void(store_reply)> done;  ///< called on the session's thread
+};
+using store_call_ptr = std::shared_ptr<store_call>;
+namespace gpu {
+struct device_job;
 }
+/// One job for a device actor (backends/device_queue.hpp).
+using device_job_ptr = std::shared_ptr<gpu::device_job>;
+}  // namespace troupe::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::store_call_ptr)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::device_job_ptr)
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::call_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::p2p_ptr)
@@ -72,6 +103,75 @@ using relay_actor = caf::typed_actor<
     caf::reacts_to<submit_atom, call_ptr, group_actor>,
     // Same for a point-to-point call.
     caf::reacts_to<submit_atom, p2p_ptr, group_actor>>;
+
+// -- the device actor (one per GPU per rank) ----------------------------------
+
+using gpu_job_atom = caf::atom_constant<caf::atom("gpujob")>;
+using gpu_done_atom = caf::atom_constant<caf::atom("gpudone")>;
+using gpu_poll_atom = caf::atom_constant<caf::atom("gpupoll")>;
+using gpu_abort_atom = caf::atom_constant<caf::atom("gpuabort")>;
+
+using device_actor = caf::typed_actor<
+    // Makes the device current, enqueues the job's work on the rank's stream,
+    // records an event and asks CUDA to call back on the host when the
+    // stream gets there; a job whose enqueue throws fails at once.
+    caf::reacts_to<gpu_job_atom, device_job_ptr>,
+    // The host callback: the stream passed job `id`: runs its `after` and
+    // completes its work.
+    caf::reacts_to<gpu_done_atom, std::uint64_t>,
+    // Self-message, every millisecond while jobs are pending: a finished
+    // event completes its job (a callback may be late), a failed event, a
+    // failed health check or a passed deadline fails it.
+    caf::reacts_to<gpu_poll_atom>,
+    // Fails every pending job with the reason (the actor stays usable).
+    caf::reacts_to<gpu_abort_atom, std::string>>;
+
+// -- the store actor (tcp_store's server) and its sessions --------------------
+
+using kv_set_atom = caf::atom_constant<caf::atom("kv_set")>;
+using kv_mset_atom = caf::atom_constant<caf::atom("kv_mset")>;
+using kv_add_atom = caf::atom_constant<caf::atom("kv_add")>;
+using kv_cas_atom = caf::atom_constant<caf::atom("kv_cas")>;
+using kv_append_atom = caf::atom_constant<caf::atom("kv_append")>;
+using kv_check_atom = caf::atom_constant<caf::atom("kv_check")>;
+using kv_wait_atom = caf::atom_constant<caf::atom("kv_wait")>;
+using kv_del_atom = caf::atom_constant<caf::atom("kv_del")>;
+using kv_count_atom = caf::atom_constant<caf::atom("kv_count")>;
+using kv_expire_atom = caf::atom_constant<caf::atom("kv_expire")>;
+
+/// The store server. The first std::string of every request is the job
+/// token; a wrong one is answered with errc::store ("tcp_store: request
+/// refused: wrong job token"), counted and logged.
+using store_actor = caf::typed_actor<
+    // (token, key, value): sets key to value; answers true.
+    caf::replies_to<kv_set_atom, std::string, std::string, bytes>::with<bool>,
+    // (token, keys, values): sets every key to the value at its index; answers true.
+    caf::replies_to<kv_mset_atom, std::string, std::vector<std::string>,
+                    std::vector<bytes>>::with<bool>,
+    // (token, key, delta): adds delta to the decimal counter at key; answers the new value.
+    caf::replies_to<kv_add_atom, std::string, std::string, std::int64_t>::with<std::int64_t>,
+    // (token, key, expected, desired): compare-and-set; answers the value afterwards.
+    caf::replies_to<kv_cas_atom, std::string, std::string, bytes, bytes>::with<bytes>,
+    // (token, key, value): appends value to key (creating it); answers true.
+    caf::replies_to<kv_append_atom, std::string, std::string, bytes>::with<bool>,
+    // (token, keys): answers whether every key exists, without waiting.
+    caf::replies_to<kv_check_atom, std::string, std::vector<std::string>>::with<bool>,
+    // (token, keys, timeout_ms, want_values): answers (missing keys, values) once every
+    // key exists (missing empty; values in key order if wanted) or when timeout_ms
+    // passed (the keys still missing, no values).
+    caf::replies_to<kv_wait_atom, std::string, std::vector<std::string>, std::int64_t,
+                    bool>::with<std::vector<std::string>, std::vector<bytes>>,
+    // (token, key): removes key; answers whether it existed.
+    caf::replies_to<kv_del_atom, std::string, std::string>::with<bool>,
+    // (token): answers the number of keys.
+    caf::replies_to<kv_count_atom, std::string>::with<std::int64_t>,
+    // Self-message: the deadline of waiter `id` passed (ignored from anyone else).
+    caf::reacts_to<kv_expire_atom, std::uint64_t>>;
+
+/// A store session (dynamically typed: caf::actor) takes one message, a
+/// store_call_ptr: it asks the call's request of the store actor (with the
+/// session's token) and hands the answer to the call's done(). The store
+/// actor drops the waiters of a session that exited.
 
 /// Makes a caf::error that carries a troupe error code and message.
 caf::error make_troupe_error(int code, std::string message);

@@ -2,6 +2,7 @@
 // point-to-point matching, timeouts and aborts of one (group, rank).
 
 #include "actors/group_actor.hpp"
+#include "base/texts.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,8 +10,9 @@
 #include <map>
 #include <optional>
 
+#include "actors/transport.hpp"
 #include "algorithms/algorithm.hpp"
-#include "transport/transport.hpp"
+#include "transport/frame.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -55,21 +57,26 @@ struct group_state {
   std::uint64_t issued = 0;  // collectives issued; the last one has seq == issued
   std::map<std::uint64_t, running_op> ops;
   std::map<std::uint64_t, std::vector<envelope>> early;  // data for calls not made yet
-  std::deque<p2p_envelope> unmatched;                    // p2p messages nobody asked for yet
-  std::map<std::uint64_t, pending_recv> recvs;           // by post order
+  struct early_account {
+    std::size_t messages = 0;
+    std::uint64_t bytes = 0, next_bytes = 0;  // all early payloads, those of seq issued + 1
+  };
+  std::vector<early_account> early_from;        // by sender (bounds: transport/frame.hpp)
+  std::vector<early_account> unmatched_from;    // the same for unmatched p2p messages
+  std::deque<p2p_envelope> unmatched;           // p2p messages nobody asked for yet
+  std::map<std::uint64_t, pending_recv> recvs;  // by post order
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
-  std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
-  std::map<int, std::string> gone;             // peers that left -> why
+  std::optional<clock::time_point> next_tick;           // when the pending timeout message fires
+  std::map<int, std::string> gone;                      // peers that left -> why
+  std::vector<std::function<void()>> before_transport;  // see until_transport
   static inline const char* name = "troupe.group";
 };
 
 using self_ptr = group_actor::stateful_pointer<group_state>;
 
 std::string where(const group_state& st, const std::string& op, std::uint64_t seq) {
-  auto r = op + " on group '" + st.info.name + "' (rank " + std::to_string(st.info.rank);
-  if (seq != 0) r += ", seq " + std::to_string(seq);
-  return r + ")";
+  return call_location(op, st.info.name, st.info.rank, seq);
 }
 
 void fail_op(self_ptr self, std::uint64_t seq, errc code, const std::string& cause) {
@@ -104,13 +111,11 @@ void on_tick(self_ptr self) {
     auto& op = st.ops[seq];
     // A peer whose call differs, while another never said what it called.
     if (op.ctx->disagrees()) {
-      fail_op(self, seq, errc::mismatch,
-              "collective mismatch: " + op.ctx->agreed().disagreement(true));
+      fail_op(self, seq, errc::mismatch, mismatch_text(op.ctx->agreed().disagreement(true)));
       continue;
     }
     auto what = op.alg->on_timeout(*op.ctx);
-    fail_op(self, seq, errc::timeout,
-            "Timeout after " + std::to_string(op.call->timeout.count()) + " ms: " + what);
+    fail_op(self, seq, errc::timeout, timeout_after(op.call->timeout) + ": " + what);
   }
   for (auto i = st.recvs.begin(); i != st.recvs.end();) {
     if (i->second.deadline > now) {
@@ -122,10 +127,10 @@ void on_tick(self_ptr self) {
     const auto& c = *r.call;
     auto from =
         c.kind == p2p_call::recv_any ? std::string("any rank") : st.net->describe_peer(c.peer);
-    r.rp.deliver(make_troupe_error(
-        static_cast<int>(errc::timeout),
-        where(st, c.name, 0) + " failed: Timeout after " + std::to_string(c.timeout.count()) +
-            " ms waiting for a message from " + from + " with tag " + std::to_string(c.tag)));
+    r.rp.deliver(make_troupe_error(static_cast<int>(errc::timeout),
+                                   where(st, c.name, 0) + " failed: " + timeout_after(c.timeout) +
+                                       " waiting for a message from " + from + " with tag " +
+                                       std::to_string(c.tag)));
   }
   std::optional<clock::time_point> next;
   for (auto& kv : st.ops) next = next ? std::min(*next, kv.second.deadline) : kv.second.deadline;
@@ -176,6 +181,58 @@ void deliver(self_ptr self, running_op& op, std::uint64_t seq, envelope& env) {
   } catch (const error& e) {
     fail_op(self, seq, e.code(), e.what());
   }
+}
+
+std::uint64_t payload_bytes(const envelope& e) {
+  return e.payload.defined() ? e.payload.nbytes() : 0;
+}
+
+group_state::early_account& early_from(group_state& st, int src) {
+  st.early_from.resize(static_cast<std::size_t>(st.info.size));
+  return st.early_from[static_cast<std::size_t>(src)];
+}
+
+/// Keeps data for a call not made yet. A peer in another process that sent
+/// more ahead than transport/frame.hpp allows is failed instead.
+void keep_early(group_state& st, envelope& env) {
+  auto& a = early_from(st, env.src);
+  const auto n = payload_bytes(env);
+  const bool next = env.seq == st.issued + 1;
+  if (st.net->in_other_process(env.src)) {
+    std::string why;
+    if (a.messages >= max_waiting_messages)
+      why = "more than " + std::to_string(max_waiting_messages) + " messages for group '" +
+            st.info.name + "' that this rank has not taken yet";
+    else if (!next && a.bytes - a.next_bytes + n > max_early_bytes)
+      why = "more than " + std::to_string(max_early_bytes) + " bytes for calls of group '" +
+            st.info.name + "' after the next one (sequence number " + std::to_string(env.seq) +
+            "; this rank issued " + std::to_string(st.issued) + ")";
+    if (!why.empty()) {
+      st.net->reject(env.src, why);  // its gone message fails this group's calls
+      return;
+    }
+  }
+  ++a.messages;
+  a.bytes += n;
+  if (next) a.next_bytes += n;
+  st.early[env.seq].push_back(std::move(env));
+}
+
+/// Call `seq` was issued: takes its early data (into `taken`), drops what
+/// came for sequence numbers before it, and counts seq + 1 as the next.
+void take_early(group_state& st, std::uint64_t seq, std::vector<envelope>& taken) {
+  for (auto e = st.early.begin(); e != st.early.end() && e->first <= seq;) {
+    for (auto& env : e->second) {
+      auto& a = early_from(st, env.src);
+      --a.messages;
+      a.bytes -= payload_bytes(env);
+    }
+    if (e->first == seq) taken = std::move(e->second);
+    e = st.early.erase(e);
+  }
+  for (auto& a : st.early_from) a.next_bytes = 0;
+  if (auto n = st.early.find(seq + 1); n != st.early.end())
+    for (auto& env : n->second) early_from(st, env.src).next_bytes += payload_bytes(env);
 }
 
 /// Answers `rp` with the abort reason if the group was aborted.
@@ -244,6 +301,68 @@ bool matches(const p2p_call& c, const p2p_envelope& m) {
 
 }  // namespace
 
+/// Data for collective call env.seq from a peer.
+void on_data(self_ptr self, envelope& env) {
+  auto& st = self->state;
+  if (auto i = st.ops.find(env.seq); i != st.ops.end()) {
+    deliver(self, i->second, env.seq, env);
+    advance(self, env.seq);
+  } else if (env.seq > st.issued) {
+    keep_early(st, env);
+  }  // else: the call already finished or failed here; drop the late message
+}
+
+/// A point-to-point message from a peer.
+void on_message(self_ptr self, p2p_envelope& msg) {
+  auto& st = self->state;
+  for (auto i = st.recvs.begin(); i != st.recvs.end(); ++i) {
+    if (!matches(*i->second.call, msg)) continue;
+    auto r = std::move(i->second);
+    st.recvs.erase(i);
+    complete_recv(st, r, msg);
+    return;
+  }
+  // Kept until a receive matches; a peer in another process within bounds.
+  st.unmatched_from.resize(static_cast<std::size_t>(st.info.size));
+  auto& a = st.unmatched_from[static_cast<std::size_t>(msg.src)];
+  const auto n = msg.payload.defined() ? msg.payload.nbytes() : 0;
+  if (st.net->in_other_process(msg.src) &&
+      (a.messages >= max_waiting_messages || a.bytes + n > max_early_bytes)) {
+    st.net->reject(msg.src, "more than " + std::to_string(max_waiting_messages) + " messages or " +
+                                std::to_string(max_early_bytes) + " bytes to group '" +
+                                st.info.name + "' that no receive matched yet");
+    return;
+  }
+  ++a.messages;
+  a.bytes += n;
+  st.unmatched.push_back(std::move(msg));
+}
+
+/// World rank `world_rank` is gone: left with a goodbye, or crashed.
+void on_gone(self_ptr self, int world_rank, const std::string& why, bool crashed) {
+  auto& rs = self->state.info.global_ranks;
+  auto i = std::find(rs.begin(), rs.end(), world_rank);
+  if (i == rs.end()) return;
+  const int peer = static_cast<int>(i - rs.begin());
+  const auto reason = self->state.net->describe_peer(peer) + " left group '" +
+                      self->state.info.name + "' (" + why + ")";
+  if (crashed)
+    fail_everything(self, errc::peer_failure, reason);
+  else
+    peer_left(self, peer, reason);
+}
+
+/// Whether `handle` must wait for the transport (the peers_atom message that
+/// follows the actor's spawn): what the data plane or a peer in this process
+/// sends before it (a death it knew of, data of a peer that was quicker) is
+/// kept and handled in order once the transport is there.
+template <class F>
+bool until_transport(self_ptr self, F handle) {
+  if (self->state.net) return false;
+  self->state.before_transport.emplace_back(std::move(handle));
+  return true;
+}
+
 group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
   return sys.spawn([info = std::move(info)](self_ptr self) -> group_actor::behavior_type {
     self->state.info = info;
@@ -267,7 +386,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
           if (refused(st, call->name, rp)) return rp;
-          // Numbered at issue (the shared-memory fabric takes numbers too, so
+          // Numbered at issue (the shared-memory engine takes numbers too, so
           // the actor sees gaps, the same on every rank).
           const auto seq = call->seq;
           st.issued = seq;
@@ -278,9 +397,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           op.ctx =
               std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq, *st.net);
           op.alg = make_algorithm(*call, st.info.rank, st.info.size);
-          if (auto e = st.early.find(seq); e != st.early.end()) {
-            auto msgs = std::move(e->second);
-            st.early.erase(e);
+          std::vector<envelope> msgs;
+          take_early(st, seq, msgs);
+          if (!msgs.empty()) {
             for (auto& env : msgs) {
               if (!st.ops.count(seq)) break;
               deliver(self, st.ops[seq], seq, env);
@@ -319,6 +438,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             if (!matches(*call, *i)) continue;
             auto msg = std::move(*i);
             st.unmatched.erase(i);
+            auto& a = st.unmatched_from[static_cast<std::size_t>(msg.src)];
+            --a.messages;
+            a.bytes -= msg.payload.defined() ? msg.payload.nbytes() : 0;
             complete_recv(st, r, msg);
             return rp;
           }
@@ -328,37 +450,17 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           return rp;
         },
         [self](data_atom, envelope& env) {
-          auto& st = self->state;
-          if (auto i = st.ops.find(env.seq); i != st.ops.end()) {
-            deliver(self, i->second, env.seq, env);
-            advance(self, env.seq);
-          } else if (env.seq > st.issued) {
-            st.early[env.seq].push_back(std::move(env));
-          }  // else: the call already finished or failed here; drop the late message
+          if (!until_transport(self, [self, env]() mutable { on_data(self, env); }))
+            on_data(self, env);
         },
         [self](msg_atom, p2p_envelope& msg) {
-          auto& st = self->state;
-          for (auto i = st.recvs.begin(); i != st.recvs.end(); ++i) {
-            if (!matches(*i->second.call, msg)) continue;
-            auto r = std::move(i->second);
-            st.recvs.erase(i);
-            complete_recv(st, r, msg);
-            return;
-          }
-          st.unmatched.push_back(std::move(msg));
+          if (!until_transport(self, [self, msg]() mutable { on_message(self, msg); }))
+            on_message(self, msg);
         },
         [self](timeout_atom) { on_tick(self); },
         [self](gone_atom, int world_rank, std::string& why, bool crashed) {
-          auto& rs = self->state.info.global_ranks;
-          auto i = std::find(rs.begin(), rs.end(), world_rank);
-          if (i == rs.end()) return;
-          const int peer = static_cast<int>(i - rs.begin());
-          const auto reason = self->state.net->describe_peer(peer) + " left group '" +
-                              self->state.info.name + "' (" + why + ")";
-          if (crashed)
-            fail_everything(self, errc::peer_failure, reason);
-          else
-            peer_left(self, peer, reason);
+          if (!until_transport(self, [=] { on_gone(self, world_rank, why, crashed); }))
+            on_gone(self, world_rank, why, crashed);
         },
         [self](abort_atom, std::string& reason) { fail_everything(self, errc::aborted, reason); },
         [self](peers_atom, std::shared_ptr<transport>& net) {
@@ -378,6 +480,8 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
                 if (auto a = caf::actor_cast<caf::actor>(peers[r]))
                   caf::anon_send(a, gone_atom::value, me, std::string("its world ended"), false);
           });
+          auto kept = std::move(st.before_transport);
+          for (auto& handle : kept) handle();
           return true;
         },
     };

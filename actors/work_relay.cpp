@@ -2,6 +2,7 @@
 // completion of a troupe::work.
 
 #include "actors/rank_runtime.hpp"
+#include "base/texts.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -26,7 +27,7 @@ namespace {
 /// "allreduce on group 'g'": names the call when the group actor itself is gone.
 template <class Call>
 std::string context_of(const Call& call) {
-  return call.name + " on group '" + call.handle.group_name() + "'";
+  return call_location(call.name, call.handle.group_name());
 }
 
 }  // namespace

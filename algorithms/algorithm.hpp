@@ -1,12 +1,17 @@
 #pragma once
-// The interface between the group actor and a collective algorithm.
+// The interface between a collective algorithm and the engine that runs it.
 //
-// An algorithm is a resumable state machine over one collective_call. The
-// group actor calls progress() when the call starts and again whenever a
-// message for it arrives; progress() advances through as many steps as the
-// messages at hand allow and returns true when the algorithm finished. It
-// sends with ctx.send() and takes messages with ctx.take(); it never names a
-// transport. Errors are thrown as troupe::error and fail the call.
+// An algorithm is a resumable state machine over one collective_call, a
+// message protocol between the group's ranks. Two engines run the same
+// algorithms: the inline engine's algorithm_op (inline/algorithm_op.cpp, in
+// the thread that waits for the call; the default for CPU tensors between
+// hosts and for what the shared segment does not run) and the group actor
+// (actors/group_actor.cpp; monitored_barrier, TROUPE_FABRIC=off). The engine
+// calls progress() when the call starts and again whenever a message for it
+// arrives; progress() advances through as many steps as the messages at hand
+// allow and returns true when the algorithm finished. It sends with
+// ctx.send() and takes messages with ctx.take(); it never names a transport
+// or an engine. Errors are thrown as troupe::error and fail the call.
 
 #include <cstdint>
 #include <functional>
@@ -17,13 +22,13 @@
 #include <utility>
 #include <vector>
 
-#include "actors/agreement.hpp"
-#include "actors/call.hpp"
+#include "base/agreement.hpp"
+#include "base/call.hpp"
 
 namespace troupe::detail {
 
-/// What an algorithm sees of its group actor (or of the fabric operation
-/// that runs it). It also keeps the call's agreement (actors/agreement.hpp):
+/// What an algorithm sees of its group actor (or of the inline operation
+/// that runs it). It also keeps the call's agreement (base/agreement.hpp):
 /// the first message to each peer carries this rank's fingerprint, and
 /// messages of a peer whose call differs never reach the algorithm.
 class op_context {

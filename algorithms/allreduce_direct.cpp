@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
-#include "src/reduce_kernels.hpp"
+#include "kernels/reduce_kernels.hpp"
 
 namespace troupe::detail {
 namespace {

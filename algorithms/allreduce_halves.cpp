@@ -24,7 +24,7 @@
 // dependent ones.
 
 #include "algorithms/algorithm.hpp"
-#include "src/reduce_kernels.hpp"
+#include "kernels/reduce_kernels.hpp"
 
 namespace troupe::detail {
 namespace {

@@ -17,7 +17,7 @@
 #include <algorithm>
 
 #include "algorithms/algorithm.hpp"
-#include "src/reduce_kernels.hpp"
+#include "kernels/reduce_kernels.hpp"
 
 namespace troupe::detail {
 namespace {

@@ -6,7 +6,7 @@
 #include "algorithms/algorithm.hpp"
 
 #include <algorithm>
-#include "src/reduce_kernels.hpp"
+#include "kernels/reduce_kernels.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {

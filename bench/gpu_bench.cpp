@@ -672,6 +672,7 @@ std::vector<kernel_row> part_kernels(const options& o, const cudaDeviceProp& pro
 
 struct sharing_result {
   double allreduce_us = NAN, copy_us = NAN;
+  double kernels_us = NAN;  ///< the plan's two kernels alone, back to back
   double allreduce_gbps() const { return gbps(4.0 * double(256 * MiB), allreduce_us); }
   double copy_gbps() const { return gbps(2.0 * double(256 * MiB), copy_us); }
   double ratio() const { return allreduce_gbps() / copy_gbps(); }
@@ -688,6 +689,36 @@ sharing_result part_sharing(const options& o, const allreduce_table& t,
     r.allreduce_us = time_allreduce(2, "actor", {{bytes, plan_for(bytes, o)}})[0];
   for (const auto& k : kernels)
     if (k.type == troupe::dtype::float32 && k.bytes == bytes) r.copy_us = k.copy_us;
+  {
+    // The floor of the allreduce: the kernels the direct plan runs, alone.
+    // Rank r sums half r of both tensors into half r of both (in place).
+    cudaStream_t s = nullptr;
+    CUDA_CHECK(cudaSetDevice(dev));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void* a = nullptr;
+    void* b = nullptr;
+    CUDA_CHECK(cudaMalloc(&a, bytes));
+    CUDA_CHECK(cudaMalloc(&b, bytes));
+    CUDA_CHECK(cudaMemset(a, 0x3c, bytes));  // small floats, not zeros
+    CUDA_CHECK(cudaMemset(b, 0x3b, bytes));
+    const std::size_t half = bytes / 2;
+    r.kernels_us = median(time_device(s, plan_for(bytes, o), [&](int) {
+      for (std::size_t k = 0; k < 2; ++k) {
+        gpu::reduce_args x;
+        x.type = troupe::dtype::float32;
+        x.op = troupe::reduce_op::SUM;
+        x.count = half / sizeof(float);
+        auto* ha = static_cast<unsigned char*>(a) + k * half;
+        auto* hb = static_cast<unsigned char*>(b) + k * half;
+        x.srcs = {ha, hb};
+        x.dsts = {ha, hb};
+        gpu::reduce("gpu_bench", dev, x, s);
+      }
+    }));
+    CUDA_CHECK(cudaFree(a));
+    CUDA_CHECK(cudaFree(b));
+    CUDA_CHECK(cudaStreamDestroy(s));
+  }
   std::printf(
       "\n### 4. 2 ranks sharing cuda:0 (actor): allreduce 256 MiB vs device-to-device copy\n\n"
       "counting: an allreduce of S bytes by 2 ranks on one GPU reads and writes 4 x S bytes in\n"
@@ -698,9 +729,16 @@ sharing_result part_sharing(const options& o, const allreduce_table& t,
   std::printf("copy 256 MiB (part 3):      %10.1f us -> 2 x S / time = %7.1f GB/s\n", r.copy_us,
               r.copy_gbps());
   std::printf("allreduce / copy:           %10.3f\n", r.ratio());
+  std::printf(
+      "the plan's kernels alone:   %10.1f us (both ranks' sums, back to back on one\n"
+      "                            stream: what is left of the allreduce is orchestration)\n",
+      r.kernels_us);
   csv.row("4-sharing", "troupe-actor", 2, bytes, r.allreduce_us, r.allreduce_gbps(),
           "GB/s = 4 x bytes (read + written by both ranks) / time; allreduce/copy = " +
               fmt("%.3f", r.ratio()));
+  csv.row("4-sharing", "plan-kernels", 2, bytes, r.kernels_us,
+          gbps(4.0 * double(bytes), r.kernels_us),
+          "the direct plan's two reductions alone, back to back on one stream");
   return r;
 }
 

@@ -1,7 +1,7 @@
-// device_ops on CUDA (see device/device_ops.hpp).
+// device_ops on CUDA (see backends/device_ops.hpp).
 
+#include "backends/device_ops.hpp"
 #include "cuda/runtime.hpp"
-#include "device/device_ops.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail::gpu {

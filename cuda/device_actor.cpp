@@ -2,8 +2,10 @@
 // CUDA device) that owns the rank's stream on the device.
 //
 //   submit  -> job message: make the device current, enqueue the job's work,
-//              record an event, ask CUDA to call back on the host when the
-//              stream gets there
+//              record an event and watch it for up to 200 us while no other
+//              message waits (a short job then completes without a wake-up);
+//              else ask CUDA to call back on the host when the stream gets
+//              there
 //   done    -> the host callback's message: run `after`, complete the work
 //   poll    -> every millisecond while jobs are pending: a failed event, a
 //              failed health check or a passed deadline fails the job (a
@@ -13,29 +15,25 @@
 // so that no callback outlives it, then destroys the stream.
 
 #include "cuda/device_actor.hpp"
-
-#include <caf/all.hpp>
+#include "base/texts.hpp"
 
 #include <map>
+#include <thread>
 
+#include "actors/actors.hpp"
 #include "actors/rank_runtime.hpp"
-#include "src/device_memory.hpp"
+#include "memory/device_memory.hpp"
 #include "troupe/error.hpp"
-
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<troupe::detail::gpu::device_job>)
 
 namespace troupe::detail::gpu {
 
 namespace {
 
-using job_atom = caf::atom_constant<caf::atom("gpujob")>;
-using done_atom = caf::atom_constant<caf::atom("gpudone")>;
-using poll_atom = caf::atom_constant<caf::atom("gpupoll")>;
-using abort_atom = caf::atom_constant<caf::atom("gpuabort")>;
-
-using job_ptr = std::shared_ptr<device_job>;
+using job_ptr = device_job_ptr;
 using clock = std::chrono::steady_clock;
 constexpr auto poll_interval = std::chrono::milliseconds(1);
+/// How long a new job's event is watched before the host callback takes over.
+constexpr auto watch_limit = std::chrono::microseconds(200);
 
 struct pending_job {
   job_ptr job;
@@ -56,17 +54,17 @@ struct device_state {
   }
 };
 
-using device_actor = caf::stateful_actor<device_state>;
+using self_ptr = detail::device_actor::stateful_pointer<device_state>;
 
 /// What the CUDA host callback needs to tell the actor that job `id` is done.
 struct callback_context {
-  caf::actor actor;
+  detail::device_actor actor;
   std::uint64_t id;
 };
 
 void on_stream_reached(void* p) {
   auto* c = static_cast<callback_context*>(p);
-  caf::anon_send(c->actor, done_atom::value, c->id);
+  caf::anon_send(c->actor, gpu_done_atom::value, c->id);
   delete c;
 }
 
@@ -97,7 +95,7 @@ void fail_job(device_job& j, const std::exception_ptr& e) {
 }
 
 /// Removes job `id` from the pending ones (nullptr when it already left).
-job_ptr take(device_actor* self, std::uint64_t id) {
+job_ptr take(self_ptr self, std::uint64_t id) {
   auto& st = self->state;
   auto i = st.pending.find(id);
   if (i == st.pending.end()) return nullptr;
@@ -107,7 +105,7 @@ job_ptr take(device_actor* self, std::uint64_t id) {
   return j;
 }
 
-void finish(device_actor* self, std::uint64_t id) {
+void finish(self_ptr self, std::uint64_t id) {
   auto j = take(self, id);
   if (!j) return;
   try {
@@ -118,13 +116,29 @@ void finish(device_actor* self, std::uint64_t id) {
   }
 }
 
-void schedule_poll(device_actor* self) {
+void schedule_poll(self_ptr self) {
   if (self->state.polling || self->state.pending.empty()) return;
   self->state.polling = true;
-  self->delayed_send(self, poll_interval, poll_atom::value);
+  self->delayed_send(self, poll_interval, gpu_poll_atom::value);
 }
 
-void start(device_actor* self, const job_ptr& j) {
+/// Whether the stream passes `ev` within watch_limit, looking while no other
+/// message waits for the actor. A host callback costs a thread hop and holds
+/// the stream until it ran; a short job (a small NCCL call) ends sooner.
+bool done_soon(self_ptr self, const char* op, event_t ev) {
+  const auto until = clock::now() + watch_limit;
+  try {
+    do {
+      if (event_done(op, self->state.device, ev)) return true;
+      std::this_thread::yield();  // ranks may outnumber cores
+    } while (self->mailbox().empty() && clock::now() < until);
+  } catch (...) {
+    // a failed event: the poll fails the job
+  }
+  return false;
+}
+
+void start(self_ptr self, const job_ptr& j) {
   auto& st = self->state;
   const char* op = j->name.c_str();
   event_t ev = nullptr;
@@ -142,7 +156,8 @@ void start(device_actor* self, const job_ptr& j) {
   pending_job p{j, ev};
   if (j->timeout.count() > 0) p.deadline = j->submitted + j->timeout;
   st.pending.emplace(id, std::move(p));
-  auto* ctx = new callback_context{caf::actor_cast<caf::actor>(self), id};
+  if (done_soon(self, op, ev)) return finish(self, id);
+  auto* ctx = new callback_context{caf::actor_cast<detail::device_actor>(self), id};
   try {
     on_host(op, st.device, st.stream, &on_stream_reached, ctx);
   } catch (...) {
@@ -153,7 +168,7 @@ void start(device_actor* self, const job_ptr& j) {
 
 /// Checks every pending job: finished (the callback may be late or never
 /// come), failed, unhealthy or late.
-void poll(device_actor* self) {
+void poll(self_ptr self) {
   auto& st = self->state;
   st.polling = false;
   const auto now = clock::now();
@@ -181,7 +196,7 @@ void poll(device_actor* self) {
     } else if (now >= p.deadline) {
       auto j = take(self, id);
       fail_job(*j, errc::timeout,
-               j->name + ": Timeout after " + std::to_string(j->timeout.count()) + " ms on cuda:" +
+               j->name + ": " + detail::timeout_after(j->timeout) + " on cuda:" +
                    std::to_string(st.device) + " (the device did not finish the work)");
     }
   }
@@ -189,7 +204,7 @@ void poll(device_actor* self) {
 }
 
 /// Fails every pending job with errc::aborted and `reason`.
-void fail_all(device_actor* self, const std::string& reason) {
+void fail_all(self_ptr self, const std::string& reason) {
   auto& st = self->state;
   while (!st.pending.empty()) {
     auto j = take(self, st.pending.begin()->first);
@@ -198,7 +213,8 @@ void fail_all(device_actor* self, const std::string& reason) {
   }
 }
 
-caf::behavior device_actor_behavior(device_actor* self, int device, stream_t stream) {
+detail::device_actor::behavior_type device_actor_behavior(self_ptr self, int device,
+                                                          stream_t stream) {
   self->state.device = device;
   self->state.stream = stream;
   self->set_exit_handler([self](caf::exit_msg& m) {
@@ -209,28 +225,28 @@ caf::behavior device_actor_behavior(device_actor* self, int device, stream_t str
     self->quit(m.reason);
   });
   return {
-      [=](job_atom, const job_ptr& j) { start(self, j); },
-      [=](done_atom, std::uint64_t id) { finish(self, id); },
-      [=](poll_atom) { poll(self); },
-      [=](abort_atom, const std::string& reason) { fail_all(self, reason); },
+      [=](gpu_job_atom, const job_ptr& j) { start(self, j); },
+      [=](gpu_done_atom, std::uint64_t id) { finish(self, id); },
+      [=](gpu_poll_atom) { poll(self); },
+      [=](gpu_abort_atom, const std::string& reason) { fail_all(self, reason); },
   };
 }
 
 class queue_impl final : public device_queue {
  public:
-  queue_impl(caf::actor a, int device) : actor_(std::move(a)), device_(device) {}
+  queue_impl(detail::device_actor a, int device) : actor_(std::move(a)), device_(device) {}
   ~queue_impl() override { caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown); }
   int device() const noexcept override { return device_; }
   void submit(device_job job) override {
     job.submitted = clock::now();
-    caf::anon_send(actor_, job_atom::value, std::make_shared<device_job>(std::move(job)));
+    caf::anon_send(actor_, gpu_job_atom::value, std::make_shared<device_job>(std::move(job)));
   }
   void abort(const std::string& reason) override {
-    caf::anon_send(actor_, abort_atom::value, reason);
+    caf::anon_send(actor_, gpu_abort_atom::value, reason);
   }
 
  private:
-  caf::actor actor_;
+  detail::device_actor actor_;
   int device_;
 };
 
@@ -241,7 +257,7 @@ std::shared_ptr<device_queue> device_queue_of(rank_runtime& rt, int device) {
     check_device("device actor", troupe::device::cuda(device));
     auto stream = create_stream("device actor", device);
     auto a = rt.system().spawn<caf::detached>(device_actor_behavior, device, stream);
-    return std::make_shared<queue_impl>(caf::actor_cast<caf::actor>(a), device);
+    return std::make_shared<queue_impl>(a, device);
   });
   return std::static_pointer_cast<device_queue>(std::static_pointer_cast<queue_impl>(slot));
 }

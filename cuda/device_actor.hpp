@@ -16,7 +16,7 @@
 #include <memory>
 
 #include "cuda/runtime.hpp"
-#include "device/device_queue.hpp"
+#include "backends/device_queue.hpp"
 
 namespace troupe::detail {
 class rank_runtime;

@@ -21,7 +21,7 @@
 //
 // Kernels are templated on the dtype (12 instantiations of the reduction);
 // the op is a switch that selects a per-op loop. Arithmetic matches the CPU
-// kernels (src/reduce_kernels.cpp): no multiply-add contraction, integer
+// kernels (kernels/reduce_kernels.cpp): no multiply-add contraction, integer
 // SUM/PRODUCT wrap around, floating MIN/MAX propagate NaN.
 
 #include <cuda_bf16.h>
@@ -36,7 +36,7 @@
 #include <type_traits>
 
 #include "cuda/kernels.hpp"
-#include "src/combine_exact.hpp"
+#include "kernels/combine_exact.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail::gpu {
@@ -90,7 +90,7 @@ struct int_elem {
   __device__ static storage store(acc a) { return a; }
   template <kind K>
   __device__ static T op(T a, T b) {
-    return combine_int<K>(a, b);  // the CPU kernels' (src/combine_exact.hpp)
+    return combine_int<K>(a, b);  // the CPU kernels' (kernels/combine_exact.hpp)
   }
 };
 
@@ -98,7 +98,7 @@ struct int_elem {
 struct bool_elem : int_elem<std::uint8_t> {
   template <kind K>
   __device__ static std::uint8_t op(std::uint8_t a, std::uint8_t b) {
-    return combine_bool<K>(a, b);  // the CPU kernels' (src/combine_exact.hpp)
+    return combine_bool<K>(a, b);  // the CPU kernels' (kernels/combine_exact.hpp)
   }
 };
 

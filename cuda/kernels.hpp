@@ -4,7 +4,7 @@
 // Every kernel runs on the given stream and returns once it was launched;
 // launch errors throw troupe::error(errc::backend) naming the call, the device
 // and CUDA's error string (see cuda/runtime.hpp). The element-wise rules are
-// those of the CPU kernels (src/reduce_kernels.hpp): integer SUM/PRODUCT wrap
+// those of the CPU kernels (kernels/reduce_kernels.hpp): integer SUM/PRODUCT wrap
 // around, floating MIN/MAX propagate NaN, float16 and bfloat16 accumulate in
 // float32 and round once, bool SUM/MAX/BOR = or, PRODUCT/MIN/BAND = and.
 

@@ -1,4 +1,4 @@
-// The CUDA runtime behind cuda/runtime.hpp and src/device_memory.hpp, and the
+// The CUDA runtime behind cuda/runtime.hpp and memory/device_memory.hpp, and the
 // public device queries of troupe/device.hpp in CUDA builds.
 
 #include "cuda/runtime.hpp"
@@ -7,7 +7,7 @@
 
 #include <mutex>
 
-#include "src/device_memory.hpp"
+#include "memory/device_memory.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -162,7 +162,7 @@ int device_of(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
 }
 
-// -- src/device_memory.hpp ---------------------------------------------------------
+// -- memory/device_memory.hpp ---------------------------------------------------------
 
 void check_device(const char* op, const device& d) {
   if (d.type != device_type::cuda) return;

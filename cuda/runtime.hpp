@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <string>
 
-#include "device/stream.hpp"
+#include "backends/stream.hpp"
 
 namespace troupe::detail::gpu {
 

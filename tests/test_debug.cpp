@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "../src/wait_policy.hpp"
+#include "../base/wait_policy.hpp"
 #include "troupe/debug.hpp"
 #include "troupe/error.hpp"
 #include "troupe/store.hpp"

@@ -1,8 +1,8 @@
-// The direct plan (device/direct_plan.hpp) run with the CPU kernels: every
+// The direct plan (backends/direct_plan.hpp) run with the CPU kernels: every
 // collective family on 1, 2, 3, 4 and 7 ranks, the ranks' shares run in
 // several orders (shares are disjoint, so the order must not matter), in
 // place and not, and the checks that the ranks' calls agree. On a GPU the
-// same steps run as kernels (device/device_exchange.cpp).
+// same steps run as kernels (backends/device_exchange.cpp).
 
 #include <doctest/doctest.h>
 
@@ -11,7 +11,7 @@
 #include <numeric>
 #include <random>
 
-#include "../device/direct_plan.hpp"
+#include "../backends/direct_plan.hpp"
 #include "check_error.hpp"
 #include "reference.hpp"
 

@@ -2,7 +2,7 @@
 // a host. Results across the small/chunked boundaries, bytes copied per byte
 // reduced, progress without a waiting thread, issue from one thread for
 // every rank, timeouts, a rank that leaves, abort, TROUPE_FABRIC=off, and
-// outputs streamed past the caches (src/stream_copy.hpp).
+// outputs streamed past the caches (kernels/stream_copy.hpp).
 
 #include <doctest/doctest.h>
 
@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "../fabric/fabric.hpp"
-#include "../fabric/medium.hpp"
-#include "../fabric/segment.hpp"
-#include "../src/stream_copy.hpp"
+#include "../inline/engine.hpp"
+#include "../inline/medium.hpp"
+#include "../inline/shm/segment.hpp"
+#include "../kernels/stream_copy.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "troupe/troupe.hpp"
@@ -31,7 +31,7 @@ using troupe::test::check_error;
 namespace {
 
 std::uint64_t reduced_so_far() {
-  return detail::fabric_stats().reduced.load();
+  return detail::inline_stats().reduced.load();
 }
 
 /// Worlds of `n` ranks in this process, created concurrently (set-up is collective).
@@ -116,15 +116,15 @@ TEST_CASE("fabric allreduce copies one or two bytes per byte reduced, nothing mo
     for (int n : {2, 4}) {
       fabric_mode mode{staged};
       const std::int64_t len = 4 << 20;  // 16 MiB of float32
-      const auto copied0 = detail::fabric_stats().copied.load();
-      const auto reduced0 = detail::fabric_stats().reduced.load();
+      const auto copied0 = detail::inline_stats().copied.load();
+      const auto reduced0 = detail::inline_stats().reduced.load();
       testing::run_ranks(n, [&](world& w) {
         auto x = filled<float>(len, 1.0f);
         w.default_group().allreduce(x).wait();
         CHECK(x.to_vector<float>()[static_cast<std::size_t>(len - 1)] == float(n));
       });
-      const auto copied = detail::fabric_stats().copied.load() - copied0;
-      const auto reduced = detail::fabric_stats().reduced.load() - reduced0;
+      const auto copied = detail::inline_stats().copied.load() - copied0;
+      const auto reduced = detail::inline_stats().reduced.load() - reduced0;
       CAPTURE(staged);
       CAPTURE(n);
       CAPTURE(copied);
@@ -293,10 +293,10 @@ class lone_medium final : public detail::medium {
 
 /// An operation that throws `what` when stepped.
 template <class E>
-class throwing_op final : public detail::fabric_op {
+class throwing_op final : public detail::inline_op {
  public:
   explicit throwing_op(E e) : e_(std::move(e)) {}
-  bool step(detail::fabric_context&, bool&) override { throw e_; }
+  bool step(detail::inline_context&, bool&) override { throw e_; }
   std::pair<int, std::string> blocker() const override { return {-1, "nothing"}; }
 
  private:
@@ -304,7 +304,7 @@ class throwing_op final : public detail::fabric_op {
 };
 
 template <class E>
-work submit_throwing(detail::fabric& f, E e) {
+work submit_throwing(detail::inline_engine& f, E e) {
   auto op = std::make_unique<throwing_op<E>>(std::move(e));
   op->name = "allreduce";
   op->timeout = 5s;
@@ -316,8 +316,8 @@ work submit_throwing(detail::fabric& f, E e) {
 }  // namespace
 
 TEST_CASE("an operation that throws bad_alloc or anything else fails its work, not the process") {
-  auto f = std::make_shared<detail::fabric>(std::make_shared<lone_medium>(), 0, "g",
-                                            std::vector<std::string>{"rank 0"});
+  auto f = std::make_shared<detail::inline_engine>(std::make_shared<lone_medium>(), 0, "g",
+                                                   std::vector<std::string>{"rank 0"});
   // Submitting steps the operation at once: the work fails, nothing escapes.
   auto a = submit_throwing(*f, std::bad_alloc{});
   check_error([&] { a.wait(); }, errc::internal, {"allreduce on group 'g'", "internal error"});

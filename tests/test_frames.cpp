@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "../fabric/message_medium.hpp"
+#include "../inline/message_medium.hpp"
 #include "../transport/frame.hpp"
 #include "troupe/troupe.hpp"
 
@@ -39,7 +39,7 @@ std::string fabric_frame(std::int64_t count) {
   for (std::int64_t i = 0; i < count; ++i) payload.data_as<float>()[i] = float(i);
   string_stream out;
   REQUIRE(
-      write_frame(out, "g", envelope{7, 3, 1, op_code::allreduce, payload, nullptr}, frame_fabric));
+      write_frame(out, "g", envelope{7, 3, 1, op_code::allreduce, payload, nullptr}, frame_inline));
   return out.bytes;
 }
 
@@ -159,7 +159,7 @@ TEST_CASE("a group's posted receives are handed out once, by key and kind, and r
   medium->post_receive(9, 2, 1, code, into);
   medium->post_receive(9, 2, 0, code, into);  // rank 0 lives here: nothing to read
   frame_header h;
-  h.kind = frame_fabric;
+  h.kind = frame_inline;
   h.seq = 9;
   h.step = 2;
   h.src = 0;

@@ -1,5 +1,5 @@
 // The "nccl" backend's mapping of every c10d call onto NCCL plans
-// (cuda/nccl_backend.cpp), checked without a GPU: each rank's backend hands
+// (backends/nccl_backend.cpp), checked without a GPU: each rank's backend hands
 // its plans to a host emulator of NCCL instead of the group's NCCL state.
 // Builds without NCCL compile this file to nothing.
 //
@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "../cuda/nccl_backend.hpp"
-#include "../cuda/nccl_runner.hpp"
-#include "../device/direct_plan.hpp"
+#include "../backends/direct_plan.hpp"
+#include "../backends/nccl_backend.hpp"
+#include "../backends/nccl_runner.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "reference.hpp"

@@ -1,4 +1,4 @@
-// How dtypes and reduce ops travel through NCCL (cuda/nccl_plan.hpp): pure
+// How dtypes and reduce ops travel through NCCL (backends/nccl_plan.hpp): pure
 // functions, so they are tested everywhere NCCL is installed, with or
 // without a GPU. Builds without NCCL compile this file to nothing.
 
@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "../cuda/nccl_plan.hpp"
+#include "../backends/nccl_plan.hpp"
 #include "check_error.hpp"
 
 using namespace troupe;

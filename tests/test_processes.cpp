@@ -16,8 +16,8 @@
 #include <numeric>
 #include <thread>
 
-#include "../fabric/fabric.hpp"
-#include "../src/stream_copy.hpp"
+#include "../inline/engine.hpp"
+#include "../kernels/stream_copy.hpp"
 #include "check_error.hpp"
 #include "children.hpp"
 #include "troupe/object_collectives.hpp"
@@ -204,10 +204,10 @@ bool copies_as_expected(int me, const char* what, double got, double want) {
 /// Bytes this process copied per byte it reduced during `f` (one rank per process).
 template <class F>
 double copies_per_byte(F&& f) {
-  const auto c0 = detail::fabric_stats().copied.load(), r0 = detail::fabric_stats().reduced.load();
+  const auto c0 = detail::inline_stats().copied.load(), r0 = detail::inline_stats().reduced.load();
   f();
-  const auto c = detail::fabric_stats().copied.load() - c0;
-  const auto r = detail::fabric_stats().reduced.load() - r0;
+  const auto c = detail::inline_stats().copied.load() - c0;
+  const auto r = detail::inline_stats().reduced.load() - r0;
   return r == 0 ? -1.0 : double(c) / double(r);
 }
 
@@ -220,7 +220,7 @@ TEST_CASE(
   // receiving thread: sizes of many chunks and segments, uneven counts, calls
   // in flight at once and interleaved with chunked allreduces.
   // Over shared memory also with every output streamed past the caches
-  // (src/stream_copy.hpp; by default only outputs larger than the cache).
+  // (kernels/stream_copy.hpp; by default only outputs larger than the cache).
   for (const char* transport : {"shm", "tcp", "shm streamed"})
     for (int processes : {2, 4}) {
       const std::string via = transport;
@@ -508,7 +508,7 @@ TEST_CASE(
   on_2_and_4_shm_processes([](world& w, verdict& expect) {
     auto& pg = w.default_group();
     const int n = w.size(), me = w.rank();
-    auto copied = [] { return detail::fabric_stats().copied.load(); };
+    auto copied = [] { return detail::inline_stats().copied.load(); };
     // Runs `call` twice (results checked by `good`): the second copies less.
     auto twice = [&](const char* what, auto call, auto good, bool pulls = false) {
       std::uint64_t bytes[2];

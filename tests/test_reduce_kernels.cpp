@@ -13,8 +13,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "../src/reduce_kernels.hpp"
-#include "../src/reduce_kernels_impl.hpp"
+#include "../kernels/reduce_kernels.hpp"
+#include "../kernels/reduce_kernels_impl.hpp"
 #include "check_error.hpp"
 #include "troupe/error.hpp"
 #include "troupe/reduce_op.hpp"

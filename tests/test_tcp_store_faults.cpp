@@ -1,6 +1,6 @@
 // Tests that a tcp_store_server survives misbehaving peers: a client process
 // killed with SIGKILL while it waits, and raw sockets that send garbage,
-// truncated BASP headers or hostile gate preambles (src/store_gate.hpp) —
+// truncated BASP headers or hostile gate preambles (store/store_gate.hpp) —
 // including the BASP header announcing ~4 GiB that CAF 0.17 would allocate
 // before any authentication. After each, proper clients keep working.
 #include <arpa/inet.h>

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "../src/tensor_util.hpp"
+#include "../base/tensor_util.hpp"
 #include "check_error.hpp"
 #include "troupe/error.hpp"
 #include "troupe/tensor.hpp"

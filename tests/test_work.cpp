@@ -17,7 +17,7 @@
 
 #include <troupe/caf_await.hpp>
 
-#include "src/work_state.hpp"
+#include "base/work_state.hpp"
 #include "troupe/error.hpp"
 #include "troupe/testing.hpp"
 #include "troupe/work.hpp"

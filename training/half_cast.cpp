@@ -2,7 +2,7 @@
 
 #include <immintrin.h>
 
-#include "src/half.hpp"
+#include "base/half.hpp"
 
 namespace troupe::detail {
 

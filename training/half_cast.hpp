@@ -1,7 +1,7 @@
 #pragma once
 // float32 <-> float16 / bfloat16 over whole buffers, with AVX2 and F16C
 // where the CPU has them (chosen at run time) and the portable conversions
-// of src/half.hpp otherwise. Round to nearest even, NaN stays NaN.
+// of base/half.hpp otherwise. Round to nearest even, NaN stays NaN.
 
 #include <cstdint>
 

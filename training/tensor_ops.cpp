@@ -4,7 +4,7 @@
 #include <cstring>
 #include <utility>
 
-#include "src/half.hpp"
+#include "base/half.hpp"
 #include "training/half_cast.hpp"
 #include "troupe/error.hpp"
 

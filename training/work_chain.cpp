@@ -5,7 +5,7 @@
 #include <thread>
 #include <utility>
 
-#include "src/work_state.hpp"
+#include "base/work_state.hpp"
 
 namespace troupe::detail {
 

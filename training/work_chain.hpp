@@ -1,8 +1,8 @@
 #pragma once
 // Continuations whose waiting drives the operation they continue.
 //
-// A fabric operation progresses in the thread that waits for it (or on the
-// fabric's 1 ms watchdog tick when nobody waits); work::then's wait drives
+// A inline operation progresses in the thread that waits for it (or on the
+// inline engine's 1 ms watchdog tick when nobody waits); work::then's wait drives
 // the work it continues. and_then chains a continuation that issues a
 // collective itself: waiting drives the first work, then the one the
 // continuation issued.

@@ -13,14 +13,34 @@
 // TCP connection. The TCP connection stays open in both cases: its end tells
 // that the peer's process is gone, which fails every call still waiting for
 // that peer at once.
+// Strangers (transport/data_plane_accept.cpp): one thread accepts and reads
+// every handshake with poll() (transport/pending_handshakes.hpp): at most 64
+// connections await authentication at once, each has 5 s for its whole
+// handshake, and none gets a thread before it proved the job's token. A
+// reader thread is started per authenticated peer (one per world rank at
+// most) and joined as soon as its connection ends.
 // Receipt: a reader thread per incoming connection decodes frames straight
 // into tensors and hands them to the local group actor named in the frame,
-// or (fabric frames) to the group's fabric sink; a fabric payload goes
+// or (inline frames) to the group's inline engine sink; a inline engine payload goes
 // straight into the tensor its operation posted for it, when there is one
 // (the output: the receiver then copies nothing). A thread waiting for a
-// fabric operation may read a TCP connection itself (pump): a socket read by
+// inline operation may read a TCP connection itself (pump): a socket read by
 // the waiting thread answers in about 3 µs, a reader thread woken by the
 // kernel in about 20 µs. While such a thread pumps, the reader thread parks.
+// Validation: before a frame's payload is allocated, its sender must be the
+// group rank its connection belongs to in a group that rank is a member of
+// (frame src is a group rank: mapped through the group's members to the
+// connection's world rank). A frame that fails a check, that a sink refuses
+// (too many early frames), or whose reading throws ends that connection: the
+// peer fails as if it had died, named as the cause; the process never does.
+// Peer failures: a connection that ends without a goodbye, or is dropped for
+// a bad frame, fails every pending and later call of every group that rank
+// belongs to (group actors by a gone message; inline engines through crashed() and
+// crash_reason()). A goodbye means the rank left on purpose (only calls still
+// waiting for it fail); when it left after a rank failed, the goodbye names
+// that rank, so the blame lands on the cause and not on the rank that left
+// after it. (It is not failed as a death: it may have finished its part, and
+// it may leave long after the failure, having worked on in other groups.)
 
 #include <atomic>
 #include <chrono>
@@ -33,11 +53,13 @@
 #include <thread>
 #include <vector>
 
-#include "actors/actors.hpp"
 #include "transport/frame.hpp"
+#include "transport/handshake.hpp"
 #include "troupe/store.hpp"
 
 namespace troupe::detail {
+
+class rendezvous;
 
 struct data_plane_options {
   int rank = 0;
@@ -56,8 +78,9 @@ class data_plane {
   data_plane(const data_plane&) = delete;
   data_plane& operator=(const data_plane&) = delete;
 
-  /// Learns where every rank lives and connects to the ranks in other processes.
-  void connect(store& s);
+  /// Learns where every rank lives and connects to the ranks in other
+  /// processes; waits and names missing or gone ranks through `rdv`.
+  void connect(store& s, rendezvous& rdv);
   /// Whether world rank `r` lives in this process.
   bool is_local(int r) const;
   /// Whether world rank `r` can map this rank's shared memory: it lives in
@@ -68,23 +91,26 @@ class data_plane {
 
   void send(int world_rank, const std::string& group, const envelope& env);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
-  /// Sends collective data for the fabric of `group` in world rank's process.
+  /// Sends collective data for the inline engine of `group` in world rank's process.
   /// The calling thread may be the one reading its peers' sockets: while the
   /// connection cannot take more bytes it calls `while_full()` (which reads
   /// them), so two ranks sending to each other at once never wait on each
   /// other's full buffers.
   /// A peer that takes nothing until `deadline` is given up on (its
   /// connection is closed: the frame cannot be taken back half written).
-  void send_fabric(int world_rank, const std::string& group, const envelope& env,
+  void send_inline(int world_rank, const std::string& group, const envelope& env,
                    const std::function<void()>& while_full,
                    std::chrono::steady_clock::time_point deadline);
 
-  /// Where fabric frames for `group` go (called on the thread that read them).
-  using fabric_sink = std::function<void(received_frame&)>;
-  /// Where the payload of a fabric frame for `group` may be read to (a
+  /// Where inline frames for `group` go (called on the thread that read
+  /// them); answers why it refuses the frame ("": taken), which fails the peer.
+  using inline_sink = std::function<std::string(received_frame&)>;
+  /// Where the payload of a inline frame for `group` may be read to (a
   /// receive posted in advance, frame.hpp), asked before it is read.
-  using fabric_place = std::function<posted_receive(const frame_header&)>;
-  void add_sink(const std::string& group, fabric_sink sink, fabric_place place = {});
+  using inline_place = std::function<posted_receive(const frame_header&)>;
+  /// `members[r]`: the world rank of group rank r (frames are checked against them).
+  void add_sink(const std::string& group, const std::vector<int>& members, inline_sink sink,
+                inline_place place = {});
   void remove_sink(const std::string& group);
 
   /// Whether frames from world rank `r` arrive over its TCP connection (not
@@ -99,25 +125,65 @@ class data_plane {
   void pumping(int r, int delta, bool wake);
   /// Why world rank r is gone (empty while it is connected).
   std::string gone_reason(int r);
+  /// Why world rank r failed (its connection ended without a goodbye or was
+  /// dropped for bad frames); empty while it did not.
+  std::string crash_reason(int r);
+  /// How many peers failed so far; shared, so that a inline engine checks it with
+  /// one load while the data plane may already be gone.
+  std::shared_ptr<const std::atomic<std::uint32_t>> crashed() const noexcept { return crashes_; }
+  /// Fails world rank r as if it died, naming `why` (its frames broke a rule
+  /// checked above the data plane): its connections close.
+  void reject(int r, const std::string& why);
 
-  /// Routes frames for `group` to `actor` (and tells it about peers that die).
-  void add_group(const std::string& group, const group_actor& actor);
+  /// Where collective and point-to-point frames for a group go (the group's
+  /// group actor: actors/plane_sink.hpp), and who hears that a peer is gone.
+  struct group_sink {
+    std::function<void(envelope)> collective;
+    std::function<void(p2p_envelope)> p2p;
+    /// World rank `r` is gone: `crashed` (died, broke its connection, sent
+    /// bad frames) or left with a goodbye; `why` names it.
+    std::function<void(int r, const std::string& why, bool crashed)> gone;
+  };
+  /// Routes frames for `group` to `sink` (and tells it about peers that
+  /// die, also those that died before).
+  void add_group(const std::string& group, const std::vector<int>& members, group_sink sink);
   void remove_group(const std::string& group);
 
   /// Connections refused for a bad handshake so far.
   std::uint64_t refused() const noexcept { return refused_.load(); }
+  /// Reader threads running now (one per connected peer at most).
+  std::size_t reader_threads();
+  /// The listening port (0 when every rank lives in this process).
+  std::uint16_t port() const noexcept { return port_; }
+  /// Writes raw bytes on the connection to world rank r, as they are: for
+  /// tests and the frame fuzzer, which play a peer that breaks the rules.
+  bool send_raw(int r, const void* data, std::size_t n);
 
  private:
   struct peer;
+  struct route;
+  peer& at(int r) const { return *peers_[static_cast<std::size_t>(r)]; }
   void accept_loop();
-  void serve(int fd);
+  /// A stranger's hello is complete: adopt its connection or refuse it.
+  void adopt(int fd, const std::string& who, const hello& h);
+  void refuse(const std::string& who, const std::string& why);
+  /// Runs f on a reader thread (joined once it ended); false when none can start.
+  bool spawn(std::function<void()> f);
+  void reclaim_threads();
   /// The reader thread of `rank`'s incoming connection (socket or ring).
   void reader_loop(int rank);
-  /// Hands a frame from rank r to its group; false after a goodbye.
-  bool dispatch(int r, received_frame& f);
+  /// Checks a frame from rank r before its payload is read (frame.hpp's admit_fn).
+  std::string admit(int r, const frame_header& h, const std::string& group, bool& skip);
+  /// Hands a frame from rank r to its group; false after a goodbye or when
+  /// the frame was refused (`refusal` says why).
+  bool dispatch(int r, received_frame& f, std::string& refusal);
   /// Reads r's socket until it has nothing more (the caller holds in_mtx).
   bool drain(int r, bool& any);
-  void peer_gone(int rank, const std::string& why, bool crashed);
+  /// Rank r is gone: `crashed` (died, broke its connection, sent bad frames:
+  /// its groups fail) or left with a goodbye; `cause`: the world rank it
+  /// blamed (-1: none).
+  void peer_gone(int rank, const std::string& why, bool crashed, int cause = -1);
+  void set_route(const std::string& group, const std::function<void(route&)>& change);
   template <class Envelope>
   void send_frame(int world_rank, const std::string& group, const Envelope& env);
 
@@ -125,14 +191,25 @@ class data_plane {
   std::vector<std::unique_ptr<peer>> peers_;  // by world rank
   int remote_count_ = 0;
   int listen_fd_ = -1;
+  std::uint16_t port_ = 0;
+  int wake_[2] = {-1, -1};  // wakes the accepting thread when the plane stops
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> refused_{0};
-  std::mutex mtx_;  // guards groups_, threads_, connected_
+  std::shared_ptr<std::atomic<std::uint32_t>> crashes_ =
+      std::make_shared<std::atomic<std::uint32_t>>(0);
+  std::atomic<int> first_cause_{-1};  // the first rank known to have failed, blamed in goodbyes
+  std::mutex mtx_;                    // guards routes_, threads, connected_, gone_why
   std::condition_variable connected_cv_;
   int connected_ = 0;
-  std::map<std::string, group_actor> groups_;
-  std::map<std::string, std::pair<fabric_sink, fabric_place>> sinks_;
-  std::vector<std::thread> threads_;
+  std::map<std::string, std::shared_ptr<const route>> routes_;
+  std::thread acceptor_;
+  std::map<std::uint64_t, std::thread> readers_;  // running or finished, not yet joined
+  std::vector<std::uint64_t> finished_;           // readers that ended
+  std::uint64_t next_reader_ = 0;
+  // Refusals logged per second at most (a flood must not flood stderr too).
+  std::chrono::steady_clock::time_point log_window_{};
+  int logged_ = 0;
+  std::uint64_t unlogged_ = 0;
 };
 
 }  // namespace troupe::detail

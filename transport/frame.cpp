@@ -1,11 +1,13 @@
 #include "transport/frame.hpp"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
-#include "actors/agreement.hpp"
+#include "base/agreement.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -37,8 +39,12 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
 std::string check_header(const frame_header& h) {
   if (h.magic != frame_magic) return "bad frame magic";
   if (h.kind == frame_goodbye) return {};
-  if (h.kind > frame_fabric) return "bad frame kind " + std::to_string(h.kind);
-  if ((h.kind == frame_collective || h.kind == frame_fabric) &&
+  if (h.kind > frame_inline) return "bad frame kind " + std::to_string(h.kind);
+  if (h.payload_bytes > max_frame_payload())
+    return "a frame announcing " + std::to_string(h.payload_bytes) +
+           " bytes of payload, more than this host's memory (" +
+           std::to_string(max_frame_payload()) + " bytes)";
+  if ((h.kind == frame_collective || h.kind == frame_inline) &&
       h.code > static_cast<std::uint8_t>(op_code::monitored_barrier))
     return "bad op code " + std::to_string(h.code);
   if (h.dtype >= dtype_count) return "bad dtype " + std::to_string(h.dtype);
@@ -81,14 +87,41 @@ bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope&
   return write_common(out, h, group, env.payload);
 }
 
-bool write_goodbye(byte_stream& out) {
+bool write_goodbye(byte_stream& out, std::int32_t cause) {
   frame_header h;
-  h.kind = 2;
+  h.kind = frame_goodbye;
+  h.src = cause;
   return out.write(&h, sizeof(h));
 }
 
+std::string check_sender(const frame_header& h, const std::string& group,
+                         const std::vector<int>& members, int peer) {
+  const auto size = static_cast<std::int64_t>(members.size());
+  // The per-frame path: two comparisons and a load.
+  if (h.src >= 0 && h.src < size && members[static_cast<std::size_t>(h.src)] == peer) return {};
+  const auto mine = std::find(members.begin(), members.end(), peer);
+  if (mine == members.end())
+    return "a frame for group '" + group + "', of which it is not a member";
+  if (h.src < 0 || h.src >= size)
+    return "a frame for group '" + group + "' from group rank " + std::to_string(h.src) +
+           ", out of range for the group's " + std::to_string(size) + " ranks";
+  return "a frame for group '" + group + "' that claims to come from group rank " +
+         std::to_string(h.src) + " (world rank " +
+         std::to_string(members[static_cast<std::size_t>(h.src)]) +
+         "), not from its own group rank " + std::to_string(mine - members.begin());
+}
+
+std::uint64_t max_frame_payload() noexcept {
+  static const std::uint64_t limit = [] {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? static_cast<std::uint64_t>(pages) * size
+                                 : std::uint64_t{1} << 40;
+  }();
+  return limit;
+}
+
 std::string frame_reader::drain(int fd, const std::function<bool(received_frame&)>& on_frame,
-                                const place_fn& place) {
+                                const place_fn& place, const admit_fn& admit) {
   std::string broke;
   auto from_socket = [&](void* p, std::size_t n) -> long {
     for (;;) {
@@ -101,7 +134,7 @@ std::string frame_reader::drain(int fd, const std::function<bool(received_frame&
       return -1;
     }
   };
-  auto why = drain(from_socket, on_frame, place);
+  auto why = drain(from_socket, on_frame, place, admit);
   return broke.empty() ? why : broke;
 }
 
@@ -119,9 +152,23 @@ long frame_reader::read_posted(const std::function<long(void*, std::size_t)>& re
 
 std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& read_some,
                                 const std::function<bool(received_frame&)>& on_frame,
-                                const place_fn& place) {
+                                const place_fn& place, const admit_fn& admit) {
   auto& h = f_.header;
   for (;;) {
+    if (at_ == piece::payload && skip_) {
+      // A frame nobody here takes: its payload is read and dropped.
+      char scratch[16 << 10];
+      const auto k = read_some(scratch, std::min(sizeof(scratch), h.payload_bytes - got_));
+      if (k < 0) return "connection closed";
+      if (k == 0) return {};
+      got_ += static_cast<std::size_t>(k);
+      if (got_ < h.payload_bytes) continue;
+      got_ = 0;
+      skip_ = false;
+      at_ = piece::header;
+      f_ = received_frame{};
+      continue;
+    }
     char* dst = nullptr;
     std::size_t need = 0;
     switch (at_) {
@@ -161,11 +208,27 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
         f_.group.resize(h.name_len);
         at_ = piece::name;
       }
-    } else if (at_ == piece::name && h.fp_bytes != 0) {
-      fp_.resize(h.fp_bytes);
-      at_ = piece::fingerprint;
     } else if (at_ == piece::name || at_ == piece::fingerprint) {
-      if (at_ == piece::fingerprint) {
+      // The sender is admitted once the group is known (before anything
+      // else of the frame is allocated); then its fingerprint is read.
+      if (at_ == piece::name && admit)
+        if (auto why = admit(h, f_.group, skip_); !why.empty()) return why;
+      if (at_ == piece::name && h.fp_bytes != 0) {
+        fp_.resize(h.fp_bytes);
+        at_ = piece::fingerprint;
+        continue;
+      }
+      if (skip_) {
+        if (h.payload_bytes) {
+          at_ = piece::payload;
+        } else {
+          skip_ = false;
+          at_ = piece::header;
+          f_ = received_frame{};
+        }
+        continue;
+      }
+      if (h.fp_bytes != 0) {
         try {
           f_.fp = std::make_shared<const call_fingerprint>(
               call_fingerprint::deserialize(fp_.data(), fp_.size()));

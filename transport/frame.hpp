@@ -2,19 +2,26 @@
 // frame — the wire format of the data plane between processes.
 //
 // A frame carries one envelope (collective data for the group actor, or for
-// the group's fabric: kind 3) or p2p_envelope (point to point) for `group` in
+// the group's inline engine: kind 3) or p2p_envelope (point to point) for `group` in
 // the receiving process:
 //   header (fixed 48 bytes) | group name (name_len bytes)
-//   | the sender's call fingerprint (fp_bytes; actors/agreement.hpp) | payload (payload_bytes)
+//   | the sender's call fingerprint (fp_bytes; base/agreement.hpp) | payload (payload_bytes)
 // Every field is checked on receipt; a malformed frame closes the connection.
+// The reader trusts nothing a frame announces: its header is checked alone
+// (kind, op code, dtype, name length, and a payload no larger than this
+// host's memory), then the receiver admits the frame once its group name is
+// known (transport/data_plane.cpp: the sender's rank, the group's members),
+// and only then is its payload allocated. A goodbye (kind 2) carries in
+// `src` the world rank whose failure made the sender leave, or -1.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
-#include "actors/call.hpp"
+#include "base/call.hpp"
 
 namespace troupe::detail {
 
@@ -23,16 +30,25 @@ inline constexpr std::size_t max_group_name = 1024;
 /// The longest fingerprint a frame may carry (alltoall splits of 4096 ranks).
 inline constexpr std::size_t max_fingerprint = 32 + 16 * 4096;
 
+/// What one peer in another process may have waiting in one group of this
+/// rank (the inline engine's inbox, the group actor's early messages): at most this
+/// many messages not yet taken, and at most this many payload bytes for
+/// operations after the next one this rank runs. A peer over either bound is
+/// failed (its connection dropped, naming it): a rank cannot hold without
+/// limit what a peer sends ahead.
+inline constexpr std::size_t max_waiting_messages = 65536;
+inline constexpr std::uint64_t max_early_bytes = std::uint64_t{1} << 30;
+
 struct frame_header {
   std::uint32_t magic = frame_magic;
   std::uint8_t kind =
-      0;  ///< 0: collective envelope, 1: p2p envelope, 2: goodbye, 3: fabric envelope
+      0;  ///< 0: collective envelope, 1: p2p envelope, 2: goodbye, 3: inline envelope
   std::uint8_t code = 0;  ///< op_code (collective)
   std::uint8_t dtype = 0;
   std::uint8_t has_payload = 0;  ///< 0 for an undefined payload tensor (barriers)
   std::uint16_t name_len = 0;
   std::uint16_t reserved = 0;
-  std::int32_t src = 0;  ///< group rank of the sender
+  std::int32_t src = 0;  ///< group rank of the sender (goodbye: the world rank it blames, or -1)
   std::int32_t tag = 0;  ///< p2p tag
   std::uint32_t step = 0;
   std::uint32_t fp_bytes = 0;  ///< the serialized call fingerprint after the name (0: none)
@@ -54,16 +70,27 @@ class byte_stream {
 };
 
 inline constexpr std::uint8_t frame_collective = 0, frame_p2p = 1, frame_goodbye = 2,
-                              frame_fabric = 3;
+                              frame_inline = 3;
 
 /// Writes one frame (header, group name, payload) to `out`; `kind` is
-/// frame_collective or frame_fabric. Small frames go out in one write.
+/// frame_collective or frame_inline. Small frames go out in one write.
 bool write_frame(byte_stream& out, const std::string& group, const envelope& env,
                  std::uint8_t kind = frame_collective);
 bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope& env);
 
-/// Writes the last frame of a rank that leaves on purpose (its world ends).
-bool write_goodbye(byte_stream& out);
+/// Writes the last frame of a rank that leaves on purpose (its world ends);
+/// `cause`: the world rank whose failure made it leave, or -1.
+bool write_goodbye(byte_stream& out, std::int32_t cause = -1);
+
+/// Why a frame from world rank `peer` for `group`, whose group ranks are the
+/// world ranks `members`, is refused ("": it is not): the sender must be a
+/// member, and the frame's src its own group rank.
+std::string check_sender(const frame_header& h, const std::string& group,
+                         const std::vector<int>& members, int peer);
+
+/// The largest payload a frame may announce: this host's physical memory
+/// (no receiver could hold more). Larger announcements are malformed frames.
+std::uint64_t max_frame_payload() noexcept;
 
 /// A received frame.
 struct received_frame {
@@ -90,25 +117,33 @@ struct posted_receive {
 /// Where a frame's payload goes (asked once its header and group name are
 /// read), or nothing posted.
 using place_fn = std::function<posted_receive(const frame_header&, const std::string& group)>;
+/// Whether the receiver takes a frame whose header and group name were read,
+/// asked before its payload is allocated: "" to take it, else why the frame
+/// is refused (the connection is then over). Setting `skip` takes it without
+/// keeping it: its payload is read into nothing and the frame never handed
+/// on (a frame for a group that no longer exists here).
+using admit_fn =
+    std::function<std::string(const frame_header&, const std::string& group, bool& skip)>;
 
 /// Reads frames piece by piece from a socket without blocking, for whichever
 /// thread holds the socket at the moment (the data plane's reader thread, or
-/// a thread waiting for a fabric operation that reads the socket itself).
+/// a thread waiting for a inline operation that reads the socket itself).
 class frame_reader {
  public:
   /// Reads what `fd` has now; `on_frame` gets each complete frame (and
   /// returns false to stop early, after a goodbye). Returns "" when the
   /// socket has nothing more for now, else why the connection is over
   /// ("connection closed", a malformed frame, "stopped").
-  /// `place`, when set, is asked where payloads above 16 KiB go.
+  /// `place`, when set, is asked where payloads above 16 KiB go; `admit`,
+  /// when set, whether to take each frame.
   std::string drain(int fd, const std::function<bool(received_frame&)>& on_frame,
-                    const place_fn& place = {});
+                    const place_fn& place = {}, const admit_fn& admit = {});
   /// The same over any source: `read_some(p, n)` copies up to n bytes that
   /// are there now and returns the count, 0 when nothing is there, -1 at the
   /// end of the stream.
   std::string drain(const std::function<long(void*, std::size_t)>& read_some,
                     const std::function<bool(received_frame&)>& on_frame,
-                    const place_fn& place = {});
+                    const place_fn& place = {}, const admit_fn& admit = {});
 
  private:
   /// Reads the next bytes of a payload that goes where it was posted, or,
@@ -120,6 +155,7 @@ class frame_reader {
   received_frame f_;
   std::string fp_;                        // the fingerprint's bytes as they arrive
   std::shared_ptr<receive_guard> guard_;  // the payload is read into a posted tensor
+  bool skip_ = false;                     // the payload is read into nothing
 };
 
 }  // namespace troupe::detail

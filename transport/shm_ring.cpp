@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/futex.hpp"
+#include "base/futex.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {

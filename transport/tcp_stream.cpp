@@ -1,4 +1,5 @@
 #include "transport/tcp_stream.hpp"
+#include "base/texts.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -72,7 +73,8 @@ int tcp_listen(const std::string& address, std::uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 128) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(fd, SOMAXCONN) != 0) {
     auto why = std::string(std::strerror(errno));
     ::close(fd);
     throw error(errc::backend, "data plane: cannot listen on " + address + ":" +
@@ -105,9 +107,8 @@ int tcp_connect(const std::string& host, std::uint16_t port, std::chrono::millis
     if (std::chrono::steady_clock::now() + pause > deadline) break;
     std::this_thread::sleep_for(pause);
   }
-  throw error(errc::timeout, "data plane: Timeout after " + std::to_string(timeout.count()) +
-                                 " ms connecting to " + host + ":" + std::to_string(port) + " (" +
-                                 why + ")");
+  throw error(errc::timeout, "data plane: " + detail::timeout_after(timeout) + " connecting to " +
+                                 host + ":" + std::to_string(port) + " (" + why + ")");
 }
 
 std::string tcp_peer_name(int fd) {

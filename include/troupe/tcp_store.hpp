@@ -3,14 +3,14 @@
 /// processes or on several hosts.
 ///
 /// The server is a CAF actor (rank 0 hosts it by default; `troupe-store` runs
-/// it standalone). Clients reach it through remote actor handles and get the
-/// full store interface with the same timeouts and errors. host:port is a gate:
-/// every connection must first present the job's secret token, and only then
-/// are its bytes passed on to CAF (published on 127.0.0.1 only); a connection
-/// with a wrong token, garbage or nothing in time is refused, logged and
-/// counted, and a client with a wrong token fails to connect. Every request
-/// carries the token too, and the store actor checks it again. The server
-/// keeps serving when a client disconnects or dies.
+/// it standalone) behind one socket, host:port, and no other: every
+/// connection must first present the job's secret token within 5 s (at most
+/// 64 connections may be at it at once), and only then are its requests read
+/// (troupe's own length-prefixed messages, at most 1 GiB each) and passed to
+/// the actor. A connection with a wrong token, garbage or nothing in time is
+/// refused, logged and counted, and a client with a wrong token fails to
+/// connect. Clients get the full store interface with the same timeouts and
+/// errors. The server keeps serving when a client disconnects or dies.
 
 #include <cstdint>
 #include <memory>
@@ -45,7 +45,7 @@ class tcp_store_server {
   /// behind the gate).
   std::uint64_t refused_requests() const;
   /// Connections the gate refused so far: wrong token, not a troupe store
-  /// client, truncated, or no token within 5 s.
+  /// client, truncated, no token within 5 s, or too many awaiting theirs.
   std::uint64_t refused_connections() const;
 
  private:
@@ -73,6 +73,11 @@ class tcp_store final : public store {
   using store::wait;
   /// The server's port (useful with port 0 and is_server).
   std::uint16_t port() const noexcept;
+  /// Asks the server to append `value` to `key` should this client's
+  /// connection end without the client closing it (its process died), so
+  /// that others can tell (like an ephemeral node). Does nothing when this
+  /// process hosts the server (is_server): they end together.
+  void append_on_disconnect(const std::string& key, const bytes& value);
 
  private:
   struct impl;

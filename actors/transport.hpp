@@ -1,0 +1,39 @@
+#pragma once
+// transport — how a group actor's messages reach the group actors of its
+// peers. One small interface; the in-process transport hands the payload
+// tensor over by reference (zero copy). Transports between processes and
+// hosts implement the same interface.
+
+#include <string>
+#include <vector>
+
+#include <caf/actor_addr.hpp>
+
+#include "base/call.hpp"
+
+namespace troupe::detail {
+
+class transport {
+ public:
+  virtual ~transport() = default;
+  /// Delivers collective data to group rank `peer`.
+  virtual void send(int peer, envelope env) = 0;
+  /// Delivers a point-to-point message to group rank `peer`.
+  virtual void send(int peer, p2p_envelope env) = 0;
+  /// Whether a payload sent to `peer` is still read after send() returned (so
+  /// the sender must hand over a private copy of a buffer it does not own).
+  virtual bool reads_after_send(int peer) const = 0;
+  /// "rank 2 (world rank 5)" — how errors name a peer.
+  virtual std::string describe_peer(int peer) const = 0;
+  /// Actors whose death means the peer of that index is gone (monitored by the
+  /// group actor; empty entries are not watched).
+  virtual std::vector<caf::actor_addr> watch_list() const = 0;
+  /// Whether group rank `peer` lives in another process (its messages are
+  /// then held to the bounds of transport/frame.hpp).
+  virtual bool in_other_process(int /*peer*/) const { return false; }
+  /// Fails group rank `peer` as if its process died, naming `why` (it sent
+  /// what the group may not hold); only peers in other processes.
+  virtual void reject(int /*peer*/, const std::string& /*why*/) {}
+};
+
+}  // namespace troupe::detail

@@ -1,0 +1,80 @@
+#include "api/validate.hpp"
+
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+void validator::fail(const std::string& what) const {
+  throw error(errc::invalid_argument, std::string(op_) + ": " + what);
+}
+
+void validator::tensors(const tensor_list& ts, const char* what, std::size_t min) const {
+  if (ts.size() < min)
+    fail(std::string(what) + " must hold at least " + std::to_string(min) + " tensor(s), got " +
+         std::to_string(ts.size()));
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    auto& t = ts[i];
+    auto name = std::string(what) + "[" + std::to_string(i) + "]";
+    if (!t.defined()) fail(name + " is an undefined tensor");
+    if (!t.is_contiguous())
+      fail(name + " is non-contiguous (" + t.describe() +
+           "); collectives need contiguous tensors: pass a contiguous copy");
+  }
+  if (!ts.empty()) same_dtype(ts, ts.front());
+}
+
+void validator::same_dtype(const tensor_list& ts, const tensor& ref) const {
+  for (auto& t : ts) {
+    if (t.scalar_type() != ref.scalar_type())
+      fail("tensors with different dtypes: " + std::string(to_string(ref.scalar_type())) + " and " +
+           std::string(to_string(t.scalar_type())));
+    if (!(t.get_device() == ref.get_device()))
+      fail("tensors on different devices: " + to_string(ref.get_device()) + " and " +
+           to_string(t.get_device()));
+  }
+}
+
+void validator::rank_arg(int r, const char* what) const {
+  if (r < 0 || r >= size_)
+    fail(std::string(what) + " " + std::to_string(r) + " is out of range for a group of size " +
+         std::to_string(size_));
+}
+
+void validator::length(std::size_t got, std::size_t n, const char* what) const {
+  if (got != n)
+    fail(std::string(what) + " must have " + std::to_string(n) + " entries, got " +
+         std::to_string(got));
+}
+
+void validator::numel(std::int64_t got, std::int64_t expected, const char* what) const {
+  if (got != expected)
+    fail(std::string(what) + " has " + std::to_string(got) + " elements, expected " +
+         std::to_string(expected));
+}
+
+std::int64_t validator::counts(const std::vector<std::int64_t>& c, const char* what) const {
+  length(c.size(), static_cast<std::size_t>(size_), what);
+  std::int64_t sum = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    if (c[i] < 0)
+      fail(std::string(what) + "[" + std::to_string(i) + "] is negative (" + std::to_string(c[i]) +
+           ")");
+    sum += c[i];
+  }
+  (void)rank_;
+  return sum;
+}
+
+std::int64_t validator::blocks(const std::vector<std::int64_t>& c, const tensor& block,
+                               const char* name) const {
+  const auto sum = counts(c, "counts");
+  numel(block.numel(), c[static_cast<std::size_t>(rank_)],
+        (std::string(name) + " (counts[rank])").c_str());
+  return sum;
+}
+
+void validator::all_blocks(const tensor& all, std::int64_t sum, const char* name) const {
+  numel(all.numel(), sum, (std::string(name) + " (sum of counts)").c_str());
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,47 @@
+#pragma once
+// Argument checks shared by the process_group calls. Each throws
+// troupe::error(errc::invalid_argument) with a message that starts with the
+// call's name and names the offending value.
+
+#include <string>
+#include <vector>
+
+#include "troupe/tensor.hpp"
+
+namespace troupe::detail {
+
+class validator {
+ public:
+  validator(const char* op, int rank, int size) : op_(op), rank_(rank), size_(size) {}
+
+  [[noreturn]] void fail(const std::string& what) const;
+  /// Non-empty list (when `min` is 1) of defined, contiguous tensors of one dtype and device.
+  void tensors(const tensor_list& ts, const char* what, std::size_t min = 1) const;
+  void tensor1(const tensor& t, const char* what) const { tensors({t}, what); }
+  /// All tensors have the dtype (and device) of `ref`.
+  void same_dtype(const tensor_list& ts, const tensor& ref) const;
+  /// A rank argument (root, peer) is in [0, size).
+  void rank_arg(int r, const char* what) const;
+  /// A list has exactly `n` entries.
+  void length(std::size_t got, std::size_t n, const char* what) const;
+  /// Two element counts are equal.
+  void numel(std::int64_t got, std::int64_t expected, const char* what) const;
+  /// counts has `size` non-negative entries; returns their sum.
+  std::int64_t counts(const std::vector<std::int64_t>& c, const char* what) const;
+  /// The variable-size calls: `counts` (one per rank) are valid and this
+  /// rank's block `block` holds counts[rank] elements ("<name> (counts[rank])");
+  /// returns the counts' sum.
+  std::int64_t blocks(const std::vector<std::int64_t>& counts, const tensor& block,
+                      const char* name) const;
+  /// `all` holds every rank's block: the counts' sum ("<name> (sum of counts)").
+  void all_blocks(const tensor& all, std::int64_t sum, const char* name) const;
+
+  const char* op() const noexcept { return op_; }
+
+ private:
+  const char* op_;
+  int rank_;
+  int size_;
+};
+
+}  // namespace troupe::detail

@@ -1,0 +1,248 @@
+#include "troupe/work.hpp"
+#include "base/texts.hpp"
+
+#include <cstdio>
+
+#include "base/wait_policy.hpp"
+#include "base/work_state.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe {
+
+using detail::work_state;
+
+namespace {
+
+const work_state& checked(const std::shared_ptr<work_state>& s) {
+  if (!s) throw error(errc::invalid_argument, "work: this work is not attached to any operation");
+  return *s;
+}
+
+std::string describe(const work_state& s) {
+  return detail::call_location(s.op, s.group, -1, s.seq.load());
+}
+
+/// Runs a user's callback: what it throws stays with it (reported on stderr),
+/// never escaping into whichever call happened to complete the work.
+void run_callback(const std::function<void(const work&)>& fn, const work& w,
+                  const work_state& s) noexcept {
+  try {
+    fn(w);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[troupe] an on_complete callback of %s threw: %s\n", describe(s).c_str(),
+                 e.what());
+  } catch (...) {
+    std::fprintf(stderr, "[troupe] an on_complete callback of %s threw an unknown exception\n",
+                 describe(s).c_str());
+  }
+}
+
+}  // namespace
+
+namespace {
+
+/// Before blocking on the condition variable, poll briefly (wait_policy): an
+/// operation that ends within microseconds then costs no wake-up.
+void poll_for_done(const work_state& s, std::chrono::steady_clock::time_point until) {
+  const auto& policy = detail::wait_policy::get();
+  const auto start = std::chrono::steady_clock::now();
+  for (auto now = start; !s.finished.load(std::memory_order_acquire) && now < until;
+       now = std::chrono::steady_clock::now())
+    if (!policy.poll_step(now - start)) return;
+}
+
+}  // namespace
+
+void work::wait() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  if (s.drive)
+    s.drive(s, std::chrono::steady_clock::time_point::max());
+  else
+    poll_for_done(s, std::chrono::steady_clock::time_point::max());
+  std::unique_lock<std::mutex> g{s.mtx};
+  s.cv.wait(g, [&] { return s.done; });
+  if (s.error) std::rethrow_exception(s.error);
+}
+
+void work::wait(duration timeout) const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  if (s.drive)
+    s.drive(s, until);
+  else
+    poll_for_done(s, until);
+  std::unique_lock<std::mutex> g{s.mtx};
+  if (!s.cv.wait_until(g, until, [&] { return s.done; }))
+    throw error(errc::timeout,
+                "work.wait: " + detail::timeout_after(timeout) + " waiting for " + describe(s));
+  if (s.error) std::rethrow_exception(s.error);
+}
+
+bool work::is_completed() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  if (s.poke && !s.finished.load()) s.poke();
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.done;
+}
+
+bool work::is_success() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.done && !s.error;
+}
+
+std::exception_ptr work::exception() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.error;
+}
+
+tensor_list work::result() const {
+  wait();
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.outputs;
+}
+
+int work::source_rank() const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.source_rank;
+}
+
+std::uint64_t work::sequence_number() const {
+  return checked(state_).seq.load();
+}
+std::string work::op_name() const {
+  return checked(state_).op;
+}
+std::string work::group_name() const {
+  return checked(state_).group;
+}
+
+void work::on_complete(std::function<void(const work&)> fn) const {
+  auto& s = const_cast<work_state&>(checked(state_));
+  {
+    std::lock_guard<std::mutex> g{s.mtx};
+    if (!s.done) {
+      s.callbacks.push_back(std::move(fn));
+      return;
+    }
+  }
+  run_callback(fn, *this, s);
+}
+
+work work::then(std::function<tensor_list(const work&)> fn) const {
+  auto& s = checked(state_);
+  auto next = make(s.op + ".then", s.group, s.seq.load());
+  // Waiting on the continuation drives the operation it continues (a inline engine
+  // operation moves in the thread that waits for it; without this it would
+  // move only on the inline engine's watchdog tick).
+  if (s.drive) {
+    std::weak_ptr<work_state> parent = state_;
+    auto& n = *next.state_;
+    n.drive = [parent](work_state&, std::chrono::steady_clock::time_point until) {
+      if (auto p = parent.lock(); p && !p->finished.load(std::memory_order_acquire))
+        p->drive(*p, until);
+    };
+    n.poke = [parent] {
+      if (auto p = parent.lock(); p && p->poke) p->poke();
+    };
+  }
+  on_complete([next, fn = std::move(fn)](const work& done) {
+    try {
+      next.complete(fn(done));
+    } catch (...) {
+      next.fail(std::current_exception());
+    }
+  });
+  return next;
+}
+
+work work::make(std::string op, std::string group, std::uint64_t seq) {
+  auto s = std::make_shared<work_state>();
+  s->op = std::move(op);
+  s->group = std::move(group);
+  s->seq = seq;
+  return work{std::move(s)};
+}
+
+work work::completed(std::string op, std::string group, tensor_list outputs) {
+  auto w = make(std::move(op), std::move(group));
+  w.complete(std::move(outputs));
+  return w;
+}
+
+work work::failed(std::string op, std::string group, std::exception_ptr error) {
+  auto w = make(std::move(op), std::move(group));
+  w.fail(std::move(error));
+  return w;
+}
+
+namespace {
+
+void finish(const work& w, work_state& s, tensor_list* outputs, int source,
+            std::exception_ptr err) {
+  std::vector<std::function<void(const work&)>> callbacks;
+  {
+    std::lock_guard<std::mutex> g{s.mtx};
+    if (s.done) return;
+    s.done = true;
+    s.finished.store(true, std::memory_order_release);
+    if (outputs) s.outputs = std::move(*outputs);
+    s.source_rank = source;
+    s.error = std::move(err);
+    callbacks.swap(s.callbacks);
+  }
+  s.cv.notify_all();
+  for (auto& f : callbacks) run_callback(f, w, s);
+}
+
+}  // namespace
+
+void work::complete(tensor_list outputs, int source_rank) const {
+  finish(*this, const_cast<work_state&>(checked(state_)), &outputs, source_rank, nullptr);
+}
+
+void work::fail(std::exception_ptr error) const {
+  finish(*this, const_cast<work_state&>(checked(state_)), nullptr, -1, std::move(error));
+}
+
+void work::set_sequence_number(std::uint64_t seq) const {
+  const_cast<work_state&>(checked(state_)).seq = seq;
+}
+
+work work::when_all(std::string op, std::string group, std::vector<work> parts) {
+  auto all = make(std::move(op), std::move(group));
+  if (parts.empty()) {
+    all.complete({});
+    return all;
+  }
+  if (auto seq = parts.back().sequence_number()) all.set_sequence_number(seq);
+  struct joint {
+    std::mutex mtx;
+    std::size_t left;
+    std::vector<work> parts;
+  };
+  auto j = std::make_shared<joint>();
+  j->left = parts.size();
+  j->parts = parts;
+  for (auto& p : parts)
+    p.on_complete([all, j](const work& done) {
+      if (!done.is_success()) {
+        all.fail(done.exception());
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> g{j->mtx};
+        if (--j->left != 0) return;
+      }
+      tensor_list out;
+      for (auto& q : j->parts)
+        for (auto& t : q.result()) out.push_back(t);
+      all.complete(std::move(out));
+    });
+  return all;
+}
+
+}  // namespace troupe

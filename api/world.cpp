@@ -1,0 +1,339 @@
+// world: rendezvous of one rank, its runtime, default group and group registry.
+
+#include "troupe/world.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+
+#include <unistd.h>
+
+#include "actors/rank_runtime.hpp"
+#include "base/wait_policy.hpp"
+#include "store/watchful_store.hpp"
+#include "transport/data_plane.hpp"
+#include "transport/rendezvous.hpp"
+#include "troupe/error.hpp"
+#include "troupe/tcp_store.hpp"
+
+namespace troupe {
+
+namespace detail {
+backend_creator find_backend(const std::string& name);
+}
+
+struct world::impl {
+  world_options opts;
+  std::shared_ptr<detail::rendezvous> rdv;  // who is known to be gone, for the groups' set-up
+  std::unique_ptr<detail::rank_runtime> rt;
+  std::shared_ptr<process_group> default_group;
+  debug_level debug = debug_level::off;
+  std::mutex mtx;
+  std::map<std::string, std::shared_ptr<process_group>> groups;  // registered, by name
+  int group_counter = 0;                                         // new_group calls (all ranks)
+  std::map<std::vector<int>, int> local_counter;                 // local-sync groups by members
+
+  std::shared_ptr<process_group> make_group(const std::string& name, std::vector<int> ranks,
+                                            std::chrono::milliseconds timeout,
+                                            const std::string& backend_spec,
+                                            const std::string& description);
+};
+
+namespace {
+
+std::string random_job_id() {
+  std::random_device rd;
+  std::mt19937_64 gen{(static_cast<std::uint64_t>(rd()) << 32) ^ rd()};
+  static const char* hex = "0123456789abcdef";
+  std::string r;
+  for (int i = 0; i < 16; ++i) r += hex[gen() % 16];
+  return r;
+}
+
+void invalid(const std::string& what) {
+  throw error(errc::invalid_argument, what);
+}
+
+/// Asks the server of `s` (a tcp_store, perhaps behind prefixes) to append
+/// `line` to `key` should this process's connection end without a goodbye.
+void watch_this_process(store& s, const std::string& key, const std::string& line) {
+  if (auto* p = dynamic_cast<prefix_store*>(&s))
+    return watch_this_process(*p->underlying(), p->prefix() + "/" + key, line);
+  if (auto* t = dynamic_cast<tcp_store*>(&s)) t->append_on_disconnect(key, to_bytes(line));
+}
+
+std::string this_host() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace
+
+std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
+                                                       std::vector<int> ranks,
+                                                       std::chrono::milliseconds timeout,
+                                                       const std::string& backend_spec,
+                                                       const std::string& description) {
+  backend_config cfg{backend_spec};
+  auto me = std::find(ranks.begin(), ranks.end(), opts.rank);
+  const int group_rank = me == ranks.end() ? -1 : static_cast<int>(me - ranks.begin());
+  std::map<device_type, std::shared_ptr<backend>> backends;
+  std::map<device_type, std::string> unavailable;
+  if (group_rank >= 0) {
+    std::map<std::string, std::shared_ptr<backend>> by_name;  // one instance per backend name
+    for (auto& [dev, bname] : cfg.entries()) {
+      if (!is_backend_available(bname)) {  // calls on this device report it
+        unavailable[dev] = bname;
+        continue;
+      }
+      auto& b = by_name[bname];
+      if (!b) {
+        backend_context ctx;
+        // Its set-up fails at once, naming the rank, when a member is gone.
+        ctx.store = std::make_shared<detail::watchful_store>(
+            std::make_shared<prefix_store>("troupe/" + rt->job() + "/" + name, opts.store),
+            [rdv = rdv, plane = std::weak_ptr<detail::data_plane>(rt->plane()), ranks, name,
+             me = opts.rank] {
+              std::string why;
+              if (auto p = plane.lock())
+                for (int w : ranks)
+                  if (auto c = p->crash_reason(w); !c.empty())
+                    why += (why.empty() ? "" : "; ") + p->describe(w) + " is gone: " + c;
+              if (why.empty()) why = rdv->gone_among(ranks);
+              if (!why.empty())
+                throw error(errc::peer_failure, "new_group: rank " + std::to_string(me) +
+                                                    " gave up creating group '" + name +
+                                                    "': " + why);
+            });
+        ctx.rank = group_rank;
+        ctx.size = static_cast<int>(ranks.size());
+        ctx.global_ranks = ranks;
+        ctx.group_name = name;
+        ctx.timeout = timeout;
+        ctx.device = dev;
+        ctx.runtime = rt.get();
+        ctx.debug = debug;
+        b = detail::find_backend(bname)(ctx);
+        if (!b) throw error(errc::backend, "backend '" + bname + "' returned no backend");
+      }
+      backends[dev] = b;
+    }
+  }
+  if (debug != debug_level::off) {
+    std::string list;
+    for (auto r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    std::fprintf(stderr, "[troupe rank %d] group '%s' ranks [%s] backend '%s'%s\n", opts.rank,
+                 name.c_str(), list.c_str(), cfg.to_string().c_str(),
+                 group_rank < 0 ? " (not a member)" : "");
+  }
+  auto pg = std::make_shared<process_group>(name, description, group_rank, std::move(ranks),
+                                            std::move(backends), std::move(unavailable));
+  std::lock_guard<std::mutex> g{mtx};
+  groups[name] = pg;
+  return pg;
+}
+
+world::world(std::string backend, std::shared_ptr<troupe::store> store, int rank, int world_size,
+             std::chrono::milliseconds timeout)
+    : world([&] {
+        world_options o;
+        o.backend = std::move(backend);
+        o.store = std::move(store);
+        o.rank = rank;
+        o.world_size = world_size;
+        o.timeout = timeout;
+        return o;
+      }()) {}
+
+world::world(world_options opts) : impl_(std::make_unique<impl>()) {
+  if (!opts.store) invalid("world: store is null");
+  if (opts.world_size < 1)
+    invalid("world: world_size " + std::to_string(opts.world_size) +
+            " must be at least 1 (a group of zero ranks cannot run collectives)");
+  if (opts.rank < 0 || opts.rank >= opts.world_size)
+    invalid("world: rank " + std::to_string(opts.rank) + " is out of range for world_size " +
+            std::to_string(opts.world_size));
+  if (opts.timeout.count() <= 0)
+    invalid("world: timeout " + std::to_string(opts.timeout.count()) + " ms must be positive");
+  backend_config check{opts.backend};  // throws on a bad backend string
+  if (auto cpu = check.backend_for(device_type::cpu); !cpu.empty() && !is_backend_available(cpu))
+    invalid("world: backend '" + cpu + "' (for device cpu, from '" + opts.backend +
+            "') is not registered");
+  impl_->debug = get_debug_level();  // throws on a bad TROUPE_DEBUG
+  (void)detail::wait_policy::get();  // throws on a bad TROUPE_SPIN_US / TROUPE_POLL_US
+  if (const char* f = std::getenv("TROUPE_FABRIC");
+      f && *f && std::string(f) != "on" && std::string(f) != "off" && std::string(f) != "staged" &&
+      std::string(f) != "messages")
+    invalid("world: TROUPE_FABRIC '" + std::string(f) +
+            "' is not one of on, off, staged, messages");
+  impl_->opts = std::move(opts);
+  auto& o = impl_->opts;
+  // Rendezvous: rank 0 names the job; everyone reads it. The job id keeps
+  // unrelated worlds in one process apart in the in-process directory. A store
+  // may serve several worlds one after another: each rank counts its joins,
+  // so the k-th world on the store reads the k-th job key, never an old one.
+  // A rank that does not come is named when the world's timeout passes; one
+  // whose process ends is named at once where that can be told
+  // (transport/rendezvous.hpp): this rank asks a tcp_store server to note
+  // its end under the job's gone key.
+  const auto joined = o.store->add("troupe/joined", 1);
+  const std::string job_key = "troupe/job/" + std::to_string((joined - 1) / o.world_size);
+  const std::string gone_key = job_key + "/gone";
+  watch_this_process(
+      *o.store, gone_key,
+      std::to_string(o.rank) + " " + this_host() + " " + std::to_string(::getpid()) + "\n");
+  impl_->rdv =
+      std::make_shared<detail::rendezvous>(*o.store, o.rank, o.world_size, o.timeout, gone_key);
+  auto& rdv = *impl_->rdv;
+  if (o.rank == 0) o.store->set(job_key, random_job_id());
+  rdv.wait_for(
+      {0}, [&](int) { return job_key; }, "start the job (write its id to the store)");
+  const auto job = o.store->get_string(job_key);
+  impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, 2);
+  // Ranks in other processes: the data plane (a no-op when all live here).
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  detail::data_plane_options dp;
+  dp.rank = o.rank;
+  dp.world_size = o.world_size;
+  dp.job = job;
+  dp.token = o.token.empty() ? env("TROUPE_JOB_TOKEN") : o.token;
+  dp.bind_address = env("TROUPE_BIND_ADDR").empty() ? o.bind_address : env("TROUPE_BIND_ADDR");
+  dp.transport = env("TROUPE_TRANSPORT").empty() ? o.transport : env("TROUPE_TRANSPORT");
+  dp.timeout = o.timeout;
+  if (dp.transport != "auto" && dp.transport != "tcp" && dp.transport != "shm")
+    invalid("world: transport '" + dp.transport +
+            "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
+  auto plane = std::make_shared<detail::data_plane>(dp);
+  plane->connect(*o.store, rdv);
+  impl_->rt->set_plane(std::move(plane));
+  std::vector<int> all(static_cast<std::size_t>(o.world_size));
+  for (int r = 0; r < o.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
+  impl_->default_group = impl_->make_group("default", all, o.timeout, o.backend, "default group");
+}
+
+world::~world() {
+  std::map<std::string, std::shared_ptr<process_group>> groups;
+  {
+    std::lock_guard<std::mutex> g{impl_->mtx};
+    groups.swap(impl_->groups);
+  }
+  for (auto& kv : groups)
+    kv.second->release("the world of rank " + std::to_string(rank()) + " was destroyed");
+  impl_->default_group->release("the world was destroyed");
+  impl_->rt.reset();
+}
+
+int world::rank() const noexcept {
+  return impl_->opts.rank;
+}
+int world::size() const noexcept {
+  return impl_->opts.world_size;
+}
+const std::shared_ptr<troupe::store>& world::get_store() const noexcept {
+  return impl_->opts.store;
+}
+std::chrono::milliseconds world::timeout() const noexcept {
+  return impl_->opts.timeout;
+}
+const std::string& world::backend_string() const noexcept {
+  return impl_->opts.backend;
+}
+process_group& world::default_group() {
+  return *impl_->default_group;
+}
+detail::rank_runtime& world::runtime() const noexcept {
+  return *impl_->rt;
+}
+
+std::shared_ptr<process_group> world::new_group(std::vector<int> ranks, new_group_options opts) {
+  if (ranks.empty()) invalid("new_group: a group of zero ranks is not allowed");
+  std::set<int> seen;
+  for (auto r : ranks) {
+    if (r < 0 || r >= size())
+      invalid("new_group: rank " + std::to_string(r) + " is out of range for world_size " +
+              std::to_string(size()));
+    if (!seen.insert(r).second) invalid("new_group: rank " + std::to_string(r) + " appears twice");
+  }
+  std::sort(ranks.begin(), ranks.end());
+  const bool member = seen.count(rank()) != 0;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> g{impl_->mtx};
+    if (opts.use_local_synchronization) {
+      if (!member) return nullptr;
+      name = "ranks";
+      for (auto r : ranks) name += "_" + std::to_string(r);
+      name += "#" + std::to_string(impl_->local_counter[ranks]++);
+    } else {
+      name = "group" + std::to_string(++impl_->group_counter);
+    }
+  }
+  return impl_->make_group(name, std::move(ranks), opts.timeout.value_or(timeout()),
+                           opts.backend.empty() ? backend_string() : opts.backend,
+                           opts.description);
+}
+
+namespace {
+
+/// The registry entry of `g` (by identity: set_name may have renamed it).
+std::map<std::string, std::shared_ptr<process_group>>::const_iterator check_registered(
+    const std::map<std::string, std::shared_ptr<process_group>>& groups, const process_group& g,
+    const char* op) {
+  for (auto i = groups.begin(); i != groups.end(); ++i)
+    if (i->second.get() == &g) return i;
+  throw error(errc::group, std::string(op) + ": group '" + g.name() +
+                               "' is not registered; create groups through new_group");
+}
+
+}  // namespace
+
+int world::get_group_rank(const process_group& group, int global_rank) const {
+  std::lock_guard<std::mutex> g{impl_->mtx};
+  check_registered(impl_->groups, group, "get_group_rank");
+  auto& rs = group.global_ranks();
+  auto i = std::find(rs.begin(), rs.end(), global_rank);
+  if (i == rs.end())
+    throw error(errc::group, "get_group_rank: global rank " + std::to_string(global_rank) +
+                                 " is not part of group '" + group.name() + "'");
+  return static_cast<int>(i - rs.begin());
+}
+
+int world::get_global_rank(const process_group& group, int group_rank) const {
+  std::lock_guard<std::mutex> g{impl_->mtx};
+  check_registered(impl_->groups, group, "get_global_rank");
+  if (group_rank < 0 || group_rank >= group.size())
+    throw error(errc::group, "get_global_rank: group rank " + std::to_string(group_rank) +
+                                 " is not part of group '" + group.name() + "' of size " +
+                                 std::to_string(group.size()));
+  return group.global_ranks()[static_cast<std::size_t>(group_rank)];
+}
+
+std::vector<int> world::get_process_group_ranks(const process_group& group) const {
+  std::lock_guard<std::mutex> g{impl_->mtx};
+  check_registered(impl_->groups, group, "get_process_group_ranks");
+  return group.global_ranks();
+}
+
+void world::destroy_process_group(const std::shared_ptr<process_group>& group) {
+  if (!group) return;
+  {
+    std::lock_guard<std::mutex> g{impl_->mtx};
+    impl_->groups.erase(check_registered(impl_->groups, *group, "destroy_process_group"));
+  }
+  group->release("group '" + group->name() + "' was destroyed");
+}
+
+void world::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> g{impl_->mtx};
+  for (auto& kv : impl_->groups) kv.second->abort(reason);
+}
+
+}  // namespace troupe

@@ -1,0 +1,51 @@
+#pragma once
+// Flat buffers: how the backends see the caller's tensors (one dimension),
+// and several tensors packed into one buffer and unpacked again.
+
+#include <cstdint>
+
+#include "troupe/tensor.hpp"
+
+namespace troupe::detail {
+
+/// `t` as one dimension (undefined stays undefined).
+inline tensor flat(const tensor& t) {
+  return t.defined() ? t.view({t.numel()}) : t;
+}
+
+/// A new flat buffer of `n` elements of `t`'s dtype on `t`'s device.
+inline tensor like(const tensor& t, std::int64_t n) {
+  return tensor::empty({n}, t.scalar_type(), t.get_device());
+}
+
+inline bool on_cuda(const tensor& t) {
+  return t.defined() && t.get_device().type == device_type::cuda;
+}
+
+inline std::int64_t total_numel(const tensor_list& ts) {
+  std::int64_t n = 0;
+  for (auto& t : ts) n += t.numel();
+  return n;
+}
+
+/// Copies the tensors one after another into a new flat buffer.
+inline tensor pack(const tensor_list& ts) {
+  auto buf = like(ts.front(), total_numel(ts));
+  std::int64_t off = 0;
+  for (auto& t : ts) {
+    buf.flat_slice(off, t.numel()).copy_from(flat(t));
+    off += t.numel();
+  }
+  return buf;
+}
+
+/// Copies consecutive parts of `buf`, starting at `off`, into the tensors.
+inline std::int64_t unpack(const tensor& buf, std::int64_t off, const tensor_list& ts) {
+  for (auto& t : ts) {
+    flat(t).copy_from(buf.flat_slice(off, t.numel()));
+    off += t.numel();
+  }
+  return off;
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,179 @@
+// host_backend (host_backend.hpp): a group's set-up (its group actor, the
+// actor engine's transport to the peers, the inline engines), abort and
+// tear-down, and the works it tracks so that tear-down fails them.
+
+#include "backends/host_backend.hpp"
+#include "base/texts.hpp"
+
+#include <cstdio>
+
+#include "actors/group_actor.hpp"
+#include "actors/in_process.hpp"
+#include "actors/mixed.hpp"
+#include "actors/plane_sink.hpp"
+#include "actors/rank_runtime.hpp"
+#include "backends/device_exchange.hpp"
+#include "base/process_directory.hpp"
+#include "base/work_state.hpp"
+#include "inline/open_engines.hpp"
+#include "transport/data_plane.hpp"
+#include "troupe/error.hpp"
+#ifdef TROUPE_HAVE_CUDA
+#include "backends/device_ops.hpp"
+#endif
+
+namespace troupe::detail {
+
+host_backend::host_backend(const backend_context& ctx)
+    : backend(ctx),
+      rt_(*static_cast<rank_runtime*>(ctx.runtime)),
+      timeout_(ctx.timeout),
+      debug_(ctx.debug),
+      key_prefix_(rt_.job() + "/" + ctx.group_name + "/") {
+  group_ = spawn_group_actor(rt_.system(),
+                             group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks});
+  auto& dir = process_directory::instance();
+  dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
+  const auto& plane = rt_.plane();
+  if (plane) plane->add_group(ctx.group_name, ctx.global_ranks, plane_sink(group_));
+  auto in_other_process = [&](int r) {
+    return plane && !plane->is_local(ctx.global_ranks[static_cast<std::size_t>(r)]);
+  };
+  // Find the group actor of every peer in this process (they create theirs
+  // concurrently); peers in other processes are reached through the data plane.
+  std::vector<group_actor> peers;
+  bool mixed = false;
+  for (int r = 0; r < ctx.size; ++r) {
+    if (in_other_process(r)) {
+      mixed = true;
+      peers.emplace_back();
+      continue;
+    }
+    group_actor p = group_;
+    if (r != ctx.rank)
+      if (auto a = dir.wait_for(key_prefix_ + std::to_string(r), ctx.timeout); a.has_value())
+        p = std::any_cast<group_actor>(a);
+      else
+        p = nullptr;
+    if (!p) {
+      shutdown("group set-up failed");
+      throw error(errc::timeout, "new_group: " + detail::timeout_after(ctx.timeout) +
+                                     " waiting for rank " + std::to_string(r) + " (world rank " +
+                                     std::to_string(ctx.global_ranks[static_cast<std::size_t>(r)]) +
+                                     ") to create group '" + ctx.group_name + "'");
+    }
+    peers.push_back(p);
+  }
+  std::shared_ptr<transport> net;
+  if (mixed)
+    net = std::make_shared<mixed_transport>(std::move(peers), ctx.global_ranks, plane,
+                                            ctx.group_name);
+  else
+    net = std::make_shared<in_process_transport>(std::move(peers), ctx.global_ranks);
+  caf::scoped_actor self{rt_.system()};
+  self->request(group_, caf::infinite, peers_atom::value, net)
+      .receive([](bool) {}, [](caf::error&) {});
+  // Return only once every member found every other: a member that returns
+  // early could otherwise leave (destroy the group) before a peer found it.
+  try {
+    store_based_barrier(*ctx.store, ctx.rank, ctx.size, "created", ctx.timeout);
+    std::vector<std::string> names;
+    for (int r = 0; r < ctx.size; ++r) names.push_back(net->describe_peer(r));
+    auto f =
+        open_inline_engines(ctx, names, plane, key_prefix_ + "fabric/", debug_ != debug_level::off);
+    engine_ = std::move(f.main);
+    messages_ = std::move(f.messages);
+    shm_ = f.shm;
+    // Beside a shared-memory engine, operations on messages read the
+    // peers' announcements from the segment.
+    if (messages_) messages_->read_announcements_from(engine_->medium_ptr());
+#ifdef TROUPE_HAVE_CUDA
+    // Ranks that share this process share their device memory too.
+    if (!mixed)
+      exchange_ =
+          gpu::device_exchange::open(key_prefix_ + "device", ctx.size, gpu::cuda_device_ops());
+#endif
+  } catch (...) {
+    shutdown("group set-up failed");
+    throw;
+  }
+}
+
+host_backend::~host_backend() {
+  shutdown("the group was destroyed");
+}
+
+std::string host_backend::name() const {
+  return "actor";
+}
+
+std::uint64_t host_backend::sequence_number() {
+  return issued_.load();
+}
+
+void host_backend::abort(const std::string& reason) {
+  caf::anon_send(group_, abort_atom::value, reason);
+  if (engine_) engine_->abort(reason);
+  if (messages_) messages_->abort(reason);
+  if (exchange_) exchange_->abort(reason);
+}
+
+/// TROUPE_DEBUG=DETAIL: one line when a call is issued and one when it ends.
+void host_backend::log_detail(const work& w, const tensor& data) const {
+  auto what = data.defined() ? data.describe() : std::string("no tensor");
+  std::fprintf(stderr, "[troupe group '%s' rank %d] issue %s %s\n", group_name().c_str(), rank(),
+               w.op_name().c_str(), what.c_str());
+  w.on_complete([r = rank()](const work& done) {
+    std::fprintf(stderr, "[troupe group '%s' rank %d] %s seq %llu %s\n", done.group_name().c_str(),
+                 r, done.op_name().c_str(), static_cast<unsigned long long>(done.sequence_number()),
+                 done.is_success() ? "done" : "FAILED");
+  });
+}
+
+/// Remembers pending works so that destroying the group fails them instead of
+/// leaving a waiter behind.
+void host_backend::track(const work& w) {
+  std::lock_guard<std::mutex> g{mtx_};
+  if (pending_.size() > 64)
+    std::erase_if(pending_, [](auto& p) {
+      auto s = p.lock();
+      return !s || work_done(*s);
+    });
+  pending_.push_back(w.state());
+}
+
+bool host_backend::work_done(work_state& s) {
+  std::lock_guard<std::mutex> g{s.mtx};
+  return s.done;
+}
+
+void host_backend::shutdown(const std::string& reason) {
+  if (!group_) return;
+  for (auto* f : {&engine_, &messages_})
+    if (*f) {
+      (*f)->abort(reason);
+      f->reset();
+    }
+  if (exchange_) {
+    exchange_->leave(rank(), reason);
+    exchange_.reset();
+  }
+  process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
+  if (rt_.plane()) rt_.plane()->remove_group(group_name());
+  {
+    caf::scoped_actor self{rt_.system()};
+    self->send_exit(group_, caf::exit_reason::user_shutdown);
+  }
+  group_ = nullptr;
+  std::vector<std::weak_ptr<work_state>> pending;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    pending.swap(pending_);
+  }
+  for (auto& p : pending)
+    if (auto s = p.lock())
+      work::attach(s).fail(std::make_exception_ptr(
+          error(errc::aborted, call_location(s->op, s->group) + " failed: " + reason)));
+}
+
+}  // namespace troupe::detail

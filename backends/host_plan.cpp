@@ -1,0 +1,317 @@
+// host_backend (host_backend.hpp): each c10d call planned onto one of the
+// algorithm families (base/call.hpp) over flat buffers: several tensors
+// packed into one, outputs unpacked when the call succeeds.
+
+#include "backends/host_backend.hpp"
+
+#include "backends/cuda_staging.hpp"
+#include "backends/flat_buffers.hpp"
+#include "base/tensor_util.hpp"
+#include "kernels/reduce_kernels.hpp"
+
+namespace troupe::detail {
+
+work host_backend::broadcast(tensor_list& ts, const broadcast_options& o) {
+  auto c = make_call(op_code::broadcast, "broadcast", o.timeout, ts);
+  c->root = o.root_rank;
+  auto buf = flat(ts[static_cast<std::size_t>(rank() == o.root_rank ? o.root_tensor : 0)]);
+  c->input = c->output = buf;
+  if (ts.size() > 1)
+    c->on_success = [buf, ts] {
+      for (auto& t : ts)
+        if (!flat(t).is_same(buf)) flat(t).copy_from(buf);
+    };
+  return submit(c);
+}
+
+work host_backend::allreduce(tensor_list& ts, const allreduce_options& o) {
+  // The inline engine takes one CPU tensor and every op but PREMUL_SUM (its scale
+  // may be a tensor). The choice depends only on what every rank passes alike.
+  if (engine_ && ts.size() == 1 && ts[0].get_device().type == device_type::cpu &&
+      o.op.op() != reduce_op::PREMUL_SUM)
+    return allreduce_inline(ts[0], o);
+  return reducing(op_code::allreduce, "allreduce", o.op, 0, 0, o.timeout, ts, false);
+}
+
+work host_backend::allreduce_coalesced(tensor_list& ts, const allreduce_coalesced_options& o) {
+  auto c = make_call(op_code::allreduce, "allreduce_coalesced", o.timeout, ts);
+  c->op = o.op;
+  c->input = c->output = pack(ts);
+  c->on_success = [buf = c->output, ts] { unpack(buf, 0, ts); };
+  return submit(c);
+}
+
+work host_backend::reduce(tensor_list& ts, const reduce_options& o) {
+  return reducing(op_code::reduce, "reduce", o.op, o.root_rank, o.root_tensor, o.timeout, ts, true);
+}
+
+work host_backend::allgather(std::vector<tensor_list>& outs, tensor_list& ins,
+                             const allgather_options& o) {
+  // outs[i][r] <- rank r's ins[i]
+  return gather_blocks(
+      "allgather", o.timeout, ins,
+      [outs](const tensor& all, int size) {
+        std::int64_t off = 0;
+        for (int r = 0; r < size; ++r)
+          for (auto& per_input : outs) {
+            auto& t = per_input[static_cast<std::size_t>(r)];
+            flat(t).copy_from(all.flat_slice(off, t.numel()));
+            off += t.numel();
+          }
+      },
+      flatten(outs));
+}
+
+work host_backend::allgather_coalesced(std::vector<tensor_list>& outs, tensor_list& ins,
+                                       const allgather_options& o) {
+  // outs[r][i] <- rank r's ins[i]
+  return gather_blocks(
+      "allgather_coalesced", o.timeout, ins,
+      [outs](const tensor& all, int) {
+        std::int64_t off = 0;
+        for (auto& per_rank : outs) off = unpack(all, off, per_rank);
+      },
+      flatten(outs));
+}
+
+work host_backend::allgather_into_tensor_coalesced(tensor_list& outs, tensor_list& ins,
+                                                   const allgather_options& o) {
+  // outs[i] holds size blocks of ins[i]'s numel; the gathered buffer is rank-major.
+  return gather_blocks(
+      "allgather_into_tensor_coalesced", o.timeout, ins,
+      [outs, ins](const tensor& all, int size) {
+        std::int64_t off = 0;
+        for (int r = 0; r < size; ++r)
+          for (std::size_t i = 0; i < ins.size(); ++i) {
+            auto m = ins[i].numel();
+            flat(outs[i]).flat_slice(r * m, m).copy_from(all.flat_slice(off, m));
+            off += m;
+          }
+      },
+      outs);
+}
+
+work host_backend::allgather_into_tensor(tensor& out, tensor& in, const allgather_options& o) {
+  auto c = make_call(op_code::allgatherv, "allgather_into_tensor", o.timeout, {out});
+  c->input = flat(in);
+  c->output = flat(out);
+  c->counts.assign(static_cast<std::size_t>(size()), in.numel());
+  return submit(c);
+}
+
+work host_backend::allgatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
+                              const allgather_options& o) {
+  auto c = make_call(op_code::allgatherv, "allgatherv", o.timeout, {out});
+  c->input = flat(in);
+  c->output = flat(out);
+  c->counts = counts;
+  return submit(c);
+}
+
+work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
+                          const gather_options& o) {
+  auto c = make_call(op_code::gatherv, "gather", o.timeout, flatten(outs));
+  c->root = o.root_rank;
+  c->input = flat(ins[0]);
+  c->counts.assign(static_cast<std::size_t>(size()), ins[0].numel());
+  if (rank() == o.root_rank) {
+    c->output = like(ins[0], ins[0].numel() * size());
+    c->on_success = [buf = c->output, list = outs[0]] { unpack(buf, 0, list); };
+  }
+  return submit(c);
+}
+
+work host_backend::gatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
+                           const gather_options& o) {
+  auto c = make_call(op_code::gatherv, "gatherv", o.timeout, {out});
+  c->root = o.root_rank;
+  c->input = flat(in);
+  if (rank() == o.root_rank) c->output = flat(out);
+  c->counts = counts;
+  return submit(c);
+}
+
+work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
+                           const scatter_options& o) {
+  auto c = make_call(op_code::scatterv, "scatter", o.timeout, outs);
+  c->root = o.root_rank;
+  c->output = flat(outs[0]);
+  c->input = rank() == o.root_rank ? pack(ins[0]) : c->output;
+  c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
+  return submit(c);
+}
+
+work host_backend::scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
+                            const scatter_options& o) {
+  auto c = make_call(op_code::scatterv, "scatterv", o.timeout, {out});
+  c->root = o.root_rank;
+  c->output = flat(out);
+  c->input = rank() == o.root_rank ? flat(in) : c->output;
+  c->counts = counts;
+  return submit(c);
+}
+
+work host_backend::reduce_scatter(tensor_list& outs, std::vector<tensor_list>& ins,
+                                  const reduce_scatter_options& o) {
+  auto c = make_call(op_code::reduce_scatterv, "reduce_scatter", o.timeout, outs);
+  c->op = o.op;
+  c->input = pack(ins[0]);
+  c->output = flat(outs[0]);
+  c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
+  return submit(c);
+}
+
+work host_backend::reduce_scatter_tensor(tensor& out, tensor& in, const reduce_scatter_options& o) {
+  auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor", o.timeout, {out});
+  c->op = o.op;
+  c->input = flat(in);
+  c->output = flat(out);
+  c->counts.assign(static_cast<std::size_t>(size()), out.numel());
+  return submit(c);
+}
+
+work host_backend::reduce_scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
+                                   const reduce_scatter_options& o) {
+  auto c = make_call(op_code::reduce_scatterv, "reduce_scatterv", o.timeout, {out});
+  c->op = o.op;
+  c->input = flat(in);
+  c->output = flat(out);
+  c->counts = counts;
+  return submit(c);
+}
+
+work host_backend::reduce_scatter_tensor_coalesced(tensor_list& outs, tensor_list& ins,
+                                                   const reduce_scatter_options& o) {
+  // Block r of the packed input is the concatenation of block r of every input.
+  auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor_coalesced", o.timeout, outs);
+  c->op = o.op;
+  const auto per_rank = total_numel(outs);
+  c->input = like(ins[0], per_rank * size());
+  std::int64_t off = 0;
+  for (int r = 0; r < size(); ++r)
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      auto m = outs[i].numel();
+      c->input.flat_slice(off, m).copy_from(flat(ins[i]).flat_slice(r * m, m));
+      off += m;
+    }
+  c->output = like(ins[0], per_rank);
+  c->counts.assign(static_cast<std::size_t>(size()), per_rank);
+  c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
+  return submit(c);
+}
+
+work host_backend::alltoall_single(tensor& out, tensor& in,
+                                   const std::vector<std::int64_t>& out_splits,
+                                   const std::vector<std::int64_t>& in_splits,
+                                   const alltoall_options& o) {
+  auto c = make_call(op_code::alltoallv, "alltoall_single", o.timeout, {out});
+  c->input = flat(in);
+  c->output = flat(out);
+  c->counts = rows_to_elements(in, in_splits);
+  c->recv_counts = rows_to_elements(out, out_splits);
+  return submit(c);
+}
+
+work host_backend::alltoall(tensor_list& outs, tensor_list& ins, const alltoall_options& o) {
+  auto c = make_call(op_code::alltoallv, "alltoall", o.timeout, outs);
+  c->input = pack(ins);
+  c->output = like(ins[0], total_numel(outs));
+  for (auto& t : ins) c->counts.push_back(t.numel());
+  for (auto& t : outs) c->recv_counts.push_back(t.numel());
+  c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
+  return submit(c);
+}
+
+work host_backend::barrier(const barrier_options& o) {
+  if (engine_) return barrier_inline(o);
+  return submit(make_call(op_code::barrier, "barrier", o.timeout, {}));
+}
+
+work host_backend::monitored_barrier(const monitored_barrier_options& o) {
+  auto c = make_call(op_code::monitored_barrier, "monitored_barrier", o.timeout, {});
+  c->wait_all_ranks = o.wait_all_ranks;
+  return submit(c);
+}
+
+work host_backend::send(tensor_list& ts, int dst, const p2p_options& o) {
+  return submit_p2p(p2p_call::send, "send", dst, ts[0], o);
+}
+
+work host_backend::recv(tensor_list& ts, int src, const p2p_options& o) {
+  return submit_p2p(p2p_call::recv, "recv", src, ts[0], o);
+}
+
+work host_backend::recv_any_source(tensor_list& ts, const p2p_options& o) {
+  return submit_p2p(p2p_call::recv_any, "recv_any_source", -1, ts[0], o);
+}
+
+tensor_list host_backend::flatten(const std::vector<tensor_list>& lists) {
+  tensor_list r;
+  for (auto& l : lists) r.insert(r.end(), l.begin(), l.end());
+  return r;
+}
+
+std::vector<std::int64_t> host_backend::rows_to_elements(
+    const tensor& t, const std::vector<std::int64_t>& splits) const {
+  return split_elements(t, splits, size());
+}
+
+/// allreduce and reduce over one tensor (in place) or several (combined locally first).
+work host_backend::reducing(op_code code, const char* name, const reduce_op& op, int root,
+                            int root_tensor, timeout_t timeout, tensor_list& ts, bool root_only) {
+  auto c = make_call(code, name, timeout, ts);
+  c->op = op;
+  c->root = root;
+  if (ts.size() == 1) {
+    c->input = c->output = flat(ts[0]);
+    return submit(c);
+  }
+  auto local_op =
+      op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM ? reduce_op::SUM : op.op();
+  std::vector<const void*> srcs;
+  for (auto& t : ts) srcs.push_back(t.data());
+  c->input = like(ts[0], ts[0].numel());
+  if (on_cuda(c->input))
+    combine_on_device(name, local_op, c->input, srcs);
+  else
+    reduce_many(c->input.scalar_type(), local_op, c->input.data(), srcs.data(), srcs.size(),
+                static_cast<std::size_t>(ts[0].numel()));
+  c->output = c->input;
+  c->avg_local = static_cast<std::int64_t>(ts.size());
+  const bool write = !root_only || rank() == root;
+  c->on_success = [buf = c->output, ts, write, root_only, root_tensor] {
+    if (!write) return;
+    if (root_only) {
+      flat(ts[static_cast<std::size_t>(root_tensor)]).copy_from(buf);
+      return;
+    }
+    for (auto& t : ts) flat(t).copy_from(buf);
+  };
+  return submit(c);
+}
+
+/// An allgather of this rank's `ins` packed into one block; `scatter_out`
+/// copies the gathered buffer into the caller's outputs.
+template <class F>
+work host_backend::gather_blocks(const char* name, timeout_t timeout, const tensor_list& ins,
+                                 F scatter_out, tensor_list outputs) {
+  auto c = make_call(op_code::allgatherv, name, timeout, std::move(outputs));
+  c->input = ins.size() == 1 ? flat(ins[0]) : pack(ins);
+  c->counts.assign(static_cast<std::size_t>(size()), c->input.numel());
+  c->output = like(ins[0], c->input.numel() * size());
+  c->on_success = [buf = c->output, f = std::move(scatter_out), n = size()] { f(buf, n); };
+  return submit(c);
+}
+
+call_ptr host_backend::make_call(op_code code, const char* name, timeout_t timeout,
+                                 tensor_list outputs) {
+  auto c = std::make_shared<collective_call>();
+  c->code = code;
+  c->name = name;
+  c->timeout = timeout == use_group_timeout ? timeout_ : timeout;
+  c->outputs = std::move(outputs);
+  c->handle = work::make(name, group_name());
+  return c;
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,188 @@
+// host_backend (host_backend.hpp): which engine runs a planned call, and
+// its sequence number (announced, so that a rank on one engine can tell a
+// peer that issued the same number on another).
+
+#include "backends/host_backend.hpp"
+
+#include <cstdio>
+
+#include "actors/rank_runtime.hpp"
+#include "backends/cuda_staging.hpp"
+#include "backends/device_exchange.hpp"
+#include "backends/flat_buffers.hpp"
+#include "base/work_state.hpp"
+#include "inline/algorithm_op.hpp"
+#include "inline/shm/allreduce_shm.hpp"
+#include "inline/shm/direct_shm.hpp"
+#include "kernels/reduce_kernels.hpp"
+#ifdef TROUPE_HAVE_CUDA
+#include "backends/device_ops.hpp"
+#include "cuda/device_actor.hpp"
+#endif
+
+namespace troupe::detail {
+
+work host_backend::submit(call_ptr c) {
+  if (on_cuda(c->input) || on_cuda(c->output)) {
+    if (exchange_) return submit_on_device(c);
+    c = staged_through_host(c);
+  }
+  // Ranks of one host: through the shared segment (ranks of one process
+  // straight between their buffers).
+  if (shm_ && fits_inline(*c) && fits_direct_shm(*c, size())) {
+    auto op = make_direct_shm(*c);
+    op->handle = c->handle;
+    return on_inline(*engine_, std::move(op), c->code, c->name.c_str(),
+                     c->input.defined() ? c->input : c->output, c->timeout, c->outputs);
+  }
+  // Messages and the group actors: float16 sums travel in float32.
+  c = with_float_sums(c);
+  if (auto& f = shm_ ? messages_ : engine_; f && fits_inline(*c)) {
+    auto op = make_algorithm_op(*c);
+    op->handle = c->handle;
+    return on_inline(*f, std::move(op), c->code, c->name.c_str(), c->input, c->timeout, c->outputs);
+  }
+  track(c->handle);
+  if (debug_ == debug_level::detail) log_detail(c->handle, c->input);
+  std::lock_guard<std::mutex> g{issue_mtx_};
+  c->seq = number(c->handle, c->code, route::actors);
+  caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
+  return c->handle;
+}
+
+/// `c` with float16/bfloat16 sums carried in float32: a ring or tree that
+/// sent partial sums in half precision would round them at every hop
+/// (3 ranks, 1 Mi float16 elements: 229k differed from the float32 sum
+/// rounded once). Two ranks reduce each element once, so stay as they are.
+call_ptr host_backend::with_float_sums(const call_ptr& c) const {
+  const bool sums = c->code == op_code::allreduce || c->code == op_code::reduce ||
+                    c->code == op_code::reduce_scatterv;
+  if (!sums || size() <= 2 || !c->input.defined() || !is_half(c->input.scalar_type())) return c;
+  const auto t = c->input.scalar_type();
+  auto widen = [t](const tensor& h) {
+    auto f = tensor::empty({h.numel()}, dtype::float32);
+    widen_to_float(t, h.data(), f.data_as<float>(), static_cast<std::size_t>(h.numel()));
+    return f;
+  };
+  auto w = std::make_shared<collective_call>(*c);
+  w->user_dtype = t;
+  w->input = widen(c->input);
+  w->output = c->output.is_same(c->input) ? w->input
+              : c->output.defined()       ? tensor::empty({c->output.numel()}, dtype::float32)
+                                          : tensor{};
+  // reduce leaves the non-roots' buffers as they were.
+  const bool write_back = c->code != op_code::reduce || rank() == c->root;
+  w->on_success = [wide = w->output, out = c->output, then = c->on_success, write_back, t] {
+    if (write_back && out.defined())
+      narrow_from_float(t, wide.data_as<float>(), out.data(),
+                        static_cast<std::size_t>(out.numel()));
+    if (then) then();
+  };
+  return w;
+}
+
+/// The group's next sequence number, set on `w` and announced to the inline engine
+/// (under issue_mtx_, so numbers follow the order of submission).
+std::uint64_t host_backend::number(const work& w, op_code code, route r) {
+  const auto seq = issued_.fetch_add(1) + 1;
+  w.set_sequence_number(seq);
+  if (engine_) engine_->announce(seq, static_cast<std::uint8_t>(code), r);
+  return seq;
+}
+
+/// A call on cuda tensors among ranks of this process: straight between
+/// the ranks' device buffers (backends/device_exchange.hpp).
+work host_backend::submit_on_device(const call_ptr& c) {
+  track(c->handle);
+  if (debug_ == debug_level::detail)
+    log_detail(c->handle, c->input.defined() ? c->input : c->output);
+  std::lock_guard<std::mutex> g{issue_mtx_};
+  c->seq = number(c->handle, c->code, route::device);
+#ifdef TROUPE_HAVE_CUDA
+  try {
+    const auto& t = c->input.defined() ? c->input : c->output;
+    exchange_->post(rank(), c, gpu::device_queue_of(rt_, t.get_device().index));
+  } catch (...) {
+    c->handle.fail(std::current_exception());
+  }
+#endif
+  return c->handle;
+}
+
+work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
+  auto data = flat(t);
+  if (!shm_) {
+    auto c = make_call(op_code::allreduce, "allreduce", o.timeout, {t});
+    c->op = o.op;
+    c->input = c->output = data;
+    return on_inline(make_algorithm_op(*with_float_sums(c)), op_code::allreduce, "allreduce", data,
+                     o.timeout, {t});
+  }
+  const double divisor = o.op.op() == reduce_op::AVG ? static_cast<double>(size()) : 0.0;
+  auto kind = o.op.op() == reduce_op::AVG ? reduce_op::SUM : o.op.op();
+  return on_inline(
+      make_allreduce_shm(data, kind, divisor, static_cast<std::uint8_t>(op_code::allreduce)),
+      op_code::allreduce, "allreduce", data, o.timeout, {t});
+}
+
+work host_backend::barrier_inline(const barrier_options& o) {
+  auto none = tensor::empty({0}, dtype::uint8);
+  auto op = shm_ ? make_allreduce_shm(none, reduce_op::SUM, 0.0,
+                                      static_cast<std::uint8_t>(op_code::barrier))
+                 : make_algorithm_op(*make_call(op_code::barrier, "barrier", o.timeout, {}));
+  return on_inline(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
+}
+
+/// Whether a call runs on a message engine: every collective on CPU
+/// tensors (measured 2–3× faster than the actor path from 1 MiB up, 10×
+/// below 64 KiB) but monitored_barrier, which reports the ranks that did not
+/// arrive (an actor's job). The choice depends on the op alone, so every
+/// rank makes the same one.
+bool host_backend::fits_inline(const collective_call& c) {
+  auto on_cpu = [](const tensor& t) {
+    return !t.defined() || t.get_device().type == device_type::cpu;
+  };
+  return on_cpu(c.input) && on_cpu(c.output) && c.code != op_code::monitored_barrier;
+}
+
+/// Issues `op` on the inline engine (with a new work unless op->handle is set).
+work host_backend::on_inline(std::unique_ptr<inline_op> op, op_code code, const char* name,
+                             const tensor& data, timeout_t timeout, tensor_list outputs) {
+  return on_inline(*engine_, std::move(op), code, name, data, timeout, std::move(outputs));
+}
+
+work host_backend::on_inline(inline_engine& engine, std::unique_ptr<inline_op> op, op_code code,
+                             const char* name, const tensor& data, timeout_t timeout,
+                             tensor_list outputs) {
+  op->name = name;
+  op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
+  op->outputs = std::move(outputs);
+  if (!op->handle.valid()) op->handle = work::make(name, group_name());
+  track(op->handle);
+  if (debug_ == debug_level::detail) log_detail(op->handle, data);
+  std::lock_guard<std::mutex> g{issue_mtx_};
+  op->seq =
+      number(op->handle, code, &engine == engine_.get() && shm_ ? route::shm : route::messages);
+  op->op = engine.next_op();
+  return engine.submit(std::move(op));
+}
+
+work host_backend::submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
+                              const p2p_options& o) {
+  auto c = std::make_shared<p2p_call>();
+  c->kind = kind;
+  c->name = name;
+  c->peer = peer;
+  c->tag = o.tag;
+  c->buffer = flat(buf);
+  c->timeout = o.timeout == use_group_timeout ? timeout_ : o.timeout;
+  c->handle = work::make(name, group_name());
+  track(c->handle);
+  if (debug_ == debug_level::detail) log_detail(c->handle, c->buffer);
+  auto result = c->handle;
+  if (on_cuda(c->buffer) && !exchange_) result = p2p_staged_through_host(*c);
+  caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
+  return result;
+}
+
+}  // namespace troupe::detail

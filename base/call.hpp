@@ -1,0 +1,107 @@
+#pragma once
+// The internal description of one call as it travels from the façade to the
+// group actor: what to run (collective_call / p2p_call) and what travels
+// between the group actors of one group (envelope / p2p_envelope).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/reduce_op.hpp"
+#include "troupe/tensor.hpp"
+#include "troupe/work.hpp"
+
+namespace troupe::detail {
+
+struct call_fingerprint;
+/// What a rank called (base/agreement.hpp), shared read-only by its messages.
+using fingerprint_ptr = std::shared_ptr<const call_fingerprint>;
+
+/// The algorithm families the group actor runs. Every public collective is
+/// planned onto one of them (see backends/host_backend.cpp).
+enum class op_code : std::uint8_t {
+  allreduce,
+  broadcast,
+  reduce,
+  allgatherv,
+  gatherv,
+  scatterv,
+  reduce_scatterv,
+  alltoallv,
+  barrier,
+  monitored_barrier,
+};
+
+const char* to_string(op_code c) noexcept;
+
+/// One collective, planned on flat contiguous one-dimensional buffers.
+struct collective_call {
+  op_code code = op_code::barrier;
+  std::string name;       ///< the public call ("allreduce_coalesced"), for messages
+  std::uint64_t seq = 0;  ///< the group's sequence number (assigned at issue)
+  reduce_op op;
+  int root = 0;
+  tensor input;   ///< flat; may be the same memory as output (in place)
+  tensor output;  ///< flat
+  /// Elements per rank (allgatherv, gatherv, scatterv, reduce_scatterv), or
+  /// elements this rank sends to each rank (alltoallv).
+  std::vector<std::int64_t> counts;
+  /// Elements this rank receives from each rank (alltoallv).
+  std::vector<std::int64_t> recv_counts;
+  /// Extra divisor for AVG when a rank contributed several local tensors.
+  std::int64_t avg_local = 1;
+  /// The dtype the caller passed, where the call moves another one (sums of
+  /// float16 travel as float32): what the ranks agree on.
+  std::optional<dtype> user_dtype;
+  bool wait_all_ranks = false;
+  std::chrono::milliseconds timeout{};
+  /// Runs in the group actor after the algorithm succeeded, before the work
+  /// completes (copies packed results into the caller's tensors).
+  std::function<void()> on_success;
+  /// What work.result() returns.
+  tensor_list outputs;
+  work handle;
+};
+using call_ptr = std::shared_ptr<collective_call>;
+
+/// One send or receive.
+struct p2p_call {
+  enum kind_t : std::uint8_t { send, recv, recv_any } kind = send;
+  std::string name;  ///< "send", "recv", "recv_any_source"
+  int peer = -1;     ///< group rank (ignored for recv_any)
+  int tag = 0;
+  tensor buffer;
+  std::chrono::milliseconds timeout{};
+  int source = -1;  ///< the sender, set by the group actor when a receive matched
+  work handle;
+};
+using p2p_ptr = std::shared_ptr<p2p_call>;
+
+/// Collective data between group actors: step `step` of operation `seq`,
+/// sent by group rank `src`. The payload is shared read-only, never copied.
+/// The first message of a call to each peer carries the sender's
+/// fingerprint; a message of step `describe_step` carries only that.
+struct envelope {
+  std::uint64_t seq = 0;
+  std::uint32_t step = 0;
+  std::int32_t src = 0;
+  op_code code = op_code::barrier;
+  tensor payload;
+  fingerprint_ptr fp;
+};
+
+/// The step of a message that only says what its sender called.
+inline constexpr std::uint32_t describe_step = 0xffffffffu;
+
+/// A point-to-point message.
+struct p2p_envelope {
+  std::int32_t src = 0;
+  std::int32_t tag = 0;
+  tensor payload;
+};
+
+}  // namespace troupe::detail

@@ -1,0 +1,30 @@
+#pragma once
+// Internal helpers shared by tensor.cpp, dlpack.cpp and other library sources.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/host_memory.hpp"
+#include "troupe/tensor.hpp"
+
+namespace troupe::detail {
+
+/// "[2, 3]".
+std::string format_shape(const shape_t& shape);
+/// Product of `shape`; throws errc::invalid_argument naming `op` for a negative
+/// dimension or an overflowing product.
+std::int64_t checked_numel(const char* op, const shape_t& shape);
+/// Row-major strides (in elements) of a contiguous tensor of `shape`.
+shape_t contiguous_strides(const shape_t& shape);
+/// A base pointer for tensor storage that shares ownership with `owner` and
+/// points at `data`, or at a private sentinel when `data` is null (only valid
+/// for zero-element tensors), so that the tensor is still defined().
+std::shared_ptr<void> non_null_base(std::shared_ptr<void> owner, void* data);
+/// Elements per rank of alltoall_single's `splits` (counted in rows of `t`'s
+/// first dimension); empty splits: `t` in `size` equal parts.
+std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,
+                                         int size);
+
+}  // namespace troupe::detail

@@ -1,0 +1,33 @@
+#pragma once
+// The phrases every layer's errors share, written in one place: where a call
+// ran, how a timeout reads, how a mismatch between ranks reads.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace troupe::detail {
+
+/// "allreduce on group 'g' (rank 1, seq 3)": where a call ran; the rank
+/// (when >= 0) and the sequence number (when not 0) are left out otherwise.
+inline std::string call_location(const std::string& op, const std::string& group, int rank = -1,
+                                 std::uint64_t seq = 0) {
+  auto r = op + " on group '" + group + "'";
+  if (rank < 0 && seq == 0) return r;
+  r += " (";
+  if (rank >= 0) r += "rank " + std::to_string(rank) + (seq != 0 ? ", " : "");
+  if (seq != 0) r += "seq " + std::to_string(seq);
+  return r + ")";
+}
+
+/// "Timeout after 300 ms": how every timeout message starts.
+inline std::string timeout_after(std::chrono::milliseconds t) {
+  return "Timeout after " + std::to_string(t.count()) + " ms";
+}
+
+/// "collective mismatch: <why>": how every disagreement between ranks reads.
+inline std::string mismatch_text(const std::string& why) {
+  return "collective mismatch: " + why;
+}
+
+}  // namespace troupe::detail

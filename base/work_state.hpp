@@ -1,0 +1,37 @@
+#pragma once
+// The shared state behind troupe::work.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "troupe/work.hpp"
+
+namespace troupe::detail {
+
+struct work_state {
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+  tensor_list outputs;
+  int source_rank = -1;
+  std::atomic<std::uint64_t> seq{0};
+  std::string op;
+  std::string group;
+  std::vector<std::function<void(const work&)>> callbacks;
+  /// Set together with done; polled by threads that drive the operation.
+  std::atomic<bool> finished{false};
+  /// For operations that progress in the waiting thread (inline/engine.hpp):
+  /// drive(s, until) advances them until s finished or `until` passed; poke()
+  /// makes one non-blocking pass. Set before the work is handed out.
+  std::function<void(work_state&, std::chrono::steady_clock::time_point)> drive;
+  std::function<void()> poke;
+};
+
+}  // namespace troupe::detail

@@ -1,0 +1,128 @@
+#include "inline/algorithm_op.hpp"
+
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "inline/medium.hpp"
+#include "inline/message_medium.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+namespace {
+
+/// What the algorithm sees: sends go out at once, messages come from the inbox.
+class message_context final : public op_context {
+ public:
+  message_context(message_medium& net, std::uint64_t op, collective_call& call,
+                  inline_clock::time_point deadline, bool reads)
+      : op_context(net.rank(), net.size(), call),
+        net_(net),
+        op_(op),
+        deadline_(deadline),
+        reads_(reads) {}
+  void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
+    net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload, deadline_, reads_,
+              fp);
+  }
+  // Frames to other processes are written out at once; ranks in this
+  // process get the tensor itself.
+  bool copies_on_send(int peer) const override { return !net_.is_local(peer); }
+  // Only where a reader thread receives while this one sends.
+  bool consume_on_arrival(int peer, std::uint32_t step, arrival_fn fn) override {
+    if (reads_ || net_.is_local(peer)) return false;
+    return net_.on_arrival(op_, step, peer, static_cast<std::uint8_t>(call().code), std::move(fn));
+  }
+  void post_receive(int peer, std::uint32_t step, const tensor& out) override {
+    net_.post_receive(op_, step, peer, static_cast<std::uint8_t>(call().code), out);
+  }
+
+ private:
+  message_medium& net_;
+  std::uint64_t op_;
+  inline_clock::time_point deadline_;
+  bool reads_;
+};
+
+class algorithm_op final : public inline_op {
+ public:
+  explicit algorithm_op(collective_call call)
+      : call_(std::make_unique<collective_call>(std::move(call))) {}
+
+  bool step(inline_context& fc, bool& moved) override {
+    auto& net = static_cast<message_medium&>(fc.med);
+    if (!ctx_) {
+      call_->seq = seq;
+      ctx_ = std::make_unique<message_context>(net, op, *call_, deadline, reads_itself);
+      alg_ = make_algorithm(*call_, fc.rank, fc.size);
+      moved = true;
+      // Send first: a peer must get this rank's fingerprint (with its
+      // first message, or alone) to tell whether the calls agree.
+      finished_ = alg_->progress(*ctx_);
+      ctx_->describe_to_rest();
+    } else {
+      std::vector<std::tuple<int, std::uint32_t, message_medium::message>> got;
+      net.take_all(op, [&](int src, std::uint32_t step, message_medium::message& m) {
+        if (src < 0 || src >= fc.size || src == fc.rank) return;
+        got.emplace_back(src, step, std::move(m));
+      });
+      // What each sender called first (its first message says so), then
+      // the data of the senders that agree.
+      for (auto& [src, step, m] : got)
+        if (m.fp) ctx_->heard(src, m.fp);
+      for (auto& [src, step, m] : got) {
+        if (m.error && ctx_->agreed().agrees_with(src)) std::rethrow_exception(m.error);
+        ctx_->deliver(src, step, std::move(m.payload));
+        moved = true;
+      }
+      if (!finished_ && !ctx_->disagrees()) finished_ = alg_->progress(*ctx_);
+    }
+    if (!ctx_->settled()) {  // throws when the ranks' calls differ
+      // A peer that issued this sequence number on another engine never comes.
+      const int p = ctx_->agreed().missing();
+      const int mine = announcement(static_cast<std::uint8_t>(call_->code), route::messages);
+      if (const int theirs = p >= 0 ? fc.announcer.announced(p, seq) : -1;
+          theirs >= 0 && (theirs >> 4) != (mine >> 4))
+        throw error(errc::mismatch, announced_mismatch(p, theirs, mine, name));
+      return false;
+    }
+    return finished_ && finish();
+  }
+
+  bool finish() {
+    if (call_->on_success) call_->on_success();
+    return true;
+  }
+
+  std::pair<int, std::string> blocker() const override {
+    if (!ctx_) return {-1, "start"};
+    const int p = ctx_->blocked_peer();
+    if (p >= 0 && !ctx_->agreed().heard_from(p))
+      return {p, "join this " + name + " (nothing of this sequence number arrived from it)"};
+    return {p, "send its data (" + ctx_->waiting_for() + ")"};
+  }
+
+  std::string disagreement() const override {
+    return ctx_ && ctx_->disagrees() ? ctx_->agreed().disagreement(true) : std::string{};
+  }
+
+ private:
+  std::unique_ptr<collective_call> call_;
+  std::unique_ptr<message_context> ctx_;
+  std::unique_ptr<algorithm> alg_;
+  bool finished_ = false;  // the algorithm is done (the agreement may still wait)
+};
+
+}  // namespace
+
+std::unique_ptr<inline_op> make_algorithm_op(collective_call call) {
+  // Up to 1 MiB latency counts: the waiting thread reads its peers' sockets.
+  const auto bytes = std::max(call.input.defined() ? call.input.nbytes() : 0,
+                              call.output.defined() ? call.output.nbytes() : 0);
+  auto op = std::make_unique<algorithm_op>(std::move(call));
+  op->reads_itself = bytes <= (std::size_t{1} << 20);
+  return op;
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,278 @@
+#include "inline/engine.hpp"
+#include "base/texts.hpp"
+
+#include <tuple>
+
+#include "base/agreement.hpp"
+#include "base/call.hpp"
+#include "base/futex.hpp"
+#include "base/wait_policy.hpp"
+#include "base/work_state.hpp"
+#include "inline/medium.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+/// The longest single sleep: peers' liveness and deadlines are re-checked this often.
+constexpr auto max_sleep = 2ms;
+
+}  // namespace
+
+inline_counters& inline_stats() noexcept {
+  static inline_counters counters;
+  return counters;
+}
+
+inline_engine::inline_engine(std::shared_ptr<medium> med, int rank, std::string group,
+                             std::vector<std::string> names)
+    : med_(std::move(med)),
+      rank_(rank),
+      group_(std::move(group)),
+      names_(std::move(names)),
+      policy_(wait_policy::get().for_ranks(med_->ranks_on_host())) {
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+inline_engine::~inline_engine() {
+  stopping_.store(true);
+  watch_word_.fetch_add(1);
+  futex_wake(watch_word_);
+  watchdog_.join();
+  abort("the group was destroyed");
+  med_->leave();
+}
+
+int inline_engine::size() const noexcept {
+  return med_->size();
+}
+
+void inline_engine::announce(std::uint64_t seq, std::uint8_t code, route r) {
+  med_->announce(seq, static_cast<std::uint8_t>(announcement(code, r)));
+}
+
+std::string announced_mismatch(int peer, int theirs, int mine, const std::string& name) {
+  const auto code = [](int a) { return std::string(to_string(static_cast<op_code>(a & 15))); };
+  if ((theirs & 15) != (mine & 15))
+    return mismatch_text("rank " + std::to_string(peer) + " called " + code(theirs) +
+                         " at the same sequence number, this rank called " + name);
+  return mismatch_text(
+      "rank " + std::to_string(peer) + " called " + code(theirs) +
+      " too, but one that runs on another engine (it differs in the reduce op, the tensors " +
+      "per rank or the device)");
+}
+
+work inline_engine::submit(std::unique_ptr<inline_op> op) {
+  auto w = op->handle;
+  op->deadline = inline_clock::now() + op->timeout;
+  std::weak_ptr<inline_engine> self = weak_from_this();
+  auto& s = *w.state();
+  s.drive = [self](work_state& st, inline_clock::time_point until) {
+    if (auto f = self.lock()) f->drive(st, until);
+  };
+  s.poke = [self] {
+    if (auto f = self.lock()) f->poke();
+  };
+  {
+    std::lock_guard<std::mutex> g{engine_};
+    queue_.push_back(std::move(op));
+  }
+  pass(true);
+  if (!s.finished.load() && watch_idle_.exchange(false)) {
+    watch_word_.fetch_add(1);
+    futex_wake(watch_word_);
+  }
+  return w;
+}
+
+void inline_engine::drive(work_state& s, inline_clock::time_point until) {
+  waiters_.fetch_add(1);
+  const bool reads = head_reads_itself();
+  med_->begin_wait(reads);
+  auto polling_since = inline_clock::now();
+  while (!s.finished.load(std::memory_order_acquire)) {
+    const bool moved = (reads && med_->pump()) | pass(true);
+    if (s.finished.load(std::memory_order_acquire)) break;
+    const auto now = inline_clock::now();
+    if (now >= until) break;
+    if (moved) {
+      polling_since = now;
+      continue;
+    }
+    if (policy_.poll_step(now - polling_since)) continue;
+    const auto nap = std::min<inline_clock::duration>(until - now, max_sleep);
+    med_->sleep(
+        blocker(), nap, [&] { return (reads && med_->pump()) | pass(true) || s.finished.load(); },
+        reads);
+    polling_since = inline_clock::now();
+  }
+  med_->end_wait(reads);
+  waiters_.fetch_sub(1);
+}
+
+void inline_engine::poke() {
+  if (waiters_.load() != 0) return;
+  med_->pump();
+  pass(false);
+}
+
+void inline_engine::watch() {
+  auto queue_empty = [this] {
+    std::lock_guard<std::mutex> g{engine_};
+    return queue_.empty();
+  };
+  while (!stopping_.load()) {
+    const auto seen = watch_word_.load();
+    if (queue_empty()) {
+      watch_idle_.store(true);
+      // Checked again: a submit after this check finds watch_idle_ set and wakes us.
+      if (queue_empty() && !stopping_.load()) futex_wait(watch_word_, seen, std::chrono::hours(1));
+      watch_idle_.store(false);
+    } else {
+      futex_wait(watch_word_, seen, std::chrono::milliseconds(1));
+      poke();
+    }
+  }
+}
+
+bool inline_engine::head_reads_itself() {
+  std::lock_guard<std::mutex> g{engine_};
+  return queue_.empty() || queue_.front()->reads_itself;
+}
+
+int inline_engine::blocker() {
+  std::lock_guard<std::mutex> g{engine_};
+  const int r = queue_.empty() ? -1 : queue_.front()->blocker().first;
+  return r < 0 ? rank_ : r;
+}
+
+void inline_engine::abort(const std::string& reason) {
+  std::vector<finished> out;
+  {
+    std::lock_guard<std::mutex> g{engine_};
+    stop(reason);
+    step_head(out);
+  }
+  for (auto& f : out) f.op->handle.fail(f.error);
+  med_->wake_all();  // threads of this rank sleeping in the medium
+}
+
+void inline_engine::stop(const std::string& reason) {
+  if (stopped_.empty()) stopped_ = reason;
+}
+
+bool inline_engine::pass(bool block_on_lock) {
+  std::vector<finished> out;
+  bool moved = false;
+  {
+    std::unique_lock<std::mutex> g{engine_, std::defer_lock};
+    if (block_on_lock)
+      g.lock();
+    else if (!g.try_lock())
+      return false;
+    moved = step_head(out);
+  }
+  // Outside the lock: a callback may issue the next collective.
+  for (auto& f : out) {
+    if (f.error)
+      f.op->handle.fail(f.error);
+    else
+      f.op->handle.complete(std::move(f.op->outputs));
+  }
+  return moved || !out.empty();
+}
+
+bool inline_engine::step_head(std::vector<finished>& out) {
+  inline_context ctx{
+      *this,  *med_,   med_->shared_segment(), rank_,         size(),
+      names_, chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_};
+  bool moved = false;
+  auto where = [&](const inline_op& op) { return call_location(op.name, group_, rank_, op.seq); };
+  // The head leaves the queue, finished (no error) or failed; end_op runs
+  // before its caller hears, so nothing writes its buffers afterwards.
+  auto leave = [&](std::exception_ptr failure) {
+    auto op = std::move(queue_.front());
+    queue_.pop_front();
+    med_->end_op(op->op);
+    out.push_back({std::move(op), std::move(failure)});
+  };
+  auto fail = [&](errc code, const std::string& cause) {
+    auto msg = where(*queue_.front()) + " failed: " + cause;
+    leave(std::make_exception_ptr(error(code, msg)));
+    return msg;
+  };
+  while (!queue_.empty()) {
+    auto& op = *queue_.front();
+    if (!stopped_.empty()) {
+      fail(errc::aborted, "the group's engine stopped after an earlier failure: " + stopped_);
+      continue;
+    }
+    bool finished_now = false;
+    auto attempt = [&]() -> bool {  // false: the operation failed (and left the queue)
+      try {
+        bool m = false;
+        finished_now = op.step(ctx, m);
+        moved |= m;
+        return true;
+      } catch (const disagreement_error& e) {
+        // Every rank sees the same disagreement and steps past the operation.
+        moved = true;
+        fail(e.code(), e.what());
+        return false;
+      } catch (const error& e) {
+        // Anything else leaves the protocol state unknown.
+        moved = true;
+        stop(fail(e.code(), e.what()));
+        return false;
+      } catch (const std::exception& e) {
+        moved = true;
+        stop(fail(errc::internal, std::string("internal error: ") + e.what()));
+        return false;
+      } catch (...) {
+        moved = true;
+        stop(fail(errc::internal, "internal error: an unknown exception"));
+        return false;
+      }
+    };
+    if (!attempt()) continue;
+    if (finished_now) {
+      leave(nullptr);
+      continue;
+    }
+    auto [peer, what] = op.blocker();
+    if (auto why = med_->lost(op.op, peer); !why.empty()) {
+      // What the peer published before it left still counts: one more try,
+      // after which the operation may wait for another (live) rank.
+      if (!attempt()) continue;
+      if (finished_now) {
+        leave(nullptr);
+        continue;
+      }
+      const int before = peer;
+      std::tie(peer, what) = op.blocker();
+      if (peer != before) why = med_->lost(op.op, peer);
+      if (!why.empty()) {
+        stop(fail(errc::peer_failure, why + " before finishing this " + op.name));
+        continue;
+      }
+    }
+    if (inline_clock::now() >= op.deadline) {
+      if (auto why = op.disagreement(); !why.empty()) {
+        stop(fail(errc::mismatch, mismatch_text(why)));
+        continue;
+      }
+      stop(fail(errc::timeout,
+                timeout_after(op.timeout) + " waiting for " +
+                    (peer < 0 ? std::string("the peers") : names_[static_cast<std::size_t>(peer)]) +
+                    " to " + what));
+      continue;
+    }
+    break;
+  }
+  return moved;
+}
+
+}  // namespace troupe::detail

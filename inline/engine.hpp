@@ -1,0 +1,182 @@
+#pragma once
+// inline engine — collectives run by the threads that wait for them, without actor
+// hops: through the group's shared segment when all ranks share the host
+// (shm_medium), or as messages (message_medium: handed to ranks of this process,
+// frames to others, read by the waiting thread itself). Crossing a thread
+// costs 10–20 µs when it wakes an idle core; a flag in shared memory costs
+// 0.05–0.25 µs and a socket read by the waiting thread 3 µs, so small
+// collectives must not cross threads.
+//
+// Execution: an operation is queued at issue, in issue order, and advanced
+// by non-blocking steps (inline_op::step) by whoever drives the inline engine:
+//  - the issuing thread makes one pass (it posts this rank's data at once);
+//  - a thread in work.wait() drives until its work is done: it spins, polls
+//    while yielding, then sleeps in the medium (a futex; base/wait_policy.hpp).
+//    Spinning alone collapses when ranks outnumber cores; sleeping alone pays
+//    a wake-up per step;
+//  - when an operation stays pending with nobody waiting for it, the
+//    inline engine's watchdog thread passes every millisecond, so works complete and
+//    their callbacks run anyway. It is a plain thread, not an actor: it sleeps
+//    on a futex and costs nothing while waiters drive (a CAF timer would wake
+//    two threads per tick, which on 2 cores steals time from polling ranks).
+// Failures: every operation has a deadline; the medium tells when a rank that
+// has not finished the operation is lost (it destroyed the group, or its
+// process died), so a rank that finished and left does not fail the slower
+// ones. After a timeout, a lost peer or ranks calling different collectives,
+// the protocol state is unknown, so the inline engine stops: later operations fail
+// at once, naming the first failure.
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "base/wait_policy.hpp"
+#include "troupe/work.hpp"
+
+namespace troupe::detail {
+
+class medium;
+class segment;
+class peer_memory;
+struct work_state;
+
+using inline_clock = std::chrono::steady_clock;
+
+class inline_engine;
+
+/// Which engine runs a call: announced with its collective (inline_engine::announce)
+/// so that a rank blocked on one engine can tell that a peer issued the same
+/// sequence number on another (its call differs in what picks the engine:
+/// PREMUL_SUM, tensors per rank, the device).
+enum class route : std::uint8_t { shm = 0, messages = 1, actors = 2, device = 3 };
+/// The announced value of collective `code` (an op_code) run by `r`.
+inline int announcement(std::uint8_t code, route r) {
+  return code | static_cast<int>(r) << 4;
+}
+/// "rank 1 called allreduce on another engine ...": why announcement `theirs`
+/// of group rank `peer` is not this rank's `mine` (both announced values).
+std::string announced_mismatch(int peer, int theirs, int mine, const std::string& name);
+
+/// What one step of an operation sees.
+struct inline_context {
+  inline_engine& engine;
+  medium& med;
+  segment* seg;  ///< the shared segment (shm_medium), else null
+  int rank;
+  int size;
+  const std::vector<std::string>& names;  ///< describe(group rank)
+  /// Chunks staged by finished operations (chunk numbers are never reused;
+  /// an operation takes its numbers once every rank agreed on its size).
+  std::uint64_t& chunks;
+  /// Every rank lives in this process: buffers can be read and written directly.
+  bool one_process;
+  /// Between processes of one host: the peers' shared buffers (else null).
+  peer_memory* peers;
+  /// Where the ranks announce what they issued (this inline engine's medium, or
+  /// beside a shared-memory engine that one's).
+  medium& announcer;
+};
+
+/// One collective on the inline engine: a resumable state machine.
+class inline_op {
+ public:
+  virtual ~inline_op() = default;
+  /// Advances as far as the peers allow without blocking; true when finished.
+  /// Sets `moved` when it published or consumed anything. Throws troupe::error.
+  virtual bool step(inline_context& ctx, bool& moved) = 0;
+  /// The group rank the last blocked step waits for, and for what.
+  virtual std::pair<int, std::string> blocker() const = 0;
+  /// Why the ranks' calls are known to differ while the operation still
+  /// waits for some of them ("" when not known): the error at its deadline.
+  virtual std::string disagreement() const { return {}; }
+
+  std::string name;  ///< "allreduce"
+  /// The thread that drives it also reads incoming data itself (small
+  /// operations: latency); else the data plane's reader threads receive
+  /// while it sends (large ones: bandwidth). Only a local choice.
+  bool reads_itself = true;
+  std::uint64_t seq = 0;  ///< the group's sequence number
+  std::uint64_t op = 0;   ///< the inline engine's operation number (1, 2, ...)
+  std::chrono::milliseconds timeout{};
+  inline_clock::time_point deadline;
+  tensor_list outputs;
+  work handle;
+};
+
+/// Bytes this process's inline engines copied and reduced (for the copy-count test).
+struct inline_counters {
+  std::atomic<std::uint64_t> copied{0};   ///< memcpy into or out of the segment
+  std::atomic<std::uint64_t> reduced{0};  ///< bytes of allreduce input
+};
+inline_counters& inline_stats() noexcept;
+
+class inline_engine : public std::enable_shared_from_this<inline_engine> {
+ public:
+  /// `names[r]` describes group rank r in messages.
+  inline_engine(std::shared_ptr<medium> med, int rank, std::string group,
+                std::vector<std::string> names);
+  ~inline_engine();
+
+  medium& med() noexcept { return *med_; }
+  const std::shared_ptr<medium>& medium_ptr() const noexcept { return med_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept;
+
+  /// Records that this rank issued collective `code` as sequence number `seq`
+  /// on engine `r`, so that a peer blocked in a inline operation of another
+  /// kind, or on another engine, can tell.
+  void announce(std::uint64_t seq, std::uint8_t code, route r);
+  /// Operations read the peers' announcements from `m` (the shared-memory
+  /// inline engine's medium beside this one) instead of this inline engine's medium.
+  void read_announcements_from(std::shared_ptr<medium> m) { announcer_ = std::move(m); }
+  /// The next operation number (the caller serializes issue).
+  std::uint64_t next_op() noexcept { return ++issued_; }
+  /// Queues `op`, makes one pass and returns its work.
+  work submit(std::unique_ptr<inline_op> op);
+  /// Drives until `s` finished or `until` passed.
+  void drive(work_state& s, inline_clock::time_point until);
+  /// One pass without blocking (skipped while another thread drives).
+  void poke();
+  /// Fails what is queued and everything later with `reason`.
+  void abort(const std::string& reason);
+
+ private:
+  struct finished {
+    std::unique_ptr<inline_op> op;
+    std::exception_ptr error;
+  };
+  bool pass(bool block_on_lock);
+  bool step_head(std::vector<finished>& out);
+  int blocker();
+  bool head_reads_itself();
+  void stop(const std::string& reason);
+
+  std::shared_ptr<medium> med_;
+  std::shared_ptr<medium> announcer_;  // null: med_
+  int rank_;
+  std::string group_;
+  std::vector<std::string> names_;
+  wait_policy policy_;  ///< how drive() waits (no pure spin when ranks outnumber CPUs)
+  std::uint64_t issued_ = 0;
+  std::uint64_t chunks_ = 0;  // guarded by engine_
+  std::mutex engine_;         // held while stepping (guards queue_, stopped_, chunks_)
+  std::deque<std::unique_ptr<inline_op>> queue_;
+  std::string stopped_;  // non-empty once the inline engine stopped
+  std::atomic<int> waiters_{0};
+  // The watchdog: sleeps without timeout while the queue is empty (idle),
+  // else wakes every millisecond; submit wakes it only out of idle.
+  void watch();
+  std::atomic<std::uint32_t> watch_word_{0};
+  std::atomic<bool> watch_idle_{false};
+  std::atomic<bool> stopping_{false};
+  std::thread watchdog_;
+};
+
+}  // namespace troupe::detail

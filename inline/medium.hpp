@@ -1,0 +1,61 @@
+#pragma once
+// medium — what a inline engine's operations travel through (inline/engine.hpp):
+// the group's shared segment (shm_medium) or the data plane's connections
+// (message_medium). The inline engine drives the operations; the medium says how to wait
+// for a peer, whether a peer is lost, and brings incoming data within reach.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace troupe::detail {
+
+class peer_memory;
+
+class segment;
+
+class medium {
+ public:
+  virtual ~medium() = default;
+  virtual int size() const noexcept = 0;
+  /// The group's ranks that run on this host (they share its CPUs), when
+  /// known; 0 when not.
+  virtual int ranks_on_host() const noexcept { return 0; }
+  /// Moves incoming data within reach of the operations without blocking
+  /// (reads sockets); true when something arrived.
+  virtual bool pump() { return false; }
+  /// A thread starts / stops waiting (driving) for the inline engine's operations;
+  /// `reads` says whether it reads incoming data itself (pump) meanwhile.
+  virtual void begin_wait(bool /*reads*/) {}
+  virtual void end_wait(bool /*reads*/) {}
+  /// Sleeps until group rank `r` may have published something or `max`
+  /// passed; `recheck()` runs after registering as sleeper and cancels the
+  /// sleep when it returns true. `reads` as for begin_wait.
+  virtual void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+                     bool reads) = 0;
+  /// Why operation `op`, blocked waiting for group rank `blocker` (-1:
+  /// unknown), can never finish because a rank it needs is gone (empty: it
+  /// still can).
+  virtual std::string lost(std::uint64_t op, int blocker) = 0;
+  /// Records which collective this rank issued as sequence number `seq`.
+  virtual void announce(std::uint64_t /*seq*/, std::uint8_t /*code*/) {}
+  /// The collective rank `r` announced for `seq`, or -1 when unknown.
+  virtual int announced(int /*r*/, std::uint64_t /*seq*/) { return -1; }
+  /// Operation `op` ended (finished or failed): work the medium does for it
+  /// on other threads stops, and this returns once none runs any more.
+  virtual void end_op(std::uint64_t /*op*/) {}
+  /// Wakes this rank's threads sleeping in sleep() (abort).
+  virtual void wake_all() = 0;
+  /// This rank leaves the group: peers waiting for it learn so.
+  virtual void leave() = 0;
+  /// The shared segment, for operations that work on it (null: none).
+  virtual segment* shared_segment() noexcept { return nullptr; }
+  /// Every rank lives in this process (buffers can be read directly).
+  virtual bool one_process() const noexcept { return false; }
+  /// The peers' shared buffers mapped into this process (shm_medium between
+  /// processes), else null.
+  virtual peer_memory* peers() noexcept { return nullptr; }
+};
+
+}  // namespace troupe::detail

@@ -1,0 +1,180 @@
+#pragma once
+// message_medium — the inline engine's medium of messages: operations (algorithm_op)
+// send from the thread that drives them, and what arrives lands in the
+// group's inbox.
+//  - Ranks in this process: the message is handed straight into the peer's
+//    inbox (found in a process-wide directory; the tensor is shared, never
+//    copied). A peer whose group is gone is lost.
+//  - Ranks in other processes: frames through the data plane (TCP or the
+//    shared-memory rings). They are put into the inbox by the waiting thread
+//    itself (pump: it reads the peers' connections; operations up to 1 MiB,
+//    where latency counts) or by the data plane's reader threads (larger
+//    operations: a thread that sends while another receives moves 2.5 GB/s
+//    each way, one thread doing both 1.7). A peer is lost when the data plane
+//    says its process is gone.
+// Arrival handlers (on_arrival): an operation may ask that one of its
+// messages be consumed by the thread that delivers it (a reader thread
+// reduces a segment while the bytes are in its cache and the waiting thread
+// sends); the inbox then gets a "consumed" marker. end_op drops an
+// operation's handlers and waits for running ones, before its caller hears.
+// Posted receives (post_receive): an operation may name the tensor a message
+// from another process belongs in (a slice of its output); the data plane
+// then reads the payload straight into it, and placing it there copies
+// nothing. end_op revokes what it posted: from then on no byte is written
+// there, even by a frame being read at that moment.
+// Bounds: a peer in another process may have at most max_waiting_messages
+// messages waiting here, and max_early_bytes of payload for operations after
+// the next one (transport/frame.hpp); a frame beyond them is refused, which
+// fails that peer. A peer process that died fails every operation (lost()),
+// not only those blocked on it.
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "inline/medium.hpp"
+#include "transport/frame.hpp"
+#include "troupe/tensor.hpp"
+
+namespace troupe::detail {
+
+class data_plane;
+struct envelope;
+
+class message_medium final : public medium, public std::enable_shared_from_this<message_medium> {
+ public:
+  /// One message of an operation, as it arrived.
+  struct message {
+    std::uint8_t code = 0;  ///< the sender's collective (op_code)
+    tensor payload;
+    bool consumed = false;     ///< an arrival handler took the payload
+    std::exception_ptr error;  ///< what that handler threw
+    fingerprint_ptr fp;        ///< what the sender called (on its first message of a call)
+    std::uint64_t early = 0;   ///< payload bytes counted against max_early_bytes
+  };
+  using arrival_fn = std::function<void(const tensor&)>;
+
+  /// `key` names this group of this job in the process (ranks of one process
+  /// find each other's inbox under key + rank); `local[r]`: rank r lives in
+  /// this process. `plane` may be null when every rank is local.
+  message_medium(std::shared_ptr<data_plane> plane, std::string key, std::vector<bool> local,
+                 std::vector<int> global_ranks, int rank, std::string group,
+                 std::vector<std::string> names);
+  ~message_medium() override;
+  /// Starts receiving (before any peer may send).
+  void attach();
+  bool is_local(int r) const { return local_[static_cast<std::size_t>(r)]; }
+
+  int size() const noexcept override { return static_cast<int>(global_ranks_.size()); }
+  int rank() const noexcept { return rank_; }
+  bool pump() override;
+  void begin_wait(bool reads) override;
+  void end_wait(bool reads) override;
+  void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+             bool reads) override;
+  std::string lost(std::uint64_t op, int blocker) override;
+  void wake_all() override;
+  void leave() override;
+
+  /// Sends step `step` of inline operation `op` to group rank `peer` (with
+  /// the sender's fingerprint `fp` on its first message of the operation),
+  /// giving up on a peer that takes nothing until `deadline`. A sender that
+  /// reads its peers' sockets itself (`reads`) keeps reading them while the
+  /// connection is full.
+  void send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
+            const tensor& payload, std::chrono::steady_clock::time_point deadline, bool reads,
+            const fingerprint_ptr& fp = nullptr);
+  /// Has the message (op, step, src) handed to `fn` by the thread that
+  /// delivers it (a reader thread), if it is of collective `code`; the inbox
+  /// then gets a consumed message in its place (with `fn`'s exception).
+  /// False when it already arrived.
+  bool on_arrival(std::uint64_t op, std::uint32_t step, int src, std::uint8_t code, arrival_fn fn);
+  /// Has the payload of message (op, step, src) from another process read
+  /// straight into `into` when it is of collective `code` and exactly
+  /// `into`'s bytes and dtype (a contiguous host tensor that nothing else
+  /// writes, and no pending send reads, until the message was taken).
+  void post_receive(std::uint64_t op, std::uint32_t step, int src, std::uint8_t code,
+                    const tensor& into);
+  /// Where the payload of the frame with header `h` goes (what post_receive
+  /// posted for it, handed out once), or nothing; asked by the data plane.
+  posted_receive placement(const frame_header& h);
+  /// Operation `op` ended (operations end in the order they were issued):
+  /// drops its handlers, waits for running ones, revokes its posted
+  /// receives and drops what it never took, and what arrives for it later.
+  void end_op(std::uint64_t op) override;
+  /// Takes every message of operation `op` that arrived: fn(src, step, message).
+  template <class F>
+  void take_all(std::uint64_t op, F&& fn) {
+    std::vector<std::tuple<int, std::uint32_t, message>> got;
+    {
+      std::lock_guard<std::mutex> g{mtx_};
+      auto it = inbox_.lower_bound({op, 0, 0});
+      while (it != inbox_.end() && std::get<0>(it->first) == op) {
+        uncount(std::get<2>(it->first), it->second);
+        got.emplace_back(std::get<2>(it->first), std::get<1>(it->first), std::move(it->second));
+        it = inbox_.erase(it);
+      }
+    }
+    for (auto& [src, step, m] : got) fn(src, step, m);
+  }
+
+ private:
+  /// Why a frame from another process is refused ("": taken).
+  std::string deliver(received_frame& f);
+  std::string deliver(std::uint64_t op, std::uint32_t step, int src, message m);
+  /// Counts a message into the inbox (under mtx_); why it may not wait there.
+  std::string count(std::uint64_t op, int src, message& m);
+  void uncount(int src, const message& m);
+  /// Why the group can never finish an operation: members whose process died.
+  std::string crashed_members();
+  /// The inbox of local rank r (null once its group is gone).
+  std::shared_ptr<message_medium> local_peer(int r);
+  /// Starts (+1) or stops (-1) pumping every peer's connection.
+  void pumping(int delta, bool wake);
+
+  // Not owned: a reader thread may drop the last reference to this medium,
+  // and must not destroy the data plane (which joins that thread) with it.
+  std::weak_ptr<data_plane> plane_;
+  std::string key_;
+  std::vector<bool> local_;
+  std::vector<std::weak_ptr<message_medium>> peers_;  // local ranks' media, found once
+  std::vector<int> global_ranks_;
+  int rank_;
+  std::string group_;
+  std::vector<std::string> names_;
+  std::vector<int> remote_;  // world ranks of the peers in other processes
+  using key = std::tuple<std::uint64_t, std::uint32_t, int>;  // (op, step, src)
+  std::mutex mtx_;                                            // guards inbox_, handlers_, running_
+  std::map<key, message> inbox_;
+  std::map<key, std::pair<std::uint8_t, arrival_fn>> handlers_;  // code expected, handler
+  struct posted {
+    std::uint8_t code;
+    posted_receive where;
+    bool handed_out = false;
+  };
+  std::map<key, posted> posted_;
+  std::uint64_t ended_ = 0;  // every operation up to this one ended (inline engine's order)
+  std::multiset<std::uint64_t> running_;  // ops whose handlers run now
+  std::condition_variable idle_;          // a handler finished
+  struct waiting {
+    std::size_t messages = 0;
+    std::uint64_t early = 0;
+  };
+  std::vector<waiting> waiting_;  // by sender (under mtx_)
+  // The data plane's count of failed peers, and the count at the last
+  // look that found no member among them (lost() runs under the inline engine's lock).
+  std::shared_ptr<const std::atomic<std::uint32_t>> crashes_;
+  std::uint32_t crashes_seen_ = 0;
+  std::atomic<std::uint32_t> bell_{0};
+  std::atomic<std::uint32_t> sleepers_{0};
+};
+
+}  // namespace troupe::detail

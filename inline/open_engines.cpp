@@ -1,0 +1,82 @@
+#include "inline/open_engines.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "inline/engine.hpp"
+#include "inline/message_medium.hpp"
+#include "inline/shm/segment.hpp"
+#include "inline/shm/shm_medium.hpp"
+#include "transport/data_plane.hpp"
+#include "troupe/error.hpp"
+#include "troupe/store.hpp"
+
+namespace troupe::detail {
+
+inline_engines open_inline_engines(const backend_context& ctx,
+                                   const std::vector<std::string>& names,
+                                   const std::shared_ptr<data_plane>& plane, const std::string& key,
+                                   bool verbose) {
+  inline_engines out;
+  if (ctx.size < 2) return out;
+  const char* env = std::getenv("TROUPE_FABRIC");
+  const std::string setting = env ? env : "";
+  // "messages": no shared segment (every collective on the message engine,
+  // as between hosts; for tests and comparisons).
+  bool shm = setting != "off" && setting != "messages";
+  std::vector<bool> local;
+  for (int w : ctx.global_ranks) {
+    if (plane) shm = shm && plane->shares_memory(w);
+    local.push_back(!plane || plane->is_local(w));
+  }
+  const auto shape = shape_for(ctx.size);
+  std::unique_ptr<segment> seg;
+  std::shared_ptr<message_medium> msg_med;
+  std::string why;
+  auto& st = *ctx.store;
+  try {
+    if (ctx.rank == 0) {
+      if (shm) seg = segment::create(shape);
+      st.set("fabric/name", to_bytes(seg ? seg->name() : std::string()));
+    } else {
+      auto name = troupe::to_string(st.get("fabric/name"));
+      if (shm && !name.empty()) seg = segment::open(name, shape);
+    }
+    if (seg) seg->identity(ctx.rank).pid.store(static_cast<std::int32_t>(::getpid()));
+  } catch (const error& e) {
+    if (e.code() == errc::timeout) throw;
+    seg.reset();
+    why = e.what();
+  }
+  std::string mode = "none";
+  if (setting != "off") {
+    msg_med = std::make_shared<message_medium>(plane, key, local, ctx.global_ranks, ctx.rank,
+                                               ctx.group_name, names);
+    msg_med->attach();
+    mode = seg ? "shm+net" : "net";
+  }
+  st.set("fabric/mode/" + std::to_string(ctx.rank), to_bytes(mode));
+  std::vector<std::string> keys;
+  for (int r = 0; r < ctx.size; ++r) keys.push_back("fabric/mode/" + std::to_string(r));
+  bool agreed = mode != "none";
+  for (auto& v : st.multi_get(keys)) agreed = agreed && troupe::to_string(v) == mode;
+  if (seg && ctx.rank == 0) seg->unlink();
+  if (!why.empty() && verbose)
+    std::fprintf(stderr, "[troupe group '%s' rank %d] no shared-memory collectives: %s\n",
+                 ctx.group_name.c_str(), ctx.rank, why.c_str());
+  if (!agreed) return out;
+  std::shared_ptr<medium> med = msg_med;
+  if (seg) {
+    med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
+                                       setting != "staged");
+    out.shm = true;
+    out.messages =
+        std::make_shared<inline_engine>(std::move(msg_med), ctx.rank, ctx.group_name, names);
+  }
+  out.main = std::make_shared<inline_engine>(std::move(med), ctx.rank, ctx.group_name, names);
+  return out;
+}
+
+}  // namespace troupe::detail

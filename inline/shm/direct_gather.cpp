@@ -1,0 +1,30 @@
+// direct_gather — allgather and gather on the shared segment: block r of
+// the output (at the counts' offset of r) is rank r's whole input, copied
+// by every rank (allgather) or by the root alone (gather).
+
+#include "inline/shm/direct_layout.hpp"
+
+namespace troupe::detail {
+namespace {
+
+class direct_gather final : public direct_layout {
+ public:
+  explicit direct_gather(bool to_all) : to_all_(to_all) {}
+  std::int64_t expected_input(const direct_view& v, int r) const override { return v.length(r); }
+  std::int64_t source_bytes(const direct_view& v, int r) const override { return v.length(r); }
+  direct_need needed(const direct_view& v, int me, int r) const override {
+    if (!to_all_ && me != v.call.root) return {};
+    return {0, v.length(r), v.offset(r)};
+  }
+
+ private:
+  bool to_all_;
+};
+
+}  // namespace
+
+std::unique_ptr<direct_layout> make_direct_gather(bool to_all) {
+  return std::make_unique<direct_gather>(to_all);
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,67 @@
+#pragma once
+// direct_layout — what one collective moves through the shared segment, for
+// direct_shm (which runs them all): whose input bytes (its "source") each
+// rank's output needs, and where they go. One file per collective:
+// direct_broadcast, direct_gather (allgather and gather), direct_scatter,
+// direct_reduce_scatter, direct_alltoall.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "base/call.hpp"
+
+namespace troupe::detail {
+
+/// Bytes [from, to) of a rank's source go to the output at byte `at`
+/// (from == to: nothing).
+struct direct_need {
+  std::int64_t from = 0, to = 0, at = 0;
+};
+
+/// What a layout sees of the call (the same on every rank once the ranks'
+/// calls agree).
+struct direct_view {
+  const collective_call& call;
+  int size;
+  std::int64_t element_bytes;
+  /// alltoall: rank r's send counts, or (receive) its receive counts, as it
+  /// posted them in its small slot.
+  std::function<const std::int64_t*(int r, bool receive)> splits;
+
+  /// Block r of the counts, in bytes: its offset and its length.
+  std::int64_t offset(int r) const;
+  std::int64_t length(int r) const;
+  /// Every rank's counts together, in bytes.
+  std::int64_t total() const;
+};
+
+class direct_layout {
+ public:
+  virtual ~direct_layout() = default;
+  /// Bytes rank r's input must hold, or -1 when any size will do (every
+  /// rank checks every rank's, so all refuse alike).
+  virtual std::int64_t expected_input(const direct_view&, int /*r*/) const { return -1; }
+  /// Bytes of rank r's input the others may need (its source).
+  virtual std::int64_t source_bytes(const direct_view& v, int r) const = 0;
+  /// What rank `me` needs of rank r's source (r == me: of its own input).
+  virtual direct_need needed(const direct_view& v, int me, int r) const = 0;
+  /// Whether every rank combines the same range of every source (reduce)
+  /// instead of copying what it needs.
+  virtual bool reduces() const { return false; }
+  /// Whether ranks of several processes read straight from each other's
+  /// shared inputs rather than through the staging slots: where every rank
+  /// reads bytes no other rank reads, about as many each (measured, 2 ranks,
+  /// 64 MiB: alltoall 12.2-15.7 ms staged against 9.3-12.0 pulled,
+  /// reduce_scatter 10.6-11.6 against 6.9-7.4; broadcast, read by all from
+  /// one root, 4.6-5.3 staged against 7.1-8.0 pulled).
+  virtual bool pulls_between_processes() const { return false; }
+};
+
+std::unique_ptr<direct_layout> make_direct_broadcast();
+std::unique_ptr<direct_layout> make_direct_gather(bool to_all);
+std::unique_ptr<direct_layout> make_direct_scatter();
+std::unique_ptr<direct_layout> make_direct_reduce_scatter();
+std::unique_ptr<direct_layout> make_direct_alltoall();
+
+}  // namespace troupe::detail

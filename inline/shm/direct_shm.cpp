@@ -1,0 +1,442 @@
+// direct_shm — broadcast, allgather, gather, scatter, reduce_scatter and alltoall among
+// the ranks of one host through the group's segment. Ranks of one process
+// (and, for alltoall and reduce_scatter, ranks of several processes whose
+// inputs peers can map: tensor::empty buffers of 64 KiB and more from their
+// second use, tensor::empty_shared) go straight between their buffers: each
+// rank copies (reduce_scatter: reduces) what its own output needs from the
+// others' inputs, so every byte is copied once, by the rank that needs it,
+// with no message, staging buffer or thread in between. Otherwise the
+// sources are staged chunk by chunk through the segment's slots (below).
+//
+// Terms: k is the inline operation number; "counts" the elements per rank
+// (the call's, the same on every rank); block r starts at the sum of the
+// counts before r.
+// Step 1 (post): once every rank finished operation k-2 (whose descriptor
+//   slot this one reuses), post the descriptor: collective, dtype, reduce
+//   op, root, input bytes and address, and a hash of the counts;
+//   arrived = k.
+// Step 2 (agree): wait until every rank arrived. Every rank checks every
+//   descriptor (same collective, dtype, root, reduce op and counts; each
+//   input the size the counts give it) from the descriptors alone, so all
+//   ranks fail alike (and step past) or none does.
+// Step 3 (pull), into this rank's output only: what the collective's layout
+//   (inline/shm/direct_layout.hpp, one file per collective) says this rank
+//   needs of every rank's input, copied (reduce_scatter: reduced in rank
+//   order, then AVG's division; every rank reduces its own block, so the
+//   results are the bits the message algorithms give); done = k.
+// Step 4 (finish): return once every rank is done: until then the others
+//   read this rank's input.
+
+#include "inline/shm/direct_shm.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "base/call.hpp"
+#include "inline/medium.hpp"
+#include "inline/shm/direct_layout.hpp"
+#include "inline/shm/shm_op.hpp"
+#include "kernels/reduce_kernels.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+namespace {
+
+bool rooted(op_code c) {
+  return c == op_code::broadcast || c == op_code::gatherv || c == op_code::scatterv;
+}
+
+class direct_shm final : public shm_op {
+ public:
+  explicit direct_shm(collective_call call)
+      : shm_op(static_cast<std::uint8_t>(call.code)),
+        call_(std::make_unique<collective_call>(std::move(call))),
+        layout_(layout_for(call_->code)) {
+    // alltoall in place: the others read this rank's input while its output
+    // is written (and, between processes, while it is still being staged),
+    // so they read a copy. (The other collectives' in-place layouts write
+    // only what nobody reads.)
+    if (call_->code == op_code::alltoallv && overlaps(call_->input, call_->output))
+      call_->input = fresh_copy(call_->input);
+  }
+
+  bool step(inline_context& ctx, bool& moved) override {
+    auto& c = *call_;
+    switch (phase_) {
+      case phase::post: {
+        if (!all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,
+                         "finish its previous operation"))
+          return false;
+        // Outputs larger than the caches together go out streaming, except
+        // a broadcast's between processes: its readers copy from slots one
+        // root fills (measured, 2 ranks, alternating: 16 MiB 1.0-1.3 ms
+        // stored as usual against 1.5-1.6 streamed, 64 MiB 4.2-4.9 against
+        // 5.9-6.1; allgather and alltoall streamed: 16 MiB 1.5-2.9 ->
+        // 0.8-1.2 ms, 64 MiB 8.3-11.4 -> 5.0-6.0).
+        stream_output_ = outgrows_cache(c.output.defined() ? c.output.nbytes() : 0, ctx.size) &&
+                         !(c.code == op_code::broadcast && !ctx.one_process);
+        auto& d = ctx.seg->descriptor(ctx.rank, op);
+        d = op_descriptor{};
+        d.op = op;
+        d.seq = seq;
+        d.nbytes = c.input.defined() ? c.input.nbytes() : 0;
+        d.dtype = static_cast<std::uint32_t>(element_type().scalar_type());
+        d.reduce = static_cast<std::uint32_t>(c.op.op());
+        d.code = code_;
+        d.root = rooted(c.code) ? c.root : 0;
+        d.addr = c.input.defined() ? reinterpret_cast<std::uint64_t>(c.input.data()) : 0;
+        if (c.code == op_code::alltoallv) {
+          // Each rank's own send and receive counts, in its small slot, read
+          // by the others.
+          auto* slot = reinterpret_cast<std::int64_t*>(ctx.seg->small_slot(ctx.rank, op));
+          std::copy(c.counts.begin(), c.counts.end(), slot);
+          std::copy(c.recv_counts.begin(), c.recv_counts.end(), slot + ctx.size);
+        } else {
+          d.counts_hash = hash_counts(c.counts);
+        }
+        // Large inputs that peers can map are read in place between processes.
+        if (ctx.peers && pulls_between_processes() && c.input.defined() &&
+            static_cast<std::int64_t>(c.input.nbytes()) > small_limit(ctx))
+          describe_shared(d, c.input);
+        // Small sources travel in the descriptor's slot: one step (not
+        // alltoall's: its slot holds the counts).
+        if (const auto mine = source_bytes(ctx, ctx.rank);
+            c.code != op_code::alltoallv && mine <= small_limit(ctx) && mine > 0)
+          copy(ctx.seg->small_slot(ctx.rank, op), static_cast<const std::byte*>(c.input.data()),
+               mine);
+        publish(ctx, &rank_progress::arrived, op, moved);
+        phase_ = phase::agree;
+        [[fallthrough]];
+      }
+      case phase::agree:
+        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this " + name, true))
+          return false;
+        check(ctx, moved);
+        if (refused_.empty() && all_small(ctx)) {
+          // The slots are reused at operation k+2, once every rank is done
+          // with this one: no rank waits for the others here.
+          own_part(ctx);
+          consume_range(ctx, 0, small_limit(ctx),
+                        [&](int r) { return ctx.seg->small_slot(r, op); });
+          finish_op(ctx, moved);
+          if (c.on_success) c.on_success();
+          return true;
+        }
+        if (refused_.empty() && !ctx.one_process && !sources_shared(ctx)) {
+          start_staged(ctx);
+          phase_ = phase::staged;
+          return run_staged(ctx, moved);
+        }
+        if (refused_.empty()) pull(ctx);
+        finish_op(ctx, moved);
+        phase_ = phase::finish;
+        [[fallthrough]];
+      case phase::finish:
+        // Until every rank is done the others read this rank's input (and,
+        // while they check, its counts): a refusing rank waits too.
+        if (!all_reached(ctx, &rank_progress::done, op, "finish reading this rank's input"))
+          return false;
+        // Every rank checked the same arguments: all refuse alike, and step past.
+        if (!refused_.empty()) throw disagreement_error(refused_);
+        if (c.on_success) c.on_success();
+        return true;
+      case phase::staged:
+        return run_staged(ctx, moved);
+    }
+    return false;
+  }
+
+ private:
+  enum class phase { post, agree, finish, staged };
+
+  /// The tensor whose dtype the call moves (gather's non-roots have no output).
+  const tensor& element_type() const {
+    return call_->input.defined() ? call_->input : call_->output;
+  }
+  std::int64_t element_bytes() const {
+    return static_cast<std::int64_t>(element_size(element_type().scalar_type()));
+  }
+
+  /// Remembers the first disagreement (thrown once every rank is done).
+  void refuse(const std::string& why) {
+    if (refused_.empty()) refused_ = why;
+  }
+
+  void check(inline_context& ctx, bool& moved) {
+    // What every rank called (collective, dtype, root, op, counts, splits).
+    if (auto why = disagreement(ctx); !why.empty()) {
+      refuse(why);
+      // Another collective: its protocol on this segment differs; done here.
+      if (ctx.seg->descriptor(ctx.rank, op).code != code_ || !same_codes(ctx)) {
+        finish_op(ctx, moved);
+        throw disagreement_error(refused_);
+      }
+      return;
+    }
+    // The calls agree, so every rank checks the sizes against the same numbers.
+    const auto v = view(ctx);
+    for (int r = 0; r < ctx.size; ++r) {
+      const auto& d = ctx.seg->descriptor(r, op);
+      const auto want = layout_->expected_input(v, r);
+      if (want >= 0 && static_cast<std::int64_t>(d.nbytes) != want)
+        refuse("rank " + std::to_string(r) + " passed an input of " + std::to_string(d.nbytes) +
+               " bytes of " + std::string(to_string(static_cast<dtype>(d.dtype))) +
+               ", which its counts make " + std::to_string(want) + " bytes");
+    }
+  }
+
+  bool same_codes(inline_context& ctx) const {
+    for (int r = 0; r < ctx.size; ++r)
+      if (ctx.seg->descriptor(r, op).code != code_) return false;
+    return true;
+  }
+
+  /// Rank r's send counts (alltoall), or its receive counts.
+  const std::int64_t* counts_of(inline_context& ctx, int r, bool receive) const {
+    return reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(r, op)) +
+           (receive ? ctx.size : 0);
+  }
+
+  // -- between processes: through the segment's staging slots ----------------
+
+  /// What the layout sees of the call.
+  direct_view view(inline_context& ctx) const {
+    return {*call_, ctx.size, element_bytes(),
+            [this, &ctx](int r, bool receive) { return counts_of(ctx, r, receive); }};
+  }
+  /// Bytes of rank r's input the others may need (its "source").
+  std::int64_t source_bytes(inline_context& ctx, int r) const {
+    return layout_->source_bytes(view(ctx), r);
+  }
+  using need = direct_need;
+  /// What rank `me` needs of rank r's source.
+  need needed(inline_context& ctx, int me, int r) const {
+    return layout_->needed(view(ctx), me, r);
+  }
+
+  /// Sources up to this size go through the descriptors' small slots.
+  static std::int64_t small_limit(inline_context& ctx) {
+    return static_cast<std::int64_t>(
+        std::min<std::size_t>(ctx.seg->shape().small_bytes, std::size_t{64} << 10));
+  }
+  /// The longest source (the same on every rank once the arguments agree).
+  std::int64_t longest_source(inline_context& ctx) const {
+    std::int64_t longest = 0;
+    for (int r = 0; r < ctx.size; ++r) longest = std::max(longest, source_bytes(ctx, r));
+    return longest;
+  }
+  /// (alltoall reads the others' counts and inputs in place, in one process.)
+  bool all_small(inline_context& ctx) const {
+    return call_->code != op_code::alltoallv && longest_source(ctx) <= small_limit(ctx);
+  }
+
+  /// Takes the operation's chunk numbers (the same on every rank) and copies
+  /// what this rank needs of its own input.
+  void start_staged(inline_context& ctx) {
+    const auto bytes = static_cast<std::int64_t>(ctx.seg->shape().chunk_bytes);
+    chunks_ = (longest_source(ctx) + bytes - 1) / bytes;
+    mine_ = (source_bytes(ctx, ctx.rank) + bytes - 1) / bytes;
+    first_ = ctx.chunks + 1;
+    ctx.chunks += static_cast<std::uint64_t>(chunks_);
+    own_part(ctx);
+  }
+
+  /// Copies what this rank's output needs of its own input (a reduction
+  /// reads it with the others').
+  void own_part(inline_context& ctx) {
+    if (layout_->reduces()) return;
+    auto& c = *call_;
+    auto* in = c.input.defined() ? static_cast<const std::byte*>(c.input.data()) : nullptr;
+    auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
+    const auto nd = needed(ctx, ctx.rank, ctx.rank);
+    if (nd.from < nd.to && out + nd.at != in + nd.from)
+      copy_out(out + nd.at, in + nd.from, nd.to - nd.from);
+  }
+
+  /// Chunk i's global number.
+  std::uint64_t number(std::int64_t i) const { return first_ + static_cast<std::uint64_t>(i); }
+
+  /// Stages my chunks (once every rank consumed what the slot held) and
+  /// consumes everyone's as they are staged, as far as the peers allow.
+  bool run_staged(inline_context& ctx, bool& moved) {
+    auto& seg = *ctx.seg;
+    const auto slots = static_cast<std::int64_t>(seg.shape().chunk_slots);
+    const auto bytes = static_cast<std::int64_t>(seg.shape().chunk_bytes);
+    int waiting_rank = -1;
+    const char* waiting_for = "";
+    for (bool progress = true; progress;) {
+      progress = false;
+      if (consumed_ < chunks_) {
+        const int r = consume(ctx, consumed_, bytes);
+        if (r < 0) {
+          publish(ctx, &rank_progress::consumed, number(consumed_++), moved);
+          progress = true;
+          continue;
+        }
+        waiting_rank = r;
+        waiting_for = "stage its data";
+      }
+      if (staged_ < mine_) {
+        const int r = staged_ >= slots
+                          ? short_of(ctx, &rank_progress::consumed, number(staged_ - slots))
+                          : -1;
+        if (r < 0) {
+          const auto from = staged_ * bytes;
+          const auto n = std::min(bytes, source_bytes(ctx, ctx.rank) - from);
+          copy(seg.stage(ctx.rank, number(staged_)),
+               static_cast<const std::byte*>(call_->input.data()) + from, n);
+          publish(ctx, &rank_progress::staged, number(staged_++), moved);
+          progress = true;
+          continue;
+        }
+        if (waiting_rank < 0) {
+          waiting_rank = r;
+          waiting_for = "copy out an earlier chunk";
+        }
+      }
+    }
+    if (consumed_ < chunks_ || staged_ < mine_) return waiting(waiting_rank, waiting_for);
+    // The next operation may reuse the slots once nobody reads them.
+    if (chunks_ > 0 && !all_reached(ctx, &rank_progress::consumed, number(chunks_ - 1),
+                                    "copy out this operation's last chunk"))
+      return false;
+    if (!finished_) {
+      finished_ = true;
+      finish_op(ctx, moved);
+    }
+    if (call_->on_success) call_->on_success();
+    return true;
+  }
+
+  /// Copies (reduces) what this rank needs of chunk i; -1 when done, else a
+  /// rank that has not staged it yet (nothing copied then).
+  int consume(inline_context& ctx, std::int64_t i, std::int64_t bytes) {
+    const auto lo = i * bytes, hi = lo + bytes;
+    for (int r = 0; r < ctx.size; ++r) {
+      if (r == ctx.rank) continue;
+      const auto nd = needed(ctx, ctx.rank, r);
+      if (std::max(nd.from, lo) < std::min(nd.to, hi) &&
+          ctx.seg->progress(r).staged.load(std::memory_order_acquire) < number(i))
+        return r;
+    }
+    consume_range(ctx, lo, hi, [&](int r) { return ctx.seg->stage(r, number(i)); });
+    return -1;
+  }
+
+  /// Copies (reduces) what this rank needs of bytes [lo, hi) of every
+  /// source, which `at(r)` holds (from byte lo on).
+  template <class Where>
+  void consume_range(inline_context& ctx, std::int64_t lo, std::int64_t hi, const Where& at) {
+    auto& c = *call_;
+    const int me = ctx.rank, n = ctx.size;
+    auto part = [&](const need& nd) {
+      return std::pair{std::max(nd.from, lo), std::min(nd.to, hi)};
+    };
+    auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
+    auto staged_at = [&](int r, std::int64_t from) { return at(r) + (from - lo); };
+    if (layout_->reduces()) {
+      const auto nd = needed(ctx, me, me);
+      const auto [from, to] = part(nd);
+      if (from >= to) return;
+      std::vector<const void*> srcs(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r)
+        srcs[static_cast<std::size_t>(r)] =
+            r == me ? static_cast<const std::byte*>(c.input.data()) + from : staged_at(r, from);
+      const auto es = element_bytes();
+      const auto count = (to - from) / es;
+      const bool avg = c.op.op() == reduce_op::AVG;
+      // AVG divides before the one rounding of float16/bfloat16.
+      reduce_many(c.output.scalar_type(), avg ? reduce_op::SUM : c.op.op(),
+                  out + nd.at + (from - nd.from), srcs.data(), srcs.size(),
+                  static_cast<std::size_t>(count),
+                  avg ? static_cast<double>(n) * static_cast<double>(c.avg_local) : 0.0);
+      reduced_bytes_ += static_cast<std::uint64_t>((to - from) * n);
+      return;
+    }
+    for (int r = 0; r < n; ++r) {
+      if (r == me) continue;
+      const auto nd = needed(ctx, me, r);
+      const auto [from, to] = part(nd);
+      if (from < to) copy_out(out + nd.at + (from - nd.from), staged_at(r, from), to - from);
+    }
+  }
+
+  bool pulls_between_processes() const { return layout_->pulls_between_processes(); }
+
+  /// Between processes: every rank with something to send posted shared
+  /// memory (the same answer on every rank).
+  bool sources_shared(inline_context& ctx) const {
+    if (!ctx.peers || !pulls_between_processes()) return false;
+    for (int r = 0; r < ctx.size; ++r)
+      if (source_bytes(ctx, r) > 0 && ctx.seg->descriptor(r, op).share_id == 0) return false;
+    return true;
+  }
+
+  /// Rank r's input in this process.
+  const std::byte* input_of(inline_context& ctx, int r) const { return posted_buffer(ctx, r); }
+
+  /// One process, or shared inputs: what this rank needs, straight from the
+  /// others' inputs.
+  void pull(inline_context& ctx) {
+    own_part(ctx);
+    consume_range(ctx, 0, longest_source(ctx), [&](int r) { return input_of(ctx, r); });
+  }
+
+  /// The layout of `c`'s collective.
+  static std::unique_ptr<direct_layout> layout_for(op_code c) {
+    switch (c) {
+      case op_code::broadcast:
+        return make_direct_broadcast();
+      case op_code::allgatherv:
+        return make_direct_gather(true);
+      case op_code::gatherv:
+        return make_direct_gather(false);
+      case op_code::scatterv:
+        return make_direct_scatter();
+      case op_code::reduce_scatterv:
+        return make_direct_reduce_scatter();
+      case op_code::alltoallv:
+        return make_direct_alltoall();
+      default:
+        throw error(errc::internal, std::string("direct_shm: no layout for ") + to_string(c));
+    }
+  }
+
+  std::unique_ptr<collective_call> call_;
+  std::unique_ptr<direct_layout> layout_;
+  phase phase_ = phase::post;
+  std::string refused_;
+  // Between processes: the operation's chunks, mine among them, and the cursors.
+  std::int64_t chunks_ = 0, mine_ = 0, staged_ = 0, consumed_ = 0;
+  std::uint64_t first_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+bool fits_direct_shm(const collective_call& c, int size) {
+  switch (c.code) {
+    case op_code::broadcast:
+    case op_code::allgatherv:
+    case op_code::gatherv:
+    case op_code::scatterv:
+      return true;
+    case op_code::alltoallv:
+      // Every rank posts its send and receive counts in its small slot.
+      return std::size_t(size) * 2 * sizeof(std::int64_t) <= segment_shape{}.small_bytes;
+    case op_code::reduce_scatterv:
+      // PREMUL_SUM scales every input before the sum: the message algorithms'.
+      return c.op.op() != reduce_op::PREMUL_SUM;
+    default:
+      return false;
+  }
+}
+
+std::unique_ptr<inline_op> make_direct_shm(collective_call call) {
+  return std::make_unique<direct_shm>(std::move(call));
+}
+
+}  // namespace troupe::detail

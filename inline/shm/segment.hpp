@@ -1,0 +1,139 @@
+#pragma once
+// segment — the shared memory through which the ranks of one group on one
+// host run collectives without messages (see inline/engine.hpp).
+//
+// Layout (every region starts on its own cache line or page):
+//  - per rank, its bell: a futex word that ranks waiting for this rank sleep
+//    on, and the count of its sleepers, so that publishing a counter makes a
+//    system call only when somebody sleeps, and wakes only those waiting for
+//    this rank (with more ranks than cores, waking everyone on every step
+//    costs more than the step);
+//  - per rank, written only by that rank: its progress counters (one cache
+//    line), the descriptors of its last two operations, its pid and "left"
+//    flag, and the ring of the kinds of its last 64 collectives (announce);
+//  - per rank, two small-message slots (operation parity);
+//  - per rank, `chunk_slots` staging slots of `chunk_bytes`, and one shared
+//    ring of result slots of the same shape. Every data slot starts half a
+//    page into a page (page-aligned buffers would stall on 4 KiB aliasing).
+// Counters grow monotonically and are never reset, so a flag never needs
+// clearing: "rank r reached step x" is `counter[r] >= x`.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace troupe::detail {
+
+struct segment_shape {
+  int size = 1;                         ///< ranks in the group
+  std::size_t small_bytes = 32 << 10;   ///< largest buffer sent in one step
+  std::size_t chunk_bytes = 256 << 10;  ///< staging granularity for larger buffers
+  int chunk_slots = 4;                  ///< chunks in flight
+};
+
+/// The shape a group of `size` ranks uses. Two ranks take private buffers up
+/// to 1 MiB through the slots (measured 45–51 µs at 1 MiB against 59–60 µs
+/// staged in chunks); more ranks read n slots each, so only up to 32 KiB.
+/// Shared buffers above 32 KiB skip the slots (inline/shm/allreduce_shm).
+segment_shape shape_for(int size);
+
+/// What an operation looks like; every rank must pass the same.
+struct op_descriptor {
+  std::uint64_t op = 0;   ///< inline operation number (1, 2, ...)
+  std::uint64_t seq = 0;  ///< the group's sequence number
+  std::uint64_t nbytes = 0;
+  std::uint32_t dtype = 0;
+  std::uint32_t reduce = 0;
+  std::uint32_t code = 0;      ///< which collective (op_code)
+  std::int32_t share_fd = -1;  ///< the buffer's memfd in its process (tensor::empty_shared)
+  std::uint64_t addr = 0;      ///< the buffer's address (read only by ranks in the same process)
+  /// A shared buffer (share_id != 0): its allocation number, the allocation's
+  /// size and the buffer's offset in it; peers map it (memory/peer_memory).
+  std::uint64_t share_id = 0;
+  std::uint64_t share_size = 0;
+  std::uint64_t share_offset = 0;
+  std::int32_t root = 0;          ///< rooted collectives (direct_shm)
+  std::uint64_t counts_hash = 0;  ///< the elements per rank, hashed (direct_shm)
+};
+
+/// Progress counters of one rank (written by it alone).
+struct alignas(64) rank_progress {
+  std::atomic<std::uint64_t> arrived{
+      0};  ///< last operation whose descriptor (and small data) is posted
+  std::atomic<std::uint64_t> done{0};      ///< last operation this rank finished reading for
+  std::atomic<std::uint64_t> staged{0};    ///< last chunk staged
+  std::atomic<std::uint64_t> reduced{0};   ///< last chunk whose part this rank reduced
+  std::atomic<std::uint64_t> consumed{0};  ///< last chunk whose result this rank copied out
+};
+
+struct alignas(64) rank_identity {
+  std::atomic<std::int32_t> pid{0};
+  std::atomic<std::uint32_t> left{0};  ///< 1 once the rank destroyed the group
+};
+
+class segment {
+ public:
+  /// Creates a new segment for `shape` under a fresh name (returned by name()).
+  static std::unique_ptr<segment> create(const segment_shape& shape);
+  /// Maps the segment `name` that another rank created.
+  static std::unique_ptr<segment> open(const std::string& name, const segment_shape& shape);
+  ~segment();
+  segment(const segment&) = delete;
+  segment& operator=(const segment&) = delete;
+
+  const std::string& name() const noexcept { return name_; }
+  const segment_shape& shape() const noexcept { return shape_; }
+  /// Removes the name (the mapping stays); done once every rank mapped it.
+  void unlink();
+
+  rank_progress& progress(int r) noexcept;
+  rank_identity& identity(int r) noexcept;
+  op_descriptor& descriptor(int r, std::uint64_t op) noexcept;               ///< slot op % 2
+  std::atomic<std::uint64_t>& announced(int r, std::uint64_t seq) noexcept;  ///< slot seq % 64
+  std::byte* small_slot(int r, std::uint64_t op) noexcept;                   ///< slot op % 2
+  std::byte* stage(int r, std::uint64_t chunk) noexcept;                     ///< slot chunk % slots
+  std::byte* result(std::uint64_t chunk) noexcept;                           ///< slot chunk % slots
+
+  /// Wakes the ranks sleeping on rank `r`'s bell (r published a counter);
+  /// free when nobody sleeps.
+  void ring(int r) noexcept;
+  /// Wakes every sleeper of every bell (abort, leaving).
+  void wake_all() noexcept;
+  /// Sleeps on rank `r`'s bell: registers as sleeper, then runs `recheck()`,
+  /// which may cancel the sleep (returns true when it made progress);
+  /// otherwise sleeps until r rings or `max` passes.
+  template <class F>
+  void sleep(int r, std::chrono::nanoseconds max, const F& recheck) {
+    auto& b = bell_of(r);
+    b.sleepers.fetch_add(1);
+    const auto seen = b.bell.load();
+    if (!recheck()) wait_bell(b, seen, max);
+    b.sleepers.fetch_sub(1);
+  }
+
+ private:
+  struct alignas(64) rank_bell {
+    std::atomic<std::uint32_t> bell{0};
+    std::atomic<std::uint32_t> sleepers{0};
+  };
+  segment(std::string name, void* base, std::size_t bytes, const segment_shape& shape);
+  rank_bell& bell_of(int r) noexcept;
+  static void wait_bell(rank_bell& b, std::uint32_t seen, std::chrono::nanoseconds max) noexcept;
+
+  std::string name_;
+  std::byte* base_;
+  std::size_t bytes_;
+  segment_shape shape_;
+  bool linked_ = true;
+  struct offsets {
+    std::size_t bells, progress, identity, descriptors, announce, small, stage, result;
+  };
+  /// Places the regions for `shape`; returns the segment's size.
+  static std::size_t plan(const segment_shape& shape, offsets& off);
+  offsets off_{};
+};
+
+}  // namespace troupe::detail

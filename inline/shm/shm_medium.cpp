@@ -1,0 +1,110 @@
+#include "inline/shm/shm_medium.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "inline/shm/segment.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+/// How often a blocked operation checks that the peers' processes are alive.
+constexpr auto liveness_period = std::chrono::milliseconds(5);
+/// How long a rank that left waits to be named while no process is gone.
+constexpr auto left_grace = std::chrono::milliseconds(20);
+
+bool process_gone(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+}  // namespace
+
+shm_medium::shm_medium(std::unique_ptr<segment> seg, int rank, std::string group,
+                       std::vector<std::string> names, bool allow_direct)
+    : seg_(std::move(seg)), rank_(rank), group_(std::move(group)), names_(std::move(names)) {
+  one_process_ = allow_direct;
+  for (int r = 0; r < size(); ++r)
+    one_process_ = one_process_ && seg_->identity(r).pid.load() == ::getpid();
+  pidfds_.assign(static_cast<std::size_t>(size()), -1);
+  if (allow_direct && !one_process_) peers_ = std::make_unique<peer_memory>();
+}
+
+shm_medium::~shm_medium() {
+  for (int fd : pidfds_)
+    if (fd >= 0) ::close(fd);
+}
+
+int shm_medium::size() const noexcept {
+  return seg_->shape().size;
+}
+
+void shm_medium::sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+                       bool) {
+  seg_->sleep(r, max, recheck);
+}
+
+void shm_medium::announce(std::uint64_t seq, std::uint8_t code) {
+  seg_->announced(rank_, seq).store(seq << 8 | code, std::memory_order_release);
+}
+
+int shm_medium::announced(int r, std::uint64_t seq) {
+  const auto a = seg_->announced(r, seq).load(std::memory_order_acquire);
+  return a >> 8 == seq ? static_cast<int>(a & 0xff) : -1;
+}
+
+void shm_medium::wake_all() {
+  seg_->wake_all();
+}
+
+void shm_medium::leave() {
+  seg_->identity(rank_).left.store(1);
+  seg_->wake_all();
+}
+
+std::string shm_medium::lost(std::uint64_t op, int) {
+  // Any rank that has not finished the operation: its done counter says so.
+  // A rank whose process is gone is the cause and is named alone (every one,
+  // when several are gone: which went first is unknown); a rank that left
+  // the group is named only when no process is gone, and only after a short
+  // grace (it may have left because another rank died, which the pidfds
+  // show a moment later than that rank saw it).
+  const auto now = inline_clock::now();
+  std::string left, gone;
+  auto add = [](std::string& to, const std::string& s) { to += (to.empty() ? "" : "; ") + s; };
+  std::vector<int> unfinished;
+  for (int r = 0; r < size(); ++r) {
+    // A rank that finished this operation owes nothing more to it.
+    if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
+    unfinished.push_back(r);
+    if (seg_->identity(r).left.load(std::memory_order_acquire))
+      add(left, names_[static_cast<std::size_t>(r)] + " left group '" + group_ + "'");
+  }
+  const bool check_processes = now >= next_liveness_check_ || !left.empty();
+  if (check_processes) next_liveness_check_ = now + liveness_period;
+  for (int r : check_processes ? unfinished : std::vector<int>{}) {
+    const auto pid = seg_->identity(r).pid.load();
+    if (pid == 0 || pid == ::getpid()) continue;
+    auto& fd = pidfds_[static_cast<std::size_t>(r)];
+#ifdef SYS_pidfd_open
+    if (fd < 0) fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#endif
+    if (fd < 0 ? ::kill(pid, 0) != 0 && errno == ESRCH : process_gone(fd))
+      add(gone, names_[static_cast<std::size_t>(r)] + " left group '" + group_ +
+                    "' (its process is gone)");
+  }
+  if (!gone.empty()) return gone;
+  if (left.empty()) {
+    left_seen_.reset();
+    return {};
+  }
+  if (!left_seen_) left_seen_ = now;
+  return now - *left_seen_ >= left_grace ? left : std::string();
+}
+
+}  // namespace troupe::detail

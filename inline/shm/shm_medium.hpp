@@ -1,0 +1,56 @@
+#pragma once
+// shm_medium — the inline engine's medium for a group whose ranks all share the
+// host: the group's shared segment (inline/shm/segment.hpp). Waiting for a rank
+// sleeps on that rank's bell. A rank that destroys the group sets its "left"
+// flag; a rank whose process dies is seen through a pidfd (checked every few
+// milliseconds while an operation is blocked).
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inline/engine.hpp"
+#include "inline/medium.hpp"
+#include "inline/shm/peer_memory.hpp"
+
+namespace troupe::detail {
+
+class shm_medium final : public medium {
+ public:
+  /// Every rank must have written its pid into `seg` already. Without
+  /// `allow_direct`, ranks of one process stage through the segment as ranks
+  /// of several processes do (TROUPE_FABRIC=staged, for tests and comparisons).
+  shm_medium(std::unique_ptr<segment> seg, int rank, std::string group,
+             std::vector<std::string> names, bool allow_direct);
+  ~shm_medium() override;
+
+  int size() const noexcept override;
+  int ranks_on_host() const noexcept override { return size(); }
+  void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
+             bool reads) override;
+  std::string lost(std::uint64_t op, int blocker) override;
+  void announce(std::uint64_t seq, std::uint8_t code) override;
+  int announced(int r, std::uint64_t seq) override;
+  void wake_all() override;
+  void leave() override;
+  segment* shared_segment() noexcept override { return seg_.get(); }
+  bool one_process() const noexcept override { return one_process_; }
+  peer_memory* peers() noexcept override { return peers_.get(); }
+
+ private:
+  std::unique_ptr<segment> seg_;
+  int rank_;
+  std::string group_;
+  std::vector<std::string> names_;
+  bool one_process_ = false;
+  std::unique_ptr<peer_memory> peers_;  // between processes: the peers' shared buffers
+  std::vector<int> pidfds_;             // per rank, opened when first needed
+  inline_clock::time_point next_liveness_check_{};
+  // When a rank that left was first seen (no process found dead then): it is
+  // named after a short grace, so that a rank that left because another one
+  // died is not blamed before that death shows.
+  std::optional<inline_clock::time_point> left_seen_;
+};
+
+}  // namespace troupe::detail

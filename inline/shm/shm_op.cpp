@@ -1,0 +1,139 @@
+#include "inline/shm/shm_op.hpp"
+
+#include <cstring>
+
+#include "base/call.hpp"
+#include "inline/medium.hpp"
+#include "inline/shm/peer_memory.hpp"
+#include "kernels/stream_copy.hpp"
+#include "memory/host_memory.hpp"
+#include "troupe/dtype.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+bool shm_op::all_reached(inline_context& ctx, counter c, std::uint64_t value, std::string_view what,
+                         bool agreeing) {
+  const int r = short_of(ctx, c, value);
+  if (r < 0) return true;
+  if (agreeing) check_kind(ctx, r);
+  return waiting(r, what);
+}
+
+bool shm_op::waiting(int r, std::string_view what) {
+  blocked_rank_ = r;
+  blocked_what_ = std::string(what);
+  return false;
+}
+
+int shm_op::short_of(inline_context& ctx, counter c, std::uint64_t value) {
+  for (int r = 0; r < ctx.size; ++r)
+    if ((ctx.seg->progress(r).*c).load(std::memory_order_acquire) < value) return r;
+  return -1;
+}
+
+void shm_op::publish(inline_context& ctx, counter c, std::uint64_t value, bool& moved) {
+  (ctx.seg->progress(ctx.rank).*c).store(value, std::memory_order_release);
+  ctx.seg->ring(ctx.rank);
+  moved = true;
+}
+
+void shm_op::check_kind(inline_context& ctx, int r) {
+  const int other = ctx.med.announced(r, seq);
+  const int mine = announcement(code_, route::shm);
+  // On this engine its descriptor tells (the agreement check); on another
+  // engine it never comes.
+  if (other < 0 || (other >> 4) == (mine >> 4)) return;
+  throw error(errc::mismatch, announced_mismatch(r, other, mine, name));
+}
+
+std::vector<call_fingerprint> shm_op::posted_calls(inline_context& ctx) const {
+  std::vector<call_fingerprint> fps(static_cast<std::size_t>(ctx.size));
+  for (int r = 0; r < ctx.size; ++r) {
+    const auto& d = ctx.seg->descriptor(r, op);
+    auto& f = fps[static_cast<std::size_t>(r)];
+    const auto c = static_cast<op_code>(d.code);
+    f.code = static_cast<std::uint8_t>(d.code);
+    if (c == op_code::barrier || c == op_code::monitored_barrier) continue;
+    f.dtype = static_cast<std::uint8_t>(d.dtype);
+    if (c == op_code::allreduce || c == op_code::reduce || c == op_code::reduce_scatterv)
+      f.reduce = static_cast<std::uint8_t>(d.reduce);
+    if (c == op_code::broadcast || c == op_code::reduce || c == op_code::gatherv ||
+        c == op_code::scatterv)
+      f.root = d.root;
+    if ((c == op_code::allreduce || c == op_code::reduce || c == op_code::broadcast) &&
+        d.dtype < dtype_count)
+      f.numel = static_cast<std::int64_t>(d.nbytes / element_size(static_cast<dtype>(d.dtype)));
+    if (c == op_code::alltoallv) {
+      const auto* slot = reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(r, op));
+      f.sends.assign(slot, slot + ctx.size);
+      f.receives.assign(slot + ctx.size, slot + 2 * ctx.size);
+    } else {
+      f.counts_hash = d.counts_hash;
+    }
+  }
+  return fps;
+}
+
+std::string shm_op::disagreement(inline_context& ctx) const {
+  // The common case costs a comparison per rank (no allocation): the
+  // descriptors' fields equal this rank's (alltoall's splits aside).
+  const auto& mine = ctx.seg->descriptor(ctx.rank, op);
+  bool same = true;
+  for (int r = 0; r < ctx.size && same; ++r) {
+    const auto& d = ctx.seg->descriptor(r, op);
+    same =
+        d.code == mine.code && d.dtype == mine.dtype && d.reduce == mine.reduce &&
+        d.root == mine.root && d.counts_hash == mine.counts_hash &&
+        (d.nbytes == mine.nbytes || (mine.code != static_cast<std::uint32_t>(op_code::allreduce) &&
+                                     mine.code != static_cast<std::uint32_t>(op_code::broadcast) &&
+                                     mine.code != static_cast<std::uint32_t>(op_code::reduce)));
+  }
+  if (same && mine.code != static_cast<std::uint32_t>(op_code::alltoallv)) return {};
+  return describe_disagreement(posted_calls(ctx));
+}
+
+void shm_op::describe_shared(op_descriptor& d, const tensor& t) {
+  auto r = find_shared(t.data(), t.nbytes());
+  if (!r) r = share_in_place(t.data(), t.nbytes());
+  if (!r) return;
+  d.share_fd = r->fd;
+  d.share_id = r->id;
+  d.share_size = r->size;
+  d.share_offset = r->offset;
+}
+
+std::byte* shm_op::posted_buffer(inline_context& ctx, int r) const {
+  const auto& d = ctx.seg->descriptor(r, op);
+  if (ctx.one_process) return reinterpret_cast<std::byte*>(d.addr);
+  return ctx.peers->map(ctx.seg->identity(r).pid.load(), d, ctx.names[static_cast<std::size_t>(r)]);
+}
+
+void shm_op::copy(std::byte* dst, const std::byte* src, std::int64_t bytes) {
+  if (bytes <= 0) return;
+  std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+  copied_ += static_cast<std::uint64_t>(bytes);
+}
+
+void shm_op::copy_out(std::byte* dst, const std::byte* src, std::int64_t bytes) {
+  if (!stream_output_) return copy(dst, src, bytes);
+  if (bytes <= 0) return;
+  stream_copy(dst, src, static_cast<std::size_t>(bytes));
+  copied_ += static_cast<std::uint64_t>(bytes);
+}
+
+bool shm_op::outgrows_cache(std::size_t output_bytes, int ranks) {
+  return output_bytes > 0 && output_bytes * static_cast<std::size_t>(ranks) >= stream_threshold();
+}
+
+void shm_op::finish_op(inline_context& ctx, bool& moved) {
+  // Whoever hears that the operation is done sees its streamed output.
+  if (stream_output_) stream_fence();
+  publish(ctx, &rank_progress::done, op, moved);
+  auto& stats = inline_stats();
+  if (copied_) stats.copied.fetch_add(copied_, std::memory_order_relaxed);
+  if (reduced_bytes_) stats.reduced.fetch_add(reduced_bytes_, std::memory_order_relaxed);
+  copied_ = reduced_bytes_ = 0;
+}
+
+}  // namespace troupe::detail

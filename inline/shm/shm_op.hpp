@@ -1,0 +1,80 @@
+#pragma once
+// shm_op — what the inline engine's operations on the shared segment have in common
+// (allreduce_shm, direct_shm): each rank publishes its progress counters in
+// the segment and waits until every rank's counter reached a value; while it
+// waits it remembers whom it waits for (timeouts name that rank), and a rank
+// that issued another collective at this sequence number is a collective
+// mismatch. Bytes copied are added to the process's inline_stats() once per
+// operation.
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/agreement.hpp"
+#include "inline/engine.hpp"
+#include "inline/shm/segment.hpp"
+#include "troupe/tensor.hpp"
+
+namespace troupe::detail {
+
+class shm_op : public inline_op {
+ public:
+  std::pair<int, std::string> blocker() const override { return {blocked_rank_, blocked_what_}; }
+
+ protected:
+  explicit shm_op(std::uint8_t code) : code_(code) {}
+
+  using counter = std::atomic<std::uint64_t> rank_progress::*;
+  /// True when every rank's `c` reached `value`; otherwise remembers the
+  /// first rank that did not, and (`agreeing`: waiting for the ranks to post
+  /// this operation) throws a mismatch when it issued another collective.
+  bool all_reached(inline_context& ctx, counter c, std::uint64_t value, std::string_view what,
+                   bool agreeing = false);
+  /// The first rank whose `c` is below `value`, or -1.
+  static int short_of(inline_context& ctx, counter c, std::uint64_t value);
+  /// Sets this rank's `c` to `value` and wakes the ranks sleeping on it.
+  void publish(inline_context& ctx, counter c, std::uint64_t value, bool& moved);
+  /// Remembers that this rank waits for rank `r` to `what` (blocker());
+  /// false, for `return waiting(...)`.
+  bool waiting(int r, std::string_view what);
+  /// What every rank posted for this operation, as fingerprints
+  /// (base/agreement.hpp); alltoall's splits are read from the small slots.
+  std::vector<call_fingerprint> posted_calls(inline_context& ctx) const;
+  /// Why the posted calls disagree ("" when they agree): one text on every rank.
+  std::string disagreement(inline_context& ctx) const;
+  /// Adds where `t`'s memory lives to `d` when ranks in other processes can
+  /// map it: shared memory, or a whole large buffer of tensor::empty moved
+  /// there in place (memory/host_memory.hpp share_in_place, from its second use).
+  static void describe_shared(op_descriptor& d, const tensor& t);
+  /// Rank r's posted buffer (its descriptor's) in this process: its address
+  /// when every rank lives here, else its shared memory mapped here.
+  std::byte* posted_buffer(inline_context& ctx, int r) const;
+  /// memcpy, counted for inline_stats().
+  void copy(std::byte* dst, const std::byte* src, std::int64_t bytes);
+  /// copy() into this rank's output, with non-temporal stores when
+  /// `stream_output_` (kernels/stream_copy.hpp; nobody else reads the output,
+  /// and finish_op fences them).
+  void copy_out(std::byte* dst, const std::byte* src, std::int64_t bytes);
+  /// Whether outputs of `output_bytes` on each of `ranks` ranks of this host
+  /// together outgrow the last-level cache (then stream them).
+  static bool outgrows_cache(std::size_t output_bytes, int ranks);
+  /// This rank is done with the operation: publishes done = op and adds its
+  /// byte counts to the process's.
+  void finish_op(inline_context& ctx, bool& moved);
+
+  std::uint8_t code_;
+  std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to inline_stats() by finish_op
+  bool stream_output_ = false;
+
+ private:
+  int blocked_rank_ = -1;
+  std::string blocked_what_;
+  /// A rank that announced another collective at this sequence number.
+  void check_kind(inline_context& ctx, int r);
+};
+
+}  // namespace troupe::detail

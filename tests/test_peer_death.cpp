@@ -1,0 +1,197 @@
+// A rank killed with SIGKILL while its peers keep their worlds: 4 processes,
+// killed at different moments (idle, in a loop of small allreduces, in large
+// ones read by the reader threads), over TCP on the message fabric and on the
+// group actors (TROUPE_FABRIC=off), and over shared memory. Every survivor
+// fails within 2 s of the kill with errc::peer_failure naming the killed
+// rank with its host and pid, never a live rank, also when one survivor
+// leaves at once after its own failure; later calls on groups with the dead
+// rank fail at once; a group without it keeps working.
+
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "forked_ranks.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using troupe::test::expect;
+
+namespace {
+
+constexpr int ranks = 4;
+
+enum class moment { idle, small_loop, large_loop };
+
+struct plan {
+  const char* name;
+  const char* transport;       // TROUPE_TRANSPORT
+  const char* engine_setting;  // TROUPE_FABRIC ("" leaves it unset)
+  int victim;
+  moment when;
+  int leaver = -1;  // a survivor that destroys its world right after failing
+};
+
+/// What the children tell the parent.
+struct board {
+  std::atomic<int> ready{0};            // survivors past the first barrier
+  std::atomic<long long> killed_at{0};  // now_ns() just before the kill
+  std::atomic<int> victim_pid{0};
+  std::atomic<long long> detected_ms[ranks] = {};  // kill -> failure, per survivor (+1)
+  std::atomic<long long> later_ms[ranks] = {};     // a later call's failure took (+1)
+};
+
+/// Runs allreduces of `len` floats until one fails; the victim kills itself
+/// after `before_kill` of them (-1: it does not run any).
+void run_until_failure(process_group& pg, std::int64_t len, int rounds) {
+  auto t = tensor::empty({len}, dtype::float32);
+  for (int i = 0; i < rounds; ++i) {
+    std::fill_n(t.data_as<float>(), len, 1.f);
+    pg.allreduce(t).wait();
+  }
+}
+
+bool rank_body(const plan& p, const std::string& path, board& b, int r) {
+  ::setenv("TROUPE_TRANSPORT", p.transport, 1);
+  if (*p.engine_setting)
+    ::setenv("TROUPE_FABRIC", p.engine_setting, 1);
+  else
+    ::unsetenv("TROUPE_FABRIC");
+  auto s = std::make_shared<file_store>(path, 20s);
+  world w{test::child_world(s, r, ranks, 20s)};
+  auto& pg = w.default_group();
+  std::vector<int> keepers;  // the survivors that stay to the end
+  for (int q = 0; q < ranks; ++q)
+    if (q != p.victim && q != p.leaver) keepers.push_back(q);
+  auto sub = w.new_group(keepers);
+  pg.barrier().wait();
+  if (r != p.victim) ++b.ready;
+  const bool loop = p.when != moment::idle;
+  const std::int64_t len = p.when == moment::large_loop ? (1 << 20) : 1;  // 4 MiB or 4 B
+  if (r == p.victim) {
+    while (b.ready.load() < ranks - 1) std::this_thread::sleep_for(1ms);  // all left the barrier
+    if (loop) run_until_failure(pg, len, p.when == moment::large_loop ? 3 : 20);
+    b.victim_pid = ::getpid();
+    b.killed_at = test::now_ns();
+    ::kill(::getpid(), SIGKILL);
+  }
+  if (!loop) {
+    while (b.killed_at.load() == 0) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(100ms);  // the survivors are idle when it dies
+  }
+  bool ok = true;
+  try {
+    run_until_failure(pg, len, 1000000);
+    return expect(r, false, "no call failed");
+  } catch (const error& e) {
+    const auto failed_at = test::now_ns();
+    const std::string what = e.what();
+    const auto victim = "world rank " + std::to_string(p.victim) + " (host ";
+    ok &= expect(r, e.code() == errc::peer_failure, "not a peer failure: " + what);
+    ok &= expect(r,
+                 what.find(victim) != std::string::npos &&
+                     what.find("pid " + std::to_string(b.victim_pid.load())) != std::string::npos,
+                 "the killed rank is not named with host and pid: " + what);
+    for (int q : keepers)
+      if (q != r)
+        ok &=
+            expect(r, what.find("world rank " + std::to_string(q) + " (host") == std::string::npos,
+                   "a live rank is named: " + what);
+    if (p.leaver >= 0 &&
+        what.find("world rank " + std::to_string(p.leaver) + " (host") != std::string::npos)
+      ok &=
+          expect(r, what.find("after world rank " + std::to_string(p.victim)) != std::string::npos,
+                 "the rank that left is blamed, not the killed one: " + what);
+    b.detected_ms[r] = (failed_at - b.killed_at.load()) / 1000000 + 1;
+  }
+  if (r == p.leaver) return ok;  // leaves at once: its world says goodbye
+  // Later calls on the group with the dead rank fail at once, naming it.
+  const auto start = test::now_ns();
+  try {
+    pg.allreduce(tensor::from_vector<float>({1.f})).wait();
+    ok &= expect(r, false, "a later allreduce succeeded");
+  } catch (const error& e) {
+    const std::string what = e.what();
+    ok &= expect(r, what.find("world rank " + std::to_string(p.victim)) != std::string::npos,
+                 "a later call does not name the killed rank: " + what);
+  }
+  b.later_ms[r] = (test::now_ns() - start) / 1000000 + 1;
+  // A group without it keeps working.
+  auto t = tensor::from_vector<int>({r});
+  sub->allreduce(t).wait();
+  int sum = 0;
+  for (int q : keepers) sum += q;
+  ok &= expect(r, t.to_vector<int>()[0] == sum, "the group of survivors summed wrong");
+  // A new group with it is refused, naming a rank that is gone (its group
+  // actor hears of the death before it has its transport).
+  try {
+    std::vector<int> everyone(ranks);
+    for (int q = 0; q < ranks; ++q) everyone[static_cast<std::size_t>(q)] = q;
+    w.new_group(everyone, {.timeout = 5s});
+    ok &= expect(r, false, "a group with the killed rank was made");
+  } catch (const error& e) {
+    const std::string what = e.what();
+    ok &= expect(r, e.code() == errc::peer_failure, "not a peer failure: " + what);
+    ok &= expect(r, what.find("world rank " + std::to_string(p.victim)) != std::string::npos ||
+                        what.find("world rank " + std::to_string(p.leaver)) != std::string::npos,
+                 "no rank that is gone is named: " + what);
+  }
+  sub->barrier().wait();  // every survivor checked before any world goes
+  return ok;
+}
+
+void run(const plan& p) {
+  const std::string name = p.name;
+  CAPTURE(name);
+  const auto path = test::temp_store_path();
+  auto& b = *test::shared_page<board>();
+  auto codes = test::fork_ranks(ranks, [&](int r) { return rank_body(p, path, b, r); });
+  ::unlink(path.c_str());
+  std::string times;
+  for (int r = 0; r < ranks; ++r) {
+    CAPTURE(r);
+    if (r == p.victim) {
+      CHECK(codes[static_cast<std::size_t>(r)] == 128 + SIGKILL);
+      continue;
+    }
+    CHECK(codes[static_cast<std::size_t>(r)] == 0);
+    const auto detected = b.detected_ms[r].load() - 1;
+    times += " rank " + std::to_string(r) + ": " + std::to_string(detected) + " ms";
+    if (r != p.leaver) times += " (later call " + std::to_string(b.later_ms[r].load() - 1) + " ms)";
+    CHECK(detected >= 0);
+    CHECK(detected < 2000);
+    if (r != p.leaver) CHECK(b.later_ms[r].load() - 1 < 1000);
+  }
+  MESSAGE(name << ": failed after the kill:" << times);
+}
+
+}  // namespace
+
+TEST_CASE("over TCP, a rank killed while its peers are idle fails every survivor's next call") {
+  run({"tcp, idle", "tcp", "", 3, moment::idle});
+}
+
+TEST_CASE("over TCP, a rank killed in a loop of small allreduces fails every survivor in 2 s") {
+  run({"tcp, small allreduces", "tcp", "", 1, moment::small_loop});
+}
+
+TEST_CASE("over TCP, a rank killed in large allreduces (reader threads) fails every survivor") {
+  run({"tcp, 4 MiB allreduces", "tcp", "", 2, moment::large_loop});
+}
+
+TEST_CASE("over TCP on the group actors, rank 0 killed fails every survivor in 2 s") {
+  run({"tcp, group actors", "tcp", "off", 0, moment::small_loop});
+}
+
+TEST_CASE("a survivor that leaves at once after failing is not blamed; the killed rank is") {
+  run({"tcp, one survivor leaves", "tcp", "", 2, moment::large_loop, 3});
+  run({"group actors, one survivor leaves", "tcp", "off", 1, moment::small_loop, 0});
+  run({"shm, one survivor leaves", "auto", "", 0, moment::small_loop, 1});
+}
+
+TEST_CASE("over shared memory, a rank killed in small allreduces fails every survivor in 2 s") {
+  run({"shm, small allreduces", "auto", "", 1, moment::small_loop});
+}

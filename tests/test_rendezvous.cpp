@@ -1,0 +1,251 @@
+// Ranks that do not come to the rendezvous, or die in it: the others fail
+// naming the ranks (not store keys) when the world's timeout passes, and at
+// once when the rank's end can be told: by the store server (tcp_store: the
+// rank's connection to it ended without a goodbye) or on this host (its
+// process ended, once its identity was in the store). Children are killed
+// with SIGKILL while they wait in the rendezvous, and at varied moments
+// after they reached the store.
+
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include "check_error.hpp"
+#include "forked_ranks.hpp"
+#include "troupe/tcp_store.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using troupe::test::check_error;
+using troupe::test::expect;
+
+namespace {
+
+const std::string token = "0123456789abcdef";
+
+/// What the children tell the parent.
+struct board {
+  std::atomic<int> entering{0};         // the victim is about to build its world
+  std::atomic<long long> killed_at{0};  // now_ns() of the kill
+  std::atomic<int> victim_pid{0};
+  std::atomic<long long> failed_ms[4] = {};  // kill -> failure (+1), per survivor
+  std::atomic<int> in_world[4] = {};         // failed after its world was built
+};
+
+tcp_store_options client(std::chrono::milliseconds timeout) {
+  tcp_store_options o;
+  o.token = token;
+  o.timeout = timeout;
+  return o;
+}
+
+/// A survivor: builds its world and runs allreduces in it, expecting a peer
+/// failure that names world rank `victim` with its pid (the victim joins the
+/// first allreduce when it lives that long).
+bool survivor(int r, int size, int victim, std::shared_ptr<store> s, board& b,
+              std::chrono::milliseconds timeout) {
+  bool built = false;
+  try {
+    world w{test::child_world(std::move(s), r, size, timeout)};
+    built = true;
+    for (int i = 0; i < 2; ++i)
+      w.default_group().allreduce(tensor::from_vector<float>({1.f})).wait();
+    return expect(r, false, "the world was built and allreduces ran without the killed rank");
+  } catch (const error& e) {
+    const auto at = test::now_ns();
+    const std::string what = e.what();
+    bool ok = expect(r, e.code() == errc::peer_failure, "not a peer failure: " + what);
+    ok &=
+        expect(r,
+               what.find("world rank " + std::to_string(victim) + " (host") != std::string::npos &&
+                   what.find("pid " + std::to_string(b.victim_pid.load())) != std::string::npos,
+               "the killed rank is not named with host and pid: " + what);
+    ok &= expect(r, what.find("troupe/") == std::string::npos, "a store key is named: " + what);
+    b.failed_ms[r] = (at - b.killed_at.load()) / 1000000 + 1;
+    b.in_world[r] = built;
+    return ok;
+  }
+}
+
+/// The victim: marks that it enters, builds its world and joins the first
+/// allreduce, until it is killed.
+bool victim(int r, int size, std::shared_ptr<store> s, board& b) {
+  b.victim_pid = ::getpid();
+  b.entering = 1;
+  world w{test::child_world(std::move(s), r, size, 20s)};
+  w.default_group().allreduce(tensor::from_vector<float>({1.f})).wait();
+  std::this_thread::sleep_for(20s);  // killed before
+  return false;
+}
+
+/// Kills the victim (once it entered and `ready` says so) after `delay`.
+void kill_victim(board& b, const std::function<bool()>& ready, std::chrono::milliseconds delay) {
+  const auto give_up = std::chrono::steady_clock::now() + 20s;  // the victim failed early
+  while ((!b.entering.load() || !ready()) && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(delay);
+  b.killed_at = test::now_ns();
+  ::kill(b.victim_pid.load(), SIGKILL);
+}
+
+/// Checks the children's exit codes and that each survivor failed within 2 s.
+void check_outcome(const std::vector<int>& codes, int victim, board& b, const std::string& what) {
+  std::string times;
+  for (int r = 0; r < static_cast<int>(codes.size()); ++r) {
+    CAPTURE(r);
+    if (r == victim) {
+      CHECK(codes[static_cast<std::size_t>(r)] == 128 + SIGKILL);
+      continue;
+    }
+    CHECK(codes[static_cast<std::size_t>(r)] == 0);
+    const auto ms = b.failed_ms[r].load() - 1;
+    CHECK(ms >= 0);
+    CHECK(ms < 2000);
+    times += " rank " + std::to_string(r) + ": " + std::to_string(ms) + " ms" +
+             (b.in_world[r] ? " (in its world)" : " (in the rendezvous)");
+  }
+  MESSAGE(what << ":" << times);
+}
+
+}  // namespace
+
+TEST_CASE("a rank that never comes: the others time out naming it, not a store key") {
+  auto s = std::make_shared<hash_store>(20s);
+  std::vector<std::thread> threads;
+  std::string what[2];
+  errc code[2] = {errc::internal, errc::internal};
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        world w{test::child_world(s, r, 3, 1500ms)};
+      } catch (const error& e) {
+        what[r] = e.what();
+        code[r] = e.code();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(what[r]);
+    CHECK(code[r] == errc::timeout);
+    CHECK(what[r].find("Timeout after 1500 ms waiting for rank 2 to") != std::string::npos);
+    CHECK(what[r].find("troupe/") == std::string::npos);
+  }
+}
+
+TEST_CASE("rank 0 never comes: the others name it") {
+  auto s = std::make_shared<hash_store>(20s);
+  s->add("troupe/joined", 1);  // as if rank 0 had joined, and then stopped
+  check_error([&] { world w{test::child_world(s, 1, 2, 500ms)}; }, errc::timeout,
+              {"world: rank 1", "Timeout after 500 ms waiting for rank 0 to start the job"});
+}
+
+TEST_CASE("a rank killed while it waits for the job id: the store tells the others at once") {
+  // Rank 0 comes late, so the others (the victim among them) wait for the
+  // job id; the victim is killed there. The store server (this process) sees
+  // its connection end and notes it; the others fail as soon as they look.
+  tcp_store_server server("127.0.0.1", 0, token);
+  const auto port = server.port();
+  auto& b = *test::shared_page<board>();
+  std::thread killer([&] {
+    kill_victim(
+        b, [] { return true; }, 200ms);
+  });
+  auto codes = test::fork_ranks(4, [&](int r) {
+    auto s = std::make_shared<tcp_store>("127.0.0.1", port, client(20s));
+    if (r == 2) return victim(r, 4, s, b);
+    if (r == 0)
+      while (!b.killed_at.load()) std::this_thread::sleep_for(1ms);
+    return survivor(r, 4, 2, s, b, 15s);
+  });
+  killer.join();
+  check_outcome(codes, 2, b, "killed waiting for the job id");
+}
+
+TEST_CASE("rank 0, which serves the store, killed in the rendezvous: the others say so at once") {
+  auto& b = *test::shared_page<board>();
+  auto& port = *test::shared_page<std::atomic<int>>();
+  std::thread killer([&] {
+    kill_victim(
+        b, [] { return true; }, 200ms);
+  });
+  auto codes = test::fork_ranks(3, [&](int r) {
+    if (r == 0) {
+      auto o = client(20s);
+      o.is_server = true;
+      auto s = std::make_shared<tcp_store>("127.0.0.1", 0, o);
+      port = s->port();
+      b.victim_pid = ::getpid();
+      b.entering = 1;
+      std::this_thread::sleep_for(20s);  // killed before it starts the job
+      return false;
+    }
+    while (!port.load()) std::this_thread::sleep_for(1ms);
+    auto s = std::make_shared<tcp_store>("127.0.0.1", port.load(), client(20s));
+    try {
+      world w{test::child_world(s, r, 3, 15s)};
+      return expect(r, false, "a world without rank 0 was built");
+    } catch (const error& e) {
+      const std::string what = e.what();
+      b.failed_ms[r] = (test::now_ns() - b.killed_at.load()) / 1000000 + 1;
+      return expect(r,
+                    e.code() == errc::store &&
+                        what.find("lost the store while waiting for rank 0 to start the job") !=
+                            std::string::npos,
+                    "not the lost store: " + what);
+    }
+  });
+  killer.join();
+  check_outcome(codes, 0, b, "rank 0 killed with the store");
+}
+
+TEST_CASE("a rank killed before it published its address: its ended process is seen at once") {
+  // A file_store cannot tell; the victim's process identity is in the store
+  // (it waits for rank 1's), so the others watch its process on this host.
+  const auto path = test::temp_store_path();
+  auto& b = *test::shared_page<board>();
+  std::thread killer([&] {
+    kill_victim(
+        b, [] { return true; }, 200ms);
+  });
+  auto codes = test::fork_ranks(3, [&](int r) {
+    auto s = std::make_shared<file_store>(path, 20s);
+    if (r == 2) return victim(r, 3, s, b);
+    if (r == 1)
+      while (!b.killed_at.load()) std::this_thread::sleep_for(1ms);
+    return survivor(r, 3, 2, s, b, 15s);
+  });
+  killer.join();
+  ::unlink(path.c_str());
+  check_outcome(codes, 2, b, "killed waiting for rank 1");
+}
+
+TEST_CASE("a rank killed at varied moments of the rendezvous: the others fail at once, naming it") {
+  // The victim is killed 0..100 ms after it wrote its process identity to
+  // the store: in the data plane's set-up, in the default group's, or in the
+  // first allreduce. Wherever it happened, every survivor fails within 2 s
+  // naming it.
+  for (int delay : {0, 1, 3, 10, 30, 100}) {
+    CAPTURE(delay);
+    tcp_store_server server("127.0.0.1", 0, token);
+    const auto port = server.port();
+    tcp_store watcher("127.0.0.1", port, client(20s));
+    auto& b = *test::shared_page<board>();
+    // Its process identity in the store: it asked the store to watch it before.
+    auto noted = [&] {
+      if (!watcher.check({"troupe/job/0"})) return false;
+      const auto job = watcher.get_string("troupe/job/0");
+      return watcher.check({"troupe/" + job + "/proc/2"});
+    };
+    std::thread killer([&] { kill_victim(b, noted, std::chrono::milliseconds(delay)); });
+    auto codes = test::fork_ranks(3, [&](int r) {
+      auto s = std::make_shared<tcp_store>("127.0.0.1", port, client(20s));
+      if (r == 2) return victim(r, 3, s, b);
+      return survivor(r, 3, 2, s, b, 15s);
+    });
+    killer.join();
+    check_outcome(codes, 2, b,
+                  "killed " + std::to_string(delay) + " ms after it wrote its identity");
+  }
+}

@@ -1,0 +1,195 @@
+// The data plane's door: strangers' connections are accepted and their
+// hellos read by one thread's poll loop (transport/pending_handshakes.hpp);
+// a peer that proved the job's token gets a reader thread, joined as soon as
+// its connection ends. Nothing thrown here ends the process: a failure to
+// accept or to start a thread refuses that one connection.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "transport/data_plane_parts.hpp"
+#include "transport/pending_handshakes.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+/// Accepted per round of the loop at most, so pending handshakes keep moving during a flood.
+constexpr int accepts_per_round = 64;
+
+}  // namespace
+
+void data_plane::refuse(const std::string& who, const std::string& why) {
+  ++refused_;
+  // At most 10 lines a second: a flood of strangers must not flood stderr as well.
+  const auto now = std::chrono::steady_clock::now();
+  if (now - log_window_ >= std::chrono::seconds(1)) {
+    if (unlogged_ > 0)
+      std::fprintf(stderr, "[troupe rank %d] refused %llu more data-plane connections\n",
+                   opts_.rank, static_cast<unsigned long long>(unlogged_));
+    log_window_ = now;
+    logged_ = 0;
+    unlogged_ = 0;
+  }
+  if (logged_++ < 10)
+    std::fprintf(stderr, "[troupe rank %d] refused data-plane connection from %s: %s\n", opts_.rank,
+                 who.c_str(), why.c_str());
+  else
+    ++unlogged_;
+}
+
+void data_plane::accept_loop() {
+  try {
+    pending_handshakes pending(
+        [] { return std::make_unique<hello_decoder>(); },
+        [this](int fd, const std::string& who, handshake_decoder& d) {
+          adopt(fd, who, static_cast<hello_decoder&>(d).result());
+        },
+        [this](const std::string& who, const std::string& why) { refuse(who, why); });
+    std::vector<pollfd> fds;
+    while (!stopping_) {
+      fds.assign({pollfd{listen_fd_, POLLIN, 0}, pollfd{wake_[0], POLLIN, 0}});
+      pending.poll_set(fds);
+      // Wakes at least once a second to join the threads of ended connections.
+      int timeout = pending.timeout_ms();
+      if (timeout < 0 || timeout > 1000) timeout = 1000;
+      const int n = ::poll(fds.data(), fds.size(), timeout);
+      if (stopping_) break;
+      if (n < 0 && errno != EINTR) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      reclaim_threads();
+      pending.advance(fds.data() + 2, fds.size() - 2);  // before accepting: same order
+      if (n <= 0 || !(fds[0].revents & POLLIN)) continue;
+      for (int i = 0; i < accepts_per_round; ++i) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+          pending.add(fd);
+          continue;
+        }
+        if (errno == EINTR) continue;
+        // Out of descriptors or memory: the connection waits in the backlog;
+        // do not spin on it.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    if (!stopping_)
+      std::fprintf(stderr, "[troupe rank %d] the data plane stopped accepting connections: %s\n",
+                   opts_.rank, e.what());
+  } catch (...) {
+  }
+}
+
+void data_plane::adopt(int fd, const std::string& who, const hello& h) {
+  auto refuse_fd = [&](const std::string& why) {
+    ::close(fd);
+    refuse(who, why);
+  };
+  if (!same_secret(h.token, opts_.token)) return refuse_fd("wrong job token");
+  if (h.job != opts_.job) return refuse_fd("wrong job");
+  const int r = h.rank;
+  if (r < 0 || r >= opts_.world_size || at(r).local)
+    return refuse_fd("bad rank " + std::to_string(r));
+  if (!h.ring.empty() && h.ring.rfind("/troupe-" + opts_.job + "-", 0) != 0)
+    return refuse_fd("bad ring name");
+  auto& p = at(r);
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    if (p.in_socket) return refuse_fd("rank " + std::to_string(r) + " is already connected");
+  }
+  std::unique_ptr<shm_ring> in_ring;
+  try {
+    if (!h.ring.empty()) in_ring = shm_ring::open(h.ring);
+  } catch (const std::exception& e) {
+    return refuse_fd(e.what());
+  }
+  // From here on it is a peer: blocking reads in its reader, no delay on its frames.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  auto sock = std::make_unique<tcp_stream>(fd);
+  tcp_set_read_timeout(fd, std::chrono::milliseconds(0));
+  char ack = 1;
+  if (!sock->write(&ack, 1)) return;
+  auto* raw = sock.get();
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    if (stopping_ || p.in_socket) return;  // the socket closes with `sock`
+    p.in_socket = std::move(sock);
+    p.in_ring = std::move(in_ring);
+    ++connected_;
+  }
+  connected_cv_.notify_all();
+  bool started = spawn([this, r] { reader_loop(r); });
+  if (started && p.in_ring)
+    // Data comes through the ring; the socket only tells when the peer is gone.
+    started = spawn([this, r, raw] {
+      char byte;
+      while (raw->read(&byte, 1)) {
+      }
+      if (auto& pr = at(r); pr.in_ring) pr.in_ring->close();
+    });
+  if (!started) {
+    std::fprintf(stderr, "[troupe rank %d] cannot start a reader thread for %s\n", opts_.rank,
+                 describe(r).c_str());
+    peer_gone(r, "this rank could not start a thread to read its connection", true);
+    raw->close();
+    if (p.in_ring) p.in_ring->close();
+  }
+}
+
+bool data_plane::spawn(std::function<void()> f) {
+  std::lock_guard<std::mutex> g{mtx_};
+  if (stopping_) return false;
+  const auto id = next_reader_++;
+  try {
+    readers_[id] = std::thread([this, id, f = std::move(f)] {
+      try {
+        f();
+      } catch (...) {  // a peer's failure never ends the process
+      }
+      std::lock_guard<std::mutex> l{mtx_};
+      finished_.push_back(id);
+    });
+  } catch (const std::exception&) {
+    readers_.erase(id);
+    return false;
+  }
+  return true;
+}
+
+void data_plane::reclaim_threads() {
+  std::vector<std::thread> done;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    for (auto id : finished_) {
+      done.push_back(std::move(readers_.at(id)));
+      readers_.erase(id);
+    }
+    finished_.clear();
+  }
+  for (auto& t : done) t.join();  // they have ended: joining is immediate
+}
+
+std::size_t data_plane::reader_threads() {
+  std::lock_guard<std::mutex> g{mtx_};
+  return readers_.size() - finished_.size();
+}
+
+}  // namespace troupe::detail

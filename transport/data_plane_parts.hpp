@@ -1,0 +1,59 @@
+#pragma once
+// The data plane's record of one peer and of one group's route, shared by
+// transport/data_plane.cpp (set-up, frames) and data_plane_accept.cpp
+// (strangers, reader threads).
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/data_plane.hpp"
+#include "transport/shm_ring.hpp"
+#include "transport/tcp_stream.hpp"
+
+namespace troupe::detail {
+
+struct data_plane::peer {
+  std::string process;  // identity of the peer's process
+  std::string host;
+  int pid = 0;
+  bool local = false;      // same process
+  bool same_host = false;  // same host, other process
+  // Outgoing: the stream frames are written to, and the socket that carries
+  // them or (with shared memory) only proves liveness.
+  std::mutex out_mtx;
+  std::unique_ptr<tcp_stream> out_socket;
+  std::unique_ptr<shm_ring> out_ring;
+  byte_stream* out = nullptr;
+  // Incoming.
+  std::unique_ptr<tcp_stream> in_socket;
+  std::unique_ptr<shm_ring> in_ring;
+  std::atomic<bool> gone{false};
+  bool crashed = false;  // gone without a goodbye (set with gone_why, under mtx_)
+  std::string gone_why;  // set (under mtx_) before `gone`
+  // Reading the socket: whoever holds in_mtx (reader thread or a pumping waiter).
+  mutable std::mutex in_mtx;
+  frame_reader reader;
+  std::shared_ptr<const route> current;  // the route of the frame being read (under in_mtx)
+  std::atomic<int> pumpers{0};
+  std::condition_variable park;  // the reader thread waits here while pumpers > 0
+  bool over = false;             // the connection ended (under in_mtx)
+};
+
+/// Where frames for one group go in this process.
+struct data_plane::route {
+  std::vector<int> members;  // world rank of each group rank
+  group_sink actor;          // collective and p2p frames
+  inline_sink sink;          // inline frames
+  inline_place place;
+};
+
+/// Identifies this process among the ranks of a job (same value for every
+/// world in the process, different in every other process, forked ones too).
+std::string process_identity();
+std::string host_name();
+
+}  // namespace troupe::detail

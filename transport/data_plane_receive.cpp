@@ -1,0 +1,207 @@
+// data_plane (data_plane.hpp): receiving — each frame's sender admitted
+// before its payload is read, frames handed to their group's route (the
+// inline engine's sink or the group actor's), connections read by their
+// reader thread or by a waiting thread that pumps them, and the routes.
+
+#include "transport/data_plane.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "transport/data_plane_parts.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+std::string data_plane::admit(int r, const frame_header& h, const std::string& group, bool& skip) {
+  auto& p = at(r);
+  p.current.reset();
+  if (h.kind == frame_goodbye) return {};
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    if (auto i = routes_.find(group); i != routes_.end()) p.current = i->second;
+  }
+  const auto* rt = p.current.get();
+  // A group that does not exist here (destroyed, or never joined): dropped unread.
+  if (!rt || (h.kind == frame_inline ? !rt->sink : !rt->actor.collective)) {
+    skip = true;
+    return {};
+  }
+  return check_sender(h, group, rt->members, r);
+}
+
+bool data_plane::dispatch(int r, received_frame& f, std::string& refusal) {
+  auto& p = at(r);
+  if (f.header.kind == frame_goodbye) {
+    // A rank that left on purpose: only calls still waiting for it fail
+    // (what it sent before it left still counts), naming the rank it blames.
+    const int cause = f.header.src;
+    const bool blames = cause >= 0 && cause < opts_.world_size && cause != r;
+    peer_gone(r,
+              blames ? "it left the job after " + describe(cause) + " failed" : "it left the job",
+              false, blames ? cause : -1);
+    return false;
+  }
+  const auto rt = std::move(p.current);  // checked by admit()
+  if (!rt) return true;
+  if (f.header.kind == frame_inline) {
+    refusal = rt->sink(f);
+    return refusal.empty();
+  }
+  if (f.header.kind == frame_collective)
+    rt->actor.collective(envelope{f.header.seq, f.header.step, f.header.src,
+                                  static_cast<op_code>(f.header.code), std::move(f.payload),
+                                  std::move(f.fp)});
+  else
+    rt->actor.p2p(p2p_envelope{f.header.src, f.header.tag, std::move(f.payload)});
+  return true;
+}
+
+bool data_plane::drain(int r, bool& any) {
+  auto& p = at(r);
+  if (p.over) return false;
+  std::string refusal, why;
+  try {
+    auto on_frame = [&](received_frame& f) {
+      any = true;
+      return dispatch(r, f, refusal);
+    };
+    auto admit_frame = [&](const frame_header& h, const std::string& group, bool& skip) {
+      return admit(r, h, group, skip);
+    };
+    // Fabric payloads may go where their operation posted a receive.
+    auto place = [&](const frame_header& h, const std::string&) {
+      const auto& rt = p.current;
+      return h.kind == frame_inline && rt && rt->place ? rt->place(h) : posted_receive{};
+    };
+    why = p.in_ring
+              ? p.reader.drain([&](void* d, std::size_t n) { return p.in_ring->read_some(d, n); },
+                               on_frame, place, admit_frame)
+              : p.reader.drain(p.in_socket->fd(), on_frame, place, admit_frame);
+  } catch (const std::exception& e) {
+    why = std::string("reading its frames failed: ") + e.what();
+  } catch (...) {
+    why = "reading its frames failed: an unknown exception";
+  }
+  if (why.empty()) return true;
+  p.over = true;
+  p.current.reset();
+  if (why == "stopped" && refusal.empty()) return false;  // a goodbye, already handled
+  if (!refusal.empty()) why = refusal;
+  if (why == "connection closed" || why.rfind("connection broke", 0) == 0) {
+    peer_gone(r, "its process died or its connection broke (" + why + ")", true);
+    return false;
+  }
+  reject(r, why);  // a frame broke the rules: the peer fails, the process goes on
+  return false;
+}
+
+void data_plane::reader_loop(int r) {
+  auto& p = at(r);
+  // Waits up to 100 ms for bytes; false once nothing more can come.
+  auto wait = [&]() -> bool {
+    if (p.in_ring) return p.in_ring->wait_readable(std::chrono::milliseconds(100));
+    pollfd pf{p.in_socket->fd(), POLLIN, 0};
+    return ::poll(&pf, 1, 100) >= 0 || errno == EINTR;
+  };
+  for (;;) {
+    {
+      // Park while a waiting thread reads this connection itself; look again
+      // every 2 ms (a pumper that stops without waking us is seen then).
+      std::unique_lock<std::mutex> g{p.in_mtx};
+      if (p.over || stopping_) return;
+      if (p.pumpers.load() > 0) {
+        p.park.wait_for(g, std::chrono::milliseconds(2));
+        continue;
+      }
+    }
+    const bool open = wait();
+    if (stopping_) return;
+    std::lock_guard<std::mutex> g{p.in_mtx};
+    bool any = false;
+    if (!drain(r, any) || (!open && !any)) return;
+  }
+}
+
+bool data_plane::reads_socket(int r) const {
+  auto& p = at(r);
+  return p.in_socket && !p.in_ring;
+}
+
+bool data_plane::pump(int r) {
+  auto& p = at(r);
+  if (!p.in_socket && !p.in_ring) return false;
+  std::unique_lock<std::mutex> g{p.in_mtx, std::try_to_lock};
+  if (!g.owns_lock()) return false;
+  bool any = false;
+  drain(r, any);
+  return any;
+}
+
+void data_plane::pumping(int r, int delta, bool wake) {
+  auto& p = at(r);
+  if (p.pumpers.fetch_add(delta) + delta == 0 && wake) {
+    std::lock_guard<std::mutex> g{p.in_mtx};
+    p.park.notify_all();
+  }
+}
+
+void data_plane::set_route(const std::string& group, const std::function<void(route&)>& change) {
+  std::lock_guard<std::mutex> g{mtx_};
+  auto i = routes_.find(group);
+  auto next = std::make_shared<route>(i == routes_.end() ? route{} : *i->second);
+  change(*next);
+  if (!next->actor.collective && !next->sink)
+    routes_.erase(group);
+  else
+    routes_[group] = std::move(next);
+}
+
+void data_plane::add_sink(const std::string& group, const std::vector<int>& members,
+                          inline_sink sink, inline_place place) {
+  set_route(group, [&](route& rt) {
+    rt.members = members;
+    rt.sink = std::move(sink);
+    rt.place = std::move(place);
+  });
+}
+
+void data_plane::remove_sink(const std::string& group) {
+  set_route(group, [](route& rt) {
+    rt.sink = nullptr;
+    rt.place = nullptr;
+  });
+}
+
+void data_plane::add_group(const std::string& group, const std::vector<int>& members,
+                           group_sink sink) {
+  const auto gone = sink.gone;
+  set_route(group, [&](route& rt) {
+    rt.members = members;
+    rt.actor = std::move(sink);
+  });
+  // Peers gone before the group existed fail its calls as well.
+  for (int r = 0; r < opts_.world_size; ++r) {
+    auto& p = at(r);
+    if (!p.gone.load()) continue;
+    std::string why;
+    bool crashed = false;
+    {
+      std::lock_guard<std::mutex> g{mtx_};
+      why = p.gone_why;
+      crashed = p.crashed;
+    }
+    if (gone) gone(r, why, crashed);
+  }
+}
+
+void data_plane::remove_group(const std::string& group) {
+  set_route(group, [](route& rt) { rt.actor = {}; });
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,102 @@
+// data_plane (data_plane.hpp): sending frames to ranks in other processes,
+// from the inline engine's waiting threads without blocking on a full
+// socket, and raw bytes for tests that play a rule-breaking peer.
+
+#include "transport/data_plane.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "transport/data_plane_parts.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+/// Writes to a socket without blocking; while the socket is full it calls
+/// `while_full` and waits briefly for room.
+class nonblocking_stream final : public byte_stream {
+ public:
+  nonblocking_stream(int fd, const std::function<void()>& while_full,
+                     std::chrono::steady_clock::time_point deadline)
+      : fd_(fd), while_full_(while_full), deadline_(deadline) {}
+  bool write(const void* data, std::size_t n) override {
+    auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const auto w = ::send(fd_, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        p += w;
+        n -= static_cast<std::size_t>(w);
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (std::chrono::steady_clock::now() >= deadline_) return false;
+        if (while_full_) while_full_();
+        pollfd pf{fd_, POLLOUT, 0};
+        ::poll(&pf, 1, 1);
+        continue;
+      }
+      return false;
+    }
+    return true;
+  }
+  bool read(void*, std::size_t) override { return false; }
+  void close() override {}
+
+ private:
+  int fd_;
+  const std::function<void()>& while_full_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+}  // namespace
+
+template <class Envelope>
+void data_plane::send_frame(int r, const std::string& group, const Envelope& env) {
+  auto& p = at(r);
+  std::lock_guard<std::mutex> g{p.out_mtx};
+  if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
+  write_frame(*p.out, group, env);
+}
+
+void data_plane::send(int r, const std::string& group, const envelope& env) {
+  send_frame(r, group, env);
+}
+
+void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
+  send_frame(r, group, env);
+}
+
+void data_plane::send_inline(int r, const std::string& group, const envelope& env,
+                             const std::function<void()>& while_full,
+                             std::chrono::steady_clock::time_point deadline) {
+  auto& p = at(r);
+  {
+    std::lock_guard<std::mutex> g{p.out_mtx};
+    if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
+    if (p.out != p.out_socket.get()) {
+      write_frame(*p.out, group, env, frame_inline);
+      return;
+    }
+    nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
+    if (write_frame(out, group, env, frame_inline)) return;
+    p.out_socket->close();
+  }
+  peer_gone(r, "it took no data for the length of an operation's timeout (connection closed)",
+            true);
+}
+
+bool data_plane::send_raw(int r, const void* data, std::size_t n) {
+  auto& p = at(r);
+  std::lock_guard<std::mutex> g{p.out_mtx};
+  return p.out && !p.gone && p.out->write(data, n);
+}
+
+}  // namespace troupe::detail

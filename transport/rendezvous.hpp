@@ -1,0 +1,90 @@
+#pragma once
+// rendezvous — a world's ranks meeting through the store while the world is
+// built (api/world.cpp, transport/data_plane.cpp), and naming the ranks that
+// do not come.
+//
+// Every wait ends by one deadline for the whole rendezvous (the world's
+// timeout from its start), and then names the ranks still missing, not
+// store keys. A rank whose process is known to be gone fails the others at
+// once, named with its host and pid:
+//  - the store server saw its connection end without a goodbye: a rank that
+//    reaches the store through tcp_store asks the server to append
+//    "rank host pid" to the job's gone key if that happens
+//    (tcp_store::append_on_disconnect);
+//  - its process ran on this host and has ended (pidfd), once its identity
+//    is known (learn).
+// Waits for missing ranks look for either every 100 ms.
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace troupe {
+class store;
+}
+
+namespace troupe::detail {
+
+class rendezvous {
+ public:
+  using clock = std::chrono::steady_clock;
+  /// `gone_key`: the key the store server appends the gone ranks' lines to
+  /// (empty: the store cannot tell).
+  rendezvous(store& s, int rank, int world_size, std::chrono::milliseconds timeout,
+             std::string gone_key);
+  ~rendezvous();
+  rendezvous(const rendezvous&) = delete;
+  rendezvous& operator=(const rendezvous&) = delete;
+
+  /// Waits until `key_of(r)` exists for every world rank r of `ranks`.
+  /// Throws errc::peer_failure at once when any rank is known to be gone,
+  /// errc::timeout naming the ranks still missing at the deadline. `what`
+  /// says what they were to do ("publish their address").
+  void wait_for(const std::vector<int>& ranks, const std::function<std::string(int)>& key_of,
+                const std::string& what);
+  /// Records where world rank r runs (its process can then be watched on this host).
+  void learn(int r, const std::string& host, int pid);
+  /// How errors name world rank r: "world rank 2 (host h, pid 7)" once known.
+  std::string describe(int r) const;
+  /// Why world rank r is known to be gone ("" while it is not).
+  std::string gone(int r);
+  /// Why ranks of `ranks` are known to be gone ("" while none is).
+  std::string gone_among(const std::vector<int>& ranks);
+  /// Throws errc::peer_failure when a rank of `ranks` is known to be gone,
+  /// saying what this rank was `waiting_for` ("rank 2 to publish its address").
+  void check(const std::vector<int>& ranks, const std::string& waiting_for);
+  /// Every world rank.
+  std::vector<int> everyone() const;
+  /// Throws errc::timeout: `ranks` did not `what` by the deadline.
+  [[noreturn]] void timed_out(const std::vector<int>& ranks, const std::string& what) const;
+  clock::time_point deadline() const noexcept { return deadline_; }
+  /// How long one look lasts before liveness is checked again.
+  static constexpr std::chrono::milliseconds slice{100};
+
+ private:
+  struct known {
+    std::string host;
+    int pid = 0;
+    int pidfd = -1;
+  };
+  /// Reads the gone key (one store round trip) into gone_ (under mtx_).
+  void read_gone_key();
+  std::string gone_locked(int r);
+
+  store& store_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  clock::time_point deadline_;
+  std::string gone_key_;
+  std::string host_;
+  std::mutex mtx_;                 // guards known_ and gone_ (groups are made from any thread)
+  std::vector<known> known_;       // by world rank
+  std::vector<std::string> gone_;  // by world rank: why it is gone
+};
+
+/// "ranks 2, 3" / "rank 2".
+std::string rank_list(const std::vector<int>& ranks);
+
+}  // namespace troupe::detail
