@@ -556,6 +556,7 @@ void process_group::abort(const std::string& reason) {
 void process_group::release(const std::string& reason) {
   abort(reason);
   backends_.clear();
+  by_type_.clear();  // the last references: a backend ends with its group, not after
   released_ = reason;
 }
 

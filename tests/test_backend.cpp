@@ -28,21 +28,14 @@ void check_bad_config(const std::string& spec, std::string_view why) {
   check_error([&] { backend_config c{spec}; }, errc::invalid_argument, {"'" + spec + "'", why});
 }
 
-/// PyTorch's DummyProcessGroup (test_c10d_common.py), in full: allgather
-/// copies the input into every output, allreduce adds 2, broadcast adds 1,
-/// reduce_scatter copies this rank's input, barrier counts the ranks in the
-/// store, send adds 1 and recv adds 2. It never moves a tensor between ranks.
-class dummy_backend final : public backend {
+/// PyTorch's DummyProcessGroup, the calls most tests need: allreduce adds 2,
+/// broadcast adds 1, a batch of sends and receives is counted; nothing else
+/// is supported. It never communicates.
+class dummy_backend : public backend {
  public:
   explicit dummy_backend(const backend_context& ctx) : backend(ctx), ctx_(ctx) {}
   std::string name() const override { return "dummy"; }
 
-  work allgather(std::vector<tensor_list>& outputs, tensor_list& inputs,
-                 const allgather_options&) override {
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      for (auto& out : outputs[i]) out.copy_from(inputs[i]);
-    return work::completed("allgather", group_name(), {});
-  }
   work allreduce(tensor_list& ts, const allreduce_options&) override {
     add(ts, 2.0f);
     return work::completed("allreduce", group_name(), ts);
@@ -51,6 +44,39 @@ class dummy_backend final : public backend {
     add(ts, 1.0f);
     return work::completed("broadcast", group_name(), ts);
   }
+  /// Takes a batch whole (as NCCL must), counting its ops.
+  work batch_isend_irecv(std::vector<p2p_op>& ops) override {
+    batched += static_cast<int>(ops.size());
+    return work::completed("batch_isend_irecv", group_name(), {});
+  }
+  const backend_context& context() const { return ctx_; }
+  int batched = 0;
+
+ protected:
+  static void add(tensor_list& ts, float x) {
+    for (auto& t : ts) {
+      auto* p = t.data_as<float>();
+      for (std::int64_t i = 0; i < t.numel(); ++i) p[i] += x;
+    }
+  }
+
+ private:
+  backend_context ctx_;
+};
+
+/// PyTorch's DummyProcessGroup (test_c10d_common.py) in full: also allgather
+/// copies the input into every output, reduce_scatter copies this rank's
+/// input, barrier counts the ranks in the store, send adds 1 and recv adds 2.
+class full_dummy_backend final : public dummy_backend {
+ public:
+  using dummy_backend::dummy_backend;
+
+  work allgather(std::vector<tensor_list>& outputs, tensor_list& inputs,
+                 const allgather_options&) override {
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      for (auto& out : outputs[i]) out.copy_from(inputs[i]);
+    return work::completed("allgather", group_name(), {});
+  }
   work reduce_scatter(tensor_list& outputs, std::vector<tensor_list>& inputs,
                       const reduce_scatter_options&) override {
     for (std::size_t i = 0; i < outputs.size(); ++i)
@@ -58,18 +84,19 @@ class dummy_backend final : public backend {
     return work::completed("reduce_scatter", group_name(), outputs);
   }
   /// The seed's barrier: every other rank adds 1 to a counter in the store;
-  /// rank 0 (which serves a TCP store) waits until they all did.
+  /// rank 0 waits until they all did.
   work barrier(const barrier_options&) override {
     const std::string key = "TEST:DummyProcessGroup:barrier";
+    auto& store = *context().store;
     if (rank() == 0) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (ctx_.store->add(key, 0) < size() - 1) {
+      while (store.add(key, 0) < size() - 1) {
         if (std::chrono::steady_clock::now() > deadline)
           throw error(errc::timeout, "dummy barrier: the other ranks did not arrive");
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     } else {
-      ctx_.store->add(key, 1);
+      store.add(key, 1);
     }
     return work::completed("barrier", group_name(), {});
   }
@@ -81,26 +108,11 @@ class dummy_backend final : public backend {
     add(ts, 2.0f);
     return work::completed("recv", group_name(), ts);
   }
-  /// Takes a batch whole (as NCCL must), counting its ops.
-  work batch_isend_irecv(std::vector<p2p_op>& ops) override {
-    batched += static_cast<int>(ops.size());
-    return work::completed("batch_isend_irecv", group_name(), {});
-  }
-  const backend_context& context() const { return ctx_; }
-  int batched = 0;
-
- private:
-  static void add(tensor_list& ts, float x) {
-    for (auto& t : ts) {
-      auto* p = t.data_as<float>();
-      for (std::int64_t i = 0; i < t.numel(); ++i) p[i] += x;
-    }
-  }
-  backend_context ctx_;
 };
 
-/// Registers the dummy backend under `name` once per process (for cpu and
-/// cuda unless `devices` says otherwise).
+/// Registers `Backend` under `name` once per process (for cpu and cuda unless
+/// `devices` says otherwise).
+template <class Backend = dummy_backend>
 void register_dummy(const std::string& name,
                     std::vector<device_type> devices = {device_type::cpu, device_type::cuda}) {
   static std::mutex mtx;
@@ -110,7 +122,7 @@ void register_dummy(const std::string& name,
   register_backend(
       name,
       [](const backend_context& ctx) -> std::shared_ptr<backend> {
-        return std::make_shared<dummy_backend>(ctx);
+        return std::make_shared<Backend>(ctx);
       },
       std::move(devices));
   done.push_back(name);
@@ -303,7 +315,7 @@ TEST_CASE("a user-written backend runs the calls it implements") {
 }
 
 TEST_CASE("c10d's DummyProcessGroup as a custom backend: collectives and send/recv") {
-  register_dummy("dummy_test");
+  register_dummy<full_dummy_backend>("full_dummy_test");
   for (int n : {2, 3})
     testing::run_ranks(
         n,
@@ -341,7 +353,7 @@ TEST_CASE("c10d's DummyProcessGroup as a custom backend: collectives and send/re
           // barrier through the store's counter.
           pg.barrier().wait();
         },
-        with_backend("dummy_test"));
+        with_backend("full_dummy_test"));
 }
 
 TEST_CASE("backend types: get_backend(type), set_backend, the backend name") {
