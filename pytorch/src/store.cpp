@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "troupe/error.hpp"
@@ -65,8 +67,28 @@ class c10d_store final : public troupe::store {
   bool check(const std::vector<std::string>& keys) override {
     return guarded("check", keys, [&] { return inner_->check(keys); });
   }
+  /// Looks with check() until the keys are there, never with c10d's wait:
+  /// c10d 1.13's TCPStore leaves a wait that timed out registered on its
+  /// server, whose late answer then reads as the reply to the connection's
+  /// next request (an add returned 256). troupe waits in short slices (its
+  /// rendezvous and group set-up look for gone ranks every 100 ms), so such
+  /// waits time out all the time.
   void wait(const std::vector<std::string>& keys, duration timeout) override {
-    guarded("wait", keys, [&] { inner_->wait(keys, timeout); });
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + timeout;
+    auto pause = std::chrono::microseconds(100);
+    while (!check(keys)) {
+      const auto now = clock::now();
+      if (now >= deadline) {
+        std::vector<std::string> missing;
+        for (const auto& k : keys)
+          if (!check({k})) missing.push_back(k);
+        if (missing.empty()) return;  // they came at the last moment
+        throw_timeout("c10d_store.wait", missing, timeout);
+      }
+      std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - now));
+      pause = std::min(pause * 2, std::chrono::microseconds(10000));
+    }
   }
   bool delete_key(const std::string& key) override {
     return guarded("delete_key", {key}, [&] { return inner_->deleteKey(key); });

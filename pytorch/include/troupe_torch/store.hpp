@@ -8,7 +8,9 @@
 /// time is errc::timeout naming the keys, anything else errc::store naming the
 /// call. c10d 1.13 stores have no append, multi_get or multi_set: append is a
 /// compare_set loop, the multi calls are one call per key (multi_get waits for
-/// every key once, with one timeout).
+/// every key once, with one timeout). Waits look with check() every 0.1 to
+/// 10 ms instead of calling c10d's wait: a TCPStore connection whose wait
+/// timed out reads the late answer as the reply to its next request.
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
