@@ -76,6 +76,9 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   s.poke = [self] {
     if (auto f = self.lock()) f->poke();
   };
+  s.continued = [self] {
+    if (auto f = self.lock()) f->wake_watchdog();
+  };
   {
     std::lock_guard<std::mutex> g{engine_};
     queue_.push_back(std::move(op));
@@ -90,12 +93,24 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
 
 void inline_engine::drive(work_state& s, inline_clock::time_point until) {
   run([&] { return !s.finished.load(std::memory_order_acquire); }, until);
-  // Operations left pending (their callers chain continuations): the
-  // progress thread takes them over, now that no thread waits.
-  if (waiters_.load() == 0 && !queue_empty()) {
-    watch_word_.fetch_add(1);
-    futex_wake(watch_word_);
+  // Operations left pending with continuations: the progress thread takes
+  // them over, now that no thread waits.
+  if (waiters_.load() == 0 && continued_pending()) wake_watchdog();
+}
+
+void inline_engine::wake_watchdog() {
+  watch_word_.fetch_add(1);
+  futex_wake(watch_word_);
+}
+
+bool inline_engine::continued_pending() {
+  std::lock_guard<std::mutex> g{engine_};
+  for (auto& op : queue_) {
+    auto& st = *op->handle.state();
+    std::lock_guard<std::mutex> l{st.mtx};
+    if (!st.callbacks.empty()) return true;
   }
+  return false;
 }
 
 void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_point until) {
@@ -146,14 +161,16 @@ void inline_engine::watch() {
       // Checked again: a submit after this check finds watch_idle_ set and wakes us.
       if (queue_empty() && !stopping_.load()) futex_wait(watch_word_, seen, std::chrono::hours(1));
       watch_idle_.store(false);
-    } else if (waiters_.load() != 0) {
-      // A thread in wait() drives; deadlines and lost peers are its business too.
+    } else if (waiters_.load() != 0 || !continued_pending()) {
+      // A thread in wait() drives (deadlines and lost peers are its business
+      // too), or somebody will wait later: tick, so that works complete anyway.
       futex_wait(watch_word_, seen, std::chrono::milliseconds(1));
       poke();
     } else {
-      // Nobody waits: drive the head operation until it leaves the queue or a
-      // waiting thread comes (it drives itself; this thread then only ticks).
-      // One run per operation: each chooses whether its driver reads.
+      // Continuations wait and no thread does: drive the head operation until
+      // it leaves the queue or a waiting thread comes (it drives itself; this
+      // thread then only ticks). One run per operation: each chooses whether
+      // its driver reads.
       const auto head = head_op();
       run([this, head] { return !stopping_.load() && waiters_.load() == 1 && head_op() == head; },
           inline_clock::time_point::max());
