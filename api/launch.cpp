@@ -10,6 +10,7 @@
 // mpirun under sbatch), so comparing them would refuse legitimate jobs.
 
 #include "troupe/launch.hpp"
+#include "troupe/testing.hpp"
 
 #include <charconv>
 #include <cstdlib>
@@ -221,6 +222,25 @@ std::unique_ptr<world> init_world(const init_options& opts) {
   wo.bind_address = env_var("TROUPE_BIND_ADDR").value_or("127.0.0.1");
   wo.token = env.token;
   return std::make_unique<world>(std::move(wo));
+}
+
+bool launched_by_launcher() {
+  return env_var("RANK") || env_var("OMPI_COMM_WORLD_RANK") || env_var("SLURM_PROCID");
+}
+
+void run_job(int ranks, const std::function<void(world&, bool launched)>& body,
+             const init_options& opts) {
+  if (launched_by_launcher()) {
+    auto w = init_world(opts);
+    body(*w, true);
+    w->default_group().barrier().wait();
+    return;
+  }
+  testing::run_options o;
+  o.backend = opts.backend;
+  o.timeout = opts.timeout;
+  testing::run_ranks(
+      ranks, [&](world& w) { body(w, false); }, o);
 }
 
 }  // namespace troupe

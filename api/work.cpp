@@ -123,9 +123,11 @@ std::string work::group_name() const {
 void work::on_complete(std::function<void(const work&)> fn) const {
   auto& s = const_cast<work_state&>(checked(state_));
   {
-    std::lock_guard<std::mutex> g{s.mtx};
+    std::unique_lock<std::mutex> g{s.mtx};
     if (!s.done) {
       s.callbacks.push_back(std::move(fn));
+      g.unlock();
+      if (s.continued) s.continued();
       return;
     }
   }

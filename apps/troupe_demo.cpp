@@ -90,10 +90,6 @@ config parse(int argc, char** argv) {
 
 /// Whether a launcher started this process as one rank of a job (the same
 /// variables troupe::read_launch_env() and run_ranks look at).
-bool launched() {
-  return std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID");
-}
-
 std::string transport_name() {
   const char* t = std::getenv("TROUPE_TRANSPORT");
   return t && *t ? t : "auto";
@@ -206,7 +202,7 @@ int main(int argc, char** argv) {
   config c;
   try {
     c = parse(argc, argv);
-    if (launched() && c.ranks_given)
+    if (troupe::launched_by_launcher() && c.ranks_given)
       throw std::invalid_argument(
           "--ranks does not apply under a launcher: the launcher's -n sets the rank count");
   } catch (const std::exception& e) {
@@ -214,5 +210,5 @@ int main(int argc, char** argv) {
     usage(argv[0], std::cerr);
     return 2;
   }
-  return launched() ? run_launched(c) : run_in_process(c);
+  return troupe::launched_by_launcher() ? run_launched(c) : run_in_process(c);
 }

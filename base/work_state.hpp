@@ -32,6 +32,10 @@ struct work_state {
   /// makes one non-blocking pass. Set before the work is handed out.
   std::function<void(work_state&, std::chrono::steady_clock::time_point)> drive;
   std::function<void()> poke;
+  /// Called (outside mtx) when a continuation is registered while the work
+  /// is pending: nobody may ever wait for it, so its engine's progress
+  /// thread should drive it. Set before the work is handed out.
+  std::function<void()> continued;
 };
 
 }  // namespace troupe::detail

@@ -334,23 +334,13 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-bool launched() {
-  return std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const auto o = parse(argc, argv);
-    if (launched()) {
-      auto w = troupe::init_world({.timeout = std::chrono::seconds(300)});
-      run(*w, o, true);
-      w->default_group().barrier().wait();
-    } else {
-      troupe::testing::run_ranks(o.ranks, [&](troupe::world& w) { run(w, o, false); },
-                                 {.timeout = std::chrono::seconds(300)});
-    }
+    troupe::run_job(o.ranks, [&](troupe::world& w, bool launched) { run(w, o, launched); },
+                    {.timeout = std::chrono::seconds(300)});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "reducer_bench FAILED: %s\n", e.what());
     return 1;

@@ -107,24 +107,20 @@ void run_world(troupe::world& w, const bench::worker_args& a, const std::string&
   if (!a.csv.empty()) bench::append_csv(a.csv, rows);
 }
 
-bool launched() {
-  return std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const auto a = bench::parse_worker_args(argc, argv);
     if (a.memcpy) {
-      if (a.ranks || a.rss || launched())
+      if (a.ranks || a.rss || troupe::launched_by_launcher())
         throw std::invalid_argument("--memcpy runs alone (no --inprocess, --rss or launcher)");
       const auto rows = bench::run_memcpy(a.quick, a.iters);
       bench::print_records(rows);
       if (!a.csv.empty()) bench::append_csv(a.csv, rows);
       return 0;
     }
-    if (launched()) {
+    if (troupe::launched_by_launcher()) {
       if (a.ranks) throw std::invalid_argument("--inprocess cannot be used under a launcher");
       const char* t = std::getenv("TROUPE_TRANSPORT");
       troupe::init_options o;

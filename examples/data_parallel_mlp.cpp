@@ -230,10 +230,6 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-bool launched() {
-  return std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -242,7 +238,7 @@ int main(int argc, char** argv) {
     vec x, t;
     make_data(x, t);
     const float reference = train_alone(o, x, t);
-    if (launched()) {
+    if (troupe::launched_by_launcher()) {
       // One rank per process, as troupe-run (or mpirun, srun) started them.
       auto w = troupe::init_world({.timeout = std::chrono::seconds(120)});
       o.ranks = w->size();

@@ -180,10 +180,6 @@ bool matches_serial(const params& p, const solution& parallel) {
   return true;
 }
 
-bool launched() {
-  return std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID");
-}
-
 /// Under a launcher: this process is one rank; rank 0 checks, everyone learns the verdict.
 int run_launched(params p) {
   auto w = troupe::init_world({.timeout = std::chrono::seconds(120)});
@@ -209,7 +205,7 @@ int run_launched(params p) {
 int main(int argc, char** argv) {
   try {
     const auto p = parse(argc, argv);
-    if (launched()) return run_launched(p);
+    if (troupe::launched_by_launcher()) return run_launched(p);
     check_cells(p);
     std::printf("heat_simulation: %d cells on %d ranks, tol %.1e\n", p.cells, p.ranks, p.tol);
     solution parallel;

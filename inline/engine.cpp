@@ -76,6 +76,9 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   s.poke = [self] {
     if (auto f = self.lock()) f->poke();
   };
+  s.continued = [self] {
+    if (auto f = self.lock()) f->wake_watchdog();
+  };
   {
     std::lock_guard<std::mutex> g{engine_};
     queue_.push_back(std::move(op));
@@ -89,13 +92,35 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
 }
 
 void inline_engine::drive(work_state& s, inline_clock::time_point until) {
+  run([&] { return !s.finished.load(std::memory_order_acquire); }, until);
+  // Operations left pending with continuations: the progress thread takes
+  // them over, now that no thread waits.
+  if (waiters_.load() == 0 && continued_pending()) wake_watchdog();
+}
+
+void inline_engine::wake_watchdog() {
+  watch_word_.fetch_add(1);
+  futex_wake(watch_word_);
+}
+
+bool inline_engine::continued_pending() {
+  std::lock_guard<std::mutex> g{engine_};
+  for (auto& op : queue_) {
+    auto& st = *op->handle.state();
+    std::lock_guard<std::mutex> l{st.mtx};
+    if (!st.callbacks.empty()) return true;
+  }
+  return false;
+}
+
+void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_point until) {
   waiters_.fetch_add(1);
   const bool reads = head_reads_itself();
   med_->begin_wait(reads);
   auto polling_since = inline_clock::now();
-  while (!s.finished.load(std::memory_order_acquire)) {
+  while (go_on()) {
     const bool moved = (reads && med_->pump()) | pass(true);
-    if (s.finished.load(std::memory_order_acquire)) break;
+    if (!go_on()) break;
     const auto now = inline_clock::now();
     if (now >= until) break;
     if (moved) {
@@ -105,12 +130,21 @@ void inline_engine::drive(work_state& s, inline_clock::time_point until) {
     if (policy_.poll_step(now - polling_since)) continue;
     const auto nap = std::min<inline_clock::duration>(until - now, max_sleep);
     med_->sleep(
-        blocker(), nap, [&] { return (reads && med_->pump()) | pass(true) || s.finished.load(); },
-        reads);
+        blocker(), nap, [&] { return (reads && med_->pump()) | pass(true) || !go_on(); }, reads);
     polling_since = inline_clock::now();
   }
   med_->end_wait(reads);
   waiters_.fetch_sub(1);
+}
+
+bool inline_engine::queue_empty() {
+  std::lock_guard<std::mutex> g{engine_};
+  return queue_.empty();
+}
+
+std::uint64_t inline_engine::head_op() {
+  std::lock_guard<std::mutex> g{engine_};
+  return queue_.empty() ? 0 : queue_.front()->op;
 }
 
 void inline_engine::poke() {
@@ -120,10 +154,6 @@ void inline_engine::poke() {
 }
 
 void inline_engine::watch() {
-  auto queue_empty = [this] {
-    std::lock_guard<std::mutex> g{engine_};
-    return queue_.empty();
-  };
   while (!stopping_.load()) {
     const auto seen = watch_word_.load();
     if (queue_empty()) {
@@ -131,9 +161,19 @@ void inline_engine::watch() {
       // Checked again: a submit after this check finds watch_idle_ set and wakes us.
       if (queue_empty() && !stopping_.load()) futex_wait(watch_word_, seen, std::chrono::hours(1));
       watch_idle_.store(false);
-    } else {
+    } else if (waiters_.load() != 0 || !continued_pending()) {
+      // A thread in wait() drives (deadlines and lost peers are its business
+      // too), or somebody will wait later: tick, so that works complete anyway.
       futex_wait(watch_word_, seen, std::chrono::milliseconds(1));
       poke();
+    } else {
+      // Continuations wait and no thread does: drive the head operation until
+      // it leaves the queue or a waiting thread comes (it drives itself; this
+      // thread then only ticks). One run per operation: each chooses whether
+      // its driver reads.
+      const auto head = head_op();
+      run([this, head] { return !stopping_.load() && waiters_.load() == 1 && head_op() == head; },
+          inline_clock::time_point::max());
     }
   }
 }

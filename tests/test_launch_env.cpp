@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -337,4 +338,54 @@ TEST_CASE("init_world: one rank through env://, tcp:// and file://") {
   g.set("RANK", "1");
   g.set("WORLD_SIZE", "1");
   check_error([] { troupe::init_world(); }, errc::invalid_argument, {"RANK=1", "WORLD_SIZE=1"});
+}
+
+TEST_CASE("run_job: threads of this process, or the launched job's one world") {
+  env_guard g;
+  // Not launched: n ranks as threads, each told so.
+  CHECK_FALSE(troupe::launched_by_launcher());
+  std::atomic<int> ranks{0}, launched{0};
+  troupe::run_job(3, [&](troupe::world& w, bool l) {
+    ++ranks;
+    launched += l;
+    CHECK(w.size() == 3);
+  });
+  CHECK(ranks == 3);
+  CHECK(launched == 0);
+  // A failure on a rank comes back.
+  check_error(
+      [] {
+        troupe::run_job(2, [](troupe::world& w, bool) {
+          if (w.rank() == 1) throw troupe::error(errc::invalid_argument, "rank 1 gave up");
+        });
+      },
+      errc::invalid_argument, {"rank 1 gave up"});
+  // Launched (RANK set; any convention): this process's world only.
+  for (const char* var : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    CAPTURE(var);
+    env_guard one;
+    one.set(var, "0");
+    CHECK(troupe::launched_by_launcher());
+  }
+  g.set("RANK", "0");
+  g.set("WORLD_SIZE", "1");
+  char name[] = "/tmp/troupe_test_run_job_XXXXXX";
+  int fd = ::mkstemp(name);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  troupe::init_options opts;
+  opts.init_method = std::string("file://") + name;
+  opts.timeout = 10s;
+  ranks = 0;
+  troupe::run_job(
+      5,
+      [&](troupe::world& w, bool l) {
+        ++ranks;
+        launched += l;
+        CHECK(w.size() == 1);
+      },
+      opts);
+  CHECK(ranks == 1);
+  CHECK(launched == 1);
+  ::unlink(name);
 }

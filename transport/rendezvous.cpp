@@ -112,7 +112,16 @@ std::string rendezvous::gone_among(const std::vector<int>& ranks) {
 }
 
 void rendezvous::check(const std::vector<int>& ranks, const std::string& waiting_for) {
-  if (const auto why = gone_among(ranks); !why.empty())
+  std::string why;
+  try {
+    why = gone_among(ranks);
+  } catch (const error& e) {
+    if (e.code() != errc::store) throw;
+    throw error(errc::store, "world: rank " + std::to_string(rank_) +
+                                 " lost the store while waiting for " + waiting_for + ": " +
+                                 e.what());
+  }
+  if (!why.empty())
     throw error(errc::peer_failure, "world: rank " + std::to_string(rank_) +
                                         " gave up building its world (waiting for " + waiting_for +
                                         "): " + why);
@@ -134,6 +143,14 @@ void rendezvous::wait_for(const std::vector<int>& ranks,
                           const std::function<std::string(int)>& key_of, const std::string& what) {
   std::vector<std::string> keys;
   for (int r : ranks) keys.push_back(key_of(r));
+  const auto waiting_for = rank_list(ranks) + " to " + what;
+  // The process serving the store (often rank 0) may end: every store call
+  // here then says what this rank waited for.
+  auto lost_store = [&](const error& e) {
+    return error(errc::store, "world: rank " + std::to_string(rank_) +
+                                  " lost the store while waiting for " + waiting_for + ": " +
+                                  e.what());
+  };
   for (;;) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - clock::now());
@@ -141,18 +158,20 @@ void rendezvous::wait_for(const std::vector<int>& ranks,
       store_.wait(keys, std::clamp(left, std::chrono::milliseconds(0), slice));
       return;
     } catch (const error& e) {
-      if (e.code() == errc::store)  // e.g. the process serving the store (often rank 0) ended
-        throw error(errc::store, "world: rank " + std::to_string(rank_) +
-                                     " lost the store while waiting for " + rank_list(ranks) +
-                                     " to " + what + ": " + e.what());
+      if (e.code() == errc::store) throw lost_store(e);
       if (e.code() != errc::timeout) throw;
     }
     // Any rank gone dooms the world, not only those waited for here.
-    check(everyone(), rank_list(ranks) + " to " + what);
+    check(everyone(), waiting_for);
     if (clock::now() < deadline_) continue;
     std::vector<int> missing;
-    for (std::size_t i = 0; i < ranks.size(); ++i)
-      if (!store_.check({keys[i]})) missing.push_back(ranks[i]);
+    try {
+      for (std::size_t i = 0; i < ranks.size(); ++i)
+        if (!store_.check({keys[i]})) missing.push_back(ranks[i]);
+    } catch (const error& e) {
+      if (e.code() == errc::store) throw lost_store(e);
+      throw;
+    }
     if (missing.empty()) return;  // they came at the last moment
     timed_out(missing, what);
   }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -47,5 +48,19 @@ struct init_options {
 
 /// The world of this process's rank, from the environment and the init method.
 std::unique_ptr<world> init_world(const init_options& opts = {});
+
+/// Whether a launcher started this process as one rank of a job: RANK
+/// (troupe-run, torchrun), OMPI_COMM_WORLD_RANK (mpirun) or SLURM_PROCID
+/// (srun) is set.
+bool launched_by_launcher();
+
+/// Runs a program's ranks either way it may be started: when a launcher
+/// started this process, `body(w, true)` in its world (init_world(opts)),
+/// then a barrier, so no rank leaves while another still runs; else
+/// `body(w, false)` for `ranks` ranks as threads of this process
+/// (testing::run_ranks, each rank's timeout opts.timeout). Rethrows the
+/// first failure.
+void run_job(int ranks, const std::function<void(world&, bool launched)>& body,
+             const init_options& opts = {});
 
 }  // namespace troupe
