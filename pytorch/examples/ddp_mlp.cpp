@@ -22,13 +22,11 @@
 #include <troupe/default_hooks.hpp>
 #include <troupe/launch.hpp>
 #include <troupe/powersgd.hpp>
-#include <troupe/testing.hpp>
 #include <troupe/troupe.hpp>
 #include <troupe_torch/distributed_data_parallel.hpp>
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -152,10 +150,6 @@ void check_size(int n) {
     throw std::invalid_argument("the number of ranks must divide " + std::to_string(batch));
 }
 
-bool launched() {
-  return std::getenv("RANK") || std::getenv("OMPI_COMM_WORLD_RANK") || std::getenv("SLURM_PROCID");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,19 +158,14 @@ int main(int argc, char** argv) {
     at::set_num_threads(1);  // one core per rank
     auto [x, t] = make_data();
     const float reference = train_alone(o, x, t);
-    if (launched()) {
-      // One rank per process, as troupe-run (or mpirun, srun) started them.
-      auto w = troupe::init_world({.timeout = std::chrono::seconds(120)});
-      check_size(w->size());
-      train_rank(*w, o, x, t, reference);
-      w->default_group().barrier().wait();
-    } else {
-      // Ranks as threads of this process, each with its own world.
-      check_size(o.ranks);
-      troupe::testing::run_ranks(o.ranks,
-                                 [&](troupe::world& w) { train_rank(w, o, x, t, reference); },
-                                 {.timeout = std::chrono::seconds(120)});
-    }
+    // One rank per process when a launcher (troupe-run, mpirun, srun)
+    // started this one, else the ranks as threads of this process.
+    troupe::run_job(o.ranks,
+                    [&](troupe::world& w, bool) {
+                      check_size(w.size());
+                      train_rank(w, o, x, t, reference);
+                    },
+                    {.timeout = std::chrono::seconds(120)});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddp_mlp FAILED: %s\n", e.what());
     return 1;
