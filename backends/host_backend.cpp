@@ -50,11 +50,12 @@ host_backend::host_backend(const backend_context& ctx)
       continue;
     }
     group_actor p = group_;
-    if (r != ctx.rank)
+    if (r != ctx.rank) {
       if (auto a = dir.wait_for(key_prefix_ + std::to_string(r), ctx.timeout); a.has_value())
         p = std::any_cast<group_actor>(a);
       else
         p = nullptr;
+    }
     if (!p) {
       shutdown("group set-up failed");
       throw error(errc::timeout, "new_group: " + detail::timeout_after(ctx.timeout) +

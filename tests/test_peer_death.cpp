@@ -130,13 +130,16 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
   try {
     std::vector<int> everyone(ranks);
     for (int q = 0; q < ranks; ++q) everyone[static_cast<std::size_t>(q)] = q;
-    w.new_group(everyone, {.timeout = 5s});
+    troupe::new_group_options o;
+    o.timeout = 5s;
+    w.new_group(everyone, o);
     ok &= expect(r, false, "a group with the killed rank was made");
   } catch (const error& e) {
     const std::string what = e.what();
     ok &= expect(r, e.code() == errc::peer_failure, "not a peer failure: " + what);
-    ok &= expect(r, what.find("world rank " + std::to_string(p.victim)) != std::string::npos ||
-                        what.find("world rank " + std::to_string(p.leaver)) != std::string::npos,
+    ok &= expect(r,
+                 what.find("world rank " + std::to_string(p.victim)) != std::string::npos ||
+                     what.find("world rank " + std::to_string(p.leaver)) != std::string::npos,
                  "no rank that is gone is named: " + what);
   }
   sub->barrier().wait();  // every survivor checked before any world goes

@@ -77,13 +77,15 @@ std::string shm_medium::lost(std::uint64_t op, int) {
   const auto now = inline_clock::now();
   std::string left, gone;
   auto add = [](std::string& to, const std::string& s) { to += (to.empty() ? "" : "; ") + s; };
-  std::vector<int> unfinished;
+  std::vector<int> unfinished;  // and still in the group: their processes are watched
   for (int r = 0; r < size(); ++r) {
     // A rank that finished this operation owes nothing more to it.
     if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
-    unfinished.push_back(r);
+    // One that left said goodbye: that its process ended since is no crash.
     if (seg_->identity(r).left.load(std::memory_order_acquire))
       add(left, names_[static_cast<std::size_t>(r)] + " left group '" + group_ + "'");
+    else
+      unfinished.push_back(r);
   }
   const bool check_processes = now >= next_liveness_check_ || !left.empty();
   if (check_processes) next_liveness_check_ = now + liveness_period;
