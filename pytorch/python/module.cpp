@@ -7,6 +7,7 @@
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include "../src/callback_pool.hpp"
 #include "troupe/world.hpp"
 #include "troupe_torch/process_group.hpp"
 
@@ -40,6 +41,15 @@ makes one per group through the registered creator instead.)")
       .def_property_readonly("global_ranks", [](const troupe_torch::ProcessGroupTroupe& pg) {
         return pg.group().global_ranks();
       });
+
+  troupe_torch::detail::set_gil_releaser([](const std::function<void()>& f) {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      f();
+    } else {
+      f();
+    }
+  });
 
   m.def(
       "_create_process_group",

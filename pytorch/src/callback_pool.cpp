@@ -88,4 +88,26 @@ bool drain_callbacks(std::chrono::milliseconds timeout) {
   return the_pool().drain(timeout);
 }
 
+namespace {
+std::mutex releaser_mtx;
+std::function<void(const std::function<void()>&)> releaser;
+}  // namespace
+
+void set_gil_releaser(std::function<void(const std::function<void()>&)> r) {
+  std::lock_guard<std::mutex> g{releaser_mtx};
+  releaser = std::move(r);
+}
+
+void without_gil(const std::function<void()>& f) {
+  std::function<void(const std::function<void()>&)> r;
+  {
+    std::lock_guard<std::mutex> g{releaser_mtx};
+    r = releaser;
+  }
+  if (r)
+    r(f);
+  else
+    f();
+}
+
 }  // namespace troupe_torch::detail

@@ -27,4 +27,11 @@ void post_callback(std::function<void()> task);
 /// (torch 1.13 on Python 3.11: std::terminate).
 bool drain_callbacks(std::chrono::milliseconds timeout);
 
+/// Runs `f` with Python's GIL released when the calling thread holds it
+/// (the Python module installs how: set_gil_releaser); else just runs it.
+/// Tearing a troupe group down joins troupe's threads, and one of them may
+/// be dropping a tensor with a Python object, which takes the GIL.
+void without_gil(const std::function<void()>& f);
+void set_gil_releaser(std::function<void(const std::function<void()>&)> releaser);
+
 }  // namespace troupe_torch::detail

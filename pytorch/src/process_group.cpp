@@ -227,7 +227,14 @@ ProcessGroupTroupe::ProcessGroupTroupe(const c10::intrusive_ptr<c10d::Store>& st
   init();
 }
 
-ProcessGroupTroupe::~ProcessGroupTroupe() = default;
+ProcessGroupTroupe::~ProcessGroupTroupe() {
+  // The last reference may go here, from Python (holding the GIL): the
+  // group's and the world's threads are joined without it (callback_pool.hpp).
+  detail::without_gil([this] {
+    group_.reset();
+    world_.reset();
+  });
+}
 
 c10::intrusive_ptr<ProcessGroupTroupe> ProcessGroupTroupe::create(
     const c10d::DistributedBackendOptions& opts) {
