@@ -1,6 +1,7 @@
 #include "troupe/work.hpp"
 #include "base/texts.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "base/wait_policy.hpp"
@@ -51,14 +52,23 @@ void poll_for_done(const work_state& s, std::chrono::steady_clock::time_point un
     if (!policy.poll_step(now - start)) return;
 }
 
+/// What a waiting thread does before it sleeps: drives the operation (when
+/// it moves in the waiting thread) or polls briefly. Nothing once it
+/// finished (a callback may ask a finished work for its result while its
+/// thread holds what driving would take).
+void advance(work_state& s, std::chrono::steady_clock::time_point until) {
+  if (s.finished.load(std::memory_order_acquire)) return;
+  if (s.drive)
+    s.drive(s, until);
+  else
+    poll_for_done(s, until);
+}
+
 }  // namespace
 
 void work::wait() const {
   auto& s = const_cast<work_state&>(checked(state_));
-  if (s.drive)
-    s.drive(s, std::chrono::steady_clock::time_point::max());
-  else
-    poll_for_done(s, std::chrono::steady_clock::time_point::max());
+  advance(s, std::chrono::steady_clock::time_point::max());
   std::unique_lock<std::mutex> g{s.mtx};
   s.cv.wait(g, [&] { return s.done; });
   if (s.error) std::rethrow_exception(s.error);
@@ -67,10 +77,7 @@ void work::wait() const {
 void work::wait(duration timeout) const {
   auto& s = const_cast<work_state&>(checked(state_));
   const auto until = std::chrono::steady_clock::now() + timeout;
-  if (s.drive)
-    s.drive(s, until);
-  else
-    poll_for_done(s, until);
+  advance(s, until);
   std::unique_lock<std::mutex> g{s.mtx};
   if (!s.cv.wait_until(g, until, [&] { return s.done; }))
     throw error(errc::timeout,
@@ -229,6 +236,17 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
   auto j = std::make_shared<joint>();
   j->left = parts.size();
   j->parts = parts;
+  // Waiting for the whole drives the parts that move in the waiting thread.
+  if (std::any_of(parts.begin(), parts.end(), [](const work& p) { return p.state()->drive; })) {
+    std::vector<std::weak_ptr<work_state>> ws;
+    for (auto& p : parts) ws.push_back(p.state());
+    all.state()->drive = [ws](work_state& s, std::chrono::steady_clock::time_point until) {
+      for (auto& w : ws)
+        if (auto p = w.lock(); p && p->drive && !p->finished.load(std::memory_order_acquire))
+          p->drive(*p, until);
+      poll_for_done(s, until);
+    };
+  }
   for (auto& p : parts)
     p.on_complete([all, j](const work& done) {
       if (!done.is_success()) {

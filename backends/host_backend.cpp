@@ -15,6 +15,7 @@
 #include "backends/device_exchange.hpp"
 #include "base/process_directory.hpp"
 #include "base/work_state.hpp"
+#include "inline/mailbox.hpp"
 #include "inline/open_engines.hpp"
 #include "transport/data_plane.hpp"
 #include "troupe/error.hpp"
@@ -35,7 +36,30 @@ host_backend::host_backend(const backend_context& ctx)
   auto& dir = process_directory::instance();
   dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
   const auto& plane = rt_.plane();
-  if (plane) plane->add_group(ctx.group_name, ctx.global_ranks, plane_sink(group_));
+  // Point to point: the mailbox, published before any peer may send to it.
+  if (ctx.size > 1 && !inline_engines_off()) {
+    mailbox_ = std::make_shared<mailbox>(key_prefix_ + "mailbox/", ctx.group_name, ctx.rank,
+                                         ctx.global_ranks, plane);
+    mailbox_->attach();
+  }
+  if (plane) {
+    auto sink = plane_sink(group_);
+    if (mailbox_) {
+      std::weak_ptr<mailbox> mb = mailbox_;
+      sink.p2p = [mb](p2p_envelope env) {
+        if (auto m = mb.lock()) m->arrive(std::move(env));
+      };
+      sink.p2p_place = [mb](const frame_header& h) {
+        auto m = mb.lock();
+        return m ? m->place(h) : posted_receive{};
+      };
+      sink.gone = [mb, actor = std::move(sink.gone)](int r, const std::string& why, bool crashed) {
+        if (auto m = mb.lock()) m->gone(r, why, crashed);
+        actor(r, why, crashed);
+      };
+    }
+    plane->add_group(ctx.group_name, ctx.global_ranks, std::move(sink));
+  }
   auto in_other_process = [&](int r) {
     return plane && !plane->is_local(ctx.global_ranks[static_cast<std::size_t>(r)]);
   };
@@ -80,6 +104,7 @@ host_backend::host_backend(const backend_context& ctx)
     store_based_barrier(*ctx.store, ctx.rank, ctx.size, "created", ctx.timeout);
     std::vector<std::string> names;
     for (int r = 0; r < ctx.size; ++r) names.push_back(net->describe_peer(r));
+    if (mailbox_) mailbox_->set_names(names);
     auto f =
         open_inline_engines(ctx, names, plane, key_prefix_ + "fabric/", debug_ != debug_level::off);
     engine_ = std::move(f.main);
@@ -117,6 +142,7 @@ void host_backend::abort(const std::string& reason) {
   if (engine_) engine_->abort(reason);
   if (messages_) messages_->abort(reason);
   if (exchange_) exchange_->abort(reason);
+  if (mailbox_) mailbox_->abort(errc::aborted, reason);
 }
 
 /// TROUPE_DEBUG=DETAIL: one line when a call is issued and one when it ends.
@@ -158,6 +184,10 @@ void host_backend::shutdown(const std::string& reason) {
   if (exchange_) {
     exchange_->leave(rank(), reason);
     exchange_.reset();
+  }
+  if (mailbox_) {
+    mailbox_->leave(reason);
+    mailbox_.reset();
   }
   process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
   if (rt_.plane()) rt_.plane()->remove_group(group_name());

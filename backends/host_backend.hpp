@@ -5,9 +5,10 @@
 // runs it and numbers it (host_route.cpp): the inline engine's shared-memory
 // operations when every rank of the group shares this host, the inline
 // engine's message algorithms between hosts and for what the segment does
-// not run, the device exchange for cuda tensors of ranks of one process, the
-// group actors for the rest (monitored_barrier, point to point, cuda tensors
-// staged through host memory). Setting up a group (its group actor, the
+// not run, the device exchange for cuda tensors of ranks of one process,
+// point to point through the mailbox (inline/mailbox.hpp), the group actors
+// for the rest (monitored_barrier, cuda tensors staged through host memory,
+// everything with TROUPE_FABRIC=off). Setting up a group (its group actor, the
 // actor engine's transport, the inline engines) and tearing it down is
 // host_backend.cpp. Arguments arrive validated by process_group; ranks that
 // disagree are caught by the call's agreement (base/agreement.hpp).
@@ -27,6 +28,7 @@
 namespace troupe::detail {
 
 class rank_runtime;
+class mailbox;
 struct work_state;
 namespace gpu {
 class device_exchange;
@@ -146,6 +148,7 @@ class host_backend final : public backend {
   std::shared_ptr<inline_engine> messages_;  // beside a shared-memory engine: the other collectives
   bool shm_ = false;  // the inline engine's medium is shared memory (else the network)
   std::shared_ptr<gpu::device_exchange> exchange_;  // cuda tensors, every rank in this process
+  std::shared_ptr<mailbox> mailbox_;  // point to point (null: through the group actor)
 };
 
 }  // namespace troupe::detail

@@ -12,6 +12,7 @@
 #include "backends/flat_buffers.hpp"
 #include "base/work_state.hpp"
 #include "inline/algorithm_op.hpp"
+#include "inline/mailbox.hpp"
 #include "inline/shm/allreduce_shm.hpp"
 #include "inline/shm/direct_shm.hpp"
 #include "kernels/reduce_kernels.hpp"
@@ -181,6 +182,10 @@ work host_backend::submit_p2p(p2p_call::kind_t kind, const char* name, int peer,
   if (debug_ == debug_level::detail) log_detail(c->handle, c->buffer);
   auto result = c->handle;
   if (on_cuda(c->buffer) && !exchange_) result = p2p_staged_through_host(*c);
+  if (mailbox_) {
+    mailbox_->post(*c);
+    return result;
+  }
   caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
   return result;
 }

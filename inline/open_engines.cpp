@@ -15,6 +15,11 @@
 
 namespace troupe::detail {
 
+bool inline_engines_off() {
+  const char* env = std::getenv("TROUPE_FABRIC");
+  return env && std::string(env) == "off";
+}
+
 inline_engines open_inline_engines(const backend_context& ctx,
                                    const std::vector<std::string>& names,
                                    const std::shared_ptr<data_plane>& plane, const std::string& key,

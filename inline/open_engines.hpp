@@ -35,6 +35,10 @@ struct inline_engines {
 ///    ready.
 /// Each rank writes the mode it can run to the group's store; inline engines are
 /// used only when all wrote the same one.
+/// Whether TROUPE_FABRIC=off sends every call to the group actors
+/// (collectives and point to point).
+bool inline_engines_off();
+
 inline_engines open_inline_engines(const backend_context& ctx,
                                    const std::vector<std::string>& names,
                                    const std::shared_ptr<data_plane>& plane, const std::string& key,

@@ -116,6 +116,9 @@ class data_plane {
   /// Whether frames from world rank `r` arrive over its TCP connection (not
   /// through shared memory), so that pump() can read them.
   bool reads_socket(int r) const;
+  /// Whether pump() can read world rank r's frames (a TCP connection or a
+  /// shared-memory ring).
+  bool pumpable(int r) const;
   /// Reads what world rank r's connection has, without blocking, and
   /// dispatches it (skipped while another thread reads it); true when a frame
   /// arrived.
@@ -143,6 +146,9 @@ class data_plane {
     /// World rank `r` is gone: `crashed` (died, broke its connection, sent
     /// bad frames) or left with a goodbye; `why` names it.
     std::function<void(int r, const std::string& why, bool crashed)> gone;
+    /// Where the payload of a point-to-point frame may be read to (a receive
+    /// posted for it), asked before it is read; may be empty.
+    inline_place p2p_place;
   };
   /// Routes frames for `group` to `sink` (and tells it about peers that
   /// die, also those that died before).

@@ -74,10 +74,13 @@ bool data_plane::drain(int r, bool& any) {
     auto admit_frame = [&](const frame_header& h, const std::string& group, bool& skip) {
       return admit(r, h, group, skip);
     };
-    // Fabric payloads may go where their operation posted a receive.
+    // Inline and point-to-point payloads may go where a receive was posted for them.
     auto place = [&](const frame_header& h, const std::string&) {
       const auto& rt = p.current;
-      return h.kind == frame_inline && rt && rt->place ? rt->place(h) : posted_receive{};
+      if (!rt) return posted_receive{};
+      if (h.kind == frame_inline) return rt->place ? rt->place(h) : posted_receive{};
+      if (h.kind == frame_p2p && rt->actor.p2p_place) return rt->actor.p2p_place(h);
+      return posted_receive{};
     };
     why = p.in_ring
               ? p.reader.drain([&](void* d, std::size_t n) { return p.in_ring->read_some(d, n); },
@@ -133,6 +136,11 @@ bool data_plane::reads_socket(int r) const {
   return p.in_socket && !p.in_ring;
 }
 
+bool data_plane::pumpable(int r) const {
+  auto& p = at(r);
+  return p.in_socket || p.in_ring;
+}
+
 bool data_plane::pump(int r) {
   auto& p = at(r);
   if (!p.in_socket && !p.in_ring) return false;
@@ -146,7 +154,10 @@ bool data_plane::pump(int r) {
 void data_plane::pumping(int r, int delta, bool wake) {
   auto& p = at(r);
   if (p.pumpers.fetch_add(delta) + delta == 0 && wake) {
-    std::lock_guard<std::mutex> g{p.in_mtx};
+    // The caller may be the thread that reads r's frames right now (a
+    // callback of a call that a frame completed waits for another one):
+    // then the reader sees the change at its next look (2 ms at most).
+    std::unique_lock<std::mutex> g{p.in_mtx, std::try_to_lock};
     p.park.notify_all();
   }
 }

@@ -1,0 +1,163 @@
+#pragma once
+// mailbox — point to point beside the inline engine: send, recv and
+// recv_any_source run in the threads that issue and wait for them, without
+// an actor hop (through the group actors a 4-byte message took 43 µs one
+// way in one process: the hops to the actors and back to the work).
+//  - Matching is c10d's: per (source, tag) in the order sent; recv_any_source
+//    takes the first message with its tag from any rank and reports the
+//    sender. A receive posted first is matched by the message when it
+//    arrives; a message that arrives first waits in the receiver's mailbox.
+//  - Ranks of this process: the sender's thread matches in the receiver's
+//    mailbox and copies straight into the posted buffer (one copy; the
+//    receiver, polling its work, sees it finish within its spin). Unmatched,
+//    a message up to eager_bytes is copied and the send completes; a larger
+//    one is lent: the receiver copies from the sender's buffer when its
+//    receive comes, and the send completes then (as Gloo's and NCCL's sends
+//    wait for their receive).
+//  - Ranks of other processes: a frame through the data plane (shared-memory
+//    ring or TCP), written by the sender's thread (sends are eager); in the
+//    receiving process the reader thread, or the waiting thread itself
+//    reading a TCP peer's socket, matches it on arrival.
+//  - Failures: every receive and lent send has a deadline, watched by one
+//    process-wide timer thread, so that an operation nobody waits for still
+//    ends; a peer that left fails what waits for it (what it sent before
+//    still matches); a peer process that crashed, abort and destroying the
+//    group fail everything pending and every later call; a receive whose
+//    buffer does not fit the message fails naming both sizes and dtypes.
+//  - Bounds: a peer in another process may have at most max_waiting_messages
+//    unmatched messages, max_early_bytes in all, waiting here; more fails
+//    that peer (transport/frame.hpp).
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/call.hpp"
+#include "transport/frame.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+
+class data_plane;
+
+class mailbox : public std::enable_shared_from_this<mailbox> {
+ public:
+  using clock = std::chrono::steady_clock;
+  /// Unmatched messages to a rank of this process up to this size are copied
+  /// (the send completes at once); larger ones are lent until a receive takes them.
+  static constexpr std::size_t eager_bytes = 64 << 10;
+
+  /// `key` names this group of this job in the process (ranks of one process
+  /// find each other's mailbox under key + rank); `global_ranks[r]`: the
+  /// world rank of group rank r; `plane` null when every rank is in this process.
+  mailbox(std::string key, std::string group, int rank, std::vector<int> global_ranks,
+          std::shared_ptr<data_plane> plane);
+  ~mailbox();
+  /// Publishes this mailbox for the ranks of this process (before any peer may send).
+  void attach();
+  /// How the errors name each group rank ("rank 1 (world rank 1)").
+  void set_names(std::vector<std::string> names);
+
+  /// Issues a send or a receive; `c.handle` completes when it is done.
+  void post(const p2p_call& c);
+  /// A message from a rank in another process (the data plane's reader, or a
+  /// thread reading a peer's socket or ring).
+  void arrive(p2p_envelope env);
+  /// Where the payload of the frame with header `h` goes: the buffer of the
+  /// receive it will match when it fits exactly (then arrive() copies
+  /// nothing), else nothing. Asked by the data plane before it reads it.
+  posted_receive place(const frame_header& h);
+  /// World rank `world_rank` is gone: `crashed`, or left (goodbye); `why` says how.
+  void gone(int world_rank, const std::string& why, bool crashed);
+  /// Fails everything pending and every later call with `reason`.
+  void abort(errc code, const std::string& reason);
+  /// This rank destroys the group: fails what is pending, and tells the
+  /// peers of this process that it left.
+  void leave(const std::string& reason);
+  /// Fails what passed its deadline (the timer thread).
+  void expire();
+
+ private:
+  struct receive {
+    p2p_call call;
+    clock::time_point deadline;
+  };
+  struct message {
+    int src = 0;
+    int tag = 0;
+    tensor payload;
+    bool remote = false;  // counted against the bounds of its sender
+    // A lent message: `payload` is the sender's buffer and this its send,
+    // completed (or failed: where, what it waits for) when a receive took it.
+    work sender;
+    std::string sender_where;
+    std::string waits_for;
+    std::chrono::milliseconds timeout{};
+    clock::time_point deadline;
+  };
+  struct finish {  // what to complete or fail once the lock is released
+    std::optional<receive> r;
+    std::optional<message> m;
+    std::exception_ptr error;  // for r (or, without r, for m's sender)
+  };
+
+  /// Takes a message from a peer: hands it to the first matching receive, or keeps it.
+  void accept(message m);
+  /// Copies `m` into `r`'s buffer and completes both (outside the lock).
+  static void fill(const receive& r, const message& m, const std::string& where);
+  static void settle(std::vector<finish>& done, const std::string& group, int rank);
+  std::shared_ptr<mailbox> local_peer(int r);
+  std::string where(const std::string& op) const;
+  std::string name_of(int r);
+  /// `r` fails with `cause`, once the lock is released.
+  void fail_into(std::vector<finish>& done, receive r, errc code, const std::string& cause) const;
+  /// Fails everything pending (under mtx_) into `done`.
+  void fail_all(errc code, const std::string& reason, std::vector<finish>& done);
+  /// The timeout error of receive `c` (under mtx_).
+  std::exception_ptr timed_out(const p2p_call& c) const;
+  /// Makes sure the timer calls expire() by `deadline` (under mtx_).
+  void arm(clock::time_point deadline);
+  /// Reads peer sockets in the waiting thread until `s` finished (TCP peers).
+  void pump_for(struct work_state& s, clock::time_point until, const std::vector<int>& peers);
+
+  std::string key_;
+  std::string group_;
+  int rank_;
+  std::vector<int> global_ranks_;
+  std::weak_ptr<data_plane> plane_;  // not owned: a reader thread may hold the last reference
+  std::vector<bool> local_;
+  std::mutex mtx_;  // guards everything below
+  std::vector<std::string> names_;
+  std::vector<std::weak_ptr<mailbox>> peers_;  // local ranks' mailboxes, found once
+  std::deque<receive> receives_;               // posted, in post order
+  std::deque<message> messages_;               // arrived, unmatched, in arrival order
+  struct waiting {
+    std::size_t messages = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<waiting> waiting_;  // per sender in another process
+  // Per sender in another process: the receive its frame being read now
+  // goes into (place()), and whether that frame is to be dropped (the
+  // receive failed while it was read).
+  struct placed {
+    std::optional<receive> r;
+    std::shared_ptr<receive_guard> guard;
+    bool drop = false;
+  };
+  std::vector<placed> placed_;
+  /// Takes back a placed receive (under mtx_): nothing more is written into its buffer.
+  std::optional<receive> revoke(placed& p);
+  std::map<int, std::string> gone_;  // group rank -> why (left)
+  std::optional<std::pair<errc, std::string>> stopped_;
+  clock::time_point armed_ = clock::time_point::max();
+  bool attached_ = false;
+};
+
+}  // namespace troupe::detail
