@@ -2,11 +2,14 @@
 // size mismatches.
 
 #include <chrono>
+#include <cstdlib>
 
+#include "check_error.hpp"
 #include "collective_test.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
+using troupe::test::check_error;
 
 TEST_CASE("send and recv around a ring, for 2, 3, 4 and 7 ranks") {
   for (int n : {2, 3, 4, 7}) {
@@ -121,6 +124,146 @@ TEST_CASE("recv into a buffer of the wrong size fails and names both sizes") {
         CHECK(what.find("16 bytes") != std::string::npos);
         CHECK(what.find("12 bytes") != std::string::npos);
       }
+    }
+  });
+}
+
+namespace {
+
+/// A tensor of `n` floats (on the suites' device) that tells sender and size apart.
+tensor pattern(int sender, std::int64_t n) {
+  auto t = tensor::empty({n}, dtype::float32);
+  auto* p = t.data_as<float>();
+  for (std::int64_t i = 0; i < n; ++i) p[i] = float(sender * 1000 + i % 977);
+  if (ref::device() == t.get_device()) return t;
+  auto d = ref::empty({n}, dtype::float32);
+  d.copy_from(t);
+  return d;
+}
+
+bool holds_pattern(const tensor& got, int sender) {
+  const auto t = ref::host(got);
+  const auto* p = t.data_as<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    if (p[i] != float(sender * 1000 + i % 977)) return false;
+  return true;
+}
+
+}  // namespace
+
+// Small messages are copied, large ones lent (in one process) or read
+// straight into the receive's buffer (between processes): each way must
+// deliver the same bytes, in order, whichever comes first.
+TEST_CASE("messages of every size arrive whole whether the receive or the message comes first") {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      const int right = (w.rank() + 1) % n, left = (w.rank() + n - 1) % n;
+      for (std::int64_t count :
+           {std::int64_t{1}, std::int64_t{4097}, std::int64_t{16385}, std::int64_t{262144}}) {
+        CAPTURE(count);
+        // The receive first: posted before any rank sends.
+        auto in = ref::zeros({count}, dtype::float32);
+        auto r = pg.recv(in, left, 1);
+        pg.barrier().wait();
+        auto s = pg.send(pattern(w.rank(), count), right, 1);
+        r.wait();
+        s.wait();
+        CHECK(holds_pattern(in, left));
+        // The messages first: two of them, taken in the order sent.
+        auto a = ref::zeros({count}, dtype::float32), b = ref::zeros({count}, dtype::float32);
+        auto s1 = pg.send(pattern(w.rank(), count), right, 2);
+        auto s2 = pg.send(pattern(w.rank() + 7, count), right, 2);
+        pg.barrier().wait();
+        auto r1 = pg.recv(a, left, 2);
+        auto r2 = pg.recv(b, left, 2);
+        r1.wait();
+        r2.wait();
+        s1.wait();
+        s2.wait();
+        CHECK(holds_pattern(a, left));
+        CHECK(holds_pattern(b, left + 7));
+        CHECK(r2.source_rank() == left);
+      }
+    });
+  }
+}
+
+TEST_CASE("a large message of the wrong size fails its receive and names both sizes") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    if (w.rank() == 0) {
+      pg.send(ref::zeros({100000}, dtype::float32), 1).wait();
+      pg.send(tensor::from_vector<int>({5}), 1, 3).wait();
+    } else {
+      auto t = ref::zeros({99999}, dtype::float32);
+      check_error([&] { pg.recv(t, 0).wait(); }, errc::invalid_argument,
+                  {"recv", "400000 bytes", "399996 bytes"});
+      // What follows still arrives.
+      auto next = ref::zeros({1}, dtype::int32);
+      pg.recv(next, 0, 3).wait();
+      CHECK(next.to_vector<int>()[0] == 5);
+    }
+  });
+}
+
+TEST_CASE("a send nobody receives fails at its deadline, naming the peer and tag") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    if (w.rank() == 0) {
+      // Large enough to be lent in one process (it waits for its receive);
+      // between processes it is written out eagerly and completes.
+      auto big = ref::zeros({1 << 18}, dtype::float32);
+      auto s = pg.send({big}, 1, {.tag = 4, .timeout = 300ms});
+      try {
+        s.wait(20s);
+      } catch (const error& e) {
+        CHECK(e.code() == errc::timeout);
+        const std::string what = e.what();
+        CHECK(what.find("send") != std::string::npos);
+        CHECK(what.find("rank 1") != std::string::npos);
+        CHECK(what.find("tag 4") != std::string::npos);
+      }
+    }
+    pg.barrier().wait();
+    // A message that timed out is not delivered later: the next one with
+    // that tag is the one received.
+    if (w.rank() == 0) pg.send(tensor::from_vector<int>({9}), 1, 4).wait();
+    if (w.rank() == 1) {
+      auto big = ref::zeros({1 << 18}, dtype::float32);
+      auto small = ref::zeros({1}, dtype::int32);
+      // Across processes the eager large message is there first.
+      auto wk = pg.recv(small, 0, 4);
+      try {
+        wk.wait(20s);
+        CHECK(small.to_vector<int>()[0] == 9);
+      } catch (const error& e) {
+        CHECK(e.code() == errc::invalid_argument);  // it was the large one
+        pg.recv(small, 0, 4).wait();
+        CHECK(small.to_vector<int>()[0] == 9);
+      }
+    }
+  });
+}
+
+TEST_CASE("a rank whose group is destroyed fails the sends waiting for it to receive") {
+  // Lent messages exist between ranks of one process, on the mailbox (not
+  // the group actors' path, whose sends are all eager).
+  const char* fabric = std::getenv("TROUPE_FABRIC");
+  if (std::getenv("RANK") || (fabric && std::string(fabric) == "off")) return;
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    auto g = w.new_group({0, 1});
+    if (w.rank() == 0) {
+      auto s = g->send(ref::zeros({1 << 18}, dtype::float32), 1, 6);
+      pg.barrier().wait();  // rank 1 destroys its group meanwhile
+      pg.barrier().wait();
+      check_error([&] { s.wait(20s); }, errc::peer_failure, {"send", "left"});
+    } else {
+      pg.barrier().wait();
+      w.destroy_process_group(g);
+      pg.barrier().wait();
     }
   });
 }

@@ -171,7 +171,77 @@ void run(const plan& p) {
   MESSAGE(name << ": failed after the kill:" << times);
 }
 
+/// Point to point: every survivor waits in a recv from the victim when it
+/// is killed; the recv fails naming it, and a send to it fails as well.
+bool p2p_body(const char* transport, const std::string& path, board& b, int r) {
+  constexpr int victim = ranks - 1;
+  ::setenv("TROUPE_TRANSPORT", transport, 1);
+  ::unsetenv("TROUPE_FABRIC");
+  auto s = std::make_shared<file_store>(path, 20s);
+  world w{test::child_world(s, r, ranks, 20s)};
+  auto& pg = w.default_group();
+  pg.barrier().wait();
+  if (r == victim) {
+    while (b.ready.load() < ranks - 1) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(50ms);  // the survivors wait in their recv
+    b.victim_pid = ::getpid();
+    b.killed_at = test::now_ns();
+    ::kill(::getpid(), SIGKILL);
+  }
+  auto t = tensor::zeros({1}, dtype::int32);
+  auto rv = r == 0 ? pg.recv_any_source(t, 5) : pg.recv(t, victim, 5);
+  ++b.ready;
+  bool ok = true;
+  auto names_victim = [&](const std::string& what) {
+    return what.find("world rank " + std::to_string(victim) + " (host ") != std::string::npos &&
+           what.find("pid " + std::to_string(b.victim_pid.load())) != std::string::npos;
+  };
+  try {
+    rv.wait(20s);
+    ok &= expect(r, false, "the recv succeeded");
+  } catch (const error& e) {
+    b.detected_ms[r] = (test::now_ns() - b.killed_at.load()) / 1000000 + 1;
+    const std::string what = e.what();
+    ok &= expect(r, e.code() == errc::peer_failure, "not a peer failure: " + what);
+    ok &= expect(r, names_victim(what), "the killed rank is not named: " + what);
+  }
+  const auto start = test::now_ns();
+  try {
+    pg.send(t, victim).wait(20s);
+    ok &= expect(r, false, "a send to the killed rank succeeded");
+  } catch (const error& e) {
+    const std::string what = e.what();
+    ok &= expect(r, names_victim(what), "a later send does not name the killed rank: " + what);
+  }
+  b.later_ms[r] = (test::now_ns() - start) / 1000000 + 1;
+  return ok;
+}
+
+void run_p2p(const char* transport) {
+  CAPTURE(transport);
+  const auto path = test::temp_store_path();
+  auto& b = *test::shared_page<board>();
+  auto codes = test::fork_ranks(ranks, [&](int r) { return p2p_body(transport, path, b, r); });
+  ::unlink(path.c_str());
+  for (int r = 0; r < ranks; ++r) {
+    CAPTURE(r);
+    if (r == ranks - 1) {
+      CHECK(codes[static_cast<std::size_t>(r)] == 128 + SIGKILL);
+      continue;
+    }
+    CHECK(codes[static_cast<std::size_t>(r)] == 0);
+    CHECK(b.detected_ms[r].load() - 1 >= 0);
+    CHECK(b.detected_ms[r].load() - 1 < 2000);
+    CHECK(b.later_ms[r].load() - 1 < 1000);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("a rank killed while the others wait in recv from it fails each recv, naming it") {
+  run_p2p("tcp");
+  run_p2p("auto");
+}
 
 TEST_CASE("over TCP, a rank killed while its peers are idle fails every survivor's next call") {
   run({"tcp, idle", "tcp", "", 3, moment::idle});
