@@ -23,6 +23,14 @@ const std::vector<op_kind>& all_ops() {
   return ops;
 }
 
+const std::vector<op_kind>& every_op() {
+  static const std::vector<op_kind> ops = {
+      op_kind::allreduce, op_kind::broadcast, op_kind::allgather, op_kind::reduce_scatter,
+      op_kind::alltoall,  op_kind::reduce,    op_kind::gather,    op_kind::scatter,
+      op_kind::barrier,   op_kind::pingpong,  op_kind::halo};
+  return ops;
+}
+
 const char* op_name(op_kind op) {
   switch (op) {
     case op_kind::allreduce:
@@ -35,6 +43,18 @@ const char* op_name(op_kind op) {
       return "reduce_scatter";
     case op_kind::alltoall:
       return "alltoall";
+    case op_kind::reduce:
+      return "reduce";
+    case op_kind::gather:
+      return "gather";
+    case op_kind::scatter:
+      return "scatter";
+    case op_kind::barrier:
+      return "barrier";
+    case op_kind::pingpong:
+      return "pingpong";
+    case op_kind::halo:
+      return "halo";
   }
   return "?";
 }
@@ -72,11 +92,16 @@ std::vector<T> pick(const std::vector<T>& all, const std::string& list, const ch
 }  // namespace
 
 std::vector<op_kind> parse_ops(const std::string& list) {
+  if (list == "all") return every_op();
   struct {
     std::string operator()(op_kind op) const { return op_name(op); }
     std::string operator()(const std::string& given) const { return given; }
   } name;
-  return pick(all_ops(), list, "--ops", "collective", name);
+  try {
+    return pick(every_op(), list, "--ops", "collective", name);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string(e.what()) + "; or all");
+  }
 }
 
 std::vector<std::size_t> parse_sizes(const std::string& list) {
@@ -90,7 +115,9 @@ std::vector<std::size_t> parse_sizes(const std::string& list) {
     std::string operator()(std::size_t bytes) const { return sq(size_label(bytes)); }
     std::string operator()(const std::string& given) const { return sq(given); }
   } name{squeeze};
-  return pick(sizes(false), list, "--sizes", "size", name);
+  auto known = sizes(false);
+  known.insert(known.begin() + 2, 8 << 10);  // halo's extra size, in order
+  return pick(known, list, "--sizes", "size", name);
 }
 
 double bus_factor(op_kind op, int n) {
@@ -98,10 +125,26 @@ double bus_factor(op_kind op, int n) {
     case op_kind::allreduce:
       return 2.0 * (n - 1) / n;
     case op_kind::broadcast:
+    case op_kind::reduce:
+    case op_kind::pingpong:
       return 1.0;
+    case op_kind::halo:
+      return 2.0;
+    case op_kind::barrier:
+      return 0.0;
     default:
       return double(n - 1) / n;
   }
+}
+
+bool runs_with(op_kind op, int n) {
+  if (op == op_kind::pingpong) return n == 2;
+  if (op == op_kind::halo) return n >= 2;
+  return true;
+}
+
+int calls_per_run(op_kind op) {
+  return op == op_kind::pingpong ? 2 : 1;
 }
 
 std::vector<std::size_t> sizes(bool quick) {
@@ -113,6 +156,15 @@ std::vector<std::size_t> sizes(bool quick) {
   return s;
 }
 
+std::vector<std::size_t> op_sizes(op_kind op, bool quick, const std::vector<std::size_t>& picked) {
+  if (op == op_kind::barrier) return {0};
+  if (!picked.empty()) return picked;
+  auto s = sizes(quick);
+  // halo: also 8 KiB, a typical boundary of a 2-D grid (a row of 2048 floats).
+  if (op == op_kind::halo) s.insert(std::upper_bound(s.begin(), s.end(), 8 << 10), 8 << 10);
+  return s;
+}
+
 layout make_layout(op_kind op, std::size_t nominal_bytes, int n) {
   const std::size_t count = std::max<std::size_t>(1, nominal_bytes / sizeof(float));
   const std::size_t block = std::max<std::size_t>(1, count / n);
@@ -121,16 +173,26 @@ layout make_layout(op_kind op, std::size_t nominal_bytes, int n) {
   switch (op) {
     case op_kind::allreduce:
     case op_kind::broadcast:
+    case op_kind::reduce:
+    case op_kind::pingpong:
       l = {count, count, count, count};
       break;
     case op_kind::allgather:
+    case op_kind::gather:
       l = {block, whole, block, whole};
       break;
     case op_kind::reduce_scatter:
+    case op_kind::scatter:
       l = {whole, block, block, whole};
       break;
     case op_kind::alltoall:
       l = {whole, whole, block, whole};
+      break;
+    case op_kind::barrier:
+      l = {1, 1, 1, 0};  // one element, untouched: nothing moves
+      break;
+    case op_kind::halo:
+      l = {count, 2 * count, count, count};
       break;
   }
   l.bytes *= sizeof(float);
@@ -147,7 +209,8 @@ float pattern(int r, std::size_t j) {
 /// The expected output element i on rank `me` of n.
 float expected(op_kind op, int me, int n, const layout& l, std::size_t i) {
   switch (op) {
-    case op_kind::allreduce: {
+    case op_kind::allreduce:
+    case op_kind::reduce: {
       float s = 0;
       for (int q = 0; q < n; ++q) s += pattern(q, i);
       return s;
@@ -163,6 +226,19 @@ float expected(op_kind op, int me, int n, const layout& l, std::size_t i) {
     }
     case op_kind::alltoall:
       return pattern(int(i / l.block), me * l.block + i % l.block);
+    case op_kind::gather:
+      return pattern(int(i / l.block), i % l.block);
+    case op_kind::scatter:
+      return pattern(0, me * l.block + i);
+    case op_kind::barrier:
+      return pattern(me, i);  // the buffer is left as it was
+    case op_kind::pingpong:
+      return pattern(0, i);  // rank 1: what rank 0 sent; rank 0: what came back
+    case op_kind::halo: {
+      // First the left neighbour's block, then the right one's.
+      const bool left = i < l.block;
+      return pattern((me + (left ? n - 1 : 1)) % n, left ? i : i - l.block);
+    }
   }
   return 0;
 }
@@ -187,12 +263,15 @@ std::string size_label(std::size_t bytes) {
 }
 
 void fill_input(op_kind op, int rank, const layout& l, float* in) {
-  const bool sentinel = op == op_kind::broadcast && rank != 0;
+  const bool sentinel =
+      rank != 0 && (op == op_kind::broadcast || op == op_kind::scatter || op == op_kind::pingpong);
   for (std::size_t j = 0; j < l.in_elems; ++j) in[j] = sentinel ? -1.0f : pattern(rank, j);
 }
 
 std::size_t count_wrong(op_kind op, int rank, int n, const layout& l, const float* out,
                         std::string& first) {
+  // Off the root, reduce's buffer and gather's output are undefined.
+  if (rank != 0 && (op == op_kind::reduce || op == op_kind::gather)) return 0;
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < l.out_elems; ++i) {
     const float want = expected(op, rank, n, l, i);
@@ -223,7 +302,16 @@ std::vector<record> run_rank(const rank_runtime& rt, const run_config& c) {
   using clock = std::chrono::steady_clock;
   std::vector<record> rows;
   for (op_kind op : c.ops.empty() ? all_ops() : c.ops) {
-    for (std::size_t nominal : c.sizes.empty() ? sizes(c.quick) : c.sizes) {
+    if (!runs_with(op, rt.size)) {  // the same on every rank
+      if (rt.rank == 0) {
+        std::printf("%s/%s: %s skipped (%s ranks only, this run has %d)\n", c.system.c_str(),
+                    c.transport.c_str(), op_name(op), op == op_kind::pingpong ? "2" : ">= 2",
+                    rt.size);
+        std::fflush(stdout);
+      }
+      continue;
+    }
+    for (std::size_t nominal : op_sizes(op, c.quick, c.sizes)) {
       const layout l = make_layout(op, nominal, rt.size);
       prepared_op p = rt.prepare(op, l);
       if (!p.run) continue;  // not offered by this system (the same on every rank)
@@ -260,7 +348,16 @@ std::vector<record> run_rank(const rank_runtime& rt, const run_config& c) {
       // 3. An iteration takes as long as its slowest rank.
       rt.max_all(us);
       if (rt.rank != 0) continue;
-      record r{c.system, c.transport, rt.size, op_name(op), l.bytes, plan.iters, median(us), 0, 0};
+      // pingpong: one timed call is a round trip, reported as one-way time.
+      record r{c.system,
+               c.transport,
+               rt.size,
+               op_name(op),
+               l.bytes,
+               plan.iters,
+               median(us) / calls_per_run(op),
+               0,
+               0};
       r.algbw = double(l.bytes) / (r.median_us * 1e-6) / 1e9;
       r.busbw = r.algbw * bus_factor(op, rt.size);
       rows.push_back(r);

@@ -11,6 +11,12 @@
 // iterations with a barrier before each. The time of an iteration is the
 // slowest rank's (MAX over ranks); a record holds the median over iterations.
 //
+// Besides the five collectives of the default run, the protocol covers the
+// other calls users make: reduce, gather and scatter (root 0), barrier (one
+// row, 0 bytes), pingpong (2 ranks: a round trip of rank 0 to rank 1 and
+// back, reported as one-way time = round trip / 2) and halo (a ring: every
+// rank sends its block to both neighbours and receives both of theirs).
+//
 // Two more modes share the protocol: `run_rss` (peak resident memory of each
 // rank during a 64 MiB allreduce, in a fresh process) and `run_memcpy` (one
 // thread's memcpy at the same sizes, the reference for bandwidths).
@@ -24,42 +30,73 @@
 
 namespace bench {
 
-enum class op_kind { allreduce, broadcast, allgather, reduce_scatter, alltoall };
+enum class op_kind {
+  allreduce,
+  broadcast,
+  allgather,
+  reduce_scatter,
+  alltoall,
+  reduce,
+  gather,
+  scatter,
+  barrier,
+  pingpong,
+  halo
+};
 
-/// The five collectives, in table order.
+/// The five collectives of the default run (no --ops), in table order.
 const std::vector<op_kind>& all_ops();
+/// Every operation (--ops all), in table order: the five, then reduce,
+/// gather, scatter, barrier, pingpong, halo.
+const std::vector<op_kind>& every_op();
 const char* op_name(op_kind op);
-/// "allreduce,alltoall" -> those collectives, in table order, each once;
-/// throws std::invalid_argument naming an unknown name or an empty list.
+/// "allreduce,alltoall" -> those operations, in table order, each once; "all"
+/// -> every_op(). Throws std::invalid_argument naming an unknown name or an
+/// empty list.
 std::vector<op_kind> parse_ops(const std::string& list);
 /// nccl-tests' factor from algbw to busbw: allreduce 2(n-1)/n, allgather,
-/// reduce_scatter and alltoall (n-1)/n, broadcast 1.
+/// reduce_scatter, alltoall, gather and scatter (n-1)/n, broadcast and
+/// reduce 1; pingpong 1 (busbw = one-way bandwidth); halo 2 (every rank
+/// sends its block twice); barrier 0 (no data).
 double bus_factor(op_kind op, int n);
+/// Whether `op` runs with n ranks: pingpong only with 2, halo from 2.
+bool runs_with(op_kind op, int n);
+/// What a timed call counts as: 2 for pingpong (a round trip, reported as
+/// one-way time), 1 for the others.
+int calls_per_run(op_kind op);
 
 /// Nominal sizes: 4 B, 1 KiB, 64 KiB, 1 MiB (quick mode stops here), 16 MiB, 64 MiB.
 std::vector<std::size_t> sizes(bool quick);
+/// The sizes `op` runs at: barrier only 0 bytes; halo sizes(quick) plus
+/// 8 KiB; the others sizes(quick). `picked` (--sizes; empty: all) replaces
+/// sizes(quick) for every op but barrier.
+std::vector<std::size_t> op_sizes(op_kind op, bool quick, const std::vector<std::size_t>& picked);
 /// "--sizes" lists nominal sizes by their labels ("4 B" or "4B", "16MiB"):
-/// the sizes picked, in sizes(false)'s order; throws std::invalid_argument
-/// naming a label that is not one of them.
+/// the sizes picked, in order (sizes(false) and 8 KiB); throws
+/// std::invalid_argument naming a label that is not one of them.
 std::vector<std::size_t> parse_sizes(const std::string& list);
 
 /// Buffers of one collective at one size, in float32 elements. As nccl-tests,
-/// `bytes` is the whole buffer: allgather's output, reduce_scatter's input,
-/// alltoall's input on one rank; per-rank blocks are nominal/n rounded down,
-/// at least one element (so 4 B with 4 ranks becomes 16 B).
+/// `bytes` is the whole buffer: allgather's and gather's output,
+/// reduce_scatter's and scatter's input, alltoall's input on one rank; per-rank
+/// blocks are nominal/n rounded down, at least one element (so 4 B with 4
+/// ranks becomes 16 B). pingpong and halo: `bytes` is one message (halo's
+/// output holds two, the left neighbour's then the right one's); barrier: 0.
 struct layout {
   std::size_t in_elems = 0;   ///< input (or the in-place buffer)
   std::size_t out_elems = 0;  ///< output (== in_elems for in-place ops)
-  std::size_t block = 0;      ///< per-rank block (allgather, reduce_scatter, alltoall)
+  std::size_t block = 0;      ///< per-rank block (allgather, reduce_scatter, alltoall, ...)
   std::size_t bytes = 0;      ///< the size reported in tables
 };
 layout make_layout(op_kind op, std::size_t nominal_bytes, int n);
 
 /// Fills rank `rank`'s input: element j = pattern(rank, j) (small integers, so
-/// every sum is exact in float32); broadcast's non-roots get -1.
+/// every sum is exact in float32); the non-roots of broadcast and scatter and
+/// pingpong's rank 1 (which sends back what it received) get -1.
 void fill_input(op_kind op, int rank, const layout& l, float* in);
 /// Number of output elements that differ from the expectation; the first one
-/// is described in `first` (op, element, got, want).
+/// is described in `first` (op, element, got, want). Where `op` leaves a
+/// rank's output undefined (reduce and gather off the root) nothing is checked.
 std::size_t count_wrong(op_kind op, int rank, int n, const layout& l, const float* out,
                         std::string& first);
 
@@ -110,13 +147,15 @@ struct run_config {
   bool check_only = false;
   int iters = 0;                   ///< 0: plan_for's default
   std::vector<op_kind> ops;        ///< empty: all_ops()
-  std::vector<std::size_t> sizes;  ///< empty: sizes(quick)
+  std::vector<std::size_t> sizes;  ///< empty: op_sizes(op, quick, {})
 };
 
 /// Runs the configured collectives at every size on this rank (every rank
 /// calls it). Returns the records on rank 0 (empty elsewhere); throws
 /// std::runtime_error naming the collective, size and rank when a result is
-/// wrong on any rank.
+/// wrong on any rank. An op that does not run with this many ranks
+/// (runs_with) is skipped, with a line on rank 0. pingpong's records hold the
+/// one-way time (the round trip's median / 2).
 std::vector<record> run_rank(const rank_runtime& rt, const run_config& c);
 
 /// Single-thread memcpy at sizes(quick), timed as the collectives (plan_for,
@@ -167,7 +206,7 @@ struct worker_args {
   int iters = 0;
   int ranks = 0;                   ///< --inprocess N / --ranks N
   std::string transport;           ///< --transport (labels the records)
-  std::vector<op_kind> ops;        ///< --ops a,b (empty: all)
+  std::vector<op_kind> ops;        ///< --ops a,b or all (empty: all_ops())
   std::vector<std::size_t> sizes;  ///< --sizes 16MiB,64MiB (empty: all of sizes(quick))
   bool rss = false;                ///< --rss: run_rss instead of the collectives (--csv: rss CSV)
   bool memcpy = false;             ///< --memcpy: run_memcpy (troupe_bench_worker only)

@@ -3,14 +3,18 @@
 // checks and timing as troupe_bench_worker (bench_common.cpp drives them).
 //
 //   gloo_bench_worker --ranks N [--csv F] [--quick] [--check-only] [--iters K]
-//                     [--ops allreduce,broadcast,...] [--rss]
+//                     [--ops allreduce,broadcast,...|all] [--rss]
 //
 // Forks N rank processes that rendezvous through a gloo::rendezvous::FileStore
 // in a fresh temporary directory and connect a full mesh of TCP pairs.
 // allreduce, broadcast, allgather and alltoall use Gloo's options API (what
 // PyTorch's ProcessGroupGloo calls); Gloo has no reduce_scatter there, so
 // reduce_scatter is the older ReduceScatterHalvingDoubling algorithm object
-// (in place: rank r's block lands at the front of its input buffer).
+// (in place: rank r's block lands at the front of its input buffer). With
+// --ops (all): reduce (in place), gather and scatter (root 0) and barrier
+// through the options API too; pingpong and halo on Gloo's unbound buffers
+// (what ProcessGroupGloo's send and recv use): send + waitSend, recv +
+// waitRecv, one buffer per pending operation.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -22,6 +26,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,10 +36,13 @@
 #include "gloo/alltoall.h"
 #include "gloo/barrier.h"
 #include "gloo/broadcast.h"
+#include "gloo/gather.h"
 #include "gloo/math.h"
+#include "gloo/reduce.h"
 #include "gloo/reduce_scatter.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
+#include "gloo/scatter.h"
 #include "gloo/transport/tcp/device.h"
 
 namespace {
@@ -47,6 +55,15 @@ struct tags {
   uint32_t next = 1;
   uint32_t operator()() { return next++; }
 };
+
+/// Slots of the point-to-point ops (below the options API's, which carry a
+/// prefix in the top byte): halo's tell the direction, as troupe's tags.
+constexpr uint64_t slot_pingpong = 1, slot_rightward = 2, slot_leftward = 3;
+
+/// Gloo reports a timed-out wait by throwing; an aborted one returns false.
+void check_wait(bool completed, const char* what) {
+  if (!completed) throw std::runtime_error(std::string(what) + " aborted");
+}
 
 bench::prepared_op prepare(const context_ptr& ctx, tags& tag, bench::op_kind op,
                            const bench::layout& l) {
@@ -95,6 +112,101 @@ bench::prepared_op prepare(const context_ptr& ctx, tags& tag, bench::op_kind op,
         gloo::alltoall(o);
       };
       break;
+    case op_kind::reduce:
+      run = [ctx, &tag, i, l] {
+        gloo::ReduceOptions o(ctx);
+        o.setOutput(i, l.in_elems);  // in place, as ProcessGroupGloo's reduce
+        o.setRoot(0);
+        o.setReduceFunction(static_cast<reduce_fn>(&gloo::sum<float>));
+        o.setTag(tag());
+        gloo::reduce(o);
+      };
+      break;
+    case op_kind::gather:
+      out = bench::alloc_floats(l.out_elems);
+      run = [ctx, &tag, i, o_ = out.get(), l] {
+        gloo::GatherOptions o(ctx);
+        o.setInput(i, l.in_elems);
+        if (ctx->rank == 0) o.setOutput(o_, l.out_elems);
+        o.setRoot(0);
+        o.setTag(tag());
+        gloo::gather(o);
+      };
+      break;
+    case op_kind::scatter:
+      out = bench::alloc_floats(l.out_elems);
+      run = [ctx, &tag, i, o_ = out.get(), l] {
+        gloo::ScatterOptions o(ctx);
+        if (ctx->rank == 0) {
+          std::vector<float*> blocks;
+          for (int r = 0; r < ctx->size; ++r) blocks.push_back(i + r * l.block);
+          o.setInputs(blocks, l.block);
+        }
+        o.setOutput(o_, l.out_elems);
+        o.setRoot(0);
+        o.setTag(tag());
+        gloo::scatter(o);
+      };
+      break;
+    case op_kind::barrier:
+      run = [ctx, &tag] {
+        gloo::BarrierOptions o(ctx);
+        o.setTag(tag());
+        gloo::barrier(o);
+      };
+      break;
+    case op_kind::pingpong: {
+      // Rank 0 sends `in` and receives the echo into `out`; rank 1 receives
+      // into `out` and sends it back (one buffer, one operation at a time).
+      out = bench::alloc_floats(l.out_elems);
+      const std::size_t bytes = l.in_elems * sizeof(float);
+      std::shared_ptr<gloo::transport::UnboundBuffer> send_buf = ctx->createUnboundBuffer(i, bytes);
+      std::shared_ptr<gloo::transport::UnboundBuffer> recv_buf =
+          ctx->createUnboundBuffer(out.get(), bytes);
+      if (ctx->rank == 0)
+        run = [send_buf, recv_buf] {
+          send_buf->send(1, slot_pingpong);
+          check_wait(send_buf->waitSend(), "pingpong send");
+          recv_buf->recv(1, slot_pingpong);
+          check_wait(recv_buf->waitRecv(), "pingpong recv");
+        };
+      else
+        run = [recv_buf] {
+          recv_buf->recv(0, slot_pingpong);
+          check_wait(recv_buf->waitRecv(), "pingpong recv");
+          recv_buf->send(0, slot_pingpong);
+          check_wait(recv_buf->waitSend(), "pingpong send");
+        };
+      algo = std::make_shared<std::vector<std::shared_ptr<void>>>(
+          std::vector<std::shared_ptr<void>>{send_buf, recv_buf});
+      break;
+    }
+    case op_kind::halo: {
+      // My block to both ring neighbours, theirs into the halves of `out`:
+      // four buffers (two over the same input), all posted, then all waited.
+      out = bench::alloc_floats(l.out_elems);
+      const std::size_t bytes = l.in_elems * sizeof(float);
+      const int left = (ctx->rank + ctx->size - 1) % ctx->size, right = (ctx->rank + 1) % ctx->size;
+      std::shared_ptr<gloo::transport::UnboundBuffer> to_left = ctx->createUnboundBuffer(i, bytes);
+      std::shared_ptr<gloo::transport::UnboundBuffer> to_right = ctx->createUnboundBuffer(i, bytes);
+      std::shared_ptr<gloo::transport::UnboundBuffer> from_left =
+          ctx->createUnboundBuffer(out.get(), bytes);
+      std::shared_ptr<gloo::transport::UnboundBuffer> from_right =
+          ctx->createUnboundBuffer(out.get() + l.in_elems, bytes);
+      run = [=] {
+        from_left->recv(left, slot_rightward);
+        from_right->recv(right, slot_leftward);
+        to_left->send(left, slot_leftward);
+        to_right->send(right, slot_rightward);
+        check_wait(to_left->waitSend(), "halo send");
+        check_wait(to_right->waitSend(), "halo send");
+        check_wait(from_left->waitRecv(), "halo recv");
+        check_wait(from_right->waitRecv(), "halo recv");
+      };
+      algo = std::make_shared<std::vector<std::shared_ptr<void>>>(
+          std::vector<std::shared_ptr<void>>{to_left, to_right, from_left, from_right});
+      break;
+    }
     case op_kind::reduce_scatter: {
       // Built once per size (it sets up its pair buffers collectively), run many times.
       std::vector<int> counts(ctx->size, static_cast<int>(l.block));

@@ -1,6 +1,7 @@
 // bench_report — the collectives benchmark's report: reads the CSV that the
-// workers wrote (bench/out/results.csv), prints one table per collective and
-// writes the data and the gnuplot script of the bus bandwidth plots.
+// workers wrote (bench/out/results.csv), prints one table per collective (and
+// per point-to-point op: pingpong, halo), the heat step's table, and writes
+// the data and the gnuplot script of the bus bandwidth plots.
 //
 //   bench_report results.csv [--plots DIR] [--rss rss.csv] [--cpus K]
 //
@@ -10,7 +11,9 @@
 // every system. The memcpy rows of the CSV (system memcpy) give a small table
 // of their own and the ratio of troupe's allreduce busbw to memcpy's
 // bandwidth; --rss adds the peak resident memory per rank during a
-// 64 MiB allreduce. The report ends with the performance targets: each one's
+// 64 MiB allreduce; heat_bench's and heat_mpi's rows (op heat) give the time
+// per step of the heat simulation. The report ends with the performance
+// targets (those of an op the CSV has no row of are counted, not listed): each one's
 // measured value, the goal and met / missed / not measured, and where the
 // run measured what the machine allows, that limit: the raw TCP exchange of
 // tcp_exchange (rows tcp-ceiling) for the TCP busbw targets, a bound from
@@ -84,7 +87,10 @@ void print_header(const char* ratios) {
 /// One table per collective: times and time ratios, then bus bandwidth, one
 /// row per (ranks, size) in both halves.
 void print_table(const std::string& op, const cell_map& cells) {
-  std::printf("\n### %s (float32): time per op (us), time ratios troupe / peer\n\n", op.c_str());
+  const char* what = op == "pingpong" ? "one-way time (us) = round trip / 2"
+                     : op == "halo"   ? "time per exchange (us)"
+                                      : "time per op (us)";
+  std::printf("\n### %s (float32): %s, time ratios troupe / peer\n\n", op.c_str(), what);
   print_header(" | best/gloo  tcp/gloo   shm/mpi   tcp/mpi");
   for (const auto& [k, row] : cells) {
     if (std::get<0>(k) != op) continue;
@@ -99,7 +105,11 @@ void print_table(const std::string& op, const cell_map& cells) {
                 fmt("%.2f", time_of(row, "troupe-shm") / time_of(row, "mpi-shm")).c_str(),
                 fmt("%.2f", time_of(row, "troupe-tcp") / time_of(row, "mpi-tcp")).c_str());
   }
-  std::printf("\n%s bus bandwidth (GB/s):\n", op.c_str());
+  if (op == "barrier") return;  // no data: no bandwidth
+  std::printf("\n%s %s (GB/s):\n", op.c_str(),
+              op == "pingpong" ? "one-way bandwidth (size / one-way time)"
+              : op == "halo"   ? "bandwidth per rank (2 x size / time)"
+                               : "bus bandwidth");
   print_header("");
   for (const auto& [k, row] : cells) {
     if (std::get<0>(k) != op) continue;
@@ -110,6 +120,44 @@ void print_table(const std::string& op, const cell_map& cells) {
     }
     std::printf("\n");
   }
+}
+
+/// heat_bench's and heat_mpi's rows: time per step of the heat simulation.
+void print_heat(const cell_map& cells) {
+  // The systems run_bench.sh measures; tcp ones only when the CSV has them.
+  std::vector<std::pair<std::string, std::string>> heat_columns;
+  for (const auto& c : columns) {
+    const bool tcp = c.first == "troupe-tcp" || c.first == "mpi-tcp";
+    const bool core = c.first == "troupe-inproc" || c.first == "troupe-shm" || c.first == "mpi-shm";
+    if (core || (tcp && std::any_of(cells.begin(), cells.end(), [&](const auto& cell) {
+                   return std::get<0>(cell.first) == "heat" && cell.second.count(c.first);
+                 })))
+      heat_columns.push_back(c);
+  }
+  const bool tcp = heat_columns.size() > 3;
+  std::printf(
+      "\n### heat simulation step (examples/heat_simulation.cpp, float64): time per step (us), "
+      "time ratios troupe / peer\n\n%2s %10s |",
+      "n", "cells/rank");
+  for (auto& c : heat_columns) std::printf(" %13s", c.second.c_str());
+  std::printf(" |   shm/mpi inproc/mpi%s\n", tcp ? "   tcp/mpi" : "");
+  for (const auto& [k, row] : cells) {
+    if (std::get<0>(k) != "heat") continue;
+    std::printf("%2d %10zu |", std::get<1>(k), std::get<2>(k) / sizeof(double));
+    for (auto& c : heat_columns) std::printf(" %13s", fmt("%.2f", time_of(row, c.first)).c_str());
+    std::printf(" | %9s %10s",
+                fmt("%.2f", time_of(row, "troupe-shm") / time_of(row, "mpi-shm")).c_str(),
+                fmt("%.2f", time_of(row, "troupe-inproc") / time_of(row, "mpi-shm")).c_str());
+    if (tcp)
+      std::printf(" %9s",
+                  fmt("%.2f", time_of(row, "troupe-tcp") / time_of(row, "mpi-tcp")).c_str());
+    std::printf("\n");
+  }
+  std::printf(
+      "heat: per step, a halo of one float64 with each neighbour (troupe batch_isend_irecv, mpi\n"
+      "  Isend/Irecv/Waitall), the update of cells/rank cells, every 10th step an allreduce MAX\n"
+      "  of the change; median over rounds of the slowest rank's time per step; the rod was\n"
+      "  checked against a serial solve. inproc/mpi = troupe in one process / mpi shm.\n");
 }
 
 void print_legend() {
@@ -132,6 +180,15 @@ void print_legend() {
       "  allgather, reduce_scatter, alltoall algbw*(n-1)/n, broadcast algbw.\n"
       "gloo's reduce_scatter is ReduceScatterHalvingDoubling (in place); mpi's is\n"
       "MPI_Reduce_scatter_block.\n"
+      "reduce (SUM, in place), gather and scatter: root 0; size as allreduce, allgather and\n"
+      "  reduce_scatter; results checked on the root (reduce, gather), on every rank (scatter).\n"
+      "  busbw: reduce algbw, gather and scatter algbw*(n-1)/n. barrier: one row, 0 B.\n"
+      "pingpong (2 ranks): rank 0 sends size bytes to rank 1, which sends them back (troupe\n"
+      "  pg.send(...).wait() then pg.recv(...).wait(); mpi MPI_Send/MPI_Recv; gloo unbound\n"
+      "  buffers); reported ONE-WAY: the round trip's median / 2; bandwidth = size / that.\n"
+      "halo: every rank of a ring sends its block (size bytes) to both neighbours and receives\n"
+      "  both of theirs (troupe batch_isend_irecv of 2 isend + 2 irecv; mpi Isend/Irecv/\n"
+      "  Waitall; gloo unbound buffers); bandwidth per rank = 2 x size / time.\n"
       "memcpy: one thread copying between two touched buffers, timed as the collectives\n"
       "  (median; the same buffers every iteration, so small sizes copy within the caches);\n"
       "  its GB/s = bytes / time. allreduce busbw / memcpy GB/s compares troupe's allreduce\n"
@@ -230,6 +287,7 @@ void print_rss(const std::vector<bench::rss_record>& rss) {
 /// of its own below the target) says what the machine allows.
 struct target_row {
   std::string what, measured, goal, status, note;
+  std::string heading = "";  ///< printed on a line of its own before the row
 };
 
 /// What the machine allows, measured in the same run.
@@ -286,17 +344,19 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
   };
 
   // troupe busbw >= k x peer's busbw.
+  // The ceiling and the memory bound are allreduce's: for other ops, none.
   auto busbw_vs = [&](const char* mine, const char* peer, const char* peer_name, int n,
-                      std::size_t bytes, double k) {
-    auto a = find(cells, "allreduce", n, bytes, mine);
-    auto b = find(cells, "allreduce", n, bytes, peer);
-    target_row t{std::string(mine) + " " + std::to_string(n) + "r allreduce " + label(bytes) +
-                     ": busbw / " + peer_name,
+                      std::size_t bytes, double k, const std::string& op = "allreduce") {
+    const bool ar = op == "allreduce";
+    auto a = find(cells, op, n, bytes, mine);
+    auto b = find(cells, op, n, bytes, peer);
+    target_row t{std::string(mine) + " " + std::to_string(n) + "r " + op + " " + label(bytes) +
+                     (op == "pingpong" ? ": bandwidth / " : ": busbw / ") + peer_name,
                  na, fmt(">= %gx", k), na, ""};
     // The most busbw the machine allows (NaN: not known) and how it is named.
     double most = NAN;
     const char* reach = reach_tcp;
-    if (std::string(mine) == "troupe-tcp" && n == 2) {
+    if (ar && std::string(mine) == "troupe-tcp" && n == 2) {
       auto c = lim.tcp.find(bytes);
       t.note = "ceiling (raw TCP exchange): ";
       if (c == lim.tcp.end()) {
@@ -305,7 +365,7 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
         most = c->second.busbw;
         t.note += fmt("%.3g GB/s", most);
       }
-    } else if (auto us = in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt) {
+    } else if (auto us = ar && in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt) {
       most = double(bytes) * bench::bus_factor(bench::op_kind::allreduce, n) / (*us * 1e-6) / 1e9;
       reach = reach_memory_busbw;
       t.note = lim.memory_text(n, bytes) + ": busbw <= " + fmt("%.3g GB/s", most);
@@ -322,13 +382,15 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
   };
   // troupe time <= k x peer's time (strictly below when `strict`).
   auto time_vs = [&](const char* mine, const char* peer, const char* peer_name, int n,
-                     std::size_t bytes, double k, bool strict) {
-    auto a = find(cells, "allreduce", n, bytes, mine);
-    auto b = find(cells, "allreduce", n, bytes, peer);
-    target_row t{std::string(mine) + " " + std::to_string(n) + "r allreduce " + label(bytes) +
+                     std::size_t bytes, double k, bool strict,
+                     const std::string& op = "allreduce") {
+    auto a = find(cells, op, n, bytes, mine);
+    auto b = find(cells, op, n, bytes, peer);
+    target_row t{std::string(mine) + " " + std::to_string(n) + "r " + op + " " + label(bytes) +
                      ": time / " + peer_name,
                  na, fmt(strict ? "< %gx" : "<= %gx", k), na, ""};
-    const auto least = in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt;
+    const auto least =
+        op == "allreduce" && in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt;
     if (least)
       t.note = lim.memory_text(n, bytes) + ": >= " + fmt("%.4g us", *least) +
                (b ? fmt(" = %.3gx ", *least / b->median_us) + peer_name
@@ -341,17 +403,20 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
     }
     rows.push_back(t);
   };
-  // troupe time < limit_us.
-  auto time_below = [&](const char* mine, int n, std::size_t bytes, double limit_us) {
-    auto a = find(cells, "allreduce", n, bytes, mine);
-    target_row t{
-        std::string(mine) + " " + std::to_string(n) + "r allreduce " + label(bytes) + ": time", na,
-        fmt("< %g us", limit_us), na, ""};
-    const auto least = in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt;
+  // troupe time < limit_us (<= when `inclusive`).
+  auto time_below = [&](const char* mine, int n, std::size_t bytes, double limit_us,
+                        const std::string& op = "allreduce", bool inclusive = false) {
+    auto a = find(cells, op, n, bytes, mine);
+    target_row t{std::string(mine) + " " + std::to_string(n) + "r " + op + " " + label(bytes) +
+                     (op == "pingpong" ? ": one-way time" : ": time"),
+                 na, fmt(inclusive ? "<= %g us" : "< %g us", limit_us), na, ""};
+    const auto least =
+        op == "allreduce" && in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt;
     if (least) t.note = lim.memory_text(n, bytes) + ": >= " + fmt("%.4g us", *least);
     if (a) {
-      t.measured = fmt("%.1f us", a->median_us);
-      t.status = verdict(a->median_us < limit_us, least && *least >= limit_us, reach_memory_time);
+      t.measured = fmt(op == "allreduce" ? "%.1f us" : "%.2f us", a->median_us);
+      const bool met = inclusive ? a->median_us <= limit_us : a->median_us < limit_us;
+      t.status = verdict(met, least && *least >= limit_us, reach_memory_time);
     }
     rows.push_back(t);
   };
@@ -424,10 +489,83 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
   if (!any_rss)
     rows.push_back({"troupe peak RSS/rank, 64 MiB allreduce", na, "< 2.5x tensor", na, ""});
 
+  // The targets of point-to-point and of the ops outside the default run.
+  // A target of an op the CSV has no row of (not in the run's --ops) is
+  // counted in `not_run` instead of listed as not measured.
+  std::map<std::string, int> not_run;
+  auto has_op = [&](const std::string& op) {
+    return std::any_of(cells.begin(), cells.end(),
+                       [&](const auto& c) { return std::get<0>(c.first) == op; });
+  };
+  // Adds the rows `add` makes when `op` ran, else counts them; the first row
+  // added after a call with a heading carries it.
+  std::string heading;
+  auto group = [&](const std::string& op, const auto& add) {
+    const auto from = rows.size();
+    add();
+    if (!has_op(op)) {
+      not_run[op] += int(rows.size() - from);
+      rows.resize(from);
+    } else if (rows.size() > from && !heading.empty()) {
+      rows[from].heading = heading;
+      heading.clear();
+    }
+  };
+  heading = "point to point: pingpong (2 ranks, one-way = round trip / 2) and halo";
+  group("pingpong", [&] {
+    time_below("troupe-inproc", 2, 4, 1.0, "pingpong", true);
+    time_below("troupe-shm", 2, 4, 1.0, "pingpong", true);
+    for (std::size_t b : {MiB, 16 * MiB})
+      busbw_vs("troupe-shm", "mpi-shm", "mpi shm", 2, b, 1.5, "pingpong");
+  });
+  group("halo", [&] {
+    for (std::size_t b : {8 * KiB, MiB})
+      time_vs("troupe-shm", "mpi-shm", "mpi shm", 4, b, 1.0, false, "halo");
+  });
+  // The size a row of `op` has for a nominal size (4 B of an allgather with
+  // 4 ranks is a 16 B row: per-rank blocks of at least one element).
+  auto row_bytes = [](const std::string& op, std::size_t nominal, int n) {
+    for (bench::op_kind k : bench::every_op())
+      if (op == bench::op_name(k)) return bench::make_layout(k, nominal, n).bytes;
+    return nominal;
+  };
+  // Every collective at 4 B and 1 KiB (barrier: its one row) against OpenMPI
+  // over shared memory; 4r allreduce 1 KiB is the target above already.
+  heading = "small collectives over shared memory: <= 2x OpenMPI (2 and 4 ranks)";
+  for (const char* op : {"allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
+                         "reduce", "gather", "scatter", "barrier"})
+    group(op, [&] {
+      for (int n : {2, 4}) {
+        if (std::string(op) == "barrier") {
+          time_vs("troupe-shm", "mpi-shm", "mpi shm", n, 0, 2.0, false, op);
+          continue;
+        }
+        for (std::size_t b : {std::size_t(4), KiB})
+          if (!(std::string(op) == "allreduce" && n == 4 && b == KiB))
+            time_vs("troupe-shm", "mpi-shm", "mpi shm", n, row_bytes(op, b, n), 2.0, false, op);
+      }
+    });
+  heading = "reduce, gather, scatter from 64 KiB over shared memory: <= 1x OpenMPI";
+  for (const char* op : {"reduce", "gather", "scatter"})
+    group(op, [&] {
+      for (int n : {2, 4})
+        for (std::size_t b : {64 * KiB, MiB, 16 * MiB, 64 * MiB})
+          time_vs("troupe-shm", "mpi-shm", "mpi shm", n, row_bytes(op, b, n), 1.0, false, op);
+    });
+  // TCP with 4 ranks (the 2-rank targets above are against Gloo at 1.5x).
+  heading = "forced TCP, 4 ranks: allreduce against Gloo and OpenMPI over TCP";
+  group("allreduce", [&] {
+    for (std::size_t b : {16 * MiB, 64 * MiB})
+      busbw_vs("troupe-tcp", "gloo-tcp", "gloo tcp", 4, b, 1.3);
+    for (std::size_t b : {16 * MiB, 64 * MiB})
+      time_vs("troupe-tcp", "mpi-tcp", "mpi tcp", 4, b, 1.0, false);
+  });
+
   int met = 0, missed = 0, unreachable = 0, unmeasured = 0;
   std::printf("\n### targets (troupe, from this run; r = ranks)\n\n%-52s %-32s %-14s %s\n",
               "target", "measured", "goal", "status");
   for (const auto& t : rows) {
+    if (!t.heading.empty()) std::printf("\n%s\n", t.heading.c_str());
     std::printf("%-52s %-32s %-14s %s\n", t.what.c_str(), t.measured.c_str(), t.goal.c_str(),
                 t.status.c_str());
     if (!t.note.empty()) std::printf("    %s\n", t.note.c_str());
@@ -444,6 +582,14 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
       "tensor. Out of reach: missed, with the goal beyond the ceiling or bound printed below\n"
       "the target (%d CPUs); a met target's ceiling or bound is shown too.\n",
       met, missed, unreachable, unmeasured, lim.cpus);
+  if (!not_run.empty()) {
+    std::string list;
+    for (const auto& [op, count] : not_run)
+      list += (list.empty() ? "" : ", ") + op + " " + std::to_string(count);
+    std::printf(
+        "Not listed: the targets of ops this run did not measure (run_bench.sh --ops): %s.\n",
+        list.c_str());
+  }
 }
 
 /// busbw_<op>_<n>ranks.dat (size, then one column per system, '?' = missing)
@@ -459,7 +605,13 @@ void write_plots(const std::string& dir, const cell_map& cells, const memcpy_map
      << "set xtics ('4 B' 4, '1 KiB' 1024, '64 KiB' 65536, '1 MiB' 1048576, "
         "'16 MiB' 16777216, '64 MiB' 67108864)\n";
   for (const auto& op : ops) {
+    if (op == "barrier" || op == "heat") continue;  // one size, no bandwidth
     for (int n : ranks) {
+      // Nothing to draw (pingpong with 4 ranks): no plot, gnuplot would stop.
+      if (std::none_of(cells.begin(), cells.end(), [&](const auto& c) {
+            return std::get<0>(c.first) == op && std::get<1>(c.first) == n;
+          }))
+        continue;
       const std::string base = "busbw_" + op + "_" + std::to_string(n) + "ranks";
       // allreduce's plots carry memcpy's bandwidth as a reference line.
       const bool with_memcpy = op == "allreduce" && !memcpy.empty();
@@ -485,7 +637,11 @@ void write_plots(const std::string& dir, const cell_map& cells, const memcpy_map
         dat << '\n';
       }
       gp << "set output '" << base << ".png'\n"
-         << "set title '" << op << ", " << n << " ranks, float32 (busbw as nccl-tests)'\n"
+         << "set title '" << op << ", " << n << " ranks, float32 ("
+         << (op == "pingpong" ? "one-way bandwidth"
+             : op == "halo"   ? "2 x size / time per rank"
+                              : "busbw as nccl-tests")
+         << ")'\n"
          << "plot ";
       for (std::size_t i = 0; i < columns.size(); ++i)
         gp << (i ? ", \\\n     " : "") << "'" << base << ".dat' using 1:" << i + 2
@@ -554,8 +710,9 @@ int main(int argc, char** argv) {
     std::optional<std::vector<bench::rss_record>> rss;
     if (!rss_csv.empty()) rss = bench::read_rss_csv(rss_csv);
 
-    for (bench::op_kind op : bench::all_ops())
+    for (bench::op_kind op : bench::every_op())
       if (ops.count(bench::op_name(op))) print_table(bench::op_name(op), cells);
+    if (ops.count("heat")) print_heat(cells);
     if (!memcpy.empty()) print_memcpy(memcpy, cells, ranks);
     if (rss && !rss->empty()) print_rss(*rss);
     print_legend();

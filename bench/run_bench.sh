@@ -8,12 +8,25 @@
 # allreduce.
 #
 #   bash bench/run_bench.sh [--quick] [--ranks "2 4"] [--iters K] [--build-dir DIR]
-#                           [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall]
-#                           [--no-rss] [--repeat K]
+#                           [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall,
+#                                 reduce,gather,scatter,barrier,pingpong,halo,heat | all]
+#                           [--heat-cells C] [--no-rss] [--repeat K]
 #
 # --quick stops at 1 MiB (whole run well under 3 minutes on 2 cores; the TCP
-# exchange only at 16 MiB, under a second); the full run goes to 64 MiB. --ops picks the collectives every worker runs (default:
-# all five). --no-rss skips the peak-memory runs (one fresh process per system
+# exchange only at 16 MiB, under a second); the full run goes to 64 MiB. --ops picks the
+# operations every worker runs: the five collectives above, reduce, gather,
+# scatter (root 0), barrier (one 0-byte row), pingpong (2 ranks only; one-way
+# time = round trip / 2; skipped with 4), halo (ring, a block to and from both
+# neighbours; also at 8 KiB), and heat: the step of examples/heat_simulation.cpp
+# (heat_bench against heat_mpi, C cells per rank, --heat-cells, default 1024;
+# in one process, over shm, and OpenMPI shm). --ops all = every one of them, and
+# so is the run without --ops: the added ops take about as long as the five
+# collectives (full run, 2 cores, one round without RSS: the five 124 s, the
+# others 95 s more), so a full run with --repeat 2 goes from about 4 to about 8
+# minutes, and --quick stays well under a minute. For the five alone, as
+# before: --ops allreduce,broadcast,allgather,reduce_scatter,alltoall (the
+# workers' own default, without --ops, is still those five).
+# --no-rss skips the peak-memory runs (one fresh process per system
 # and rank count, a few 64 MiB allreduces each; also in --quick). --repeat K
 # (default 2) measures every system K times, one round after another; the
 # report keeps each cell's lower median (the machine has windows of seconds
@@ -21,7 +34,7 @@
 # is missing (installs nothing: scripts/setup.sh installs the peers), then
 # writes to bench/out/: results.csv (every system's records, memcpy's and
 # tcp-ceiling's), rss.csv (peak RSS per system and rank count), tables.txt
-# (what is printed: one table per collective, memcpy and allreduce/memcpy,
+# (what is printed: one table per op, the heat step's, memcpy and allreduce/memcpy,
 # peak RSS, targets met / missed / out of reach with the TCP ceiling and the
 # memory-bandwidth bound), busbw_<op>_<n>ranks.png (gnuplot) and logs/ (each
 # run's output). A system that is not installed is skipped.
@@ -35,6 +48,8 @@ build=build
 ops=()
 rss=1
 repeat=2
+heat=0
+heat_cells=1024
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=(--quick) ;;
@@ -42,26 +57,45 @@ while [ $# -gt 0 ]; do
     --iters) iters=(--iters "$2"); shift ;;
     --build-dir) build="$2"; shift ;;
     --ops) ops=(--ops "$2"); shift ;;
+    --heat-cells)
+      heat_cells="$2"
+      [[ "$heat_cells" =~ ^[1-9][0-9]*$ ]] || { echo "run_bench.sh: --heat-cells: expected a positive integer, got '$heat_cells'" >&2; exit 2; }
+      shift ;;
     --no-rss) rss=0 ;;
     --repeat)
       repeat="$2"
       [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "run_bench.sh: --repeat: expected a positive integer, got '$repeat'" >&2; exit 2; }
       shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "run_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
 done
-if [ ${#ops[@]} -gt 0 ]; then  # the workers check too; fail before building
-  known="allreduce broadcast allgather reduce_scatter alltoall"
-  [ -n "${ops[1]}" ] || { echo "run_bench.sh: --ops: empty list (known: $known)" >&2; exit 2; }
+collectives=1                            # whether the workers run (not for --ops heat alone)
+[ ${#ops[@]} -gt 0 ] || ops=(--ops all)  # the default: every op and heat
+# The workers check too; fail before building.
+known="allreduce broadcast allgather reduce_scatter alltoall reduce gather scatter barrier"
+known+=" pingpong halo heat"
+[ -n "${ops[1]}" ] || { echo "run_bench.sh: --ops: empty list (known: $known, all)" >&2; exit 2; }
+if [ "${ops[1]}" = all ]; then
+  heat=1
+else
+  # heat is this script's (heat_bench, heat_mpi); the rest goes to the workers.
   IFS=, read -ra picked <<<"${ops[1]}"
+  rest=()
   for o in "${picked[@]}"; do
     if [[ " $known " != *" $o "* ]]; then
-      echo "run_bench.sh: --ops: unknown collective '$o' (known: ${known// /, })" >&2
+      echo "run_bench.sh: --ops: unknown collective '$o' (known: ${known// /, }, all)" >&2
       exit 2
     fi
+    if [ "$o" = heat ]; then heat=1; else rest+=("$o"); fi
   done
+  if [ ${#rest[@]} -eq 0 ]; then
+    collectives=0
+    ops=()
+  else
+    ops=(--ops "$(IFS=,; echo "${rest[*]}")")
+  fi
 fi
 start=$(date +%s)
 
@@ -72,9 +106,9 @@ else
   cmake -S . -B "$build" >/dev/null
 fi
 has_target() { grep -qs "$1" "$build/build.ninja" "$build/bench/Makefile"; }
-targets=(troupe_bench_worker tcp_exchange bench_report troupe-run)
+targets=(troupe_bench_worker tcp_exchange bench_report troupe-run heat_bench)
 has_target gloo_bench_worker && targets+=(gloo_bench_worker)
-has_target mpi_bench_worker && targets+=(mpi_bench_worker)
+has_target mpi_bench_worker && targets+=(mpi_bench_worker heat_mpi)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
 
 # 2. Every system for every rank count; rank 0 of each run appends to the CSV.
@@ -113,9 +147,11 @@ run() {  # run NAME COMMAND...: one system at one rank count, logged
 measure() {  # measure NAME COMMAND...: the collectives, then (unless --no-rss) peak RSS
   local name=$1
   shift
-  run "$name" "$@" "${common[@]}"
+  [ "$collectives" -eq 0 ] || run "$name" "$@" "${common[@]}"
   [ "$rss_now" -eq 0 ] || run "${name%-r1}-rss" "$@" "${rss_args[@]}"
 }
+heat_args=(--csv "$csv" --cells "$heat_cells" "${quick[@]}")
+have_mpi() { [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; }
 
 for round in $(seq 1 "$repeat"); do
   tag=""
@@ -135,22 +171,36 @@ for round in $(seq 1 "$repeat"); do
     done
     # allreduce once more on tensors kept private (TROUPE_SHARE_IN_PLACE=off):
     # staged through the segment, as borrowed memory is.
-    run "troupe-shmstaged-${n}$tag" env TROUPE_TRANSPORT=shm "$build/apps/troupe-run" -n "$n" \
-      "${worker[@]}" --transport shmstaged "${common[@]}" --ops allreduce
+    [ "$collectives" -eq 0 ] ||
+      run "troupe-shmstaged-${n}$tag" env TROUPE_TRANSPORT=shm "$build/apps/troupe-run" -n "$n" \
+        "${worker[@]}" --transport shmstaged "${common[@]}" --ops allreduce
     if [ -x "$build/bench/gloo_bench_worker" ]; then
       measure "gloo-tcp-${n}$tag" "$build/bench/gloo_bench_worker" --ranks "$n"
     else
       echo "run_bench: gloo skipped (not built: apt-get install libgloo-dev, then rebuild)"
     fi
-    if [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; then
-      mpirun_args=("${mpirun_base[@]}" --bind-to core)
-      [ "$n" -le "$cpus" ] || mpirun_args=("${mpirun_base[@]}" --oversubscribe --bind-to none)
+    mpirun_args=("${mpirun_base[@]}" --bind-to core)
+    [ "$n" -le "$cpus" ] || mpirun_args=("${mpirun_base[@]}" --oversubscribe --bind-to none)
+    if have_mpi; then
       measure "mpi-shm-${n}$tag" mpirun "${mpirun_args[@]}" --mca btl self,vader -n "$n" \
         "$build/bench/mpi_bench_worker" --transport shm
       measure "mpi-tcp-${n}$tag" mpirun "${mpirun_args[@]}" --mca btl self,tcp \
         --mca btl_tcp_if_include lo -n "$n" "$build/bench/mpi_bench_worker" --transport tcp
     else
       echo "run_bench: mpi skipped (not built: apt-get install libopenmpi-dev openmpi-bin)"
+    fi
+    # The heat simulation's step (--ops heat or all): troupe in one process and
+    # over shared memory, OpenMPI over shared memory.
+    if [ "$heat" -eq 1 ]; then
+      run "heat-troupe-inproc-${n}$tag" "$build/bench/heat_bench" --inprocess "$n" "${heat_args[@]}"
+      run "heat-troupe-shm-${n}$tag" env TROUPE_TRANSPORT=shm "$build/apps/troupe-run" -n "$n" \
+        "$build/bench/heat_bench" "${heat_args[@]}"
+      if have_mpi && [ -x "$build/bench/heat_mpi" ]; then
+        run "heat-mpi-shm-${n}$tag" mpirun "${mpirun_args[@]}" --mca btl self,vader -n "$n" \
+          "$build/bench/heat_mpi" --transport shm "${heat_args[@]}"
+      else
+        echo "run_bench: heat_mpi skipped (not built: apt-get install libopenmpi-dev openmpi-bin)"
+      fi
     fi
   done
 done

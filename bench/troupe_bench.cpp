@@ -1,11 +1,16 @@
 // troupe_bench_worker — troupe's side of the collectives benchmark
 // (bench/run_bench.sh runs it next to Gloo and OpenMPI): allreduce,
 // broadcast, allgather_into_tensor, reduce_scatter_tensor and alltoall_single
-// on float32, each checked once against a local expectation, then timed
-// (bench_common.cpp drives the protocol).
+// on float32, and with --ops (all) reduce, gather and scatter (root 0),
+// barrier, pingpong (pg.send then pg.recv on rank 0, recv then send on rank
+// 1, as a user writes them) and halo (batch_isend_irecv of an isend and an
+// irecv to each ring neighbour); each checked once against a local
+// expectation, then timed (bench_common.cpp drives the protocol). The calls
+// added with those ops carry a timeout of their own (op_timeout): a peer that
+// never answers fails the run instead of hanging it.
 //
 //   troupe_bench_worker --inprocess N [--csv F] [--quick] [--check-only] [--iters K]
-//                       [--ops allreduce,broadcast,...] [--rss]
+//                       [--ops allreduce,broadcast,...|all] [--sizes 4B,1MiB] [--rss]
 //       N ranks on threads of this process (one world each, one hash_store)
 //   TROUPE_TRANSPORT=shm|tcp troupe-run -n N troupe_bench_worker [--csv F] ...
 //   TROUPE_TRANSPORT=shm troupe-run -n N troupe_bench_worker --transport shmstaged ...
@@ -14,11 +19,12 @@
 //   troupe_bench_worker --memcpy [--csv F] [--quick] [--iters K]
 //       single-thread memcpy at the same sizes (the bandwidth reference)
 //
-// --ops picks collectives (default: all five). --rss measures peak resident
+// --ops picks collectives (default: the five; all: every op). --rss measures peak resident
 // memory during a 64 MiB allreduce instead (bench_common's run_rss; --csv
 // then names the RSS CSV). Rank 0 prints the records and appends them to
 // the CSV file.
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,8 +39,28 @@
 
 namespace {
 
+using troupe::p2p_op;
+using troupe::p2p_options;
 using troupe::process_group;
 using troupe::tensor;
+
+/// The bound of every call of the added ops: far above a 64 MiB transfer, far
+/// below run_bench.sh's limit per run.
+constexpr std::chrono::milliseconds op_timeout = std::chrono::seconds(60);
+
+/// Tags of the point-to-point ops: halo tells the direction (a message to
+/// the right neighbour arrives as "from the left"), so that with 2 ranks,
+/// where both neighbours are the same peer, each block lands in its half.
+constexpr int tag_pingpong = 1, tag_rightward = 2, tag_leftward = 3;
+
+/// `count` consecutive views of `block` elements of t.
+troupe::tensor_list blocks(const tensor& t, std::size_t block, int count) {
+  troupe::tensor_list v;
+  for (int r = 0; r < count; ++r)
+    v.push_back(
+        t.flat_slice(static_cast<std::int64_t>(r * block), static_cast<std::int64_t>(block)));
+  return v;
+}
 
 tensor floats(std::size_t elems) {
   return tensor::empty({static_cast<std::int64_t>(elems)}, troupe::dtype::float32);
@@ -43,6 +69,7 @@ tensor floats(std::size_t elems) {
 /// Buffers (troupe's own allocation) and the call for one collective.
 bench::prepared_op prepare(process_group& pg, bench::op_kind op, const bench::layout& l) {
   using bench::op_kind;
+  const int me = pg.rank(), n = pg.size();
   auto in = floats(l.in_elems);
   tensor out = in;  // in place unless the op has its own output
   std::function<void()> run;
@@ -65,6 +92,58 @@ bench::prepared_op prepare(process_group& pg, bench::op_kind op, const bench::la
       out = floats(l.out_elems);
       run = [&pg, in, out] { pg.alltoall_single(out, in).wait(); };
       break;
+    case op_kind::reduce:
+      run = [&pg, in] { pg.reduce(in, {.root_rank = 0, .timeout = op_timeout}).wait(); };
+      break;
+    case op_kind::gather: {
+      // The root receives into n views of one output tensor; the others pass none.
+      out = floats(l.out_elems);
+      auto outs = me == 0 ? blocks(out, l.block, n) : troupe::tensor_list{};
+      run = [&pg, in, outs] {
+        pg.gather(outs, in, {.root_rank = 0, .timeout = op_timeout}).wait();
+      };
+      break;
+    }
+    case op_kind::scatter: {
+      out = floats(l.out_elems);
+      auto ins = me == 0 ? blocks(in, l.block, n) : troupe::tensor_list{};
+      run = [&pg, ins, out] {
+        pg.scatter(out, ins, {.root_rank = 0, .timeout = op_timeout}).wait();
+      };
+      break;
+    }
+    case op_kind::barrier:
+      run = [&pg] { pg.barrier({.timeout = op_timeout}).wait(); };
+      break;
+    case op_kind::pingpong: {
+      // Rank 0 sends `in` and receives the echo into `out`; rank 1 receives
+      // into `out` and sends it back. The time of one call is a round trip.
+      out = floats(l.out_elems);
+      const p2p_options o{.tag = tag_pingpong, .timeout = op_timeout};
+      if (me == 0)
+        run = [&pg, in, out, o] {
+          pg.send({in}, 1, o).wait();
+          pg.recv({out}, 1, o).wait();
+        };
+      else
+        run = [&pg, out, o] {
+          pg.recv({out}, 0, o).wait();
+          pg.send({out}, 0, o).wait();
+        };
+      break;
+    }
+    case op_kind::halo: {
+      // My block to both ring neighbours; theirs into the two halves of `out`.
+      out = floats(l.out_elems);
+      const int left = (me + n - 1) % n, right = (me + 1) % n;
+      const auto halves = blocks(out, l.block, 2);
+      std::vector<p2p_op> ops = {{p2p_op::isend, in, left, tag_leftward},
+                                 {p2p_op::isend, in, right, tag_rightward},
+                                 {p2p_op::irecv, halves[0], left, tag_rightward},
+                                 {p2p_op::irecv, halves[1], right, tag_leftward}};
+      run = [&pg, ops] { pg.batch_isend_irecv(ops).wait(op_timeout); };
+      break;
+    }
   }
   auto keep = std::make_shared<std::vector<tensor>>(std::vector<tensor>{in, out});
   return {in.data_as<float>(), out.data_as<float>(), std::move(run), keep};
