@@ -111,6 +111,11 @@ class host_backend final : public backend {
   /// the ranks' device buffers (backends/device_exchange.hpp).
   work submit_on_device(const call_ptr& c);
   work allreduce_inline(tensor& t, const allreduce_options& o);
+  /// allreduce (root -1) or reduce of one CPU tensor through the shared
+  /// segment (inline/shm/allreduce_shm.hpp): a reduce then costs no more
+  /// than the allreduce of its buffer.
+  work on_segment(op_code code, const char* name, tensor& t, const reduce_op& op, int root,
+                  timeout_t timeout);
   work barrier_inline(const barrier_options& o);
   /// Whether a call runs on a message engine: every collective on CPU
   /// tensors (measured 2–3× faster than the actor path from 1 MiB up, 10×

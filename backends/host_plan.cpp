@@ -42,6 +42,10 @@ work host_backend::allreduce_coalesced(tensor_list& ts, const allreduce_coalesce
 }
 
 work host_backend::reduce(tensor_list& ts, const reduce_options& o) {
+  // Ranks of one host: the shared-memory allreduce, writing the root's buffer alone.
+  if (engine_ && shm_ && ts.size() == 1 && ts[0].get_device().type == device_type::cpu &&
+      o.op.op() != reduce_op::PREMUL_SUM)
+    return on_segment(op_code::reduce, "reduce", ts[0], o.op, o.root_rank, o.timeout);
   return reducing(op_code::reduce, "reduce", o.op, o.root_rank, o.root_tensor, o.timeout, ts, true);
 }
 

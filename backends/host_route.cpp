@@ -119,11 +119,16 @@ work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
     return on_inline(make_algorithm_op(*with_float_sums(c)), op_code::allreduce, "allreduce", data,
                      o.timeout, {t});
   }
-  const double divisor = o.op.op() == reduce_op::AVG ? static_cast<double>(size()) : 0.0;
-  auto kind = o.op.op() == reduce_op::AVG ? reduce_op::SUM : o.op.op();
-  return on_inline(
-      make_allreduce_shm(data, kind, divisor, static_cast<std::uint8_t>(op_code::allreduce)),
-      op_code::allreduce, "allreduce", data, o.timeout, {t});
+  return on_segment(op_code::allreduce, "allreduce", t, o.op, -1, o.timeout);
+}
+
+work host_backend::on_segment(op_code code, const char* name, tensor& t, const reduce_op& op,
+                              int root, timeout_t timeout) {
+  auto data = flat(t);
+  const double divisor = op.op() == reduce_op::AVG ? static_cast<double>(size()) : 0.0;
+  auto kind = op.op() == reduce_op::AVG ? reduce_op::SUM : op.op();
+  return on_inline(make_allreduce_shm(data, kind, divisor, static_cast<std::uint8_t>(code), root),
+                   code, name, data, timeout, {t});
 }
 
 work host_backend::barrier_inline(const barrier_options& o) {

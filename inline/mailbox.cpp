@@ -423,9 +423,14 @@ void mailbox::fail_all(errc code, const std::string& reason, std::vector<finish>
   receives_.clear();
   for (auto& p : placed_)
     if (auto r = revoke(p)) fail_into(done, std::move(*r), code, reason);
+  // Messages lent by ranks of this process: their sends fail as sends to a
+  // rank that left.
+  const auto left = names_[static_cast<std::size_t>(rank_)] + " left group '" + group_ +
+                    "' before receiving it (" + reason + ")";
   for (auto& m : messages_)
     if (m.sender.valid())
-      done.push_back({std::nullopt, std::move(m), std::make_exception_ptr(error(code, reason))});
+      done.push_back(
+          {std::nullopt, std::move(m), std::make_exception_ptr(error(errc::peer_failure, left))});
   messages_.clear();
   for (auto& a : waiting_) a = {};
 }

@@ -130,6 +130,41 @@ TEST_CASE("reduce delivers the reduction to every root and leaves the others' in
   }
 }
 
+// Large buffers take the other paths of the shared-memory reduce: straight
+// between buffers (one process, or shared buffers), staged in chunks (2
+// ranks, and 3 or more) between processes.
+TEST_CASE("reduce of large buffers, private and shared, writes the root's buffer alone") {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      for (bool shared : {false, true})
+        for (std::int64_t size : {std::int64_t{20000}, std::int64_t{700001}})
+          for (auto op : {reduce_op{reduce_op::SUM}, reduce_op{reduce_op::AVG}}) {
+            CAPTURE(shared);
+            CAPTURE(size);
+            const int root = static_cast<int>(size % n);
+            std::vector<ref::values> inputs;
+            for (int r = 0; r < n; ++r)
+              inputs.push_back(
+                  ref::random_values(dtype::float32, size, seed_of(r, n, size, 11), op.op()));
+            auto& mine = inputs[static_cast<std::size_t>(w.rank())];
+            auto x = ref::make(dtype::float32, mine);
+            if (shared && x.is_cpu()) {
+              auto s = tensor::empty_shared({size}, dtype::float32);
+              s.copy_from(x);
+              x = s;
+            }
+            pg.reduce(x, root, op).wait();
+            if (w.rank() == root)
+              ref::check_close(x, ref::reduce(inputs, op, dtype::float32), "reduce root");
+            else
+              ref::check_close(x, mine, "reduce non-root untouched");
+          }
+    });
+  }
+}
+
 TEST_CASE("allreduce of buffers above the direct-algorithm threshold runs the ring") {
   // 70001 elements exceed 64 KiB for every dtype, so without the shared-memory
   // fabric (TROUPE_FABRIC=off; across hosts) the ring runs (small buffers take

@@ -36,6 +36,11 @@
 //           slot into my buffer; consumed = g.
 // Each rank copies about 2N bytes in all (stage (n-1)/n·N, own part N/n,
 // gather (n-1)/n·N) and reads N for its reduction: one copy per hop.
+// A reduce is the same operation with one root: only the root's buffer is
+// written (direct: each rank reduces part (me) into the root's buffer; in
+// chunks: the others skip copying results out, and with two ranks the root
+// stages nothing and the other rank reduces nothing), so it never costs more
+// than the allreduce of its buffer.
 // Two ranks, large N: each rank reduces the whole of every chunk (no result
 // slots, two cursors):
 //   stage:  once the other rank reduced chunk g - slots, copy my whole chunk
@@ -72,8 +77,8 @@ constexpr std::uint64_t direct_from_bytes = 32 << 10;
 
 class allreduce_shm final : public shm_op {
  public:
-  allreduce_shm(tensor data, reduce_op::kind kind, double divisor, std::uint8_t code)
-      : shm_op(code), data_(std::move(data)), kind_(kind), divisor_(divisor) {}
+  allreduce_shm(tensor data, reduce_op::kind kind, double divisor, std::uint8_t code, int root)
+      : shm_op(code), data_(std::move(data)), kind_(kind), divisor_(divisor), root_(root) {}
 
   bool step(inline_context& ctx, bool& moved) override {
     auto& seg = *ctx.seg;
@@ -98,6 +103,7 @@ class allreduce_shm final : public shm_op {
                           // what the caller asked for (AVG: SUM, then divide)
                           static_cast<std::uint32_t>(divisor_ > 0 ? reduce_op::AVG : kind_), code_,
                           -1, reinterpret_cast<std::uint64_t>(data_.data())};
+        seg.descriptor(me, op).root = std::max(root_, 0);
         if (ctx.peers && (!small || post_first)) describe_shared(seg.descriptor(me, op), data_);
         if (one_step)
           copy(seg.small_slot(me, op), static_cast<const std::byte*>(data_.data()),
@@ -163,7 +169,12 @@ class allreduce_shm final : public shm_op {
     }
   }
 
+  /// Whether this rank's buffer gets the result (every rank's for an
+  /// allreduce, the root's alone for a reduce).
+  bool gets_result(const inline_context& ctx) const { return root_ < 0 || ctx.rank == root_; }
+
   void reduce_small(inline_context& ctx) {
+    if (!gets_result(ctx)) return;
     std::vector<const void*> srcs(static_cast<std::size_t>(ctx.size));
     for (int r = 0; r < ctx.size; ++r)
       srcs[static_cast<std::size_t>(r)] =
@@ -194,7 +205,8 @@ class allreduce_shm final : public shm_op {
 
   /// Reduce part (me) of every rank's buffer straight into my buffer and
   /// copy it into every other rank's buffer (one read of N and one write of
-  /// N per rank: the memory ceiling), in cache-sized pieces.
+  /// N per rank: the memory ceiling), in cache-sized pieces. A reduce writes
+  /// part (me) into the root's buffer alone.
   void reduce_direct(inline_context& ctx) {
     const auto n = ctx.size;
     const auto me = ctx.rank;
@@ -207,18 +219,20 @@ class allreduce_shm final : public shm_op {
     for (std::int64_t done = 0; done < count; done += piece) {
       const auto m = std::min(piece, count - done);
       const auto at = (off + done) * es;
-      // Mine first, then the others in rank order: each element is reduced by
-      // one rank only, so any fixed order gives every rank the same result,
-      // and this one accumulates in place.
+      // The destination's first, then the others in rank order: each element
+      // is reduced by one rank only, so any fixed order gives every rank the
+      // same result, and this one accumulates in place.
+      const int dst = root_ < 0 ? me : root_;
       std::size_t k = 0;
-      srcs[k++] = bufs[static_cast<std::size_t>(me)] + at;
+      srcs[k++] = bufs[static_cast<std::size_t>(dst)] + at;
       for (int r = 0; r < n; ++r)
-        if (r != me) srcs[k++] = bufs[static_cast<std::size_t>(r)] + at;
-      std::byte* mine = bufs[static_cast<std::size_t>(me)] + at;
-      reduce_many(data_.scalar_type(), kind_, mine, srcs.data(), srcs.size(),
+        if (r != dst) srcs[k++] = bufs[static_cast<std::size_t>(r)] + at;
+      std::byte* out = bufs[static_cast<std::size_t>(dst)] + at;
+      reduce_many(data_.scalar_type(), kind_, out, srcs.data(), srcs.size(),
                   static_cast<std::size_t>(m), divisor_);
+      if (root_ >= 0) continue;
       for (int r = 0; r < n; ++r)
-        if (r != me) copy(bufs[static_cast<std::size_t>(r)] + at, mine, m * es);
+        if (r != me) copy(bufs[static_cast<std::size_t>(r)] + at, out, m * es);
     }
   }
 
@@ -267,9 +281,11 @@ class allreduce_shm final : public shm_op {
         if (r < 0) {
           const auto c = view(gathered_);
           const std::byte* result = seg.result(number(gathered_));
-          copy(c.mine, result, c.my_off);
-          copy(c.mine + c.my_off + c.my_bytes, result + c.my_off + c.my_bytes,
-               c.bytes - c.my_off - c.my_bytes);
+          if (gets_result(ctx)) {
+            copy(c.mine, result, c.my_off);
+            copy(c.mine + c.my_off + c.my_bytes, result + c.my_off + c.my_bytes,
+                 c.bytes - c.my_off - c.my_bytes);
+          }
           publish(ctx, &rank_progress::consumed, number(gathered_++), moved);
           progress = true;
           continue;
@@ -296,7 +312,7 @@ class allreduce_shm final : public shm_op {
           const auto count = c.my_bytes / es;
           reduce_many(data_.scalar_type(), kind_, out, srcs.data(), srcs.size(),
                       static_cast<std::size_t>(count), divisor_);
-          copy(c.mine + c.my_off, out, c.my_bytes);
+          if (gets_result(ctx)) copy(c.mine + c.my_off, out, c.my_bytes);
           publish(ctx, &rank_progress::reduced, number(reduced_++), moved);
           progress = true;
           continue;
@@ -361,8 +377,9 @@ class allreduce_shm final : public shm_op {
         if (peer.staged.load(std::memory_order_acquire) >= number(reduced_)) {
           auto [mine, count] = chunk(reduced_);
           const void* srcs[2] = {mine, seg.stage(other, number(reduced_))};
-          reduce_many(data_.scalar_type(), kind_, mine, srcs, 2, static_cast<std::size_t>(count),
-                      divisor_);
+          if (gets_result(ctx))
+            reduce_many(data_.scalar_type(), kind_, mine, srcs, 2, static_cast<std::size_t>(count),
+                        divisor_);
           publish(ctx, &rank_progress::reduced, number(reduced_++), moved);
           progress = true;
           continue;
@@ -374,7 +391,9 @@ class allreduce_shm final : public shm_op {
         if (staged_ < slots ||
             peer.reduced.load(std::memory_order_acquire) >= number(staged_ - slots)) {
           auto [mine, count] = chunk(staged_);
-          copy(seg.stage(ctx.rank, number(staged_)), mine, count * es);
+          // A reduce's root stages nothing: nobody else reduces its chunk.
+          if (root_ < 0 || ctx.rank != root_)
+            copy(seg.stage(ctx.rank, number(staged_)), mine, count * es);
           publish(ctx, &rank_progress::staged, number(staged_++), moved);
           progress = true;
           continue;
@@ -388,6 +407,7 @@ class allreduce_shm final : public shm_op {
   tensor data_;
   reduce_op::kind kind_;
   double divisor_;
+  int root_;  // a reduce's root (the only buffer written), or -1: an allreduce
   phase phase_ = phase::post;
   std::int64_t chunk_elems_ = 0;
   std::int64_t chunks_ = 0;
@@ -398,8 +418,8 @@ class allreduce_shm final : public shm_op {
 }  // namespace
 
 std::unique_ptr<inline_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor,
-                                              std::uint8_t code) {
-  return std::make_unique<allreduce_shm>(std::move(data), kind, divisor, code);
+                                              std::uint8_t code, int root) {
+  return std::make_unique<allreduce_shm>(std::move(data), kind, divisor, code, root);
 }
 
 }  // namespace troupe::detail

@@ -11,8 +11,9 @@ namespace troupe::detail {
 /// allreduce of the flat buffer `data` in place, combining by `kind`;
 /// `divisor` > 0 divides the result (AVG). The caller sets the op's fields.
 /// With an empty buffer and `code` barrier it is the group's barrier (every
-/// rank posts, everyone waits until all posted).
+/// rank posts, everyone waits until all posted). With `root` >= 0 it is
+/// the reduce to that group rank: the other ranks' buffers are left as they were.
 std::unique_ptr<inline_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor,
-                                              std::uint8_t code);
+                                              std::uint8_t code, int root = -1);
 
 }  // namespace troupe::detail
