@@ -175,23 +175,23 @@ work host_backend::on_inline(inline_engine& engine, std::unique_ptr<inline_op> o
 
 work host_backend::submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
                               const p2p_options& o) {
-  auto c = std::make_shared<p2p_call>();
-  c->kind = kind;
-  c->name = name;
-  c->peer = peer;
-  c->tag = o.tag;
-  c->buffer = flat(buf);
-  c->timeout = o.timeout == use_group_timeout ? timeout_ : o.timeout;
-  c->handle = work::make(name, group_name());
-  track(c->handle);
-  if (debug_ == debug_level::detail) log_detail(c->handle, c->buffer);
-  auto result = c->handle;
-  if (on_cuda(c->buffer) && !exchange_) result = p2p_staged_through_host(*c);
-  if (mailbox_) {
-    mailbox_->post(*c);
-    return result;
-  }
-  caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
+  p2p_call c;
+  c.kind = kind;
+  c.name = name;
+  c.peer = peer;
+  c.tag = o.tag;
+  c.buffer = flat(buf);
+  c.timeout = o.timeout == use_group_timeout ? timeout_ : o.timeout;
+  c.handle = work::make(name, group_name());
+  track(c.handle);
+  if (debug_ == debug_level::detail) log_detail(c.handle, c.buffer);
+  auto result = c.handle;
+  if (on_cuda(c.buffer) && !exchange_) result = p2p_staged_through_host(c);
+  if (mailbox_)
+    mailbox_->post(std::move(c));
+  else
+    caf::anon_send(rt_.relay(), submit_atom::value, std::make_shared<p2p_call>(std::move(c)),
+                   group_);
   return result;
 }
 

@@ -109,7 +109,7 @@ void mailbox::attach() {
 }
 
 void mailbox::set_names(std::vector<std::string> names) {
-  std::lock_guard<std::mutex> g{mtx_};
+  std::lock_guard<spin_lock> g{mtx_};
   if (names.size() == names_.size()) names_ = std::move(names);
 }
 
@@ -118,12 +118,16 @@ std::string mailbox::where(const std::string& op) const {
 }
 
 std::string mailbox::name_of(int r) {
-  std::lock_guard<std::mutex> g{mtx_};
+  std::lock_guard<spin_lock> g{mtx_};
   return names_[static_cast<std::size_t>(r)];
 }
 
 std::shared_ptr<mailbox> mailbox::local_peer(int r) {
-  std::lock_guard<std::mutex> g{mtx_};
+  std::lock_guard<spin_lock> g{mtx_};
+  return local_peer_locked(r);
+}
+
+std::shared_ptr<mailbox> mailbox::local_peer_locked(int r) {
   auto& slot = peers_[static_cast<std::size_t>(r)];
   if (auto p = slot.lock()) return p;
   const auto found = process_directory::instance().find(key_ + std::to_string(r));
@@ -133,7 +137,7 @@ std::shared_ptr<mailbox> mailbox::local_peer(int r) {
   return slot.lock();
 }
 
-void mailbox::post(const p2p_call& c) {
+void mailbox::post(p2p_call c) {
   const auto peer = static_cast<std::size_t>(c.peer);
   auto fail_now = [&](errc code, const std::string& why) {
     c.handle.fail(std::make_exception_ptr(error(code, where(c.name) + " failed: " + why)));
@@ -141,13 +145,16 @@ void mailbox::post(const p2p_call& c) {
   if (c.kind == p2p_call::send) {
     std::string why;
     errc code = errc::peer_failure;
+    std::shared_ptr<mailbox> to;
     {
-      std::lock_guard<std::mutex> g{mtx_};
+      std::lock_guard<spin_lock> g{mtx_};
       if (stopped_) {
         code = stopped_->first;
         why = stopped_->second;
       } else if (auto i = gone_.find(c.peer); i != gone_.end()) {
         why = i->second;
+      } else if (local_[peer]) {
+        to = local_peer_locked(c.peer);
       }
     }
     if (!why.empty()) return fail_now(code, why);
@@ -165,7 +172,6 @@ void mailbox::post(const p2p_call& c) {
       }
       return;
     }
-    auto to = local_peer(c.peer);
     if (!to) return fail_now(errc::peer_failure, name_of(c.peer) + " left group '" + group_ + "'");
     message m;
     m.src = rank_;
@@ -182,7 +188,7 @@ void mailbox::post(const p2p_call& c) {
     }
     m.payload = c.buffer;  // copied by accept when no receive waits
     to->accept(std::move(m));
-    c.handle.complete({c.buffer});
+    c.handle.complete({std::move(c.buffer)});
     return;
   }
   // A receive. When it may come from another process, the waiting thread
@@ -201,9 +207,9 @@ void mailbox::post(const p2p_call& c) {
     };
   }
   // The first waiting message that matches, else posted.
-  std::vector<finish> done;
+  finishes done;
   {
-    std::unique_lock<std::mutex> g{mtx_};
+    std::unique_lock<spin_lock> g{mtx_};
     if (stopped_) {
       const auto s = *stopped_;
       g.unlock();
@@ -212,7 +218,7 @@ void mailbox::post(const p2p_call& c) {
     for (auto i = messages_.begin(); i != messages_.end(); ++i) {
       if (!matches(c, i->src, i->tag)) continue;
       if (i->sender.valid() && i->sender.state()->finished.load()) continue;  // failed meanwhile
-      done.push_back({receive{c, {}}, std::move(*i), nullptr});
+      done.push_back({receive{std::move(c), {}}, std::move(*i), nullptr});
       if (i->remote) {
         auto& a = waiting_[static_cast<std::size_t>(i->src)];
         --a.messages;
@@ -229,11 +235,12 @@ void mailbox::post(const p2p_call& c) {
           return fail_now(errc::peer_failure, why);
         }
       }
-      receives_.push_back(receive{c, clock::now() + c.timeout});
+      const auto deadline = clock::now() + c.timeout;
+      receives_.push_back(receive{std::move(c), deadline});
       arm(receives_.back().deadline);
     }
   }
-  settle(done, group_, rank_);
+  settle(done);
 }
 
 void mailbox::pump_for(work_state& s, clock::time_point until, const std::vector<int>& peers) {
@@ -258,7 +265,7 @@ void mailbox::pump_for(work_state& s, clock::time_point until, const std::vector
 }
 
 posted_receive mailbox::place(const frame_header& h) {
-  std::lock_guard<std::mutex> g{mtx_};
+  std::lock_guard<spin_lock> g{mtx_};
   if (stopped_ || h.src < 0 || h.src >= static_cast<int>(placed_.size())) return {};
   auto r = std::find_if(receives_.begin(), receives_.end(),
                         [&](const receive& x) { return matches(x.call, h.src, h.tag); });
@@ -291,7 +298,7 @@ void mailbox::arrive(p2p_envelope env) {
   if (env.src >= 0 && env.src < static_cast<int>(placed_.size())) {
     std::optional<receive> r;
     {
-      std::lock_guard<std::mutex> g{mtx_};
+      std::lock_guard<spin_lock> g{mtx_};
       auto& p = placed_[static_cast<std::size_t>(env.src)];
       if (p.drop) {  // its receive failed while the frame was read
         p.drop = false;
@@ -317,10 +324,27 @@ void mailbox::arrive(p2p_envelope env) {
 }
 
 void mailbox::accept(message m) {
-  std::vector<finish> done;
+  finishes done;
   std::string refused;
+  // A message copied eagerly (from a rank of this process) is copied before
+  // it waits here, outside the lock; a receive posted meanwhile is found below.
+  if (!m.remote && !m.sender.valid() && m.payload.defined()) {
+    bool matched;
+    {
+      std::lock_guard<spin_lock> g{mtx_};
+      auto r = std::find_if(receives_.begin(), receives_.end(),
+                            [&](const receive& x) { return matches(x.call, m.src, m.tag); });
+      matched = r != receives_.end() && !stopped_;
+      if (matched) {
+        done.push_back({std::move(*r), std::move(m), nullptr});
+        receives_.erase(r);
+      }
+    }
+    if (matched) return settle(done);
+    m.payload = m.payload.clone();
+  }
   {
-    std::lock_guard<std::mutex> g{mtx_};
+    std::lock_guard<spin_lock> g{mtx_};
     if (stopped_ || gone_.count(m.src)) {
       // Nobody will receive it: a lent send fails now.
       if (m.sender.valid())
@@ -348,7 +372,6 @@ void mailbox::accept(message m) {
           messages_.push_back(std::move(m));
         }
       } else {
-        if (!m.sender.valid() && m.payload.defined()) m.payload = m.payload.clone();
         if (m.sender.valid()) arm(m.deadline);
         messages_.push_back(std::move(m));
       }
@@ -359,22 +382,22 @@ void mailbox::accept(message m) {
       plane->reject(global_ranks_[static_cast<std::size_t>(m.src)], refused);
     return;
   }
-  settle(done, group_, rank_);
+  settle(done);
 }
 
-void mailbox::fill(const receive& r, const message& m, const std::string& where) {
+void mailbox::fill(const receive& r, const message& m) const {
   const auto& buf = r.call.buffer;
   const auto& got = m.payload;
   if (bytes_of(got) != bytes_of(buf) || (got.defined() && got.scalar_type() != buf.scalar_type())) {
     auto what = got.defined() ? std::to_string(got.nbytes()) + " bytes of " +
                                     std::string(to_string(got.scalar_type()))
                               : std::string("no tensor");
-    r.call.handle.fail(std::make_exception_ptr(
-        error(errc::invalid_argument, where + " failed: rank " + std::to_string(m.src) + " sent " +
-                                          what + " with tag " + std::to_string(m.tag) +
-                                          ", but the receive buffer holds " +
-                                          std::to_string(buf.nbytes()) + " bytes of " +
-                                          std::string(to_string(buf.scalar_type())))));
+    r.call.handle.fail(std::make_exception_ptr(error(
+        errc::invalid_argument, where(r.call.name) + " failed: rank " + std::to_string(m.src) +
+                                    " sent " + what + " with tag " + std::to_string(m.tag) +
+                                    ", but the receive buffer holds " +
+                                    std::to_string(buf.nbytes()) + " bytes of " +
+                                    std::string(to_string(buf.scalar_type())))));
     if (m.sender.valid()) m.sender.complete({got});
     return;
   }
@@ -389,10 +412,10 @@ void mailbox::fill(const receive& r, const message& m, const std::string& where)
   r.call.handle.complete({buf}, m.src);
 }
 
-void mailbox::settle(std::vector<finish>& done, const std::string& group, int rank) {
-  for (auto& f : done) {
+void mailbox::settle(finishes& done) const {
+  done.for_each([this](finish& f) {
     if (f.r && f.m) {
-      fill(*f.r, *f.m, call_location(f.r->call.name, group, rank));
+      fill(*f.r, *f.m);
     } else if (f.r) {
       f.r->call.handle.fail(f.error);
     } else if (f.m && f.m->sender.valid()) {
@@ -402,21 +425,20 @@ void mailbox::settle(std::vector<finish>& done, const std::string& group, int ra
       } catch (const error& e) {
         f.m->sender.fail(
             std::make_exception_ptr(error(e.code(), f.m->sender_where + " failed: " + e.what())));
-        continue;
+        return;
       } catch (...) {
       }
       f.m->sender.fail(f.error);
     }
-  }
+  });
 }
 
-void mailbox::fail_into(std::vector<finish>& done, receive r, errc code,
-                        const std::string& cause) const {
+void mailbox::fail_into(finishes& done, receive r, errc code, const std::string& cause) const {
   auto e = std::make_exception_ptr(error(code, where(r.call.name) + " failed: " + cause));
   done.push_back({std::move(r), std::nullopt, std::move(e)});
 }
 
-void mailbox::fail_all(errc code, const std::string& reason, std::vector<finish>& done) {
+void mailbox::fail_all(errc code, const std::string& reason, finishes& done) {
   for (auto& r : receives_) {
     fail_into(done, std::move(r), code, reason);
   }
@@ -439,9 +461,9 @@ void mailbox::gone(int world_rank, const std::string& why, bool crashed) {
   auto i = std::find(global_ranks_.begin(), global_ranks_.end(), world_rank);
   if (i == global_ranks_.end()) return;
   const int peer = static_cast<int>(i - global_ranks_.begin());
-  std::vector<finish> done;
+  finishes done;
   {
-    std::lock_guard<std::mutex> g{mtx_};
+    std::lock_guard<spin_lock> g{mtx_};
     const auto reason =
         names_[static_cast<std::size_t>(peer)] + " left group '" + group_ + "' (" + why + ")";
     if (crashed) {
@@ -459,17 +481,17 @@ void mailbox::gone(int world_rank, const std::string& why, bool crashed) {
       }
     }
   }
-  settle(done, group_, rank_);
+  settle(done);
 }
 
 void mailbox::abort(errc code, const std::string& reason) {
-  std::vector<finish> done;
+  finishes done;
   {
-    std::lock_guard<std::mutex> g{mtx_};
+    std::lock_guard<spin_lock> g{mtx_};
     if (!stopped_) stopped_ = std::make_pair(code, reason);
     fail_all(code, reason, done);
   }
-  settle(done, group_, rank_);
+  settle(done);
 }
 
 void mailbox::leave(const std::string& reason) {
@@ -502,10 +524,10 @@ std::exception_ptr mailbox::timed_out(const p2p_call& c) const {
 }
 
 void mailbox::expire() {
-  std::vector<finish> done;
+  finishes done;
   const auto now = clock::now();
   {
-    std::lock_guard<std::mutex> g{mtx_};
+    std::lock_guard<spin_lock> g{mtx_};
     armed_ = clock::time_point::max();
     auto next = clock::time_point::max();
     for (auto r = receives_.begin(); r != receives_.end();) {
@@ -543,7 +565,7 @@ void mailbox::expire() {
     }
     if (next != clock::time_point::max()) arm(next);
   }
-  settle(done, group_, rank_);
+  settle(done);
 }
 
 }  // namespace troupe::detail

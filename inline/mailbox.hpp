@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "base/call.hpp"
+#include "base/spin_lock.hpp"
 #include "transport/frame.hpp"
 #include "troupe/error.hpp"
 
@@ -66,7 +67,7 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   void set_names(std::vector<std::string> names);
 
   /// Issues a send or a receive; `c.handle` completes when it is done.
-  void post(const p2p_call& c);
+  void post(p2p_call c);
   /// A message from a rank in another process (the data plane's reader, or a
   /// thread reading a peer's socket or ring).
   void arrive(p2p_envelope env);
@@ -107,19 +108,40 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
     std::optional<message> m;
     std::exception_ptr error;  // for r (or, without r, for m's sender)
   };
+  /// The finishes of one step: mostly one (kept without allocating).
+  class finishes {
+   public:
+    void push_back(finish f) {
+      if (!one_)
+        one_.emplace(std::move(f));
+      else
+        more_.push_back(std::move(f));
+    }
+    bool empty() const noexcept { return !one_; }
+    template <class F>
+    void for_each(F&& fn) {
+      if (one_) fn(*one_);
+      for (auto& f : more_) fn(f);
+    }
+
+   private:
+    std::optional<finish> one_;
+    std::vector<finish> more_;
+  };
 
   /// Takes a message from a peer: hands it to the first matching receive, or keeps it.
   void accept(message m);
   /// Copies `m` into `r`'s buffer and completes both (outside the lock).
-  static void fill(const receive& r, const message& m, const std::string& where);
-  static void settle(std::vector<finish>& done, const std::string& group, int rank);
+  void fill(const receive& r, const message& m) const;
+  void settle(finishes& done) const;
   std::shared_ptr<mailbox> local_peer(int r);
+  std::shared_ptr<mailbox> local_peer_locked(int r);  ///< under mtx_
   std::string where(const std::string& op) const;
   std::string name_of(int r);
   /// `r` fails with `cause`, once the lock is released.
-  void fail_into(std::vector<finish>& done, receive r, errc code, const std::string& cause) const;
+  void fail_into(finishes& done, receive r, errc code, const std::string& cause) const;
   /// Fails everything pending (under mtx_) into `done`.
-  void fail_all(errc code, const std::string& reason, std::vector<finish>& done);
+  void fail_all(errc code, const std::string& reason, finishes& done);
   /// The timeout error of receive `c` (under mtx_).
   std::exception_ptr timed_out(const p2p_call& c) const;
   /// Makes sure the timer calls expire() by `deadline` (under mtx_).
@@ -133,11 +155,12 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   std::vector<int> global_ranks_;
   std::weak_ptr<data_plane> plane_;  // not owned: a reader thread may hold the last reference
   std::vector<bool> local_;
-  std::mutex mtx_;  // guards everything below
+  spin_lock mtx_;  // guards everything below (held for short steps only)
   std::vector<std::string> names_;
   std::vector<std::weak_ptr<mailbox>> peers_;  // local ranks' mailboxes, found once
-  std::deque<receive> receives_;               // posted, in post order
-  std::deque<message> messages_;               // arrived, unmatched, in arrival order
+  // Short, and taken from the front: vectors keep their memory between calls.
+  std::vector<receive> receives_;  // posted, in post order
+  std::vector<message> messages_;  // arrived, unmatched, in arrival order
   struct waiting {
     std::size_t messages = 0;
     std::uint64_t bytes = 0;
