@@ -153,6 +153,7 @@ bool data_plane::pump(int r) {
 
 void data_plane::pumping(int r, int delta, bool wake) {
   auto& p = at(r);
+  if (p.in_ring) p.in_ring->polling(delta);
   if (p.pumpers.fetch_add(delta) + delta == 0 && wake) {
     // The caller may be the thread that reads r's frames right now (a
     // callback of a call that a frame completed waits for another one):

@@ -17,6 +17,7 @@ struct shm_ring::control {
   alignas(64) std::atomic<std::uint64_t> tail;  // bytes read so far
   alignas(64) std::atomic<std::uint32_t> head_seq;
   std::atomic<std::uint32_t> reader_waiting;
+  std::atomic<std::uint32_t> polled;  // threads of the reader's process polling (see polling())
   alignas(64) std::atomic<std::uint32_t> tail_seq;
   std::atomic<std::uint32_t> writer_waiting;
   alignas(64) std::atomic<std::uint32_t> closed;
@@ -128,7 +129,7 @@ bool shm_ring::write(const void* data, std::size_t n) {
     std::memcpy(data_ + offset, p, chunk);
     ctl_->head.store(head + chunk);
     ctl_->head_seq.fetch_add(1);
-    if (ctl_->reader_waiting.load()) futex_wake(ctl_->head_seq);
+    if (ctl_->reader_waiting.load() && !ctl_->polled.load()) futex_wake(ctl_->head_seq);
     p += chunk;
     n -= chunk;
   }
@@ -188,6 +189,19 @@ bool shm_ring::read(void* data, std::size_t n) {
     n -= chunk;
   }
   return true;
+}
+
+void shm_ring::polling(int delta) {
+  if (ctl_->polled.fetch_add(static_cast<std::uint32_t>(delta)) +
+          static_cast<std::uint32_t>(delta) !=
+      0)
+    return;
+  // The last poller left: bytes written meanwhile (their writer woke nobody)
+  // go to the sleeping reader.
+  if (ctl_->head.load() != ctl_->tail.load() && ctl_->reader_waiting.load()) {
+    ctl_->head_seq.fetch_add(1);
+    futex_wake(ctl_->head_seq);
+  }
 }
 
 }  // namespace troupe::detail

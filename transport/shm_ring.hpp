@@ -35,6 +35,12 @@ class shm_ring final : public byte_stream {
   /// `max` passed (false when closed).
   bool wait_readable(std::chrono::milliseconds max);
   void close() override;
+  /// A thread of the reading process starts (+1) or stops (-1) polling the
+  /// ring itself (read_some): meanwhile writes do not wake the sleeping
+  /// reader thread (a system call per message, and a thread that competes
+  /// with the poller for the bytes); the last poller to stop wakes it when
+  /// bytes wait.
+  void polling(int delta);
   const std::string& name() const noexcept { return name_; }
 
  private:
