@@ -27,6 +27,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -53,7 +54,13 @@ std::pair<at::Tensor, at::Tensor> make_data() {
 }
 
 torch::nn::Sequential make_model() {
-  torch::manual_seed(1);  // one start for every replica and for the reference
+  // One start for every replica and for the reference. The seed and the
+  // draws of the initial weights go to torch's one global generator, which
+  // the ranks (threads of this process) share: one at a time, or a rank's
+  // draws interleave with another's and its start differs.
+  static std::mutex global_generator;
+  std::lock_guard<std::mutex> g{global_generator};
+  torch::manual_seed(1);
   return torch::nn::Sequential(torch::nn::Linear(features, 64), torch::nn::ReLU(),
                                torch::nn::Linear(64, 64), torch::nn::ReLU(),
                                torch::nn::Linear(64, outputs));
