@@ -10,7 +10,8 @@ namespace troupe::detail {
 
 /// `t` as one dimension (undefined stays undefined).
 inline tensor flat(const tensor& t) {
-  return t.defined() ? t.view({t.numel()}) : t;
+  if (!t.defined() || (t.dim() == 1 && t.is_contiguous())) return t;  // a copy shares its layout
+  return t.view({t.numel()});
 }
 
 /// A new flat buffer of `n` elements of `t`'s dtype on `t`'s device.

@@ -150,8 +150,8 @@ DLManagedTensor* tensor::to_dlpack() const {
   if (!defined()) invalid("tensor.to_dlpack", "undefined tensor");
   auto ctx = std::make_unique<export_context>();
   ctx->keep_alive = *this;
-  ctx->shape = shape_;
-  ctx->strides = strides_;
+  ctx->shape = shape();
+  ctx->strides = strides();
   DLManagedTensor& m = ctx->managed;
   m.dl_tensor.data = data();
   switch (device_.type) {
@@ -162,7 +162,7 @@ DLManagedTensor* tensor::to_dlpack() const {
       m.dl_tensor.device = {kDLCUDA, device_.index};
       break;
   }
-  m.dl_tensor.ndim = static_cast<int>(shape_.size());
+  m.dl_tensor.ndim = static_cast<int>(shape().size());
   m.dl_tensor.dtype = to_dl_dtype(dtype_);
   m.dl_tensor.shape = ctx->shape.data();
   m.dl_tensor.strides = ctx->strides.data();

@@ -112,13 +112,21 @@ void check_data(const char* op, const void* data, std::int64_t numel) {
 
 }  // namespace
 
+const shape_t& tensor::no_dims() noexcept {
+  static const shape_t none;
+  return none;
+}
+
+void tensor::set_layout(shape_t shape, shape_t strides) {
+  layout_ = std::make_shared<const layout>(layout{std::move(shape), std::move(strides)});
+}
+
 tensor tensor::make(std::shared_ptr<void> base, std::size_t offset, shape_t shape, shape_t strides,
                     dtype t, device d) {
   tensor r;
   r.base_ = std::move(base);
   r.offset_ = offset;
-  r.shape_ = std::move(shape);
-  r.strides_ = std::move(strides);
+  r.set_layout(std::move(shape), std::move(strides));
   r.dtype_ = t;
   r.device_ = d;
   return r;
@@ -194,7 +202,7 @@ tensor tensor::adopt(void* data, shape_t shape, dtype t, std::function<void(void
 std::int64_t tensor::numel() const noexcept {
   if (!defined()) return 0;
   std::int64_t n = 1;
-  for (auto d : shape_) n *= d;
+  for (auto d : shape()) n *= d;
   return n;
 }
 
@@ -204,11 +212,13 @@ std::size_t tensor::element_size() const noexcept {
 
 bool tensor::is_contiguous() const noexcept {
   std::int64_t expected = 1;
-  for (std::size_t i = shape_.size(); i-- > 0;) {
-    if (shape_[i] == 0) return true;
-    if (shape_[i] == 1) continue;
-    if (strides_[i] != expected) return false;
-    expected *= shape_[i];
+  const auto& sh = shape();
+  const auto& st = strides();
+  for (std::size_t i = sh.size(); i-- > 0;) {
+    if (sh[i] == 0) return true;
+    if (sh[i] == 1) continue;
+    if (st[i] != expected) return false;
+    expected *= sh[i];
   }
   return true;
 }
@@ -222,7 +232,7 @@ tensor tensor::clone() const {
   if (!defined()) invalid("tensor.clone", "undefined tensor");
   if (!is_cpu() && !is_contiguous())
     invalid("tensor.clone", describe() + ": strided CUDA tensors cannot be cloned");
-  auto r = empty(shape_, dtype_, device_);
+  auto r = empty(shape(), dtype_, device_);
   if (!is_cpu()) {
     detail::gpu::copy("tensor.clone", r.data(), data(), nbytes());
   } else if (is_contiguous()) {
@@ -231,7 +241,7 @@ tensor tensor::clone() const {
     auto* dst = static_cast<char*>(r.data());
     const auto* src = static_cast<const char*>(data());
     const auto elem = element_size();
-    detail::for_each_offset(shape_, strides_, elem, [&](std::int64_t off) {
+    detail::for_each_offset(shape(), strides(), elem, [&](std::int64_t off) {
       std::memcpy(dst, src + off, elem);
       dst += elem;
     });
@@ -272,7 +282,7 @@ void tensor::zero_() {
   }
   auto* p = static_cast<char*>(data());
   const auto elem = element_size();
-  detail::for_each_offset(shape_, strides_, elem,
+  detail::for_each_offset(shape(), strides(), elem,
                           [&](std::int64_t off) { std::memset(p + off, 0, elem); });
 }
 
@@ -286,8 +296,7 @@ tensor tensor::flat_slice(std::int64_t offset, std::int64_t count) const {
                                      std::to_string(n) + " elements");
   auto r = *this;
   r.offset_ += static_cast<std::size_t>(offset) * element_size();
-  r.shape_ = {count};
-  r.strides_ = {1};
+  r.set_layout({count}, {1});
   return r;
 }
 
@@ -319,8 +328,8 @@ tensor tensor::view(shape_t shape) const {
     invalid("tensor.view", "shape " + detail::format_shape(shape) + " has " + std::to_string(m) +
                                " elements, tensor has " + std::to_string(n));
   auto r = *this;
-  r.strides_ = detail::contiguous_strides(shape);
-  r.shape_ = std::move(shape);
+  auto strides = detail::contiguous_strides(shape);
+  r.set_layout(std::move(shape), std::move(strides));
   return r;
 }
 
@@ -332,8 +341,8 @@ bool tensor::is_same(const tensor& other) const noexcept {
 std::string tensor::describe() const {
   if (!defined()) return "tensor(undefined)";
   std::string s = "tensor(" + std::string(to_string(dtype_)) + ", " + to_string(device_) + ", " +
-                  detail::format_shape(shape_);
-  if (!is_contiguous()) s += ", strides " + detail::format_shape(strides_);
+                  detail::format_shape(shape());
+  if (!is_contiguous()) s += ", strides " + detail::format_shape(strides());
   return s + ")";
 }
 

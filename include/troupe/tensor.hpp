@@ -91,9 +91,9 @@ class tensor {
   dtype scalar_type() const noexcept { return dtype_; }
   const device& get_device() const noexcept { return device_; }
   bool is_cpu() const noexcept { return device_.type == device_type::cpu; }
-  const shape_t& shape() const noexcept { return shape_; }
-  const shape_t& strides() const noexcept { return strides_; }
-  std::int64_t dim() const noexcept { return static_cast<std::int64_t>(shape_.size()); }
+  const shape_t& shape() const noexcept { return layout_ ? layout_->shape : no_dims(); }
+  const shape_t& strides() const noexcept { return layout_ ? layout_->strides : no_dims(); }
+  std::int64_t dim() const noexcept { return static_cast<std::int64_t>(shape().size()); }
   std::int64_t numel() const noexcept;
   std::size_t element_size() const noexcept;
   std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * element_size(); }
@@ -145,10 +145,18 @@ class tensor {
   void read_into(void* host, std::size_t n) const;
   void check_element_type(dtype t) const;
 
+  /// Shape and strides, immutable and shared by a tensor's copies (copying a
+  /// tensor then allocates nothing; calls hand tensors down several layers).
+  struct layout {
+    shape_t shape;
+    shape_t strides;
+  };
+  static const shape_t& no_dims() noexcept;
+  void set_layout(shape_t shape, shape_t strides);
+
   std::shared_ptr<void> base_;  // keeps the memory alive (owned, borrowed or DLPack)
   std::size_t offset_ = 0;      // bytes from base_ to the first element
-  shape_t shape_;
-  shape_t strides_;
+  std::shared_ptr<const layout> layout_;
   dtype dtype_ = dtype::float32;
   device device_;
 };
