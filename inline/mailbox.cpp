@@ -193,13 +193,17 @@ void mailbox::post(p2p_call c) {
   }
   // A receive. When it may come from another process, the waiting thread
   // reads the sender's connection itself (a socket read about 3 µs, against
-  // 20 µs for the reader thread woken by the kernel).
+  // 20 µs for the reader thread woken by the kernel), and every peer's
+  // shared-memory ring besides (an empty one costs two loads): a thread
+  // waiting for several receives (batch_isend_irecv) drives one at a time,
+  // and the others' messages then need no reader thread either.
   std::vector<int> connections;
   auto plane = plane_.lock();
-  for (std::size_t r = 0; plane && r < local_.size(); ++r)
-    if (!local_[r] && (c.kind == p2p_call::recv_any || static_cast<int>(r) == c.peer) &&
-        plane->pumpable(global_ranks_[r]))
-      connections.push_back(global_ranks_[r]);
+  for (std::size_t r = 0; plane && r < local_.size(); ++r) {
+    if (local_[r] || !plane->pumpable(global_ranks_[r])) continue;
+    const bool sender = c.kind == p2p_call::recv_any || static_cast<int>(r) == c.peer;
+    if (sender || !plane->reads_socket(global_ranks_[r])) connections.push_back(global_ranks_[r]);
+  }
   if (!connections.empty()) {
     std::weak_ptr<mailbox> self = weak_from_this();
     c.handle.state()->drive = [self, connections](work_state& s, clock::time_point until) {
