@@ -222,12 +222,12 @@ void mailbox::post(p2p_call c) {
     for (auto i = messages_.begin(); i != messages_.end(); ++i) {
       if (!matches(c, i->src, i->tag)) continue;
       if (i->sender.valid() && i->sender.state()->finished.load()) continue;  // failed meanwhile
-      done.push_back({receive{std::move(c), {}}, std::move(*i), nullptr});
-      if (i->remote) {
+      if (i->remote) {  // before the message moves out
         auto& a = waiting_[static_cast<std::size_t>(i->src)];
         --a.messages;
         a.bytes -= bytes_of(i->payload);
       }
+      done.push_back({receive{std::move(c), {}}, std::move(*i), nullptr});
       messages_.erase(i);
       break;
     }

@@ -267,3 +267,26 @@ TEST_CASE("a rank whose group is destroyed fails the sends waiting for it to rec
     }
   });
 }
+
+// A message that waits for its receive counts against its sender's bound
+// (1 GiB of waiting payload, transport/frame.hpp) until a receive takes it:
+// 17 messages of 64 MiB, each there before its receive, are 1088 MiB in all
+// but never more than one at a time.
+TEST_CASE("messages that waited for their receive stop counting against the bound once taken") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    const std::int64_t count = 16 << 20;  // floats: 64 MiB
+    auto buf = ref::zeros({count}, dtype::float32);
+    for (int i = 0; i < 17; ++i) {
+      CAPTURE(i);
+      if (w.rank() == 0) {
+        auto s = pg.send(buf, 1, 8);
+        pg.barrier().wait();
+        s.wait();
+      } else {
+        pg.barrier().wait();
+        pg.recv(buf, 0, 8).wait();
+      }
+    }
+  });
+}
