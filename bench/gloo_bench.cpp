@@ -58,7 +58,9 @@ struct tags {
 
 /// Slots of the point-to-point ops (below the options API's, which carry a
 /// prefix in the top byte): halo's tell the direction, as troupe's tags.
-constexpr uint64_t slot_pingpong = 1, slot_rightward = 2, slot_leftward = 3;
+constexpr uint64_t slot_base = uint64_t{0x7e} << 56;  // far from nextSlot()'s small numbers
+constexpr uint64_t slot_pingpong = slot_base + 1, slot_rightward = slot_base + 2,
+                   slot_leftward = slot_base + 3;
 
 /// Gloo reports a timed-out wait by throwing; an aborted one returns false.
 void check_wait(bool completed, const char* what) {
