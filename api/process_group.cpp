@@ -3,8 +3,11 @@
 #include "troupe/process_group.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "api/validate.hpp"
+#include "base/work_state.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -20,7 +23,8 @@ process_group::process_group(std::string name, std::string description, int rank
       rank_(rank),
       global_ranks_(std::move(global_ranks)),
       backends_(std::move(backends)),
-      unavailable_(std::move(unavailable)) {
+      unavailable_(std::move(unavailable)),
+      issued_(std::make_shared<issued_state>()) {
   for (auto& [d, b] : backends_)
     if (b) by_type_.emplace(backend_type_of(b->name()), b);
 }
@@ -146,9 +150,76 @@ backend& process_group::backend_for(const char* op, const tensor_list& ts) const
                                  "' has no backend for device type " + to_string(d));
 }
 
+struct process_group::issued_state {
+  std::mutex mtx;
+  std::vector<std::weak_ptr<detail::work_state>> pending;  // issued, maybe finished
+  std::function<void(const work_info&)> hook;
+  std::atomic<bool> has_hook{false};
+};
+
 work process_group::track(work w) {
   if (coalescing_) coalesced_.push_back(w);
+  if (!w.valid()) return w;
+  auto& st = *issued_;
+  std::function<void(const work_info&)> hook;
+  {
+    std::lock_guard<std::mutex> g{st.mtx};
+    // Finished works leave the list now and then (amortized: a scan per
+    // as many calls as the list held).
+    if (st.pending.size() >= 64 && st.pending.size() == st.pending.capacity())
+      std::erase_if(st.pending, [](const std::weak_ptr<detail::work_state>& p) {
+        auto s = p.lock();
+        return !s || s->finished.load(std::memory_order_acquire);
+      });
+    st.pending.push_back(w.state());
+    if (st.has_hook.load(std::memory_order_relaxed)) hook = st.hook;
+  }
+  if (hook) {
+    const auto wall = std::chrono::system_clock::now();
+    const auto started = std::chrono::steady_clock::now();
+    w.on_complete([hook = std::move(hook), wall, started](const work& done) {
+      work_info i;
+      i.op = done.op_name();
+      i.seq = done.sequence_number();
+      i.active_duration = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now() - started);
+      i.time_started = wall;
+      i.time_finished =
+          wall + std::chrono::duration_cast<std::chrono::system_clock::duration>(i.active_duration);
+      i.success = done.is_success();
+      hook(i);
+    });
+  }
   return w;
+}
+
+void process_group::register_on_completion_hook(std::function<void(const work_info&)> hook) {
+  check_member("register_on_completion_hook");
+  if (!hook) throw error(errc::invalid_argument, "register_on_completion_hook: the hook is empty");
+  std::lock_guard<std::mutex> g{issued_->mtx};
+  if (issued_->hook)
+    throw error(errc::invalid_argument,
+                "register_on_completion_hook: group '" + name_ +
+                    "' already has an on-completion hook (one per group, as c10d's)");
+  issued_->hook = std::move(hook);
+  issued_->has_hook.store(true);
+}
+
+void process_group::wait_for_pending_works() {
+  check_member("wait_for_pending_works");
+  std::vector<std::weak_ptr<detail::work_state>> pending;
+  {
+    std::lock_guard<std::mutex> g{issued_->mtx};
+    pending = issued_->pending;
+  }
+  std::exception_ptr first;
+  for (auto& p : pending)
+    if (auto s = p.lock()) try {
+        work::attach(s).wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+  if (first) std::rethrow_exception(first);
 }
 
 std::uint64_t process_group::sequence_number() const {

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include "check_error.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -537,5 +538,84 @@ TEST_CASE("a CAF actor awaits a real collective") {
     REQUIRE(fut.wait_for(10s) == std::future_status::ready);
     CHECK(fut.get() == 3.0f);
     caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  });
+}
+
+// c10d's registerOnCompletionHook and waitForPendingWorks on a process group.
+TEST_CASE("an on-completion hook sees every call of its group finish, with its op, seq and times") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    std::mutex mtx;
+    std::vector<work_info> seen;
+    pg.register_on_completion_hook([&](const work_info& i) {
+      std::lock_guard<std::mutex> g{mtx};
+      seen.push_back(i);
+    });
+    // One hook per group, as c10d's.
+    troupe::test::check_error([&] { pg.register_on_completion_hook([](const work_info&) {}); },
+                              errc::invalid_argument, {"register_on_completion_hook", "already"});
+    auto t = tensor::from_vector<float>({1.f, 2.f});
+    pg.allreduce(t).wait();
+    pg.broadcast(t, 0).wait();
+    const int peer = 1 - w.rank();
+    auto in = tensor::zeros({2}, dtype::float32);
+    auto r = pg.recv(in, peer);
+    pg.send(t, peer).wait();
+    r.wait();
+    // A failed call is reported too.
+    auto lonely = tensor::zeros({1}, dtype::float32);
+    auto f = pg.recv({lonely}, peer, {.tag = 5, .timeout = std::chrono::milliseconds(50)});
+    CHECK_THROWS(f.wait());
+    pg.barrier().wait();
+    // Hooks run before waiters return or after: wait until all arrived.
+    for (int i = 0; i < 2000; ++i) {
+      {
+        std::lock_guard<std::mutex> g{mtx};
+        if (seen.size() >= 6) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::lock_guard<std::mutex> g{mtx};
+    REQUIRE(seen.size() == 6);  // allreduce, broadcast, recv, send, the failed recv, barrier
+    std::vector<std::string> ops;
+    for (auto& i : seen) {
+      ops.push_back(i.op);
+      CHECK(i.time_finished >= i.time_started);
+      CHECK(i.active_duration.count() >= 0);
+    }
+    for (const char* op : {"allreduce", "broadcast", "send", "recv", "barrier"})
+      CHECK(std::count(ops.begin(), ops.end(), op) >= 1);
+    const auto failed = std::count_if(seen.begin(), seen.end(), [](auto& i) { return !i.success; });
+    CHECK(failed == 1);
+    // Collectives carry their sequence numbers, in issue order.
+    std::uint64_t last = 0;
+    for (auto& i : seen)
+      if (i.op == "allreduce" || i.op == "broadcast") {
+        CHECK(i.seq > last);
+        last = i.seq;
+      }
+  });
+}
+
+TEST_CASE("wait_for_pending_works returns once every issued call ended, rethrowing a failure") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    std::vector<work> works;
+    std::vector<tensor> ts;
+    for (int i = 0; i < 100; ++i) {
+      ts.push_back(tensor::from_vector<float>({float(i)}));
+      works.push_back(pg.allreduce(ts.back()));
+    }
+    pg.wait_for_pending_works();
+    for (auto& wk : works) CHECK(wk.is_completed());
+    CHECK(ts[99].to_vector<float>()[0] == 198.f);
+    // A failed one among them: all end, then it is rethrown.
+    auto lonely = tensor::zeros({1}, dtype::float32);
+    auto f = pg.recv({lonely}, 1 - w.rank(), {.tag = 9, .timeout = std::chrono::milliseconds(50)});
+    auto ok = pg.allreduce(ts[0]);
+    troupe::test::check_error([&] { pg.wait_for_pending_works(); }, errc::timeout,
+                              {"recv", "tag 9"});
+    CHECK(ok.is_completed());
+    pg.barrier().wait();
   });
 }

@@ -12,7 +12,9 @@
 /// collective on a group you are not in is almost always a bug, so troupe
 /// reports it instead of silently doing nothing as torch.distributed does.
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -27,6 +29,16 @@
 namespace troupe {
 
 class world;
+
+/// What an on-completion hook learns of a finished call (c10d's WorkInfo).
+struct work_info {
+  std::string op;                                      ///< "allreduce", "send", ...
+  std::uint64_t seq = 0;                               ///< the group's sequence number (0: none)
+  std::chrono::system_clock::time_point time_started;  ///< when the call was issued
+  std::chrono::system_clock::time_point time_finished;
+  std::chrono::nanoseconds active_duration{};  ///< issue to completion (a steady clock's)
+  bool success = true;                         ///< false: the work failed
+};
 
 class process_group {
  public:
@@ -186,6 +198,18 @@ class process_group {
   /// Fails every pending operation with `reason` and refuses new ones.
   void abort(const std::string& reason);
 
+  // -- hooks (c10d's registerOnCompletionHook, waitForPendingWorks) --------------
+  /// Runs `hook` once for every call issued on this group from now on, when
+  /// its work completes or fails, on the thread that completes it (keep it
+  /// short; what it throws is reported and dropped). One hook per group, as
+  /// c10d's: a second registration throws errc::invalid_argument. A work with
+  /// a hook has a continuation, so the inline engine's progress thread
+  /// drives it even when nobody waits.
+  void register_on_completion_hook(std::function<void(const work_info&)> hook);
+  /// Waits until every call issued on this group so far has completed;
+  /// rethrows the first failure once all ended.
+  void wait_for_pending_works();
+
  private:
   friend class world;
   /// Aborts pending work and drops the backends (the world is going away).
@@ -211,6 +235,8 @@ class process_group {
   std::string released_;  // why the group is gone (empty: alive)
   bool coalescing_ = false;
   std::vector<work> coalesced_;
+  struct issued_state;  // the works issued and the completion hook (shared by copies)
+  std::shared_ptr<issued_state> issued_;
 };
 
 }  // namespace troupe
