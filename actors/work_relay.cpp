@@ -2,7 +2,9 @@
 // completion of a troupe::work.
 
 #include "actors/rank_runtime.hpp"
+#include "base/callback_pool.hpp"
 #include "base/texts.hpp"
+#include "base/work_state.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -32,20 +34,28 @@ std::string context_of(const Call& call) {
 
 }  // namespace
 
+// The relay completes works with their callbacks run on the callback pool
+// (base/callback_pool.hpp): a callback that waits for another call would
+// block the relay that has to complete that call.
 relay_actor spawn_work_relay(caf::actor_system& sys) {
   return sys.spawn([](relay_actor::pointer self) -> relay_actor::behavior_type {
     return {
         [self](submit_atom, call_ptr& call, group_actor& group) {
           self->request(group, caf::infinite, run_atom::value, call)
-              .then(
-                  [call](tensor_list& out) { call->handle.complete(std::move(out)); },
-                  [call](caf::error& e) { call->handle.fail(to_exception(e, context_of(*call))); });
+              .then([call](tensor_list& out) { complete_in_pool(call->handle, std::move(out)); },
+                    [call](caf::error& e) {
+                      fail_in_pool(call->handle, to_exception(e, context_of(*call)));
+                    });
         },
         [self](submit_atom, p2p_ptr& call, group_actor& group) {
           self->request(group, caf::infinite, p2p_atom::value, call)
               .then(
-                  [call](tensor_list& out) { call->handle.complete(std::move(out), call->source); },
-                  [call](caf::error& e) { call->handle.fail(to_exception(e, context_of(*call))); });
+                  [call](tensor_list& out) {
+                    complete_in_pool(call->handle, std::move(out), call->source);
+                  },
+                  [call](caf::error& e) {
+                    fail_in_pool(call->handle, to_exception(e, context_of(*call)));
+                  });
         },
     };
   });

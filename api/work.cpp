@@ -190,8 +190,8 @@ work work::failed(std::string op, std::string group, std::exception_ptr error) {
 
 namespace {
 
-void finish(const work& w, work_state& s, tensor_list* outputs, int source,
-            std::exception_ptr err) {
+void finish(const work& w, work_state& s, tensor_list* outputs, int source, std::exception_ptr err,
+            const detail::callback_runner* elsewhere = nullptr) {
   std::vector<std::function<void(const work&)>> callbacks;
   {
     std::lock_guard<std::mutex> g{s.mtx};
@@ -207,10 +207,30 @@ void finish(const work& w, work_state& s, tensor_list* outputs, int source,
   // a futex wait and wake into most 4-byte point-to-point round trips).
   s.finished.store(true, std::memory_order_release);
   s.cv.notify_all();
+  if (callbacks.empty()) return;
+  if (elsewhere) {
+    (*elsewhere)([w, cbs = std::move(callbacks)] {
+      for (auto& f : cbs) run_callback(f, w, *w.state());
+    });
+    return;
+  }
   for (auto& f : callbacks) run_callback(f, w, s);
 }
 
 }  // namespace
+
+namespace detail {
+
+void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
+                        const callback_runner& run) {
+  finish(w, *w.state(), &outputs, source_rank, nullptr, &run);
+}
+
+void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run) {
+  finish(w, *w.state(), nullptr, -1, std::move(error), &run);
+}
+
+}  // namespace detail
 
 void work::complete(tensor_list outputs, int source_rank) const {
   finish(*this, const_cast<work_state&>(checked(state_)), &outputs, source_rank, nullptr);

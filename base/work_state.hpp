@@ -38,4 +38,16 @@ struct work_state {
   std::function<void()> continued;
 };
 
+/// Runs a function on another thread (completions' callbacks).
+using callback_runner = std::function<void(std::function<void()>)>;
+
+/// Completes (fails) `w` like work::complete (work::fail) — the result and
+/// the finished flag at once, so waiters return — but hands its callbacks,
+/// if any, to `run` instead of running them on this thread: the thread may
+/// be another rank's, or the one that reads a peer's frames, and a callback
+/// that waits for that rank or that peer would wait for itself.
+void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
+                        const callback_runner& run);
+void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run);
+
 }  // namespace troupe::detail

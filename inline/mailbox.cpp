@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <thread>
 
+#include "base/callback_pool.hpp"
 #include "base/process_directory.hpp"
 #include "base/texts.hpp"
 #include "base/wait_policy.hpp"
@@ -315,7 +316,7 @@ void mailbox::arrive(p2p_envelope env) {
       }
     }
     if (r) {  // read straight into the receive's buffer
-      r->call.handle.complete({r->call.buffer}, env.src);
+      complete_in_pool(r->call.handle, {r->call.buffer}, env.src);
       return;
     }
   }
@@ -396,24 +397,25 @@ void mailbox::fill(const receive& r, const message& m) const {
     auto what = got.defined() ? std::to_string(got.nbytes()) + " bytes of " +
                                     std::string(to_string(got.scalar_type()))
                               : std::string("no tensor");
-    r.call.handle.fail(std::make_exception_ptr(error(
-        errc::invalid_argument, where(r.call.name) + " failed: rank " + std::to_string(m.src) +
-                                    " sent " + what + " with tag " + std::to_string(m.tag) +
-                                    ", but the receive buffer holds " +
-                                    std::to_string(buf.nbytes()) + " bytes of " +
-                                    std::string(to_string(buf.scalar_type())))));
-    if (m.sender.valid()) m.sender.complete({got});
+    fail_in_pool(r.call.handle,
+                 std::make_exception_ptr(
+                     error(errc::invalid_argument,
+                           where(r.call.name) + " failed: rank " + std::to_string(m.src) +
+                               " sent " + what + " with tag " + std::to_string(m.tag) +
+                               ", but the receive buffer holds " + std::to_string(buf.nbytes()) +
+                               " bytes of " + std::string(to_string(buf.scalar_type())))));
+    if (m.sender.valid()) complete_in_pool(m.sender, {got});
     return;
   }
   try {
     if (bytes_of(buf) > 0) tensor{buf}.copy_from(got);
   } catch (...) {
-    r.call.handle.fail(std::current_exception());
-    if (m.sender.valid()) m.sender.fail(std::current_exception());
+    fail_in_pool(r.call.handle, std::current_exception());
+    if (m.sender.valid()) fail_in_pool(m.sender, std::current_exception());
     return;
   }
-  if (m.sender.valid()) m.sender.complete({got});
-  r.call.handle.complete({buf}, m.src);
+  if (m.sender.valid()) complete_in_pool(m.sender, {got});
+  complete_in_pool(r.call.handle, {buf}, m.src);
 }
 
 void mailbox::settle(finishes& done) const {
@@ -421,18 +423,18 @@ void mailbox::settle(finishes& done) const {
     if (f.r && f.m) {
       fill(*f.r, *f.m);
     } else if (f.r) {
-      f.r->call.handle.fail(f.error);
+      fail_in_pool(f.r->call.handle, f.error);
     } else if (f.m && f.m->sender.valid()) {
       // The text of the sender's side.
       try {
         std::rethrow_exception(f.error);
       } catch (const error& e) {
-        f.m->sender.fail(
-            std::make_exception_ptr(error(e.code(), f.m->sender_where + " failed: " + e.what())));
+        fail_in_pool(f.m->sender, std::make_exception_ptr(
+                                      error(e.code(), f.m->sender_where + " failed: " + e.what())));
         return;
       } catch (...) {
       }
-      f.m->sender.fail(f.error);
+      fail_in_pool(f.m->sender, f.error);
     }
   });
 }

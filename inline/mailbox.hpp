@@ -24,6 +24,10 @@
 //    still matches); a peer process that crashed, abort and destroying the
 //    group fail everything pending and every later call; a receive whose
 //    buffer does not fit the message fails naming both sizes and dtypes.
+//  - Callbacks: a receive is completed by the sender's thread (one process),
+//    a reader of the peer's frames or the timer; its callbacks (on_complete,
+//    then) run on the callback pool (base/callback_pool.hpp), so that one
+//    that waits for that sender's next message does not wait for itself.
 //  - Bounds: a peer in another process may have at most max_waiting_messages
 //    unmatched messages, max_early_bytes in all, waiting here; more fails
 //    that peer (transport/frame.hpp).

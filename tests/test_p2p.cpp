@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <future>
+#include <string>
 
 #include "check_error.hpp"
 #include "collective_test.hpp"
@@ -288,5 +290,36 @@ TEST_CASE("messages that waited for their receive stop counting against the boun
         pg.recv(buf, 0, 8).wait();
       }
     }
+  });
+}
+
+// A receive's callbacks do not run on the thread that completed it when
+// that thread is the sender's (ranks of one process) or the one reading the
+// sender's frames: a callback that waits for the sender's next message would
+// otherwise wait for itself.
+TEST_CASE("a receive's callback may wait for the next message from the same sender") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    auto a = ref::zeros({4}, dtype::float32), b = ref::zeros({4}, dtype::float32);
+    if (w.rank() == 0) {
+      pg.send(pattern(0, 4), 1, 1).wait();
+      pg.send(pattern(5, 4), 1, 2).wait();
+    } else {
+      std::promise<std::string> outcome;
+      pg.recv(a, 0, 1).on_complete([&](const work&) {
+        try {
+          pg.recv({b}, 0, {.tag = 2, .timeout = 10s}).wait();
+          outcome.set_value("received");
+        } catch (const std::exception& e) {
+          outcome.set_value(e.what());
+        }
+      });
+      auto f = outcome.get_future();
+      REQUIRE(f.wait_for(30s) == std::future_status::ready);
+      CHECK(f.get() == "received");
+      CHECK(holds_pattern(a, 0));
+      CHECK(holds_pattern(b, 5));
+    }
+    pg.barrier().wait();
   });
 }
