@@ -184,6 +184,7 @@ class exchange_impl final : public device_exchange,
   /// Stage 1 done on `rank`: once every rank is, check the calls and start the shares.
   void readied(std::uint64_t seq, int rank, int dev, event_t e) {
     std::vector<const collective_call*> calls;
+    std::vector<call_ptr> keep;  // the buffers the shares read and write
     std::vector<std::shared_ptr<device_queue>> queues;
     std::vector<event_t> ready;
     {
@@ -192,6 +193,7 @@ class exchange_impl final : public device_exchange,
       if (!rd) return;
       rd->ready[static_cast<std::size_t>(rank)] = e;
       if (rd->failed || ++rd->readied < size_) return;
+      keep = rd->calls;
       for (auto& c : rd->calls) calls.push_back(c.get());
       queues = rd->queues;
       ready = rd->ready;
@@ -211,11 +213,16 @@ class exchange_impl final : public device_exchange,
       device_job j;
       j.name = calls[static_cast<std::size_t>(r)]->name;
       j.timeout = calls[static_cast<std::size_t>(r)]->timeout;
-      j.enqueue = [self = shared_from_this(), seq, r, dev = q->device(), ready, name = j.name,
+      // The job keeps every rank's call (its buffers) alive: when the round
+      // fails on another rank, that rank's caller may drop its tensors while
+      // this job is still queued (seen: a freed buffer read by a share).
+      // A round that failed before the job starts writes nothing more.
+      j.enqueue = [self = shared_from_this(), seq, r, dev = q->device(), ready, name = j.name, keep,
                    steps = std::move(plans[static_cast<std::size_t>(r)])](stream_t s) {
         const char* op = name.c_str();
         for (auto ev : ready) self->ops_.wait_event(op, dev, s, ev);
-        for (auto& st : steps) self->ops_.reduce(op, dev, st, s);
+        if (!self->round_failed(seq))
+          for (auto& st : steps) self->ops_.reduce(op, dev, st, s);
         self->shared(seq, r, dev, self->ops_.record_event(op, dev, s));
       };
       j.on_failure = failer(seq);
@@ -286,6 +293,13 @@ class exchange_impl final : public device_exchange,
   }
 
   /// Fails every posted call of round `seq` (later posts fail too).
+  /// Whether round `seq` failed (or is gone: it failed and every rank posted).
+  bool round_failed(std::uint64_t seq) {
+    std::lock_guard<std::mutex> g{mtx_};
+    auto i = rounds_.find(seq);
+    return i == rounds_.end() || i->second.failed;
+  }
+
   void fail_round(std::uint64_t seq, errc code, const std::string& why) {
     std::vector<call_ptr> calls;
     {
