@@ -3,7 +3,6 @@
 #include "troupe/process_group.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <mutex>
 
 #include "api/validate.hpp"
@@ -154,7 +153,6 @@ struct process_group::issued_state {
   std::mutex mtx;
   std::vector<std::weak_ptr<detail::work_state>> pending;  // issued, maybe finished
   std::function<void(const work_info&)> hook;
-  std::atomic<bool> has_hook{false};
 };
 
 work process_group::track(work w) {
@@ -172,7 +170,7 @@ work process_group::track(work w) {
         return !s || s->finished.load(std::memory_order_acquire);
       });
     st.pending.push_back(w.state());
-    if (st.has_hook.load(std::memory_order_relaxed)) hook = st.hook;
+    hook = st.hook;
   }
   if (hook) {
     const auto wall = std::chrono::system_clock::now();
@@ -202,7 +200,6 @@ void process_group::register_on_completion_hook(std::function<void(const work_in
                 "register_on_completion_hook: group '" + name_ +
                     "' already has an on-completion hook (one per group, as c10d's)");
   issued_->hook = std::move(hook);
-  issued_->has_hook.store(true);
 }
 
 void process_group::wait_for_pending_works() {

@@ -269,11 +269,15 @@ void mailbox::pump_for(work_state& s, clock::time_point until, const std::vector
   for (int p : peers) plane->pumping(p, -1, true);
 }
 
+std::vector<mailbox::receive>::iterator mailbox::first_receive(int src, int tag) {
+  return std::find_if(receives_.begin(), receives_.end(),
+                      [&](const receive& x) { return matches(x.call, src, tag); });
+}
+
 posted_receive mailbox::place(const frame_header& h) {
   std::lock_guard<spin_lock> g{mtx_};
   if (stopped_ || h.src < 0 || h.src >= static_cast<int>(placed_.size())) return {};
-  auto r = std::find_if(receives_.begin(), receives_.end(),
-                        [&](const receive& x) { return matches(x.call, h.src, h.tag); });
+  auto r = first_receive(h.src, h.tag);
   if (r == receives_.end()) return {};
   const auto& buf = r->call.buffer;
   if (!buf.defined() || !buf.is_cpu() || buf.nbytes() != h.payload_bytes ||
@@ -337,8 +341,7 @@ void mailbox::accept(message m) {
     bool matched;
     {
       std::lock_guard<spin_lock> g{mtx_};
-      auto r = std::find_if(receives_.begin(), receives_.end(),
-                            [&](const receive& x) { return matches(x.call, m.src, m.tag); });
+      auto r = first_receive(m.src, m.tag);
       matched = r != receives_.end() && !stopped_;
       if (matched) {
         done.push_back({std::move(*r), std::move(m), nullptr});
@@ -359,8 +362,7 @@ void mailbox::accept(message m) {
                                            "rank " + std::to_string(rank_) + " left group '" +
                                                group_ + "' before receiving it"))});
     } else {
-      auto r = std::find_if(receives_.begin(), receives_.end(),
-                            [&](const receive& x) { return matches(x.call, m.src, m.tag); });
+      auto r = first_receive(m.src, m.tag);
       if (r != receives_.end()) {
         done.push_back({std::move(*r), std::move(m), nullptr});
         receives_.erase(r);

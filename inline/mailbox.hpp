@@ -34,7 +34,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -135,6 +134,8 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
 
   /// Takes a message from a peer: hands it to the first matching receive, or keeps it.
   void accept(message m);
+  /// The first posted receive a message from `src` with `tag` matches (under mtx_).
+  std::vector<receive>::iterator first_receive(int src, int tag);
   /// Copies `m` into `r`'s buffer and completes both (outside the lock).
   void fill(const receive& r, const message& m) const;
   void settle(finishes& done) const;
