@@ -11,6 +11,10 @@ rank_runtime::rank_runtime(int rank, std::string job, std::size_t threads)
   cfg_.set("scheduler.policy", caf::atom("sharing"));
   cfg_.set("scheduler.max-threads", threads);
   sys_ = std::make_unique<caf::actor_system>(cfg_);
+  // CAF 0.17 gives every actor system a printer actor (for aout) on a thread
+  // of its own; troupe never prints through it, and a simulation of 1024
+  // ranks would hold 1024 such threads asleep.
+  caf::anon_send_exit(sys_->scheduler().printer(), caf::exit_reason::kill);
   relay_ = spawn_work_relay(*sys_);
 }
 

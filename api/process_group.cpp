@@ -6,12 +6,39 @@
 #include <mutex>
 
 #include "api/validate.hpp"
+#include "base/flight_ring.hpp"
 #include "base/work_state.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
 
 using detail::validator;
+
+struct process_group::issued_state {
+  std::mutex mtx;
+  std::vector<std::weak_ptr<detail::work_state>> pending;  // issued, maybe finished
+  std::function<void(const work_info&)> hook;
+  std::shared_ptr<detail::flight_ring> ring;  // the flight record (null: off)
+};
+
+namespace {
+
+/// Stamps `w` when it ends (now, if it already did).
+void attach_stamp(const work& w, std::shared_ptr<detail::op_stamp> stamp) {
+  auto& s = *w.state();
+  std::exception_ptr err;
+  {
+    std::lock_guard<std::mutex> g{s.mtx};
+    if (!s.done) {
+      s.stamp = std::move(stamp);
+      return;
+    }
+    err = s.error;
+  }
+  detail::stamp_ended(*stamp, err);
+}
+
+}  // namespace
 
 process_group::process_group(std::string name, std::string description, int rank,
                              std::vector<int> global_ranks,
@@ -26,6 +53,8 @@ process_group::process_group(std::string name, std::string description, int rank
       issued_(std::make_shared<issued_state>()) {
   for (auto& [d, b] : backends_)
     if (b) by_type_.emplace(backend_type_of(b->name()), b);
+  if (const auto n = detail::flight_ring::default_capacity(); n > 0 && rank_ >= 0)
+    issued_->ring = std::make_shared<detail::flight_ring>(name_, rank_, size(), n);
 }
 
 process_group::~process_group() = default;
@@ -149,16 +178,22 @@ backend& process_group::backend_for(const char* op, const tensor_list& ts) const
                                  "' has no backend for device type " + to_string(d));
 }
 
-struct process_group::issued_state {
-  std::mutex mtx;
-  std::vector<std::weak_ptr<detail::work_state>> pending;  // issued, maybe finished
-  std::function<void(const work_info&)> hook;
-};
-
-work process_group::track(work w) {
+work process_group::track(work w, const char* op, const tensor_list& ts, int peer) {
   if (coalescing_) coalesced_.push_back(w);
   if (!w.valid()) return w;
   auto& st = *issued_;
+  if (auto ring = std::atomic_load(&st.ring)) {
+    std::int64_t numel = 0;
+    std::uint64_t bytes = 0;
+    for (auto& t : ts)
+      if (t.defined()) {
+        numel += t.numel();
+        bytes += t.nbytes();
+      }
+    const auto type = !ts.empty() && ts[0].defined() ? ts[0].scalar_type() : dtype::float32;
+    attach_stamp(w, ring->record(op, w.sequence_number(), numel, bytes, type,
+                                 static_cast<int>(ts.size()), peer));
+  }
   std::function<void(const work_info&)> hook;
   {
     std::lock_guard<std::mutex> g{st.mtx};
@@ -202,6 +237,18 @@ void process_group::register_on_completion_hook(std::function<void(const work_in
   issued_->hook = std::move(hook);
 }
 
+void process_group::enable_collectives_timing() {
+  check_member("enable_collectives_timing");
+  if (!std::atomic_load(&issued_->ring))
+    std::atomic_store(&issued_->ring,
+                      std::make_shared<detail::flight_ring>(name_, rank_, size(), 2000));
+}
+
+std::vector<flight_entry> process_group::flight_record() const {
+  auto ring = std::atomic_load(&issued_->ring);
+  return ring ? ring->entries() : std::vector<flight_entry>{};
+}
+
 void process_group::wait_for_pending_works() {
   check_member("wait_for_pending_works");
   std::vector<std::weak_ptr<detail::work_state>> pending;
@@ -235,7 +282,7 @@ work process_group::broadcast(tensor_list ts, const broadcast_options& o) {
     v.fail("root_tensor " + std::to_string(o.root_tensor) + " is out of range for " +
            std::to_string(ts.size()) + " tensor(s)");
   for (auto& t : ts) v.numel(t.numel(), ts[0].numel(), "a tensor");
-  return track(backend_for("broadcast", ts).broadcast(ts, o));
+  return track(backend_for("broadcast", ts).broadcast(ts, o), "broadcast", ts, -1);
 }
 
 work process_group::allreduce(tensor_list ts, const allreduce_options& o) {
@@ -244,7 +291,7 @@ work process_group::allreduce(tensor_list ts, const allreduce_options& o) {
   v.tensors(ts, "tensors");
   for (auto& t : ts) v.numel(t.numel(), ts[0].numel(), "a tensor");
   check_reduce_supported("allreduce", o.op, ts[0].scalar_type());
-  return track(backend_for("allreduce", ts).allreduce(ts, o));
+  return track(backend_for("allreduce", ts).allreduce(ts, o), "allreduce", ts, -1);
 }
 
 work process_group::allreduce_coalesced(tensor_list ts, const allreduce_coalesced_options& o) {
@@ -252,7 +299,8 @@ work process_group::allreduce_coalesced(tensor_list ts, const allreduce_coalesce
   validator v{"allreduce_coalesced", rank_, size()};
   v.tensors(ts, "tensors");
   check_reduce_supported("allreduce_coalesced", o.op, ts[0].scalar_type());
-  return track(backend_for("allreduce_coalesced", ts).allreduce_coalesced(ts, o));
+  return track(backend_for("allreduce_coalesced", ts).allreduce_coalesced(ts, o),
+               "allreduce_coalesced", ts, -1);
 }
 
 work process_group::reduce(tensor_list ts, const reduce_options& o) {
@@ -265,7 +313,7 @@ work process_group::reduce(tensor_list ts, const reduce_options& o) {
            std::to_string(ts.size()) + " tensor(s)");
   for (auto& t : ts) v.numel(t.numel(), ts[0].numel(), "a tensor");
   check_reduce_supported("reduce", o.op, ts[0].scalar_type());
-  return track(backend_for("reduce", ts).reduce(ts, o));
+  return track(backend_for("reduce", ts).reduce(ts, o), "reduce", ts, -1);
 }
 
 work process_group::allgather(std::vector<tensor_list> outs, tensor_list ins,
@@ -280,7 +328,7 @@ work process_group::allgather(std::vector<tensor_list> outs, tensor_list ins,
     v.same_dtype(outs[i], ins[i]);
     for (auto& t : outs[i]) v.numel(t.numel(), ins[i].numel(), "an output tensor");
   }
-  return track(backend_for("allgather", ins).allgather(outs, ins, o));
+  return track(backend_for("allgather", ins).allgather(outs, ins, o), "allgather", ins, -1);
 }
 
 work process_group::allgather(tensor_list outs, tensor in, const allgather_options& o) {
@@ -293,7 +341,8 @@ work process_group::allgather_into_tensor(tensor out, tensor in, const allgather
   v.tensors({in, out}, "tensors");
   v.numel(out.numel(), in.numel() * size(), "output_tensor");
   tensor_list ts{in};
-  return track(backend_for("allgather_into_tensor", ts).allgather_into_tensor(out, in, o));
+  return track(backend_for("allgather_into_tensor", ts).allgather_into_tensor(out, in, o),
+               "allgather_into_tensor", ts, -1);
 }
 
 work process_group::allgather_coalesced(std::vector<tensor_list> outs, tensor_list ins,
@@ -310,7 +359,8 @@ work process_group::allgather_coalesced(std::vector<tensor_list> outs, tensor_li
     for (std::size_t i = 0; i < ins.size(); ++i)
       v.numel(per_rank[i].numel(), ins[i].numel(), "an output tensor");
   }
-  return track(backend_for("allgather_coalesced", ins).allgather_coalesced(outs, ins, o));
+  return track(backend_for("allgather_coalesced", ins).allgather_coalesced(outs, ins, o),
+               "allgather_coalesced", ins, -1);
 }
 
 work process_group::allgather_into_tensor_coalesced(tensor_list outs, tensor_list ins,
@@ -324,7 +374,8 @@ work process_group::allgather_into_tensor_coalesced(tensor_list outs, tensor_lis
   for (std::size_t i = 0; i < ins.size(); ++i)
     v.numel(outs[i].numel(), ins[i].numel() * size(), "outputs[i]");
   return track(backend_for("allgather_into_tensor_coalesced", ins)
-                   .allgather_into_tensor_coalesced(outs, ins, o));
+                   .allgather_into_tensor_coalesced(outs, ins, o),
+               "allgather_into_tensor_coalesced", ins, -1);
 }
 
 work process_group::gather(std::vector<tensor_list> outs, tensor_list ins,
@@ -344,7 +395,7 @@ work process_group::gather(std::vector<tensor_list> outs, tensor_list ins,
     v.fail("output_tensors must be empty on non-root rank " + std::to_string(rank_) + " (root is " +
            std::to_string(o.root_rank) + ")");
   }
-  return track(backend_for("gather", ins).gather(outs, ins, o));
+  return track(backend_for("gather", ins).gather(outs, ins, o), "gather", ins, -1);
 }
 
 work process_group::gather(tensor_list outs, tensor in, const gather_options& o) {
@@ -370,7 +421,7 @@ work process_group::scatter(tensor_list outs, std::vector<tensor_list> ins,
     v.fail("input_tensors must be empty on non-root rank " + std::to_string(rank_) + " (root is " +
            std::to_string(o.root_rank) + ")");
   }
-  return track(backend_for("scatter", outs).scatter(outs, ins, o));
+  return track(backend_for("scatter", outs).scatter(outs, ins, o), "scatter", outs, -1);
 }
 
 work process_group::scatter(tensor out, tensor_list ins, const scatter_options& o) {
@@ -391,7 +442,8 @@ work process_group::reduce_scatter(tensor_list outs, std::vector<tensor_list> in
   v.same_dtype(ins[0], outs[0]);
   for (auto& t : ins[0]) v.numel(t.numel(), outs[0].numel(), "an input tensor");
   check_reduce_supported("reduce_scatter", o.op, outs[0].scalar_type());
-  return track(backend_for("reduce_scatter", outs).reduce_scatter(outs, ins, o));
+  return track(backend_for("reduce_scatter", outs).reduce_scatter(outs, ins, o), "reduce_scatter",
+               outs, -1);
 }
 
 work process_group::reduce_scatter(tensor out, tensor_list ins, const reduce_scatter_options& o) {
@@ -405,7 +457,8 @@ work process_group::reduce_scatter_tensor(tensor out, tensor in, const reduce_sc
   v.numel(in.numel(), out.numel() * size(), "input_tensor");
   check_reduce_supported("reduce_scatter_tensor", o.op, out.scalar_type());
   tensor_list ts{out};
-  return track(backend_for("reduce_scatter_tensor", ts).reduce_scatter_tensor(out, in, o));
+  return track(backend_for("reduce_scatter_tensor", ts).reduce_scatter_tensor(out, in, o),
+               "reduce_scatter_tensor", ts, -1);
 }
 
 work process_group::reduce_scatter_tensor_coalesced(tensor_list outs, tensor_list ins,
@@ -420,7 +473,8 @@ work process_group::reduce_scatter_tensor_coalesced(tensor_list outs, tensor_lis
     v.numel(ins[i].numel(), outs[i].numel() * size(), "inputs[i]");
   check_reduce_supported("reduce_scatter_tensor_coalesced", o.op, ins[0].scalar_type());
   return track(backend_for("reduce_scatter_tensor_coalesced", ins)
-                   .reduce_scatter_tensor_coalesced(outs, ins, o));
+                   .reduce_scatter_tensor_coalesced(outs, ins, o),
+               "reduce_scatter_tensor_coalesced", ins, -1);
 }
 
 work process_group::alltoall_single(tensor out, tensor in, std::vector<std::int64_t> out_splits,
@@ -450,7 +504,8 @@ work process_group::alltoall_single(tensor out, tensor in, std::vector<std::int6
   check_splits(out_splits, out, "output_split_sizes");
   tensor_list ts{in};
   return track(
-      backend_for("alltoall_single", ts).alltoall_single(out, in, out_splits, in_splits, o));
+      backend_for("alltoall_single", ts).alltoall_single(out, in, out_splits, in_splits, o),
+      "alltoall_single", ts, -1);
 }
 
 work process_group::alltoall(tensor_list outs, tensor_list ins, const alltoall_options& o) {
@@ -461,17 +516,17 @@ work process_group::alltoall(tensor_list outs, tensor_list ins, const alltoall_o
   v.tensors(ins, "input_tensors");
   v.tensors(outs, "output_tensors");
   v.same_dtype(outs, ins[0]);
-  return track(backend_for("alltoall", ins).alltoall(outs, ins, o));
+  return track(backend_for("alltoall", ins).alltoall(outs, ins, o), "alltoall", ins, -1);
 }
 
 work process_group::barrier(const barrier_options& o) {
   check_member("barrier");
-  return track(tensorless_backend().barrier(o));
+  return track(tensorless_backend().barrier(o), "barrier", {}, -1);
 }
 
 work process_group::monitored_barrier(const monitored_barrier_options& o) {
   check_member("monitored_barrier");
-  return track(tensorless_backend().monitored_barrier(o));
+  return track(tensorless_backend().monitored_barrier(o), "monitored_barrier", {}, -1);
 }
 
 // -- variable-size forms -----------------------------------------------------------
@@ -483,7 +538,7 @@ work process_group::allgatherv(tensor out, tensor in, std::vector<std::int64_t> 
   v.tensors({in, out}, "tensors");
   v.all_blocks(out, v.blocks(counts, in, "input"), "output");
   tensor_list ts{in};
-  return track(backend_for("allgatherv", ts).allgatherv(out, in, counts, o));
+  return track(backend_for("allgatherv", ts).allgatherv(out, in, counts, o), "allgatherv", ts, -1);
 }
 
 work process_group::gatherv(tensor out, tensor in, std::vector<std::int64_t> counts,
@@ -498,7 +553,7 @@ work process_group::gatherv(tensor out, tensor in, std::vector<std::int64_t> cou
     v.all_blocks(out, sum, "output");
   }
   tensor_list ts{in};
-  return track(backend_for("gatherv", ts).gatherv(out, in, counts, o));
+  return track(backend_for("gatherv", ts).gatherv(out, in, counts, o), "gatherv", ts, -1);
 }
 
 work process_group::scatterv(tensor out, tensor in, std::vector<std::int64_t> counts,
@@ -513,7 +568,7 @@ work process_group::scatterv(tensor out, tensor in, std::vector<std::int64_t> co
     v.all_blocks(in, sum, "input");
   }
   tensor_list ts{out};
-  return track(backend_for("scatterv", ts).scatterv(out, in, counts, o));
+  return track(backend_for("scatterv", ts).scatterv(out, in, counts, o), "scatterv", ts, -1);
 }
 
 work process_group::reduce_scatterv(tensor out, tensor in, std::vector<std::int64_t> counts,
@@ -524,7 +579,8 @@ work process_group::reduce_scatterv(tensor out, tensor in, std::vector<std::int6
   v.all_blocks(in, v.blocks(counts, out, "output"), "input");
   check_reduce_supported("reduce_scatterv", o.op, in.scalar_type());
   tensor_list ts{in};
-  return track(backend_for("reduce_scatterv", ts).reduce_scatterv(out, in, counts, o));
+  return track(backend_for("reduce_scatterv", ts).reduce_scatterv(out, in, counts, o),
+               "reduce_scatterv", ts, -1);
 }
 
 // -- point to point ------------------------------------------------------------------
@@ -551,7 +607,7 @@ work process_group::send(tensor_list ts, int dst, const p2p_options& o) {
   validator v{"send", rank_, size()};
   check_p2p_tensors(v, ts, o.tag);
   check_peer(v, dst, rank_, "dst_rank");
-  return track(backend_for("send", ts).send(ts, dst, o));
+  return track(backend_for("send", ts).send(ts, dst, o), "send", ts, dst);
 }
 
 work process_group::recv(tensor_list ts, int src, const p2p_options& o) {
@@ -559,14 +615,15 @@ work process_group::recv(tensor_list ts, int src, const p2p_options& o) {
   validator v{"recv", rank_, size()};
   check_p2p_tensors(v, ts, o.tag);
   check_peer(v, src, rank_, "src_rank");
-  return track(backend_for("recv", ts).recv(ts, src, o));
+  return track(backend_for("recv", ts).recv(ts, src, o), "recv", ts, src);
 }
 
 work process_group::recv_any_source(tensor_list ts, const p2p_options& o) {
   check_member("recv_any_source");
   validator v{"recv_any_source", rank_, size()};
   check_p2p_tensors(v, ts, o.tag);
-  return track(backend_for("recv_any_source", ts).recv_any_source(ts, o));
+  return track(backend_for("recv_any_source", ts).recv_any_source(ts, o), "recv_any_source", ts,
+               -1);
 }
 
 work process_group::batch_isend_irecv(std::vector<p2p_op> ops) {
@@ -585,7 +642,9 @@ work process_group::batch_isend_irecv(std::vector<p2p_op> ops) {
   const auto d = ops.front().buffer.get_device().type;
   const bool one_device = std::all_of(
       ops.begin(), ops.end(), [d](const p2p_op& op) { return op.buffer.get_device().type == d; });
-  if (one_device) return track(backend_for("batch_isend_irecv", buffers).batch_isend_irecv(ops));
+  if (one_device)
+    return track(backend_for("batch_isend_irecv", buffers).batch_isend_irecv(ops),
+                 "batch_isend_irecv", buffers, -1);
   std::vector<work> parts;
   const bool outer = coalescing_;
   coalescing_ = false;  // the parts are tracked as one work below
@@ -593,7 +652,8 @@ work process_group::batch_isend_irecv(std::vector<p2p_op> ops) {
     parts.push_back(op.kind == p2p_op::isend ? send(op.buffer, op.peer, op.tag)
                                              : recv(op.buffer, op.peer, op.tag));
   coalescing_ = outer;
-  return track(work::when_all("batch_isend_irecv", name_, std::move(parts)));
+  return track(work::when_all("batch_isend_irecv", name_, std::move(parts)), "batch_isend_irecv",
+               {}, -1);
 }
 
 // -- coalescing ------------------------------------------------------------------------

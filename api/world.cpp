@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 
 #include <unistd.h>
 
@@ -194,7 +195,10 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   rdv.wait_for(
       {0}, [&](int) { return job_key; }, "start the job (write its id to the store)");
   const auto job = o.store->get_string(job_key);
-  impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, 2);
+  // Two scheduler threads per rank, one when the ranks outnumber the CPUs
+  // (simulations of many ranks in one process: threads that only sleep).
+  const bool many = o.world_size > static_cast<int>(std::thread::hardware_concurrency());
+  impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, many ? 1 : 2);
   // Ranks in other processes: the data plane (a no-op when all live here).
   auto env = [](const char* name) -> std::string {
     const char* v = std::getenv(name);
@@ -248,6 +252,24 @@ const std::string& world::backend_string() const noexcept {
 }
 process_group& world::default_group() {
   return *impl_->default_group;
+}
+
+std::vector<flight_entry> world::flight_record() const {
+  auto out = impl_->default_group->flight_record();
+  std::vector<std::shared_ptr<process_group>> groups;
+  {
+    std::lock_guard<std::mutex> g{impl_->mtx};
+    for (auto& kv : impl_->groups) groups.push_back(kv.second);
+  }
+  for (auto& g : groups)
+    if (g && g.get() != impl_->default_group.get() && g->is_member()) {
+      auto more = g->flight_record();
+      out.insert(out.end(), more.begin(), more.end());
+    }
+  std::stable_sort(out.begin(), out.end(), [](const flight_entry& a, const flight_entry& b) {
+    return a.issued_us < b.issued_us;
+  });
+  return out;
 }
 detail::rank_runtime& world::runtime() const noexcept {
   return *impl_->rt;

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "troupe/work.hpp"
 
 namespace troupe::detail {
+
+struct op_stamp;
 
 struct work_state {
   std::mutex mtx;
@@ -36,6 +39,9 @@ struct work_state {
   /// is pending: nobody may ever wait for it, so its engine's progress
   /// thread should drive it. Set before the work is handed out.
   std::function<void()> continued;
+  /// The flight record's entry of the call (null: not recorded); stamped
+  /// when the work ends, before waiters return.
+  std::shared_ptr<op_stamp> stamp;
 };
 
 /// Runs a function on another thread (completions' callbacks).

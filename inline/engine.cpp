@@ -9,6 +9,7 @@
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
 #include "inline/medium.hpp"
+#include "inline/progress.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -33,15 +34,9 @@ inline_engine::inline_engine(std::shared_ptr<medium> med, int rank, std::string 
       rank_(rank),
       group_(std::move(group)),
       names_(std::move(names)),
-      policy_(wait_policy::get().for_ranks(med_->ranks_on_host())) {
-  watchdog_ = std::thread([this] { watch(); });
-}
+      policy_(wait_policy::get().for_ranks(med_->ranks_on_host())) {}
 
 inline_engine::~inline_engine() {
-  stopping_.store(true);
-  watch_word_.fetch_add(1);
-  futex_wake(watch_word_);
-  watchdog_.join();
   abort("the group was destroyed");
   med_->leave();
 }
@@ -77,30 +72,22 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
     if (auto f = self.lock()) f->poke();
   };
   s.continued = [self] {
-    if (auto f = self.lock()) f->wake_watchdog();
+    if (auto f = self.lock()) progress_wake(f);
   };
   {
     std::lock_guard<std::mutex> g{engine_};
     queue_.push_back(std::move(op));
   }
   pass(true);
-  if (!s.finished.load() && watch_idle_.exchange(false)) {
-    watch_word_.fetch_add(1);
-    futex_wake(watch_word_);
-  }
+  if (!s.finished.load()) progress_watch(shared_from_this());
   return w;
 }
 
 void inline_engine::drive(work_state& s, inline_clock::time_point until) {
   run([&] { return !s.finished.load(std::memory_order_acquire); }, until);
-  // Operations left pending with continuations: the progress thread takes
+  // Operations left pending with continuations: a progress driver takes
   // them over, now that no thread waits.
-  if (waiters_.load() == 0 && continued_pending()) wake_watchdog();
-}
-
-void inline_engine::wake_watchdog() {
-  watch_word_.fetch_add(1);
-  futex_wake(watch_word_);
+  if (waiters_.load() == 0 && continued_pending()) progress_wake(shared_from_this());
 }
 
 bool inline_engine::continued_pending() {
@@ -153,28 +140,13 @@ void inline_engine::poke() {
   pass(false);
 }
 
-void inline_engine::watch() {
-  while (!stopping_.load()) {
-    const auto seen = watch_word_.load();
-    if (queue_empty()) {
-      watch_idle_.store(true);
-      // Checked again: a submit after this check finds watch_idle_ set and wakes us.
-      if (queue_empty() && !stopping_.load()) futex_wait(watch_word_, seen, std::chrono::hours(1));
-      watch_idle_.store(false);
-    } else if (waiters_.load() != 0 || !continued_pending()) {
-      // A thread in wait() drives (deadlines and lost peers are its business
-      // too), or somebody will wait later: tick, so that works complete anyway.
-      futex_wait(watch_word_, seen, std::chrono::milliseconds(1));
-      poke();
-    } else {
-      // Continuations wait and no thread does: drive the head operation until
-      // it leaves the queue or a waiting thread comes (it drives itself; this
-      // thread then only ticks). One run per operation: each chooses whether
-      // its driver reads.
-      const auto head = head_op();
-      run([this, head] { return !stopping_.load() && waiters_.load() == 1 && head_op() == head; },
-          inline_clock::time_point::max());
-    }
+void inline_engine::drive_continued() {
+  // One run per head operation: each chooses whether its driver reads.
+  while (needs_driver()) {
+    const auto head = head_op();
+    if (head == 0) break;
+    run([this, head] { return waiters_.load() == 1 && head_op() == head; },
+        inline_clock::time_point::max());
   }
 }
 

@@ -16,17 +16,18 @@
 //    a wake-up per step;
 //  - when operations with continuations are pending and no thread waits
 //    for them (the caller chains on_complete or then, awaits from an actor,
-//    or a future of another library waits), the inline engine's progress
-//    thread drives them as a waiting thread would (spin, poll, then sleep in
-//    the medium until data arrives), so continuations run as soon as a
-//    blocking wait would have returned. Otherwise it ticks every millisecond
-//    (a thread in wait() drives, or one will: works still complete and
-//    deadlines pass), and it sleeps without timeout while nothing is
-//    pending. Registering a continuation wakes it. Driving beside a waiting
+//    or a future of another library waits), a driver of the process's
+//    progress service (inline/progress.hpp) drives them as a waiting thread
+//    would (spin, poll, then sleep in the medium until data arrives), so
+//    continuations run as soon as a blocking wait would have returned.
+//    Otherwise the service's ticker pokes the engine every millisecond (a
+//    thread in wait() drives, or one will: works still complete and
+//    deadlines pass); an engine with nothing pending costs nothing.
+//    Registering a continuation wakes the ticker. Driving beside a waiting
 //    thread would take the CPU from it (ranks bound to one CPU each:
-//    broadcast of 4 B 1.6 -> 7.3 us when it did). It is a plain thread, not an actor: it sleeps on
-//    a futex (a CAF timer would wake two threads per tick, which on 2 cores steals time from
-//    polling ranks).
+//    broadcast of 4 B 1.6 -> 7.3 us when it did). The ticker is a plain
+//    thread, not an actor: it sleeps on a futex (a CAF timer would wake two
+//    threads per tick, which on 2 cores steals time from polling ranks).
 // Failures: every operation has a deadline; the medium tells when a rank that
 // has not finished the operation is lost (it destroyed the group, or its
 // process died), so a rank that finished and left does not fail the slower
@@ -155,6 +156,15 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// Fails what is queued and everything later with `reason`.
   void abort(const std::string& reason);
 
+  // What the progress service (inline/progress.cpp) reads and marks.
+  std::atomic<bool>& progress_watched() noexcept { return watched_; }
+  std::atomic<bool>& progress_driven() noexcept { return driven_; }
+  bool idle() { return queue_empty(); }
+  /// Continuations wait and no thread drives.
+  bool needs_driver() { return waiters_.load() == 0 && continued_pending(); }
+  /// Drives the head operations while continuations wait and no thread does.
+  void drive_continued();
+
  private:
   struct finished {
     std::unique_ptr<inline_op> op;
@@ -183,17 +193,9 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   bool queue_empty();
   /// Whether a queued operation's work has a continuation (on_complete, then).
   bool continued_pending();
-  void wake_watchdog();
-  std::uint64_t head_op();  ///< the operation number of the queue's head (0: empty)
-  // The progress thread: sleeps without timeout while the queue is empty
-  // (idle); drives while operations are pending and no thread waits; ticks
-  // every millisecond while one does. submit wakes it out of idle, and a
-  // waiting thread that leaves pending operations behind wakes it too.
-  void watch();
-  std::atomic<std::uint32_t> watch_word_{0};
-  std::atomic<bool> watch_idle_{false};
-  std::atomic<bool> stopping_{false};
-  std::thread watchdog_;
+  std::uint64_t head_op();            ///< the operation number of the queue's head (0: empty)
+  std::atomic<bool> watched_{false};  ///< on the progress ticker's list
+  std::atomic<bool> driven_{false};   ///< a progress driver runs drive_continued()
 };
 
 }  // namespace troupe::detail

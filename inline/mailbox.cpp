@@ -92,7 +92,10 @@ mailbox::mailbox(std::string key, std::string group, int rank, std::vector<int> 
   for (int w : global_ranks_) local_.push_back(!plane || plane->is_local(w));
   peers_.resize(n);
   waiting_.resize(n);
-  placed_.resize(n);
+  // Only a sender in another process places frames (a record per local
+  // rank would cost each of n ranks of a simulation n records).
+  for (std::size_t r = 0; r < n; ++r)
+    placed_.push_back(local_[r] ? nullptr : std::make_unique<placed>());
   for (std::size_t r = 0; r < n; ++r) names_.push_back("rank " + std::to_string(r));
 }
 
@@ -276,14 +279,16 @@ std::vector<mailbox::receive>::iterator mailbox::first_receive(int src, int tag)
 
 posted_receive mailbox::place(const frame_header& h) {
   std::lock_guard<spin_lock> g{mtx_};
-  if (stopped_ || h.src < 0 || h.src >= static_cast<int>(placed_.size())) return {};
+  if (stopped_ || h.src < 0 || h.src >= static_cast<int>(placed_.size()) ||
+      !placed_[static_cast<std::size_t>(h.src)])
+    return {};
   auto r = first_receive(h.src, h.tag);
   if (r == receives_.end()) return {};
   const auto& buf = r->call.buffer;
   if (!buf.defined() || !buf.is_cpu() || buf.nbytes() != h.payload_bytes ||
       static_cast<std::uint8_t>(buf.scalar_type()) != h.dtype)
     return {};
-  auto& p = placed_[static_cast<std::size_t>(h.src)];
+  auto& p = *placed_[static_cast<std::size_t>(h.src)];
   p.r = std::move(*r);
   receives_.erase(r);
   p.guard = std::make_shared<receive_guard>();
@@ -304,11 +309,12 @@ std::optional<mailbox::receive> mailbox::revoke(placed& p) {
 }
 
 void mailbox::arrive(p2p_envelope env) {
-  if (env.src >= 0 && env.src < static_cast<int>(placed_.size())) {
+  if (env.src >= 0 && env.src < static_cast<int>(placed_.size()) &&
+      placed_[static_cast<std::size_t>(env.src)]) {
     std::optional<receive> r;
     {
       std::lock_guard<spin_lock> g{mtx_};
-      auto& p = placed_[static_cast<std::size_t>(env.src)];
+      auto& p = *placed_[static_cast<std::size_t>(env.src)];
       if (p.drop) {  // its receive failed while the frame was read
         p.drop = false;
         return;
@@ -452,7 +458,8 @@ void mailbox::fail_all(errc code, const std::string& reason, finishes& done) {
   }
   receives_.clear();
   for (auto& p : placed_)
-    if (auto r = revoke(p)) fail_into(done, std::move(*r), code, reason);
+    if (p)
+      if (auto r = revoke(*p)) fail_into(done, std::move(*r), code, reason);
   // Messages lent by ranks of this process: their sends fail as sends to a
   // rank that left.
   const auto left = names_[static_cast<std::size_t>(rank_)] + " left group '" + group_ +
@@ -548,8 +555,9 @@ void mailbox::expire() {
       done.push_back({std::move(*r), std::nullopt, e});
       r = receives_.erase(r);
     }
-    for (auto& p : placed_) {
-      if (!p.r) continue;
+    for (auto& slot : placed_) {
+      if (!slot || !slot->r) continue;
+      auto& p = *slot;
       if (p.r->deadline > now) {
         next = std::min(next, p.r->deadline);
         continue;

@@ -179,7 +179,7 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
     std::shared_ptr<receive_guard> guard;
     bool drop = false;
   };
-  std::vector<placed> placed_;
+  std::vector<std::unique_ptr<placed>> placed_;  // null for ranks of this process
   /// Takes back a placed receive (under mtx_): nothing more is written into its buffer.
   std::optional<receive> revoke(placed& p);
   std::map<int, std::string> gone_;  // group rank -> why (left)

@@ -22,6 +22,7 @@
 #include "../kernels/stream_copy.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
+#include "make_worlds.hpp"
 #include "troupe/troupe.hpp"
 
 using namespace troupe;
@@ -34,23 +35,7 @@ std::uint64_t reduced_so_far() {
   return detail::inline_stats().reduced.load();
 }
 
-/// Worlds of `n` ranks in this process, created concurrently (set-up is collective).
-std::vector<std::unique_ptr<world>> make_worlds(int n, std::chrono::milliseconds timeout = 20s) {
-  auto st = std::make_shared<hash_store>();
-  std::vector<std::unique_ptr<world>> ws(static_cast<std::size_t>(n));
-  std::vector<std::thread> ts;
-  for (int r = 0; r < n; ++r)
-    ts.emplace_back([&, r] {
-      world_options o;
-      o.store = st;
-      o.rank = r;
-      o.world_size = n;
-      o.timeout = timeout;
-      ws[static_cast<std::size_t>(r)] = std::make_unique<world>(o);
-    });
-  for (auto& t : ts) t.join();
-  return ws;
-}
+using troupe::test::make_worlds;
 
 template <class T = float>
 tensor filled(std::int64_t len, T v) {

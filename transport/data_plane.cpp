@@ -62,7 +62,11 @@ std::pair<std::string, std::uint16_t> parse_address(int r, const std::string& ad
 }  // namespace
 
 data_plane::data_plane(data_plane_options opts) : opts_(std::move(opts)) {
-  for (int r = 0; r < opts_.world_size; ++r) peers_.push_back(std::make_unique<peer>());
+  // Until connect() tells remote ranks from local ones, every rank shares one
+  // record; the ranks of this process keep sharing it (they have no
+  // connection, and a simulation of n ranks in one process would otherwise
+  // hold n records per rank: 0.5 KiB x n x n).
+  peers_.assign(static_cast<std::size_t>(opts_.world_size), std::make_shared<peer>());
 }
 
 data_plane::~data_plane() {
@@ -115,11 +119,13 @@ void data_plane::connect(store& s, rendezvous& rdv) {
   const auto values = s.multi_get(keys);
   for (int r : all) {
     const auto v = troupe::to_string(values[static_cast<std::size_t>(r)]);
-    auto& p = at(r);
     const auto a = v.find(' '), b = v.rfind(' ');
     if (a == std::string::npos || a == b)
       throw error(errc::backend, "data plane: rank " + std::to_string(r) +
                                      "'s process identity in the store is malformed: '" + v + "'");
+    if (v.substr(0, a) != process_identity())
+      peers_[static_cast<std::size_t>(r)] = std::make_shared<peer>();
+    auto& p = at(r);
     p.process = v.substr(0, a);
     p.host = v.substr(a + 1, b - a - 1);
     p.pid = std::atoi(v.c_str() + b + 1);

@@ -194,7 +194,7 @@ class data_plane {
   void send_frame(int world_rank, const std::string& group, const Envelope& env);
 
   data_plane_options opts_;
-  std::vector<std::unique_ptr<peer>> peers_;  // by world rank
+  std::vector<std::shared_ptr<peer>> peers_;  // by world rank (this process's ranks share one)
   int remote_count_ = 0;
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;

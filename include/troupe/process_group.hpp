@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "troupe/backend.hpp"
+#include "troupe/flight_recorder.hpp"
 #include "troupe/options.hpp"
 #include "troupe/tensor.hpp"
 #include "troupe/work.hpp"
@@ -206,6 +207,13 @@ class process_group {
   /// a hook has a continuation, so the inline engine's progress thread
   /// drives it even when nobody waits.
   void register_on_completion_hook(std::function<void(const work_info&)> hook);
+  /// Records every call of this group from now on with its issue and end
+  /// times (c10d's enableCollectivesTiming): the flight record keeps them
+  /// even where TROUPE_FLIGHT_RECORDER=0 turned it off.
+  void enable_collectives_timing();
+  /// This rank's record of the group's last calls, oldest first
+  /// (troupe/flight_recorder.hpp); empty when recording is off.
+  std::vector<flight_entry> flight_record() const;
   /// Waits until every call issued on this group so far has completed;
   /// rethrows the first failure once all ended.
   void wait_for_pending_works();
@@ -219,7 +227,8 @@ class process_group {
   /// Runs calls without tensors (barrier, sequence_number): the CPU's backend,
   /// else the only one the group has.
   backend& tensorless_backend() const;
-  work track(work w);
+  /// Remembers an issued call (wait_for_pending_works, the hook, the flight record).
+  work track(work w, const char* op, const tensor_list& ts, int peer);
 
   std::string name_;
   std::string description_;

@@ -6,6 +6,7 @@
 #include "troupe/device.hpp"
 #include "troupe/dtype.hpp"
 #include "troupe/error.hpp"
+#include "troupe/flight_recorder.hpp"
 #include "troupe/options.hpp"
 #include "troupe/process_group.hpp"
 #include "troupe/reduce_op.hpp"

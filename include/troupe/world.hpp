@@ -67,6 +67,9 @@ class world {
 
   /// The group of all ranks.
   process_group& default_group();
+  /// This rank's flight record of every group it belongs to, in issue order
+  /// (troupe/flight_recorder.hpp).
+  std::vector<flight_entry> flight_record() const;
 
   /// Creates a group of `ranks` (world ranks, any order, no duplicates). Without
   /// local synchronization every rank of the world must call it, in the same

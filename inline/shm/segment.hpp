@@ -126,6 +126,7 @@ class segment {
   std::string name_;
   std::byte* base_;
   std::size_t bytes_;
+  std::shared_ptr<std::byte> mapping_;  ///< unmaps when the process's last user goes
   segment_shape shape_;
   bool linked_ = true;
   struct offsets {

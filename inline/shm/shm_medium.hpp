@@ -47,6 +47,8 @@ class shm_medium final : public medium {
   std::unique_ptr<peer_memory> peers_;  // between processes: the peers' shared buffers
   std::vector<int> pidfds_;             // per rank, opened when first needed
   inline_clock::time_point next_liveness_check_{};
+  inline_clock::time_point next_scan_{};  // lost() reads the counters again from then
+  std::int32_t my_pid_ = 0;
   // When a rank that left was first seen (no process found dead then): it is
   // named after a short grace, so that a rank that left because another one
   // died is not blamed before that death shows.

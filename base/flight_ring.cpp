@@ -1,0 +1,229 @@
+// flight_ring (flight_ring.hpp) and the public formatting of flight records
+// (include/troupe/flight_recorder.hpp): the table and the Chrome trace JSON.
+
+#include "base/flight_ring.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "troupe/error.hpp"
+
+namespace troupe {
+namespace detail {
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::size_t flight_ring::default_capacity() {
+  static const std::size_t n = [] {
+    const char* v = std::getenv("TROUPE_FLIGHT_RECORDER");
+    if (!v || !*v) return std::size_t{2000};
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (*end != '\0' || x < 0) {
+      std::fprintf(stderr,
+                   "[troupe] TROUPE_FLIGHT_RECORDER='%s' is not a number of calls; keeping 2000\n",
+                   v);
+      return std::size_t{2000};
+    }
+    return static_cast<std::size_t>(x);
+  }();
+  return n;
+}
+
+flight_ring::flight_ring(std::string group, int rank, int size, std::size_t capacity)
+    : group_(std::move(group)),
+      rank_(rank),
+      size_(size),
+      slots_(std::max<std::size_t>(capacity, 1)) {}
+
+std::shared_ptr<op_stamp> flight_ring::record(const char* op, std::uint64_t seq, std::int64_t numel,
+                                              std::uint64_t bytes, dtype type, int tensors,
+                                              int peer) {
+  auto stamp = std::make_shared<op_stamp>();
+  stamp->ring = weak_from_this();
+  const auto at = now_us();
+  std::lock_guard<std::mutex> g{mtx_};
+  auto& s = slots_[next_ % slots_.size()];
+  s.id = ++next_;
+  s.op = op;
+  s.seq = seq;
+  s.numel = numel;
+  s.bytes = bytes;
+  s.type = type;
+  s.tensors = tensors;
+  s.peer = peer;
+  s.issued_us = at;
+  s.stamp = stamp;
+  return stamp;
+}
+
+std::vector<flight_entry> flight_ring::entries() const {
+  std::vector<flight_entry> out;
+  std::lock_guard<std::mutex> g{mtx_};
+  const auto n = std::min<std::uint64_t>(next_, slots_.size());
+  for (std::uint64_t i = next_ - n; i < next_; ++i) {
+    const auto& s = slots_[i % slots_.size()];
+    flight_entry e;
+    e.id = s.id;
+    e.group = group_;
+    e.rank = rank_;
+    e.group_size = size_;
+    e.op = s.op;
+    e.seq = s.seq;
+    e.numel = s.numel;
+    e.bytes = s.bytes;
+    e.dtype = s.tensors ? std::string(to_string(s.type)) : std::string();
+    e.tensors = s.tensors;
+    e.peer = s.peer;
+    e.issued_us = s.issued_us;
+    const int st = s.stamp ? s.stamp->state.load(std::memory_order_acquire) : 0;
+    e.state = st == 0 ? "in flight" : st == 1 ? "completed" : "failed";
+    if (st != 0) e.ended_us = s.stamp->ended_us.load();
+    if (st == 2) e.error = s.stamp->error;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+void flight_ring::dump_once(const std::string& why) {
+  if (dumped_.exchange(true)) return;
+  const auto text = "[troupe] flight record of group '" + group_ + "' rank " +
+                    std::to_string(rank_) + " after: " + why + "\n" +
+                    format_flight_record(entries());
+  const char* dir = std::getenv("TROUPE_FLIGHT_RECORDER_DUMP");
+  if (dir && *dir) {
+    const auto path = std::string(dir) + "/" + group_ + "-rank" + std::to_string(rank_) + ".txt";
+    std::ofstream f(path);
+    if (f << text) return;
+    std::fprintf(stderr, "[troupe] cannot write the flight record to '%s'\n", path.c_str());
+  }
+  std::fputs(text.c_str(), stderr);
+}
+
+void stamp_ended(op_stamp& s, const std::exception_ptr& err) {
+  s.ended_us.store(now_us(), std::memory_order_relaxed);
+  if (!err) {
+    s.state.store(1, std::memory_order_release);
+    return;
+  }
+  bool dump = false;
+  try {
+    std::rethrow_exception(err);
+  } catch (const error& e) {
+    s.error = e.what();
+    dump =
+        e.code() == errc::timeout || e.code() == errc::mismatch || e.code() == errc::peer_failure;
+  } catch (const std::exception& e) {
+    s.error = e.what();
+  } catch (...) {
+    s.error = "an unknown exception";
+  }
+  s.state.store(2, std::memory_order_release);
+  if (dump)
+    if (auto ring = s.ring.lock()) ring->dump_once(s.error);
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string fmt_bytes(std::uint64_t b) {
+  char buf[32];
+  if (b >= (1u << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1u << 20));
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+/// JSON string contents (quotes, backslashes and control characters escaped).
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_flight_record(const std::vector<flight_entry>& entries) {
+  std::ostringstream os;
+  if (entries.empty()) return "  (no calls recorded)\n";
+  const auto t0 = entries.front().issued_us;
+  for (const auto& e : entries) {
+    os << "  " << (e.state == "in flight" ? "* " : "  ") << "group '" << e.group << "' rank "
+       << e.rank << "/" << e.group_size << " seq " << e.seq << " " << e.op;
+    if (e.tensors) os << " " << e.numel << " x " << e.dtype << " (" << fmt_bytes(e.bytes) << ")";
+    if (e.peer >= 0) os << " peer " << e.peer;
+    os << " issued +" << (e.issued_us - t0) << " us";
+    if (e.ended_us) os << ", took " << (e.ended_us - e.issued_us) << " us";
+    os << ": " << e.state;
+    if (!e.error.empty()) os << " (" << e.error << ")";
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::string chrome_trace_json(const std::vector<std::vector<flight_entry>>& per_rank) {
+  std::int64_t t0 = INT64_MAX, last = 0;
+  for (const auto& r : per_rank)
+    for (const auto& e : r) {
+      t0 = std::min(t0, e.issued_us);
+      last = std::max({last, e.issued_us, e.ended_us});
+    }
+  std::ostringstream os;
+  os << "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[";
+  bool first = true;
+  auto sep = [&] {
+    if (!first) os << ",";
+    first = false;
+  };
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    sep();
+    os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r << ",\"args\":{\"name\":\"rank "
+       << r << "\"}}";
+    for (const auto& e : per_rank[r]) {
+      sep();
+      // In flight: the slice runs to the end of the trace.
+      const auto end = e.ended_us ? e.ended_us : last;
+      os << "{\"name\":\"" << json_escape(e.op) << "\",\"cat\":\"" << json_escape(e.group)
+         << "\",\"ph\":\"X\",\"pid\":" << r << ",\"tid\":0,\"ts\":" << (e.issued_us - t0)
+         << ",\"dur\":" << std::max<std::int64_t>(end - e.issued_us, 0)
+         << ",\"args\":{\"seq\":" << e.seq << ",\"group\":\"" << json_escape(e.group)
+         << "\",\"group_rank\":" << e.rank << ",\"numel\":" << e.numel << ",\"bytes\":" << e.bytes
+         << ",\"dtype\":\"" << json_escape(e.dtype) << "\",\"peer\":" << e.peer << ",\"state\":\""
+         << json_escape(e.state) << "\",\"error\":\"" << json_escape(e.error) << "\"}}";
+    }
+  }
+  os << "]}\n";
+  return os.str();
+}
+
+void write_chrome_trace(const std::string& path,
+                        const std::vector<std::vector<flight_entry>>& per_rank) {
+  std::ofstream f(path);
+  if (!(f << chrome_trace_json(per_rank)))
+    throw error(errc::invalid_argument, "write_chrome_trace: cannot write '" + path + "'");
+}
+
+}  // namespace troupe

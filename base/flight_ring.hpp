@@ -1,0 +1,77 @@
+#pragma once
+// flight_ring — one group's flight recorder (include/troupe/flight_recorder.hpp):
+// a ring of the last calls issued on the group, and the stamp each call's
+// work writes when it ends.
+//
+// Cost per call: a stamp (one allocation), a short critical section writing
+// a fixed-size slot, and a clock read at issue and at the end; no strings are
+// made until somebody reads the record.
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "troupe/dtype.hpp"
+#include "troupe/flight_recorder.hpp"
+
+namespace troupe::detail {
+
+class flight_ring;
+
+/// What a work writes when it ends (work_state::stamp).
+struct op_stamp {
+  std::atomic<std::int64_t> ended_us{0};
+  std::atomic<int> state{0};  // 0 in flight, 1 completed, 2 failed
+  std::string error;          // written before state = 2
+  std::weak_ptr<flight_ring> ring;
+};
+
+/// Marks `s` ended (error: null when it completed); a timeout, a mismatch or
+/// a peer failure makes the ring dump itself once.
+void stamp_ended(op_stamp& s, const std::exception_ptr& error);
+
+/// Microseconds since the epoch, now.
+std::int64_t now_us();
+
+class flight_ring : public std::enable_shared_from_this<flight_ring> {
+ public:
+  flight_ring(std::string group, int rank, int size, std::size_t capacity);
+
+  /// Records a call issued now; returns the stamp its work ends with.
+  std::shared_ptr<op_stamp> record(const char* op, std::uint64_t seq, std::int64_t numel,
+                                   std::uint64_t bytes, dtype type, int tensors, int peer);
+  /// The calls recorded, oldest first.
+  std::vector<flight_entry> entries() const;
+  /// Prints the record (stderr, or TROUPE_FLIGHT_RECORDER_DUMP/<group>-rank<R>.txt)
+  /// the first time a call fails for `why`.
+  void dump_once(const std::string& why);
+
+  /// TROUPE_FLIGHT_RECORDER (default 2000 calls per group; 0: off).
+  static std::size_t default_capacity();
+
+ private:
+  struct slot {
+    std::uint64_t id = 0;
+    const char* op = "";
+    std::uint64_t seq = 0;
+    std::int64_t numel = 0;
+    std::uint64_t bytes = 0;
+    dtype type = dtype::float32;
+    int tensors = 0;
+    int peer = -1;
+    std::int64_t issued_us = 0;
+    std::shared_ptr<op_stamp> stamp;
+  };
+  std::string group_;
+  int rank_, size_;
+  mutable std::mutex mtx_;
+  std::vector<slot> slots_;
+  std::uint64_t next_ = 0;
+  std::atomic<bool> dumped_{false};
+};
+
+}  // namespace troupe::detail
