@@ -37,6 +37,8 @@ struct world::impl {
   std::map<std::string, std::shared_ptr<process_group>> groups;  // registered, by name
   int group_counter = 0;                                         // new_group calls (all ranks)
   std::map<std::vector<int>, int> local_counter;                 // local-sync groups by members
+  std::string job_key;                 // the job's store prefix ("troupe/job/N")
+  std::map<std::string, int> shrinks;  // shrink calls per group name
 
   std::shared_ptr<process_group> make_group(const std::string& name, std::vector<int> ranks,
                                             std::chrono::milliseconds timeout,
@@ -195,6 +197,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   rdv.wait_for(
       {0}, [&](int) { return job_key; }, "start the job (write its id to the store)");
   const auto job = o.store->get_string(job_key);
+  impl_->job_key = job_key;
   // Two scheduler threads per rank, one when the ranks outnumber the CPUs
   // (simulations of many ranks in one process: threads that only sleep).
   const bool many = o.world_size > static_cast<int>(std::thread::hardware_concurrency());
@@ -224,6 +227,11 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
 }
 
 world::~world() {
+  // Survivors that shrink a group count this rank out at once.
+  try {
+    impl_->opts.store->set(impl_->job_key + "/left/" + std::to_string(rank()), to_bytes("1"));
+  } catch (...) {  // the store may be gone with its process
+  }
   std::map<std::string, std::shared_ptr<process_group>> groups;
   {
     std::lock_guard<std::mutex> g{impl_->mtx};
@@ -351,6 +359,70 @@ void world::destroy_process_group(const std::shared_ptr<process_group>& group) {
     impl_->groups.erase(check_registered(impl_->groups, *group, "destroy_process_group"));
   }
   group->release("group '" + group->name() + "' was destroyed");
+}
+
+std::shared_ptr<process_group> world::shrink(process_group& group,
+                                             std::chrono::milliseconds timeout) {
+  if (!group.is_member())
+    throw error(errc::group, "shrink: this rank is not part of group '" + group.name() + "'");
+  if (timeout.count() <= 0)
+    invalid("shrink: timeout " + std::to_string(timeout.count()) + " ms is not positive");
+  int epoch = 0;
+  {
+    std::lock_guard<std::mutex> g{impl_->mtx};
+    epoch = ++impl_->shrinks[group.name()];
+  }
+  auto& st = *impl_->opts.store;
+  const auto prefix =
+      impl_->job_key + "/shrink/" + group.name() + "/" + std::to_string(epoch) + "/";
+  const auto& members = group.global_ranks();
+  // Revoke the old group here (ULFM's MPI_Comm_revoke): this rank leaves it,
+  // so a survivor still blocked in it, waiting for this rank (a receive from
+  // a neighbour, a collective the dead rank was not part of yet), fails at
+  // once and comes to recover too, instead of at its timeout.
+  group.release("group '" + group.name() + "' was revoked: world rank " + std::to_string(rank()) +
+                " recovers from a failure (world::shrink)");
+  st.set(prefix + "alive/" + std::to_string(rank()), to_bytes("1"));
+  // 1. Who is left: every member checked in, or is known gone, or the time is up.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto decided_key = prefix + "members";
+  std::vector<int> alive;
+  std::string decided;
+  for (;;) {
+    if (st.check({decided_key})) break;  // another survivor decided already
+    alive.clear();
+    bool undecided = false;
+    for (int r : members) {
+      const auto id = std::to_string(r);
+      if (st.check({prefix + "alive/" + id}))
+        alive.push_back(r);
+      else if (impl_->rdv->gone(r).empty() && !st.check({impl_->job_key + "/left/" + id}))
+        undecided = true;
+    }
+    if (!undecided || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  // 2. Agree: the first proposal written wins; everyone reads the same list.
+  std::string proposal;
+  for (int r : alive) proposal += (proposal.empty() ? "" : " ") + std::to_string(r);
+  if (!st.check({decided_key}) && proposal.empty())
+    throw error(errc::timeout, "shrink: group '" + group.name() + "': no survivor checked in");
+  decided = to_string(st.compare_set(decided_key, bytes{}, to_bytes(proposal)));
+  std::vector<int> survivors;
+  for (std::size_t i = 0; i < decided.size();) {
+    const auto sp = decided.find(' ', i);
+    survivors.push_back(std::atoi(decided.c_str() + i));
+    if (sp == std::string::npos) break;
+    i = sp + 1;
+  }
+  if (std::find(survivors.begin(), survivors.end(), rank()) == survivors.end())
+    throw error(errc::peer_failure, "shrink: group '" + group.name() + "': the survivors (" +
+                                        decided + ") counted this rank (" + std::to_string(rank()) +
+                                        ") out: it came too late");
+  const auto name = group.name() + "~" + std::to_string(epoch);
+  auto g = impl_->make_group(name, survivors, this->timeout(), backend_string(),
+                             group.description() + " (shrunk to " + decided + ")");
+  return g;
 }
 
 void world::abort(const std::string& reason) {

@@ -94,5 +94,5 @@ int main(int argc, char** argv) {
     ranks.push_back(rank_spec{global_rank(j, local), o.program, rank_environment(j, local),
                               cpus[static_cast<std::size_t>(local)]});
   }
-  return supervise(ranks, o.grace_seconds);
+  return supervise(ranks, o.grace_seconds, o.keep_going);
 }

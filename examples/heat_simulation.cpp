@@ -13,18 +13,34 @@
 // (troupe-run, mpirun, srun) each process is one rank, its world from
 // troupe::init_world(); rank 0 checks and broadcasts the verdict, so every
 // rank's exit code says whether the parallel solve matched.
+//
+// Recovery (--checkpoint K): every K steps the ranks gather the whole rod
+// into each rank's memory (a replicated checkpoint; the last two are kept).
+// When a rank dies, the survivors' calls fail; they agree on who is left
+// (world::shrink), on the newest checkpoint every one of them holds (an
+// allreduce MIN), split the rod over themselves and go on from there, so the
+// answer still matches the serial solve bit for bit. --kill-rank R
+// --kill-step S makes world rank R die at step S: in one process its world is
+// destroyed, under a launcher its process kills itself (SIGKILL; start with
+// troupe-run --keep-going so the others go on).
+//
+//   heat_simulation --ranks 4 --checkpoint 50 --kill-rank 2 --kill-step 120
+//   troupe-run --keep-going -n 4 heat_simulation --checkpoint 50 --kill-rank 2 --kill-step 120
 
 #include <troupe/launch.hpp>
 #include <troupe/testing.hpp>
 #include <troupe/troupe.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -40,7 +56,24 @@ struct params {
   double k = 0.4;          // dt / dx^2; explicit Euler is stable up to 0.5
   int check_every = 10;    // steps between convergence checks
   int max_steps = 500000;  // give up after this many
+  int checkpoint = 0;      // steps between checkpoints (0: none, no recovery)
+  int kill_rank = -1;      // world rank that dies at kill_step (-1: none)
+  int kill_step = 0;
 };
+
+/// The whole rod's interior cells after `step` steps, held by every rank.
+struct checkpoint {
+  int step = 0;
+  std::vector<double> rod;
+};
+
+/// What a rank keeps to recover from: the newest two checkpoints.
+struct recovery {
+  checkpoint last, prev;
+};
+
+/// Thrown on the rank that --kill-rank/--kill-step picked, in one process.
+struct killed {};
 
 /// One explicit Euler step of cell u[i] from its neighbours.
 double update(double left, double mid, double right, double k) {
@@ -71,27 +104,38 @@ solution solve_serial(const params& p) {
                            " steps");
 }
 
-/// Cells owned by each rank (the first cells % ranks ranks get one more).
-std::vector<std::int64_t> partition(const params& p) {
+/// Cells owned by each of `ranks` ranks (the first cells % ranks get one more).
+std::vector<std::int64_t> partition(const params& p, int ranks) {
   std::vector<std::int64_t> counts;
-  for (int r = 0; r < p.ranks; ++r) counts.push_back(p.cells / p.ranks + (r < p.cells % p.ranks));
+  for (int r = 0; r < ranks; ++r) counts.push_back(p.cells / ranks + (r < p.cells % ranks));
   return counts;
 }
 
-/// One rank's part of the simulation; rank 0 returns the whole field.
-solution simulate(troupe::world& w, const params& p) {
-  auto& pg = w.default_group();
+/// One rank's part of the simulation on group `pg`, from checkpoint `from`
+/// (step 0: the cold rod); the group's rank 0 returns the whole field.
+solution simulate(troupe::world& w, troupe::process_group& pg, const params& p, recovery& saved) {
   const int r = pg.rank(), n = pg.size();
-  const auto counts = partition(p);
+  const auto counts = partition(p, n);
   const std::int64_t m = counts[static_cast<std::size_t>(r)];
+  std::int64_t offset = 0;
+  for (int q = 0; q < r; ++q) offset += counts[static_cast<std::size_t>(q)];
   // Local cells 1..m plus one ghost cell on each side (the neighbours' edge cells).
   auto field = tensor::zeros({m + 2}, troupe::dtype::float64);
   double* u = field.data_as<double>();
   if (r == 0) u[0] = 1.0;  // the hot end of the rod
+  const auto& from = saved.last;
+  if (!from.rod.empty()) std::copy(from.rod.begin() + offset, from.rod.begin() + offset + m, u + 1);
   std::vector<double> next(static_cast<std::size_t>(m) + 2);
   auto change = tensor::zeros({1}, troupe::dtype::float64);
+  auto rod = tensor::zeros({p.cells}, troupe::dtype::float64);
 
-  for (int step = 1; step <= p.max_steps; ++step) {
+  for (int step = from.step + 1; step <= p.max_steps; ++step) {
+    if (w.rank() == p.kill_rank && step == p.kill_step) {
+      std::printf("heat_simulation: world rank %d dies at step %d\n", w.rank(), step);
+      std::fflush(stdout);
+      if (troupe::launched_by_launcher()) std::raise(SIGKILL);
+      throw killed{};
+    }
     // Halo exchange: send my edge cells, receive the neighbours' into my ghosts.
     std::vector<p2p_op> halo;
     if (r > 0) {
@@ -112,12 +156,19 @@ solution simulate(troupe::world& w, const params& p) {
     }
     std::copy(next.begin() + 1, next.begin() + 1 + m, u + 1);
 
+    // Every K steps: every rank keeps the whole rod (the newest two).
+    if (p.checkpoint > 0 && step % p.checkpoint == 0) {
+      pg.allgatherv(rod, field.flat_slice(1, m), counts).wait();
+      saved.prev = std::move(saved.last);
+      saved.last = {step, rod.to_vector<double>()};
+    }
+
     // Every few steps: converged when the largest change anywhere is below tol.
     if (step % p.check_every == 0) {
       change.data_as<double>()[0] = local_change;
       pg.allreduce(change, troupe::reduce_op::MAX).wait();
       const double global = change.data_as<double>()[0];
-      if (r == 0 && step % (p.check_every * 100) == 0)
+      if (r == 0 && step % (p.check_every * 100) == 0 && p.kill_rank < 0)
         std::printf("  step %6d: max change %.3e\n", step, global);
       if (global < p.tol) {
         // Collect the field on rank 0.
@@ -147,11 +198,25 @@ params parse(int argc, char** argv) {
       p.cells = std::atoi(v);
     } else if (a == "--tol") {
       p.tol = std::atof(v);
+    } else if (a == "--checkpoint") {
+      p.checkpoint = std::atoi(v);
+    } else if (a == "--kill-rank") {
+      p.kill_rank = std::atoi(v);
+    } else if (a == "--kill-step") {
+      p.kill_step = std::atoi(v);
     } else {
       throw std::invalid_argument("unknown argument " + a);
     }
   }
   if (p.ranks < 1 || !(p.tol > 0)) throw std::invalid_argument("need ranks >= 1 and tol > 0");
+  if (p.checkpoint < 0 || (p.checkpoint > 0 && p.checkpoint % p.check_every != 0))
+    throw std::invalid_argument("--checkpoint " + std::to_string(p.checkpoint) +
+                                " must be a positive multiple of " + std::to_string(p.check_every));
+  if (p.kill_rank >= 0 && (p.kill_rank >= p.ranks && !troupe::launched_by_launcher()))
+    throw std::invalid_argument("--kill-rank " + std::to_string(p.kill_rank) +
+                                " is not a rank of " + std::to_string(p.ranks));
+  if (p.kill_rank >= 0 && p.kill_step < 1)
+    throw std::invalid_argument("--kill-step " + std::to_string(p.kill_step) + " must be >= 1");
   return p;
 }
 
@@ -180,6 +245,70 @@ bool matches_serial(const params& p, const solution& parallel) {
   return true;
 }
 
+/// Runs the simulation on this rank, recovering from the death of others
+/// (with checkpoints): returns the group it finished on and the solution.
+std::pair<std::shared_ptr<troupe::process_group>, solution> run_recovering(troupe::world& w,
+                                                                           const params& p) {
+  recovery saved;
+  std::shared_ptr<troupe::process_group> owned;
+  troupe::process_group* pg = &w.default_group();
+  for (;;) {
+    try {
+      auto s = simulate(w, *pg, p, saved);
+      return {owned, std::move(s)};
+    } catch (const troupe::error& e) {
+      const bool lost = e.code() == troupe::errc::peer_failure ||
+                        e.code() == troupe::errc::aborted || e.code() == troupe::errc::timeout;
+      if (!lost || p.checkpoint == 0) throw;
+      std::printf("heat_simulation: world rank %d recovers: %s\n", w.rank(), e.what());
+      owned = w.shrink(*pg, std::chrono::seconds(20));
+      pg = owned.get();
+      // Resume from the newest checkpoint every survivor holds.
+      auto newest = tensor::from_vector<std::int64_t>({saved.last.step});
+      pg->allreduce(newest, troupe::reduce_op::MIN).wait();
+      const auto step = newest.data_as<std::int64_t>()[0];
+      if (step != saved.last.step) saved.last = saved.prev;
+      if (saved.last.step != step)
+        throw std::runtime_error("no common checkpoint with the other survivors");
+      if (pg->rank() == 0)
+        std::printf("heat_simulation: %d survivors resume from step %lld\n", pg->size(),
+                    static_cast<long long>(step));
+    }
+  }
+}
+
+/// In one process with a rank that dies: a thread and a world per rank, so
+/// that the dying rank's world can go while the others recover.
+int run_threads_recovering(params p) {
+  auto st = std::make_shared<troupe::hash_store>();
+  std::vector<std::thread> threads;
+  solution result;
+  std::atomic<bool> failed{false};
+  for (int r = 0; r < p.ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        troupe::world_options o;
+        o.store = st;
+        o.rank = r;
+        o.world_size = p.ranks;
+        o.timeout = std::chrono::seconds(20);
+        auto w = std::make_unique<troupe::world>(o);
+        auto [g, s] = run_recovering(*w, p);
+        troupe::process_group& pg = g ? *g : w->default_group();
+        if (pg.rank() == 0) result = std::move(s);
+        pg.barrier().wait();  // nobody leaves before the gather's root has its field
+      } catch (const killed&) {
+        // This rank dies: its world goes with this thread.
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "heat_simulation: rank %d FAILED: %s\n", r, e.what());
+        failed = true;
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (failed) return 1;
+  return matches_serial(p, result) ? 0 : 1;
+}
+
 /// Under a launcher: this process is one rank; rank 0 checks, everyone learns the verdict.
 int run_launched(params p) {
   auto w = troupe::init_world({.timeout = std::chrono::seconds(120)});
@@ -192,11 +321,12 @@ int run_launched(params p) {
   if (w->rank() == 0)
     std::printf("heat_simulation: %d cells on %d ranks, one per process, tol %.1e\n", p.cells,
                 p.ranks, p.tol);
-  auto s = simulate(*w, p);
+  auto [g, s] = run_recovering(*w, p);
+  troupe::process_group& pg = g ? *g : w->default_group();
   auto ok = troupe::tensor::from_vector<std::int32_t>({1});
-  if (w->rank() == 0) ok.data_as<std::int32_t>()[0] = matches_serial(p, s) ? 1 : 0;
+  if (pg.rank() == 0) ok.data_as<std::int32_t>()[0] = matches_serial(p, s) ? 1 : 0;
   std::fflush(stdout);
-  w->default_group().broadcast(ok, 0).wait();
+  pg.broadcast(ok, 0).wait();
   return ok.data_as<std::int32_t>()[0] == 1 ? 0 : 1;
 }
 
@@ -208,10 +338,11 @@ int main(int argc, char** argv) {
     if (troupe::launched_by_launcher()) return run_launched(p);
     check_cells(p);
     std::printf("heat_simulation: %d cells on %d ranks, tol %.1e\n", p.cells, p.ranks, p.tol);
+    if (p.kill_rank >= 0) return run_threads_recovering(p);
     solution parallel;
     troupe::testing::run_ranks(p.ranks, [&](troupe::world& w) {
-      auto s = simulate(w, p);
-      if (w.rank() == 0) parallel = std::move(s);
+      auto [g, s] = run_recovering(w, p);
+      if ((g ? g->rank() : w.rank()) == 0) parallel = std::move(s);
     });
     return matches_serial(p, parallel) ? 0 : 1;
   } catch (const std::exception& e) {

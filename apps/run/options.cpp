@@ -79,6 +79,8 @@ options parse_options(const std::vector<std::string>& args) {
       o.master_port = parse_int(name, value(), 1, 65535);
     } else if (name == "--grace-seconds") {
       o.grace_seconds = parse_seconds(name, value());
+    } else if (name == "--keep-going") {
+      o.keep_going = true;
     } else if (name == "--bind") {
       o.bind = value();
       if (o.bind != "auto" && o.bind != "core" && o.bind != "none")
@@ -108,13 +110,15 @@ options parse_options(const std::vector<std::string>& args) {
 
 std::string usage() {
   return "Usage: troupe-run -n N [--nnodes M --node-rank K --master-addr A --master-port P]\n"
-         "                  [--grace-seconds S] [--bind auto|core|none] [--] program [args...]\n"
+         "                  [--grace-seconds S] [--bind auto|core|none] [--keep-going]\n"
+         "                  [--] program [args...]\n"
          "Run 'troupe-run --help' for details.\n";
 }
 
 std::string help_text() {
   return R"(Usage: troupe-run -n N [--nnodes M --node-rank K --master-addr A --master-port P]
-                  [--grace-seconds S] [--bind auto|core|none] [--] program [args...]
+                  [--grace-seconds S] [--bind auto|core|none] [--keep-going]
+                  [--] program [args...]
 
 Starts N processes of `program args...` on this node as ranks of one troupe
 job, prefixes their output with their rank and supervises them.
@@ -137,6 +141,9 @@ Options:
                           when every rank gets a CPU of its own, else "none".
                           Two ranks that the scheduler puts on one CPU wait
                           for each other's time slices (mpirun binds too)
+  --keep-going            a rank that fails or is killed does not stop the
+                          others (for programs that recover, e.g. with
+                          world::shrink); see Exit status
   -h, --help              print this help and exit
   --                      ends the options (the program may start with '-')
 
@@ -158,6 +165,8 @@ get SIGTERM, then SIGKILL after the grace period, and troupe-run exits with
 the first failing rank's exit code (128+S when it was killed by signal S).
 
 Exit status: 0 when every rank exits 0; the first failing rank's status;
+with --keep-going, ranks killed by a signal are reported but do not count
+(the job went on without them): 0 when every other rank exits 0;
 128+S when troupe-run itself was stopped by signal S; 2 for a bad command line.
 
 mpirun and srun: troupe-run is not needed under them. The library reads

@@ -16,6 +16,7 @@ struct options {
   int master_port = 0;                    ///< --master-port; 0: pick a free one
   double grace_seconds = 5.0;             ///< --grace-seconds
   std::string bind = "auto";              ///< --bind: auto, core or none
+  bool keep_going = false;                ///< --keep-going: a failed rank does not stop the others
   bool help = false;                      ///< -h / --help
   std::vector<std::string> program;       ///< the program and its arguments
 };

@@ -92,7 +92,8 @@ struct child {
 
 class supervisor {
  public:
-  explicit supervisor(double grace_seconds) : grace_seconds_(grace_seconds) {}
+  supervisor(double grace_seconds, bool keep_going)
+      : grace_seconds_(grace_seconds), keep_going_(keep_going) {}
 
   int run(const std::vector<rank_spec>& ranks) {
     if (!install_handlers()) {
@@ -113,7 +114,7 @@ class supervisor {
     if (stdin_fd >= 0) ::close(stdin_fd);
     while (running_ > 0) wait_once();
     drain_leftovers();
-    return stopping_ ? exit_code_ : 0;
+    return stopping_ ? exit_code_ : first_failure_;
   }
 
  private:
@@ -301,6 +302,14 @@ class supervisor {
       code = WEXITSTATUS(status);
       text += "failed with exit code " + std::to_string(code);
     }
+    if (keep_going_) {
+      if (running_ > 0) text += "; the other ranks go on (--keep-going)";
+      message(text);
+      // A rank that exited with an error fails the job; one killed by a
+      // signal was survived (the others went on without it).
+      if (!WIFSIGNALED(status) && first_failure_ == 0) first_failure_ = code;
+      return;
+    }
     if (running_ > 0) text += "; stopping the other ranks";
     message(text);
     begin_stop(code);
@@ -373,13 +382,15 @@ class supervisor {
   bool stopping_ = false;
   bool killed_ = false;
   int exit_code_ = 0;
+  bool keep_going_ = false;
+  int first_failure_ = 0;  // --keep-going: the first rank that exited non-zero
   std::optional<steady::time_point> deadline_;
 };
 
 }  // namespace
 
-int supervise(const std::vector<rank_spec>& ranks, double grace_seconds) {
-  return supervisor(grace_seconds).run(ranks);
+int supervise(const std::vector<rank_spec>& ranks, double grace_seconds, bool keep_going) {
+  return supervisor(grace_seconds, keep_going).run(ranks);
 }
 
 }  // namespace troupe_run

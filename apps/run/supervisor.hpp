@@ -19,6 +19,8 @@ struct rank_spec {
 /// first one that failed (its exit code, or 128+S for signal S), or 128+S when
 /// troupe-run itself got signal S (which it forwarded). Ranks still running
 /// `grace_seconds` after being told to stop get SIGKILL.
-int supervise(const std::vector<rank_spec>& ranks, double grace_seconds);
+/// With `keep_going`, a failing rank does not stop the others, and ranks
+/// killed by a signal do not set the status (the job recovered without them).
+int supervise(const std::vector<rank_spec>& ranks, double grace_seconds, bool keep_going = false);
 
 }  // namespace troupe_run

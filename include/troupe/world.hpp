@@ -88,6 +88,20 @@ class world {
   /// Fails every pending operation of every group with `reason`; later calls fail too.
   void abort(const std::string& reason);
 
+  /// Recovery after a member of `group` died or left (as ULFM's
+  /// MPI_Comm_shrink): the surviving members agree on who is left and get a
+  /// new group of them, ranked in the old order, with sequence numbers from 1.
+  /// Every survivor calls it once per failure it recovers from. A member
+  /// counts as gone when its process is known to have ended, when its world
+  /// was destroyed, or when it has not called shrink within `timeout`; the
+  /// first survivor to decide writes the member list to the store and every
+  /// other adopts it, so all agree. A caller the others already counted out
+  /// gets errc::peer_failure; errc::timeout when the decision does not come.
+  /// This rank leaves `group` first (as ULFM's revoke): a survivor still
+  /// blocked in it on this rank fails at once and comes to shrink too.
+  std::shared_ptr<process_group> shrink(
+      process_group& group, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
   /// Internal: the rank's actor runtime.
   detail::rank_runtime& runtime() const noexcept;
 
