@@ -3,10 +3,13 @@
 // the collectives over a range of float32 sizes and prints latency and
 // bandwidth with the definitions of nccl-tests (apps/demo/timing.cpp).
 //
-//   troupe-demo [--ranks N] [--iters K] [--quick]     N in-process ranks (one
+//   troupe-demo [--ranks N] [--iters K] [--quick] [--trace FILE]  N in-process ranks (one
 //       troupe::world each, on its own thread, over one shared hash_store)
 //   troupe-run -n N troupe-demo [--iters K] [--quick] one rank per process
 //       (the world from troupe::init_world(); also under mpirun or srun)
+//
+// --trace FILE writes the verification's calls of every rank as a Chrome /
+// Perfetto trace (troupe/flight_recorder.hpp): one track per rank.
 //
 // The time of an iteration is the slowest rank's, brought to rank 0 with a
 // reduce MAX; only rank 0 prints. Exits non-zero, with a message naming the
@@ -24,6 +27,7 @@
 #include "demo/timing.hpp"
 #include "demo/verify.hpp"
 #include "troupe/launch.hpp"
+#include "troupe/object_collectives.hpp"
 #include "troupe/testing.hpp"
 #include "troupe/troupe.hpp"
 
@@ -34,6 +38,7 @@ using demo::max_ranks;
 struct config {
   int ranks = 4;
   bool ranks_given = false;
+  std::string trace;  // --trace FILE
   demo::timing_config timing;
 };
 
@@ -42,6 +47,7 @@ void usage(const char* argv0, std::ostream& os) {
      << "  --ranks N   number of in-process ranks (1.." << max_ranks << ", default 4)\n"
      << "  --iters K   timed iterations per size, after warm-up (default 20)\n"
      << "  --quick     time sizes up to 1 MiB only\n"
+     << "  --trace F   write the verification's calls as a Chrome/Perfetto trace to F\n"
      << "Under a launcher (troupe-run -n N " << argv0
      << " ..., mpirun, srun) each process runs one rank\n"
      << "of the launched job instead, and --ranks must be left out.\n";
@@ -72,6 +78,9 @@ config parse(int argc, char** argv) {
       c.timing.iters = parse_int(a, value());
     } else if (a == "--quick") {
       c.timing.quick = true;
+    } else if (a == "--trace") {
+      c.trace = value();
+      if (c.trace.empty()) throw std::invalid_argument("--trace expects a file name");
     } else if (a == "--help" || a == "-h") {
       usage(argv[0], std::cout);
       std::exit(0);
@@ -105,14 +114,20 @@ int run_in_process(const config& c) {
 
   // 1. Every collective once, checked against values computed locally.
   int failed = 0;
+  std::vector<std::vector<troupe::flight_entry>> calls(static_cast<std::size_t>(c.ranks));
   try {
     troupe::testing::run_ranks(
         c.ranks,
         [&](troupe::world& w) {
           const int f = demo::verify(w);
           if (w.rank() == 0) failed = f;  // the same on every rank
+          calls[static_cast<std::size_t>(w.rank())] = w.flight_record();
         },
         opts);
+    if (!c.trace.empty()) {
+      troupe::write_chrome_trace(c.trace, calls);
+      std::printf("trace: %s (open it in ui.perfetto.dev)\n", c.trace.c_str());
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "verification FAILED: %s\n", e.what());
     return 1;
@@ -181,6 +196,18 @@ int run_launched(const config& c) {
   if (me == 0)
     std::printf("verification: all collectives correct (%zu checks on %d ranks)\n",
                 demo::check_count(), n);
+  if (!c.trace.empty()) {
+    try {
+      auto calls = troupe::gather_object(w->default_group(), w->flight_record(), 0);
+      if (me == 0) {
+        troupe::write_chrome_trace(c.trace, calls);
+        std::printf("trace: %s (open it in ui.perfetto.dev)\n", c.trace.c_str());
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe-demo: the trace FAILED on rank %d: %s\n", me, e.what());
+      return 1;
+    }
+  }
   std::fflush(stdout);
 
   // 2. Timing.

@@ -44,6 +44,14 @@ struct flight_entry {
   std::string error;          ///< why it failed
 };
 
+/// Serialization (troupe/serialize.hpp's convention): records travel with
+/// gather_object, e.g. to write one trace of a launched job on rank 0.
+template <class Inspector>
+auto inspect(Inspector& f, flight_entry& e) {
+  return f(e.id, e.group, e.rank, e.group_size, e.op, e.seq, e.numel, e.bytes, e.dtype, e.tensors,
+           e.peer, e.issued_us, e.ended_us, e.state, e.error);
+}
+
 /// A readable table: one line per call, the calls in flight marked.
 std::string format_flight_record(const std::vector<flight_entry>& entries);
 
