@@ -7,6 +7,7 @@
 
 #include "api/validate.hpp"
 #include "base/flight_ring.hpp"
+#include "base/sim_conductor.hpp"
 #include "base/work_state.hpp"
 #include "troupe/error.hpp"
 
@@ -60,6 +61,8 @@ process_group::process_group(std::string name, std::string description, int rank
 process_group::~process_group() = default;
 
 void process_group::check_member(const char* op) const {
+  // In troupe::testing::simulate, every call is a turn of the schedule.
+  if (auto* sim = detail::sim_here()) sim->call(detail::sim_rank_here(), op);
   if (!released_.empty())
     throw error(errc::group,
                 std::string(op) + ": group '" + name_ + "' was destroyed (" + released_ + ")");

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "base/flight_ring.hpp"
+#include "base/sim_conductor.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
 #include "troupe/error.hpp"
@@ -59,6 +60,10 @@ void poll_for_done(const work_state& s, std::chrono::steady_clock::time_point un
 /// thread holds what driving would take).
 void advance(work_state& s, std::chrono::steady_clock::time_point until) {
   if (s.finished.load(std::memory_order_acquire)) return;
+  if (auto* sim = detail::sim_here()) {  // a rank of troupe::testing::simulate
+    sim->wait(detail::sim_rank_here(), s);
+    return;
+  }
   if (s.drive)
     s.drive(s, until);
   else

@@ -9,6 +9,7 @@
 
 #include "base/callback_pool.hpp"
 #include "base/futex.hpp"
+#include "base/sim_conductor.hpp"
 #include "inline/engine.hpp"
 
 namespace troupe::detail {
@@ -126,10 +127,13 @@ void watch(const std::shared_ptr<inline_engine>& e) {
 }  // namespace
 
 void progress_watch(const std::shared_ptr<inline_engine>& e) {
+  // The ranks of a simulation move only on their turns (base/sim_conductor).
+  if (sim_here()) return;
   if (!e->progress_watched().exchange(true)) watch(e);
 }
 
 void progress_wake(const std::shared_ptr<inline_engine>& e) {
+  if (sim_here()) return;
   progress_watch(e);
   // A driver on the engine sees the continuation itself: waking the ticker
   // for every call of a chain took the CPU from the driver (2 ranks, 4 B:

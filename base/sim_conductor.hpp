@@ -1,0 +1,75 @@
+#pragma once
+// sim_conductor — the turn scheduler of troupe::testing::simulate
+// (include/troupe/simulation.hpp). One rank runs at a time; at every troupe
+// call and every turn of a wait the running rank hands the turn to one that
+// a seeded generator picks. A wait whose work cannot progress hands the
+// turn on; when every live rank waits and a whole round of turns moved
+// nothing, the waits fail (virtual time ran out, or a fault caused it).
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace troupe::detail {
+
+struct work_state;
+
+/// Thrown on a rank that a fault kills or frees from its freeze at the end.
+struct sim_stop {
+  bool killed = false;
+};
+
+class sim_conductor {
+ public:
+  struct fault_rule {
+    bool kill = true;  // else freeze
+    int rank = 0;
+    int at_call = 1;
+  };
+  sim_conductor(int n, std::uint64_t seed, std::vector<fault_rule> faults, std::string* log);
+
+  /// The rank's thread starts: waits for its first turn (once all entered).
+  void enter(int rank);
+  /// At a troupe call: counts it, applies a fault (throws sim_stop), then
+  /// hands the turn on.
+  void call(int rank, const char* op);
+  /// wait() in a simulation: turns until `s` finished; throws when the
+  /// ranks stalled (timeout or the injected fault's error).
+  void wait(int rank, work_state& s);
+  /// The rank's function ended (or it was killed): the turn goes on.
+  void leave(int rank, bool killed);
+  std::uint64_t seed() const noexcept { return seed_; }
+
+ private:
+  enum class st { starting, live, frozen, done };
+  void log_locked(int rank, const std::string& what);
+  /// Hands the turn to a live rank the generator picks (the caller holds mtx_).
+  void pass_locked();
+  void wait_turn(std::unique_lock<std::mutex>& g, int rank);
+  std::uint64_t next_random();
+
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  int n_;
+  std::uint64_t seed_, rng_;
+  std::vector<fault_rule> faults_;
+  std::string* log_;
+  std::vector<st> state_;
+  std::vector<int> calls_;
+  std::vector<bool> stalled_;  // the rank's current wait fails at its next turn
+  int entered_ = 0;
+  int current_ = -1;
+  std::vector<bool> quiet_;  // had a wait turn that moved nothing since anything moved
+  void moved_locked();
+  std::vector<int> killed_, frozen_;
+  bool releasing_ = false;  // only frozen ranks are left: they end
+};
+
+/// The conductor of the simulation this thread is a rank of (null: none).
+sim_conductor* sim_here() noexcept;
+int sim_rank_here() noexcept;
+void set_sim_here(sim_conductor* c, int rank) noexcept;
+
+}  // namespace troupe::detail

@@ -1,0 +1,76 @@
+#pragma once
+/// troupe::testing::simulate — a deterministic run of n in-process ranks.
+///
+/// Every rank still has its own world, but only one rank runs at a time: at
+/// each troupe call (a collective, a point-to-point call, a wait) the rank
+/// hands the turn to a rank that a seeded generator picks. So the order in
+/// which ranks issue their calls, and with it whatever depends on it (which
+/// sender recv_any_source matches first, which rank meets an error first),
+/// follows from the seed alone: the same seed gives the same schedule, the
+/// same results and the same errors, run after run.
+///
+/// Time is virtual: a wait that cannot progress hands the turn on; once every
+/// rank waits and a whole round of turns moved nothing, the waits fail at
+/// once as a timeout would (a 30-minute timeout passes in microseconds), or
+/// with the injected fault that caused it.
+///
+/// Faults, by rule: kill rank R at its k-th troupe call (its world goes: the
+/// others fail with errc::peer_failure naming it), or freeze it there (it
+/// never gets the turn again: the others fail with errc::timeout naming it).
+///
+///   troupe::testing::simulation_options o;
+///   o.seed = 42;
+///   o.faults = {{troupe::testing::fault::kill, 2, 3}};
+///   troupe::testing::simulate(4, [](troupe::world& w) { ... }, o);
+///
+/// A failing run throws troupe::error whose message starts with
+/// "seed S: rank R: ", so re-running with seed S reproduces it.
+/// find_failing_seed sweeps seeds for a schedule that breaks a program.
+///
+/// Limits: the ranks live in one process on the inline engine (the default;
+/// not with TROUPE_FABRIC=off); continuations (on_complete, then) run when a
+/// rank waits, not on their own; a rank must not block outside troupe calls
+/// (on a mutex another rank holds, say) or the schedule waits forever.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/world.hpp"
+
+namespace troupe::testing {
+
+/// A fault injected at a rank's k-th troupe call (counted from 1).
+struct fault {
+  enum kind_t { kill, freeze };
+  kind_t kind = kill;
+  int rank = 0;
+  int at_call = 1;
+};
+
+struct simulation_options {
+  std::uint64_t seed = 0;
+  std::vector<fault> faults;
+  /// When set, receives the schedule: one line per turn ("r2 allreduce").
+  std::string* schedule = nullptr;
+  /// The timeout of every call's real-time deadline (virtual time ends a
+  /// stalled wait long before).
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  std::string backend = "actor";
+};
+
+/// Runs fn on n ranks of this process under one seeded scheduler (above).
+/// Throws troupe::error "seed S: rank R: ..." with the first rank's failure.
+void simulate(int n, const std::function<void(world&)>& fn, const simulation_options& opts = {});
+
+/// Runs simulate(n, fn) with seeds first, first+1, ... (count of them) and
+/// returns the first seed whose run throws, after printing it and the error
+/// to stderr; nullopt when every run passed.
+std::optional<std::uint64_t> find_failing_seed(int n, const std::function<void(world&)>& fn,
+                                               std::uint64_t first, int count,
+                                               const simulation_options& base = {});
+
+}  // namespace troupe::testing
