@@ -4,6 +4,8 @@
 //   fail K [stubborn]  rank K exits 3 after 200 ms; the others sleep 30 s
 //                  (with "stubborn" they ignore SIGTERM)
 //   kill K         rank K raises SIGUSR1 after 200 ms; the others sleep 30 s
+//   outlive K kill|fail  rank K raises SIGUSR1 or exits 3 after 100 ms; the
+//                  others print "done R" after 600 ms and exit 0 (--keep-going)
 //   sleep          prints "ready R", waits for SIGTERM, prints "term R", exits 0
 //   lines          prints lines to stdout and stderr, one written in two
 //                  pieces, and a last line without newline
@@ -73,6 +75,16 @@ int main(int argc, char** argv) {
       return 3;
     }
     sleep_long();
+    return 0;
+  }
+  if (mode == "outlive" && argc > 3) {
+    if (rank() == std::atoi(argv[2])) {
+      std::this_thread::sleep_for(100ms);
+      if (std::strcmp(argv[3], "kill") == 0) ::raise(SIGUSR1);
+      return 3;
+    }
+    std::this_thread::sleep_for(600ms);
+    std::printf("done %d\n", rank());
     return 0;
   }
   if (mode == "sleep") {

@@ -292,6 +292,25 @@ TEST_CASE("a failing rank stops the others; troupe-run exits with its code") {
   CHECK(contains(l.err, "failed with exit code 3; stopping the other ranks"));
 }
 
+TEST_CASE("--keep-going: a killed rank does not stop the others or fail the job") {
+  launched l = run({"--keep-going", "-n", "3", child, "outlive", "1", "kill"});
+  SHOW_OUTPUT(l);
+  CHECK(l.status == 0);
+  CHECK(contains(l.out, "[0] done 0"));
+  CHECK(contains(l.out, "[2] done 2"));
+  CHECK(contains(l.err, "killed by signal " + std::to_string(SIGUSR1) +
+                            " (User defined signal 1); the other ranks go on (--keep-going)"));
+}
+
+TEST_CASE("--keep-going: a rank exiting with an error still fails the job, after the others") {
+  launched l = run({"--keep-going", "-n", "3", child, "outlive", "2", "fail"});
+  SHOW_OUTPUT(l);
+  CHECK(l.status == 3);
+  CHECK(contains(l.out, "[0] done 0"));
+  CHECK(contains(l.out, "[1] done 1"));
+  CHECK(contains(l.err, "failed with exit code 3; the other ranks go on (--keep-going)"));
+}
+
 TEST_CASE("ranks that ignore SIGTERM are killed after --grace-seconds") {
   launched l = run({"-n", "2", "--grace-seconds", "0.5", child, "fail", "0", "stubborn"});
   SHOW_OUTPUT(l);
