@@ -42,7 +42,7 @@ flight_ring::flight_ring(std::string group, int rank, int size, std::size_t capa
     : group_(std::move(group)),
       rank_(rank),
       size_(size),
-      slots_(std::max<std::size_t>(capacity, 1)) {}
+      capacity_(std::max<std::size_t>(capacity, 1)) {}
 
 std::shared_ptr<op_stamp> flight_ring::record(const char* op, std::uint64_t seq, std::int64_t numel,
                                               std::uint64_t bytes, dtype type, int tensors,
@@ -51,7 +51,10 @@ std::shared_ptr<op_stamp> flight_ring::record(const char* op, std::uint64_t seq,
   stamp->ring = weak_from_this();
   const auto at = now_us();
   std::lock_guard<std::mutex> g{mtx_};
-  auto& s = slots_[next_ % slots_.size()];
+  // The ring grows as calls come (a rank of a 1024-rank simulation that made
+  // a few calls keeps a few slots, not 2000).
+  if (slots_.size() < capacity_) slots_.emplace_back();
+  auto& s = slots_[next_ % capacity_];
   s.id = ++next_;
   s.op = op;
   s.seq = seq;
@@ -70,7 +73,7 @@ std::vector<flight_entry> flight_ring::entries() const {
   std::lock_guard<std::mutex> g{mtx_};
   const auto n = std::min<std::uint64_t>(next_, slots_.size());
   for (std::uint64_t i = next_ - n; i < next_; ++i) {
-    const auto& s = slots_[i % slots_.size()];
+    const auto& s = slots_[i % capacity_];
     flight_entry e;
     e.id = s.id;
     e.group = group_;

@@ -69,7 +69,8 @@ class flight_ring : public std::enable_shared_from_this<flight_ring> {
   std::string group_;
   int rank_, size_;
   mutable std::mutex mtx_;
-  std::vector<slot> slots_;
+  std::size_t capacity_;
+  std::vector<slot> slots_;  // grows to capacity_; call i lives in slot i % capacity_
   std::uint64_t next_ = 0;
   std::atomic<bool> dumped_{false};
 };

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "../base/flight_ring.hpp"
 #include "check_error.hpp"
 #include "make_worlds.hpp"
 #include "troupe/testing.hpp"
@@ -324,4 +325,28 @@ TEST_CASE("enable_collectives_timing records where the recorder is off") {
     CHECK(rec.back().op == "allreduce");
     CHECK(rec.back().state == "completed");
   });
+}
+
+TEST_CASE("the ring keeps the last calls, oldest first, once it wrapped") {
+  auto ring = std::make_shared<detail::flight_ring>("g", 1, 4, 3);
+  CHECK(ring->entries().empty());
+  for (int i = 1; i <= 5; ++i) {
+    auto stamp =
+        ring->record("allreduce", static_cast<std::uint64_t>(i), i, 4u * i, dtype::float32, 1, -1);
+    if (i != 5) detail::stamp_ended(*stamp, nullptr);
+  }
+  const auto rec = ring->entries();
+  REQUIRE(rec.size() == 3);
+  CHECK(rec[0].seq == 3);
+  CHECK(rec[1].seq == 4);
+  CHECK(rec[2].seq == 5);
+  CHECK(rec[0].state == "completed");
+  CHECK(rec[2].state == "in flight");
+  CHECK(rec[2].ended_us == 0);
+  CHECK(rec[2].numel == 5);
+  CHECK(rec[2].group == "g");
+  CHECK(rec[2].rank == 1);
+  CHECK(rec[2].group_size == 4);
+  CHECK(format_flight_record(rec).find("* group 'g' rank 1/4 seq 5 allreduce") !=
+        std::string::npos);
 }
