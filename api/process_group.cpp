@@ -24,19 +24,21 @@ struct process_group::issued_state {
 
 namespace {
 
-/// Stamps `w` when it ends (now, if it already did).
-void attach_stamp(const work& w, std::shared_ptr<detail::op_stamp> stamp) {
+/// Has `w` write its end into `ring` (now, if it already ended).
+void attach_record(const work& w, const std::shared_ptr<detail::flight_ring>& ring,
+                   std::uint64_t id) {
   auto& s = *w.state();
   std::exception_ptr err;
   {
     std::lock_guard<std::mutex> g{s.mtx};
     if (!s.done) {
-      s.stamp = std::move(stamp);
+      s.ring = ring;
+      s.ring_id = id;
       return;
     }
     err = s.error;
   }
-  detail::stamp_ended(*stamp, err);
+  ring->ended(id, err);
 }
 
 }  // namespace
@@ -194,8 +196,9 @@ work process_group::track(work w, const char* op, const tensor_list& ts, int pee
         bytes += t.nbytes();
       }
     const auto type = !ts.empty() && ts[0].defined() ? ts[0].scalar_type() : dtype::float32;
-    attach_stamp(w, ring->record(op, w.sequence_number(), numel, bytes, type,
-                                 static_cast<int>(ts.size()), peer));
+    attach_record(w, ring,
+                  ring->record(op, w.sequence_number(), numel, bytes, type,
+                               static_cast<int>(ts.size()), peer));
   }
   std::function<void(const work_info&)> hook;
   {

@@ -199,16 +199,15 @@ namespace {
 void finish(const work& w, work_state& s, tensor_list* outputs, int source, std::exception_ptr err,
             const detail::callback_runner* elsewhere = nullptr) {
   std::vector<std::function<void(const work&)>> callbacks;
-  std::shared_ptr<detail::op_stamp> stamp;
   {
     std::lock_guard<std::mutex> g{s.mtx};
     if (s.done) return;
     s.done = true;
     if (outputs) s.outputs = std::move(*outputs);
     s.source_rank = source;
-    if (s.stamp) {
-      stamp = std::move(s.stamp);
-      detail::stamp_ended(*stamp, err);
+    if (s.ring) {
+      s.ring->ended(s.ring_id, err);
+      s.ring.reset();
     }
     s.error = std::move(err);
     callbacks.swap(s.callbacks);

@@ -44,11 +44,8 @@ flight_ring::flight_ring(std::string group, int rank, int size, std::size_t capa
       size_(size),
       capacity_(std::max<std::size_t>(capacity, 1)) {}
 
-std::shared_ptr<op_stamp> flight_ring::record(const char* op, std::uint64_t seq, std::int64_t numel,
-                                              std::uint64_t bytes, dtype type, int tensors,
-                                              int peer) {
-  auto stamp = std::make_shared<op_stamp>();
-  stamp->ring = weak_from_this();
+std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_t numel,
+                                  std::uint64_t bytes, dtype type, int tensors, int peer) {
   const auto at = now_us();
   std::lock_guard<std::mutex> g{mtx_};
   // The ring grows as calls come (a rank of a 1024-rank simulation that made
@@ -64,8 +61,40 @@ std::shared_ptr<op_stamp> flight_ring::record(const char* op, std::uint64_t seq,
   s.tensors = tensors;
   s.peer = peer;
   s.issued_us = at;
-  s.stamp = stamp;
-  return stamp;
+  s.ended_us = 0;
+  s.state = 0;
+  s.error.clear();
+  return s.id;
+}
+
+void flight_ring::ended(std::uint64_t id, const std::exception_ptr& err) {
+  const auto at = now_us();
+  std::string why;
+  bool dump = false;
+  if (err) {
+    try {
+      std::rethrow_exception(err);
+    } catch (const error& e) {
+      why = e.what();
+      dump =
+          e.code() == errc::timeout || e.code() == errc::mismatch || e.code() == errc::peer_failure;
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "an unknown exception";
+    }
+  }
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    auto& s = slots_[(id - 1) % capacity_];
+    if (s.id == id) {  // else the ring moved on past this call
+      s.ended_us = at;
+      s.state = err ? 2 : 1;
+      s.error = std::move(why);
+      why = s.error;
+    }
+  }
+  if (dump) dump_once(why);
 }
 
 std::vector<flight_entry> flight_ring::entries() const {
@@ -87,10 +116,9 @@ std::vector<flight_entry> flight_ring::entries() const {
     e.tensors = s.tensors;
     e.peer = s.peer;
     e.issued_us = s.issued_us;
-    const int st = s.stamp ? s.stamp->state.load(std::memory_order_acquire) : 0;
-    e.state = st == 0 ? "in flight" : st == 1 ? "completed" : "failed";
-    if (st != 0) e.ended_us = s.stamp->ended_us.load();
-    if (st == 2) e.error = s.stamp->error;
+    e.state = s.state == 0 ? "in flight" : s.state == 1 ? "completed" : "failed";
+    e.ended_us = s.ended_us;
+    e.error = s.error;
     out.push_back(std::move(e));
   }
   return out;
@@ -109,29 +137,6 @@ void flight_ring::dump_once(const std::string& why) {
     std::fprintf(stderr, "[troupe] cannot write the flight record to '%s'\n", path.c_str());
   }
   std::fputs(text.c_str(), stderr);
-}
-
-void stamp_ended(op_stamp& s, const std::exception_ptr& err) {
-  s.ended_us.store(now_us(), std::memory_order_relaxed);
-  if (!err) {
-    s.state.store(1, std::memory_order_release);
-    return;
-  }
-  bool dump = false;
-  try {
-    std::rethrow_exception(err);
-  } catch (const error& e) {
-    s.error = e.what();
-    dump =
-        e.code() == errc::timeout || e.code() == errc::mismatch || e.code() == errc::peer_failure;
-  } catch (const std::exception& e) {
-    s.error = e.what();
-  } catch (...) {
-    s.error = "an unknown exception";
-  }
-  s.state.store(2, std::memory_order_release);
-  if (dump)
-    if (auto ring = s.ring.lock()) ring->dump_once(s.error);
 }
 
 }  // namespace detail

@@ -1,11 +1,12 @@
 #pragma once
 // flight_ring — one group's flight recorder (include/troupe/flight_recorder.hpp):
-// a ring of the last calls issued on the group, and the stamp each call's
-// work writes when it ends.
+// a ring of the last calls issued on the group; each call's work writes its end
+// into its slot when it ends.
 //
-// Cost per call: a stamp (one allocation), a short critical section writing
-// a fixed-size slot, and a clock read at issue and at the end; no strings are
-// made until somebody reads the record.
+// Cost per call: no allocation (the work keeps the ring and the call's id,
+// and writes the end into the call's slot if the ring has not reused it), a
+// short critical section at issue and at the end, and a clock read at each;
+// no strings are made until somebody reads the record.
 
 #include <atomic>
 #include <cstdint>
@@ -20,20 +21,6 @@
 
 namespace troupe::detail {
 
-class flight_ring;
-
-/// What a work writes when it ends (work_state::stamp).
-struct op_stamp {
-  std::atomic<std::int64_t> ended_us{0};
-  std::atomic<int> state{0};  // 0 in flight, 1 completed, 2 failed
-  std::string error;          // written before state = 2
-  std::weak_ptr<flight_ring> ring;
-};
-
-/// Marks `s` ended (error: null when it completed); a timeout, a mismatch or
-/// a peer failure makes the ring dump itself once.
-void stamp_ended(op_stamp& s, const std::exception_ptr& error);
-
 /// Microseconds since the epoch, now.
 std::int64_t now_us();
 
@@ -41,9 +28,12 @@ class flight_ring : public std::enable_shared_from_this<flight_ring> {
  public:
   flight_ring(std::string group, int rank, int size, std::size_t capacity);
 
-  /// Records a call issued now; returns the stamp its work ends with.
-  std::shared_ptr<op_stamp> record(const char* op, std::uint64_t seq, std::int64_t numel,
-                                   std::uint64_t bytes, dtype type, int tensors, int peer);
+  /// Records a call issued now; returns its id (for ended()).
+  std::uint64_t record(const char* op, std::uint64_t seq, std::int64_t numel, std::uint64_t bytes,
+                       dtype type, int tensors, int peer);
+  /// Call `id` ended (error: null when it completed); a timeout, a mismatch
+  /// or a peer failure makes the ring dump itself once.
+  void ended(std::uint64_t id, const std::exception_ptr& error);
   /// The calls recorded, oldest first.
   std::vector<flight_entry> entries() const;
   /// Prints the record (stderr, or TROUPE_FLIGHT_RECORDER_DUMP/<group>-rank<R>.txt)
@@ -64,7 +54,9 @@ class flight_ring : public std::enable_shared_from_this<flight_ring> {
     int tensors = 0;
     int peer = -1;
     std::int64_t issued_us = 0;
-    std::shared_ptr<op_stamp> stamp;
+    std::int64_t ended_us = 0;
+    int state = 0;  // 0 in flight, 1 completed, 2 failed
+    std::string error;
   };
   std::string group_;
   int rank_, size_;

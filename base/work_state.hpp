@@ -15,7 +15,7 @@
 
 namespace troupe::detail {
 
-struct op_stamp;
+class flight_ring;
 
 struct work_state {
   std::mutex mtx;
@@ -39,9 +39,10 @@ struct work_state {
   /// is pending: nobody may ever wait for it, so its engine's progress
   /// thread should drive it. Set before the work is handed out.
   std::function<void()> continued;
-  /// The flight record's entry of the call (null: not recorded); stamped
-  /// when the work ends, before waiters return.
-  std::shared_ptr<op_stamp> stamp;
+  /// The flight record the call is in (null: not recorded) and its id
+  /// there; the end is written into it before waiters return.
+  std::shared_ptr<flight_ring> ring;
+  std::uint64_t ring_id = 0;
 };
 
 /// Runs a function on another thread (completions' callbacks).
