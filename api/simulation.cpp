@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "api/rank_threads.hpp"
 #include "base/sim_conductor.hpp"
 #include "troupe/error.hpp"
 #include "troupe/store.hpp"
@@ -49,13 +50,9 @@ void simulate(int n, const std::function<void(world&)>& fn, const simulation_opt
       std::unique_ptr<world> w;
       bool killed = false;
       try {
-        world_options o;
-        o.backend = opts.backend;
-        o.store = store;
-        o.rank = r;
-        o.world_size = n;
-        o.timeout = opts.timeout;
-        w = std::make_unique<world>(o);  // set-up runs concurrently, before the turns
+        // Set-up runs concurrently, before the turns.
+        w = std::make_unique<world>(
+            detail::rank_world_options(store, r, n, opts.backend, opts.timeout));
         detail::set_sim_here(&conductor, r);
         conductor.enter(r);
         try {
@@ -84,15 +81,8 @@ void simulate(int n, const std::function<void(world&)>& fn, const simulation_opt
     });
   for (auto& t : threads) t.join();
   if (!first) return;
-  const auto prefix =
-      "seed " + std::to_string(opts.seed) + ": rank " + std::to_string(first_rank) + ": ";
-  try {
-    std::rethrow_exception(first);
-  } catch (const error& e) {
-    throw error(e.code(), prefix + e.what());
-  } catch (const std::exception& e) {
-    throw error(errc::internal, prefix + e.what());
-  }
+  detail::rethrow_prefixed(
+      first, "seed " + std::to_string(opts.seed) + ": rank " + std::to_string(first_rank) + ": ");
 }
 
 std::optional<std::uint64_t> find_failing_seed(int n, const std::function<void(world&)>& fn,

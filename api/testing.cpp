@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/rank_threads.hpp"
 #include "troupe/error.hpp"
 #include "troupe/launch.hpp"
 
@@ -85,13 +86,7 @@ void run_ranks(int n, const std::function<void(world&)>& fn, const run_options& 
   for (int r : local)
     threads.emplace_back([&, r] {
       try {
-        world_options o;
-        o.backend = opts.backend;
-        o.store = store;
-        o.rank = r;
-        o.world_size = n;
-        o.timeout = opts.timeout;
-        world w{o};
+        world w{detail::rank_world_options(store, r, n, opts.backend, opts.timeout)};
         {
           std::lock_guard<std::mutex> g{mtx};
           worlds[static_cast<std::size_t>(r)] = &w;
@@ -114,13 +109,7 @@ void run_ranks(int n, const std::function<void(world&)>& fn, const run_options& 
     });
   for (auto& t : threads) t.join();
   if (!first) return;
-  try {
-    std::rethrow_exception(first);
-  } catch (const error& e) {
-    throw error(e.code(), "rank " + std::to_string(first_rank) + ": " + e.what());
-  } catch (const std::exception& e) {
-    throw error(errc::internal, "rank " + std::to_string(first_rank) + ": " + e.what());
-  }
+  detail::rethrow_prefixed(first, "rank " + std::to_string(first_rank) + ": ");
 }
 
 }  // namespace troupe::testing

@@ -24,7 +24,7 @@ namespace troupe::detail {
 /// Microseconds since the epoch, now.
 std::int64_t now_us();
 
-class flight_ring : public std::enable_shared_from_this<flight_ring> {
+class flight_ring {
  public:
   flight_ring(std::string group, int rank, int size, std::size_t capacity);
 
