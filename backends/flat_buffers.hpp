@@ -2,6 +2,7 @@
 // Flat buffers: how the backends see the caller's tensors (one dimension),
 // and several tensors packed into one buffer and unpacked again.
 
+#include <cstddef>
 #include <cstdint>
 
 #include "troupe/tensor.hpp"
@@ -27,6 +28,31 @@ inline std::int64_t total_numel(const tensor_list& ts) {
   std::int64_t n = 0;
   for (auto& t : ts) n += t.numel();
   return n;
+}
+
+/// The tensors as one flat buffer when they already lie one after another in
+/// memory (each contiguous and not empty, same dtype and device, each
+/// starting where the one before ends, as the views of one tensor a caller
+/// splits into per-rank blocks do): a view over them that keeps them alive,
+/// so that a call reads or writes them in place instead of packing them into
+/// a buffer of its own and copying back. Undefined otherwise.
+inline tensor adjacent(const tensor_list& ts) {
+  if (ts.empty()) return {};
+  if (ts.size() == 1) return ts[0].is_contiguous() ? flat(ts[0]) : tensor{};
+  std::int64_t n = 0;
+  const auto* next = static_cast<const std::byte*>(ts.front().data());
+  for (auto& t : ts) {
+    if (!t.defined() || t.numel() == 0 || !t.is_contiguous() ||
+        t.scalar_type() != ts.front().scalar_type() ||
+        !(t.get_device() == ts.front().get_device()) ||
+        static_cast<const std::byte*>(t.data()) != next)
+      return {};
+    next += t.nbytes();
+    n += t.numel();
+  }
+  return tensor::adopt(
+      ts.front().data(), {n}, ts.front().scalar_type(), [keep = ts](void*) {},
+      ts.front().get_device());
 }
 
 /// Copies the tensors one after another into a new flat buffer.

@@ -90,10 +90,17 @@ class host_backend final : public backend {
   work reducing(op_code code, const char* name, const reduce_op& op, int root, int root_tensor,
                 timeout_t timeout, tensor_list& ts, bool root_only);
   /// An allgather of this rank's `ins` packed into one block; `scatter_out`
-  /// copies the gathered buffer into the caller's outputs.
+  /// copies the gathered buffer into the caller's outputs, unless `in_row`
+  /// (the outputs in the buffer's order, adjacent()) is written in place.
   template <class F>
   work gather_blocks(const char* name, timeout_t timeout, const tensor_list& ins, F scatter_out,
-                     tensor_list outputs);
+                     tensor_list outputs, const tensor& in_row);
+  /// The tensors as one input: in place where they lie in a row and do not
+  /// overlap `output`, else packed into a buffer of the call's own.
+  static tensor packed(const tensor_list& ts, const tensor& output);
+  /// `row` as the output of `numel` elements, where it is one and does not
+  /// overlap `input`; else undefined (the call unpacks its own buffer).
+  static tensor in_place_output(const tensor& row, std::int64_t numel, const tensor& input);
   call_ptr make_call(op_code code, const char* name, timeout_t timeout, tensor_list outputs);
 
   // -- routing: which engine runs a call (host_route.cpp) ------------------------

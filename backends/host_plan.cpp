@@ -4,6 +4,7 @@
 
 #include "backends/host_backend.hpp"
 
+#include "algorithms/algorithm.hpp"
 #include "backends/cuda_staging.hpp"
 #include "backends/flat_buffers.hpp"
 #include "base/tensor_util.hpp"
@@ -63,7 +64,7 @@ work host_backend::allgather(std::vector<tensor_list>& outs, tensor_list& ins,
             off += t.numel();
           }
       },
-      flatten(outs));
+      flatten(outs), ins.size() == 1 ? adjacent(outs[0]) : tensor{});
 }
 
 work host_backend::allgather_coalesced(std::vector<tensor_list>& outs, tensor_list& ins,
@@ -75,7 +76,7 @@ work host_backend::allgather_coalesced(std::vector<tensor_list>& outs, tensor_li
         std::int64_t off = 0;
         for (auto& per_rank : outs) off = unpack(all, off, per_rank);
       },
-      flatten(outs));
+      flatten(outs), adjacent(flatten(outs)));
 }
 
 work host_backend::allgather_into_tensor_coalesced(tensor_list& outs, tensor_list& ins,
@@ -92,7 +93,7 @@ work host_backend::allgather_into_tensor_coalesced(tensor_list& outs, tensor_lis
             off += m;
           }
       },
-      outs);
+      outs, ins.size() == 1 ? adjacent(outs) : tensor{});
 }
 
 work host_backend::allgather_into_tensor(tensor& out, tensor& in, const allgather_options& o) {
@@ -119,8 +120,12 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
   c->input = flat(ins[0]);
   c->counts.assign(static_cast<std::size_t>(size()), ins[0].numel());
   if (rank() == o.root_rank) {
-    c->output = like(ins[0], ins[0].numel() * size());
-    c->on_success = [buf = c->output, list = outs[0]] { unpack(buf, 0, list); };
+    // The root's blocks straight into its outputs where they lie in a row.
+    c->output = in_place_output(adjacent(outs[0]), ins[0].numel() * size(), c->input);
+    if (!c->output.defined()) {
+      c->output = like(ins[0], ins[0].numel() * size());
+      c->on_success = [buf = c->output, list = outs[0]] { unpack(buf, 0, list); };
+    }
   }
   return submit(c);
 }
@@ -140,7 +145,7 @@ work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
   auto c = make_call(op_code::scatterv, "scatter", o.timeout, outs);
   c->root = o.root_rank;
   c->output = flat(outs[0]);
-  c->input = rank() == o.root_rank ? pack(ins[0]) : c->output;
+  c->input = rank() == o.root_rank ? packed(ins[0], c->output) : c->output;
   c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
   return submit(c);
 }
@@ -159,8 +164,8 @@ work host_backend::reduce_scatter(tensor_list& outs, std::vector<tensor_list>& i
                                   const reduce_scatter_options& o) {
   auto c = make_call(op_code::reduce_scatterv, "reduce_scatter", o.timeout, outs);
   c->op = o.op;
-  c->input = pack(ins[0]);
   c->output = flat(outs[0]);
+  c->input = packed(ins[0], c->output);
   c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
   return submit(c);
 }
@@ -218,11 +223,16 @@ work host_backend::alltoall_single(tensor& out, tensor& in,
 
 work host_backend::alltoall(tensor_list& outs, tensor_list& ins, const alltoall_options& o) {
   auto c = make_call(op_code::alltoallv, "alltoall", o.timeout, outs);
-  c->input = pack(ins);
-  c->output = like(ins[0], total_numel(outs));
+  c->output = adjacent(outs);
+  if (c->output.defined()) {
+    c->input = packed(ins, c->output);
+  } else {
+    c->input = pack(ins);
+    c->output = like(ins[0], total_numel(outs));
+    c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
+  }
   for (auto& t : ins) c->counts.push_back(t.numel());
   for (auto& t : outs) c->recv_counts.push_back(t.numel());
-  c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
   return submit(c);
 }
 
@@ -298,13 +308,24 @@ work host_backend::reducing(op_code code, const char* name, const reduce_op& op,
 /// copies the gathered buffer into the caller's outputs.
 template <class F>
 work host_backend::gather_blocks(const char* name, timeout_t timeout, const tensor_list& ins,
-                                 F scatter_out, tensor_list outputs) {
+                                 F scatter_out, tensor_list outputs, const tensor& in_row) {
   auto c = make_call(op_code::allgatherv, name, timeout, std::move(outputs));
   c->input = ins.size() == 1 ? flat(ins[0]) : pack(ins);
   c->counts.assign(static_cast<std::size_t>(size()), c->input.numel());
+  c->output = in_place_output(in_row, c->input.numel() * size(), c->input);
+  if (c->output.defined()) return submit(c);
   c->output = like(ins[0], c->input.numel() * size());
   c->on_success = [buf = c->output, f = std::move(scatter_out), n = size()] { f(buf, n); };
   return submit(c);
+}
+
+tensor host_backend::packed(const tensor_list& ts, const tensor& output) {
+  auto row = adjacent(ts);
+  return row.defined() && !overlaps(row, output) ? row : pack(ts);
+}
+
+tensor host_backend::in_place_output(const tensor& row, std::int64_t numel, const tensor& input) {
+  return row.defined() && row.numel() == numel && !overlaps(row, input) ? row : tensor{};
 }
 
 call_ptr host_backend::make_call(op_code code, const char* name, timeout_t timeout,

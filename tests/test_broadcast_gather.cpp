@@ -1,6 +1,8 @@
 // broadcast, gather, scatter, gatherv and scatterv: every root, 1-7 ranks,
 // representative dtypes, 0 and uneven element counts.
 
+#include <algorithm>
+
 #include "collective_test.hpp"
 
 using namespace troupe;
@@ -97,6 +99,171 @@ TEST_CASE("gatherv and scatterv move uneven blocks, zeros included") {
         auto mine = ref::zeros({counts[me]}, dtype::int32);
         w.default_group().scatterv(mine, in, counts, {.root_rank = root}).wait();
         ref::check_close(mine, blocks[me], "scatterv");
+      }
+    });
+  }
+}
+
+// Lists of views of one tensor, as callers split a buffer into per-rank
+// blocks: in a row (the call reads or writes them in place), out of order
+// (packed into a buffer of the call's own) and overlapping the call's other
+// side (packed too: no rank may read what the call writes); small blocks and
+// blocks past the segment's small slots.
+TEST_CASE("list calls over views of one tensor: in a row, out of order, overlapping") {
+  for (int n : ct::rank_counts) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& g = w.default_group();
+      const int me = w.rank(), root = n - 1;
+      for (std::int64_t len : {std::int64_t{3}, std::int64_t{40000}}) {
+        CAPTURE(len);
+        // Element i of block b of rank r's buffer.
+        auto value = [](int r, int b, std::int64_t i) {
+          return static_cast<float>(r * 1000 + b * 10 + i % 7);
+        };
+        auto filled = [&](int r, int blocks) {
+          auto t = tensor::empty({blocks * len}, dtype::float32);
+          for (int b = 0; b < blocks; ++b)
+            for (std::int64_t i = 0; i < len; ++i) t.data_as<float>()[b * len + i] = value(r, b, i);
+          return t;
+        };
+        auto views = [&](const tensor& t, bool reversed) {
+          tensor_list l;
+          for (int b = 0; b < n; ++b) l.push_back(t.flat_slice(b * len, len));
+          if (reversed) std::reverse(l.begin(), l.end());
+          return l;
+        };
+        auto expect = [&](const tensor& t, auto want, const std::string& what) {
+          const auto* p = t.data_as<float>();
+          for (std::int64_t i = 0; i < len; ++i)
+            if (p[i] != want(i)) {
+              FAIL_CHECK(what << ": element " << i << " is " << p[i] << ", not " << want(i));
+              return;
+            }
+        };
+        for (bool reversed : {false, true}) {
+          CAPTURE(reversed);
+          // The view a list's entry r is: block r, or n-1-r reversed.
+          auto block = [&](int r) { return reversed ? n - 1 - r : r; };
+          auto outs = me == root ? views(tensor::empty({n * len}, dtype::float32), reversed)
+                                 : tensor_list{};
+          g.gather(outs, filled(me, 1), {.root_rank = root}).wait();
+          for (int r = 0; r < static_cast<int>(outs.size()); ++r)
+            expect(
+                outs[static_cast<std::size_t>(r)], [&](auto i) { return value(r, 0, i); },
+                "gather from rank " + std::to_string(r));
+
+          auto ins = me == root ? views(filled(root, n), reversed) : tensor_list{};
+          auto out = tensor::empty({len}, dtype::float32);
+          g.scatter(out, ins, {.root_rank = root}).wait();
+          expect(
+              out, [&](auto i) { return value(root, block(me), i); }, "scatter");
+
+          outs = views(tensor::empty({n * len}, dtype::float32), reversed);
+          g.allgather(outs, filled(me, 1)).wait();
+          for (int r = 0; r < n; ++r)
+            expect(
+                outs[static_cast<std::size_t>(r)], [&](auto i) { return value(r, 0, i); },
+                "allgather from rank " + std::to_string(r));
+
+          outs = views(tensor::empty({n * len}, dtype::float32), reversed);
+          g.alltoall(outs, views(filled(me, n), reversed)).wait();
+          for (int r = 0; r < n; ++r)
+            expect(
+                outs[static_cast<std::size_t>(r)], [&](auto i) { return value(r, block(me), i); },
+                "alltoall from rank " + std::to_string(r));
+
+          g.reduce_scatter(out, views(filled(me, n), reversed)).wait();
+          expect(
+              out,
+              [&](auto i) {
+                float sum = 0;
+                for (int r = 0; r < n; ++r) sum += value(r, block(me), i);
+                return sum;
+              },
+              "reduce_scatter");
+        }
+        // Overlapping: the root scatters into its own block of its input;
+        // allgather's input is this rank's block of the output; alltoall
+        // sends and receives through the same views; gather's root passes
+        // its own block of the output as its input.
+        auto buf = filled(me, n);
+        auto ins = views(buf, false);
+        auto out =
+            me == root ? ins[static_cast<std::size_t>(root)] : tensor::empty({len}, dtype::float32);
+        g.scatter(out, me == root ? ins : tensor_list{}, {.root_rank = root}).wait();
+        expect(
+            out, [&](auto i) { return value(root, me, i); }, "scatter in place");
+
+        buf = filled(me, n);
+        auto outs = views(buf, false);
+        auto mine = outs[static_cast<std::size_t>(me)];
+        for (std::int64_t i = 0; i < len; ++i) mine.data_as<float>()[i] = value(me, 0, i);
+        g.allgather(outs, mine).wait();
+        for (int r = 0; r < n; ++r)
+          expect(
+              outs[static_cast<std::size_t>(r)], [&](auto i) { return value(r, 0, i); },
+              "allgather in place, rank " + std::to_string(r));
+
+        buf = filled(me, n);
+        outs = views(buf, false);
+        g.alltoall(outs, outs).wait();
+        for (int r = 0; r < n; ++r)
+          expect(
+              outs[static_cast<std::size_t>(r)], [&](auto i) { return value(r, me, i); },
+              "alltoall in place, from rank " + std::to_string(r));
+
+        buf = filled(me, n);
+        outs = me == root ? views(buf, false) : tensor_list{};
+        g.gather(outs, me == root ? outs[static_cast<std::size_t>(root)] : filled(me, 1),
+                 {.root_rank = root})
+            .wait();
+        for (int r = 0; r < static_cast<int>(outs.size()); ++r)
+          expect(
+              outs[static_cast<std::size_t>(r)],
+              [&](auto i) { return value(r, r == root ? root : 0, i); },
+              "gather in place, from rank " + std::to_string(r));
+      }
+    });
+  }
+}
+
+// Between processes of one host the root reads the others' gather inputs,
+// and the others the root's scatter input, where they live (empty_shared
+// memory, or a tensor::empty buffer of 64 KiB and more from its second use);
+// calls that reuse their buffers and calls that write new contents each time.
+TEST_CASE("gather and scatter of reused and shared buffers") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& g = w.default_group();
+      const int me = w.rank();
+      const std::int64_t len = 50000;
+      for (bool shared : {false, true}) {
+        CAPTURE(shared);
+        auto make = [shared](std::int64_t numel) {
+          return shared ? tensor::empty_shared({numel}, dtype::int32)
+                        : tensor::empty({numel}, dtype::int32);
+        };
+        auto in = make(len), all = make(n * len), out = make(len);
+        for (int round = 0; round < 4; ++round) {
+          CAPTURE(round);
+          for (std::int64_t i = 0; i < len; ++i) in.data_as<int>()[i] = round * 100 + me + int(i);
+          tensor_list outs;
+          if (me == 0)
+            for (int r = 0; r < n; ++r) outs.push_back(all.flat_slice(r * len, len));
+          g.gather(outs, in, {.root_rank = 0}).wait();
+          if (me == 0)
+            for (int r = 0; r < n; ++r)
+              CHECK(all.data_as<int>()[r * len + len - 1] == round * 100 + r + int(len - 1));
+          if (me == 0)
+            for (std::int64_t i = 0; i < n * len; ++i) all.data_as<int>()[i] = round - int(i);
+          g.scatter(out, outs, {.root_rank = 0}).wait();
+          bool same = true;
+          for (std::int64_t i = 0; i < len; ++i)
+            same = same && out.data_as<int>()[i] == round - int(me * len + i);
+          CHECK(same);
+        }
       }
     });
   }

@@ -16,6 +16,7 @@ class direct_gather final : public direct_layout {
     if (!to_all_ && me != v.call.root) return {};
     return {0, v.length(r), v.offset(r)};
   }
+  bool pulls_between_processes() const override { return !to_all_; }
 
  private:
   bool to_all_;

@@ -51,10 +51,12 @@ class direct_layout {
   virtual bool reduces() const { return false; }
   /// Whether ranks of several processes read straight from each other's
   /// shared inputs rather than through the staging slots: where every rank
-  /// reads bytes no other rank reads, about as many each (measured, 2 ranks,
-  /// 64 MiB: alltoall 12.2-15.7 ms staged against 9.3-12.0 pulled,
-  /// reduce_scatter 10.6-11.6 against 6.9-7.4; broadcast, read by all from
-  /// one root, 4.6-5.3 staged against 7.1-8.0 pulled).
+  /// reads bytes no other rank reads (measured, 2 ranks, 64 MiB: alltoall
+  /// 12.2-15.7 ms staged against 9.3-12.0 pulled, reduce_scatter 10.6-11.6
+  /// against 6.9-7.4, scatter 6.0 against 2.4, gather 3.7 against 3.3 (4
+  /// ranks, 1 MiB: 108 against 40 us) — the root reads every block once
+  /// instead of each being copied twice; broadcast, read by all from one
+  /// root, 4.6-5.3 staged against 7.1-8.0 pulled).
   virtual bool pulls_between_processes() const { return false; }
 };
 

@@ -18,6 +18,7 @@ class direct_scatter final : public direct_layout {
     if (r != v.call.root) return {};
     return {v.offset(me), v.offset(me) + v.length(me), 0};
   }
+  bool pulls_between_processes() const override { return true; }
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 // direct_shm — broadcast, allgather, gather, scatter, reduce_scatter and alltoall among
 // the ranks of one host through the group's segment. Ranks of one process
-// (and, for alltoall and reduce_scatter, ranks of several processes whose
+// (and, for alltoall, reduce_scatter, gather and scatter, ranks of several processes whose
 // inputs peers can map: tensor::empty buffers of 64 KiB and more from their
 // second use, tensor::empty_shared) go straight between their buffers: each
 // rank copies (reduce_scatter: reduces) what its own output needs from the
