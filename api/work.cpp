@@ -133,18 +133,29 @@ std::string work::group_name() const {
   return checked(state_).group;
 }
 
-void work::on_complete(std::function<void(const work&)> fn) const {
-  auto& s = const_cast<work_state&>(checked(state_));
+namespace {
+
+/// Registers `fn` among the callbacks (or, `relay`, the relays) of `w`, or
+/// runs it at once when `w` is done.
+void add_callback(const work& w, std::function<void(const work&)> fn, bool relay) {
+  auto& s = const_cast<work_state&>(*w.state());
   {
     std::unique_lock<std::mutex> g{s.mtx};
     if (!s.done) {
-      s.callbacks.push_back(std::move(fn));
+      (relay ? s.relays : s.callbacks).push_back(std::move(fn));
       g.unlock();
       if (s.continued) s.continued();
       return;
     }
   }
-  run_callback(fn, *this, s);
+  run_callback(fn, w, s);
+}
+
+}  // namespace
+
+void work::on_complete(std::function<void(const work&)> fn) const {
+  checked(state_);
+  add_callback(*this, std::move(fn), false);
 }
 
 work work::then(std::function<tensor_list(const work&)> fn) const {
@@ -196,9 +207,13 @@ work work::failed(std::string op, std::string group, std::exception_ptr error) {
 
 namespace {
 
+/// Where the callbacks of completions inside relays go: set while the
+/// relays of a completion whose callbacks were handed elsewhere run.
+thread_local const detail::callback_runner* relay_runner = nullptr;
+
 void finish(const work& w, work_state& s, tensor_list* outputs, int source, std::exception_ptr err,
             const detail::callback_runner* elsewhere = nullptr) {
-  std::vector<std::function<void(const work&)>> callbacks;
+  std::vector<std::function<void(const work&)>> callbacks, relays;
   {
     std::lock_guard<std::mutex> g{s.mtx};
     if (s.done) return;
@@ -211,12 +226,21 @@ void finish(const work& w, work_state& s, tensor_list* outputs, int source, std:
     }
     s.error = std::move(err);
     callbacks.swap(s.callbacks);
+    relays.swap(s.relays);
   }
   // Published after the lock is released: a waiter polling it then takes
   // the lock without waiting for this thread (measured: that contention put
   // a futex wait and wake into most 4-byte point-to-point round trips).
   s.finished.store(true, std::memory_order_release);
   s.cv.notify_all();
+  if (!elsewhere) elsewhere = relay_runner;
+  if (!relays.empty()) {
+    // Here, at once; what they complete hands its callbacks on as this did.
+    const auto* outer = relay_runner;
+    relay_runner = elsewhere;
+    for (auto& f : relays) run_callback(f, w, s);
+    relay_runner = outer;
+  }
   if (callbacks.empty()) return;
   if (elsewhere) {
     (*elsewhere)([w, cbs = std::move(callbacks)] {
@@ -238,6 +262,10 @@ void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
 
 void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run) {
   finish(w, *w.state(), nullptr, -1, std::move(error), &run);
+}
+
+void on_complete_relay(const work& w, std::function<void(const work&)> fn) {
+  add_callback(w, std::move(fn), true);
 }
 
 }  // namespace detail
@@ -280,8 +308,10 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
       poll_for_done(s, until);
     };
   }
+  // The bookkeeping runs where a part completes (no hand-over to another
+  // thread for it); the whole's own callbacks go where the part's would.
   for (auto& p : parts)
-    p.on_complete([all, j](const work& done) {
+    detail::on_complete_relay(p, [all, j](const work& done) {
       if (!done.is_success()) {
         all.fail(done.exception());
         return;

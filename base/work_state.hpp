@@ -28,6 +28,10 @@ struct work_state {
   std::string op;
   std::string group;
   std::vector<std::function<void(const work&)>> callbacks;
+  /// Callbacks of troupe's own that only complete other works (when_all's
+  /// count): run on the completing thread even when `callbacks` are handed
+  /// elsewhere, and what they complete hands its callbacks on likewise.
+  std::vector<std::function<void(const work&)>> relays;
   /// Set together with done; polled by threads that drive the operation.
   std::atomic<bool> finished{false};
   /// For operations that progress in the waiting thread (inline/engine.hpp):
@@ -56,5 +60,7 @@ using callback_runner = std::function<void(std::function<void()>)>;
 void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
                         const callback_runner& run);
 void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run);
+/// Registers a relay of `w` (work_state::relays); runs it now if `w` is done.
+void on_complete_relay(const work& w, std::function<void(const work&)> fn);
 
 }  // namespace troupe::detail

@@ -323,3 +323,46 @@ TEST_CASE("a receive's callback may wait for the next message from the same send
     pg.barrier().wait();
   });
 }
+
+// The same for a batch of one process's ranks: its parts complete in the
+// sender's thread, which completes the batch there at once (no hand-over to
+// another thread for the batch's own bookkeeping), but the batch's callbacks
+// and a `then` of it still run elsewhere.
+TEST_CASE("a batch's callback may wait for the next message from the same sender") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    auto a = ref::zeros({4}, dtype::float32), b = ref::zeros({4}, dtype::float32);
+    auto c = ref::zeros({4}, dtype::float32);
+    if (w.rank() == 0) {
+      pg.send(pattern(0, 4), 1, 1).wait();
+      pg.send(pattern(5, 4), 1, 2).wait();
+      pg.send(pattern(9, 4), 1, 3).wait();
+    } else {
+      std::promise<std::string> outcome, chained;
+      auto batch = pg.batch_isend_irecv({{p2p_op::irecv, a, 0, 1}});
+      batch.on_complete([&](const work&) {
+        try {
+          pg.recv({b}, 0, {.tag = 2, .timeout = 10s}).wait();
+          outcome.set_value("received");
+        } catch (const std::exception& e) {
+          outcome.set_value(e.what());
+        }
+      });
+      auto next = batch.then([&](const work&) {
+        pg.recv({c}, 0, {.tag = 3, .timeout = 10s}).wait();
+        return tensor_list{c};
+      });
+      next.on_complete(
+          [&](const work& done) { chained.set_value(done.is_success() ? "received" : "failed"); });
+      auto f = outcome.get_future(), g = chained.get_future();
+      REQUIRE(f.wait_for(30s) == std::future_status::ready);
+      REQUIRE(g.wait_for(30s) == std::future_status::ready);
+      CHECK(f.get() == "received");
+      CHECK(g.get() == "received");
+      CHECK(holds_pattern(a, 0));
+      CHECK(holds_pattern(b, 5));
+      CHECK(holds_pattern(c, 9));
+    }
+    pg.barrier().wait();
+  });
+}
