@@ -95,6 +95,7 @@ class algorithm_op final : public inline_op {
     return true;
   }
 
+  int blocked_rank() const override { return ctx_ ? ctx_->blocked_peer() : -1; }
   std::pair<int, std::string> blocker() const override {
     if (!ctx_) return {-1, "start"};
     const int p = ctx_->blocked_peer();

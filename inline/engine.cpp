@@ -157,7 +157,7 @@ bool inline_engine::head_reads_itself() {
 
 int inline_engine::blocker() {
   std::lock_guard<std::mutex> g{engine_};
-  const int r = queue_.empty() ? -1 : queue_.front()->blocker().first;
+  const int r = queue_.empty() ? -1 : queue_.front()->blocked_rank();
   return r < 0 ? rank_ : r;
 }
 
@@ -254,7 +254,7 @@ bool inline_engine::step_head(std::vector<finished>& out) {
       leave(nullptr);
       continue;
     }
-    auto [peer, what] = op.blocker();
+    int peer = op.blocked_rank();
     if (auto why = med_->lost(op.op, peer); !why.empty()) {
       // What the peer published before it left still counts: one more try,
       // after which the operation may wait for another (live) rank.
@@ -264,7 +264,7 @@ bool inline_engine::step_head(std::vector<finished>& out) {
         continue;
       }
       const int before = peer;
-      std::tie(peer, what) = op.blocker();
+      peer = op.blocked_rank();
       if (peer != before) why = med_->lost(op.op, peer);
       if (!why.empty()) {
         stop(fail(errc::peer_failure, why + " before finishing this " + op.name));
@@ -279,7 +279,7 @@ bool inline_engine::step_head(std::vector<finished>& out) {
       stop(fail(errc::timeout,
                 timeout_after(op.timeout) + " waiting for " +
                     (peer < 0 ? std::string("the peers") : names_[static_cast<std::size_t>(peer)]) +
-                    " to " + what));
+                    " to " + op.blocker().second));
       continue;
     }
     break;

@@ -100,8 +100,11 @@ class inline_op {
   /// Advances as far as the peers allow without blocking; true when finished.
   /// Sets `moved` when it published or consumed anything. Throws troupe::error.
   virtual bool step(inline_context& ctx, bool& moved) = 0;
-  /// The group rank the last blocked step waits for, and for what.
+  /// The group rank the last blocked step waits for, and for what (the text
+  /// is built when asked: for errors).
   virtual std::pair<int, std::string> blocker() const = 0;
+  /// blocker()'s rank alone (asked on every turn of a wait: builds no text).
+  virtual int blocked_rank() const { return blocker().first; }
   /// Why the ranks' calls are known to differ while the operation still
   /// waits for some of them ("" when not known): the error at its deadline.
   virtual std::string disagreement() const { return {}; }

@@ -113,8 +113,7 @@ class allreduce_shm final : public shm_op {
         [[fallthrough]];
       }
       case phase::agree: {
-        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this " + name, true))
-          return false;
+        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this ", true)) return false;
         check_same(ctx, moved);
         reduced_bytes_ = nbytes;
         if (post_first && !all_shared(ctx)) {

@@ -112,8 +112,7 @@ class direct_shm final : public shm_op {
         [[fallthrough]];
       }
       case phase::agree:
-        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this " + name, true))
-          return false;
+        if (!all_reached(ctx, &rank_progress::arrived, op, "issue this ", true)) return false;
         check(ctx, moved);
         if (refused_.empty() && all_small(ctx)) {
           // The slots are reused at operation k+2, once every rank is done

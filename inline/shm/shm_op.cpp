@@ -12,18 +12,23 @@
 
 namespace troupe::detail {
 
-bool shm_op::all_reached(inline_context& ctx, counter c, std::uint64_t value, std::string_view what,
+bool shm_op::all_reached(inline_context& ctx, counter c, std::uint64_t value, const char* what,
                          bool agreeing) {
   const int r = short_of(ctx, c, value);
   if (r < 0) return true;
   if (agreeing) check_kind(ctx, r);
-  return waiting(r, what);
+  return waiting(r, what, agreeing);
 }
 
-bool shm_op::waiting(int r, std::string_view what) {
+bool shm_op::waiting(int r, const char* what, bool named) {
   blocked_rank_ = r;
-  blocked_what_ = std::string(what);
+  blocked_what_ = what;
+  blocked_named_ = named;
   return false;
+}
+
+std::pair<int, std::string> shm_op::blocker() const {
+  return {blocked_rank_, blocked_named_ ? blocked_what_ + name : std::string(blocked_what_)};
 }
 
 int shm_op::short_of(inline_context& ctx, counter c, std::uint64_t value) {

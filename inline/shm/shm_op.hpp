@@ -23,7 +23,8 @@ namespace troupe::detail {
 
 class shm_op : public inline_op {
  public:
-  std::pair<int, std::string> blocker() const override { return {blocked_rank_, blocked_what_}; }
+  std::pair<int, std::string> blocker() const override;
+  int blocked_rank() const override { return blocked_rank_; }
 
  protected:
   explicit shm_op(std::uint8_t code) : code_(code) {}
@@ -31,16 +32,18 @@ class shm_op : public inline_op {
   using counter = std::atomic<std::uint64_t> rank_progress::*;
   /// True when every rank's `c` reached `value`; otherwise remembers the
   /// first rank that did not, and (`agreeing`: waiting for the ranks to post
-  /// this operation) throws a mismatch when it issued another collective.
-  bool all_reached(inline_context& ctx, counter c, std::uint64_t value, std::string_view what,
+  /// this operation, "issue this <name>") throws a mismatch when it issued
+  /// another collective. `what` is a literal (kept, not copied: polled often).
+  bool all_reached(inline_context& ctx, counter c, std::uint64_t value, const char* what,
                    bool agreeing = false);
   /// The first rank whose `c` is below `value`, or -1.
   static int short_of(inline_context& ctx, counter c, std::uint64_t value);
   /// Sets this rank's `c` to `value` and wakes the ranks sleeping on it.
   void publish(inline_context& ctx, counter c, std::uint64_t value, bool& moved);
-  /// Remembers that this rank waits for rank `r` to `what` (blocker());
-  /// false, for `return waiting(...)`.
-  bool waiting(int r, std::string_view what);
+  /// Remembers that this rank waits for rank `r` to `what` (blocker(); a
+  /// literal, followed by the operation's name when `named`); false, for
+  /// `return waiting(...)`.
+  bool waiting(int r, const char* what, bool named = false);
   /// What every rank posted for this operation, as fingerprints
   /// (base/agreement.hpp); alltoall's splits are read from the small slots.
   std::vector<call_fingerprint> posted_calls(inline_context& ctx) const;
@@ -72,7 +75,8 @@ class shm_op : public inline_op {
 
  private:
   int blocked_rank_ = -1;
-  std::string blocked_what_;
+  const char* blocked_what_ = "";
+  bool blocked_named_ = false;
   /// A rank that announced another collective at this sequence number.
   void check_kind(inline_context& ctx, int r);
 };
