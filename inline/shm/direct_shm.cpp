@@ -237,7 +237,8 @@ class direct_shm final : public shm_op {
   void start_staged(inline_context& ctx) {
     const auto bytes = static_cast<std::int64_t>(ctx.seg->shape().chunk_bytes);
     chunks_ = (longest_source(ctx) + bytes - 1) / bytes;
-    mine_ = (source_bytes(ctx, ctx.rank) + bytes - 1) / bytes;
+    // A source nobody else reads (a gather's root's) is not staged.
+    mine_ = read_by_others(ctx) ? (source_bytes(ctx, ctx.rank) + bytes - 1) / bytes : 0;
     first_ = ctx.chunks + 1;
     ctx.chunks += static_cast<std::uint64_t>(chunks_);
     own_part(ctx);
@@ -253,6 +254,16 @@ class direct_shm final : public shm_op {
     const auto nd = needed(ctx, ctx.rank, ctx.rank);
     if (nd.from < nd.to && out + nd.at != in + nd.from)
       copy_out(out + nd.at, in + nd.from, nd.to - nd.from);
+  }
+
+  /// Whether another rank needs some of this rank's source.
+  bool read_by_others(inline_context& ctx) const {
+    for (int r = 0; r < ctx.size; ++r) {
+      if (r == ctx.rank) continue;
+      const auto nd = needed(ctx, r, ctx.rank);
+      if (nd.from < nd.to || layout_->reduces()) return true;
+    }
+    return false;
   }
 
   /// Chunk i's global number.
