@@ -233,38 +233,41 @@ TEST_CASE("list calls over views of one tensor: in a row, out of order, overlapp
 // memory, or a tensor::empty buffer of 64 KiB and more from its second use);
 // calls that reuse their buffers and calls that write new contents each time.
 TEST_CASE("gather and scatter of reused and shared buffers") {
-  for (int n : {2, 3}) {
+  for (int n : {2, 3, 4}) {
     CAPTURE(n);
     testing::run_ranks(n, [n](world& w) {
       auto& g = w.default_group();
       const int me = w.rank();
-      const std::int64_t len = 50000;
-      for (bool shared : {false, true}) {
-        CAPTURE(shared);
-        auto make = [shared](std::int64_t numel) {
-          return shared ? tensor::empty_shared({numel}, dtype::int32)
-                        : tensor::empty({numel}, dtype::int32);
-        };
-        auto in = make(len), all = make(n * len), out = make(len);
-        for (int round = 0; round < 4; ++round) {
-          CAPTURE(round);
-          for (std::int64_t i = 0; i < len; ++i) in.data_as<int>()[i] = round * 100 + me + int(i);
-          tensor_list outs;
-          if (me == 0)
-            for (int r = 0; r < n; ++r) outs.push_back(all.flat_slice(r * len, len));
-          g.gather(outs, in, {.root_rank = 0}).wait();
-          if (me == 0)
-            for (int r = 0; r < n; ++r)
-              CHECK(all.data_as<int>()[r * len + len - 1] == round * 100 + r + int(len - 1));
-          if (me == 0)
-            for (std::int64_t i = 0; i < n * len; ++i) all.data_as<int>()[i] = round - int(i);
-          g.scatter(out, outs, {.root_rank = 0}).wait();
-          bool same = true;
-          for (std::int64_t i = 0; i < len; ++i)
-            same = same && out.data_as<int>()[i] == round - int(me * len + i);
-          CHECK(same);
+      // Blocks past the small slots; 64 KiB inputs (small enough for the
+      // slots, large enough to be shared: read in place); a 64 KiB whole.
+      for (std::int64_t len : {std::int64_t{50000}, std::int64_t{16384}, std::int64_t{16384 / n}})
+        for (bool shared : {false, true}) {
+          CAPTURE(len);
+          CAPTURE(shared);
+          auto make = [shared](std::int64_t numel) {
+            return shared ? tensor::empty_shared({numel}, dtype::int32)
+                          : tensor::empty({numel}, dtype::int32);
+          };
+          auto in = make(len), all = make(n * len), out = make(len);
+          for (int round = 0; round < 4; ++round) {
+            CAPTURE(round);
+            for (std::int64_t i = 0; i < len; ++i) in.data_as<int>()[i] = round * 100 + me + int(i);
+            tensor_list outs;
+            if (me == 0)
+              for (int r = 0; r < n; ++r) outs.push_back(all.flat_slice(r * len, len));
+            g.gather(outs, in, {.root_rank = 0}).wait();
+            if (me == 0)
+              for (int r = 0; r < n; ++r)
+                CHECK(all.data_as<int>()[r * len + len - 1] == round * 100 + r + int(len - 1));
+            if (me == 0)
+              for (std::int64_t i = 0; i < n * len; ++i) all.data_as<int>()[i] = round - int(i);
+            g.scatter(out, outs, {.root_rank = 0}).wait();
+            bool same = true;
+            for (std::int64_t i = 0; i < len; ++i)
+              same = same && out.data_as<int>()[i] == round - int(me * len + i);
+            CHECK(same);
+          }
         }
-      }
     });
   }
 }

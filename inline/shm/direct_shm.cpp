@@ -97,14 +97,18 @@ class direct_shm final : public shm_op {
         } else {
           d.counts_hash = hash_counts(c.counts);
         }
-        // Large inputs that peers can map are read in place between processes.
+        // Inputs that peers can map (64 KiB and more: a buffer of its own)
+        // are read in place between processes.
+        // (alltoall's counts of the others are not posted yet: any source.)
         if (ctx.peers && pulls_between_processes() && c.input.defined() &&
-            static_cast<std::int64_t>(c.input.nbytes()) > small_limit(ctx))
+            c.input.nbytes() >= pull_bytes &&
+            (c.code == op_code::alltoallv ? source_bytes(ctx, ctx.rank) > 0
+                                          : read_by_others(ctx, ctx.rank)))
           describe_shared(d, c.input);
-        // Small sources travel in the descriptor's slot: one step (not
-        // alltoall's: its slot holds the counts).
+        // Other small sources travel in the descriptor's slot: one step
+        // (not alltoall's: its slot holds the counts).
         if (const auto mine = source_bytes(ctx, ctx.rank);
-            c.code != op_code::alltoallv && mine <= small_limit(ctx) && mine > 0)
+            c.code != op_code::alltoallv && mine <= small_limit(ctx) && mine > 0 && d.share_id == 0)
           copy(ctx.seg->small_slot(ctx.rank, op), static_cast<const std::byte*>(c.input.data()),
                mine);
         publish(ctx, &rank_progress::arrived, op, moved);
@@ -115,12 +119,21 @@ class direct_shm final : public shm_op {
         if (!all_reached(ctx, &rank_progress::arrived, op, "issue this ", true)) return false;
         check(ctx, moved);
         if (refused_.empty() && all_small(ctx)) {
-          // The slots are reused at operation k+2, once every rank is done
-          // with this one: no rank waits for the others here.
+          // Each source from its slot, or in place where it is shared.
           own_part(ctx);
-          consume_range(ctx, 0, small_limit(ctx),
-                        [&](int r) { return ctx.seg->small_slot(r, op); });
+          consume_range(ctx, 0, small_limit(ctx), [&](int r) {
+            return ctx.seg->descriptor(r, op).share_id != 0
+                       ? input_of(ctx, r)
+                       : static_cast<const std::byte*>(ctx.seg->small_slot(r, op));
+          });
           finish_op(ctx, moved);
+          // The slots are reused at operation k+2, once every rank is done
+          // with this one: no rank waits for the others here, unless they
+          // read its input in place.
+          if (ctx.seg->descriptor(ctx.rank, op).share_id != 0 && read_by_others(ctx, ctx.rank)) {
+            phase_ = phase::finish;
+            return step(ctx, moved);
+          }
           if (c.on_success) c.on_success();
           return true;
         }
@@ -216,7 +229,11 @@ class direct_shm final : public shm_op {
     return layout_->needed(view(ctx), me, r);
   }
 
-  /// Sources up to this size go through the descriptors' small slots.
+  /// Inputs from this size are shared for pulling layouts (tensor::empty
+  /// gives buffers of this size and more a mapping of their own).
+  static constexpr std::size_t pull_bytes = std::size_t{64} << 10;
+  /// Sources up to this size go through the descriptors' small slots
+  /// (unless shared).
   static std::int64_t small_limit(inline_context& ctx) {
     return static_cast<std::int64_t>(
         std::min<std::size_t>(ctx.seg->shape().small_bytes, std::size_t{64} << 10));
@@ -238,7 +255,7 @@ class direct_shm final : public shm_op {
     const auto bytes = static_cast<std::int64_t>(ctx.seg->shape().chunk_bytes);
     chunks_ = (longest_source(ctx) + bytes - 1) / bytes;
     // A source nobody else reads (a gather's root's) is not staged.
-    mine_ = read_by_others(ctx) ? (source_bytes(ctx, ctx.rank) + bytes - 1) / bytes : 0;
+    mine_ = read_by_others(ctx, ctx.rank) ? (source_bytes(ctx, ctx.rank) + bytes - 1) / bytes : 0;
     first_ = ctx.chunks + 1;
     ctx.chunks += static_cast<std::uint64_t>(chunks_);
     own_part(ctx);
@@ -256,11 +273,11 @@ class direct_shm final : public shm_op {
       copy_out(out + nd.at, in + nd.from, nd.to - nd.from);
   }
 
-  /// Whether another rank needs some of this rank's source.
-  bool read_by_others(inline_context& ctx) const {
+  /// Whether a rank other than `src` needs some of `src`'s source.
+  bool read_by_others(inline_context& ctx, int src) const {
     for (int r = 0; r < ctx.size; ++r) {
-      if (r == ctx.rank) continue;
-      const auto nd = needed(ctx, r, ctx.rank);
+      if (r == src) continue;
+      const auto nd = needed(ctx, r, src);
       if (nd.from < nd.to || layout_->reduces()) return true;
     }
     return false;
@@ -381,7 +398,9 @@ class direct_shm final : public shm_op {
   bool sources_shared(inline_context& ctx) const {
     if (!ctx.peers || !pulls_between_processes()) return false;
     for (int r = 0; r < ctx.size; ++r)
-      if (source_bytes(ctx, r) > 0 && ctx.seg->descriptor(r, op).share_id == 0) return false;
+      if (source_bytes(ctx, r) > 0 && ctx.seg->descriptor(r, op).share_id == 0 &&
+          read_by_others(ctx, r))
+        return false;
     return true;
   }
 
