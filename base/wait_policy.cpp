@@ -29,10 +29,27 @@ std::chrono::nanoseconds microseconds_from_env(const char* name, std::chrono::na
   return std::chrono::microseconds(us);
 }
 
+/// Whether this process runs on a CPU of its own: bound to one CPU (by
+/// troupe-run, or mpirun --bind-to core) in a job with no more ranks on
+/// this host than it has CPUs.
+bool on_cpu_of_its_own() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) != 1) return false;
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  if (!local || !*local) local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!local || !*local) return false;
+  char* end = nullptr;
+  const long ranks = std::strtol(local, &end, 10);
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return *end == '\0' && ranks >= 1 && cpus >= ranks;
+}
+
 }  // namespace
 
 wait_policy wait_policy::from_env() {
   wait_policy p;
+  if (on_cpu_of_its_own()) p.spin = own_cpu_spin;
   p.spin = microseconds_from_env("TROUPE_SPIN_US", p.spin);
   const char* spin = std::getenv("TROUPE_SPIN_US");
   p.spin_chosen = spin && *spin;

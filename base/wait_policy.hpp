@@ -10,12 +10,22 @@
 // one core; spin-then-yield keeps it at 1–9 µs, and 4 ranks on 2 cores at
 // 10–16 µs instead of 80 µs.
 //
+// A rank on a CPU of its own (bound to one CPU, as troupe-run and mpirun
+// --bind-to core bind them when the host has a CPU for every rank) spins
+// 20 µs before it yields: nothing of the job waits for that CPU, and a
+// yield is a system call that delays noticing the peer (measured, 2
+// processes: the heat simulation's step 8.4-11.6 -> 5.4-7.4 µs, the 4-byte
+// ping-pong 1.7 -> 1.5 µs one way).
+//
 // TROUPE_SPIN_US and TROUPE_POLL_US (integers, microseconds) override the
 // two windows; the world checks them at start-up.
 
 #include <chrono>
 
 namespace troupe::detail {
+
+/// The spinning window of a rank on a CPU of its own.
+inline constexpr std::chrono::nanoseconds own_cpu_spin{20'000};
 
 struct wait_policy {
   std::chrono::nanoseconds spin{1'000};   ///< pure spinning

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 #include "check_error.hpp"
 
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "../base/wait_policy.hpp"
 #include "troupe/debug.hpp"
@@ -180,6 +183,50 @@ TEST_CASE("waits do not spin when the host's ranks outnumber its CPUs, unless to
   scoped_env spin{"TROUPE_SPIN_US", "3"};
   const auto chosen = detail::wait_policy::from_env();
   CHECK(chosen.for_ranks(cpus + 1).spin == std::chrono::microseconds{3});
+}
+
+TEST_CASE("a rank on a CPU of its own spins longer before it yields") {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const auto usual = std::chrono::nanoseconds{1'000};
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  REQUIRE(::sched_getaffinity(0, sizeof(mine), &mine) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  // A thread bound to one CPU, as troupe-run binds a rank's process.
+  std::chrono::nanoseconds alone{}, crowded{}, unknown{};
+  std::thread bound([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (::pthread_setaffinity_np(::pthread_self(), sizeof(one), &one) != 0) return;
+    {
+      scoped_env local{"LOCAL_WORLD_SIZE", "1"};
+      alone = detail::wait_policy::from_env().spin;
+    }
+    {
+      scoped_env local{"LOCAL_WORLD_SIZE", std::to_string(cpus + 1)};
+      crowded = detail::wait_policy::from_env().spin;
+    }
+    {
+      scoped_env local{"LOCAL_WORLD_SIZE", std::nullopt};
+      scoped_env ompi{"OMPI_COMM_WORLD_LOCAL_SIZE", std::nullopt};
+      unknown = detail::wait_policy::from_env().spin;
+    }
+  });
+  bound.join();
+  CHECK(alone == detail::own_cpu_spin);
+  CHECK(crowded == usual);  // the host's ranks outnumber its CPUs
+  CHECK(unknown == usual);  // no launcher said how many ranks share the host
+  {
+    scoped_env spin{"TROUPE_SPIN_US", "2"};
+    scoped_env local{"LOCAL_WORLD_SIZE", "1"};
+    CHECK(detail::wait_policy::from_env().spin == std::chrono::microseconds{2});
+  }
+  if (CPU_COUNT(&mine) > 1) {  // this thread is not bound
+    scoped_env local{"LOCAL_WORLD_SIZE", "1"};
+    CHECK(detail::wait_policy::from_env().spin == usual);
+  }
 }
 
 TEST_CASE("a world refuses a TROUPE_FABRIC that is not on, off or staged") {
