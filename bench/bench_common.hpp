@@ -101,7 +101,8 @@ std::size_t count_wrong(op_kind op, int rank, int n, const layout& l, const floa
                         std::string& first);
 
 /// Warm-up and timed iterations for one size: 50 timed up to 1 MiB, 20 above
-/// (after 5 warm-ups, 3 in quick mode, 2 from 16 MiB); --iters K overrides.
+/// (after 5 warm-ups, 3 in quick mode, 2 from 16 MiB, and in any case at
+/// least 30 ms of them); --iters K overrides the timed ones.
 struct iteration_plan {
   int warmup = 5;
   int iters = 20;
