@@ -46,6 +46,7 @@ work backend::reduce_scatterv(tensor&, tensor&, const std::vector<std::int64_t>&
 // clang-format on
 work backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
   std::vector<work> parts;
+  parts.reserve(ops.size());
   for (auto& op : ops) {
     tensor_list one{op.buffer};
     const p2p_options o{.tag = op.tag};

@@ -3,6 +3,7 @@
 #include "troupe/process_group.hpp"
 
 #include <algorithm>
+#include <array>
 #include <mutex>
 
 #include "api/validate.hpp"
@@ -344,7 +345,7 @@ work process_group::allgather(tensor_list outs, tensor in, const allgather_optio
 work process_group::allgather_into_tensor(tensor out, tensor in, const allgather_options& o) {
   check_member("allgather_into_tensor");
   validator v{"allgather_into_tensor", rank_, size()};
-  v.tensors({in, out}, "tensors");
+  v.tensors(std::array{in, out}, "tensors");
   v.numel(out.numel(), in.numel() * size(), "output_tensor");
   tensor_list ts{in};
   return track(backend_for("allgather_into_tensor", ts).allgather_into_tensor(out, in, o),
@@ -459,7 +460,7 @@ work process_group::reduce_scatter(tensor out, tensor_list ins, const reduce_sca
 work process_group::reduce_scatter_tensor(tensor out, tensor in, const reduce_scatter_options& o) {
   check_member("reduce_scatter_tensor");
   validator v{"reduce_scatter_tensor", rank_, size()};
-  v.tensors({in, out}, "tensors");
+  v.tensors(std::array{in, out}, "tensors");
   v.numel(in.numel(), out.numel() * size(), "input_tensor");
   check_reduce_supported("reduce_scatter_tensor", o.op, out.scalar_type());
   tensor_list ts{out};
@@ -488,7 +489,7 @@ work process_group::alltoall_single(tensor out, tensor in, std::vector<std::int6
                                     const alltoall_options& o) {
   check_member("alltoall_single");
   validator v{"alltoall_single", rank_, size()};
-  v.tensors({in, out}, "tensors");
+  v.tensors(std::array{in, out}, "tensors");
   auto rows = [](const tensor& t) { return t.dim() == 0 ? std::int64_t{1} : t.shape()[0]; };
   auto row_size = [&](const tensor& t) { return rows(t) == 0 ? 0 : t.numel() / rows(t); };
   if (in.numel() > 0 && out.numel() > 0 && row_size(in) != row_size(out))
@@ -541,7 +542,7 @@ work process_group::allgatherv(tensor out, tensor in, std::vector<std::int64_t> 
                                const allgather_options& o) {
   check_member("allgatherv");
   validator v{"allgatherv", rank_, size()};
-  v.tensors({in, out}, "tensors");
+  v.tensors(std::array{in, out}, "tensors");
   v.all_blocks(out, v.blocks(counts, in, "input"), "output");
   tensor_list ts{in};
   return track(backend_for("allgatherv", ts).allgatherv(out, in, counts, o), "allgatherv", ts, -1);
@@ -555,7 +556,7 @@ work process_group::gatherv(tensor out, tensor in, std::vector<std::int64_t> cou
   v.tensor1(in, "input");
   const auto sum = v.blocks(counts, in, "input");
   if (rank_ == o.root_rank) {
-    v.tensors({in, out}, "tensors");
+    v.tensors(std::array{in, out}, "tensors");
     v.all_blocks(out, sum, "output");
   }
   tensor_list ts{in};
@@ -570,7 +571,7 @@ work process_group::scatterv(tensor out, tensor in, std::vector<std::int64_t> co
   v.tensor1(out, "output");
   const auto sum = v.blocks(counts, out, "output");
   if (rank_ == o.root_rank) {
-    v.tensors({in, out}, "tensors");
+    v.tensors(std::array{in, out}, "tensors");
     v.all_blocks(in, sum, "input");
   }
   tensor_list ts{out};
@@ -581,7 +582,7 @@ work process_group::reduce_scatterv(tensor out, tensor in, std::vector<std::int6
                                     const reduce_scatter_options& o) {
   check_member("reduce_scatterv");
   validator v{"reduce_scatterv", rank_, size()};
-  v.tensors({in, out}, "tensors");
+  v.tensors(std::array{in, out}, "tensors");
   v.all_blocks(in, v.blocks(counts, out, "output"), "input");
   check_reduce_supported("reduce_scatterv", o.op, in.scalar_type());
   tensor_list ts{in};
@@ -600,7 +601,7 @@ void check_peer(const validator& v, int peer, int rank, const char* what) {
            " is this rank; sending to or receiving from self is not supported");
 }
 
-void check_p2p_tensors(const validator& v, const tensor_list& ts, int tag) {
+void check_p2p_tensors(const validator& v, std::span<const tensor> ts, int tag) {
   v.tensors(ts, "tensors");
   v.length(ts.size(), 1, "tensors");
   if (tag < 0) v.fail("tag " + std::to_string(tag) + " is negative");
@@ -638,12 +639,13 @@ work process_group::batch_isend_irecv(std::vector<p2p_op> ops) {
   if (ops.empty()) v.fail("the list of operations is empty");
   // Validate every op first, so that a bad one issues nothing.
   for (auto& op : ops) {
-    check_p2p_tensors(v, {op.buffer}, op.tag);
+    check_p2p_tensors(v, {&op.buffer, 1}, op.tag);
     check_peer(v, op.peer, rank_, op.kind == p2p_op::isend ? "isend peer" : "irecv peer");
   }
   // Every buffer on one device: that device's backend issues the batch
   // (NCCL groups it); otherwise each op goes to its own device's backend.
   tensor_list buffers;
+  buffers.reserve(ops.size());
   for (auto& op : ops) buffers.push_back(op.buffer);
   const auto d = ops.front().buffer.get_device().type;
   const bool one_device = std::all_of(

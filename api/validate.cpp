@@ -8,22 +8,22 @@ void validator::fail(const std::string& what) const {
   throw error(errc::invalid_argument, std::string(op_) + ": " + what);
 }
 
-void validator::tensors(const tensor_list& ts, const char* what, std::size_t min) const {
+void validator::tensors(std::span<const tensor> ts, const char* what, std::size_t min) const {
   if (ts.size() < min)
     fail(std::string(what) + " must hold at least " + std::to_string(min) + " tensor(s), got " +
          std::to_string(ts.size()));
   for (std::size_t i = 0; i < ts.size(); ++i) {
     auto& t = ts[i];
-    auto name = std::string(what) + "[" + std::to_string(i) + "]";
-    if (!t.defined()) fail(name + " is an undefined tensor");
+    auto name = [&] { return std::string(what) + "[" + std::to_string(i) + "]"; };
+    if (!t.defined()) fail(name() + " is an undefined tensor");
     if (!t.is_contiguous())
-      fail(name + " is non-contiguous (" + t.describe() +
+      fail(name() + " is non-contiguous (" + t.describe() +
            "); collectives need contiguous tensors: pass a contiguous copy");
   }
   if (!ts.empty()) same_dtype(ts, ts.front());
 }
 
-void validator::same_dtype(const tensor_list& ts, const tensor& ref) const {
+void validator::same_dtype(std::span<const tensor> ts, const tensor& ref) const {
   for (auto& t : ts) {
     if (t.scalar_type() != ref.scalar_type())
       fail("tensors with different dtypes: " + std::string(to_string(ref.scalar_type())) + " and " +

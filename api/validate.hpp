@@ -3,6 +3,7 @@
 // troupe::error(errc::invalid_argument) with a message that starts with the
 // call's name and names the offending value.
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,10 +17,11 @@ class validator {
 
   [[noreturn]] void fail(const std::string& what) const;
   /// Non-empty list (when `min` is 1) of defined, contiguous tensors of one dtype and device.
-  void tensors(const tensor_list& ts, const char* what, std::size_t min = 1) const;
-  void tensor1(const tensor& t, const char* what) const { tensors({t}, what); }
+  /// (A span: a call's single tensor is checked without building a list.)
+  void tensors(std::span<const tensor> ts, const char* what, std::size_t min = 1) const;
+  void tensor1(const tensor& t, const char* what) const { tensors({&t, 1}, what); }
   /// All tensors have the dtype (and device) of `ref`.
-  void same_dtype(const tensor_list& ts, const tensor& ref) const;
+  void same_dtype(std::span<const tensor> ts, const tensor& ref) const;
   /// A rank argument (root, peer) is in [0, size).
   void rank_arg(int r, const char* what) const;
   /// A list has exactly `n` entries.

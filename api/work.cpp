@@ -296,10 +296,10 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
   };
   auto j = std::make_shared<joint>();
   j->left = parts.size();
-  j->parts = parts;
   // Waiting for the whole drives the parts that move in the waiting thread.
   if (std::any_of(parts.begin(), parts.end(), [](const work& p) { return p.state()->drive; })) {
     std::vector<std::weak_ptr<work_state>> ws;
+    ws.reserve(parts.size());
     for (auto& p : parts) ws.push_back(p.state());
     all.state()->drive = [ws](work_state& s, std::chrono::steady_clock::time_point until) {
       for (auto& w : ws)
@@ -310,7 +310,8 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
   }
   // The bookkeeping runs where a part completes (no hand-over to another
   // thread for it); the whole's own callbacks go where the part's would.
-  for (auto& p : parts)
+  j->parts = std::move(parts);  // a relay may run at once: j is complete first
+  for (auto& p : j->parts)
     detail::on_complete_relay(p, [all, j](const work& done) {
       if (!done.is_success()) {
         all.fail(done.exception());
@@ -320,9 +321,13 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
         std::lock_guard<std::mutex> g{j->mtx};
         if (--j->left != 0) return;
       }
+      // Every part is done: its outputs no longer change.
+      std::size_t n = 0;
+      for (auto& q : j->parts) n += q.state()->outputs.size();
       tensor_list out;
+      out.reserve(n);
       for (auto& q : j->parts)
-        for (auto& t : q.result()) out.push_back(t);
+        out.insert(out.end(), q.state()->outputs.begin(), q.state()->outputs.end());
       all.complete(std::move(out));
     });
   return all;

@@ -132,7 +132,8 @@ work host_backend::on_segment(op_code code, const char* name, tensor& t, const r
 }
 
 work host_backend::barrier_inline(const barrier_options& o) {
-  auto none = tensor::empty({0}, dtype::uint8);
+  // No data: one empty tensor for every barrier of the process (immutable).
+  static const tensor none = tensor::empty({0}, dtype::uint8);
   auto op = shm_ ? make_allreduce_shm(none, reduce_op::SUM, 0.0,
                                       static_cast<std::uint8_t>(op_code::barrier))
                  : make_algorithm_op(*make_call(op_code::barrier, "barrier", o.timeout, {}));

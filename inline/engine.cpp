@@ -162,13 +162,13 @@ int inline_engine::blocker() {
 }
 
 void inline_engine::abort(const std::string& reason) {
-  std::vector<finished> out;
+  finished_list out;
   {
     std::lock_guard<std::mutex> g{engine_};
     stop(reason);
     step_head(out);
   }
-  for (auto& f : out) f.op->handle.fail(f.error);
+  out.for_each([](finished& f) { f.op->handle.fail(f.error); });
   med_->wake_all();  // threads of this rank sleeping in the medium
 }
 
@@ -177,7 +177,7 @@ void inline_engine::stop(const std::string& reason) {
 }
 
 bool inline_engine::pass(bool block_on_lock) {
-  std::vector<finished> out;
+  finished_list out;
   bool moved = false;
   {
     std::unique_lock<std::mutex> g{engine_, std::defer_lock};
@@ -188,16 +188,16 @@ bool inline_engine::pass(bool block_on_lock) {
     moved = step_head(out);
   }
   // Outside the lock: a callback may issue the next collective.
-  for (auto& f : out) {
+  out.for_each([](finished& f) {
     if (f.error)
       f.op->handle.fail(f.error);
     else
       f.op->handle.complete(std::move(f.op->outputs));
-  }
+  });
   return moved || !out.empty();
 }
 
-bool inline_engine::step_head(std::vector<finished>& out) {
+bool inline_engine::step_head(finished_list& out) {
   inline_context ctx{
       *this,  *med_,   med_->shared_segment(), rank_,         size(),
       names_, chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_};

@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "base/call.hpp"
+#include "base/small_vector.hpp"
 #include "base/tensor_util.hpp"
 #include "inline/medium.hpp"
 #include "inline/shm/segment.hpp"
@@ -174,7 +175,7 @@ class allreduce_shm final : public shm_op {
 
   void reduce_small(inline_context& ctx) {
     if (!gets_result(ctx)) return;
-    std::vector<const void*> srcs(static_cast<std::size_t>(ctx.size));
+    small_vector<const void*, 8> srcs(static_cast<std::size_t>(ctx.size));
     for (int r = 0; r < ctx.size; ++r)
       srcs[static_cast<std::size_t>(r)] =
           r == ctx.rank ? data_.data() : static_cast<const void*>(ctx.seg->small_slot(r, op));
@@ -210,11 +211,11 @@ class allreduce_shm final : public shm_op {
     const auto n = ctx.size;
     const auto me = ctx.rank;
     const auto es = static_cast<std::int64_t>(element_size(data_.scalar_type()));
-    std::vector<std::byte*> bufs(static_cast<std::size_t>(n));
+    small_vector<std::byte*, 8> bufs(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) bufs[static_cast<std::size_t>(r)] = buffer_of(ctx, r);
     const auto [off, count] = part(data_.numel(), n, me);
     const std::int64_t piece = std::max<std::int64_t>(1, (32 << 10) / es);
-    std::vector<const void*> srcs(static_cast<std::size_t>(n));
+    small_vector<const void*, 8> srcs(static_cast<std::size_t>(n));
     for (std::int64_t done = 0; done < count; done += piece) {
       const auto m = std::min(piece, count - done);
       const auto at = (off + done) * es;
@@ -304,7 +305,7 @@ class allreduce_shm final : public shm_op {
         if (r < 0) {
           const auto c = view(reduced_);
           const auto g = number(reduced_);
-          std::vector<const void*> srcs(static_cast<std::size_t>(n));
+          small_vector<const void*, 8> srcs(static_cast<std::size_t>(n));
           for (int q = 0; q < n; ++q)
             srcs[static_cast<std::size_t>(q)] = (q == me ? c.mine : seg.stage(q, g)) + c.my_off;
           std::byte* out = seg.result(g) + c.my_off;

@@ -36,6 +36,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "base/call.hpp"
+#include "base/small_vector.hpp"
 #include "inline/medium.hpp"
 #include "inline/shm/direct_layout.hpp"
 #include "inline/shm/shm_op.hpp"
@@ -368,7 +369,7 @@ class direct_shm final : public shm_op {
       const auto nd = needed(ctx, me, me);
       const auto [from, to] = part(nd);
       if (from >= to) return;
-      std::vector<const void*> srcs(static_cast<std::size_t>(n));
+      small_vector<const void*, 8> srcs(static_cast<std::size_t>(n));
       for (int r = 0; r < n; ++r)
         srcs[static_cast<std::size_t>(r)] =
             r == me ? static_cast<const std::byte*>(c.input.data()) + from : staged_at(r, from);
