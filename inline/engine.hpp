@@ -47,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/one_or_more.hpp"
 #include "base/wait_policy.hpp"
 #include "troupe/work.hpp"
 
@@ -174,26 +175,8 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
     std::unique_ptr<inline_op> op;
     std::exception_ptr error;
   };
-  /// What one pass finished: mostly one operation (kept without allocating).
-  class finished_list {
-   public:
-    void push_back(finished f) {
-      if (!one_)
-        one_.emplace(std::move(f));
-      else
-        more_.push_back(std::move(f));
-    }
-    bool empty() const noexcept { return !one_; }
-    template <class F>
-    void for_each(F&& fn) {
-      if (one_) fn(*one_);
-      for (auto& f : more_) fn(f);
-    }
-
-   private:
-    std::optional<finished> one_;
-    std::vector<finished> more_;
-  };
+  /// What one pass finished: mostly one operation.
+  using finished_list = one_or_more<finished>;
   bool pass(bool block_on_lock);
   bool step_head(finished_list& out);
   int blocker();

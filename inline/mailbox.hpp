@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "base/call.hpp"
+#include "base/one_or_more.hpp"
 #include "base/spin_lock.hpp"
 #include "transport/frame.hpp"
 #include "troupe/error.hpp"
@@ -111,26 +112,8 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
     std::optional<message> m;
     std::exception_ptr error;  // for r (or, without r, for m's sender)
   };
-  /// The finishes of one step: mostly one (kept without allocating).
-  class finishes {
-   public:
-    void push_back(finish f) {
-      if (!one_)
-        one_.emplace(std::move(f));
-      else
-        more_.push_back(std::move(f));
-    }
-    bool empty() const noexcept { return !one_; }
-    template <class F>
-    void for_each(F&& fn) {
-      if (one_) fn(*one_);
-      for (auto& f : more_) fn(f);
-    }
-
-   private:
-    std::optional<finish> one_;
-    std::vector<finish> more_;
-  };
+  /// The finishes of one step: mostly one.
+  using finishes = one_or_more<finish>;
 
   /// Takes a message from a peer: hands it to the first matching receive, or keeps it.
   void accept(message m);
