@@ -63,16 +63,18 @@ std::string announced_mismatch(int peer, int theirs, int mine, const std::string
 work inline_engine::submit(std::unique_ptr<inline_op> op) {
   auto w = op->handle;
   op->deadline = inline_clock::now() + op->timeout;
-  std::weak_ptr<inline_engine> self = weak_from_this();
+  // The hooks reach this engine through the work's owner: they capture at
+  // most the work itself, so storing them allocates nothing.
   auto& s = *w.state();
-  s.drive = [self](work_state& st, inline_clock::time_point until) {
-    if (auto f = self.lock()) f->drive(st, until);
+  s.owner = weak_from_this();
+  s.drive = [](work_state& st, inline_clock::time_point until) {
+    if (auto f = std::static_pointer_cast<inline_engine>(st.owner.lock())) f->drive(st, until);
   };
-  s.poke = [self] {
-    if (auto f = self.lock()) f->poke();
+  s.poke = [&s] {
+    if (auto f = std::static_pointer_cast<inline_engine>(s.owner.lock())) f->poke();
   };
-  s.continued = [self] {
-    if (auto f = self.lock()) progress_wake(f);
+  s.continued = [&s] {
+    if (auto f = std::static_pointer_cast<inline_engine>(s.owner.lock())) progress_wake(f);
   };
   {
     std::lock_guard<std::mutex> g{engine_};
