@@ -16,7 +16,8 @@
 //   copied into the output.
 // Every payload is a fresh buffer or one received unchanged, so sharing it
 // with the receiver never races with later writes to the caller's memory
-// (step 0 sends slices of the input itself when the transport copies the
+// (step 0 sends slices of the input itself, and phase 2 forwards segments
+// received straight into the output, only when the transport copies the
 // bytes before send returns).
 
 #include <algorithm>
@@ -47,6 +48,17 @@ class allreduce_ring final : public algorithm {
       }
       const auto largest = chunk_range(call.input.numel(), n, 0).second;  // chunk 0 is largest
       segs_ = segments_of(largest, call.input.scalar_type());
+      // The allgather's segments go straight into the output where the
+      // transport can (between processes the reader then copies nothing
+      // more). Each is written when it arrives, after this rank combined
+      // that chunk's input (the chunk's partial sums passed through it) and
+      // read nothing of it since: its sends were copies.
+      for (int s = n - 1; s < 2 * n - 2; ++s)
+        for (int j = 0; j < segs_; ++j) {
+          const auto [off, len] =
+              segment_range(call.input.numel(), n, ring(r, -(s - (n - 1)), n), j);
+          ctx.post_receive(left, id(s, j), call.output.flat_slice(off, len));
+        }
     }
     // Phase 1: reduce-scatter, segment by segment.
     for (;;) {
@@ -86,7 +98,9 @@ class allreduce_ring final : public algorithm {
       const int c = ring(r, -(step_ - (n - 1)), n);
       const auto [off, len] = segment_range(call.input.numel(), n, c, seg_);
       place(call, *in, call.output.flat_slice(off, len), left, id(step_, seg_));
-      if (step_ + 1 < 2 * n - 2) ctx.send(right, id(step_ + 1, seg_), *in);
+      // (`in` may be the caller's output, posted above: a copy where the
+      // transport keeps what it sends.)
+      if (step_ + 1 < 2 * n - 2) ctx.send(right, id(step_ + 1, seg_), to_send(ctx, right, *in));
       if (++seg_ == segs_) {
         seg_ = 0;
         ++step_;
