@@ -98,9 +98,13 @@ class host_backend final : public backend {
   /// The tensors as one input: in place where they lie in a row and do not
   /// overlap `output`, else packed into a buffer of the call's own.
   static tensor packed(const tensor_list& ts, const tensor& output);
-  /// `row` as the output of `numel` elements, where it is one and does not
-  /// overlap `input`; else undefined (the call unpacks its own buffer).
-  static tensor in_place_output(const tensor& row, std::int64_t numel, const tensor& input);
+  /// The call's output: `row` (the outputs in the buffer's order, adjacent())
+  /// where it holds `numel` elements and does not overlap the call's input;
+  /// else a buffer of its own, of `like`'s dtype and device, that
+  /// `unpack_out(buffer)` copies into the caller's outputs on success.
+  template <class F>
+  static void set_output(collective_call& c, const tensor& row, const tensor& like_of,
+                         std::int64_t numel, F unpack_out);
   call_ptr make_call(op_code code, const char* name, timeout_t timeout, tensor_list outputs);
 
   // -- routing: which engine runs a call (host_route.cpp) ------------------------

@@ -121,11 +121,8 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
   c->counts.assign(static_cast<std::size_t>(size()), ins[0].numel());
   if (rank() == o.root_rank) {
     // The root's blocks straight into its outputs where they lie in a row.
-    c->output = in_place_output(adjacent(outs[0]), ins[0].numel() * size(), c->input);
-    if (!c->output.defined()) {
-      c->output = like(ins[0], ins[0].numel() * size());
-      c->on_success = [buf = c->output, list = outs[0]] { unpack(buf, 0, list); };
-    }
+    set_output(*c, adjacent(outs[0]), ins[0], ins[0].numel() * size(),
+               [list = outs[0]](const tensor& buf) { unpack(buf, 0, list); });
   }
   return submit(c);
 }
@@ -223,14 +220,9 @@ work host_backend::alltoall_single(tensor& out, tensor& in,
 
 work host_backend::alltoall(tensor_list& outs, tensor_list& ins, const alltoall_options& o) {
   auto c = make_call(op_code::alltoallv, "alltoall", o.timeout, outs);
-  c->output = adjacent(outs);
-  if (c->output.defined()) {
-    c->input = packed(ins, c->output);
-  } else {
-    c->input = pack(ins);
-    c->output = like(ins[0], total_numel(outs));
-    c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
-  }
+  set_output(*c, adjacent(outs), ins[0], total_numel(outs),
+             [outs](const tensor& buf) { unpack(buf, 0, outs); });
+  c->input = packed(ins, c->output);
   for (auto& t : ins) c->counts.push_back(t.numel());
   for (auto& t : outs) c->recv_counts.push_back(t.numel());
   return submit(c);
@@ -312,10 +304,8 @@ work host_backend::gather_blocks(const char* name, timeout_t timeout, const tens
   auto c = make_call(op_code::allgatherv, name, timeout, std::move(outputs));
   c->input = ins.size() == 1 ? flat(ins[0]) : pack(ins);
   c->counts.assign(static_cast<std::size_t>(size()), c->input.numel());
-  c->output = in_place_output(in_row, c->input.numel() * size(), c->input);
-  if (c->output.defined()) return submit(c);
-  c->output = like(ins[0], c->input.numel() * size());
-  c->on_success = [buf = c->output, f = std::move(scatter_out), n = size()] { f(buf, n); };
+  set_output(*c, in_row, ins[0], c->input.numel() * size(),
+             [f = std::move(scatter_out), n = size()](const tensor& buf) { f(buf, n); });
   return submit(c);
 }
 
@@ -324,8 +314,15 @@ tensor host_backend::packed(const tensor_list& ts, const tensor& output) {
   return row.defined() && !overlaps(row, output) ? row : pack(ts);
 }
 
-tensor host_backend::in_place_output(const tensor& row, std::int64_t numel, const tensor& input) {
-  return row.defined() && row.numel() == numel && !overlaps(row, input) ? row : tensor{};
+template <class F>
+void host_backend::set_output(collective_call& c, const tensor& row, const tensor& like_of,
+                              std::int64_t numel, F unpack_out) {
+  if (row.defined() && row.numel() == numel && !overlaps(row, c.input)) {
+    c.output = row;
+    return;
+  }
+  c.output = like(like_of, numel);
+  c.on_success = [buf = c.output, unpack_out = std::move(unpack_out)] { unpack_out(buf); };
 }
 
 call_ptr host_backend::make_call(op_code code, const char* name, timeout_t timeout,

@@ -108,7 +108,7 @@ void unmap_mapping(void* p, std::size_t size) {
 /// kept (at least 8). Each is a mapping of its own (registered, so that
 /// share_in_place can move it into shared memory; a buffer shared so stays
 /// shared when it is handed out again).
-constexpr std::size_t pooled_min = std::size_t{64} << 10;
+constexpr std::size_t pooled_min = own_mapping_bytes;
 constexpr int pool_classes = 6;  // 64 KiB .. 2 MiB (exclusive)
 constexpr std::size_t pool_depth(int cls) {
   return std::max<std::size_t>(8, (std::size_t{16} << 20) / (pooled_min << cls));

@@ -16,6 +16,10 @@
 
 namespace troupe::detail {
 
+/// From this size a host allocation of tensor::empty is a mapping of its own,
+/// which share_in_place can move into shared memory.
+inline constexpr std::size_t own_mapping_bytes = std::size_t{64} << 10;
+
 /// Owned host memory of `bytes` (64-byte aligned; large buffers use huge pages).
 std::shared_ptr<void> allocate_host(std::size_t bytes);
 /// Host memory of tensor::empty_shared: `bytes` in a memfd mapped here.

@@ -41,6 +41,7 @@
 #include "inline/shm/direct_layout.hpp"
 #include "inline/shm/shm_op.hpp"
 #include "kernels/reduce_kernels.hpp"
+#include "memory/host_memory.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -102,7 +103,7 @@ class direct_shm final : public shm_op {
         // are read in place between processes.
         // (alltoall's counts of the others are not posted yet: any source.)
         if (ctx.peers && pulls_between_processes() && c.input.defined() &&
-            c.input.nbytes() >= pull_bytes &&
+            c.input.nbytes() >= own_mapping_bytes &&
             (c.code == op_code::alltoallv ? source_bytes(ctx, ctx.rank) > 0
                                           : read_by_others(ctx, ctx.rank)))
           describe_shared(d, c.input);
@@ -230,9 +231,6 @@ class direct_shm final : public shm_op {
     return layout_->needed(view(ctx), me, r);
   }
 
-  /// Inputs from this size are shared for pulling layouts (tensor::empty
-  /// gives buffers of this size and more a mapping of their own).
-  static constexpr std::size_t pull_bytes = std::size_t{64} << 10;
   /// Sources up to this size go through the descriptors' small slots
   /// (unless shared).
   static std::int64_t small_limit(inline_context& ctx) {
@@ -276,11 +274,9 @@ class direct_shm final : public shm_op {
 
   /// Whether a rank other than `src` needs some of `src`'s source.
   bool read_by_others(inline_context& ctx, int src) const {
-    for (int r = 0; r < ctx.size; ++r) {
-      if (r == src) continue;
-      const auto nd = needed(ctx, r, src);
-      if (nd.from < nd.to || layout_->reduces()) return true;
-    }
+    if (layout_->reduces()) return ctx.size > 1;  // every rank reads every source
+    for (int r = 0; r < ctx.size; ++r)
+      if (const auto nd = needed(ctx, r, src); r != src && nd.from < nd.to) return true;
     return false;
   }
 
