@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <mutex>
 
 #include "api/validate.hpp"
@@ -20,7 +21,23 @@ struct process_group::issued_state {
   std::mutex mtx;
   std::vector<std::weak_ptr<detail::work_state>> pending;  // issued, maybe finished
   std::function<void(const work_info&)> hook;
-  std::shared_ptr<detail::flight_ring> ring;  // the flight record (null: off)
+  /// The flight record (null: off). Set at most once, never cleared: a
+  /// call reads `recording` (one atomic load; std::atomic_load of a
+  /// shared_ptr takes a process-wide hashed lock) and then `ring`.
+  std::shared_ptr<detail::flight_ring> ring;
+  std::atomic<bool> recording{false};
+
+  /// Sets the flight record unless there is one.
+  void record_into(std::shared_ptr<detail::flight_ring> r) {
+    std::lock_guard<std::mutex> g{mtx};
+    if (recording.load()) return;
+    ring = std::move(r);
+    recording.store(true, std::memory_order_release);
+  }
+  /// The flight record, or null.
+  const detail::flight_ring* recorder() const {
+    return recording.load(std::memory_order_acquire) ? ring.get() : nullptr;
+  }
 };
 
 namespace {
@@ -58,7 +75,7 @@ process_group::process_group(std::string name, std::string description, int rank
   for (auto& [d, b] : backends_)
     if (b) by_type_.emplace(backend_type_of(b->name()), b);
   if (const auto n = detail::flight_ring::default_capacity(); n > 0 && rank_ >= 0)
-    issued_->ring = std::make_shared<detail::flight_ring>(name_, rank_, size(), n);
+    issued_->record_into(std::make_shared<detail::flight_ring>(name_, rank_, size(), n));
 }
 
 process_group::~process_group() = default;
@@ -188,7 +205,8 @@ work process_group::track(work w, const char* op, const tensor_list& ts, int pee
   if (coalescing_) coalesced_.push_back(w);
   if (!w.valid()) return w;
   auto& st = *issued_;
-  if (auto ring = std::atomic_load(&st.ring)) {
+  if (st.recorder()) {
+    auto& ring = st.ring;
     std::int64_t numel = 0;
     std::uint64_t bytes = 0;
     for (auto& t : ts)
@@ -246,13 +264,12 @@ void process_group::register_on_completion_hook(std::function<void(const work_in
 
 void process_group::enable_collectives_timing() {
   check_member("enable_collectives_timing");
-  if (!std::atomic_load(&issued_->ring))
-    std::atomic_store(&issued_->ring,
-                      std::make_shared<detail::flight_ring>(name_, rank_, size(), 2000));
+  if (!issued_->recorder())
+    issued_->record_into(std::make_shared<detail::flight_ring>(name_, rank_, size(), 2000));
 }
 
 std::vector<flight_entry> process_group::flight_record() const {
-  auto ring = std::atomic_load(&issued_->ring);
+  const auto* ring = issued_->recorder();
   return ring ? ring->entries() : std::vector<flight_entry>{};
 }
 

@@ -165,7 +165,8 @@ work host_backend::on_inline(inline_engine& engine, std::unique_ptr<inline_op> o
   op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
   op->outputs = std::move(outputs);
   if (!op->handle.valid()) op->handle = work::make(name, group_name());
-  track(op->handle);
+  // Not tracked: the engine holds the operation until it ends, and aborting
+  // the engine (abort, shutdown) fails it.
   if (debug_ == debug_level::detail) log_detail(op->handle, data);
   std::lock_guard<std::mutex> g{issue_mtx_};
   op->seq =

@@ -108,3 +108,65 @@ TEST_CASE("sequence_number counts calls issued but not yet finished") {
     for (auto& p : pending) p.wait();
   });
 }
+
+// A group of one rank runs its calls on its own segment (or, with
+// TROUPE_FABRIC=messages, its own message engine): every collective gives
+// what c10d's does for one rank, in place or copied, beside the larger
+// groups of the same ranks.
+TEST_CASE("groups of one rank: every collective, each rank on its own group") {
+  for (int n : {1, 2, 3}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      std::vector<std::shared_ptr<process_group>> alone;
+      for (int r = 0; r < n; ++r) alone.push_back(w.new_group({r}));  // every rank creates each
+      auto& g = *alone[static_cast<std::size_t>(w.rank())];
+      REQUIRE(g.size() == 1);
+      const float base = 10.0f * static_cast<float>(w.rank() + 1);
+      auto vals = [base](int k) {
+        std::vector<float> v;
+        for (int i = 0; i < k; ++i) v.push_back(base + static_cast<float>(i));
+        return v;
+      };
+      auto got = [](const tensor& t) { return t.to_vector<float>(); };
+      for (int k : {1, 1000, 70000}) {  // a slot, several slots, past the slots
+        CAPTURE(k);
+        auto t = tensor::from_vector(vals(k));
+        g.allreduce(t, reduce_op::SUM).wait();
+        CHECK(got(t) == vals(k));
+        g.allreduce(t, reduce_op::AVG).wait();
+        CHECK(got(t) == vals(k));
+        g.allreduce(t, reduce_op::premul_sum(2.0)).wait();
+        auto twice = vals(k);
+        for (auto& x : twice) x *= 2;
+        CHECK(got(t) == twice);
+        t = tensor::from_vector(vals(k));
+        g.reduce(t, 0, reduce_op::MAX).wait();
+        g.broadcast(t, 0).wait();
+        CHECK(got(t) == vals(k));
+        auto out = tensor::zeros({k}, dtype::float32);
+        g.allgather_into_tensor(out, t).wait();
+        CHECK(got(out) == vals(k));
+        auto gathered = tensor::zeros({k}, dtype::float32);
+        g.gather(tensor_list{gathered}, t).wait();
+        CHECK(got(gathered) == vals(k));
+        auto scattered = tensor::zeros({k}, dtype::float32);
+        g.scatter(scattered, tensor_list{t}).wait();
+        CHECK(got(scattered) == vals(k));
+        auto rs = tensor::zeros({k}, dtype::float32);
+        g.reduce_scatter_tensor(rs, t).wait();
+        CHECK(got(rs) == vals(k));
+        auto a2a = tensor::zeros({k}, dtype::float32);
+        g.alltoall_single(a2a, t).wait();
+        CHECK(got(a2a) == vals(k));
+        g.barrier().wait();
+      }
+      // Point to point has nobody to talk to.
+      auto t = tensor::from_vector(vals(4));
+      CHECK_THROWS_WITH_AS(g.send(t, 0), doctest::Contains("is this rank"), error);
+      // The larger group of the same ranks still agrees afterwards.
+      auto sum = tensor::from_vector<float>({1.0f});
+      w.default_group().allreduce(sum).wait();
+      CHECK(got(sum) == std::vector<float>{static_cast<float>(n)});
+    });
+  }
+}
