@@ -55,9 +55,10 @@ class alltoall_pairwise final : public algorithm {
       }
       auto own = call.input.flat_slice(send_offsets[r], call.counts[r]);
       if (own.numel() != call.recv_counts[r])
-        throw error(errc::invalid_argument,
-                    call.name + ": this rank sends itself " + std::to_string(own.numel()) +
-                        " elements but expects to receive " + std::to_string(call.recv_counts[r]));
+        throw error(errc::invalid_argument, std::string(call.name) + ": this rank sends itself " +
+                                                std::to_string(own.numel()) +
+                                                " elements but expects to receive " +
+                                                std::to_string(call.recv_counts[r]));
       auto mine = call.output.flat_slice(recv_offsets[r], call.recv_counts[r]);
       if (!own.is_same(mine)) mine.copy_from(fresh_copy(own));
       next_.assign(static_cast<std::size_t>(n), 0);

@@ -97,7 +97,7 @@ void check_payload(const collective_call& call, const tensor& payload, std::int6
   auto expected = static_cast<std::size_t>(count) * element_size(call.input.scalar_type());
   if (payload.nbytes() != expected || payload.scalar_type() != call.input.scalar_type())
     throw error(errc::invalid_argument,
-                call.name + ": rank " + std::to_string(peer) + " sent " +
+                std::string(call.name) + ": rank " + std::to_string(peer) + " sent " +
                     std::to_string(payload.nbytes()) + " bytes of " +
                     std::string(to_string(payload.scalar_type())) + " at step " +
                     std::to_string(step) + ", this rank expected " + std::to_string(expected) +

@@ -57,8 +57,9 @@ class exchange_impl final : public device_exchange,
       std::unique_lock<std::mutex> g{mtx_};
       auto& rd = get(seq);
       if (!aborted_.empty() || rd.failed) {
-        auto e = error(aborted_.empty() ? rd.code : errc::aborted,
-                       aborted_.empty() ? rd.failure : c->name + " failed: " + aborted_);
+        auto e =
+            error(aborted_.empty() ? rd.code : errc::aborted,
+                  aborted_.empty() ? rd.failure : std::string(c->name) + " failed: " + aborted_);
         if (rd.failed && ++rd.posted == size_) {
           release_events(rd);
           rounds_.erase(seq);
@@ -88,7 +89,7 @@ class exchange_impl final : public device_exchange,
     j.name = c->name;
     j.enqueue = [self = shared_from_this(), seq, rank, dev = queue->device(),
                  name = c->name](stream_t s) {
-      self->readied(seq, rank, dev, self->ops_.record_event(name.c_str(), dev, s));
+      self->readied(seq, rank, dev, self->ops_.record_event(name, dev, s));
     };
     j.on_failure = failer(seq);
     queue->submit(std::move(j));
@@ -140,7 +141,7 @@ class exchange_impl final : public device_exchange,
     device_job j;
     j.name = c.name;
     j.enqueue = [self = shared_from_this(), a, dev = queue.device(), name = c.name](stream_t s) {
-      self->ops_.reduce(name.c_str(), dev, a, s);
+      self->ops_.reduce(name, dev, a, s);
     };
     j.on_failure = failer(c.seq);
     queue.submit(std::move(j));
@@ -235,7 +236,7 @@ class exchange_impl final : public device_exchange,
                      const std::vector<std::shared_ptr<device_queue>>& queues) {
     for (auto& a : queues)
       for (auto& b : queues)
-        if (a->device() != b->device()) ops_.connect(c.name.c_str(), a->device(), b->device());
+        if (a->device() != b->device()) ops_.connect(c.name, a->device(), b->device());
   }
 
   /// Stage 2 done on `rank`: once every rank is, every rank finishes.
@@ -265,7 +266,7 @@ class exchange_impl final : public device_exchange,
       j.after = c->on_success;
       j.enqueue = [self = shared_from_this(), seq, dev = q->device(), done,
                    name = c->name](stream_t s) {
-        for (auto ev : done) self->ops_.wait_event(name.c_str(), dev, s, ev);
+        for (auto ev : done) self->ops_.wait_event(name, dev, s, ev);
         self->finishing(seq);
       };
       j.on_failure = failer(seq);
@@ -378,8 +379,9 @@ class exchange_impl final : public device_exchange,
       else
         missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
-    return any->name + ": " + detail::timeout_after(any->timeout) + " waiting for rank " + missing +
-           " to join (cuda, sequence number " + std::to_string(seq) + ")";
+    return std::string(any->name) + ": " + detail::timeout_after(any->timeout) +
+           " waiting for rank " + missing + " to join (cuda, sequence number " +
+           std::to_string(seq) + ")";
   }
 
   const int size_;

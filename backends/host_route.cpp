@@ -31,17 +31,17 @@ work host_backend::submit(call_ptr c) {
   // Ranks of one host: through the shared segment (ranks of one process
   // straight between their buffers).
   if (shm_ && fits_inline(*c) && fits_direct_shm(*c, size())) {
-    auto op = make_direct_shm(*c);
+    auto op = make_direct_shm(c);
     op->handle = c->handle;
-    return on_inline(*engine_, std::move(op), c->code, c->name.c_str(),
-                     c->input.defined() ? c->input : c->output, c->timeout, c->outputs);
+    return on_inline(*engine_, std::move(op), c->code, c->name,
+                     c->input.defined() ? c->input : c->output, c->timeout, std::move(c->outputs));
   }
   // Messages and the group actors: float16 sums travel in float32.
   c = with_float_sums(c);
   if (auto& f = shm_ ? messages_ : engine_; f && fits_inline(*c)) {
-    auto op = make_algorithm_op(*c);
+    auto op = make_algorithm_op(c);
     op->handle = c->handle;
-    return on_inline(*f, std::move(op), c->code, c->name.c_str(), c->input, c->timeout, c->outputs);
+    return on_inline(*f, std::move(op), c->code, c->name, c->input, c->timeout, c->outputs);
   }
   track(c->handle);
   if (debug_ == debug_level::detail) log_detail(c->handle, c->input);
@@ -116,7 +116,7 @@ work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
     auto c = make_call(op_code::allreduce, "allreduce", o.timeout, {t});
     c->op = o.op;
     c->input = c->output = data;
-    return on_inline(make_algorithm_op(*with_float_sums(c)), op_code::allreduce, "allreduce", data,
+    return on_inline(make_algorithm_op(with_float_sums(c)), op_code::allreduce, "allreduce", data,
                      o.timeout, {t});
   }
   return on_segment(op_code::allreduce, "allreduce", t, o.op, -1, o.timeout);
@@ -136,7 +136,7 @@ work host_backend::barrier_inline(const barrier_options& o) {
   static const tensor none = tensor::empty({0}, dtype::uint8);
   auto op = shm_ ? make_allreduce_shm(none, reduce_op::SUM, 0.0,
                                       static_cast<std::uint8_t>(op_code::barrier))
-                 : make_algorithm_op(*make_call(op_code::barrier, "barrier", o.timeout, {}));
+                 : make_algorithm_op(make_call(op_code::barrier, "barrier", o.timeout, {}));
   return on_inline(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
 }
 

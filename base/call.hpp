@@ -41,7 +41,7 @@ const char* to_string(op_code c) noexcept;
 /// One collective, planned on flat contiguous one-dimensional buffers.
 struct collective_call {
   op_code code = op_code::barrier;
-  std::string name;       ///< the public call ("allreduce_coalesced"), for messages
+  const char* name = "";  ///< the public call ("allreduce_coalesced"), for messages (a literal)
   std::uint64_t seq = 0;  ///< the group's sequence number (assigned at issue)
   reduce_op op;
   int root = 0;

@@ -47,8 +47,7 @@ class message_context final : public op_context {
 
 class algorithm_op final : public inline_op {
  public:
-  explicit algorithm_op(collective_call call)
-      : call_(std::make_unique<collective_call>(std::move(call))) {}
+  explicit algorithm_op(call_ptr call) : call_(std::move(call)) {}
 
   bool step(inline_context& fc, bool& moved) override {
     auto& net = static_cast<message_medium&>(fc.med);
@@ -100,7 +99,8 @@ class algorithm_op final : public inline_op {
     if (!ctx_) return {-1, "start"};
     const int p = ctx_->blocked_peer();
     if (p >= 0 && !ctx_->agreed().heard_from(p))
-      return {p, "join this " + name + " (nothing of this sequence number arrived from it)"};
+      return {p, "join this " + std::string(name) +
+                     " (nothing of this sequence number arrived from it)"};
     return {p, "send its data (" + ctx_->waiting_for() + ")"};
   }
 
@@ -109,7 +109,7 @@ class algorithm_op final : public inline_op {
   }
 
  private:
-  std::unique_ptr<collective_call> call_;
+  call_ptr call_;  // the caller's, not copied (the op is its last user)
   std::unique_ptr<message_context> ctx_;
   std::unique_ptr<algorithm> alg_;
   bool finished_ = false;  // the algorithm is done (the agreement may still wait)
@@ -117,10 +117,10 @@ class algorithm_op final : public inline_op {
 
 }  // namespace
 
-std::unique_ptr<inline_op> make_algorithm_op(collective_call call) {
+std::unique_ptr<inline_op> make_algorithm_op(call_ptr call) {
   // Up to 1 MiB latency counts: the waiting thread reads its peers' sockets.
-  const auto bytes = std::max(call.input.defined() ? call.input.nbytes() : 0,
-                              call.output.defined() ? call.output.nbytes() : 0);
+  const auto bytes = std::max(call->input.defined() ? call->input.nbytes() : 0,
+                              call->output.defined() ? call->output.nbytes() : 0);
   auto op = std::make_unique<algorithm_op>(std::move(call));
   op->reads_itself = bytes <= (std::size_t{1} << 20);
   return op;

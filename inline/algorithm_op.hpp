@@ -11,8 +11,8 @@
 
 namespace troupe::detail {
 
-/// `call` as planned by the backend (its handle is unused: the inline engine
-/// completes the op's own handle).
-std::unique_ptr<inline_op> make_algorithm_op(collective_call call);
+/// `call` as planned by the backend, which the operation keeps and changes
+/// (its handle is unused: the inline engine completes the op's own handle).
+std::unique_ptr<inline_op> make_algorithm_op(call_ptr call);
 
 }  // namespace troupe::detail

@@ -111,7 +111,7 @@ class inline_op {
   /// waits for some of them ("" when not known): the error at its deadline.
   virtual std::string disagreement() const { return {}; }
 
-  std::string name;  ///< "allreduce"
+  const char* name = "";  ///< "allreduce" (a literal: no copy per call)
   /// The thread that drives it also reads incoming data itself (small
   /// operations: latency); else the data plane's reader threads receive
   /// while it sends (large ones: bandwidth). Only a local choice.

@@ -32,8 +32,9 @@ class direct_alltoall final : public direct_layout {
 
 }  // namespace
 
-std::unique_ptr<direct_layout> make_direct_alltoall() {
-  return std::make_unique<direct_alltoall>();
+const direct_layout& make_direct_alltoall() {
+  static const direct_alltoall layout;
+  return layout;
 }
 
 }  // namespace troupe::detail

@@ -19,8 +19,9 @@ class direct_broadcast final : public direct_layout {
 
 }  // namespace
 
-std::unique_ptr<direct_layout> make_direct_broadcast() {
-  return std::make_unique<direct_broadcast>();
+const direct_layout& make_direct_broadcast() {
+  static const direct_broadcast layout;
+  return layout;
 }
 
 }  // namespace troupe::detail

@@ -24,8 +24,9 @@ class direct_gather final : public direct_layout {
 
 }  // namespace
 
-std::unique_ptr<direct_layout> make_direct_gather(bool to_all) {
-  return std::make_unique<direct_gather>(to_all);
+const direct_layout& make_direct_gather(bool to_all) {
+  static const direct_gather to_all_ranks{true}, to_root{false};
+  return to_all ? to_all_ranks : to_root;
 }
 
 }  // namespace troupe::detail

@@ -60,10 +60,11 @@ class direct_layout {
   virtual bool pulls_between_processes() const { return false; }
 };
 
-std::unique_ptr<direct_layout> make_direct_broadcast();
-std::unique_ptr<direct_layout> make_direct_gather(bool to_all);
-std::unique_ptr<direct_layout> make_direct_scatter();
-std::unique_ptr<direct_layout> make_direct_reduce_scatter();
-std::unique_ptr<direct_layout> make_direct_alltoall();
+/// The layouts: one immutable instance each, shared by every call.
+const direct_layout& make_direct_broadcast();
+const direct_layout& make_direct_gather(bool to_all);
+const direct_layout& make_direct_scatter();
+const direct_layout& make_direct_reduce_scatter();
+const direct_layout& make_direct_alltoall();
 
 }  // namespace troupe::detail

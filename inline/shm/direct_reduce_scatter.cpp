@@ -20,8 +20,9 @@ class direct_reduce_scatter final : public direct_layout {
 
 }  // namespace
 
-std::unique_ptr<direct_layout> make_direct_reduce_scatter() {
-  return std::make_unique<direct_reduce_scatter>();
+const direct_layout& make_direct_reduce_scatter() {
+  static const direct_reduce_scatter layout;
+  return layout;
 }
 
 }  // namespace troupe::detail

@@ -23,8 +23,9 @@ class direct_scatter final : public direct_layout {
 
 }  // namespace
 
-std::unique_ptr<direct_layout> make_direct_scatter() {
-  return std::make_unique<direct_scatter>();
+const direct_layout& make_direct_scatter() {
+  static const direct_scatter layout;
+  return layout;
 }
 
 }  // namespace troupe::detail

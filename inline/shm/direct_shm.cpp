@@ -53,10 +53,10 @@ bool rooted(op_code c) {
 
 class direct_shm final : public shm_op {
  public:
-  explicit direct_shm(collective_call call)
-      : shm_op(static_cast<std::uint8_t>(call.code)),
-        call_(std::make_unique<collective_call>(std::move(call))),
-        layout_(layout_for(call_->code)) {
+  explicit direct_shm(call_ptr call)
+      : shm_op(static_cast<std::uint8_t>(call->code)),
+        call_(std::move(call)),
+        layout_(&layout_for(call_->code)) {
     // alltoall in place: the others read this rank's input while its output
     // is written (and, between processes, while it is still being staged),
     // so they read a copy. (The other collectives' in-place layouts write
@@ -412,7 +412,7 @@ class direct_shm final : public shm_op {
   }
 
   /// The layout of `c`'s collective.
-  static std::unique_ptr<direct_layout> layout_for(op_code c) {
+  static const direct_layout& layout_for(op_code c) {
     switch (c) {
       case op_code::broadcast:
         return make_direct_broadcast();
@@ -431,8 +431,8 @@ class direct_shm final : public shm_op {
     }
   }
 
-  std::unique_ptr<collective_call> call_;
-  std::unique_ptr<direct_layout> layout_;
+  call_ptr call_;  // the caller's, not copied (the op is its last user)
+  const direct_layout* layout_;
   phase phase_ = phase::post;
   std::string refused_;
   // Between processes: the operation's chunks, mine among them, and the cursors.
@@ -461,7 +461,7 @@ bool fits_direct_shm(const collective_call& c, int size) {
   }
 }
 
-std::unique_ptr<inline_op> make_direct_shm(collective_call call) {
+std::unique_ptr<inline_op> make_direct_shm(call_ptr call) {
   return std::make_unique<direct_shm>(std::move(call));
 }
 

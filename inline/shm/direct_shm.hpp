@@ -10,12 +10,14 @@
 namespace troupe::detail {
 
 struct collective_call;
+using call_ptr = std::shared_ptr<collective_call>;
 
 /// Whether `c` can run as a direct_shm operation (the same answer on every
 /// rank of a group whose ranks pass the same arguments).
 bool fits_direct_shm(const collective_call& c, int size);
-/// The operation for `c` (fits_direct_shm); the caller sets the op's fields
-/// and runs it on the inline engine of a group whose ranks all live in this process.
-std::unique_ptr<inline_op> make_direct_shm(collective_call c);
+/// The operation for `c` (fits_direct_shm), which it keeps and may change
+/// (alltoall in place reads a copy of its input); the caller sets the op's
+/// fields and runs it on the inline engine of a group whose ranks share this host.
+std::unique_ptr<inline_op> make_direct_shm(call_ptr c);
 
 }  // namespace troupe::detail

@@ -28,7 +28,8 @@ bool shm_op::waiting(int r, const char* what, bool named) {
 }
 
 std::pair<int, std::string> shm_op::blocker() const {
-  return {blocked_rank_, blocked_named_ ? blocked_what_ + name : std::string(blocked_what_)};
+  return {blocked_rank_,
+          blocked_named_ ? std::string(blocked_what_) + name : std::string(blocked_what_)};
 }
 
 int shm_op::short_of(inline_context& ctx, counter c, std::uint64_t value) {
