@@ -222,15 +222,18 @@ work process_group::track(work w, const char* op, const tensor_list& ts, int pee
   std::function<void(const work_info&)> hook;
   {
     std::lock_guard<std::mutex> g{st.mtx};
-    // Finished works leave the list now and then (amortized: a scan per
-    // as many calls as the list held).
-    if (st.pending.size() >= 64 && st.pending.size() == st.pending.capacity())
-      std::erase_if(st.pending, [](const std::weak_ptr<detail::work_state>& p) {
-        auto s = p.lock();
-        return !s || s->finished.load(std::memory_order_acquire);
-      });
-    st.pending.push_back(w.state());
-    hook = st.hook;
+    // A work that already finished (its peers were there first, or the group
+    // has one rank) is not pending. Finished works leave the list now and
+    // then (amortized: a scan per as many calls as the list held).
+    if (!w.state()->finished.load(std::memory_order_acquire)) {
+      if (st.pending.size() >= 64 && st.pending.size() == st.pending.capacity())
+        std::erase_if(st.pending, [](const std::weak_ptr<detail::work_state>& p) {
+          auto s = p.lock();
+          return !s || s->finished.load(std::memory_order_acquire);
+        });
+      st.pending.push_back(w.state());
+    }
+    if (st.hook) hook = st.hook;
   }
   if (hook) {
     const auto wall = std::chrono::system_clock::now();

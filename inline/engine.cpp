@@ -106,15 +106,17 @@ void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_p
   waiters_.fetch_add(1);
   const bool reads = head_reads_itself();
   med_->begin_wait(reads);
-  auto polling_since = inline_clock::now();
+  // Read from the first turn that leaves the operation pending (one that
+  // ends in the first pass reads no clock here).
+  inline_clock::time_point polling_since{};
   while (go_on()) {
     const bool moved = (reads && med_->pump()) | pass(true);
     if (!go_on()) break;
     const auto now = inline_clock::now();
     if (now >= until) break;
-    if (moved) {
+    if (moved || polling_since == inline_clock::time_point{}) {
       polling_since = now;
-      continue;
+      if (moved) continue;
     }
     if (policy_.poll_step(now - polling_since)) continue;
     const auto nap = std::min<inline_clock::duration>(until - now, max_sleep);
@@ -201,8 +203,9 @@ bool inline_engine::pass(bool block_on_lock) {
 
 bool inline_engine::step_head(finished_list& out) {
   inline_context ctx{
-      *this,  *med_,   med_->shared_segment(), rank_,         size(),
-      names_, chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_};
+      *this,     *med_,   med_->shared_segment(), rank_,         size(),
+      names_,    chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_,
+      tiny_seen_};
   bool moved = false;
   auto where = [&](const inline_op& op) { return call_location(op.name, group_, rank_, op.seq); };
   // The head leaves the queue, finished (no error) or failed; end_op runs
@@ -257,7 +260,8 @@ bool inline_engine::step_head(finished_list& out) {
       continue;
     }
     int peer = op.blocked_rank();
-    if (auto why = med_->lost(op.op, peer); !why.empty()) {
+    const auto now = inline_clock::now();  // one reading per blocked turn
+    if (auto why = med_->lost(op.op, peer, now); !why.empty()) {
       // What the peer published before it left still counts: one more try,
       // after which the operation may wait for another (live) rank.
       if (!attempt()) continue;
@@ -267,13 +271,13 @@ bool inline_engine::step_head(finished_list& out) {
       }
       const int before = peer;
       peer = op.blocked_rank();
-      if (peer != before) why = med_->lost(op.op, peer);
+      if (peer != before) why = med_->lost(op.op, peer, now);
       if (!why.empty()) {
         stop(fail(errc::peer_failure, why + " before finishing this " + op.name));
         continue;
       }
     }
-    if (inline_clock::now() >= op.deadline) {
+    if (now >= op.deadline) {
       if (auto why = op.disagreement(); !why.empty()) {
         stop(fail(errc::mismatch, mismatch_text(why)));
         continue;

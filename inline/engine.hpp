@@ -93,6 +93,9 @@ struct inline_context {
   /// Where the ranks announce what they issued (this inline engine's medium, or
   /// beside a shared-memory engine that one's).
   medium& announcer;
+  /// The last operation for which this rank saw every rank post on the
+  /// segment's tiny lanes: each of them had finished the one before.
+  std::uint64_t& tiny_seen;
 };
 
 /// One collective on the inline engine: a resumable state machine.
@@ -190,8 +193,9 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   std::vector<std::string> names_;
   wait_policy policy_;  ///< how drive() waits (no pure spin when ranks outnumber CPUs)
   std::uint64_t issued_ = 0;
-  std::uint64_t chunks_ = 0;  // guarded by engine_
-  std::mutex engine_;         // held while stepping (guards queue_, stopped_, chunks_)
+  std::uint64_t chunks_ = 0;     // guarded by engine_
+  std::uint64_t tiny_seen_ = 0;  // guarded by engine_
+  std::mutex engine_;            // held while stepping (guards queue_, stopped_, chunks_)
   std::deque<std::unique_ptr<inline_op>> queue_;
   std::string stopped_;  // non-empty once the inline engine stopped
   std::atomic<int> waiters_{0};

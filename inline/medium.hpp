@@ -36,8 +36,9 @@ class medium {
                      bool reads) = 0;
   /// Why operation `op`, blocked waiting for group rank `blocker` (-1:
   /// unknown), can never finish because a rank it needs is gone (empty: it
-  /// still can).
-  virtual std::string lost(std::uint64_t op, int blocker) = 0;
+  /// still can). `now`: the caller's clock reading (no second read per turn).
+  virtual std::string lost(std::uint64_t op, int blocker,
+                           std::chrono::steady_clock::time_point now) = 0;
   /// Records which collective this rank issued as sequence number `seq`.
   virtual void announce(std::uint64_t /*seq*/, std::uint8_t /*code*/) {}
   /// The collective rank `r` announced for `seq`, or -1 when unknown.

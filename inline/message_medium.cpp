@@ -256,7 +256,8 @@ std::string message_medium::crashed_members() {
   return why;
 }
 
-std::string message_medium::lost(std::uint64_t, int blocker) {
+std::string message_medium::lost(std::uint64_t, int blocker,
+                                 std::chrono::steady_clock::time_point) {
   // A member whose process died (or was dropped for bad frames) fails every
   // operation, whichever rank it waits for: one load while no peer failed.
   if (crashes_ && crashes_->load(std::memory_order_relaxed) != crashes_seen_)

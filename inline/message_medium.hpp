@@ -80,7 +80,8 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   void end_wait(bool reads) override;
   void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
              bool reads) override;
-  std::string lost(std::uint64_t op, int blocker) override;
+  std::string lost(std::uint64_t op, int blocker,
+                   std::chrono::steady_clock::time_point now) override;
   void wake_all() override;
   void leave() override;
 

@@ -83,6 +83,27 @@ const std::vector<disagreement>& cases() {
        [](int r, int n, process_group& pg) {
          return pg.allreduce(f32(r == n - 1 ? 300001 : 300000), {.timeout = t_out});
        }},
+      // Across the segment's tiny lane limit (1 KiB): the ranks post on
+      // different lanes and must still find each other's call.
+      {"allreduce counts across the tiny lane",
+       2,
+       {"element count", "256 float32", "257 float32"},
+       [](int r, int n, process_group& pg) {
+         return pg.allreduce(f32(r == n - 1 ? 257 : 256), {.timeout = t_out});
+       }},
+      {"reduce counts across the tiny lane, the larger first",
+       2,
+       {"element count", "4 float32", "5000 float32"},
+       [](int r, int, process_group& pg) {
+         return pg.reduce(f32(r == 0 ? 5000 : 4), {.root_rank = 0, .timeout = t_out});
+       }},
+      {"barrier against a large allreduce",
+       2,
+       {"the collective", "barrier", "allreduce"},
+       [](int r, int, process_group& pg) {
+         return r == 1 ? pg.allreduce(f32(3000), {.timeout = t_out})
+                       : pg.barrier({.timeout = t_out});
+       }},
       {"broadcast roots",
        2,
        {"the root", "from root 1", "from root 0"},

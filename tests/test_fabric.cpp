@@ -271,7 +271,9 @@ class lone_medium final : public detail::medium {
              bool) override {
     if (!recheck()) std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(max, 1ms));
   }
-  std::string lost(std::uint64_t, int) override { return {}; }
+  std::string lost(std::uint64_t, int, std::chrono::steady_clock::time_point) override {
+    return {};
+  }
   void wake_all() override {}
   void leave() override {}
 };

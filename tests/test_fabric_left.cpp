@@ -30,7 +30,7 @@ class test_medium final : public medium {
              bool) override {
     if (!recheck()) std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(max, 1ms));
   }
-  std::string lost(std::uint64_t, int blocker) override {
+  std::string lost(std::uint64_t, int blocker, std::chrono::steady_clock::time_point) override {
     return blocker == 1 && left ? "rank 1 left group 'g' (it left the job)" : std::string();
   }
   void wake_all() override {}

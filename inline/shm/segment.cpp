@@ -21,6 +21,9 @@ namespace {
 constexpr std::size_t line = 64;
 constexpr std::size_t page = 4096;
 constexpr std::uint64_t announce_slots = 64;
+/// A tiny lane: its header line and its data.
+constexpr std::size_t tiny_stride = sizeof(tiny_header) + tiny_bytes;
+static_assert(sizeof(tiny_header) == line && tiny_bytes % line == 0);
 
 std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
@@ -62,6 +65,8 @@ std::size_t segment::plan(const segment_shape& shape, offsets& off) {
   at += round_up(n * 2 * sizeof(op_descriptor), line);
   off.announce = at;
   at += n * announce_slots * sizeof(std::uint64_t);
+  off.tiny = round_up(at, line);
+  at = off.tiny + n * 2 * tiny_stride;
   // The data slots start half a page in: buffers are often page aligned
   // (troupe's own from 64 KiB on), and a slot at the same offset in its page
   // makes a loop that reads one and writes the other stall on 4 KiB
@@ -190,6 +195,15 @@ std::atomic<std::uint64_t>& segment::announced(int r, std::uint64_t seq) noexcep
 
 std::byte* segment::small_slot(int r, std::uint64_t op) noexcept {
   return base_ + off_.small + (static_cast<std::size_t>(r) * 2 + op % 2) * shape_.small_bytes;
+}
+
+tiny_header& segment::tiny(int r, std::uint64_t op) noexcept {
+  return *reinterpret_cast<tiny_header*>(base_ + off_.tiny +
+                                         (static_cast<std::size_t>(r) * 2 + op % 2) * tiny_stride);
+}
+
+std::byte* segment::tiny_data(int r, std::uint64_t op) noexcept {
+  return reinterpret_cast<std::byte*>(&tiny(r, op)) + sizeof(tiny_header);
 }
 
 std::byte* segment::stage(int r, std::uint64_t chunk) noexcept {

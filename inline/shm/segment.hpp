@@ -11,6 +11,10 @@
 //  - per rank, written only by that rank: its progress counters (one cache
 //    line), the descriptors of its last two operations, its pid and "left"
 //    flag, and the ring of the kinds of its last 64 collectives (announce);
+//  - per rank, two tiny lanes (operation parity): a header line and
+//    tiny_bytes of data after it (inline/shm/allreduce_shm: a collective of
+//    up to 1 KiB posts everything a peer needs there, so that a peer reads
+//    one line to learn that it was posted and what it is);
 //  - per rank, two small-message slots (operation parity);
 //  - per rank, `chunk_slots` staging slots of `chunk_bytes`, and one shared
 //    ring of result slots of the same shape. Every data slot starts half a
@@ -69,6 +73,21 @@ struct alignas(64) rank_progress {
   std::atomic<std::uint64_t> consumed{0};  ///< last chunk whose result this rank copied out
 };
 
+/// A tiny lane's header: what the operation is, and (`stamp`, stored last)
+/// that it is posted. Written by its rank alone, only for tiny operations.
+struct alignas(64) tiny_header {
+  std::atomic<std::uint64_t> stamp{0};  ///< the inline operation number posted
+  std::uint64_t seq = 0;
+  std::uint64_t nbytes = 0;
+  std::uint32_t dtype = 0;
+  std::uint32_t reduce = 0;
+  std::uint32_t code = 0;
+  std::int32_t root = 0;
+};
+
+/// Data a tiny lane holds after its header.
+inline constexpr std::size_t tiny_bytes = 1024;
+
 struct alignas(64) rank_identity {
   std::atomic<std::int32_t> pid{0};
   std::atomic<std::uint32_t> left{0};  ///< 1 once the rank destroyed the group
@@ -94,6 +113,8 @@ class segment {
   op_descriptor& descriptor(int r, std::uint64_t op) noexcept;               ///< slot op % 2
   std::atomic<std::uint64_t>& announced(int r, std::uint64_t seq) noexcept;  ///< slot seq % 64
   std::byte* small_slot(int r, std::uint64_t op) noexcept;                   ///< slot op % 2
+  tiny_header& tiny(int r, std::uint64_t op) noexcept;                       ///< lane op % 2
+  std::byte* tiny_data(int r, std::uint64_t op) noexcept;                    ///< lane op % 2
   std::byte* stage(int r, std::uint64_t chunk) noexcept;                     ///< slot chunk % slots
   std::byte* result(std::uint64_t chunk) noexcept;                           ///< slot chunk % slots
 
@@ -130,7 +151,7 @@ class segment {
   segment_shape shape_;
   bool linked_ = true;
   struct offsets {
-    std::size_t bells, progress, identity, descriptors, announce, small, stage, result;
+    std::size_t bells, progress, identity, descriptors, announce, tiny, small, stage, result;
   };
   /// Places the regions for `shape`; returns the segment's size.
   static std::size_t plan(const segment_shape& shape, offsets& off);

@@ -72,14 +72,13 @@ void shm_medium::leave() {
   seg_->wake_all();
 }
 
-std::string shm_medium::lost(std::uint64_t op, int) {
+std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now) {
   // Any rank that has not finished the operation: its done counter says so.
   // A rank whose process is gone is the cause and is named alone (every one,
   // when several are gone: which went first is unknown); a rank that left
   // the group is named only when no process is gone, and only after a short
   // grace (it may have left because another rank died, which the pidfds
   // show a moment later than that rank saw it).
-  const auto now = inline_clock::now();
   if (now < next_scan_) return {};
   next_scan_ = now + scan_period;
   std::string left, gone;

@@ -29,7 +29,8 @@ class shm_medium final : public medium {
   int ranks_on_host() const noexcept override { return size(); }
   void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
              bool reads) override;
-  std::string lost(std::uint64_t op, int blocker) override;
+  std::string lost(std::uint64_t op, int blocker,
+                   std::chrono::steady_clock::time_point now) override;
   void announce(std::uint64_t seq, std::uint8_t code) override;
   int announced(int r, std::uint64_t seq) override;
   void wake_all() override;

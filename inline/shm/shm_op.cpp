@@ -16,7 +16,11 @@ bool shm_op::all_reached(inline_context& ctx, counter c, std::uint64_t value, co
                          bool agreeing) {
   const int r = short_of(ctx, c, value);
   if (r < 0) return true;
-  if (agreeing) check_kind(ctx, r);
+  if (agreeing) {
+    check_kind(ctx, r);
+    // Posted on the tiny lane: the same collective of another size.
+    if (ctx.seg->tiny(r, op).stamp.load(std::memory_order_acquire) == op) check_posts(ctx);
+  }
   return waiting(r, what, agreeing);
 }
 
@@ -53,29 +57,63 @@ void shm_op::check_kind(inline_context& ctx, int r) {
   throw error(errc::mismatch, announced_mismatch(r, other, mine, name));
 }
 
+call_fingerprint shm_op::fingerprint(const op_descriptor& d) {
+  call_fingerprint f;
+  const auto c = static_cast<op_code>(d.code);
+  f.code = static_cast<std::uint8_t>(d.code);
+  if (c == op_code::barrier || c == op_code::monitored_barrier) return f;
+  f.dtype = static_cast<std::uint8_t>(d.dtype);
+  if (c == op_code::allreduce || c == op_code::reduce || c == op_code::reduce_scatterv)
+    f.reduce = static_cast<std::uint8_t>(d.reduce);
+  if (c == op_code::broadcast || c == op_code::reduce || c == op_code::gatherv ||
+      c == op_code::scatterv)
+    f.root = d.root;
+  if ((c == op_code::allreduce || c == op_code::reduce || c == op_code::broadcast) &&
+      d.dtype < dtype_count)
+    f.numel = static_cast<std::int64_t>(d.nbytes / element_size(static_cast<dtype>(d.dtype)));
+  if (c != op_code::alltoallv) f.counts_hash = d.counts_hash;
+  return f;
+}
+
+op_descriptor shm_op::described(const tiny_header& h) {
+  op_descriptor d;
+  d.seq = h.seq;
+  d.nbytes = h.nbytes;
+  d.dtype = h.dtype;
+  d.reduce = h.reduce;
+  d.code = h.code;
+  d.root = h.root;
+  return d;
+}
+
+int shm_op::check_posts(inline_context& ctx) {
+  std::vector<call_fingerprint> fps(static_cast<std::size_t>(ctx.size));
+  for (int q = 0; q < ctx.size; ++q) {
+    auto& f = fps[static_cast<std::size_t>(q)];
+    if (const auto& t = ctx.seg->tiny(q, op); t.stamp.load(std::memory_order_acquire) == op)
+      f = fingerprint(described(t));
+    else if (ctx.seg->progress(q).arrived.load(std::memory_order_acquire) >= op)
+      f = fingerprint(ctx.seg->descriptor(q, op));
+    else
+      return q;
+  }
+  const auto why = describe_disagreement(fps);
+  if (why.empty()) return -1;
+  bool moved = false;
+  finish_op(ctx, moved);
+  throw disagreement_error(why);
+}
+
 std::vector<call_fingerprint> shm_op::posted_calls(inline_context& ctx) const {
   std::vector<call_fingerprint> fps(static_cast<std::size_t>(ctx.size));
   for (int r = 0; r < ctx.size; ++r) {
     const auto& d = ctx.seg->descriptor(r, op);
     auto& f = fps[static_cast<std::size_t>(r)];
-    const auto c = static_cast<op_code>(d.code);
-    f.code = static_cast<std::uint8_t>(d.code);
-    if (c == op_code::barrier || c == op_code::monitored_barrier) continue;
-    f.dtype = static_cast<std::uint8_t>(d.dtype);
-    if (c == op_code::allreduce || c == op_code::reduce || c == op_code::reduce_scatterv)
-      f.reduce = static_cast<std::uint8_t>(d.reduce);
-    if (c == op_code::broadcast || c == op_code::reduce || c == op_code::gatherv ||
-        c == op_code::scatterv)
-      f.root = d.root;
-    if ((c == op_code::allreduce || c == op_code::reduce || c == op_code::broadcast) &&
-        d.dtype < dtype_count)
-      f.numel = static_cast<std::int64_t>(d.nbytes / element_size(static_cast<dtype>(d.dtype)));
-    if (c == op_code::alltoallv) {
+    f = fingerprint(d);
+    if (static_cast<op_code>(d.code) == op_code::alltoallv) {
       const auto* slot = reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(r, op));
       f.sends.assign(slot, slot + ctx.size);
       f.receives.assign(slot + ctx.size, slot + 2 * ctx.size);
-    } else {
-      f.counts_hash = d.counts_hash;
     }
   }
   return fps;

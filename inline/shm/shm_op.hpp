@@ -49,6 +49,16 @@ class shm_op : public inline_op {
   std::vector<call_fingerprint> posted_calls(inline_context& ctx) const;
   /// Why the posted calls disagree ("" when they agree): one text on every rank.
   std::string disagreement(inline_context& ctx) const;
+  /// What descriptor `d` posted, as a fingerprint (alltoall's splits aside).
+  static call_fingerprint fingerprint(const op_descriptor& d);
+  /// What tiny lane header `h` posted, as a descriptor.
+  static op_descriptor described(const tiny_header& h);
+  /// Once every rank posted this operation, on its tiny lane or in the
+  /// slots (a size across the tiny lane's limit takes the other), and the
+  /// calls differ: publishes done (every rank steps past the operation) and
+  /// throws the mismatch, one text on every rank. Returns the first rank
+  /// that has not posted, or -1 when all posted and agree.
+  int check_posts(inline_context& ctx);
   /// Adds where `t`'s memory lives to `d` when ranks in other processes can
   /// map it: shared memory, or a whole large buffer of tensor::empty moved
   /// there in place (memory/host_memory.hpp share_in_place, from its second use).
@@ -68,6 +78,9 @@ class shm_op : public inline_op {
   /// This rank is done with the operation: publishes done = op and adds its
   /// byte counts to the process's.
   void finish_op(inline_context& ctx, bool& moved);
+  /// Throws the mismatch when rank r announced another collective at this
+  /// sequence number (or this one on another engine).
+  void check_kind(inline_context& ctx, int r);
 
   std::uint8_t code_;
   std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to inline_stats() by finish_op
@@ -77,8 +90,6 @@ class shm_op : public inline_op {
   int blocked_rank_ = -1;
   const char* blocked_what_ = "";
   bool blocked_named_ = false;
-  /// A rank that announced another collective at this sequence number.
-  void check_kind(inline_context& ctx, int r);
 };
 
 }  // namespace troupe::detail
