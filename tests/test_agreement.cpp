@@ -97,6 +97,19 @@ const std::vector<disagreement>& cases() {
        [](int r, int, process_group& pg) {
          return pg.reduce(f32(r == 0 ? 5000 : 4), {.root_rank = 0, .timeout = t_out});
        }},
+      {"broadcast counts across the tiny lane",
+       2,
+       {"element count", "4 float32", "300 float32"},
+       [](int r, int, process_group& pg) {
+         return pg.broadcast(f32(r == 0 ? 300 : 4), {.root_rank = 0, .timeout = t_out});
+       }},
+      {"allgather counts across the tiny lane",
+       2,
+       {"allgather"},
+       [](int r, int n, process_group& pg) {
+         const std::int64_t k = r == 1 ? 300 : 4;
+         return pg.allgather_into_tensor(f32(k * n), f32(k), {.timeout = t_out});
+       }},
       {"barrier against a large allreduce",
        2,
        {"the collective", "barrier", "allreduce"},

@@ -162,62 +162,23 @@ class allreduce_shm final : public shm_op {
  private:
   enum class phase { post, agree, finish, small_staged, chunks, tiny_wait };
 
-  /// Up to tiny_bytes (and every barrier): each rank posts its call and its
-  /// data on its tiny lane (segment.hpp), the header stamped last, and
-  /// reduces from the others' lanes once every one is stamped. A peer reads
-  /// one line to learn that this rank posted and what (the slots' path
-  /// reads its progress counters, its descriptor's two lines, its slot and
-  /// its announcement: about 9 lines missed per operation and rank against
-  /// 2-3 here, at 0.1-0.2 us each between cores of these machines).
-  /// The lane of operation k last held operation k-2 or earlier: it is free
-  /// once every rank finished k-2, which a rank that saw every rank stamp
-  /// k-1 knows without reading their counters (ranks post an operation only
-  /// once they finished the one before). Sizes on both sides of the limit
-  /// take different lanes; each rank finds the other's post on the other
-  /// lane (lanes_differ).
+  /// Up to tiny_bytes (and every barrier): on the tiny lane (shm_op.hpp),
+  /// each rank reducing from the others' lanes.
   bool step_tiny(inline_context& ctx, bool& moved) {
     auto& seg = *ctx.seg;
     const auto me = ctx.rank;
     const auto nbytes = static_cast<std::uint64_t>(data_.nbytes());
     if (phase_ == phase::post) {
-      if (ctx.tiny_seen + 1 != op && !all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,
-                                                  "finish its previous operation"))
-        return false;
-      auto& h = seg.tiny(me, op);
-      h.seq = seq;
-      h.nbytes = nbytes;
-      h.dtype = static_cast<std::uint32_t>(data_.scalar_type());
-      h.reduce = static_cast<std::uint32_t>(divisor_ > 0 ? reduce_op::AVG : kind_);
-      h.code = code_;
-      h.root = std::max(root_, 0);
-      copy(seg.tiny_data(me, op), static_cast<const std::byte*>(data_.data()),
-           static_cast<std::int64_t>(nbytes));
-      h.stamp.store(op, std::memory_order_release);
-      seg.ring(me);
-      moved = true;
+      if (!tiny_lane_free(ctx)) return false;
+      tiny_header call;
+      call.nbytes = nbytes;
+      call.dtype = static_cast<std::uint32_t>(data_.scalar_type());
+      call.reduce = static_cast<std::uint32_t>(divisor_ > 0 ? reduce_op::AVG : kind_);
+      call.root = std::max(root_, 0);
+      post_tiny(ctx, call, data_.data(), nbytes, moved);
       phase_ = phase::tiny_wait;
     }
-    const auto& mine = seg.tiny(me, op);
-    for (int r = 0; r < ctx.size; ++r) {
-      if (r == me) continue;
-      const auto& t = seg.tiny(r, op);
-      if (t.stamp.load(std::memory_order_acquire) != op) {
-        // Now and then while blocked: did r issue another collective, or
-        // this one on the slots' lane?
-        if ((++blocked_turns_ & 63) == 0) {
-          check_kind(ctx, r);
-          if (seg.progress(r).arrived.load(std::memory_order_acquire) >= op) check_posts(ctx);
-        }
-        return waiting(r, "issue this ", true);
-      }
-      if (t.nbytes != mine.nbytes || t.dtype != mine.dtype || t.reduce != mine.reduce ||
-          t.code != mine.code || t.root != mine.root) {
-        // Throws once every rank posted (fields that differ and mean the same, as
-        // a barrier's, agree).
-        if (const int q = check_posts(ctx); q >= 0) return waiting(q, "issue this ", true);
-      }
-    }
-    ctx.tiny_seen = op;
+    if (!tiny_posted(ctx)) return false;
     if (gets_result(ctx) && nbytes > 0) {
       small_vector<const void*, 8> srcs(static_cast<std::size_t>(ctx.size));
       for (int r = 0; r < ctx.size; ++r)
@@ -480,7 +441,6 @@ class allreduce_shm final : public shm_op {
   double divisor_;
   int root_;  // a reduce's root (the only buffer written), or -1: an allreduce
   phase phase_ = phase::post;
-  std::uint32_t blocked_turns_ = 0;  // tiny lane: turns spent waiting
   std::int64_t chunk_elems_ = 0;
   std::int64_t chunks_ = 0;
   std::int64_t staged_ = 0, reduced_ = 0, gathered_ = 0;  // chunks of this operation

@@ -69,6 +69,20 @@ class direct_shm final : public shm_op {
     auto& c = *call_;
     switch (phase_) {
       case phase::post: {
+        if (all_tiny(ctx)) {
+          if (!tiny_lane_free(ctx)) return false;
+          tiny_header call;
+          call.nbytes = c.input.defined() ? c.input.nbytes() : 0;
+          call.dtype = static_cast<std::uint32_t>(element_type().scalar_type());
+          call.reduce = static_cast<std::uint32_t>(c.op.op());
+          call.root = rooted(c.code) ? c.root : 0;
+          call.counts_hash = hash_counts(c.counts);
+          const auto mine = source_bytes(ctx, ctx.rank);
+          post_tiny(ctx, call, c.input.defined() ? c.input.data() : nullptr,
+                    static_cast<std::size_t>(std::max<std::int64_t>(mine, 0)), moved);
+          phase_ = phase::tiny;
+          return step_tiny(ctx, moved);
+        }
         if (!all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,
                          "finish its previous operation"))
           return false;
@@ -159,12 +173,55 @@ class direct_shm final : public shm_op {
         return true;
       case phase::staged:
         return run_staged(ctx, moved);
+      case phase::tiny:
+        return step_tiny(ctx, moved);
     }
     return false;
   }
 
  private:
-  enum class phase { post, agree, finish, staged };
+  enum class phase { post, agree, finish, staged, tiny };
+
+  /// Every source fits the tiny lane (alltoall aside: its agreement reads
+  /// every rank's splits).
+  bool all_tiny(inline_context& ctx) const {
+    return call_->code != op_code::alltoallv &&
+           longest_source(ctx) <= static_cast<std::int64_t>(tiny_bytes);
+  }
+
+  /// On the tiny lane (shm_op.hpp): what this rank needs, from the others'
+  /// lanes.
+  bool step_tiny(inline_context& ctx, bool& moved) {
+    if (!tiny_posted(ctx)) return false;
+    auto& c = *call_;
+    if (auto why = wrong_input(ctx, [&](int r) { return ctx.seg->tiny(r, op).nbytes; });
+        !why.empty()) {
+      finish_op(ctx, moved);
+      throw disagreement_error(why);
+    }
+    own_part(ctx);
+    consume_range(ctx, 0, longest_source(ctx),
+                  [&](int r) { return static_cast<const std::byte*>(ctx.seg->tiny_data(r, op)); });
+    finish_op(ctx, moved);
+    if (c.on_success) c.on_success();
+    return true;
+  }
+
+  /// Why an input's size is not what the counts (which agree) make it, or
+  /// "": the same text on every rank. `posted(r)`: rank r's input bytes.
+  template <class Posted>
+  std::string wrong_input(inline_context& ctx, const Posted& posted) const {
+    const auto v = view(ctx);
+    for (int r = 0; r < ctx.size; ++r) {
+      const auto want = layout_->expected_input(v, r);
+      const auto got = static_cast<std::int64_t>(posted(r));
+      if (want >= 0 && got != want)
+        return "rank " + std::to_string(r) + " passed an input of " + std::to_string(got) +
+               " bytes of " + std::string(to_string(element_type().scalar_type())) +
+               ", which its counts make " + std::to_string(want) + " bytes";
+    }
+    return {};
+  }
 
   /// The tensor whose dtype the call moves (gather's non-roots have no output).
   const tensor& element_type() const {
@@ -191,15 +248,9 @@ class direct_shm final : public shm_op {
       return;
     }
     // The calls agree, so every rank checks the sizes against the same numbers.
-    const auto v = view(ctx);
-    for (int r = 0; r < ctx.size; ++r) {
-      const auto& d = ctx.seg->descriptor(r, op);
-      const auto want = layout_->expected_input(v, r);
-      if (want >= 0 && static_cast<std::int64_t>(d.nbytes) != want)
-        refuse("rank " + std::to_string(r) + " passed an input of " + std::to_string(d.nbytes) +
-               " bytes of " + std::string(to_string(static_cast<dtype>(d.dtype))) +
-               ", which its counts make " + std::to_string(want) + " bytes");
-    }
+    if (auto why = wrong_input(ctx, [&](int r) { return ctx.seg->descriptor(r, op).nbytes; });
+        !why.empty())
+      refuse(why);
   }
 
   bool same_codes(inline_context& ctx) const {

@@ -83,6 +83,7 @@ struct alignas(64) tiny_header {
   std::uint32_t reduce = 0;
   std::uint32_t code = 0;
   std::int32_t root = 0;
+  std::uint64_t counts_hash = 0;
 };
 
 /// Data a tiny lane holds after its header.

@@ -83,7 +83,54 @@ op_descriptor shm_op::described(const tiny_header& h) {
   d.reduce = h.reduce;
   d.code = h.code;
   d.root = h.root;
+  d.counts_hash = h.counts_hash;
   return d;
+}
+
+bool shm_op::tiny_lane_free(inline_context& ctx) {
+  return ctx.tiny_seen + 1 == op || all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,
+                                                "finish its previous operation");
+}
+
+void shm_op::post_tiny(inline_context& ctx, const tiny_header& call, const void* data,
+                       std::size_t bytes, bool& moved) {
+  auto& h = ctx.seg->tiny(ctx.rank, op);
+  h.seq = seq;
+  h.nbytes = call.nbytes;
+  h.dtype = call.dtype;
+  h.reduce = call.reduce;
+  h.code = code_;
+  h.root = call.root;
+  h.counts_hash = call.counts_hash;
+  copy(ctx.seg->tiny_data(ctx.rank, op), static_cast<const std::byte*>(data),
+       static_cast<std::int64_t>(bytes));
+  h.stamp.store(op, std::memory_order_release);
+  ctx.seg->ring(ctx.rank);
+  moved = true;
+}
+
+bool shm_op::tiny_posted(inline_context& ctx) {
+  auto& seg = *ctx.seg;
+  const auto& mine = seg.tiny(ctx.rank, op);
+  for (int r = 0; r < ctx.size; ++r) {
+    if (r == ctx.rank) continue;
+    const auto& t = seg.tiny(r, op);
+    if (t.stamp.load(std::memory_order_acquire) != op) {
+      if ((++blocked_turns_ & 63) == 0) {
+        check_kind(ctx, r);
+        if (seg.progress(r).arrived.load(std::memory_order_acquire) >= op) check_posts(ctx);
+      }
+      return waiting(r, "issue this ", true);
+    }
+    if (t.nbytes != mine.nbytes || t.dtype != mine.dtype || t.reduce != mine.reduce ||
+        t.code != mine.code || t.root != mine.root || t.counts_hash != mine.counts_hash) {
+      // Throws once every rank posted (fields that differ and mean the
+      // same, as a barrier's dtype, agree).
+      if (const int q = check_posts(ctx); q >= 0) return waiting(q, "issue this ", true);
+    }
+  }
+  ctx.tiny_seen = op;
+  return true;
 }
 
 int shm_op::check_posts(inline_context& ctx) {

@@ -53,6 +53,31 @@ class shm_op : public inline_op {
   static call_fingerprint fingerprint(const op_descriptor& d);
   /// What tiny lane header `h` posted, as a descriptor.
   static op_descriptor described(const tiny_header& h);
+  // -- the tiny lane (segment.hpp): collectives whose every source fits
+  //    tiny_bytes. Each rank posts its call and its source on its lane, the
+  //    header stamped last, and reads what it needs from the others' lanes
+  //    once all are stamped. A peer reads one line to learn that this rank
+  //    posted and what (the slots' path reads its progress counters, its
+  //    descriptor's two lines, its slot and its announcement: about 9 lines
+  //    missed per operation and rank against 2-3 here, at 0.1-0.2 us each
+  //    between cores of these machines). The lane of operation k last held
+  //    k-2 or earlier: it is free once every rank finished k-2, which a rank
+  //    that saw every rank stamp k-1 knows without reading their counters
+  //    (ranks post an operation only once they finished the one before).
+  //    Sizes on both sides of the limit take different lanes; each rank
+  //    finds the other's post on the other lane (check_posts).
+
+  /// Whether this rank may post on the tiny lane now; false: waiting.
+  bool tiny_lane_free(inline_context& ctx);
+  /// Posts `call` (its stamp is set here, last) and `bytes` of `data`.
+  void post_tiny(inline_context& ctx, const tiny_header& call, const void* data, std::size_t bytes,
+                 bool& moved);
+  /// True once every rank posted this operation on its tiny lane and all
+  /// posted the same call (else, once all posted, throws the mismatch as
+  /// check_posts); false: waiting (now and then it checks whether the rank
+  /// it waits for issued another collective, or this one in the slots).
+  bool tiny_posted(inline_context& ctx);
+
   /// Once every rank posted this operation, on its tiny lane or in the
   /// slots (a size across the tiny lane's limit takes the other), and the
   /// calls differ: publishes done (every rank steps past the operation) and
@@ -90,6 +115,7 @@ class shm_op : public inline_op {
   int blocked_rank_ = -1;
   const char* blocked_what_ = "";
   bool blocked_named_ = false;
+  std::uint32_t blocked_turns_ = 0;  // tiny lane: turns spent waiting
 };
 
 }  // namespace troupe::detail
