@@ -62,7 +62,8 @@ std::string announced_mismatch(int peer, int theirs, int mine, const std::string
 
 work inline_engine::submit(std::unique_ptr<inline_op> op) {
   auto w = op->handle;
-  op->deadline = inline_clock::now() + op->timeout;
+  const auto issued = inline_clock::now();
+  op->deadline = issued + op->timeout;
   // The hooks reach this engine through the work's owner: they capture at
   // most the work itself, so storing them allocates nothing.
   auto& s = *w.state();
@@ -80,7 +81,7 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
     std::lock_guard<std::mutex> g{engine_};
     queue_.push_back(std::move(op));
   }
-  pass(true);
+  pass(true, issued);
   if (!s.finished.load()) progress_watch(shared_from_this());
   return w;
 }
@@ -106,13 +107,14 @@ void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_p
   waiters_.fetch_add(1);
   const bool reads = head_reads_itself();
   med_->begin_wait(reads);
-  // Read from the first turn that leaves the operation pending (one that
-  // ends in the first pass reads no clock here).
+  // One clock reading per turn, for the pass (deadlines, lost peers) and
+  // for the wait alike; polling counts from the first turn that leaves the
+  // operation pending.
   inline_clock::time_point polling_since{};
   while (go_on()) {
-    const bool moved = (reads && med_->pump()) | pass(true);
-    if (!go_on()) break;
     const auto now = inline_clock::now();
+    const bool moved = (reads && med_->pump()) | pass(true, now);
+    if (!go_on()) break;
     if (now >= until) break;
     if (moved || polling_since == inline_clock::time_point{}) {
       polling_since = now;
@@ -121,7 +123,9 @@ void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_p
     if (policy_.poll_step(now - polling_since)) continue;
     const auto nap = std::min<inline_clock::duration>(until - now, max_sleep);
     med_->sleep(
-        blocker(), nap, [&] { return (reads && med_->pump()) | pass(true) || !go_on(); }, reads);
+        blocker(), nap,
+        [&] { return (reads && med_->pump()) | pass(true, inline_clock::now()) || !go_on(); },
+        reads);
     polling_since = inline_clock::now();
   }
   med_->end_wait(reads);
@@ -141,7 +145,7 @@ std::uint64_t inline_engine::head_op() {
 void inline_engine::poke() {
   if (waiters_.load() != 0) return;
   med_->pump();
-  pass(false);
+  pass(false, inline_clock::now());
 }
 
 void inline_engine::drive_continued() {
@@ -170,7 +174,7 @@ void inline_engine::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> g{engine_};
     stop(reason);
-    step_head(out);
+    step_head(out, inline_clock::now());
   }
   out.for_each([](finished& f) { f.op->handle.fail(f.error); });
   med_->wake_all();  // threads of this rank sleeping in the medium
@@ -180,7 +184,7 @@ void inline_engine::stop(const std::string& reason) {
   if (stopped_.empty()) stopped_ = reason;
 }
 
-bool inline_engine::pass(bool block_on_lock) {
+bool inline_engine::pass(bool block_on_lock, inline_clock::time_point now) {
   finished_list out;
   bool moved = false;
   {
@@ -189,7 +193,7 @@ bool inline_engine::pass(bool block_on_lock) {
       g.lock();
     else if (!g.try_lock())
       return false;
-    moved = step_head(out);
+    moved = step_head(out, now);
   }
   // Outside the lock: a callback may issue the next collective.
   out.for_each([](finished& f) {
@@ -201,7 +205,7 @@ bool inline_engine::pass(bool block_on_lock) {
   return moved || !out.empty();
 }
 
-bool inline_engine::step_head(finished_list& out) {
+bool inline_engine::step_head(finished_list& out, inline_clock::time_point now) {
   inline_context ctx{
       *this,     *med_,   med_->shared_segment(), rank_,         size(),
       names_,    chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_,
@@ -260,7 +264,6 @@ bool inline_engine::step_head(finished_list& out) {
       continue;
     }
     int peer = op.blocked_rank();
-    const auto now = inline_clock::now();  // one reading per blocked turn
     if (auto why = med_->lost(op.op, peer, now); !why.empty()) {
       // What the peer published before it left still counts: one more try,
       // after which the operation may wait for another (live) rank.

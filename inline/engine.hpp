@@ -180,8 +180,11 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   };
   /// What one pass finished: mostly one operation.
   using finished_list = one_or_more<finished>;
-  bool pass(bool block_on_lock);
-  bool step_head(finished_list& out);
+  /// One pass over the head operations; `now`: the caller's clock reading
+  /// (deadlines and lost peers are checked against it: one reading per turn
+  /// of a waiting thread).
+  bool pass(bool block_on_lock, inline_clock::time_point now);
+  bool step_head(finished_list& out, inline_clock::time_point now);
   int blocker();
   bool head_reads_itself();
   void stop(const std::string& reason);
