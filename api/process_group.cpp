@@ -217,7 +217,7 @@ work process_group::track(work w, const char* op, const tensor_list& ts, int pee
     const auto type = !ts.empty() && ts[0].defined() ? ts[0].scalar_type() : dtype::float32;
     attach_record(w, ring,
                   ring->record(op, w.sequence_number(), numel, bytes, type,
-                               static_cast<int>(ts.size()), peer));
+                               static_cast<int>(ts.size()), peer, w.state()->issued));
   }
   std::function<void(const work_info&)> hook;
   {

@@ -15,11 +15,13 @@
 namespace troupe {
 namespace detail {
 
-std::int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+namespace {
+
+std::int64_t micros(std::chrono::nanoseconds d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
 }
+
+}  // namespace
 
 std::size_t flight_ring::default_capacity() {
   static const std::size_t n = [] {
@@ -42,11 +44,19 @@ flight_ring::flight_ring(std::string group, int rank, int size, std::size_t capa
     : group_(std::move(group)),
       rank_(rank),
       size_(size),
+      wall_minus_steady_us_(micros(std::chrono::system_clock::now().time_since_epoch()) -
+                            micros(std::chrono::steady_clock::now().time_since_epoch())),
       capacity_(std::max<std::size_t>(capacity, 1)) {}
 
+std::int64_t flight_ring::wall_us(std::chrono::steady_clock::time_point t) const {
+  if (t == std::chrono::steady_clock::time_point{}) t = std::chrono::steady_clock::now();
+  return micros(t.time_since_epoch()) + wall_minus_steady_us_;
+}
+
 std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_t numel,
-                                  std::uint64_t bytes, dtype type, int tensors, int peer) {
-  const auto at = now_us();
+                                  std::uint64_t bytes, dtype type, int tensors, int peer,
+                                  std::chrono::steady_clock::time_point issued) {
+  const auto at = wall_us(issued);
   std::lock_guard<std::mutex> g{mtx_};
   // The ring grows as calls come (a rank of a 1024-rank simulation that made
   // a few calls keeps a few slots, not 2000).
@@ -72,7 +82,7 @@ std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_
 }
 
 void flight_ring::ended(std::uint64_t id, const std::exception_ptr& err) {
-  const auto at = now_us();
+  const auto at = wall_us();
   std::string why;
   bool dump = false;
   if (err) {

@@ -9,6 +9,7 @@
 // no strings are made until somebody reads the record.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -21,16 +22,14 @@
 
 namespace troupe::detail {
 
-/// Microseconds since the epoch, now.
-std::int64_t now_us();
-
 class flight_ring {
  public:
   flight_ring(std::string group, int rank, int size, std::size_t capacity);
 
-  /// Records a call issued now; returns its id (for ended()).
+  /// Records a call issued at `issued` (the epoch: now); returns its id (for ended()).
   std::uint64_t record(const char* op, std::uint64_t seq, std::int64_t numel, std::uint64_t bytes,
-                       dtype type, int tensors, int peer);
+                       dtype type, int tensors, int peer,
+                       std::chrono::steady_clock::time_point issued = {});
   /// Call `id` ended (error: null when it completed); a timeout, a mismatch
   /// or a peer failure makes the ring dump itself once.
   void ended(std::uint64_t id, const std::exception_ptr& error);
@@ -58,8 +57,14 @@ class flight_ring {
     int state = 0;  // 0 in flight, 1 completed, 2 failed
     std::string error;
   };
+  /// Microseconds since the epoch at steady time `t` (now: the epoch):
+  /// steady readings moved by the offset taken at construction, so that a
+  /// call's issue can reuse the reading its engine took.
+  std::int64_t wall_us(std::chrono::steady_clock::time_point t = {}) const;
+
   std::string group_;
   int rank_, size_;
+  std::int64_t wall_minus_steady_us_;
   mutable std::mutex mtx_;
   std::size_t capacity_;
   std::vector<slot> slots_;  // grows to capacity_; call i lives in slot i % capacity_

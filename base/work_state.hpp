@@ -50,6 +50,9 @@ struct work_state {
   /// there; the end is written into it before waiters return.
   std::shared_ptr<flight_ring> ring;
   std::uint64_t ring_id = 0;
+  /// When an inline engine took the call (its clock reading, reused by the
+  /// flight record; the epoch: not known).
+  std::chrono::steady_clock::time_point issued{};
 };
 
 /// Runs a function on another thread (completions' callbacks).

@@ -67,6 +67,7 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   // The hooks reach this engine through the work's owner: they capture at
   // most the work itself, so storing them allocates nothing.
   auto& s = *w.state();
+  s.issued = issued;
   s.owner = weak_from_this();
   s.drive = [](work_state& st, inline_clock::time_point until) {
     if (auto f = std::static_pointer_cast<inline_engine>(st.owner.lock())) f->drive(st, until);
