@@ -74,7 +74,7 @@ bool wait_policy::poll_step(std::chrono::nanoseconds polled) const {
   if (polled >= spin)
     ::sched_yield();
   else
-    for (int i = 0; i < 16; ++i) cpu_relax();
+    cpu_relax();
   return true;
 }
 

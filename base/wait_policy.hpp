@@ -42,8 +42,13 @@ struct wait_policy {
   /// at once lets it run (measured, 4 processes on 2 CPUs: 1 KiB allreduce
   /// 12–19 µs against 15–22, 64 KiB 33–57 against 43–86).
   wait_policy for_ranks(int ranks) const;
-  /// One polling step of a wait that began polling `polled` ago: pauses or
-  /// yields; false once the poll window is over (time to sleep).
+  /// One polling step of a wait that began polling `polled` ago: pauses
+  /// once (spinning) or yields; false once the poll window is over (time to
+  /// sleep). One pause, not more: a pause takes 25 ns on these AMD EPYC
+  /// machines (140 cycles on recent Intel), and the 16 per step before made
+  /// a waiting thread look at its peer every 0.4 us (2 processes, 4 B,
+  /// alternating: reduce 1.11 -> 0.70 us, barrier 0.94 -> 0.51, scatter
+  /// 1.49 -> 1.24, ping-pong one way 1.41 -> 1.25).
   bool poll_step(std::chrono::nanoseconds polled) const;
 };
 
