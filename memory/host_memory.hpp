@@ -4,7 +4,9 @@
 //
 // Small buffers come from operator new. From 64 KiB every allocation is a
 // mapping of its own: up to 2 MiB from a pool of freed buffers (one list per
-// power of two), from 2 MiB 2 MiB aligned with huge pages asked for. All
+// power of two), from 2 MiB 2 MiB aligned with huge pages asked for (up
+// to 4 freed private ones, 128 MiB in all, kept for a request of the same
+// size). All
 // are registered, so that share_in_place can move one into shared memory
 // (a memfd mapped at the same address) when a collective between processes
 // uses it again. tensor::empty_shared memory is a memfd from the start. A
