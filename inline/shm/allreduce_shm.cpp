@@ -82,10 +82,10 @@ class allreduce_shm final : public shm_op {
       : shm_op(code), data_(std::move(data)), kind_(kind), divisor_(divisor), root_(root) {}
 
   bool step(inline_context& ctx, bool& moved) override {
+    if (data_.nbytes() <= tiny_bytes) return step_tiny(ctx, moved);
     auto& seg = *ctx.seg;
     const auto me = ctx.rank;
     const auto nbytes = static_cast<std::uint64_t>(data_.nbytes());
-    if (nbytes <= tiny_bytes) return step_tiny(ctx, moved);
     // One step when the buffer fits a slot, except that ranks of one process
     // reduce straight from each other's buffers above 32 KiB.
     const bool small =

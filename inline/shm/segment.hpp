@@ -12,9 +12,9 @@
 //    line), the descriptors of its last two operations, its pid and "left"
 //    flag, and the ring of the kinds of its last 64 collectives (announce);
 //  - per rank, two tiny lanes (operation parity): a header line and
-//    tiny_bytes of data after it (inline/shm/allreduce_shm: a collective of
-//    up to 1 KiB posts everything a peer needs there, so that a peer reads
-//    one line to learn that it was posted and what it is);
+//    tiny_bytes of data after it (inline/shm/shm_op.hpp: a collective whose
+//    every source fits 1 KiB posts everything a peer needs there, so that a
+//    peer reads one line to learn that it was posted and what it is);
 //  - per rank, two small-message slots (operation parity);
 //  - per rank, `chunk_slots` staging slots of `chunk_bytes`, and one shared
 //    ring of result slots of the same shape. Every data slot starts half a

@@ -87,6 +87,15 @@ op_descriptor shm_op::described(const tiny_header& h) {
   return d;
 }
 
+bool shm_op::same_post(const tiny_header& a, const tiny_header& b) {
+  // The input's size counts where every rank passes the same (the others
+  // check their sizes against the counts: uneven v-forms differ here).
+  const auto c = static_cast<op_code>(a.code);
+  const bool sized = c == op_code::allreduce || c == op_code::reduce || c == op_code::broadcast;
+  return a.code == b.code && a.dtype == b.dtype && a.reduce == b.reduce && a.root == b.root &&
+         a.counts_hash == b.counts_hash && (!sized || a.nbytes == b.nbytes);
+}
+
 bool shm_op::tiny_lane_free(inline_context& ctx) {
   return ctx.tiny_seen + 1 == op || all_reached(ctx, &rank_progress::done, op >= 2 ? op - 2 : 0,
                                                 "finish its previous operation");
@@ -122,10 +131,9 @@ bool shm_op::tiny_posted(inline_context& ctx) {
       }
       return waiting(r, "issue this ", true);
     }
-    if (t.nbytes != mine.nbytes || t.dtype != mine.dtype || t.reduce != mine.reduce ||
-        t.code != mine.code || t.root != mine.root || t.counts_hash != mine.counts_hash) {
+    if (!same_post(t, mine)) {
       // Throws once every rank posted (fields that differ and mean the
-      // same, as a barrier's dtype, agree).
+      // same agree).
       if (const int q = check_posts(ctx); q >= 0) return waiting(q, "issue this ", true);
     }
   }

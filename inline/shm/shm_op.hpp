@@ -67,6 +67,9 @@ class shm_op : public inline_op {
   //    Sizes on both sides of the limit take different lanes; each rank
   //    finds the other's post on the other lane (check_posts).
 
+  /// Whether two tiny posts are the same call, as far as the header alone
+  /// tells (fingerprint() of both decides where it does not).
+  static bool same_post(const tiny_header& a, const tiny_header& b);
   /// Whether this rank may post on the tiny lane now; false: waiting.
   bool tiny_lane_free(inline_context& ctx);
   /// Posts `call` (its stamp is set here, last) and `bytes` of `data`.
