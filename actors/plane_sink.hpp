@@ -16,6 +16,8 @@ inline data_plane::group_sink plane_sink(const group_actor& actor) {
       [actor](int r, const std::string& why, bool crashed) {
         caf::anon_send(actor, gone_atom::value, r, why, crashed);
       },
+      {},
+      {},
   };
 }
 

@@ -49,6 +49,9 @@ host_backend::host_backend(const backend_context& ctx)
       sink.p2p = [mb](p2p_envelope env) {
         if (auto m = mb.lock()) m->arrive(std::move(env));
       };
+      sink.loan = [mb](p2p_envelope env) {
+        if (auto m = mb.lock()) m->loan(std::move(env));
+      };
       sink.p2p_place = [mb](const frame_header& h) {
         auto m = mb.lock();
         return m ? m->place(h) : posted_receive{};

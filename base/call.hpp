@@ -97,11 +97,34 @@ struct envelope {
 /// The step of a message that only says what its sender called.
 inline constexpr std::uint32_t describe_step = 0xffffffffu;
 
-/// A point-to-point message.
+/// A large message between processes of one host, lent instead of copied
+/// through the connection: where the receiver finds the sender's buffer
+/// (memory/peer_memory.hpp), its size and dtype, and the loan's number
+/// (per sender, never reused), which the receiver's reply names.
+struct p2p_loan {
+  std::uint64_t id = 0;
+  std::uint64_t share_id = 0;
+  std::uint64_t share_size = 0;
+  std::uint64_t share_offset = 0;
+  std::uint64_t nbytes = 0;
+  std::int32_t share_fd = -1;
+  std::uint8_t dtype = 0;
+  std::uint8_t reserved[3] = {};
+};
+static_assert(sizeof(p2p_loan) == 48);
+
+/// A point-to-point message (`kind` message), or what a loan needs said:
+/// `lent` (the sender's buffer, in `loan`), `returned` (the receiver's
+/// answer to loan `loan.id`: taken when `payload` is undefined, else why it
+/// could not be, as text) and `withdrawn` (the sender gave loan `loan.id`
+/// up: it failed, so the message must not be received).
 struct p2p_envelope {
+  enum kind_t : std::uint8_t { message, lent, returned, withdrawn };
   std::int32_t src = 0;
   std::int32_t tag = 0;
   tensor payload;
+  kind_t kind = message;
+  p2p_loan loan{};
 };
 
 }  // namespace troupe::detail

@@ -130,6 +130,9 @@ class inline_op {
 struct inline_counters {
   std::atomic<std::uint64_t> copied{0};   ///< memcpy into or out of the segment
   std::atomic<std::uint64_t> reduced{0};  ///< bytes of allreduce input
+  /// Point-to-point messages this process took from a lender in another
+  /// process (inline/mailbox.hpp: copied once, from the sender's buffer).
+  std::atomic<std::uint64_t> loans_taken{0};
 };
 inline_counters& inline_stats() noexcept;
 

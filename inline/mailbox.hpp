@@ -18,6 +18,20 @@
 //    ring or TCP), written by the sender's thread (sends are eager); in the
 //    receiving process the reader thread, or the waiting thread itself
 //    reading a TCP peer's socket, matches it on arrival.
+//  - Large messages to ranks of other processes on this host (lend_bytes and
+//    more, from a buffer peers can map: tensor::empty_shared, or a reused
+//    tensor::empty buffer moved into shared memory in place) are lent: a
+//    frame says where the bytes are (p2p_loan), the receiving rank copies
+//    them once, straight from the sender's buffer into its receive's
+//    (memory/peer_memory.hpp maps it), and returns the loan; the send
+//    completes then (through the ring each byte was copied twice, three
+//    times when the message came before its receive). A loan the receiver
+//    cannot take comes back with why, and the send fails with it. At its
+//    deadline a loan is withdrawn, and the receiver decides: a message it
+//    took completes the send, one it had not is dropped there and the send
+//    fails (timeout), so that no receive takes it later; a receiver that
+//    answers neither within another timeout fails it too. Abort, destroying
+//    the group and the receiver's death fail loans at once.
 //  - Failures: every receive and lent send has a deadline, watched by one
 //    process-wide timer thread, so that an operation nobody waits for still
 //    ends; a peer that left fails what waits for it (what it sent before
@@ -51,6 +65,7 @@
 namespace troupe::detail {
 
 class data_plane;
+class peer_memory;
 
 class mailbox : public std::enable_shared_from_this<mailbox> {
  public:
@@ -58,6 +73,9 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   /// Unmatched messages to a rank of this process up to this size are copied
   /// (the send completes at once); larger ones are lent until a receive takes them.
   static constexpr std::size_t eager_bytes = 64 << 10;
+  /// Messages to ranks of other processes on this host from this size are
+  /// lent (when their buffer can be shared), smaller ones copied through the ring.
+  static constexpr std::size_t lend_bytes = 256 << 10;
 
   /// `key` names this group of this job in the process (ranks of one process
   /// find each other's mailbox under key + rank); `global_ranks[r]`: the
@@ -75,6 +93,9 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   /// A message from a rank in another process (the data plane's reader, or a
   /// thread reading a peer's socket or ring).
   void arrive(p2p_envelope env);
+  /// What a loan needs said, from a rank in another process (lent, returned,
+  /// withdrawn: base/call.hpp's p2p_envelope).
+  void loan(p2p_envelope env);
   /// Where the payload of the frame with header `h` goes: the buffer of the
   /// receive it will match when it fits exactly (then arrive() copies
   /// nothing), else nothing. Asked by the data plane before it reads it.
@@ -106,15 +127,42 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
     std::string waits_for;
     std::chrono::milliseconds timeout{};
     clock::time_point deadline;
+    // Lent by a rank of another process: the bytes are in its buffer, copied
+    // by fill(), which then returns the loan.
+    std::optional<p2p_loan> loan;
+  };
+  /// A message this rank lent to a rank of another process, until the loan
+  /// comes back (or the send fails).
+  struct lent_send {
+    std::uint64_t id;
+    p2p_call call;
+    clock::time_point deadline;
+    // Past its deadline: withdrawn, and waiting (until the new deadline)
+    // for the receiver to say whether it took the message before; the
+    // send's failure if it did not.
+    std::exception_ptr withdrawn;
   };
   struct finish {  // what to complete or fail once the lock is released
+    finish(std::optional<receive> rr, std::optional<message> mm, std::exception_ptr e)
+        : r(std::move(rr)), m(std::move(mm)), error(std::move(e)) {}
+    finish(lent_send l, std::exception_ptr e, bool withdrawn)
+        : error(std::move(e)), lent(std::move(l)), withdraw(withdrawn) {}
     std::optional<receive> r;
     std::optional<message> m;
-    std::exception_ptr error;  // for r (or, without r, for m's sender)
+    std::exception_ptr error;       // for r (or, without r, for m's sender or loan)
+    std::optional<lent_send> lent;  // completes (error: fails) this lent send
+    bool withdraw = false;          // and withdraws its loan from the receiver
   };
   /// The finishes of one step: mostly one.
   using finishes = one_or_more<finish>;
 
+  /// Lends `c` to its receiver in another process (true), or false when it
+  /// is to be copied through the connection (small, or a buffer peers cannot map).
+  bool lend(p2p_call& c, data_plane& plane);
+  /// Tells rank `src` that its loan `id` was taken (`why` empty) or why not.
+  void answer(int src, std::uint64_t id, const std::string& why) const;
+  /// Copies a lent message's bytes into `buf` (throws when its buffer cannot be mapped).
+  void take(const message& m, const tensor& buf) const;
   /// Takes a message from a peer: hands it to the first matching receive, or keeps it.
   void accept(message m);
   /// The first posted receive a message from `src` with `tag` matches (under mtx_).
@@ -169,6 +217,11 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   std::optional<std::pair<errc, std::string>> stopped_;
   clock::time_point armed_ = clock::time_point::max();
   bool attached_ = false;
+  std::vector<lent_send> lent_;  // this rank's loans not yet returned
+  std::uint64_t loans_ = 0;      // loans made (their numbers)
+  // The lenders' buffers mapped here (fill() runs outside mtx_, in any thread).
+  mutable std::mutex mapped_mtx_;
+  mutable std::unique_ptr<peer_memory> mapped_;
 };
 
 }  // namespace troupe::detail

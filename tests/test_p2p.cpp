@@ -6,6 +6,7 @@
 #include <future>
 #include <string>
 
+#include "../inline/engine.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 
@@ -190,6 +191,132 @@ TEST_CASE("messages of every size arrive whole whether the receive or the messag
       }
     });
   }
+}
+
+namespace {
+
+/// Whether large sends from shareable buffers are lent between this run's
+/// processes (troupe-run over shared memory, the mailbox's path).
+bool lends_between_processes() {
+  const char* transport = std::getenv("TROUPE_TRANSPORT");
+  const char* fabric = std::getenv("TROUPE_FABRIC");
+  return std::getenv("RANK") && !(transport && std::string(transport) == "tcp") &&
+         !(fabric && std::string(fabric) == "off");
+}
+
+/// `t` filled with pattern(sender, ...) (t: a CPU tensor of floats).
+tensor& fill_pattern(tensor& t, int sender) {
+  auto* p = t.data_as<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = float(sender * 1000 + i % 977);
+  return t;
+}
+
+}  // namespace
+
+// Between processes of one host, a large message from a buffer the receiver
+// can map (tensor::empty_shared, or a tensor::empty buffer reused) is lent:
+// the receiver copies it once from the sender's buffer and returns the loan.
+// Whichever comes first, in order per tag, recv_any_source naming the
+// sender; each receive takes exactly one loan.
+TEST_CASE("large messages from shareable buffers are lent, taken once, whole and in order") {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      const int right = (w.rank() + 1) % n, left = (w.rank() + n - 1) % n;
+      const std::int64_t count = 1 << 17;  // 512 KiB of floats
+      auto shared = tensor::empty_shared({count}, dtype::float32);
+      auto reused = tensor::empty({count}, dtype::float32);
+      auto a = tensor::empty({count}, dtype::float32), b = tensor::empty({count}, dtype::float32);
+      const auto taken0 = detail::inline_stats().loans_taken.load();
+      std::uint64_t receives = 0;
+      for (int round = 0; round < 3; ++round) {
+        CAPTURE(round);
+        // The receive first.
+        auto r = pg.recv(a, left, 1);
+        pg.barrier().wait();
+        auto s = pg.send(fill_pattern(shared, w.rank() + round), right, 1);
+        r.wait();
+        s.wait();
+        CHECK(holds_pattern(a, left + round));
+        // The messages first, two with one tag: taken in the order sent.
+        auto s1 = pg.send(fill_pattern(shared, w.rank()), right, 2);
+        auto s2 = pg.send(fill_pattern(reused, w.rank() + 7), right, 2);
+        pg.barrier().wait();
+        auto r1 = pg.recv_any_source(a, 2);
+        auto r2 = pg.recv(b, left, 2);
+        r1.wait();
+        r2.wait();
+        s1.wait();
+        s2.wait();
+        CHECK(r1.source_rank() == left);
+        CHECK(holds_pattern(a, left));
+        CHECK(holds_pattern(b, left + 7));
+        receives += 3;
+        pg.barrier().wait();  // the buffers are written again next round
+      }
+      const auto taken = detail::inline_stats().loans_taken.load() - taken0;
+      // A tensor::empty buffer is lent from its second use; every process
+      // here has one rank.
+      if (lends_between_processes()) CHECK(taken >= receives - 1);
+      if (!std::getenv("RANK")) CHECK(taken == 0);  // ranks of one process copy directly
+    });
+  }
+}
+
+TEST_CASE(
+    "a lent message of the wrong size fails its receive, names both sizes, and the send "
+    "completes") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    if (w.rank() == 0) {
+      auto big = tensor::empty_shared({300000}, dtype::float32);
+      pg.send(fill_pattern(big, 0), 1).wait(20s);
+      pg.send(tensor::from_vector<int>({5}), 1, 3).wait();
+    } else {
+      auto t = tensor::empty({299999}, dtype::float32);
+      check_error([&] { pg.recv(t, 0).wait(); }, errc::invalid_argument,
+                  {"recv", "1200000 bytes", "1199996 bytes"});
+      auto next = ref::zeros({1}, dtype::int32);
+      pg.recv(next, 0, 3).wait();
+      CHECK(next.to_vector<int>()[0] == 5);
+    }
+  });
+}
+
+// A lent send at its deadline is withdrawn: the receiver drops it, so that
+// a later receive with its tag gets the next message, and the send fails
+// naming the peer and tag.
+TEST_CASE("a lent send nobody receives fails at its deadline and is never received") {
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    // Lent: between processes (lends_between_processes), and on the
+    // mailbox in one process; the group actors' sends are eager.
+    const char* fabric = std::getenv("TROUPE_FABRIC");
+    const bool waits =
+        std::getenv("RANK") ? lends_between_processes() : !(fabric && std::string(fabric) == "off");
+    if (w.rank() == 0) {
+      auto big = tensor::empty_shared({1 << 18}, dtype::float32);
+      auto s = pg.send({big}, 1, {.tag = 4, .timeout = 300ms});
+      if (waits)
+        check_error([&] { s.wait(20s); }, errc::timeout, {"send", "rank 1", "tag 4"});
+      else
+        s.wait(20s);  // written out eagerly (TCP, or the group actors' path)
+    }
+    pg.barrier().wait();
+    if (w.rank() == 0) pg.send(tensor::from_vector<int>({9}), 1, 4).wait();
+    if (w.rank() == 1 && waits) {
+      auto small = ref::zeros({1}, dtype::int32);
+      pg.recv(small, 0, 4).wait(20s);
+      CHECK(small.to_vector<int>()[0] == 9);
+    } else if (w.rank() == 1) {
+      auto big = tensor::empty({1 << 18}, dtype::float32);
+      auto small = ref::zeros({1}, dtype::int32);
+      pg.recv(big, 0, 4).wait(20s);
+      pg.recv(small, 0, 4).wait(20s);
+      CHECK(small.to_vector<int>()[0] == 9);
+    }
+  });
 }
 
 TEST_CASE("a large message of the wrong size fails its receive and names both sizes") {

@@ -172,8 +172,10 @@ void run(const plan& p) {
 }
 
 /// Point to point: every survivor waits in a recv from the victim when it
-/// is killed; the recv fails naming it, and a send to it fails as well.
-bool p2p_body(const char* transport, const std::string& path, board& b, int r) {
+/// is killed (`lent`: in a send of 1 MiB from shared memory, lent to the
+/// victim, which never receives it); it fails naming the victim, and a send
+/// to it fails as well.
+bool p2p_body(const char* transport, bool lent, const std::string& path, board& b, int r) {
   constexpr int victim = ranks - 1;
   ::setenv("TROUPE_TRANSPORT", transport, 1);
   ::unsetenv("TROUPE_FABRIC");
@@ -189,7 +191,9 @@ bool p2p_body(const char* transport, const std::string& path, board& b, int r) {
     ::kill(::getpid(), SIGKILL);
   }
   auto t = tensor::zeros({1}, dtype::int32);
-  auto rv = r == 0 ? pg.recv_any_source(t, 5) : pg.recv(t, victim, 5);
+  auto big = tensor::empty_shared({1 << 18}, dtype::float32);
+  auto rv =
+      lent ? pg.send(big, victim, 5) : (r == 0 ? pg.recv_any_source(t, 5) : pg.recv(t, victim, 5));
   ++b.ready;
   bool ok = true;
   auto names_victim = [&](const std::string& what) {
@@ -198,7 +202,7 @@ bool p2p_body(const char* transport, const std::string& path, board& b, int r) {
   };
   try {
     rv.wait(20s);
-    ok &= expect(r, false, "the recv succeeded");
+    ok &= expect(r, false, lent ? "the lent send succeeded" : "the recv succeeded");
   } catch (const error& e) {
     b.detected_ms[r] = (test::now_ns() - b.killed_at.load()) / 1000000 + 1;
     const std::string what = e.what();
@@ -217,11 +221,13 @@ bool p2p_body(const char* transport, const std::string& path, board& b, int r) {
   return ok;
 }
 
-void run_p2p(const char* transport) {
+void run_p2p(const char* transport, bool lent = false) {
   CAPTURE(transport);
+  CAPTURE(lent);
   const auto path = test::temp_store_path();
   auto& b = *test::shared_page<board>();
-  auto codes = test::fork_ranks(ranks, [&](int r) { return p2p_body(transport, path, b, r); });
+  auto codes =
+      test::fork_ranks(ranks, [&](int r) { return p2p_body(transport, lent, path, b, r); });
   ::unlink(path.c_str());
   for (int r = 0; r < ranks; ++r) {
     CAPTURE(r);
@@ -241,6 +247,10 @@ void run_p2p(const char* transport) {
 TEST_CASE("a rank killed while the others wait in recv from it fails each recv, naming it") {
   run_p2p("tcp");
   run_p2p("auto");
+}
+
+TEST_CASE("a rank killed while the others wait in sends lent to it fails each send, naming it") {
+  run_p2p("auto", true);
 }
 
 TEST_CASE("over TCP, a rank killed while its peers are idle fails every survivor's next call") {

@@ -36,6 +36,17 @@ class string_stream final : public byte_stream {
   void close() override {}
 };
 
+/// The frame written to `s`, with `patch` applied to its header.
+std::string patched(string_stream& s, const std::function<void(frame_header&)>& patch) {
+  if (patch) {
+    frame_header h;
+    std::memcpy(&h, s.bytes.data(), sizeof(h));
+    patch(h);
+    std::memcpy(s.bytes.data(), &h, sizeof(h));
+  }
+  return s.bytes;
+}
+
 /// One frame as write_frame writes it, then `patch` applied to its header.
 std::string frame(const std::string& group, std::uint8_t kind, std::uint64_t seq, int src,
                   const tensor& payload, const std::function<void(frame_header&)>& patch = {}) {
@@ -44,13 +55,7 @@ std::string frame(const std::string& group, std::uint8_t kind, std::uint64_t seq
     write_frame(s, group, p2p_envelope{src, 0, payload});
   else
     write_frame(s, group, envelope{seq, 0, src, op_code::allreduce, payload, nullptr}, kind);
-  if (patch) {
-    frame_header h;
-    std::memcpy(&h, s.bytes.data(), sizeof(h));
-    patch(h);
-    std::memcpy(s.bytes.data(), &h, sizeof(h));
-  }
-  return s.bytes;
+  return patched(s, patch);
 }
 
 data_plane& plane_of(world& w) {
@@ -114,6 +119,28 @@ TEST_CASE("a frame announcing a payload larger than the host's memory fails only
                      [](frame_header& h) { h.payload_bytes = std::uint64_t{1} << 62; });
       },
       "more than this host's memory");
+}
+
+/// A loan frame (frame_loan) of rank 2 for the default group, `patch`ed.
+std::string loan_frame(const std::function<void(frame_header&)>& patch = {}) {
+  string_stream s;
+  p2p_envelope env{2, 0, {}, p2p_envelope::lent};
+  env.loan = {1, 1, 1 << 20, 0, 1 << 20, 3, static_cast<std::uint8_t>(dtype::float32), {}};
+  write_frame(s, "default", env);
+  return patched(s, patch);
+}
+
+// Over TCP the receiver cannot map the lender's memory (another host's pid
+// would name an unrelated process here): a loan is a broken rule.
+TEST_CASE("a loan from a peer that shares no memory fails only that peer") {
+  run_attack(
+      "", [](const std::string&) { return loan_frame(); }, "which this rank cannot map");
+}
+
+TEST_CASE("a malformed loan frame fails only that peer") {
+  run_attack(
+      "", [](const std::string&) { return loan_frame([](frame_header& h) { h.code = 9; }); },
+      "a bad loan frame");
 }
 
 TEST_CASE("a frame from a group rank out of range fails only that peer") {

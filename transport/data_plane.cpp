@@ -16,6 +16,7 @@
 #include <cstring>
 #include <random>
 
+#include "memory/peer_memory.hpp"
 #include "transport/data_plane_parts.hpp"
 #include "transport/rendezvous.hpp"
 #include "troupe/error.hpp"
@@ -221,6 +222,10 @@ void data_plane::connect(store& s, rendezvous& rdv) {
 
 bool data_plane::is_local(int r) const {
   return at(r).local;
+}
+
+int data_plane::pid_of(int r) const {
+  return at(r).pid;
 }
 
 bool data_plane::shares_memory(int r) const {

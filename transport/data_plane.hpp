@@ -60,6 +60,7 @@
 namespace troupe::detail {
 
 class rendezvous;
+class peer_memory;
 
 struct data_plane_options {
   int rank = 0;
@@ -88,6 +89,8 @@ class data_plane {
   bool shares_memory(int r) const;
   /// "world rank 3 (host h, pid 4711)".
   std::string describe(int r) const;
+  /// The process id of world rank r (as it announced it when it joined).
+  int pid_of(int r) const;
 
   void send(int world_rank, const std::string& group, const envelope& env);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
@@ -149,6 +152,11 @@ class data_plane {
     /// Where the payload of a point-to-point frame may be read to (a receive
     /// posted for it), asked before it is read; may be empty.
     inline_place p2p_place;
+    /// What a loan needs said (p2p_envelope::lent, returned, withdrawn: the
+    /// mailbox's). Empty on the group actors' path (TROUPE_FABRIC=off in
+    /// this process only): a lent message is then copied here into a
+    /// message of its own, its loan returned at once.
+    std::function<void(p2p_envelope)> loan;
   };
   /// Routes frames for `group` to `sink` (and tells it about peers that
   /// die, also those that died before).
@@ -192,6 +200,9 @@ class data_plane {
   void set_route(const std::string& group, const std::function<void(route&)>& change);
   template <class Envelope>
   void send_frame(int world_rank, const std::string& group, const Envelope& env);
+  /// A loan from world rank r for a group without a loan sink (group_sink::loan):
+  /// copies the lent bytes into a message, returns the loan and delivers it.
+  void take_loan(int r, const std::string& group, const route& rt, p2p_envelope env);
 
   data_plane_options opts_;
   std::vector<std::shared_ptr<peer>> peers_;  // by world rank (this process's ranks share one)
@@ -216,6 +227,8 @@ class data_plane {
   std::chrono::steady_clock::time_point log_window_{};
   int logged_ = 0;
   std::uint64_t unlogged_ = 0;
+  std::mutex loans_mtx_;  // guards loans_ (take_loan)
+  std::unique_ptr<peer_memory> loans_;
 };
 
 }  // namespace troupe::detail

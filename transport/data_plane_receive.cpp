@@ -10,10 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
+#include "memory/peer_memory.hpp"
 #include "transport/data_plane_parts.hpp"
 #include "troupe/error.hpp"
 
@@ -53,6 +55,20 @@ bool data_plane::dispatch(int r, received_frame& f, std::string& refusal) {
   if (f.header.kind == frame_inline) {
     refusal = rt->sink(f);
     return refusal.empty();
+  }
+  if (f.header.kind == frame_loan) {
+    p2p_envelope env;
+    refusal = read_loan(f, env);
+    // Only a process that can map this one's memory may lend to it: another
+    // host's pid names some unrelated process here.
+    if (refusal.empty() && env.kind == p2p_envelope::lent && !shares_memory(r))
+      refusal = "a loan of its memory, which this rank cannot map (no shared memory between them)";
+    if (!refusal.empty()) return false;
+    if (rt->actor.loan)
+      rt->actor.loan(std::move(env));
+    else if (env.kind == p2p_envelope::lent)
+      take_loan(r, f.group, *rt, std::move(env));
+    return true;
   }
   if (f.header.kind == frame_collective)
     rt->actor.collective(envelope{f.header.seq, f.header.step, f.header.src,
@@ -221,6 +237,33 @@ void data_plane::add_group(const std::string& group, const std::vector<int>& mem
     }
     if (gone) gone(r, why, crashed);
   }
+}
+
+void data_plane::take_loan(int r, const std::string& group, const route& rt, p2p_envelope env) {
+  const auto me = std::find(rt.members.begin(), rt.members.end(), opts_.rank);
+  p2p_envelope reply{
+      static_cast<std::int32_t>(me - rt.members.begin()), 0, {}, p2p_envelope::returned};
+  reply.loan.id = env.loan.id;
+  const auto& l = env.loan;
+  tensor copy;
+  try {
+    const auto type = static_cast<dtype>(l.dtype);
+    copy = tensor::empty({static_cast<std::int64_t>(l.nbytes / element_size(type))}, type);
+    std::lock_guard<std::mutex> g{loans_mtx_};
+    if (!loans_) loans_ = std::make_unique<peer_memory>();
+    const auto* from = loans_->map(
+        pid_of(r), peer_buffer{l.share_fd, l.share_id, l.share_size, l.share_offset, l.nbytes},
+        "recv", describe(r));
+    std::memcpy(copy.data(), from, l.nbytes);
+  } catch (const std::exception& e) {
+    const std::string why = e.what();
+    reply.payload = tensor::empty({static_cast<std::int64_t>(std::min(why.size(), max_loan_text))},
+                                  dtype::uint8);
+    std::memcpy(reply.payload.data(), why.data(), static_cast<std::size_t>(reply.payload.numel()));
+    copy = {};
+  }
+  send(r, group, reply);
+  if (copy.defined() && rt.actor.p2p) rt.actor.p2p(p2p_envelope{env.src, env.tag, std::move(copy)});
 }
 
 void data_plane::remove_group(const std::string& group) {

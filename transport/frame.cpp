@@ -39,7 +39,17 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
 std::string check_header(const frame_header& h) {
   if (h.magic != frame_magic) return "bad frame magic";
   if (h.kind == frame_goodbye) return {};
-  if (h.kind > frame_inline) return "bad frame kind " + std::to_string(h.kind);
+  if (h.kind > frame_loan) return "bad frame kind " + std::to_string(h.kind);
+  if (h.kind == frame_loan) {
+    // Lent: exactly a loan's bytes; returned or withdrawn: at most a text.
+    const bool lent = h.code == p2p_envelope::lent;
+    if (h.code < p2p_envelope::lent || h.code > p2p_envelope::withdrawn ||
+        h.dtype != static_cast<std::uint8_t>(dtype::uint8) ||
+        (lent ? !h.has_payload || h.payload_bytes != sizeof(p2p_loan)
+              : h.payload_bytes > max_loan_text))
+      return "a bad loan frame (kind " + std::to_string(h.code) + ", " +
+             std::to_string(h.payload_bytes) + " bytes)";
+  }
   if (h.payload_bytes > max_frame_payload())
     return "a frame announcing " + std::to_string(h.payload_bytes) +
            " bytes of payload, more than this host's memory (" +
@@ -50,7 +60,8 @@ std::string check_header(const frame_header& h) {
   if (h.dtype >= dtype_count) return "bad dtype " + std::to_string(h.dtype);
   if (h.name_len == 0 || h.name_len > max_group_name)
     return "bad group name length " + std::to_string(h.name_len);
-  if (h.fp_bytes > max_fingerprint || (h.fp_bytes != 0 && h.kind == frame_p2p))
+  if (h.fp_bytes > max_fingerprint ||
+      (h.fp_bytes != 0 && (h.kind == frame_p2p || h.kind == frame_loan)))
     return "bad fingerprint size " + std::to_string(h.fp_bytes);
   const auto elem = element_size(static_cast<dtype>(h.dtype));
   if (h.payload_bytes % elem != 0 || (!h.has_payload && h.payload_bytes != 0))
@@ -81,10 +92,36 @@ bool write_frame(byte_stream& out, const std::string& group, const envelope& env
 
 bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope& env) {
   frame_header h;
-  h.kind = 1;
+  h.kind = env.kind == p2p_envelope::message ? frame_p2p : frame_loan;
+  h.code = env.kind;
   h.src = env.src;
   h.tag = env.tag;
-  return write_common(out, h, group, env.payload);
+  if (env.kind != p2p_envelope::lent) {
+    h.seq = env.loan.id;
+    return write_common(out, h, group, env.payload);
+  }
+  auto loan = tensor::empty({static_cast<std::int64_t>(sizeof(p2p_loan))}, dtype::uint8);
+  std::memcpy(loan.data(), &env.loan, sizeof(p2p_loan));
+  return write_common(out, h, group, loan);
+}
+
+std::string read_loan(const received_frame& f, p2p_envelope& env) {
+  const auto& h = f.header;
+  env = p2p_envelope{h.src, h.tag, {}, static_cast<p2p_envelope::kind_t>(h.code)};
+  if (env.kind != p2p_envelope::lent) {
+    env.loan.id = h.seq;
+    env.payload = f.payload;
+    return {};
+  }
+  std::memcpy(&env.loan, f.payload.data(), sizeof(p2p_loan));
+  const auto& l = env.loan;
+  if (l.dtype >= dtype_count) return "a loan of dtype " + std::to_string(l.dtype);
+  if (l.nbytes % element_size(static_cast<dtype>(l.dtype)) != 0 || l.share_size == 0 ||
+      l.share_offset > l.share_size || l.nbytes > l.share_size - l.share_offset || l.share_fd < 0)
+    return "a loan of " + std::to_string(l.nbytes) + " bytes at " + std::to_string(l.share_offset) +
+           " of a buffer of " + std::to_string(l.share_size) + " bytes (fd " +
+           std::to_string(l.share_fd) + ")";
+  return {};
 }
 
 bool write_goodbye(byte_stream& out, std::int32_t cause) {

@@ -2,8 +2,11 @@
 // frame — the wire format of the data plane between processes.
 //
 // A frame carries one envelope (collective data for the group actor, or for
-// the group's inline engine: kind 3) or p2p_envelope (point to point) for `group` in
-// the receiving process:
+// the group's inline engine: kind 3) or p2p_envelope (point to point: kind 1
+// for a message, kind 4 for what a loan needs said, its p2p_envelope kind
+// in `code`: the loan's 48 bytes as payload when lent, else its number in
+// `seq` and, when returned untaken, why as text) for `group` in the
+// receiving process:
 //   header (fixed 48 bytes) | group name (name_len bytes)
 //   | the sender's call fingerprint (fp_bytes; base/agreement.hpp) | payload (payload_bytes)
 // Every field is checked on receipt; a malformed frame closes the connection.
@@ -70,13 +73,20 @@ class byte_stream {
 };
 
 inline constexpr std::uint8_t frame_collective = 0, frame_p2p = 1, frame_goodbye = 2,
-                              frame_inline = 3;
+                              frame_inline = 3, frame_loan = 4;
+/// The most text a loan's refusal carries (frame_loan, p2p_envelope::returned).
+inline constexpr std::size_t max_loan_text = 4096;
 
 /// Writes one frame (header, group name, payload) to `out`; `kind` is
 /// frame_collective or frame_inline. Small frames go out in one write.
 bool write_frame(byte_stream& out, const std::string& group, const envelope& env,
                  std::uint8_t kind = frame_collective);
 bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope& env);
+
+/// The p2p_envelope a loan frame (frame_loan) carries; "" when it is sound,
+/// else what is wrong with it (the sender broke the rules).
+struct received_frame;
+std::string read_loan(const received_frame& f, p2p_envelope& env);
 
 /// Writes the last frame of a rank that leaves on purpose (its world ends);
 /// `cause`: the world rank whose failure made it leave, or -1.

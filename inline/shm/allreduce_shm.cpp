@@ -21,7 +21,7 @@
 //   private buffers unchanged within the noise).
 // Ranks of one process, N above 32 KiB, or ranks of several processes whose
 //   buffers are all shared (tensor::empty_shared, or moved there in place;
-//   inline/shm/peer_memory maps them), N above 32 KiB (direct): reduce part (me) of every
+//   memory/peer_memory maps them), N above 32 KiB (direct): reduce part (me) of every
 //   rank's buffer into mine and copy it into every other buffer; done = k;
 //   return once every rank is done (the others write into my buffer).
 // Large N, per chunk g (a ring of `chunk_slots` staging and result slots;

@@ -12,7 +12,7 @@
 
 #include "inline/engine.hpp"
 #include "inline/medium.hpp"
-#include "inline/shm/peer_memory.hpp"
+#include "memory/peer_memory.hpp"
 
 namespace troupe::detail {
 

@@ -4,9 +4,9 @@
 
 #include "base/call.hpp"
 #include "inline/medium.hpp"
-#include "inline/shm/peer_memory.hpp"
 #include "kernels/stream_copy.hpp"
 #include "memory/host_memory.hpp"
+#include "memory/peer_memory.hpp"
 #include "troupe/dtype.hpp"
 #include "troupe/error.hpp"
 
@@ -221,7 +221,10 @@ void shm_op::describe_shared(op_descriptor& d, const tensor& t) {
 std::byte* shm_op::posted_buffer(inline_context& ctx, int r) const {
   const auto& d = ctx.seg->descriptor(r, op);
   if (ctx.one_process) return reinterpret_cast<std::byte*>(d.addr);
-  return ctx.peers->map(ctx.seg->identity(r).pid.load(), d, ctx.names[static_cast<std::size_t>(r)]);
+  return ctx.peers->map(ctx.seg->identity(r).pid.load(),
+                        peer_buffer{d.share_fd, d.share_id, d.share_size, d.share_offset, d.nbytes},
+                        to_string(static_cast<op_code>(d.code)),
+                        ctx.names[static_cast<std::size_t>(r)]);
 }
 
 void shm_op::copy(std::byte* dst, const std::byte* src, std::int64_t bytes) {
