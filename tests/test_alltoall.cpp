@@ -104,3 +104,74 @@ TEST_CASE("alltoall_single in place: the output is the input tensor") {
     });
   }
 }
+
+// Each rank chooses the segment's tiny lane from its own sizes (an input and
+// output of at most 1 KiB with the splits): with uneven splits one rank may
+// choose it while another cannot. Rank 0 keeps 300 floats and sends 1, the
+// others exchange a few: rank 0 posts in the slots, the others on their tiny
+// lanes, which they leave for the slots. Many times, then equal small splits
+// again (the tiny lane for every rank), then uneven splits that disagree.
+TEST_CASE("alltoall whose ranks' sizes fall on both sides of the tiny lane's limit") {
+  for (int n : ct::rank_counts) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      const int me = w.rank();
+      auto len = [](int from, int to) -> std::int64_t {
+        return from == 0 && to == 0 ? 300 : 1 + (from + to) % 2;
+      };
+      std::vector<std::int64_t> in_splits, out_splits;
+      ref::values in, expected;
+      for (int p = 0; p < n; ++p) {
+        in_splits.push_back(len(me, p));
+        out_splits.push_back(len(p, me));
+        auto b = block(me, p, len(me, p));
+        in.insert(in.end(), b.begin(), b.end());
+        auto e = block(p, me, len(p, me));
+        expected.insert(expected.end(), e.begin(), e.end());
+      }
+      std::int64_t out_len = 0;
+      for (auto r : out_splits) out_len += r;
+      auto input = ref::make(dtype::float32, in);
+      for (int round = 0; round < 20; ++round) {
+        CAPTURE(round);
+        auto out = ref::zeros({out_len}, dtype::float32);
+        pg.alltoall_single(out, input, out_splits, in_splits).wait();
+        ref::check_close(out, expected, "alltoall_single across the tiny lane's limit");
+        // Equal small splits: every rank on its tiny lane.
+        auto small_in = ref::make(dtype::float32, block(me, me, n));
+        auto small_out = ref::zeros({n}, dtype::float32);
+        pg.alltoall_single(small_out, small_in).wait();
+      }
+      // Splits that disagree (rank 1 expects one element more from rank 0
+      // than rank 0 sends): every rank reports the mismatch.
+      if (n < 2) return;
+      auto bad_out = out_splits;
+      if (me == 1) bad_out[0] += 1;
+      std::int64_t bad_len = 0;
+      for (auto r : bad_out) bad_len += r;
+      auto out = ref::zeros({bad_len}, dtype::float32);
+      try {
+        pg.alltoall_single(out, input, bad_out, in_splits).wait();
+        CHECK_MESSAGE(false, "the alltoall with disagreeing splits succeeded");
+      } catch (const error& e) {
+        CHECK(e.code() == errc::mismatch);
+      }
+      pg.barrier().wait();
+      // All on the tiny lane, splits that disagree: rank 1 expects 2
+      // elements from rank 0, which sends it 1.
+      std::vector<std::int64_t> ones(static_cast<std::size_t>(n), 1), recv = ones;
+      if (me == 1) recv[0] = 2;
+      auto small_out = ref::zeros({me == 1 ? n + 1 : n}, dtype::float32);
+      try {
+        pg.alltoall_single(small_out, ref::make(dtype::float32, block(me, me, n)), recv, ones)
+            .wait();
+        CHECK_MESSAGE(false, "the small alltoall with disagreeing splits succeeded");
+      } catch (const error& e) {
+        CHECK(e.code() == errc::mismatch);
+        CHECK(std::string(e.what()).find("rank 1") != std::string::npos);
+      }
+      pg.barrier().wait();
+    });
+  }
+}

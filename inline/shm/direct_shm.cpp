@@ -30,6 +30,8 @@
 #include "inline/shm/direct_shm.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -69,17 +71,9 @@ class direct_shm final : public shm_op {
     auto& c = *call_;
     switch (phase_) {
       case phase::post: {
-        if (all_tiny(ctx)) {
+        if (!to_slots_ && all_tiny(ctx)) {
           if (!tiny_lane_free(ctx)) return false;
-          tiny_header call;
-          call.nbytes = c.input.defined() ? c.input.nbytes() : 0;
-          call.dtype = static_cast<std::uint32_t>(element_type().scalar_type());
-          call.reduce = static_cast<std::uint32_t>(c.op.op());
-          call.root = rooted(c.code) ? c.root : 0;
-          call.counts_hash = hash_counts(c.counts);
-          const auto mine = source_bytes(ctx, ctx.rank);
-          post_tiny(ctx, call, c.input.defined() ? c.input.data() : nullptr,
-                    static_cast<std::size_t>(std::max<std::int64_t>(mine, 0)), moved);
+          post_on_tiny_lane(ctx, moved);
           phase_ = phase::tiny;
           return step_tiny(ctx, moved);
         }
@@ -182,29 +176,91 @@ class direct_shm final : public shm_op {
  private:
   enum class phase { post, agree, finish, staged, tiny };
 
-  /// Every source fits the tiny lane (alltoall aside: its agreement reads
-  /// every rank's splits).
+  /// Every source fits the tiny lane. An alltoall's ranks each decide from
+  /// their own input and output, of at most tiny_bytes (every rank's when
+  /// the splits are even; with uneven splits the ranks may choose
+  /// differently, and those on the tiny lane then move to the slots:
+  /// to_slots_), in a group of at most 32 ranks (their counts come first).
   bool all_tiny(inline_context& ctx) const {
-    return call_->code != op_code::alltoallv &&
-           longest_source(ctx) <= static_cast<std::int64_t>(tiny_bytes);
+    if (call_->code != op_code::alltoallv)
+      return longest_source(ctx) <= static_cast<std::int64_t>(tiny_bytes);
+    const auto& c = *call_;
+    const auto in = c.input.defined() ? c.input.nbytes() : 0;
+    const auto out = c.output.defined() ? c.output.nbytes() : 0;
+    return splits_bytes(ctx) <= tiny_splits_bytes && std::max(in, out) <= tiny_bytes;
+  }
+  /// alltoall's send and receive counts, before its input on the tiny lane.
+  static std::size_t splits_bytes(inline_context& ctx) {
+    return 2 * static_cast<std::size_t>(ctx.size) * sizeof(std::int64_t);
+  }
+  /// Where rank r's source starts on its tiny lane.
+  const std::byte* tiny_source(inline_context& ctx, int r) const {
+    return ctx.seg->tiny_data(r, op) + (call_->code == op_code::alltoallv ? splits_bytes(ctx) : 0);
+  }
+
+  void post_on_tiny_lane(inline_context& ctx, bool& moved) {
+    auto& c = *call_;
+    tiny_header call;
+    call.nbytes = c.input.defined() ? c.input.nbytes() : 0;
+    call.dtype = static_cast<std::uint32_t>(element_type().scalar_type());
+    call.reduce = static_cast<std::uint32_t>(c.op.op());
+    call.root = rooted(c.code) ? c.root : 0;
+    const auto* in = c.input.defined() ? static_cast<const std::byte*>(c.input.data()) : nullptr;
+    if (c.code != op_code::alltoallv) {
+      call.counts_hash = hash_counts(c.counts);
+      const auto mine = source_bytes(ctx, ctx.rank);
+      post_tiny(ctx, call, in, static_cast<std::size_t>(std::max<std::int64_t>(mine, 0)), moved);
+      return;
+    }
+    // alltoall: this rank's send and receive counts, then its whole input.
+    std::array<std::byte, tiny_lane_bytes> lane;
+    const auto n = static_cast<std::size_t>(ctx.size) * sizeof(std::int64_t);
+    std::memcpy(lane.data(), c.counts.data(), n);
+    std::memcpy(lane.data() + n, c.recv_counts.data(), n);
+    if (call.nbytes) std::memcpy(lane.data() + 2 * n, in, call.nbytes);
+    post_tiny(ctx, call, lane.data(), 2 * n + call.nbytes, moved);
   }
 
   /// On the tiny lane (shm_op.hpp): what this rank needs, from the others'
   /// lanes.
   bool step_tiny(inline_context& ctx, bool& moved) {
-    if (!tiny_posted(ctx)) return false;
+    if (!tiny_posted(ctx)) {
+      if (!to_slots_) return false;
+      phase_ = phase::post;  // an alltoall whose lanes differ: through the slots
+      return step(ctx, moved);
+    }
     auto& c = *call_;
-    if (auto why = wrong_input(ctx, [&](int r) { return ctx.seg->tiny(r, op).nbytes; });
-        !why.empty()) {
+    auto why = c.code == op_code::alltoallv ? wrong_splits(ctx) : std::string{};
+    if (why.empty()) why = wrong_input(ctx, [&](int r) { return ctx.seg->tiny(r, op).nbytes; });
+    if (!why.empty()) {
       finish_op(ctx, moved);
       throw disagreement_error(why);
     }
     own_part(ctx);
-    consume_range(ctx, 0, longest_source(ctx),
-                  [&](int r) { return static_cast<const std::byte*>(ctx.seg->tiny_data(r, op)); });
+    consume_range(ctx, 0, longest_source(ctx), [&](int r) { return tiny_source(ctx, r); });
     finish_op(ctx, moved);
     if (c.on_success) c.on_success();
     return true;
+  }
+
+  /// Why the alltoall splits on the tiny lanes disagree (a rank's sends to
+  /// another against that rank's receives from it), or "": one text on
+  /// every rank.
+  std::string wrong_splits(inline_context& ctx) const {
+    const int n = ctx.size;
+    for (int r = 0; r < n; ++r)
+      for (int j = 0; j < n; ++j)
+        if (counts_of(ctx, r, false)[j] != counts_of(ctx, j, true)[r]) {
+          std::vector<call_fingerprint> fps(static_cast<std::size_t>(n));
+          for (int q = 0; q < n; ++q) {
+            auto& f = fps[static_cast<std::size_t>(q)];
+            f = fingerprint(described(ctx.seg->tiny(q, op)));
+            f.sends.assign(counts_of(ctx, q, false), counts_of(ctx, q, false) + n);
+            f.receives.assign(counts_of(ctx, q, true), counts_of(ctx, q, true) + n);
+          }
+          return describe_disagreement(fps);
+        }
+    return {};
   }
 
   /// Why an input's size is not what the counts (which agree) make it, or
@@ -259,10 +315,12 @@ class direct_shm final : public shm_op {
     return true;
   }
 
-  /// Rank r's send counts (alltoall), or its receive counts.
+  /// Rank r's send counts (alltoall), or its receive counts, as it posted
+  /// them (on its tiny lane or in its small slot).
   const std::int64_t* counts_of(inline_context& ctx, int r, bool receive) const {
-    return reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(r, op)) +
-           (receive ? ctx.size : 0);
+    const auto* posted =
+        phase_ == phase::tiny ? ctx.seg->tiny_data(r, op) : ctx.seg->small_slot(r, op);
+    return reinterpret_cast<const std::int64_t*>(posted) + (receive ? ctx.size : 0);
   }
 
   // -- between processes: through the segment's staging slots ----------------

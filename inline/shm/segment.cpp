@@ -22,8 +22,8 @@ constexpr std::size_t line = 64;
 constexpr std::size_t page = 4096;
 constexpr std::uint64_t announce_slots = 64;
 /// A tiny lane: its header line and its data.
-constexpr std::size_t tiny_stride = sizeof(tiny_header) + tiny_bytes;
-static_assert(sizeof(tiny_header) == line && tiny_bytes % line == 0);
+constexpr std::size_t tiny_stride = sizeof(tiny_header) + tiny_lane_bytes;
+static_assert(sizeof(tiny_header) == line && tiny_lane_bytes % line == 0);
 
 std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;

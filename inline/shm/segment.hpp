@@ -12,9 +12,10 @@
 //    line), the descriptors of its last two operations, its pid and "left"
 //    flag, and the ring of the kinds of its last 64 collectives (announce);
 //  - per rank, two tiny lanes (operation parity): a header line and
-//    tiny_bytes of data after it (inline/shm/shm_op.hpp: a collective whose
-//    every source fits 1 KiB posts everything a peer needs there, so that a
-//    peer reads one line to learn that it was posted and what it is);
+//    tiny_lane_bytes of data after it (inline/shm/shm_op.hpp: a collective
+//    whose every source fits 1 KiB posts everything a peer needs there, so
+//    that a peer reads one line to learn that it was posted and what it is;
+//    alltoall its counts first);
 //  - per rank, two small-message slots (operation parity);
 //  - per rank, `chunk_slots` staging slots of `chunk_bytes`, and one shared
 //    ring of result slots of the same shape. Every data slot starts half a
@@ -86,8 +87,13 @@ struct alignas(64) tiny_header {
   std::uint64_t counts_hash = 0;
 };
 
-/// Data a tiny lane holds after its header.
+/// The largest source a collective posts on a tiny lane.
 inline constexpr std::size_t tiny_bytes = 1024;
+/// Room before an alltoall's source on its lane for its send and receive
+/// counts (up to 32 ranks).
+inline constexpr std::size_t tiny_splits_bytes = 512;
+/// Data a tiny lane holds after its header.
+inline constexpr std::size_t tiny_lane_bytes = tiny_bytes + tiny_splits_bytes;
 
 struct alignas(64) rank_identity {
   std::atomic<std::int32_t> pid{0};

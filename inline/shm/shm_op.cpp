@@ -127,7 +127,14 @@ bool shm_op::tiny_posted(inline_context& ctx) {
     if (t.stamp.load(std::memory_order_acquire) != op) {
       if ((++blocked_turns_ & 63) == 0) {
         check_kind(ctx, r);
-        if (seg.progress(r).arrived.load(std::memory_order_acquire) >= op) check_posts(ctx);
+        if (seg.progress(r).arrived.load(std::memory_order_acquire) >= op) {
+          check_posts(ctx);
+          // Only alltoall's ranks choose lanes that differ for one valid call.
+          if (static_cast<op_code>(code_) == op_code::alltoallv) {
+            to_slots_ = true;
+            return false;
+          }
+        }
       }
       return waiting(r, "issue this ", true);
     }
@@ -145,12 +152,21 @@ int shm_op::check_posts(inline_context& ctx) {
   std::vector<call_fingerprint> fps(static_cast<std::size_t>(ctx.size));
   for (int q = 0; q < ctx.size; ++q) {
     auto& f = fps[static_cast<std::size_t>(q)];
-    if (const auto& t = ctx.seg->tiny(q, op); t.stamp.load(std::memory_order_acquire) == op)
+    const std::byte* splits = nullptr;  // alltoall's, where it posted them
+    if (const auto& t = ctx.seg->tiny(q, op); t.stamp.load(std::memory_order_acquire) == op) {
       f = fingerprint(described(t));
-    else if (ctx.seg->progress(q).arrived.load(std::memory_order_acquire) >= op)
+      splits = ctx.seg->tiny_data(q, op);
+    } else if (ctx.seg->progress(q).arrived.load(std::memory_order_acquire) >= op) {
       f = fingerprint(ctx.seg->descriptor(q, op));
-    else
+      splits = ctx.seg->small_slot(q, op);
+    } else {
       return q;
+    }
+    if (static_cast<op_code>(f.code) == op_code::alltoallv) {
+      const auto* counts = reinterpret_cast<const std::int64_t*>(splits);
+      f.sends.assign(counts, counts + ctx.size);
+      f.receives.assign(counts + ctx.size, counts + 2 * ctx.size);
+    }
   }
   const auto why = describe_disagreement(fps);
   if (why.empty()) return -1;

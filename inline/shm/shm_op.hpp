@@ -78,7 +78,8 @@ class shm_op : public inline_op {
   /// True once every rank posted this operation on its tiny lane and all
   /// posted the same call (else, once all posted, throws the mismatch as
   /// check_posts); false: waiting (now and then it checks whether the rank
-  /// it waits for issued another collective, or this one in the slots).
+  /// it waits for issued another collective, or this one in the slots:
+  /// alltoall then sets to_slots_).
   bool tiny_posted(inline_context& ctx);
 
   /// Once every rank posted this operation, on its tiny lane or in the
@@ -113,6 +114,11 @@ class shm_op : public inline_op {
   std::uint8_t code_;
   std::uint64_t copied_ = 0, reduced_bytes_ = 0;  // added to inline_stats() by finish_op
   bool stream_output_ = false;
+  /// Set by tiny_posted: a rank posted this alltoall in the slots while this
+  /// one posted on its tiny lane (each chooses from its own sizes, which
+  /// uneven splits make differ), and no call disagrees so far: this rank
+  /// moves to the slots too (a tiny post completes only once all posted tiny).
+  bool to_slots_ = false;
 
  private:
   int blocked_rank_ = -1;
