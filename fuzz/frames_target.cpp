@@ -66,6 +66,13 @@ std::vector<std::string> seeds() {
   fp->receives = {2, 1};
   write_frame(s, "g", envelope{9, 0, 1, op_code::alltoallv, floats, fp}, frame_inline);
   write_frame(s, "g", envelope{9, describe_step, 1, op_code::alltoallv, tensor{}, fp});
+  // A loan and the answers a loan gets.
+  p2p_envelope lent{1, 3, {}, p2p_envelope::lent};
+  lent.loan = {1, 5, 1 << 20, 4096, 65536, 7, static_cast<std::uint8_t>(dtype::float32), {}};
+  write_frame(s, "g", lent);
+  p2p_envelope answer{1, 0, tensor::from_vector<std::uint8_t>({'n', 'o'}), p2p_envelope::returned};
+  answer.loan.id = 1;
+  write_frame(s, "g", answer);
   write_goodbye(s, 2);
   return {std::string(1, '\x0f') + one, std::string(1, '\x00') + s.bytes,
           std::string(1, '\xff') + s.bytes};
@@ -115,6 +122,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     expect(f.payload.defined() == (h.has_payload != 0), "payload presence differs from the header");
     if (f.payload.defined())
       expect(f.payload.nbytes() == h.payload_bytes, "payload size differs from the header");
+    if (h.kind == frame_loan) {
+      p2p_envelope env;
+      if (read_loan(f, env).empty() && env.kind == p2p_envelope::lent) {
+        const auto& l = env.loan;
+        expect(l.share_offset <= l.share_size && l.nbytes <= l.share_size - l.share_offset,
+               "a loan past its buffer's end was taken");
+        expect(l.dtype < dtype_count, "a loan of a bad dtype was taken");
+      }
+    }
     return true;
   };
   frame_reader reader;

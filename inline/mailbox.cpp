@@ -359,7 +359,9 @@ void mailbox::answer(int src, std::uint64_t id, const std::string& why) const {
     env.payload = tensor::empty({static_cast<std::int64_t>(n)}, dtype::uint8);
     std::memcpy(env.payload.data(), why.data(), n);
   }
-  plane->send(global_ranks_[static_cast<std::size_t>(src)], group_, env);
+  // Often from the thread that reads the lender's frames, which must not
+  // wait for room on the connection back.
+  plane->send_soon(global_ranks_[static_cast<std::size_t>(src)], group_, env);
 }
 
 void mailbox::take(const message& m, const tensor& buf) const {

@@ -72,7 +72,7 @@ struct data_plane_options {
   std::chrono::milliseconds timeout{30000};
 };
 
-class data_plane {
+class data_plane : public std::enable_shared_from_this<data_plane> {
  public:
   explicit data_plane(data_plane_options opts);
   ~data_plane();
@@ -94,6 +94,11 @@ class data_plane {
 
   void send(int world_rank, const std::string& group, const envelope& env);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
+  /// Sends a small frame without waiting, from a thread that must not wait
+  /// (a reader of frames: two readers each waiting for the other to take
+  /// its bytes would wait forever): written at once where the connection
+  /// has room now, else by a callback-pool thread (base/callback_pool.hpp).
+  void send_soon(int world_rank, const std::string& group, const p2p_envelope& env);
   /// Sends collective data for the inline engine of `group` in world rank's process.
   /// The calling thread may be the one reading its peers' sockets: while the
   /// connection cannot take more bytes it calls `while_full()` (which reads

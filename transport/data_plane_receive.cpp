@@ -262,7 +262,7 @@ void data_plane::take_loan(int r, const std::string& group, const route& rt, p2p
     std::memcpy(reply.payload.data(), why.data(), static_cast<std::size_t>(reply.payload.numel()));
     copy = {};
   }
-  send(r, group, reply);
+  send_soon(r, group, reply);  // from the reader thread, which must not wait
   if (copy.defined() && rt.actor.p2p) rt.actor.p2p(p2p_envelope{env.src, env.tag, std::move(copy)});
 }
 

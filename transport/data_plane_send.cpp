@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/callback_pool.hpp"
 #include "transport/data_plane_parts.hpp"
 #include "troupe/error.hpp"
 
@@ -72,6 +73,24 @@ void data_plane::send(int r, const std::string& group, const envelope& env) {
 
 void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
   send_frame(r, group, env);
+}
+
+void data_plane::send_soon(int r, const std::string& group, const p2p_envelope& env) {
+  auto& p = at(r);
+  {
+    std::unique_lock<std::mutex> g{p.out_mtx, std::try_to_lock};
+    if (g.owns_lock() && (!p.out || p.gone)) return;  // the peer is gone
+    if (g.owns_lock() && p.out_ring && p.out == p.out_ring.get() &&
+        p.out_ring->writable() >= sizeof(frame_header) + group.size() + max_loan_text +
+                                      (env.payload.defined() ? env.payload.nbytes() : 0)) {
+      write_frame(*p.out, group, env);
+      return;
+    }
+  }
+  std::weak_ptr<data_plane> self = weak_from_this();
+  post_callback([self, r, group, env] {
+    if (auto plane = self.lock()) plane->send(r, group, env);
+  });
 }
 
 void data_plane::send_inline(int r, const std::string& group, const envelope& env,

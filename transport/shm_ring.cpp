@@ -151,6 +151,12 @@ bool shm_ring::write(const void* data, std::size_t n) {
   return true;
 }
 
+std::size_t shm_ring::writable() const {
+  const auto head = ctl_->head.load(std::memory_order_relaxed);
+  const auto tail = ctl_->tail.load(std::memory_order_acquire);
+  return static_cast<std::size_t>(ctl_->capacity - (head - tail));
+}
+
 long shm_ring::read_some(void* data, std::size_t n) {
   const auto cap = ctl_->capacity;
   const auto tail = ctl_->tail.load(std::memory_order_relaxed);

@@ -27,6 +27,8 @@ class shm_ring final : public byte_stream {
   ~shm_ring() override;
 
   bool write(const void* data, std::size_t n) override;
+  /// Bytes write() could take now without waiting (the writer's side).
+  std::size_t writable() const;
   bool read(void* data, std::size_t n) override;
   /// Copies up to `n` bytes that are there now, without waiting: the count,
   /// 0 when the ring is empty, -1 when it is empty and closed.
