@@ -185,7 +185,9 @@ work host_backend::submit_p2p(p2p_call::kind_t kind, const char* name, int peer,
   c.buffer = flat(buf);
   c.timeout = o.timeout == use_group_timeout ? timeout_ : o.timeout;
   c.handle = work::make(name, group_name());
-  track(c.handle);
+  // The mailbox fails what it holds when the group ends (mailbox::leave):
+  // only the group actor's calls are tracked here.
+  if (!mailbox_) track(c.handle);
   if (debug_ == debug_level::detail) log_detail(c.handle, c.buffer);
   auto result = c.handle;
   if (on_cuda(c.buffer) && !exchange_) result = p2p_staged_through_host(c);

@@ -207,19 +207,7 @@ void mailbox::post(p2p_call c) {
   // shared-memory ring besides (an empty one costs two loads): a thread
   // waiting for several receives (batch_isend_irecv) drives one at a time,
   // and the others' messages then need no reader thread either.
-  std::vector<int> connections;
-  auto plane = plane_.lock();
-  for (std::size_t r = 0; plane && r < local_.size(); ++r) {
-    if (local_[r] || !plane->pumpable(global_ranks_[r])) continue;
-    const bool sender = c.kind == p2p_call::recv_any || static_cast<int>(r) == c.peer;
-    if (sender || !plane->reads_socket(global_ranks_[r])) connections.push_back(global_ranks_[r]);
-  }
-  if (!connections.empty()) {
-    std::weak_ptr<mailbox> self = weak_from_this();
-    c.handle.state()->drive = [self, connections](work_state& s, clock::time_point until) {
-      if (auto m = self.lock()) m->pump_for(s, until, connections);
-    };
-  }
+  drive_by_pumping(c.handle, c.kind == p2p_call::recv_any ? -1 : c.peer);
   // The first waiting message that matches, else posted.
   finishes done;
   {
@@ -273,12 +261,7 @@ bool mailbox::lend(p2p_call& c, data_plane& plane) {
   env.loan.share_fd = range->fd;
   env.loan.dtype = static_cast<std::uint8_t>(c.buffer.scalar_type());
   // The waiting thread reads the receiver's connection for the loan's return.
-  if (plane.pumpable(to)) {
-    std::weak_ptr<mailbox> self = weak_from_this();
-    c.handle.state()->drive = [self, to](work_state& s, clock::time_point until) {
-      if (auto m = self.lock()) m->pump_for(s, until, {to});
-    };
-  }
+  drive_by_pumping(c.handle, c.peer);
   {
     std::unique_lock<spin_lock> g{mtx_};
     // Checked under the lock that gone() and abort() take: either they come
@@ -385,6 +368,35 @@ void mailbox::take(const message& m, const tensor& buf) const {
     return;
   }
   tensor{buf}.copy_from(tensor::from_blob(bytes, buf.shape(), buf.scalar_type()));
+}
+
+void mailbox::drive_by_pumping(const work& w, int peer) {
+  const auto at = static_cast<std::size_t>(peer < 0 ? static_cast<int>(local_.size()) : peer);
+  std::shared_ptr<const pumping_plan> plan;
+  {
+    std::lock_guard<spin_lock> g{mtx_};
+    if (plans_.empty()) plans_.resize(local_.size() + 1);
+    plan = plans_[at];
+  }
+  if (!plan) {
+    auto made = std::make_shared<pumping_plan>();
+    made->self = weak_from_this();
+    auto plane = plane_.lock();
+    for (std::size_t r = 0; plane && r < local_.size(); ++r) {
+      if (local_[r] || !plane->pumpable(global_ranks_[r])) continue;
+      const bool sender = peer < 0 || static_cast<int>(r) == peer;
+      if (sender || !plane->reads_socket(global_ranks_[r]))
+        made->connections.push_back(global_ranks_[r]);
+    }
+    plan = made;
+    std::lock_guard<spin_lock> g{mtx_};
+    plans_[at] = plan;
+  }
+  if (plan->connections.empty()) return;
+  // One shared pointer: the function keeps it without allocating.
+  w.state()->drive = [plan](work_state& s, clock::time_point until) {
+    if (auto m = plan->self.lock()) m->pump_for(s, until, plan->connections);
+  };
 }
 
 void mailbox::pump_for(work_state& s, clock::time_point until, const std::vector<int>& peers) {

@@ -184,6 +184,16 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   void arm(clock::time_point deadline);
   /// Reads peer sockets in the waiting thread until `s` finished (TCP peers).
   void pump_for(struct work_state& s, clock::time_point until, const std::vector<int>& peers);
+  /// What a thread waiting for a message from `peer` (-1: any rank), or for
+  /// the return of a loan to it, reads itself: the sender's connection
+  /// (socket or ring) and every peer's ring (an empty one costs two loads);
+  /// made once per peer.
+  struct pumping_plan {
+    std::weak_ptr<mailbox> self;
+    std::vector<int> connections;  // world ranks
+  };
+  /// Makes waiting for `w` read the connections of `peer`'s plan, if any.
+  void drive_by_pumping(const work& w, int peer);
 
   std::string key_;
   std::string group_;
@@ -217,8 +227,9 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   std::optional<std::pair<errc, std::string>> stopped_;
   clock::time_point armed_ = clock::time_point::max();
   bool attached_ = false;
-  std::vector<lent_send> lent_;  // this rank's loans not yet returned
-  std::uint64_t loans_ = 0;      // loans made (their numbers)
+  std::vector<std::shared_ptr<const pumping_plan>> plans_;  // per peer, then any source
+  std::vector<lent_send> lent_;                             // this rank's loans not yet returned
+  std::uint64_t loans_ = 0;                                 // loans made (their numbers)
   // The lenders' buffers mapped here (fill() runs outside mtx_, in any thread).
   mutable std::mutex mapped_mtx_;
   mutable std::unique_ptr<peer_memory> mapped_;
