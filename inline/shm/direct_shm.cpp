@@ -122,6 +122,12 @@ class direct_shm final : public shm_op {
           copy(ctx.seg->small_slot(ctx.rank, op), static_cast<const std::byte*>(c.input.data()),
                mine);
         publish(ctx, &rank_progress::arrived, op, moved);
+        // What this rank's output needs of its own input is copied while
+        // the others post (a gather's root copied its own block only once
+        // every rank had arrived). It writes only what nobody reads (as
+        // own_part always did); should the calls disagree, the call fails
+        // and its output is not defined.
+        own_part(ctx);
         phase_ = phase::agree;
         [[fallthrough]];
       }
@@ -370,14 +376,18 @@ class direct_shm final : public shm_op {
   }
 
   /// Copies what this rank's output needs of its own input (a reduction
-  /// reads it with the others').
+  /// reads it with the others'), once per operation, within its own tensors.
   void own_part(inline_context& ctx) {
-    if (layout_->reduces()) return;
+    if (own_copied_ || layout_->reduces()) return;
+    own_copied_ = true;
     auto& c = *call_;
     auto* in = c.input.defined() ? static_cast<const std::byte*>(c.input.data()) : nullptr;
     auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
     const auto nd = needed(ctx, ctx.rank, ctx.rank);
-    if (nd.from < nd.to && out + nd.at != in + nd.from)
+    const auto in_bytes = c.input.defined() ? static_cast<std::int64_t>(c.input.nbytes()) : 0;
+    const auto out_bytes = c.output.defined() ? static_cast<std::int64_t>(c.output.nbytes()) : 0;
+    if (nd.from < nd.to && nd.to <= in_bytes && nd.at + (nd.to - nd.from) <= out_bytes &&
+        out + nd.at != in + nd.from)
       copy_out(out + nd.at, in + nd.from, nd.to - nd.from);
   }
 
@@ -548,6 +558,7 @@ class direct_shm final : public shm_op {
   std::int64_t chunks_ = 0, mine_ = 0, staged_ = 0, consumed_ = 0;
   std::uint64_t first_ = 0;
   bool finished_ = false;
+  bool own_copied_ = false;
 };
 
 }  // namespace
