@@ -25,7 +25,10 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
   h.has_payload = payload.defined() ? 1 : 0;
   h.dtype = static_cast<std::uint8_t>(payload.defined() ? payload.scalar_type() : dtype::uint8);
   h.payload_bytes = payload.defined() ? payload.nbytes() : 0;
-  std::string buf(reinterpret_cast<const char*>(&h), sizeof(h));
+  // Each thread assembles its frames in one buffer, kept between frames.
+  thread_local std::string buf;
+  if (buf.capacity() > 4 * small_frame) std::string{}.swap(buf);  // after a large fingerprint
+  buf.assign(reinterpret_cast<const char*>(&h), sizeof(h));
   buf += group;
   buf += fp_bytes;
   if (h.payload_bytes <= small_frame) {
@@ -273,7 +276,9 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
           return e.what();
         }
       }
-      if (place && h.payload_bytes > small_frame) {
+      // Point-to-point payloads of any size go where a receive was posted
+      // for them (no fresh tensor, no second copy); collective ones from 16 KiB.
+      if (place && h.payload_bytes > 0 && (h.payload_bytes > small_frame || h.kind == frame_p2p)) {
         auto posted = place(h, f_.group);
         if (posted.into.defined() && posted.guard && posted.into.nbytes() == h.payload_bytes &&
             static_cast<std::uint8_t>(posted.into.scalar_type()) == h.dtype) {

@@ -144,8 +144,8 @@ class frame_reader {
   /// returns false to stop early, after a goodbye). Returns "" when the
   /// socket has nothing more for now, else why the connection is over
   /// ("connection closed", a malformed frame, "stopped").
-  /// `place`, when set, is asked where payloads above 16 KiB go; `admit`,
-  /// when set, whether to take each frame.
+  /// `place`, when set, is asked where point-to-point payloads and others
+  /// above 16 KiB go; `admit`, when set, whether to take each frame.
   std::string drain(int fd, const std::function<bool(received_frame&)>& on_frame,
                     const place_fn& place = {}, const admit_fn& admit = {});
   /// The same over any source: `read_some(p, n)` copies up to n bytes that
