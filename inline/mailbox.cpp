@@ -13,7 +13,6 @@
 #include "inline/engine.hpp"
 #include "kernels/stream_copy.hpp"
 #include "memory/host_memory.hpp"
-#include "memory/peer_memory.hpp"
 #include "transport/data_plane.hpp"
 #include "transport/frame.hpp"
 
@@ -82,6 +81,17 @@ bool matches(const p2p_call& c, int src, int tag) {
 
 std::size_t bytes_of(const tensor& t) {
   return t.defined() ? t.nbytes() : 0;
+}
+
+/// What `e` says (a loan's refusal carries it back to the lender).
+std::string text_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an unknown exception";
+  }
 }
 
 }  // namespace
@@ -280,7 +290,7 @@ bool mailbox::lend(p2p_call& c, data_plane& plane) {
       return true;
     }
     env.loan.id = ++loans_;
-    lent_.push_back({env.loan.id, c, clock::now() + c.timeout});
+    lent_.push_back({env.loan.id, c, clock::now() + c.timeout, nullptr});
     arm(lent_.back().deadline);
   }
   plane.send(to, group_, env);
@@ -323,51 +333,46 @@ void mailbox::loan(p2p_envelope env) {
     lent_.erase(i);
   }
   auto& c = done->call;
-  if (!env.payload.defined()) return complete_in_pool(c.handle, {c.buffer});
+  const auto why = loan_refusal(env);
+  if (why.empty()) return complete_in_pool(c.handle, {c.buffer});
   if (done->withdrawn) return fail_in_pool(c.handle, done->withdrawn);
-  const std::string why(static_cast<const char*>(env.payload.data()),
-                        static_cast<std::size_t>(env.payload.nbytes()));
   fail_in_pool(c.handle, std::make_exception_ptr(error(
                              errc::peer_failure, where(c.name) + " failed: " + name_of(c.peer) +
                                                      " could not take the message: " + why)));
 }
 
 void mailbox::answer(int src, std::uint64_t id, const std::string& why) const {
-  auto plane = plane_.lock();
-  if (!plane) return;
-  p2p_envelope env{rank_, 0, {}, p2p_envelope::returned};
-  env.loan.id = id;
-  if (!why.empty()) {
-    const auto n = std::min(why.size(), max_loan_text);
-    env.payload = tensor::empty({static_cast<std::int64_t>(n)}, dtype::uint8);
-    std::memcpy(env.payload.data(), why.data(), n);
-  }
   // Often from the thread that reads the lender's frames, which must not
   // wait for room on the connection back.
-  plane->send_soon(global_ranks_[static_cast<std::size_t>(src)], group_, env);
+  if (auto plane = plane_.lock())
+    plane->send_soon(global_ranks_[static_cast<std::size_t>(src)], group_,
+                     loan_answer(rank_, id, why));
+}
+
+void mailbox::withdraw(int peer, std::uint64_t id) const {
+  p2p_envelope w{rank_, 0, {}, p2p_envelope::withdrawn};
+  w.loan.id = id;
+  if (auto plane = plane_.lock())
+    plane->send(global_ranks_[static_cast<std::size_t>(peer)], group_, w);
 }
 
 void mailbox::take(const message& m, const tensor& buf) const {
   const auto& l = *m.loan;
   auto plane = plane_.lock();
   if (!plane) throw error(errc::aborted, "the world ended");
-  const int from = global_ranks_[static_cast<std::size_t>(m.src)];
-  std::lock_guard<std::mutex> g{mapped_mtx_};
-  if (!mapped_) mapped_ = std::make_unique<peer_memory>();
-  auto* bytes =
-      mapped_->map(plane->pid_of(from),
-                   peer_buffer{l.share_fd, l.share_id, l.share_size, l.share_offset, l.nbytes},
-                   "recv", plane->describe(from));
-  inline_stats().loans_taken.fetch_add(1, std::memory_order_relaxed);
-  // Large copies stream their stores (kernels/stream_copy.hpp): between
-  // processes a 16 MiB message was copied in 2.1-2.3 ms with memcpy into
-  // memfd pages, 1.0-1.2 ms streamed (ping-pong, 2 processes, alternating).
-  if (4 * l.nbytes >= stream_threshold() && buf.is_contiguous()) {
-    stream_copy(buf.data(), bytes, l.nbytes);
-    stream_fence();
-    return;
-  }
-  tensor{buf}.copy_from(tensor::from_blob(bytes, buf.shape(), buf.scalar_type()));
+  plane->read_lent(global_ranks_[static_cast<std::size_t>(m.src)], l, [&](const std::byte* bytes) {
+    inline_stats().loans_taken.fetch_add(1, std::memory_order_relaxed);
+    // Large copies stream their stores (kernels/stream_copy.hpp): between
+    // processes a 16 MiB message was copied in 2.1-2.3 ms with memcpy into
+    // memfd pages, 1.0-1.2 ms streamed (ping-pong, 2 processes, alternating).
+    if (4 * l.nbytes >= stream_threshold() && buf.is_contiguous()) {
+      stream_copy(buf.data(), bytes, l.nbytes);
+      stream_fence();
+      return;
+    }
+    tensor{buf}.copy_from(
+        tensor::from_blob(const_cast<std::byte*>(bytes), buf.shape(), buf.scalar_type()));
+  });
 }
 
 void mailbox::drive_by_pumping(const work& w, int peer) {
@@ -549,35 +554,25 @@ void mailbox::accept(message m) {
 void mailbox::fill(const receive& r, const message& m) const {
   const auto& buf = r.call.buffer;
   const auto& got = m.payload;
-  if (m.loan) {
-    const auto type = static_cast<dtype>(m.loan->dtype);
-    std::string why;  // the receive's failure, if any
-    if (m.loan->nbytes != bytes_of(buf) || type != buf.scalar_type()) {
-      why = "rank " + std::to_string(m.src) + " sent " + std::to_string(m.loan->nbytes) +
-            " bytes of " + std::string(to_string(type)) + " with tag " + std::to_string(m.tag) +
-            ", but the receive buffer holds " + std::to_string(buf.nbytes()) + " bytes of " +
-            std::string(to_string(buf.scalar_type()));
-      // Taken (as a message of the wrong size from this process): the send completes.
-      answer(m.src, m.loan->id, {});
-      fail_in_pool(r.call.handle,
-                   std::make_exception_ptr(
-                       error(errc::invalid_argument, where(r.call.name) + " failed: " + why)));
-      return;
-    }
-    try {
-      take(m, buf);
-    } catch (const std::exception& e) {
-      answer(m.src, m.loan->id, e.what());
-      fail_in_pool(r.call.handle, std::current_exception());
-      return;
-    }
-    answer(m.src, m.loan->id, {});
-    return complete_in_pool(r.call.handle, {buf}, m.src);
-  }
-  if (bytes_of(got) != bytes_of(buf) || (got.defined() && got.scalar_type() != buf.scalar_type())) {
-    auto what = got.defined() ? std::to_string(got.nbytes()) + " bytes of " +
-                                    std::string(to_string(got.scalar_type()))
-                              : std::string("no tensor");
+  // What the message holds: a lent buffer (its bytes stay in its sender's
+  // buffer), or its payload.
+  const bool typed = m.loan || got.defined();
+  const auto bytes = m.loan ? m.loan->nbytes : bytes_of(got);
+  const auto type = m.loan ? static_cast<dtype>(m.loan->dtype)
+                           : (got.defined() ? got.scalar_type() : buf.scalar_type());
+  // The sender of a message handed over (lent: its loan is returned)
+  // completes, or fails with `e`.
+  auto release = [&](const std::exception_ptr& e) {
+    if (m.loan)
+      answer(m.src, m.loan->id, e ? text_of(e) : std::string{});
+    else if (m.sender.valid() && e)
+      fail_in_pool(m.sender, e);
+    else if (m.sender.valid())
+      complete_in_pool(m.sender, {got});
+  };
+  if (bytes != bytes_of(buf) || (typed && type != buf.scalar_type())) {
+    const auto what = typed ? std::to_string(bytes) + " bytes of " + std::string(to_string(type))
+                            : std::string("no tensor");
     fail_in_pool(r.call.handle,
                  std::make_exception_ptr(
                      error(errc::invalid_argument,
@@ -585,17 +580,20 @@ void mailbox::fill(const receive& r, const message& m) const {
                                " sent " + what + " with tag " + std::to_string(m.tag) +
                                ", but the receive buffer holds " + std::to_string(buf.nbytes()) +
                                " bytes of " + std::string(to_string(buf.scalar_type())))));
-    if (m.sender.valid()) complete_in_pool(m.sender, {got});
+    release(nullptr);  // taken, though it did not fit: the send completes
     return;
   }
   try {
-    if (bytes_of(buf) > 0) tensor{buf}.copy_from(got);
+    if (m.loan)
+      take(m, buf);
+    else if (bytes_of(buf) > 0)
+      tensor{buf}.copy_from(got);
   } catch (...) {
     fail_in_pool(r.call.handle, std::current_exception());
-    if (m.sender.valid()) fail_in_pool(m.sender, std::current_exception());
+    release(std::current_exception());
     return;
   }
-  if (m.sender.valid()) complete_in_pool(m.sender, {got});
+  release(nullptr);
   complete_in_pool(r.call.handle, {buf}, m.src);
 }
 
@@ -603,12 +601,7 @@ void mailbox::settle(finishes& done) const {
   done.for_each([this](finish& f) {
     if (f.lent) {
       auto& c = f.lent->call;
-      if (f.withdraw) {
-        p2p_envelope w{rank_, c.tag, {}, p2p_envelope::withdrawn};
-        w.loan.id = f.lent->id;
-        if (auto plane = plane_.lock())
-          plane->send(global_ranks_[static_cast<std::size_t>(c.peer)], group_, w);
-      }
+      if (f.withdraw) withdraw(c.peer, f.lent->id);
       if (f.error)
         fail_in_pool(c.handle, f.error);
       else
@@ -619,11 +612,7 @@ void mailbox::settle(finishes& done) const {
       fail_in_pool(f.r->call.handle, f.error);
     } else if (f.m && f.m->loan) {
       // Nobody here will take it: its lender's send fails with why.
-      try {
-        std::rethrow_exception(f.error);
-      } catch (const std::exception& e) {
-        answer(f.m->src, f.m->loan->id, e.what());
-      }
+      answer(f.m->src, f.m->loan->id, text_of(f.error));
     } else if (f.m && f.m->sender.valid()) {
       // The text of the sender's side.
       try {
@@ -813,12 +802,7 @@ void mailbox::expire() {
     }
     if (next != clock::time_point::max()) arm(next);
   }
-  for (const auto& [peer, id] : withdrawals) {
-    p2p_envelope w{rank_, 0, {}, p2p_envelope::withdrawn};
-    w.loan.id = id;
-    if (auto plane = plane_.lock())
-      plane->send(global_ranks_[static_cast<std::size_t>(peer)], group_, w);
-  }
+  for (const auto& [peer, id] : withdrawals) withdraw(peer, id);
   settle(done);
 }
 

@@ -65,7 +65,6 @@
 namespace troupe::detail {
 
 class data_plane;
-class peer_memory;
 
 class mailbox : public std::enable_shared_from_this<mailbox> {
  public:
@@ -161,6 +160,8 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   bool lend(p2p_call& c, data_plane& plane);
   /// Tells rank `src` that its loan `id` was taken (`why` empty) or why not.
   void answer(int src, std::uint64_t id, const std::string& why) const;
+  /// Tells rank `peer` that this rank's loan `id` is withdrawn (its send failed).
+  void withdraw(int peer, std::uint64_t id) const;
   /// Copies a lent message's bytes into `buf` (throws when its buffer cannot be mapped).
   void take(const message& m, const tensor& buf) const;
   /// Takes a message from a peer: hands it to the first matching receive, or keeps it.
@@ -230,9 +231,6 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   std::vector<std::shared_ptr<const pumping_plan>> plans_;  // per peer, then any source
   std::vector<lent_send> lent_;                             // this rank's loans not yet returned
   std::uint64_t loans_ = 0;                                 // loans made (their numbers)
-  // The lenders' buffers mapped here (fill() runs outside mtx_, in any thread).
-  mutable std::mutex mapped_mtx_;
-  mutable std::unique_ptr<peer_memory> mapped_;
 };
 
 }  // namespace troupe::detail

@@ -91,6 +91,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::string describe(int r) const;
   /// The process id of world rank r (as it announced it when it joined).
   int pid_of(int r) const;
+  /// Runs `use` on the bytes world rank r lent (`l`, a point-to-point loan),
+  /// mapped here once per buffer (memory/peer_memory.hpp); throws naming r
+  /// when they cannot be.
+  void read_lent(int r, const p2p_loan& l, const std::function<void(const std::byte*)>& use);
 
   void send(int world_rank, const std::string& group, const envelope& env);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
@@ -208,7 +212,6 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// A loan from world rank r for a group without a loan sink (group_sink::loan):
   /// copies the lent bytes into a message, returns the loan and delivers it.
   void take_loan(int r, const std::string& group, const route& rt, p2p_envelope env);
-
   data_plane_options opts_;
   std::vector<std::shared_ptr<peer>> peers_;  // by world rank (this process's ranks share one)
   int remote_count_ = 0;
@@ -232,8 +235,8 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::chrono::steady_clock::time_point log_window_{};
   int logged_ = 0;
   std::uint64_t unlogged_ = 0;
-  std::mutex loans_mtx_;  // guards loans_ (take_loan)
-  std::unique_ptr<peer_memory> loans_;
+  std::mutex lent_mtx_;  // guards lent_ (read_lent)
+  std::unique_ptr<peer_memory> lent_;
 };
 
 }  // namespace troupe::detail

@@ -239,30 +239,30 @@ void data_plane::add_group(const std::string& group, const std::vector<int>& mem
   }
 }
 
+void data_plane::read_lent(int r, const p2p_loan& l,
+                           const std::function<void(const std::byte*)>& use) {
+  std::lock_guard<std::mutex> g{lent_mtx_};  // also keeps the mapping while `use` reads it
+  if (!lent_) lent_ = std::make_unique<peer_memory>();
+  use(lent_->map(pid_of(r),
+                 peer_buffer{l.share_fd, l.share_id, l.share_size, l.share_offset, l.nbytes},
+                 "recv", describe(r)));
+}
+
 void data_plane::take_loan(int r, const std::string& group, const route& rt, p2p_envelope env) {
   const auto me = std::find(rt.members.begin(), rt.members.end(), opts_.rank);
-  p2p_envelope reply{
-      static_cast<std::int32_t>(me - rt.members.begin()), 0, {}, p2p_envelope::returned};
-  reply.loan.id = env.loan.id;
   const auto& l = env.loan;
   tensor copy;
+  std::string why;
   try {
     const auto type = static_cast<dtype>(l.dtype);
     copy = tensor::empty({static_cast<std::int64_t>(l.nbytes / element_size(type))}, type);
-    std::lock_guard<std::mutex> g{loans_mtx_};
-    if (!loans_) loans_ = std::make_unique<peer_memory>();
-    const auto* from = loans_->map(
-        pid_of(r), peer_buffer{l.share_fd, l.share_id, l.share_size, l.share_offset, l.nbytes},
-        "recv", describe(r));
-    std::memcpy(copy.data(), from, l.nbytes);
+    read_lent(r, l, [&](const std::byte* from) { std::memcpy(copy.data(), from, l.nbytes); });
   } catch (const std::exception& e) {
-    const std::string why = e.what();
-    reply.payload = tensor::empty({static_cast<std::int64_t>(std::min(why.size(), max_loan_text))},
-                                  dtype::uint8);
-    std::memcpy(reply.payload.data(), why.data(), static_cast<std::size_t>(reply.payload.numel()));
+    why = e.what();
     copy = {};
   }
-  send_soon(r, group, reply);  // from the reader thread, which must not wait
+  // From the reader thread, which must not wait.
+  send_soon(r, group, loan_answer(static_cast<std::int32_t>(me - rt.members.begin()), l.id, why));
   if (copy.defined() && rt.actor.p2p) rt.actor.p2p(p2p_envelope{env.src, env.tag, std::move(copy)});
 }
 

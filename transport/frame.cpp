@@ -127,6 +127,23 @@ std::string read_loan(const received_frame& f, p2p_envelope& env) {
   return {};
 }
 
+p2p_envelope loan_answer(std::int32_t src, std::uint64_t id, const std::string& why) {
+  p2p_envelope env{src, 0, {}, p2p_envelope::returned};
+  env.loan.id = id;
+  if (!why.empty()) {
+    const auto n = std::min(why.size(), max_loan_text);
+    env.payload = tensor::empty({static_cast<std::int64_t>(n)}, dtype::uint8);
+    std::memcpy(env.payload.data(), why.data(), n);
+  }
+  return env;
+}
+
+std::string loan_refusal(const p2p_envelope& answer) {
+  if (!answer.payload.defined()) return {};
+  return {static_cast<const char*>(answer.payload.data()),
+          static_cast<std::size_t>(answer.payload.nbytes())};
+}
+
 bool write_goodbye(byte_stream& out, std::int32_t cause) {
   frame_header h;
   h.kind = frame_goodbye;

@@ -253,20 +253,7 @@ class direct_shm final : public shm_op {
   /// another against that rank's receives from it), or "": one text on
   /// every rank.
   std::string wrong_splits(inline_context& ctx) const {
-    const int n = ctx.size;
-    for (int r = 0; r < n; ++r)
-      for (int j = 0; j < n; ++j)
-        if (counts_of(ctx, r, false)[j] != counts_of(ctx, j, true)[r]) {
-          std::vector<call_fingerprint> fps(static_cast<std::size_t>(n));
-          for (int q = 0; q < n; ++q) {
-            auto& f = fps[static_cast<std::size_t>(q)];
-            f = fingerprint(described(ctx.seg->tiny(q, op)));
-            f.sends.assign(counts_of(ctx, q, false), counts_of(ctx, q, false) + n);
-            f.receives.assign(counts_of(ctx, q, true), counts_of(ctx, q, true) + n);
-          }
-          return describe_disagreement(fps);
-        }
-    return {};
+    return splits_agree(ctx, true) ? std::string{} : describe_disagreement(posted_calls(ctx, true));
   }
 
   /// Why an input's size is not what the counts (which agree) make it, or
@@ -324,9 +311,7 @@ class direct_shm final : public shm_op {
   /// Rank r's send counts (alltoall), or its receive counts, as it posted
   /// them (on its tiny lane or in its small slot).
   const std::int64_t* counts_of(inline_context& ctx, int r, bool receive) const {
-    const auto* posted =
-        phase_ == phase::tiny ? ctx.seg->tiny_data(r, op) : ctx.seg->small_slot(r, op);
-    return reinterpret_cast<const std::int64_t*>(posted) + (receive ? ctx.size : 0);
+    return posted_counts(ctx, r, phase_ == phase::tiny) + (receive ? ctx.size : 0);
   }
 
   // -- between processes: through the segment's staging slots ----------------

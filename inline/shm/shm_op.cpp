@@ -149,24 +149,15 @@ bool shm_op::tiny_posted(inline_context& ctx) {
 }
 
 int shm_op::check_posts(inline_context& ctx) {
-  std::vector<call_fingerprint> fps(static_cast<std::size_t>(ctx.size));
+  std::vector<call_fingerprint> fps;
+  fps.reserve(static_cast<std::size_t>(ctx.size));
   for (int q = 0; q < ctx.size; ++q) {
-    auto& f = fps[static_cast<std::size_t>(q)];
-    const std::byte* splits = nullptr;  // alltoall's, where it posted them
-    if (const auto& t = ctx.seg->tiny(q, op); t.stamp.load(std::memory_order_acquire) == op) {
-      f = fingerprint(described(t));
-      splits = ctx.seg->tiny_data(q, op);
-    } else if (ctx.seg->progress(q).arrived.load(std::memory_order_acquire) >= op) {
-      f = fingerprint(ctx.seg->descriptor(q, op));
-      splits = ctx.seg->small_slot(q, op);
-    } else {
+    if (ctx.seg->tiny(q, op).stamp.load(std::memory_order_acquire) == op)
+      fps.push_back(posted_call(ctx, q, true));
+    else if (ctx.seg->progress(q).arrived.load(std::memory_order_acquire) >= op)
+      fps.push_back(posted_call(ctx, q, false));
+    else
       return q;
-    }
-    if (static_cast<op_code>(f.code) == op_code::alltoallv) {
-      const auto* counts = reinterpret_cast<const std::int64_t*>(splits);
-      f.sends.assign(counts, counts + ctx.size);
-      f.receives.assign(counts + ctx.size, counts + 2 * ctx.size);
-    }
   }
   const auto why = describe_disagreement(fps);
   if (why.empty()) return -1;
@@ -175,19 +166,40 @@ int shm_op::check_posts(inline_context& ctx) {
   throw disagreement_error(why);
 }
 
-std::vector<call_fingerprint> shm_op::posted_calls(inline_context& ctx) const {
-  std::vector<call_fingerprint> fps(static_cast<std::size_t>(ctx.size));
-  for (int r = 0; r < ctx.size; ++r) {
-    const auto& d = ctx.seg->descriptor(r, op);
-    auto& f = fps[static_cast<std::size_t>(r)];
-    f = fingerprint(d);
-    if (static_cast<op_code>(d.code) == op_code::alltoallv) {
-      const auto* slot = reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(r, op));
-      f.sends.assign(slot, slot + ctx.size);
-      f.receives.assign(slot + ctx.size, slot + 2 * ctx.size);
-    }
+const std::int64_t* shm_op::posted_counts(inline_context& ctx, int r, bool tiny) const {
+  return reinterpret_cast<const std::int64_t*>(tiny ? ctx.seg->tiny_data(r, op)
+                                                    : ctx.seg->small_slot(r, op));
+}
+
+call_fingerprint shm_op::posted_call(inline_context& ctx, int r, bool tiny) const {
+  auto f =
+      tiny ? fingerprint(described(ctx.seg->tiny(r, op))) : fingerprint(ctx.seg->descriptor(r, op));
+  if (static_cast<op_code>(f.code) == op_code::alltoallv) {
+    const auto* counts = posted_counts(ctx, r, tiny);
+    f.sends.assign(counts, counts + ctx.size);
+    f.receives.assign(counts + ctx.size, counts + 2 * ctx.size);
   }
+  return f;
+}
+
+std::vector<call_fingerprint> shm_op::posted_calls(inline_context& ctx, bool tiny) const {
+  std::vector<call_fingerprint> fps;
+  fps.reserve(static_cast<std::size_t>(ctx.size));
+  for (int r = 0; r < ctx.size; ++r) fps.push_back(posted_call(ctx, r, tiny));
   return fps;
+}
+
+bool shm_op::splits_agree(inline_context& ctx, bool tiny) const {
+  // Read in place: building every rank's split lists cost each of n ranks
+  // n lists of 2n counts (1024 ranks in one process: 16 MiB per rank per
+  // call, 9 GiB resident after one alltoall).
+  const int n = ctx.size;
+  for (int r = 0; r < n; ++r) {
+    const auto* sends = posted_counts(ctx, r, tiny);
+    for (int j = 0; j < n; ++j)
+      if (sends[j] != posted_counts(ctx, j, tiny)[n + r]) return false;
+  }
+  return true;
 }
 
 std::string shm_op::disagreement(inline_context& ctx) const {
@@ -204,22 +216,9 @@ std::string shm_op::disagreement(inline_context& ctx) const {
                                      mine.code != static_cast<std::uint32_t>(op_code::broadcast) &&
                                      mine.code != static_cast<std::uint32_t>(op_code::reduce)));
   }
-  if (same && mine.code == static_cast<std::uint32_t>(op_code::alltoallv)) {
-    // Every rank's sends to each rank equal that rank's receives from it,
-    // read in place: building every rank's split lists cost each of n
-    // ranks n lists of 2n counts (1024 ranks in one process: 16 MiB per
-    // rank per call, 9 GiB resident after one alltoall).
-    const auto n = static_cast<std::size_t>(ctx.size);
-    for (std::size_t r = 0; r < n && same; ++r) {
-      const auto* sends =
-          reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(static_cast<int>(r), op));
-      for (std::size_t j = 0; j < n && same; ++j) {
-        const auto* receives =
-            reinterpret_cast<const std::int64_t*>(ctx.seg->small_slot(static_cast<int>(j), op));
-        same = sends[j] == receives[n + r];
-      }
-    }
-  }
+  // Every rank's sends to each rank equal that rank's receives from it.
+  if (same && mine.code == static_cast<std::uint32_t>(op_code::alltoallv))
+    same = splits_agree(ctx, false);
   if (same) return {};
   return describe_disagreement(posted_calls(ctx));
 }

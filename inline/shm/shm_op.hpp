@@ -44,9 +44,17 @@ class shm_op : public inline_op {
   /// literal, followed by the operation's name when `named`); false, for
   /// `return waiting(...)`.
   bool waiting(int r, const char* what, bool named = false);
-  /// What every rank posted for this operation, as fingerprints
-  /// (base/agreement.hpp); alltoall's splits are read from the small slots.
-  std::vector<call_fingerprint> posted_calls(inline_context& ctx) const;
+  /// Rank r's alltoall counts as it posted them, on its tiny lane (`tiny`)
+  /// or in its small slot: its send counts, then its receive counts.
+  const std::int64_t* posted_counts(inline_context& ctx, int r, bool tiny) const;
+  /// What rank r posted for this operation, on its tiny lane (`tiny`) or in
+  /// the slots, as a fingerprint (base/agreement.hpp; alltoall's with its splits).
+  call_fingerprint posted_call(inline_context& ctx, int r, bool tiny) const;
+  /// posted_call() of every rank.
+  std::vector<call_fingerprint> posted_calls(inline_context& ctx, bool tiny = false) const;
+  /// Whether every rank's alltoall sends to each rank equal that rank's
+  /// receives from it, read where they were posted.
+  bool splits_agree(inline_context& ctx, bool tiny) const;
   /// Why the posted calls disagree ("" when they agree): one text on every rank.
   std::string disagreement(inline_context& ctx) const;
   /// What descriptor `d` posted, as a fingerprint (alltoall's splits aside).
