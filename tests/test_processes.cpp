@@ -702,7 +702,14 @@ TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming 
     auto codes = run_processes(3, 3, transport, [](world& w) {
       auto& pg = w.default_group();
       pg.barrier().wait();
-      if (w.rank() == 2) ::kill(::getpid(), SIGKILL);
+      // Rank 2 dies only once the others left the barrier: its last barrier
+      // message may not have reached them when it is killed.
+      auto& store = *w.get_store();
+      if (w.rank() != 2) store.set("left_barrier/" + std::to_string(w.rank()), "1");
+      if (w.rank() == 2) {
+        store.wait({"left_barrier/0", "left_barrier/1"});
+        ::kill(::getpid(), SIGKILL);
+      }
       std::this_thread::sleep_for(50ms);
       const auto start = std::chrono::steady_clock::now();
       auto t = tensor::from_vector<float>({1.f});
