@@ -1,6 +1,7 @@
 #include "inline/engine.hpp"
 #include "base/texts.hpp"
 
+#include <algorithm>
 #include <tuple>
 
 #include "base/agreement.hpp"
@@ -106,15 +107,27 @@ bool inline_engine::continued_pending() {
 
 void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_point until) {
   waiters_.fetch_add(1);
-  const bool reads = head_reads_itself();
-  med_->begin_wait(reads);
+  // Whether this thread reads incoming data itself (pump), and from when:
+  // from the first turn, or once the wait lasted read_after() (the shared
+  // segment reads the point-to-point rings only so that a long wait wakes
+  // no reader thread; a short one need not pay for it) or its spinning
+  // window (none with more ranks than CPUs).
+  const bool reads = head_reads_itself() && med_->reads_while_waiting();
+  const auto read_after = reads ? std::min<inline_clock::duration>(med_->read_after(), policy_.spin)
+                                : inline_clock::duration{};
+  bool reading = false;
   // One clock reading per turn, for the pass (deadlines, lost peers) and
   // for the wait alike; polling counts from the first turn that leaves the
   // operation pending.
-  inline_clock::time_point polling_since{};
+  inline_clock::time_point first{}, polling_since{};
   while (go_on()) {
     const auto now = inline_clock::now();
-    const bool moved = (reads && med_->pump()) | pass(true, now);
+    if (first == inline_clock::time_point{}) first = now;
+    if (reads && !reading && now - first >= read_after) {
+      med_->begin_wait(true);
+      reading = true;
+    }
+    const bool moved = (reading && med_->pump()) | pass(true, now);
     if (!go_on()) break;
     if (now >= until) break;
     if (moved || polling_since == inline_clock::time_point{}) {
@@ -125,11 +138,11 @@ void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_p
     const auto nap = std::min<inline_clock::duration>(until - now, max_sleep);
     med_->sleep(
         blocker(), nap,
-        [&] { return (reads && med_->pump()) | pass(true, inline_clock::now()) || !go_on(); },
-        reads);
+        [&] { return (reading && med_->pump()) | pass(true, inline_clock::now()) || !go_on(); },
+        reading);
     polling_since = inline_clock::now();
   }
-  med_->end_wait(reads);
+  if (reading) med_->end_wait(true);
   waiters_.fetch_sub(1);
 }
 

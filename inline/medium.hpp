@@ -25,6 +25,11 @@ class medium {
   /// Moves incoming data within reach of the operations without blocking
   /// (reads sockets); true when something arrived.
   virtual bool pump() { return false; }
+  /// Whether a waiting thread has anything to pump (false: begin_wait,
+  /// pump, sleep and end_wait are told it does not read).
+  virtual bool reads_while_waiting() { return true; }
+  /// How long a wait lasts before its thread starts reading (begin_wait).
+  virtual std::chrono::nanoseconds read_after() { return {}; }
   /// A thread starts / stops waiting (driving) for the inline engine's operations;
   /// `reads` says whether it reads incoming data itself (pump) meanwhile.
   virtual void begin_wait(bool /*reads*/) {}

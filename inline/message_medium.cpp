@@ -19,7 +19,10 @@ message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string ke
       group_(std::move(group)),
       names_(std::move(names)),
       waiting_(global_ranks_.size()) {
-  if (auto p = plane_.lock()) crashes_ = p->crashed();
+  if (auto p = plane_.lock()) {
+    crashes_ = p->crashed();
+    p2p_seen_ = p->carried_p2p();
+  }
   for (int r = 0; r < size(); ++r)
     if (r != rank_ && !is_local(r)) remote_.push_back(global_ranks_[static_cast<std::size_t>(r)]);
 }

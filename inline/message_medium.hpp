@@ -76,6 +76,14 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   int size() const noexcept override { return static_cast<int>(global_ranks_.size()); }
   int rank() const noexcept { return rank_; }
   bool pump() override;
+  /// Whether this process sends or receives point-to-point messages
+  /// through the data plane (data_plane::carried_p2p).
+  bool carries_p2p() const noexcept {
+    return p2p_seen_ && p2p_seen_->load(std::memory_order_relaxed);
+  }
+  /// Starts (+1) or stops (-1) pumping every peer's connection; stopping
+  /// with `wake` hands them back to the reader threads at once.
+  void pumping(int delta, bool wake);
   void begin_wait(bool reads) override;
   void end_wait(bool reads) override;
   void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
@@ -138,8 +146,6 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   std::string crashed_members();
   /// The inbox of local rank r (null once its group is gone).
   std::shared_ptr<message_medium> local_peer(int r);
-  /// Starts (+1) or stops (-1) pumping every peer's connection.
-  void pumping(int delta, bool wake);
 
   // Not owned: a reader thread may drop the last reference to this medium,
   // and must not destroy the data plane (which joins that thread) with it.
@@ -174,6 +180,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   // look that found no member among them (lost() runs under the inline engine's lock).
   std::shared_ptr<const std::atomic<std::uint32_t>> crashes_;
   std::uint32_t crashes_seen_ = 0;
+  std::shared_ptr<const std::atomic<bool>> p2p_seen_;  // the data plane's carried_p2p()
   std::atomic<std::uint32_t> bell_{0};
   std::atomic<std::uint32_t> sleepers_{0};
 };

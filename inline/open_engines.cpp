@@ -73,8 +73,10 @@ inline_engines open_inline_engines(const backend_context& ctx,
   if (!agreed) return out;
   std::shared_ptr<medium> med = msg_med;
   if (seg) {
-    med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
-                                       setting != "staged");
+    auto shm_med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
+                                                setting != "staged");
+    shm_med->read_rings_of(msg_med);
+    med = std::move(shm_med);
     out.shm = true;
     out.messages =
         std::make_shared<inline_engine>(std::move(msg_med), ctx.rank, ctx.group_name, names);

@@ -1,10 +1,12 @@
 // send, recv, recv_any_source, tags, batch_isend_irecv, receive timeouts and
 // size mismatches.
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <future>
 #include <string>
+#include <thread>
 
 #include "../inline/engine.hpp"
 #include "check_error.hpp"
@@ -218,6 +220,43 @@ tensor& fill_pattern(tensor& t, int sender) {
 // the receiver copies it once from the sender's buffer and returns the loan.
 // Whichever comes first, in order per tag, recv_any_source naming the
 // sender; each receive takes exactly one loan.
+// A thread that waits for a collective reads its peers' messages too, once
+// the process exchanged any (shm_medium::read_rings_of): what arrives then
+// must complete its receive, run its callback, and a message larger than a
+// ring holds must stream through while both sides wait in collectives.
+TEST_CASE("messages that arrive while their receiver waits in collectives arrive whole") {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      const int right = (w.rank() + 1) % n, left = (w.rank() + n - 1) % n;
+      for (std::int64_t count : {std::int64_t{1}, std::int64_t{2048}, std::int64_t{1} << 21}) {
+        CAPTURE(count);
+        auto out = pattern(w.rank(), count);
+        auto got = tensor::zeros({count}, dtype::float32);
+        std::atomic<int> called{0};
+        auto r = pg.recv(got, left, 5);
+        r.on_complete([&called](const work&) { ++called; });
+        auto s = pg.send(out, right, 5);
+        auto sum = tensor::from_vector<float>({1.f});
+        for (int i = 0; i < 3; ++i) {
+          pg.barrier().wait();
+          pg.allreduce(sum).wait();
+        }
+        CHECK(sum.to_vector<float>()[0] == float(n * n * n));
+        r.wait();
+        s.wait();
+        CHECK(holds_pattern(got, left));
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (called.load() == 0 && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(1ms);
+        CHECK(called.load() == 1);
+        pg.barrier().wait();
+      }
+    });
+  }
+}
+
 TEST_CASE("large messages from shareable buffers are lent, taken once, whole and in order") {
   for (int n : {2, 3, 4}) {
     CAPTURE(n);

@@ -146,6 +146,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// How many peers failed so far; shared, so that a inline engine checks it with
   /// one load while the data plane may already be gone.
   std::shared_ptr<const std::atomic<std::uint32_t>> crashed() const noexcept { return crashes_; }
+  /// Set once this process sent or received a point-to-point message
+  /// through the plane (shared, as crashed()): from then on threads that wait
+  /// for collectives read the peers' rings too (shm_medium).
+  std::shared_ptr<const std::atomic<bool>> carried_p2p() const noexcept { return p2p_seen_; }
   /// Fails world rank r as if it died, naming `why` (its frames broke a rule
   /// checked above the data plane): its connections close.
   void reject(int r, const std::string& why);
@@ -222,6 +226,12 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::atomic<std::uint64_t> refused_{0};
   std::shared_ptr<std::atomic<std::uint32_t>> crashes_ =
       std::make_shared<std::atomic<std::uint32_t>>(0);
+  std::shared_ptr<std::atomic<bool>> p2p_seen_ = std::make_shared<std::atomic<bool>>(false);
+  /// Sets p2p_seen_ (a store only the first time: its line stays shared).
+  void note_p2p() noexcept {
+    if (!p2p_seen_->load(std::memory_order_relaxed))
+      p2p_seen_->store(true, std::memory_order_relaxed);
+  }
   std::atomic<int> first_cause_{-1};  // the first rank known to have failed, blamed in goodbyes
   std::mutex mtx_;                    // guards routes_, threads, connected_, gone_why
   std::condition_variable connected_cv_;

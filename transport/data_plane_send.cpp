@@ -72,6 +72,7 @@ void data_plane::send(int r, const std::string& group, const envelope& env) {
 }
 
 void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
+  note_p2p();
   send_frame(r, group, env);
 }
 

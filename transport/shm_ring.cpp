@@ -171,6 +171,10 @@ long shm_ring::read_some(void* data, std::size_t n) {
   return static_cast<long>(chunk);
 }
 
+bool shm_ring::readable() const {
+  return ctl_->head.load(std::memory_order_acquire) != ctl_->tail.load(std::memory_order_relaxed);
+}
+
 bool shm_ring::wait_readable(std::chrono::milliseconds max) {
   const auto until = std::chrono::steady_clock::now() + max;
   for (;;) {

@@ -33,6 +33,8 @@ class shm_ring final : public byte_stream {
   /// Copies up to `n` bytes that are there now, without waiting: the count,
   /// 0 when the ring is empty, -1 when it is empty and closed.
   long read_some(void* data, std::size_t n);
+  /// Whether bytes are there to read now (the reader's side).
+  bool readable() const;
   /// Waits until bytes are there (true) or the ring is closed and empty or
   /// `max` passed (false when closed).
   bool wait_readable(std::chrono::milliseconds max);

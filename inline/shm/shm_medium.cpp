@@ -50,8 +50,11 @@ int shm_medium::size() const noexcept {
 }
 
 void shm_medium::sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
-                       bool) {
+                       bool reads) {
+  // Asleep, this thread reads no ring: the reader threads take over.
+  if (reads) rings_->pumping(-1, true);
   seg_->sleep(r, max, recheck);
+  if (reads) rings_->pumping(+1, false);
 }
 
 void shm_medium::announce(std::uint64_t seq, std::uint8_t code) {
