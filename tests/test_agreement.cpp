@@ -183,6 +183,17 @@ const std::vector<disagreement>& cases() {
          return pg.reduce_scatter_tensor(tensor::zeros({2}, t), tensor::zeros({2 * n}, t),
                                          {.timeout = t_out});
        }},
+      {"gatherv counts into a root's output the others write",
+       2,
+       {"counts per rank"},
+       [](int r, int n, process_group& pg) {
+         std::vector<std::int64_t> counts(static_cast<std::size_t>(n), 20000);
+         if (r == n - 1) counts[0] = 20001;
+         std::int64_t total = 0;
+         for (auto c : counts) total += c;
+         return pg.gatherv(f32(total), f32(counts[static_cast<std::size_t>(r)]), counts,
+                           {.root_rank = 0, .timeout = t_out});
+       }},
       {"gather roots",
        2,
        {"the root"},

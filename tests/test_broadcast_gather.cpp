@@ -232,6 +232,52 @@ TEST_CASE("list calls over views of one tensor: in a row, out of order, overlapp
 // and the others the root's scatter input, where they live (empty_shared
 // memory, or a tensor::empty buffer of 64 KiB and more from its second use);
 // calls that reuse their buffers and calls that write new contents each time.
+// Between processes a gather's root offers its output (64 KiB and more,
+// shared in place from a buffer's second use) and the others write their
+// blocks into it: every root, uneven blocks (a zero one among them), every
+// element checked, and the root's own block where the counts put it.
+TEST_CASE("gather of large uneven blocks fills every root's output whole") {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& g = w.default_group();
+      const int me = w.rank();
+      const std::vector<std::int64_t> all_counts = {30000, 0, 70001, 17000};
+      std::vector<std::int64_t> counts(all_counts.begin(), all_counts.begin() + n);
+      std::vector<std::int64_t> offset(static_cast<std::size_t>(n) + 1, 0);
+      for (int r = 0; r < n; ++r)
+        offset[static_cast<std::size_t>(r) + 1] =
+            offset[static_cast<std::size_t>(r)] + counts[static_cast<std::size_t>(r)];
+      const auto total = offset.back();
+      auto in = tensor::empty({counts[static_cast<std::size_t>(me)]}, dtype::int32);
+      auto out = tensor::empty({total}, dtype::int32);
+      auto value = [](int root, int round, int r, std::int64_t i) {
+        return root * 1000003 + round * 10007 + r * 100000 + static_cast<int>(i % 99991);
+      };
+      for (int root = 0; root < n; ++root)
+        for (int round = 0; round < 3; ++round) {
+          CAPTURE(root);
+          CAPTURE(round);
+          for (std::int64_t i = 0; i < in.numel(); ++i)
+            in.data_as<int>()[i] = value(root, round, me, i);
+          std::fill(out.data_as<int>(), out.data_as<int>() + total, -1);
+          g.gatherv(out, in, counts, {.root_rank = root}).wait();
+          if (me != root) continue;
+          std::int64_t wrong = 0, first_wrong = -1;
+          for (int r = 0; r < n; ++r)
+            for (std::int64_t i = 0; i < counts[static_cast<std::size_t>(r)]; ++i)
+              if (out.data_as<int>()[offset[static_cast<std::size_t>(r)] + i] !=
+                  value(root, round, r, i)) {
+                if (first_wrong < 0) first_wrong = offset[static_cast<std::size_t>(r)] + i;
+                ++wrong;
+              }
+          CAPTURE(first_wrong);
+          CHECK(wrong == 0);
+        }
+    });
+  }
+}
+
 TEST_CASE("gather and scatter of reused and shared buffers") {
   for (int n : {2, 3, 4}) {
     CAPTURE(n);

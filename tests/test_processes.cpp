@@ -503,11 +503,13 @@ TEST_CASE(
     "scatter pull") {
   // broadcast, allgather, gather, scatter, reduce_scatter and alltoall on
   // large tensor::empty inputs, twice each: the first call stages every byte
-  // through the segment; at the second, alltoall, reduce_scatter, gather and
-  // scatter (their inputs now shared memory) copy straight from the peers'
-  // inputs, each byte once: the ranks that staged copy fewer bytes (a
-  // gather's root copies every block, a scatter's non-root its own, either
-  // way). The results are the same every time.
+  // through the segment; at the second, alltoall, reduce_scatter and scatter
+  // (their inputs now shared memory) copy straight from the peers' inputs,
+  // each byte once: the ranks that staged copy fewer bytes (a scatter's
+  // non-root copies its own block either way). A gather's root, its output
+  // now shared, has the others write their blocks into it: it copies only
+  // its own (they stage theirs, then write them, as many bytes). The results
+  // are the same every time.
   on_2_and_4_shm_processes([](world& w, verdict& expect) {
     auto& pg = w.default_group();
     const int n = w.size(), me = w.rank();
@@ -563,7 +565,7 @@ TEST_CASE(
     std::vector<std::int64_t> counts(static_cast<std::size_t>(n), len);
     twice(
         "gather", [&] { pg.gatherv(some, in, counts, {.root_rank = 1}).wait(); },
-        [&] { return me != 1 || gathered(some); }, me != 1);
+        [&] { return me != 1 || gathered(some); }, me == 1);
     // scatter from rank 0 and reduce_scatter of a whole of n blocks.
     auto whole = tensor::empty({len * n}, dtype::float32);
     for (std::int64_t i = 0; i < len * n; ++i) whole.data_as<float>()[i] = float(i % 1013);

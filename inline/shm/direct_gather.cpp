@@ -17,6 +17,7 @@ class direct_gather final : public direct_layout {
     return {0, v.length(r), v.offset(r)};
   }
   bool pulls_between_processes() const override { return !to_all_; }
+  bool pushes_to_root() const override { return !to_all_; }
 
  private:
   bool to_all_;

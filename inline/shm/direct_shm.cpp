@@ -44,6 +44,7 @@
 #include "inline/shm/shm_op.hpp"
 #include "kernels/reduce_kernels.hpp"
 #include "memory/host_memory.hpp"
+#include "memory/peer_memory.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -115,6 +116,12 @@ class direct_shm final : public shm_op {
             (c.code == op_code::alltoallv ? source_bytes(ctx, ctx.rank) > 0
                                           : read_by_others(ctx, ctx.rank)))
           describe_shared(d, c.input);
+        // A gather's root offers its output to the others' writes (its own
+        // input nobody reads, so the share fields are free).
+        if (offers_output(ctx) && d.share_id == 0) {
+          describe_shared(d, c.output);
+          if (d.share_id != 0) d.out_nbytes = c.output.nbytes();
+        }
         // Other small sources travel in the descriptor's slot: one step
         // (not alltoall's: its slot holds the counts).
         if (const auto mine = source_bytes(ctx, ctx.rank);
@@ -134,6 +141,18 @@ class direct_shm final : public shm_op {
       case phase::agree:
         if (!all_reached(ctx, &rank_progress::arrived, op, "issue this ", true)) return false;
         check(ctx, moved);
+        if (refused_.empty() && root_offered_output(ctx)) {
+          // Each rank writes its block into the root's output; the root
+          // returns once all did (their done), the others at once.
+          push(ctx);
+          finish_op(ctx, moved);
+          if (ctx.rank == c.root) {
+            phase_ = phase::finish;
+            return step(ctx, moved);
+          }
+          if (c.on_success) c.on_success();
+          return true;
+        }
         if (refused_.empty() && all_small(ctx)) {
           // Each source from its slot, or in place where it is shared.
           own_part(ctx);
@@ -507,6 +526,47 @@ class direct_shm final : public shm_op {
 
   /// Rank r's input in this process.
   const std::byte* input_of(inline_context& ctx, int r) const { return posted_buffer(ctx, r); }
+
+  // -- a gather between processes: the others write into the root's output ----
+
+  /// This rank is the root of a call whose layout pushes to it, among
+  /// processes, with an output worth mapping.
+  bool offers_output(inline_context& ctx) const {
+    const auto& c = *call_;
+    return layout_->pushes_to_root() && ctx.peers && !ctx.one_process && ctx.rank == c.root &&
+           c.output.defined() && c.output.nbytes() >= own_mapping_bytes;
+  }
+  /// The root posted its output (the same answer on every rank).
+  bool root_offered_output(inline_context& ctx) const {
+    return layout_->pushes_to_root() && ctx.peers && !ctx.one_process &&
+           ctx.seg->descriptor(call_->root, op).out_nbytes != 0;
+  }
+  /// Writes what the root needs of this rank's input into the root's output
+  /// (the root copies its own block itself: own_part).
+  void push(inline_context& ctx) {
+    auto& c = *call_;
+    const int root = c.root;
+    if (ctx.rank == root) return own_part(ctx);
+    const auto nd = needed(ctx, root, ctx.rank);
+    if (nd.from >= nd.to) return;
+    const auto& d = ctx.seg->descriptor(root, op);
+    const auto in_bytes = c.input.defined() ? static_cast<std::int64_t>(c.input.nbytes()) : 0;
+    const auto out_bytes = static_cast<std::int64_t>(d.out_nbytes);
+    // The counts agree, so a root's output without room for the block is
+    // not one a troupe rank posts.
+    if (nd.to > in_bytes || nd.at < 0 || nd.at + (nd.to - nd.from) > out_bytes)
+      throw error(errc::internal, std::string(to_string(c.code)) + ": the root's output of " +
+                                      std::to_string(out_bytes) + " bytes has no room for " +
+                                      std::to_string(nd.to - nd.from) + " bytes at " +
+                                      std::to_string(nd.at));
+    auto* out = ctx.peers->map(
+        ctx.seg->identity(root).pid.load(),
+        peer_buffer{d.share_fd, d.share_id, d.share_size, d.share_offset, d.out_nbytes},
+        to_string(c.code), ctx.names[static_cast<std::size_t>(root)]);
+    // As large an output streams in the root's own copies.
+    stream_output_ = outgrows_cache(static_cast<std::size_t>(out_bytes), ctx.size);
+    copy_out(out + nd.at, static_cast<const std::byte*>(c.input.data()) + nd.from, nd.to - nd.from);
+  }
 
   /// One process, or shared inputs: what this rank needs, straight from the
   /// others' inputs.

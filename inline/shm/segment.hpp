@@ -62,6 +62,10 @@ struct op_descriptor {
   std::uint64_t share_offset = 0;
   std::int32_t root = 0;          ///< rooted collectives (direct_shm)
   std::uint64_t counts_hash = 0;  ///< the elements per rank, hashed (direct_shm)
+  /// A gather's root between processes: its output's bytes, when the share
+  /// fields describe its output (the others write their blocks into it);
+  /// else 0.
+  std::uint64_t out_nbytes = 0;
 };
 
 /// Progress counters of one rank (written by it alone).

@@ -17,6 +17,7 @@ has no torch, otherwise with the first unexpected exit code.
 
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,6 +27,25 @@ import time
 
 
 def free_port():
+    """A port free now, below the kernel's range for outgoing connections:
+    the store is served seconds later (once torch has loaded), and a port
+    from that range may meanwhile become the local end of another test's
+    connection (a rank then connected to it and was reset)."""
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
