@@ -21,6 +21,7 @@ struct process_group::issued_state {
   std::mutex mtx;
   std::vector<std::weak_ptr<detail::work_state>> pending;  // issued, maybe finished
   std::function<void(const work_info&)> hook;
+  std::atomic<bool> hooked{false};  // `hook` is set (read without the lock)
   /// The flight record (null: off). Set at most once, never cleared: a
   /// call reads `recording` (one atomic load; std::atomic_load of a
   /// shared_ptr takes a process-wide hashed lock) and then `ring`.
@@ -215,10 +216,19 @@ work process_group::track(work w, const char* op, const tensor_list& ts, int pee
         bytes += t.nbytes();
       }
     const auto type = !ts.empty() && ts[0].defined() ? ts[0].scalar_type() : dtype::float32;
-    attach_record(w, ring,
-                  ring->record(op, w.sequence_number(), numel, bytes, type,
-                               static_cast<int>(ts.size()), peer, w.state()->issued));
+    const auto& s = *w.state();
+    // Completed already (its error, set before `finished`, is seen with it):
+    // recorded with its end at once, in one step.
+    const bool completed = s.finished.load(std::memory_order_acquire) && !s.error;
+    const auto id = ring->record(op, w.sequence_number(), numel, bytes, type,
+                                 static_cast<int>(ts.size()), peer, s.issued, completed);
+    if (!completed) attach_record(w, ring, id);
   }
+  // A work that already finished joins no list; without a hook there is
+  // nothing else to do under the lock.
+  if (w.state()->finished.load(std::memory_order_acquire) &&
+      !st.hooked.load(std::memory_order_acquire))
+    return w;
   std::function<void(const work_info&)> hook;
   {
     std::lock_guard<std::mutex> g{st.mtx};
@@ -263,6 +273,7 @@ void process_group::register_on_completion_hook(std::function<void(const work_in
                 "register_on_completion_hook: group '" + name_ +
                     "' already has an on-completion hook (one per group, as c10d's)");
   issued_->hook = std::move(hook);
+  issued_->hooked.store(true, std::memory_order_release);
 }
 
 void process_group::enable_collectives_timing() {

@@ -55,7 +55,7 @@ std::int64_t flight_ring::wall_us(std::chrono::steady_clock::time_point t) const
 
 std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_t numel,
                                   std::uint64_t bytes, dtype type, int tensors, int peer,
-                                  std::chrono::steady_clock::time_point issued) {
+                                  std::chrono::steady_clock::time_point issued, bool completed) {
   const auto at = wall_us(issued);
   std::lock_guard<std::mutex> g{mtx_};
   // The ring grows as calls come (a rank of a 1024-rank simulation that made
@@ -71,8 +71,8 @@ std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_
   s.tensors = tensors;
   s.peer = peer;
   s.issued_us = at;
-  s.ended_us = 0;
-  s.state = 0;
+  s.ended_us = completed ? at : 0;
+  s.state = completed ? 1 : 0;
   s.error.clear();
   // The next call's slot, for writing: a ring of 2000 calls (about 220 KiB)
   // has left the caches by the time it comes round, and the store to a

@@ -26,10 +26,12 @@ class flight_ring {
  public:
   flight_ring(std::string group, int rank, int size, std::size_t capacity);
 
-  /// Records a call issued at `issued` (the epoch: now); returns its id (for ended()).
+  /// Records a call issued at `issued` (the epoch: now); returns its id (for
+  /// ended()). `completed`: it already completed, within the call that issued
+  /// it (its peers were there first), and ends when it was issued.
   std::uint64_t record(const char* op, std::uint64_t seq, std::int64_t numel, std::uint64_t bytes,
                        dtype type, int tensors, int peer,
-                       std::chrono::steady_clock::time_point issued = {});
+                       std::chrono::steady_clock::time_point issued = {}, bool completed = false);
   /// Call `id` ended (error: null when it completed); a timeout, a mismatch
   /// or a peer failure makes the ring dump itself once.
   void ended(std::uint64_t id, const std::exception_ptr& error);
