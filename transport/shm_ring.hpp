@@ -52,6 +52,8 @@ class shm_ring final : public byte_stream {
   shm_ring(std::string name, void* base, std::size_t mapped, bool owner);
   bool wait_for(std::atomic<std::uint32_t>& seq, std::atomic<std::uint32_t>& waiting,
                 const std::atomic<std::uint64_t>& pos, std::uint64_t not_equal_to);
+  /// Maps every page of the data at this side's first use (see shm_ring.cpp).
+  void populate();
 
   std::string name_;
   void* base_;
@@ -59,6 +61,11 @@ class shm_ring final : public byte_stream {
   bool owner_;
   control* ctl_;
   char* data_;
+  // The data's bytes, from this side's mapping: never the control block's
+  // `capacity`, which the other process writes (a reader that trusted it
+  // could be made to copy past its mapping).
+  std::uint64_t capacity_;
+  bool populated_ = false;  // under the side's lock (one writer, one reader at a time)
 };
 
 }  // namespace troupe::detail
