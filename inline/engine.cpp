@@ -79,11 +79,15 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   s.continued = [&s] {
     if (auto f = std::static_pointer_cast<inline_engine>(s.owner.lock())) progress_wake(f);
   };
+  // Queued and stepped in one critical section (a tiny call whose peers
+  // were there first ends here).
+  finished_list out;
   {
     std::lock_guard<std::mutex> g{engine_};
     queue_.push_back(std::move(op));
+    step_head(out, issued);
   }
-  pass(true, issued);
+  hand_over(out);
   if (!s.finished.load()) progress_watch(shared_from_this());
   return w;
 }
@@ -209,6 +213,11 @@ bool inline_engine::pass(bool block_on_lock, inline_clock::time_point now) {
       return false;
     moved = step_head(out, now);
   }
+  hand_over(out);
+  return moved || !out.empty();
+}
+
+void inline_engine::hand_over(finished_list& out) {
   // Outside the lock: a callback may issue the next collective.
   out.for_each([](finished& f) {
     if (f.error)
@@ -216,7 +225,6 @@ bool inline_engine::pass(bool block_on_lock, inline_clock::time_point now) {
     else
       f.op->handle.complete(std::move(f.op->outputs));
   });
-  return moved || !out.empty();
 }
 
 bool inline_engine::step_head(finished_list& out, inline_clock::time_point now) {

@@ -187,6 +187,8 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// of a waiting thread).
   bool pass(bool block_on_lock, inline_clock::time_point now);
   bool step_head(finished_list& out, inline_clock::time_point now);
+  /// Completes or fails what left the queue (outside the lock).
+  static void hand_over(finished_list& out);
   int blocker();
   bool head_reads_itself();
   void stop(const std::string& reason);
