@@ -58,10 +58,10 @@ class direct_layout {
   /// instead of each being copied twice; broadcast, read by all from one
   /// root, 4.6-5.3 staged against 7.1-8.0 pulled).
   virtual bool pulls_between_processes() const { return false; }
-  /// Whether, between processes, the others write what the root needs
-  /// straight into its output (shared by the root) instead of the root
-  /// reading every block one after the other: a gather, whose root alone
-  /// needs anything (measured, 2 processes, 64 KiB: see bench/RESULTS.md).
+  /// Whether the others write what the root needs straight into its output
+  /// (shared by the root between processes) instead of the root reading
+  /// every block one after the other: a gather, whose root alone needs
+  /// anything (measured: see bench/RESULTS.md, item 26).
   virtual bool pushes_to_root() const { return false; }
 };
 

@@ -7,6 +7,9 @@
 // others' inputs, so every byte is copied once, by the rank that needs it,
 // with no message, staging buffer or thread in between. Otherwise the
 // sources are staged chunk by chunk through the segment's slots (below).
+// A gather's root with an output of 64 KiB or more offers it instead (in
+// its descriptor; shared in place between processes): every other rank
+// writes its block there and returns, while the root copies its own.
 //
 // Terms: k is the inline operation number; "counts" the elements per rank
 // (the call's, the same on every rank); block r starts at the sum of the
@@ -118,9 +121,14 @@ class direct_shm final : public shm_op {
           describe_shared(d, c.input);
         // A gather's root offers its output to the others' writes (its own
         // input nobody reads, so the share fields are free).
-        if (offers_output(ctx) && d.share_id == 0) {
-          describe_shared(d, c.output);
-          if (d.share_id != 0) d.out_nbytes = c.output.nbytes();
+        if (offers_output(ctx)) {
+          if (ctx.one_process) {
+            d.out_addr = reinterpret_cast<std::uint64_t>(c.output.data());
+            d.out_nbytes = c.output.nbytes();
+          } else if (d.share_id == 0) {
+            describe_shared(d, c.output);
+            if (d.share_id != 0) d.out_nbytes = c.output.nbytes();
+          }
         }
         // Other small sources travel in the descriptor's slot: one step
         // (not alltoall's: its slot holds the counts).
@@ -527,18 +535,22 @@ class direct_shm final : public shm_op {
   /// Rank r's input in this process.
   const std::byte* input_of(inline_context& ctx, int r) const { return posted_buffer(ctx, r); }
 
-  // -- a gather between processes: the others write into the root's output ----
+  // -- a gather: the others write into the root's output ---------------------
 
-  /// This rank is the root of a call whose layout pushes to it, among
-  /// processes, with an output worth mapping.
+  /// The ranks reach each other's buffers: in one process, or between
+  /// processes that map what they share.
+  static bool direct(inline_context& ctx) { return ctx.one_process || ctx.peers; }
+  /// This rank is the root of a call whose layout pushes to it, with an
+  /// output worth mapping (in one process too: the others copy their blocks
+  /// while the root copies its own).
   bool offers_output(inline_context& ctx) const {
     const auto& c = *call_;
-    return layout_->pushes_to_root() && ctx.peers && !ctx.one_process && ctx.rank == c.root &&
-           c.output.defined() && c.output.nbytes() >= own_mapping_bytes;
+    return layout_->pushes_to_root() && direct(ctx) && ctx.rank == c.root && c.output.defined() &&
+           c.output.nbytes() >= own_mapping_bytes;
   }
   /// The root posted its output (the same answer on every rank).
   bool root_offered_output(inline_context& ctx) const {
-    return layout_->pushes_to_root() && ctx.peers && !ctx.one_process &&
+    return layout_->pushes_to_root() && direct(ctx) &&
            ctx.seg->descriptor(call_->root, op).out_nbytes != 0;
   }
   /// Writes what the root needs of this rank's input into the root's output
@@ -559,13 +571,17 @@ class direct_shm final : public shm_op {
                                       std::to_string(out_bytes) + " bytes has no room for " +
                                       std::to_string(nd.to - nd.from) + " bytes at " +
                                       std::to_string(nd.at));
-    auto* out = ctx.peers->map(
-        ctx.seg->identity(root).pid.load(),
-        peer_buffer{d.share_fd, d.share_id, d.share_size, d.share_offset, d.out_nbytes},
-        to_string(c.code), ctx.names[static_cast<std::size_t>(root)]);
+    auto* out = ctx.one_process
+                    ? reinterpret_cast<std::byte*>(d.out_addr)
+                    : ctx.peers->map(ctx.seg->identity(root).pid.load(),
+                                     peer_buffer{d.share_fd, d.share_id, d.share_size,
+                                                 d.share_offset, d.out_nbytes},
+                                     to_string(c.code), ctx.names[static_cast<std::size_t>(root)]);
+    const auto* in = static_cast<const std::byte*>(c.input.data()) + nd.from;
+    if (out + nd.at == in) return;  // (in one process) the block is the root's already
     // As large an output streams in the root's own copies.
     stream_output_ = outgrows_cache(static_cast<std::size_t>(out_bytes), ctx.size);
-    copy_out(out + nd.at, static_cast<const std::byte*>(c.input.data()) + nd.from, nd.to - nd.from);
+    copy_out(out + nd.at, in, nd.to - nd.from);
   }
 
   /// One process, or shared inputs: what this rank needs, straight from the

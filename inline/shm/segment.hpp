@@ -62,10 +62,11 @@ struct op_descriptor {
   std::uint64_t share_offset = 0;
   std::int32_t root = 0;          ///< rooted collectives (direct_shm)
   std::uint64_t counts_hash = 0;  ///< the elements per rank, hashed (direct_shm)
-  /// A gather's root between processes: its output's bytes, when the share
-  /// fields describe its output (the others write their blocks into it);
-  /// else 0.
+  /// A gather's root: its output's bytes, when it offers its output for the
+  /// others to write their blocks into (between processes the share fields
+  /// describe it, in one process `out_addr` holds it); else 0.
   std::uint64_t out_nbytes = 0;
+  std::uint64_t out_addr = 0;
 };
 
 /// Progress counters of one rank (written by it alone).
