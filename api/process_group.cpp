@@ -205,6 +205,7 @@ backend& process_group::backend_for(const char* op, const tensor_list& ts) const
 work process_group::track(work w, const char* op, const tensor_list& ts, int peer) {
   if (coalescing_) coalesced_.push_back(w);
   if (!w.valid()) return w;
+  const auto& s = *w.state();
   auto& st = *issued_;
   if (st.recorder()) {
     auto& ring = st.ring;
@@ -216,7 +217,6 @@ work process_group::track(work w, const char* op, const tensor_list& ts, int pee
         bytes += t.nbytes();
       }
     const auto type = !ts.empty() && ts[0].defined() ? ts[0].scalar_type() : dtype::float32;
-    const auto& s = *w.state();
     // Completed already (its error, set before `finished`, is seen with it):
     // recorded with its end at once, in one step.
     const bool completed = s.finished.load(std::memory_order_acquire) && !s.error;
@@ -226,8 +226,7 @@ work process_group::track(work w, const char* op, const tensor_list& ts, int pee
   }
   // A work that already finished joins no list; without a hook there is
   // nothing else to do under the lock.
-  if (w.state()->finished.load(std::memory_order_acquire) &&
-      !st.hooked.load(std::memory_order_acquire))
+  if (s.finished.load(std::memory_order_acquire) && !st.hooked.load(std::memory_order_acquire))
     return w;
   std::function<void(const work_info&)> hook;
   {
@@ -235,11 +234,11 @@ work process_group::track(work w, const char* op, const tensor_list& ts, int pee
     // A work that already finished (its peers were there first, or the group
     // has one rank) is not pending. Finished works leave the list now and
     // then (amortized: a scan per as many calls as the list held).
-    if (!w.state()->finished.load(std::memory_order_acquire)) {
+    if (!s.finished.load(std::memory_order_acquire)) {
       if (st.pending.size() >= 64 && st.pending.size() == st.pending.capacity())
         std::erase_if(st.pending, [](const std::weak_ptr<detail::work_state>& p) {
-          auto s = p.lock();
-          return !s || s->finished.load(std::memory_order_acquire);
+          auto q = p.lock();
+          return !q || q->finished.load(std::memory_order_acquire);
         });
       st.pending.push_back(w.state());
     }

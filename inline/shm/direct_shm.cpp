@@ -47,7 +47,6 @@
 #include "inline/shm/shm_op.hpp"
 #include "kernels/reduce_kernels.hpp"
 #include "memory/host_memory.hpp"
-#include "memory/peer_memory.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -584,12 +583,7 @@ class direct_shm final : public shm_op {
                                       std::to_string(out_bytes) + " bytes has no room for " +
                                       std::to_string(nd.to - nd.from) + " bytes at " +
                                       std::to_string(nd.at));
-    auto* out = ctx.one_process
-                    ? reinterpret_cast<std::byte*>(d.out_addr)
-                    : ctx.peers->map(ctx.seg->identity(root).pid.load(),
-                                     peer_buffer{d.share_fd, d.share_id, d.share_size,
-                                                 d.share_offset, d.out_nbytes},
-                                     to_string(c.code), ctx.names[static_cast<std::size_t>(root)]);
+    auto* out = posted_output(ctx, root);
     const auto* in = static_cast<const std::byte*>(c.input.data()) + nd.from;
     if (out + nd.at == in) return;  // (in one process) the block is the root's already
     // As large an output streams in the root's own copies.

@@ -235,9 +235,20 @@ void shm_op::describe_shared(op_descriptor& d, const tensor& t) {
 
 std::byte* shm_op::posted_buffer(inline_context& ctx, int r) const {
   const auto& d = ctx.seg->descriptor(r, op);
-  if (ctx.one_process) return reinterpret_cast<std::byte*>(d.addr);
+  return posted_at(ctx, r, d.addr, d.nbytes);
+}
+
+std::byte* shm_op::posted_output(inline_context& ctx, int r) const {
+  const auto& d = ctx.seg->descriptor(r, op);
+  return posted_at(ctx, r, d.out_addr, d.out_nbytes);
+}
+
+std::byte* shm_op::posted_at(inline_context& ctx, int r, std::uint64_t addr,
+                             std::uint64_t nbytes) const {
+  const auto& d = ctx.seg->descriptor(r, op);
+  if (ctx.one_process) return reinterpret_cast<std::byte*>(addr);
   return ctx.peers->map(ctx.seg->identity(r).pid.load(),
-                        peer_buffer{d.share_fd, d.share_id, d.share_size, d.share_offset, d.nbytes},
+                        peer_buffer{d.share_fd, d.share_id, d.share_size, d.share_offset, nbytes},
                         to_string(static_cast<op_code>(d.code)),
                         ctx.names[static_cast<std::size_t>(r)]);
 }

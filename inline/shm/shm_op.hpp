@@ -103,6 +103,9 @@ class shm_op : public inline_op {
   /// Rank r's posted buffer (its descriptor's) in this process: its address
   /// when every rank lives here, else its shared memory mapped here.
   std::byte* posted_buffer(inline_context& ctx, int r) const;
+  /// Rank r's offered output (op_descriptor::out_nbytes), found as
+  /// posted_buffer finds its input.
+  std::byte* posted_output(inline_context& ctx, int r) const;
   /// memcpy, counted for inline_stats().
   void copy(std::byte* dst, const std::byte* src, std::int64_t bytes);
   /// copy() into this rank's output, with non-temporal stores when
@@ -129,6 +132,9 @@ class shm_op : public inline_op {
   bool to_slots_ = false;
 
  private:
+  /// posted_buffer / posted_output: `addr` in one process, else the shared
+  /// memory the descriptor's share fields describe, `nbytes` of it.
+  std::byte* posted_at(inline_context& ctx, int r, std::uint64_t addr, std::uint64_t nbytes) const;
   int blocked_rank_ = -1;
   const char* blocked_what_ = "";
   bool blocked_named_ = false;
