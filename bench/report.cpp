@@ -16,7 +16,9 @@
 // targets (those of an op the CSV has no row of are counted, not listed): each one's
 // measured value, the goal and met / missed / not measured, and where the
 // run measured what the machine allows, that limit: the raw TCP exchange of
-// tcp_exchange (rows tcp-ceiling) for the TCP busbw targets, a bound from
+// tcp_exchange (rows tcp-ceiling: 2 processes exchanging, or with more ranks
+// the bytes of a ring allreduce moved round a ring of processes, nothing
+// reduced) for the TCP busbw targets, a bound from
 // memcpy's time for the shared-memory targets from 1 MiB (ranks x memcpy time
 // / min(ranks, K CPUs), K = --cpus, default the CPUs this process may run
 // on); a missed target whose goal lies beyond that limit is out of reach
@@ -56,7 +58,8 @@ const std::vector<std::pair<std::string, std::string>> columns = {
 using key = std::tuple<std::string, int, std::size_t>;  // op, ranks, bytes
 using cell_map = std::map<key, std::map<std::string, bench::record>>;
 using memcpy_map = std::map<std::size_t, bench::record>;   // bytes -> memcpy's record
-using ceiling_map = std::map<std::size_t, bench::record>;  // bytes -> tcp-ceiling's record
+using ceiling_key = std::pair<int, std::size_t>;           // ranks, bytes
+using ceiling_map = std::map<ceiling_key, bench::record>;  // -> tcp-ceiling's record
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
 
@@ -204,6 +207,13 @@ void print_legend() {
       "    exchange, the slower process's time). A 2-rank allreduce of N bytes over TCP\n"
       "    moves at least N bytes out of and N into each process, so its busbw (= N / t\n"
       "    for 2 ranks) cannot exceed N / t_exchange.\n"
+      "  ceiling (raw TCP ring; n ranks from 3): n processes in a ring on loopback, each\n"
+      "    sending the 2(n-1)/n x N bytes of a ring allreduce to its right neighbour and\n"
+      "    receiving as many from its left at once, in 1 MiB pieces: the first N/n sent\n"
+      "    from its input and the rest from a window in the cache, the first half received\n"
+      "    into a window and the second half into its N-byte output (nothing reduced; the\n"
+      "    median pass, the slowest process's time); busbw = 2(n-1)/n x N / t. A ring\n"
+      "    allreduce over TCP sends and receives those bytes and more work besides.\n"
       "  bound (memory bandwidth; troupe shm from 1 MiB): every rank reads its N input\n"
       "    bytes and writes N output bytes, about one memcpy of N (the memcpy row); n ranks\n"
       "    share the CPUs, so an allreduce takes at least n x memcpy time / min(n, CPUs).\n"
@@ -292,7 +302,7 @@ struct target_row {
 
 /// What the machine allows, measured in the same run.
 struct limits {
-  ceiling_map tcp;  ///< raw TCP exchange of 2 processes (tcp_exchange)
+  ceiling_map tcp;  ///< raw TCP exchange of 2 processes, or ring of more (tcp_exchange)
   const memcpy_map* memcpy = nullptr;
   int cpus = 1;  ///< CPUs the ranks share
 
@@ -356,9 +366,9 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
     // The most busbw the machine allows (NaN: not known) and how it is named.
     double most = NAN;
     const char* reach = reach_tcp;
-    if (ar && std::string(mine) == "troupe-tcp" && n == 2) {
-      auto c = lim.tcp.find(bytes);
-      t.note = "ceiling (raw TCP exchange): ";
+    if (ar && std::string(mine) == "troupe-tcp") {
+      auto c = lim.tcp.find({n, bytes});
+      t.note = n == 2 ? "ceiling (raw TCP exchange): " : "ceiling (raw TCP ring): ";
       if (c == lim.tcp.end()) {
         t.note += "not measured";
       } else {
@@ -700,7 +710,7 @@ int main(int argc, char** argv) {
         continue;
       }
       if (r.system == "tcp-ceiling") {  // the raw TCP exchange: in the targets only
-        keep_faster(lim.tcp, r.bytes, r);
+        keep_faster(lim.tcp, ceiling_key{r.ranks, r.bytes}, r);
         continue;
       }
       keep_faster(cells[{r.op, r.ranks, r.bytes}], r.system + "-" + r.transport, r);

@@ -4,8 +4,9 @@
 # OpenMPI (shared memory, TCP on loopback), 2 and 4 ranks, in the same run,
 # next to a single-thread memcpy at the same sizes, the raw TCP exchange of
 # two processes on loopback (tcp_exchange: the ceiling of a 2-rank allreduce
-# over TCP) and the peak resident memory of each rank during a 64 MiB
-# allreduce.
+# over TCP; with more ranks, the bytes of a ring allreduce moved round a ring
+# of processes: the ceiling of theirs) and the peak resident memory of each
+# rank during a 64 MiB allreduce.
 #
 #   bash bench/run_bench.sh [--quick] [--ranks "2 4"] [--iters K] [--build-dir DIR]
 #                           [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall,
@@ -164,6 +165,11 @@ for round in $(seq 1 "$repeat"); do
   # no troupe (16 and 64 MiB; --quick: 16 MiB): the TCP ceiling of the targets.
   run "tcp-ceiling$tag" "$build/bench/tcp_exchange" --csv "$csv" "${quick[@]}" "${iters[@]}"
   for n in $ranks; do
+    # More ranks: the bytes of a ring allreduce moved round a ring of n
+    # processes over loopback TCP (no troupe): the ceiling of n-rank TCP targets.
+    [ "$n" -le 2 ] || [ "$collectives" -eq 0 ] ||
+      run "tcp-ceiling-${n}$tag" "$build/bench/tcp_exchange" --ranks "$n" --csv "$csv" \
+        "${quick[@]}" "${iters[@]}"
     measure "troupe-inproc-${n}$tag" "${worker[@]}" --inprocess "$n"
     for t in shm tcp; do
       measure "troupe-${t}-${n}$tag" env TROUPE_TRANSPORT=$t "$build/apps/troupe-run" -n "$n" \
