@@ -18,6 +18,7 @@
 #include "store/watchful_store.hpp"
 #include "transport/data_plane.hpp"
 #include "transport/rendezvous.hpp"
+#include "transport/tcp_stream.hpp"
 #include "troupe/error.hpp"
 #include "troupe/tcp_store.hpp"
 
@@ -174,6 +175,9 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
       std::string(f) != "messages")
     invalid("world: TROUPE_FABRIC '" + std::string(f) +
             "' is not one of on, off, staged, messages");
+  // Throws on a bad TROUPE_TCP_CONGESTION, before this rank joins anyone.
+  if (const char* c = std::getenv("TROUPE_TCP_CONGESTION"); c && *c)
+    detail::tcp_check_congestion(c);
   impl_->opts = std::move(opts);
   auto& o = impl_->opts;
   // Rendezvous: rank 0 names the job; everyone reads it. The job id keeps
@@ -218,6 +222,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   if (dp.transport != "auto" && dp.transport != "tcp" && dp.transport != "shm")
     invalid("world: transport '" + dp.transport +
             "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
+  if (!env("TROUPE_TCP_CONGESTION").empty()) dp.congestion = env("TROUPE_TCP_CONGESTION");
   auto plane = std::make_shared<detail::data_plane>(dp);
   plane->connect(*o.store, rdv);
   impl_->rt->set_plane(std::move(plane));

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "scoped_env.hpp"
 #include "troupe/error.hpp"
 #include "troupe/object_collectives.hpp"
 #include "troupe/process_group.hpp"
@@ -271,21 +272,6 @@ void run_matrix(int n) {
   }
 }
 
-/// Sets TROUPE_FABRIC for one scope.
-struct fabric_setting {
-  explicit fabric_setting(const char* v) {
-    if (const char* old = std::getenv("TROUPE_FABRIC")) saved = old;
-    ::setenv("TROUPE_FABRIC", v, 1);
-  }
-  ~fabric_setting() {
-    if (saved.empty())
-      ::unsetenv("TROUPE_FABRIC");
-    else
-      ::setenv("TROUPE_FABRIC", saved.c_str(), 1);
-  }
-  std::string saved;
-};
-
 bool under_launcher() {
   return std::getenv("WORLD_SIZE") != nullptr;
 }
@@ -297,12 +283,12 @@ TEST_CASE("calls that disagree fail on every rank alike: the default engines") {
 }
 
 TEST_CASE("calls that disagree fail on every rank alike: the message fabric") {
-  fabric_setting s{"messages"};
+  troupe::test::scoped_env s{"TROUPE_FABRIC", "messages"};
   for (int n : under_launcher() ? std::vector<int>{4} : std::vector<int>{2, 3, 4}) run_matrix(n);
 }
 
 TEST_CASE("calls that disagree fail on every rank alike: the group actors") {
-  fabric_setting s{"off"};
+  troupe::test::scoped_env s{"TROUPE_FABRIC", "off"};
   for (int n : under_launcher() ? std::vector<int>{4} : std::vector<int>{2, 3, 4}) run_matrix(n);
 }
 
@@ -310,7 +296,7 @@ TEST_CASE("a rank that never joins is named at the timeout, not its neighbour") 
   if (under_launcher()) return;  // the fabric stops after a timeout: no closing barrier
   for (const char* setting : {"messages", "off"}) {
     CAPTURE(setting);
-    fabric_setting s{setting};
+    troupe::test::scoped_env s{"TROUPE_FABRIC", setting};
     testing::run_ranks(4, [](world& w) {
       auto& pg = w.default_group();
       if (w.rank() == 2) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "scoped_env.hpp"
 #include "troupe/process_group.hpp"
 #include "troupe/testing.hpp"
 #include "troupe/world.hpp"
@@ -67,25 +68,8 @@ std::int64_t differing(const tensor& a, const tensor& b, std::int64_t offset = 0
   return k;
 }
 
-struct fabric_setting {
-  explicit fabric_setting(const char* v) {
-    if (const char* old = std::getenv("TROUPE_FABRIC")) saved = old;
-    if (v)
-      ::setenv("TROUPE_FABRIC", v, 1);
-    else
-      ::unsetenv("TROUPE_FABRIC");
-  }
-  ~fabric_setting() {
-    if (saved.empty())
-      ::unsetenv("TROUPE_FABRIC");
-    else
-      ::setenv("TROUPE_FABRIC", saved.c_str(), 1);
-  }
-  std::string saved;
-};
-
 void check_engine(const char* setting, int n) {
-  fabric_setting s{setting};
+  troupe::test::scoped_env s{"TROUPE_FABRIC", setting};
   CAPTURE(setting ? setting : "default");
   CAPTURE(n);
   for (auto t : {dtype::float16, dtype::bfloat16}) {

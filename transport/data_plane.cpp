@@ -173,6 +173,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
       }
     }
     p.out_socket = std::make_unique<tcp_stream>(fd);
+    tcp_choose_congestion(fd, opts_.congestion);  // before its first byte
     hello h{opts_.token, me, static_cast<std::int32_t>(::getpid()), host_name(), opts_.job, {}};
     if (p.same_host && opts_.transport != "tcp") {
       h.ring = "/troupe-" + opts_.job + "-" + std::to_string(me) + "-" + std::to_string(r);

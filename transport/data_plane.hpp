@@ -69,6 +69,9 @@ struct data_plane_options {
   std::string token;
   std::string bind_address = "127.0.0.1";
   std::string transport = "auto";  ///< auto, tcp, shm
+  /// The congestion control of the connections that carry data
+  /// (tcp_choose_congestion): auto, system or a name.
+  std::string congestion = "auto";
   std::chrono::milliseconds timeout{30000};
 };
 

@@ -8,8 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "troupe/error.hpp"
@@ -125,6 +127,69 @@ void tcp_set_read_timeout(int fd, std::chrono::milliseconds t) {
   tv.tv_sec = static_cast<time_t>(t.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((t.count() % 1000) * 1000);
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+bool tcp_within_host(int fd) {
+  sockaddr_in mine{}, theirs{};
+  socklen_t a = sizeof(mine), b = sizeof(theirs);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &a) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &b) != 0 ||
+      theirs.sin_family != AF_INET)
+    return false;
+  const auto peer = ntohl(theirs.sin_addr.s_addr);
+  return (peer >> 24) == 127 || theirs.sin_addr.s_addr == mine.sin_addr.s_addr;
+}
+
+namespace {
+
+bool set_congestion(int fd, const std::string& name) {
+  return ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                      static_cast<socklen_t>(name.size())) == 0;
+}
+
+/// The first line of a /proc/sys file ("" when it cannot be read).
+std::string sysctl_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+[[noreturn]] void refused(const std::string& choice, int err) {
+  throw error(errc::invalid_argument,
+              "world: TROUPE_TCP_CONGESTION '" + choice +
+                  "': the kernel refuses it for this process (" + std::strerror(err) +
+                  "; allowed: " + sysctl_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control") +
+                  "; available: " +
+                  sysctl_line("/proc/sys/net/ipv4/tcp_available_congestion_control") + ")");
+}
+
+}  // namespace
+
+void tcp_check_congestion(const std::string& choice) {
+  if (choice == "auto" || choice == "system") return;
+  bool named = !choice.empty() && choice.size() <= 15;
+  for (unsigned char c : choice) named = named && (std::isalnum(c) || c == '_' || c == '-');
+  if (!named)
+    throw error(errc::invalid_argument,
+                "world: TROUPE_TCP_CONGESTION '" + choice +
+                    "' is not auto, system or a congestion control's name (letters, digits, _ "
+                    "or -, at most 15)");
+  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe < 0) return;  // no socket to try it on: the connections will tell
+  const bool ok = set_congestion(probe, choice);
+  const int err = errno;
+  ::close(probe);
+  if (!ok) refused(choice, err);
+}
+
+void tcp_choose_congestion(int fd, const std::string& choice) {
+  if (choice == "system") return;
+  if (choice == "auto") {
+    if (tcp_within_host(fd)) set_congestion(fd, "reno");  // built in, allowed to everyone
+    return;
+  }
+  if (!set_congestion(fd, choice)) refused(choice, errno);
 }
 
 }  // namespace troupe::detail

@@ -36,4 +36,23 @@ std::string tcp_peer_name(int fd);
 /// Bounds how long one read may block (handshakes with strangers).
 void tcp_set_read_timeout(int fd, std::chrono::milliseconds t);
 
+/// Whether both ends of a connected socket are this host (the peer is a
+/// loopback address or this end's own): its bytes never leave the machine.
+bool tcp_within_host(int fd);
+/// Checks a TROUPE_TCP_CONGESTION value before any connection: auto,
+/// system, or the name of a congestion control (letters, digits, _ or -, at
+/// most 15) that the kernel lets this process set (tried on a socket of its
+/// own). Throws errc::invalid_argument naming the value otherwise.
+void tcp_check_congestion(const std::string& choice);
+/// Sets the congestion control of a connection that carries rank data, as
+/// `choice` says: "system" leaves the kernel's default; "auto" (the default)
+/// gives a connection within this host reno (built in, and every process may
+/// set it) and leaves others at the default; a name sets that one. Within a
+/// host nothing is lost, so a loss-based congestion control never slows a
+/// connection, while a pacing one (BBR, the default of some hosts) does:
+/// moving a 4-process ring's bytes on loopback measured 1.5 GB/s with BBR
+/// against 2.2-2.3 with reno or cubic. Throws errc::invalid_argument naming
+/// a name the kernel refuses, with what it allows.
+void tcp_choose_congestion(int fd, const std::string& choice);
+
 }  // namespace troupe::detail
