@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -24,6 +25,8 @@ constexpr std::uint64_t announce_slots = 64;
 /// A tiny lane: its header line and its data.
 constexpr std::size_t tiny_stride = sizeof(tiny_header) + tiny_lane_bytes;
 static_assert(sizeof(tiny_header) == line && tiny_lane_bytes % line == 0);
+// The data (tiny_lane_bytes from `head`) ends within the lane.
+static_assert(offsetof(tiny_header, head) + tiny_lane_bytes <= tiny_stride);
 
 std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
@@ -203,7 +206,7 @@ tiny_header& segment::tiny(int r, std::uint64_t op) noexcept {
 }
 
 std::byte* segment::tiny_data(int r, std::uint64_t op) noexcept {
-  return reinterpret_cast<std::byte*>(&tiny(r, op)) + sizeof(tiny_header);
+  return tiny(r, op).head;  // and on past the header's line: tiny_lane_bytes in all
 }
 
 std::byte* segment::stage(int r, std::uint64_t chunk) noexcept {
