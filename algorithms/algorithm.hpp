@@ -48,6 +48,11 @@ class op_context {
   /// Whether send() to `peer` has copied the payload's bytes when it returns
   /// (then a slice of the caller's memory may be sent as is).
   virtual bool copies_on_send(int /*peer*/) const { return false; }
+  /// Whether a message take() returns from `peer` (one no receive was
+  /// posted for) is a buffer of this rank's own, which the algorithm may
+  /// write: where sends to the peer copy the bytes, its messages here are
+  /// copies too; a rank of this process hands over its own memory.
+  bool owns_received(int peer) const { return copies_on_send(peer); }
 
   /// Takes the message of step `step` from `peer`, if it arrived; otherwise
   /// remembers what the algorithm waits for (for timeout messages). An
@@ -158,6 +163,12 @@ bool overlaps(const tensor& a, const tensor& b);
 tensor to_send(const op_context& ctx, int peer, const tensor& t);
 /// A new owned buffer holding a op b (elementwise; SUM for AVG/PREMUL_SUM).
 tensor combine(const reduce_op& op, const tensor& a, const tensor& b);
+/// combine(op, a, b) written over b, a message from `peer` this rank owns
+/// (op_context::owns_received): no new buffer to fault in, and the result
+/// lands where the message is still in the cache. Else a new buffer, as
+/// combine. The same bits either way.
+tensor combine_received(const op_context& ctx, int peer, const reduce_op& op, const tensor& a,
+                        const tensor& b);
 /// This rank's contribution: `input` scaled by the PREMUL_SUM scale (a new
 /// buffer), or `input` itself for other ops.
 tensor own_contribution(const collective_call& call, const tensor& input);

@@ -14,8 +14,10 @@
 // Phase 2, allgather (steps size-1 .. 2·size-3): each rank forwards the
 //   finished segments it holds or received last; every received segment is
 //   copied into the output.
-// Every payload is a fresh buffer or one received unchanged, so sharing it
-// with the receiver never races with later writes to the caller's memory
+// Every payload is a fresh buffer, one received unchanged, or one received
+// from another process and reduced in place (combine_received: nothing else
+// holds it), so sharing it with the receiver never races with later writes
+// to the caller's memory
 // (step 0 sends slices of the input itself, and phase 2 forwards segments
 // received straight into the output, only when the transport copies the
 // bytes before send returns).
@@ -76,7 +78,7 @@ class allreduce_ring final : public algorithm {
       const int c = ring(r, -step_ - 1, n);
       const auto [off, len] = segment_range(call.input.numel(), n, c, seg_);
       check_payload(call, *in, len, left, id(step_, seg_));
-      auto partial = combine(call.op, mine_.flat_slice(off, len), *in);
+      auto partial = combine_received(ctx, left, call.op, mine_.flat_slice(off, len), *in);
       if (step_ + 1 < n - 1) {
         ctx.send(right, id(step_ + 1, seg_), partial);
       } else {

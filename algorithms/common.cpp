@@ -153,6 +153,16 @@ tensor combine(const reduce_op& op, const tensor& a, const tensor& b) {
   return r;
 }
 
+tensor combine_received(const op_context& ctx, int peer, const reduce_op& op, const tensor& a,
+                        const tensor& b) {
+  if (!ctx.owns_received(peer) || !b.is_contiguous() || overlaps(a, b)) return combine(op, a, b);
+  // Operands in combine's order: the kernel accumulates a chunk at a time
+  // on its stack before writing it over b.
+  const void* srcs[] = {a.data(), b.data()};
+  reduce_many(a.scalar_type(), op.op(), b.data(), srcs, 2, static_cast<std::size_t>(a.numel()));
+  return b;
+}
+
 tensor own_contribution(const collective_call& call, const tensor& input) {
   if (call.op.op() != reduce_op::PREMUL_SUM) return input;
   auto r = input.clone();

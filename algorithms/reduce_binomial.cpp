@@ -35,7 +35,7 @@ class reduce_binomial final : public algorithm {
       auto in = ctx.take(child, mask_);
       if (!in) return false;
       check_payload(call, *in, call.input.numel(), child, mask_);
-      acc_ = combine(call.op, acc_, *in);
+      acc_ = combine_received(ctx, child, call.op, acc_, *in);
     }
     if (acc_.is_same(call.input) && !call.input.is_same(call.output))
       acc_ = fresh_copy(acc_);        // never scale the caller's input in place

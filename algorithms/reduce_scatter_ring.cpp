@@ -39,7 +39,8 @@ class reduce_scatter_ring final : public algorithm {
       if (!in) return false;
       const int b = ring(r, -step_ - 2, n);
       check_payload(call, *in, call.counts[b], left, step_);
-      auto partial = combine(call.op, mine_.flat_slice(offsets[b], call.counts[b]), *in);
+      auto partial =
+          combine_received(ctx, left, call.op, mine_.flat_slice(offsets[b], call.counts[b]), *in);
       if (step_ + 1 < n - 1) {
         ctx.send(ring(r, 1, n), step_ + 1, std::move(partial));
       } else {
