@@ -123,9 +123,9 @@ void unmap_mapping(void* p, std::size_t size) {
 /// broadcast, whose receiver holds 16 segments at once, spent 15 % of its
 /// samples zeroing pages with 8 kept). Up to 64 MiB of them are kept in all,
 /// and at least 8 of each size: a 4-rank TCP allreduce of 64 MiB holds up to
-/// about 50 of its 1 MiB segments received ahead of their reduction, and
-/// with 16 MiB kept per size each rank faulted in 4.5 MiB per operation
-/// (4.4x the page faults, 17 % more CPU time). Each is a mapping of its own
+/// 48 of its 1 MiB segments received ahead of their reduction, and with
+/// 16 MiB kept per size each rank faulted in 4.5 MiB per operation (4.5x
+/// the page faults, 17 % more CPU time). Each is a mapping of its own
 /// (registered, so that share_in_place can move it into shared memory; a
 /// buffer shared so stays shared when it is handed out again).
 constexpr std::size_t pooled_min = own_mapping_bytes;
