@@ -100,10 +100,13 @@ bool data_plane::drain(int r, bool& any) {
       if (h.kind == frame_p2p && rt->actor.p2p_place) return rt->actor.p2p_place(h);
       return posted_receive{};
     };
-    why = p.in_ring
-              ? p.reader.drain([&](void* d, std::size_t n) { return p.in_ring->read_some(d, n); },
-                               on_frame, place, admit_frame)
-              : p.reader.drain(p.in_socket->fd(), on_frame, place, admit_frame);
+    if (p.in_ring) {
+      why = p.reader.drain([&](void* d, std::size_t n) { return p.in_ring->read_some(d, n); },
+                           on_frame, place, admit_frame);
+      p.in_ring->publish_read();  // once for the frames read: they are delivered
+    } else {
+      why = p.reader.drain(p.in_socket->fd(), on_frame, place, admit_frame);
+    }
   } catch (const std::exception& e) {
     why = std::string("reading its frames failed: ") + e.what();
   } catch (...) {

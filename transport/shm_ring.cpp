@@ -181,20 +181,44 @@ std::size_t shm_ring::writable() const {
 long shm_ring::read_some(void* data, std::size_t n) {
   if (!populated_) populate();
   const auto cap = capacity_;
-  const auto tail = ctl_->tail.load(std::memory_order_relaxed);
+  const auto tail = read_.load(std::memory_order_relaxed);
   const auto head = ctl_->head.load(std::memory_order_acquire);
   if (head == tail) return ctl_->closed.load() && ctl_->head.load() == tail ? -1 : 0;
   const auto offset = tail % cap;
   const auto chunk = std::min<std::uint64_t>({n, head - tail, cap - offset, publish_step(n)});
   std::memcpy(data, data_ + offset, chunk);
-  ctl_->tail.store(tail + chunk);
-  ctl_->tail_seq.fetch_add(1);
-  if (ctl_->writer_waiting.load()) futex_wake(ctl_->tail_seq);
+  read_.store(tail + chunk, std::memory_order_relaxed);
+  if (tail + chunk - published_ >= cap / 16) publish(tail + chunk);
   return static_cast<long>(chunk);
 }
 
+void shm_ring::publish_read() {
+  const auto pos = read_.load(std::memory_order_relaxed);
+  if (pos == published_) return;
+  if (pos - published_ >= capacity_ / 16) {
+    publish(pos);
+    return;
+  }
+  // Little freed: a plain store, no fence. A writer that found the ring
+  // full and sleeps while this misses its flag still has most of the ring
+  // unread before it: reading that publishes again and sees the flag.
+  ctl_->tail.store(pos, std::memory_order_release);
+  published_ = pos;
+  if (ctl_->writer_waiting.load(std::memory_order_relaxed)) {
+    ctl_->tail_seq.fetch_add(1);
+    futex_wake(ctl_->tail_seq);
+  }
+}
+
+void shm_ring::publish(std::uint64_t pos) {
+  ctl_->tail.store(pos);
+  published_ = pos;
+  ctl_->tail_seq.fetch_add(1);
+  if (ctl_->writer_waiting.load()) futex_wake(ctl_->tail_seq);
+}
+
 bool shm_ring::readable() const {
-  return ctl_->head.load(std::memory_order_acquire) != ctl_->tail.load(std::memory_order_relaxed);
+  return ctl_->head.load(std::memory_order_acquire) != read_.load(std::memory_order_relaxed);
 }
 
 bool shm_ring::wait_readable(std::chrono::milliseconds max) {
@@ -202,7 +226,7 @@ bool shm_ring::wait_readable(std::chrono::milliseconds max) {
   for (;;) {
     const auto s = ctl_->head_seq.load();
     ctl_->reader_waiting.store(1);
-    const bool data = ctl_->head.load() != ctl_->tail.load(std::memory_order_relaxed);
+    const bool data = ctl_->head.load() != read_.load(std::memory_order_relaxed);
     if (data || ctl_->closed.load()) {
       ctl_->reader_waiting.store(0);
       return data || !ctl_->closed.load();
@@ -221,7 +245,7 @@ bool shm_ring::read(void* data, std::size_t n) {
   auto* p = static_cast<char*>(data);
   const auto cap = capacity_;
   while (n > 0) {
-    const auto tail = ctl_->tail.load(std::memory_order_relaxed);
+    const auto tail = read_.load(std::memory_order_relaxed);
     auto head = ctl_->head.load(std::memory_order_acquire);
     if (head == tail) {
       if (!wait_for(ctl_->head_seq, ctl_->reader_waiting, ctl_->head, head)) return false;
@@ -230,9 +254,8 @@ bool shm_ring::read(void* data, std::size_t n) {
     const auto offset = tail % cap;
     const auto chunk = std::min<std::uint64_t>({n, head - tail, cap - offset});
     std::memcpy(p, data_ + offset, chunk);
-    ctl_->tail.store(tail + chunk);
-    ctl_->tail_seq.fetch_add(1);
-    if (ctl_->writer_waiting.load()) futex_wake(ctl_->tail_seq);
+    read_.store(tail + chunk, std::memory_order_relaxed);
+    publish(tail + chunk);
     p += chunk;
     n -= chunk;
   }
@@ -246,7 +269,7 @@ void shm_ring::polling(int delta) {
     return;
   // The last poller left: bytes written meanwhile (their writer woke nobody)
   // go to the sleeping reader.
-  if (ctl_->head.load() != ctl_->tail.load() && ctl_->reader_waiting.load()) {
+  if (ctl_->head.load() != read_.load() && ctl_->reader_waiting.load()) {
     ctl_->head_seq.fetch_add(1);
     futex_wake(ctl_->head_seq);
   }

@@ -31,8 +31,13 @@ class shm_ring final : public byte_stream {
   std::size_t writable() const;
   bool read(void* data, std::size_t n) override;
   /// Copies up to `n` bytes that are there now, without waiting: the count,
-  /// 0 when the ring is empty, -1 when it is empty and closed.
+  /// 0 when the ring is empty, -1 when it is empty and closed. The room it
+  /// frees is told to the writer by publish_read() (or here once a 16th of
+  /// the ring waits to be told): a reader that tells at once waits for the
+  /// writer's copy of that cache line before it can go on.
   long read_some(void* data, std::size_t n);
+  /// Tells the writer the room read_some() freed (after a batch of frames).
+  void publish_read();
   /// Whether bytes are there to read now (the reader's side).
   bool readable() const;
   /// Waits until bytes are there (true) or the ring is closed and empty or
@@ -66,6 +71,12 @@ class shm_ring final : public byte_stream {
   // could be made to copy past its mapping).
   std::uint64_t capacity_;
   bool populated_ = false;  // under the side's lock (one writer, one reader at a time)
+  // The reader's side: bytes read so far (ahead of the control block's
+  // `tail` until published; atomic for readable(), which takes no lock)
+  // and what the writer was last told.
+  std::atomic<std::uint64_t> read_{0};
+  std::uint64_t published_ = 0;
+  void publish(std::uint64_t pos);
 };
 
 }  // namespace troupe::detail
