@@ -176,8 +176,9 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
     invalid("world: TROUPE_FABRIC '" + std::string(f) +
             "' is not one of on, off, staged, messages");
   // Throws on a bad TROUPE_TCP_CONGESTION, before this rank joins anyone.
-  if (const char* c = std::getenv("TROUPE_TCP_CONGESTION"); c && *c)
-    detail::tcp_check_congestion(c);
+  std::string congestion = "auto";
+  if (const char* c = std::getenv("TROUPE_TCP_CONGESTION"); c && *c) congestion = c;
+  detail::tcp_check_congestion(congestion);
   impl_->opts = std::move(opts);
   auto& o = impl_->opts;
   // Rendezvous: rank 0 names the job; everyone reads it. The job id keeps
@@ -222,7 +223,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   if (dp.transport != "auto" && dp.transport != "tcp" && dp.transport != "shm")
     invalid("world: transport '" + dp.transport +
             "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
-  if (!env("TROUPE_TCP_CONGESTION").empty()) dp.congestion = env("TROUPE_TCP_CONGESTION");
+  dp.congestion = congestion;
   auto plane = std::make_shared<detail::data_plane>(dp);
   plane->connect(*o.store, rdv);
   impl_->rt->set_plane(std::move(plane));

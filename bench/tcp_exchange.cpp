@@ -121,48 +121,48 @@ const char* method_name(method m) {
 /// piece while it is in the cache).
 constexpr std::size_t stream_piece = std::size_t{1} << 20;
 
+/// Runs `send` on a thread of its own while this one runs `receive`; a
+/// receive that fails shuts `send_fd` down (unblocking the sender) and
+/// rethrows; then what the sender threw.
+template <class Send, class Receive>
+void send_while_receiving(int send_fd, Send send, Receive receive) {
+  std::exception_ptr error;
+  std::thread tx([&] {
+    try {
+      send();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  try {
+    receive();
+  } catch (...) {
+    ::shutdown(send_fd, SHUT_RDWR);
+    tx.join();
+    throw;
+  }
+  tx.join();
+  if (error) std::rethrow_exception(error);
+}
+
 /// Sends n bytes of `out` and receives n bytes into `in` at the same time.
 void exchange(int fd, method m, const char* out, char* in, std::size_t n) {
   if (m == method::stream) {
-    std::exception_ptr error;
-    std::thread tx([&] {
-      try {
-        for (std::size_t off = 0; off < n; off += stream_piece)
-          send_all(fd, out + off, std::min(stream_piece, n - off));
-      } catch (...) {
-        error = std::current_exception();
-      }
-    });
-    try {
-      for (std::size_t off = 0; off < n; off += stream_piece)
-        recv_all(fd, in, std::min(stream_piece, n - off));
-    } catch (...) {
-      ::shutdown(fd, SHUT_RDWR);
-      tx.join();
-      throw;
-    }
-    tx.join();
-    if (error) std::rethrow_exception(error);
+    send_while_receiving(
+        fd,
+        [&] {
+          for (std::size_t off = 0; off < n; off += stream_piece)
+            send_all(fd, out + off, std::min(stream_piece, n - off));
+        },
+        [&] {
+          for (std::size_t off = 0; off < n; off += stream_piece)
+            recv_all(fd, in, std::min(stream_piece, n - off));
+        });
     return;
   }
   if (m == method::threads) {
-    std::exception_ptr error;
-    std::thread tx([&] {
-      try {
-        send_all(fd, out, n);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    });
-    try {
-      recv_all(fd, in, n);
-    } catch (...) {
-      ::shutdown(fd, SHUT_RDWR);  // unblocks the sender
-      tx.join();
-      throw;
-    }
-    tx.join();
-    if (error) std::rethrow_exception(error);
+    send_while_receiving(
+        fd, [&] { send_all(fd, out, n); }, [&] { recv_all(fd, in, n); });
     return;
   }
   std::size_t sent = 0, got = 0;
@@ -308,6 +308,33 @@ void set_options(int fd) {
   set_timeouts(fd);
 }
 
+/// The times of a forked process, to the parent (a pipe).
+void write_times(int fd, const std::vector<double>& us) {
+  const char* p = reinterpret_cast<const char*>(us.data());
+  std::size_t left = us.size() * sizeof(double);
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("write");
+    p += w;
+    left -= std::size_t(w);
+  }
+}
+
+std::vector<double> read_times(int fd, std::size_t count) {
+  std::vector<double> us(count);
+  char* p = reinterpret_cast<char*>(us.data());
+  std::size_t left = count * sizeof(double);
+  while (left > 0) {
+    const ssize_t r = ::read(fd, p, left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) throw std::runtime_error("a process's times did not arrive");
+    p += r;
+    left -= std::size_t(r);
+  }
+  return us;
+}
+
 /// Both sides; returns the records (the parent's view: MAX of both per exchange).
 std::vector<bench::record> measure(const options& o) {
   const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -332,15 +359,7 @@ std::vector<bench::record> measure(const options& o) {
       const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) fail("connect");
       set_options(fd);
-      const auto us = run_side(fd, 1, o);
-      const char* p = reinterpret_cast<const char*>(us.data());
-      std::size_t left = us.size() * sizeof(double);
-      while (left > 0) {
-        const ssize_t w = ::write(times[1], p, left);
-        if (w <= 0) fail("write");
-        p += w;
-        left -= std::size_t(w);
-      }
+      write_times(times[1], run_side(fd, 1, o));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "tcp_exchange (child): %s\n", e.what());
       rc = 1;
@@ -358,15 +377,7 @@ std::vector<bench::record> measure(const options& o) {
     if (fd < 0) fail("accept");
     set_options(fd);
     mine = run_side(fd, 0, o);
-    theirs.resize(mine.size());
-    char* p = reinterpret_cast<char*>(theirs.data());
-    std::size_t left = theirs.size() * sizeof(double);
-    while (left > 0) {
-      const ssize_t r = ::read(times[0], p, left);
-      if (r <= 0) throw std::runtime_error("the child's times did not arrive");
-      p += r;
-      left -= std::size_t(r);
-    }
+    theirs = read_times(times[0], mine.size());
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -445,35 +456,26 @@ void ring_pass(int left, int right, const ring_buffers& b, const char* check_out
   char* output = reinterpret_cast<char*>(b.output.get());
   char* window_in = reinterpret_cast<char*>(b.window_in.get());
   const std::size_t half = b.total / 2;
-  std::exception_ptr error;
-  std::thread tx([&] {
-    try {
-      for (std::size_t off = 0; off < b.total;) {
-        std::size_t len = std::min(stream_piece, b.total - off);
-        if (off < b.first) len = std::min(len, b.first - off);
-        const char* from = check_out ? check_out + off : off < b.first ? input + off : window_out;
-        send_all(right, from, len);
-        off += len;
-      }
-    } catch (...) {
-      error = std::current_exception();
-    }
-  });
-  try {
-    for (std::size_t off = 0; off < b.total;) {
-      std::size_t len = std::min(stream_piece, b.total - off);
-      if (off < half) len = std::min(len, half - off);
-      char* into = check_in ? check_in + off : off < half ? window_in : output + (off - half);
-      recv_all(left, into, len);
-      off += len;
-    }
-  } catch (...) {
-    ::shutdown(right, SHUT_RDWR);  // unblocks the sender
-    tx.join();
-    throw;
-  }
-  tx.join();
-  if (error) std::rethrow_exception(error);
+  send_while_receiving(
+      right,
+      [&] {
+        for (std::size_t off = 0; off < b.total;) {
+          std::size_t len = std::min(stream_piece, b.total - off);
+          if (off < b.first) len = std::min(len, b.first - off);
+          const char* from = check_out ? check_out + off : off < b.first ? input + off : window_out;
+          send_all(right, from, len);
+          off += len;
+        }
+      },
+      [&] {
+        for (std::size_t off = 0; off < b.total;) {
+          std::size_t len = std::min(stream_piece, b.total - off);
+          if (off < half) len = std::min(len, half - off);
+          char* into = check_in ? check_in + off : off < half ? window_in : output + (off - half);
+          recv_all(left, into, len);
+          off += len;
+        }
+      });
 }
 
 /// Process `me` of the ring: per size a checked pass, warm-ups, then
@@ -507,32 +509,6 @@ std::vector<double> run_ring_side(int left, int right, int me, const options& o)
           us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
       }
     }
-  }
-  return us;
-}
-
-void write_times(int fd, const std::vector<double>& us) {
-  const char* p = reinterpret_cast<const char*>(us.data());
-  std::size_t left = us.size() * sizeof(double);
-  while (left > 0) {
-    const ssize_t w = ::write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("write");
-    p += w;
-    left -= std::size_t(w);
-  }
-}
-
-std::vector<double> read_times(int fd, std::size_t count) {
-  std::vector<double> us(count);
-  char* p = reinterpret_cast<char*>(us.data());
-  std::size_t left = count * sizeof(double);
-  while (left > 0) {
-    const ssize_t r = ::read(fd, p, left);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) throw std::runtime_error("a ring process's times did not arrive");
-    p += r;
-    left -= std::size_t(r);
   }
   return us;
 }
