@@ -21,7 +21,11 @@
 // reduced) for the TCP busbw targets, a bound from
 // memcpy's time for the shared-memory targets from 1 MiB (ranks x memcpy time
 // / min(ranks, K CPUs), K = --cpus, default the CPUs this process may run
-// on); a missed target whose goal lies beyond that limit is out of reach
+// on), and for the small collectives the fastest barrier of their processes
+// (any system's, or flag_barrier's rows flag-barrier: troupe completes no
+// collective before every rank heard what every other rank called, so none
+// is faster than a barrier of its ranks);
+// a missed target whose goal lies beyond that limit is out of reach
 // rather than missed. With --plots, DIR
 // gets busbw_<op>_<n>ranks.dat and plots.gp (`gnuplot plots.gp` in DIR draws
 // busbw_<op>_<n>ranks.png; allreduce's plots have memcpy as a reference line).
@@ -219,6 +223,13 @@ void print_legend() {
       "    share the CPUs, so an allreduce takes at least n x memcpy time / min(n, CPUs).\n"
       "    Approximate: memcpy ran at another moment, and writing over what was just\n"
       "    read (in place) can move less than a memcpy.\n"
+      "  bound (agreement; small collectives over shared memory): troupe completes no\n"
+      "    collective before every rank knows what every other rank called, so each costs\n"
+      "    at least a barrier of its ranks: the fastest of n processes in this run, of any\n"
+      "    system or flag_barrier's (n processes, one shared counter line, the last arrival\n"
+      "    starts a new generation the others poll, spinning or yielding: the faster;\n"
+      "    timed as the collectives are: a barrier, then the timed one, the slowest rank,\n"
+      "    the median).\n"
       "  A MISSED target whose goal lies beyond that limit shows as out of reach.\n");
 }
 
@@ -303,6 +314,7 @@ struct target_row {
 /// What the machine allows, measured in the same run.
 struct limits {
   ceiling_map tcp;  ///< raw TCP exchange of 2 processes, or ring of more (tcp_exchange)
+  std::map<int, bench::record> barrier;  ///< ranks -> flag_barrier's record
   const memcpy_map* memcpy = nullptr;
   int cpus = 1;  ///< CPUs the ranks share
 
@@ -328,6 +340,7 @@ struct limits {
 const char* const reach_tcp = "out of reach (goal above the measured ceiling)";
 const char* const reach_memory_busbw = "out of reach (goal above the memory-bandwidth bound)";
 const char* const reach_memory_time = "out of reach (goal below the memory-bandwidth bound)";
+const char* const reach_agreement = "out of reach (goal below the agreement bound)";
 
 std::string ratio_text(double ratio, double a, double b, const char* unit) {
   char buf[96];
@@ -390,26 +403,52 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
     }
     rows.push_back(t);
   };
-  // troupe time <= k x peer's time (strictly below when `strict`).
+  // The least time of a barrier of n processes in this run (flag_barrier's
+  // and every system's but troupe's in one process) and whose it is.
+  auto least_barrier = [&](int n) -> std::optional<std::pair<double, std::string>> {
+    std::optional<std::pair<double, std::string>> best;
+    auto consider = [&](double us, const std::string& who) {
+      if (!best || us < best->first) best = std::make_pair(us, who);
+    };
+    if (auto f = lim.barrier.find(n); f != lim.barrier.end())
+      consider(f->second.median_us, "flag barrier");
+    if (auto c = cells.find(key{"barrier", n, 0}); c != cells.end())
+      for (const auto& [system, r] : c->second)
+        if (system != "troupe-inproc") consider(r.median_us, system);
+    return best;
+  };
+  // troupe time <= k x peer's time (strictly below when `strict`). With
+  // `agreement` (the small collectives of processes over shared memory) the
+  // least barrier of n processes bounds the time where the run measured one.
   auto time_vs = [&](const char* mine, const char* peer, const char* peer_name, int n,
-                     std::size_t bytes, double k, bool strict,
-                     const std::string& op = "allreduce") {
+                     std::size_t bytes, double k, bool strict, const std::string& op = "allreduce",
+                     bool agreement = false) {
     auto a = find(cells, op, n, bytes, mine);
     auto b = find(cells, op, n, bytes, peer);
     target_row t{std::string(mine) + " " + std::to_string(n) + "r " + op + " " + label(bytes) +
                      ": time / " + peer_name,
                  na, fmt(strict ? "< %gx" : "<= %gx", k), na, ""};
-    const auto least =
-        op == "allreduce" && in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt;
-    if (least)
-      t.note = lim.memory_text(n, bytes) + ": >= " + fmt("%.4g us", *least) +
-               (b ? fmt(" = %.3gx ", *least / b->median_us) + peer_name
-                  : std::string(" (") + peer_name + " not measured)");
+    // The least time the machine allows (NaN: not known) and how it is named.
+    double least = NAN;
+    const char* reach = reach_memory_time;
+    if (auto m = op == "allreduce" && in_memory(mine) ? lim.memory_us(n, bytes) : std::nullopt) {
+      least = *m;
+      t.note = lim.memory_text(n, bytes);
+    } else if (auto f = agreement ? least_barrier(n) : std::nullopt) {
+      least = f->first;
+      reach = reach_agreement;
+      t.note = "bound (agreement: every rank hears every rank; the fastest barrier of " +
+               std::to_string(n) + " processes, " + f->second + ")";
+    }
+    if (!std::isnan(least))
+      t.note += ": >= " + fmt("%.4g us", least) +
+                (b ? fmt(" = %.3gx ", least / b->median_us) + peer_name
+                   : std::string(" (") + peer_name + " not measured)");
     if (a && b) {
       const double r = a->median_us / b->median_us, goal_us = k * b->median_us;
       t.measured = ratio_text(r, a->median_us, b->median_us, "us");
-      const bool beyond = least && (strict ? *least >= goal_us : *least > goal_us);
-      t.status = verdict(strict ? r < k : r <= k, beyond, reach_memory_time);
+      const bool beyond = strict ? least >= goal_us : least > goal_us;  // false for NaN
+      t.status = verdict(strict ? r < k : r <= k, beyond, reach);
     }
     rows.push_back(t);
   };
@@ -552,7 +591,8 @@ void print_targets(const cell_map& cells, const memcpy_map& memcpy, const limits
         }
         for (std::size_t b : {std::size_t(4), KiB})
           if (!(std::string(op) == "allreduce" && n == 4 && b == KiB))
-            time_vs("troupe-shm", "mpi-shm", "mpi shm", n, row_bytes(op, b, n), 2.0, false, op);
+            time_vs("troupe-shm", "mpi-shm", "mpi shm", n, row_bytes(op, b, n), 2.0, false, op,
+                    true);
       }
     });
   heading = "reduce, gather, scatter from 64 KiB over shared memory: <= 1x OpenMPI";
@@ -711,6 +751,10 @@ int main(int argc, char** argv) {
       }
       if (r.system == "tcp-ceiling") {  // the raw TCP exchange: in the targets only
         keep_faster(lim.tcp, ceiling_key{r.ranks, r.bytes}, r);
+        continue;
+      }
+      if (r.system == "flag-barrier") {  // the least barrier: in the targets only
+        keep_faster(lim.barrier, r.ranks, r);
         continue;
       }
       keep_faster(cells[{r.op, r.ranks, r.bytes}], r.system + "-" + r.transport, r);

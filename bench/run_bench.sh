@@ -6,7 +6,9 @@
 # two processes on loopback (tcp_exchange: the ceiling of a 2-rank allreduce
 # over TCP; with more ranks, the bytes of a ring allreduce moved round a ring
 # of processes: the ceiling of theirs) and the peak resident memory of each
-# rank during a 64 MiB allreduce.
+# rank during a 64 MiB allreduce, and a flag barrier of the processes in
+# shared memory (flag_barrier: the least time of a collective whose every rank
+# must hear from every other, as troupe's do).
 #
 #   bash bench/run_bench.sh [--quick] [--ranks "2 4"] [--iters K] [--build-dir DIR]
 #                           [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall,
@@ -34,7 +36,7 @@
 # in which memory is several times slower: one round may fall into one). Builds what
 # is missing (installs nothing: scripts/setup.sh installs the peers), then
 # writes to bench/out/: results.csv (every system's records, memcpy's and
-# tcp-ceiling's), rss.csv (peak RSS per system and rank count), tables.txt
+# tcp-ceiling's and flag-barrier's), rss.csv (peak RSS per system and rank count), tables.txt
 # (what is printed: one table per op, the heat step's, memcpy and allreduce/memcpy,
 # peak RSS, targets met / missed / out of reach with the TCP ceiling and the
 # memory-bandwidth bound), busbw_<op>_<n>ranks.png (gnuplot) and logs/ (each
@@ -107,7 +109,7 @@ else
   cmake -S . -B "$build" >/dev/null
 fi
 has_target() { grep -qs "$1" "$build/build.ninja" "$build/bench/Makefile"; }
-targets=(troupe_bench_worker tcp_exchange bench_report troupe-run heat_bench)
+targets=(troupe_bench_worker tcp_exchange flag_barrier bench_report troupe-run heat_bench)
 has_target gloo_bench_worker && targets+=(gloo_bench_worker)
 has_target mpi_bench_worker && targets+=(mpi_bench_worker heat_mpi)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
@@ -170,6 +172,10 @@ for round in $(seq 1 "$repeat"); do
     [ "$n" -le 2 ] || [ "$collectives" -eq 0 ] ||
       run "tcp-ceiling-${n}$tag" "$build/bench/tcp_exchange" --ranks "$n" --csv "$csv" \
         "${quick[@]}" "${iters[@]}"
+    # The plainest barrier of n processes in shared memory (no troupe): the
+    # least time of a collective of theirs (every rank hears every rank).
+    [ "$collectives" -eq 0 ] ||
+      run "flag-barrier-${n}$tag" "$build/bench/flag_barrier" --ranks "$n" --csv "$csv"
     measure "troupe-inproc-${n}$tag" "${worker[@]}" --inprocess "$n"
     for t in shm tcp; do
       measure "troupe-${t}-${n}$tag" env TROUPE_TRANSPORT=$t "$build/apps/troupe-run" -n "$n" \
