@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -133,4 +134,32 @@ TEST_CASE("a writer that fills the ring gets all its bytes through read_some and
   writer.join();
   CHECK(got == total);
   CHECK(wrong == 0);
+}
+
+TEST_CASE("a reader waiting while bytes keep coming stays awake: its writer wakes it rarely") {
+  const auto name = ring_name("linger");
+  auto w = shm_ring::create(name, std::size_t{64} << 10);
+  auto r = shm_ring::open(name);
+  // A message every few microseconds, read as the data plane's reader
+  // thread reads (wait_readable, then what is there). A reader that slept
+  // at once would need a wake-up for nearly every message.
+  constexpr int messages = 2000;
+  std::thread reader([&] {
+    char piece[64];
+    for (int got = 0; got < messages;) {
+      if (!r->wait_readable(std::chrono::milliseconds(100))) return;
+      for (long k; (k = r->read_some(piece, sizeof piece)) > 0;) got += static_cast<int>(k);
+      r->publish_read();
+    }
+  });
+  const char one = 1;
+  for (int i = 0; i < messages; ++i) {
+    REQUIRE(w->write(&one, 1));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+  reader.join();
+  CHECK(w->wakes_sent() < messages / 4);
+  MESSAGE("wake-ups sent: " << w->wakes_sent() << " for " << messages << " messages");
 }

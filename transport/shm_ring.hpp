@@ -41,8 +41,13 @@ class shm_ring final : public byte_stream {
   /// Whether bytes are there to read now (the reader's side).
   bool readable() const;
   /// Waits until bytes are there (true) or the ring is closed and empty or
-  /// `max` passed (false when closed).
+  /// `max` passed (false when closed). While bytes keep coming it looks for
+  /// them between yields (for up to `linger` after the ring last moved)
+  /// instead of sleeping, so that their writers need not wake it.
   bool wait_readable(std::chrono::milliseconds max);
+  static constexpr std::chrono::microseconds linger{50};
+  /// System calls write() made to wake a sleeping reader (the writer's side).
+  std::uint64_t wakes_sent() const noexcept { return wakes_sent_; }
   void close() override;
   /// A thread of the reading process starts (+1) or stops (-1) polling the
   /// ring itself (read_some): meanwhile writes do not wake the sleeping
@@ -77,6 +82,7 @@ class shm_ring final : public byte_stream {
   std::atomic<std::uint64_t> read_{0};
   std::uint64_t published_ = 0;
   void publish(std::uint64_t pos);
+  std::uint64_t wakes_sent_ = 0;  // the writer's side (one writer at a time)
 };
 
 }  // namespace troupe::detail
