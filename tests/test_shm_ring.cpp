@@ -147,7 +147,7 @@ TEST_CASE("a reader waiting while bytes keep coming stays awake: its writer wake
   std::thread reader([&] {
     char piece[64];
     for (int got = 0; got < messages;) {
-      if (!r->wait_readable(std::chrono::milliseconds(100))) return;
+      if (!r->wait_readable(std::chrono::milliseconds(100), shm_ring::linger)) return;
       for (long k; (k = r->read_some(piece, sizeof piece)) > 0;) got += static_cast<int>(k);
       r->publish_read();
     }

@@ -220,6 +220,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// copies the lent bytes into a message, returns the loan and delivers it.
   void take_loan(int r, const std::string& group, const route& rt, p2p_envelope env);
   data_plane_options opts_;
+  /// How long ring readers look for bytes before sleeping (shm_ring::wait_readable);
+  /// set by connect() before any reader starts.
+  std::chrono::microseconds ring_linger_{0};
   std::vector<std::shared_ptr<peer>> peers_;  // by world rank (this process's ranks share one)
   int remote_count_ = 0;
   int listen_fd_ = -1;

@@ -139,7 +139,7 @@ void data_plane::reader_loop(int r) {
   if (p.in_ring) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
   // Waits up to 100 ms for bytes; false once nothing more can come.
   auto wait = [&]() -> bool {
-    if (p.in_ring) return p.in_ring->wait_readable(std::chrono::milliseconds(100));
+    if (p.in_ring) return p.in_ring->wait_readable(std::chrono::milliseconds(100), ring_linger_);
     pollfd pf{p.in_socket->fd(), POLLIN, 0};
     return ::poll(&pf, 1, 100) >= 0 || errno == EINTR;
   };

@@ -225,7 +225,7 @@ bool shm_ring::readable() const {
   return ctl_->head.load(std::memory_order_acquire) != read_.load(std::memory_order_relaxed);
 }
 
-bool shm_ring::wait_readable(std::chrono::milliseconds max) {
+bool shm_ring::wait_readable(std::chrono::milliseconds max, std::chrono::microseconds linger) {
   const auto start = std::chrono::steady_clock::now();
   const auto until = start + max;
   // While bytes keep coming (read by this thread or by a thread that polls),

@@ -42,9 +42,11 @@ class shm_ring final : public byte_stream {
   bool readable() const;
   /// Waits until bytes are there (true) or the ring is closed and empty or
   /// `max` passed (false when closed). While bytes keep coming it looks for
-  /// them between yields (for up to `linger` after the ring last moved)
-  /// instead of sleeping, so that their writers need not wake it.
-  bool wait_readable(std::chrono::milliseconds max);
+  /// them between yields (until `linger` passed since the ring last moved)
+  /// before it sleeps, so that their writers need not wake it.
+  bool wait_readable(std::chrono::milliseconds max,
+                     std::chrono::microseconds linger = std::chrono::microseconds{0});
+  /// The linger of a reader thread whose ranks have CPUs enough (data_plane).
   static constexpr std::chrono::microseconds linger{50};
   /// System calls write() made to wake a sleeping reader (the writer's side).
   std::uint64_t wakes_sent() const noexcept { return wakes_sent_; }
