@@ -243,13 +243,13 @@ float expected(op_kind op, int me, int n, const layout& l, std::size_t i) {
   return 0;
 }
 
+}  // namespace
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const auto m = v.size() / 2;
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
-
-}  // namespace
 
 std::string size_label(std::size_t bytes) {
   char b[32];

@@ -222,6 +222,9 @@ run_config config_of(const worker_args& a, const std::string& system, const std:
 /// "4 B", "64 KiB", "16 MiB".
 std::string size_label(std::size_t bytes);
 
+/// The median of `v` (the mean of the middle two when its size is even).
+double median(std::vector<double> v);
+
 /// Prints the records of one run as a small table (rank 0 of a worker).
 void print_records(const std::vector<record>& rows);
 

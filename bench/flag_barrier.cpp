@@ -117,7 +117,8 @@ void bind_to(int cpu) {
 }
 
 /// One rank: warm up, then `iters` times a barrier and the timed barrier.
-void run_rank(shared& s, double* times, int rank, int ranks, int iters, waiting w, bool bound) {
+void time_barriers(shared& s, double* times, int rank, int ranks, int iters, waiting w,
+                   bool bound) {
   if (bound) bind_to(rank);
   barrier b(s, ranks, w);
   for (int it = 0; it < warmup_iters; ++it) b.arrive();
@@ -128,12 +129,6 @@ void run_rank(shared& s, double* times, int rank, int ranks, int iters, waiting 
     times[rank * iters + it] =
         std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 /// The median over iterations of the slowest rank's time, in microseconds.
@@ -150,7 +145,7 @@ double measure(int ranks, int iters, waiting w, bool bound) {
     if (pid == 0) {
       int code = 0;
       try {
-        run_rank(*s, times, r, ranks, iters, w, bound);
+        time_barriers(*s, times, r, ranks, iters, w, bound);
       } catch (const std::exception& e) {
         s->failed.store(1);
         std::fprintf(stderr, "flag_barrier: rank %d: %s\n", r, e.what());
@@ -173,7 +168,7 @@ double measure(int ranks, int iters, waiting w, bool bound) {
       slowest[std::size_t(it)] = std::max(slowest[std::size_t(it)], times[r * iters + it]);
   ::munmap(page, bytes);
   if (!ok) throw std::runtime_error("a rank failed");
-  return median(slowest);
+  return bench::median(slowest);
 }
 
 }  // namespace

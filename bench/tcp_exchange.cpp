@@ -286,12 +286,6 @@ std::vector<double> run_side(int fd, int side, const options& o) {
   return us;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 /// Timeouts on blocking calls (accept, send, recv).
 void set_timeouts(int fd) {
   const timeval t{io_timeout_s, 0};
@@ -399,7 +393,7 @@ std::vector<bench::record> measure(const options& o) {
         for (method m : o.methods) {
           std::vector<double> us(o.iters);
           for (int i = 0; i < o.iters; ++i, ++k) us[i] = std::max(mine[k], theirs[k]);
-          const double t = median(us);
+          const double t = bench::median(us);
           std::printf("tcp exchange %8s each way, %-6s %-7s %-5s: %10.1f us  %7.3f GB/s\n",
                       bench::size_label(n).c_str(), cc.c_str(), method_name(m), placement, t,
                       double(n) / (t * 1e-6) / 1e9);
@@ -613,7 +607,7 @@ std::vector<bench::record> measure_ring(const options& o) {
       std::vector<double> us(slowest.begin() + std::ptrdiff_t(k),
                              slowest.begin() + std::ptrdiff_t(k + std::size_t(o.iters)));
       k += std::size_t(o.iters);
-      const double m = median(us);
+      const double m = bench::median(us);
       std::printf(
           "tcp ring of %d, %8s allreduce's bytes (%s each way), %-6s: %10.1f us  %7.3f "
           "GB/s\n",

@@ -136,7 +136,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     p.local = p.process == process_identity();
     p.same_host = !p.local && p.host == host_name();
     if (!p.local) ++remote_count_;
-    if (p.local || p.host == host_name()) ++host_ranks;
+    if (p.local || p.same_host) ++host_ranks;
     rdv.learn(r, p.host, p.pid);
   }
   // Ring readers linger only while every rank of this host may have a CPU
