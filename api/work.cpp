@@ -135,14 +135,13 @@ std::string work::group_name() const {
 
 namespace {
 
-/// Registers `fn` among the callbacks (or, `relay`, the relays) of `w`, or
-/// runs it at once when `w` is done.
-void add_callback(const work& w, std::function<void(const work&)> fn, bool relay) {
+/// Registers `fn` among the callbacks of `w`, or runs it at once when `w` is done.
+void add_callback(const work& w, std::function<void(const work&)> fn) {
   auto& s = const_cast<work_state&>(*w.state());
   {
     std::unique_lock<std::mutex> g{s.mtx};
     if (!s.done) {
-      (relay ? s.relays : s.callbacks).push_back(std::move(fn));
+      s.callbacks.push_back(std::move(fn));
       g.unlock();
       if (s.continued) s.continued();
       return;
@@ -155,7 +154,7 @@ void add_callback(const work& w, std::function<void(const work&)> fn, bool relay
 
 void work::on_complete(std::function<void(const work&)> fn) const {
   checked(state_);
-  add_callback(*this, std::move(fn), false);
+  add_callback(*this, std::move(fn));
 }
 
 work work::then(std::function<tensor_list(const work&)> fn) const {
@@ -213,7 +212,8 @@ thread_local const detail::callback_runner* relay_runner = nullptr;
 
 void finish(const work& w, work_state& s, tensor_list* outputs, int source, std::exception_ptr err,
             const detail::callback_runner* elsewhere = nullptr) {
-  std::vector<std::function<void(const work&)>> callbacks, relays;
+  std::vector<std::function<void(const work&)>> callbacks;
+  detail::one_or_more<detail::relay> relays;
   {
     std::lock_guard<std::mutex> g{s.mtx};
     if (s.done) return;
@@ -226,7 +226,8 @@ void finish(const work& w, work_state& s, tensor_list* outputs, int source, std:
     }
     s.error = std::move(err);
     callbacks.swap(s.callbacks);
-    relays.swap(s.relays);
+    relays = std::move(s.relays);
+    s.relays = {};
   }
   // Published after the lock is released: a waiter polling it then takes
   // the lock without waiting for this thread (measured: that contention put
@@ -238,7 +239,7 @@ void finish(const work& w, work_state& s, tensor_list* outputs, int source, std:
     // Here, at once; what they complete hands its callbacks on as this did.
     const auto* outer = relay_runner;
     relay_runner = elsewhere;
-    for (auto& f : relays) run_callback(f, w, s);
+    relays.for_each([&](const detail::relay& r) { r.fn(r.arg, w); });
     relay_runner = outer;
   }
   if (callbacks.empty()) return;
@@ -264,8 +265,16 @@ void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runn
   finish(w, *w.state(), nullptr, -1, std::move(error), &run);
 }
 
-void on_complete_relay(const work& w, std::function<void(const work&)> fn) {
-  add_callback(w, std::move(fn), true);
+void on_complete_relay(const work& w, relay r) {
+  auto& s = const_cast<work_state&>(*w.state());
+  {
+    std::lock_guard<std::mutex> g{s.mtx};
+    if (!s.done) {
+      s.relays.push_back(r);
+      return;
+    }
+  }
+  r.fn(r.arg, w);
 }
 
 }  // namespace detail
@@ -282,6 +291,41 @@ void work::set_sequence_number(std::uint64_t seq) const {
   const_cast<work_state&>(checked(state_)).seq = seq;
 }
 
+namespace {
+
+/// The count of a when_all: completes the whole when its last part
+/// completed, or fails it with the first failure. Kept alive by itself
+/// (`self`) until its last part relayed, and by the whole's drive; the
+/// parts' relays hold it by a plain pointer (they allocate nothing).
+struct joint {
+  std::atomic<std::size_t> left{0};
+  std::atomic<bool> failed{false};
+  work all;
+  std::vector<work> parts;  // not changed once the relays are registered
+  std::shared_ptr<joint> self;
+
+  static void relay(void* arg, const work& done) {
+    auto* j = static_cast<joint*>(arg);
+    // A failure is published before this part counts down: the last part's
+    // relay then sees it, and the whole's failure comes first.
+    if (!done.is_success() && !j->failed.exchange(true)) j->all.fail(done.exception());
+    if (j->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    const auto keep = std::move(j->self);
+    auto all = std::move(j->all);  // the whole no longer keeps itself alive
+    if (j->failed.load()) return;
+    // Every part is done: its outputs no longer change.
+    std::size_t n = 0;
+    for (auto& q : j->parts) n += q.state()->outputs.size();
+    tensor_list out;
+    out.reserve(n);
+    for (auto& q : j->parts)
+      out.insert(out.end(), q.state()->outputs.begin(), q.state()->outputs.end());
+    all.complete(std::move(out));
+  }
+};
+
+}  // namespace
+
 work work::when_all(std::string op, std::string group, std::vector<work> parts) {
   auto all = make(std::move(op), std::move(group));
   if (parts.empty()) {
@@ -289,47 +333,25 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
     return all;
   }
   if (auto seq = parts.back().sequence_number()) all.set_sequence_number(seq);
-  struct joint {
-    std::mutex mtx;
-    std::size_t left;
-    std::vector<work> parts;
-  };
   auto j = std::make_shared<joint>();
   j->left = parts.size();
+  j->all = all;
+  j->parts = std::move(parts);
+  j->self = j;
   // Waiting for the whole drives the parts that move in the waiting thread.
-  if (std::any_of(parts.begin(), parts.end(), [](const work& p) { return p.state()->drive; })) {
-    std::vector<std::weak_ptr<work_state>> ws;
-    ws.reserve(parts.size());
-    for (auto& p : parts) ws.push_back(p.state());
-    all.state()->drive = [ws](work_state& s, std::chrono::steady_clock::time_point until) {
-      for (auto& w : ws)
-        if (auto p = w.lock(); p && p->drive && !p->finished.load(std::memory_order_acquire))
-          p->drive(*p, until);
+  if (std::any_of(j->parts.begin(), j->parts.end(),
+                  [](const work& p) { return static_cast<bool>(p.state()->drive); }))
+    all.state()->drive = [j](work_state& s, std::chrono::steady_clock::time_point until) {
+      for (auto& p : j->parts)
+        if (auto& ps = *p.state(); ps.drive && !ps.finished.load(std::memory_order_acquire))
+          ps.drive(ps, until);
       poll_for_done(s, until);
     };
-  }
   // The bookkeeping runs where a part completes (no hand-over to another
   // thread for it); the whole's own callbacks go where the part's would.
-  j->parts = std::move(parts);  // a relay may run at once: j is complete first
-  for (auto& p : j->parts)
-    detail::on_complete_relay(p, [all, j](const work& done) {
-      if (!done.is_success()) {
-        all.fail(done.exception());
-        return;
-      }
-      {
-        std::lock_guard<std::mutex> g{j->mtx};
-        if (--j->left != 0) return;
-      }
-      // Every part is done: its outputs no longer change.
-      std::size_t n = 0;
-      for (auto& q : j->parts) n += q.state()->outputs.size();
-      tensor_list out;
-      out.reserve(n);
-      for (auto& q : j->parts)
-        out.insert(out.end(), q.state()->outputs.begin(), q.state()->outputs.end());
-      all.complete(std::move(out));
-    });
+  // A relay may run at once: the joint is complete first.
+  auto* raw = j.get();
+  for (auto& p : raw->parts) detail::on_complete_relay(p, {&joint::relay, raw});
   return all;
 }
 

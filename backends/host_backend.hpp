@@ -77,6 +77,7 @@ class host_backend final : public backend {
   work send(tensor_list& ts, int dst, const p2p_options& o) override;
   work recv(tensor_list& ts, int src, const p2p_options& o) override;
   work recv_any_source(tensor_list& ts, const p2p_options& o) override;
+  work batch_isend_irecv(std::vector<p2p_op>& ops) override;
 
   std::uint64_t sequence_number() override;
   void abort(const std::string& reason) override;

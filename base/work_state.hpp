@@ -11,11 +11,20 @@
 #include <string>
 #include <vector>
 
+#include "base/one_or_more.hpp"
 #include "troupe/work.hpp"
 
 namespace troupe::detail {
 
 class flight_ring;
+
+/// A relay: troupe's own callback that only completes other works (when_all's
+/// count). A plain function and its argument, so that registering one
+/// allocates nothing (a work mostly has none or one).
+struct relay {
+  void (*fn)(void* arg, const work& done);
+  void* arg;
+};
 
 struct work_state {
   std::mutex mtx;
@@ -28,10 +37,9 @@ struct work_state {
   std::string op;
   std::string group;
   std::vector<std::function<void(const work&)>> callbacks;
-  /// Callbacks of troupe's own that only complete other works (when_all's
-  /// count): run on the completing thread even when `callbacks` are handed
-  /// elsewhere, and what they complete hands its callbacks on likewise.
-  std::vector<std::function<void(const work&)>> relays;
+  /// Run on the completing thread even when `callbacks` are handed
+  /// elsewhere; what they complete hands its callbacks on likewise.
+  one_or_more<relay> relays;
   /// Set together with done; polled by threads that drive the operation.
   std::atomic<bool> finished{false};
   /// For operations that progress in the waiting thread (inline/engine.hpp):
@@ -67,6 +75,6 @@ void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
                         const callback_runner& run);
 void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run);
 /// Registers a relay of `w` (work_state::relays); runs it now if `w` is done.
-void on_complete_relay(const work& w, std::function<void(const work&)> fn);
+void on_complete_relay(const work& w, relay r);
 
 }  // namespace troupe::detail

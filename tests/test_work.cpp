@@ -322,6 +322,62 @@ TEST_CASE("when_all fails with the first failure") {
   check_error([&] { all.wait(); }, errc::timeout, {"recv broke"});
 }
 
+TEST_CASE("when_all whose parts complete on many threads at once completes once, in order") {
+  for (int round = 0; round < 200; ++round) {
+    std::vector<work> parts;
+    for (int i = 0; i < 8; ++i) parts.push_back(work::make("recv", "g"));
+    auto all = work::when_all("batch", "g", parts);
+    std::atomic<int> called{0};
+    all.on_complete([&](const work&) { ++called; });
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 8; ++i)
+      ts.emplace_back([&, i] { parts[static_cast<std::size_t>(i)].complete(one(float(i))); });
+    for (auto& t : ts) t.join();
+    REQUIRE(all.is_success());
+    auto out = all.result();
+    REQUIRE(out.size() == 8);
+    for (int i = 0; i < 8; ++i) CHECK(first({out[static_cast<std::size_t>(i)]}) == float(i));
+    CHECK(called.load() == 1);
+  }
+}
+
+TEST_CASE("when_all with a part failing while the others complete fails with that failure") {
+  for (int round = 0; round < 200; ++round) {
+    std::vector<work> parts;
+    for (int i = 0; i < 4; ++i) parts.push_back(work::make("recv", "g"));
+    auto all = work::when_all("batch", "g", parts);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 4; ++i)
+      ts.emplace_back([&, i] {
+        if (i == 2)
+          parts[2].fail(some_error("part 2 broke", errc::timeout));
+        else
+          parts[static_cast<std::size_t>(i)].complete(one(1));
+      });
+    for (auto& t : ts) t.join();
+    check_error([&] { all.wait(); }, errc::timeout, {"part 2 broke"});
+  }
+}
+
+TEST_CASE("when_all: the whole may be dropped before its parts complete, and a part may join two") {
+  auto a = work::make("send", "g");
+  auto b = work::make("recv", "g");
+  std::atomic<int> seen{0};
+  {
+    auto dropped = work::when_all("batch", "g", {a, b});
+    dropped.on_complete([&](const work& w) { seen += w.is_success() ? 1 : 100; });
+  }
+  auto kept = work::when_all("batch", "g", {b});
+  a.complete(one(1));
+  CHECK_FALSE(kept.is_completed());
+  b.complete(one(2));
+  CHECK(seen.load() == 1);
+  REQUIRE(kept.is_success());
+  CHECK(first(kept.result()) == 2.0f);
+  // Parts done before the call: the whole is complete when it returns.
+  CHECK(work::when_all("batch", "g", {a, b}).is_success());
+}
+
 TEST_CASE("when_all of nothing completes at once") {
   auto all = work::when_all("coalesced", "g", {});
   CHECK(all.is_success());
