@@ -18,6 +18,14 @@ class one_or_more {
     else
       more_.push_back(std::move(v));
   }
+  /// As push_back, built in place (no move of the element).
+  template <class... A>
+  void emplace_back(A&&... args) {
+    if (!one_)
+      one_.emplace(std::forward<A>(args)...);
+    else
+      more_.emplace_back(std::forward<A>(args)...);
+  }
   bool empty() const noexcept { return !one_; }
   template <class F>
   void for_each(F&& fn) {

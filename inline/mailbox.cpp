@@ -235,7 +235,7 @@ void mailbox::post(p2p_call c) {
         --a.messages;
         a.bytes -= bytes_of(i->payload);
       }
-      done.push_back({receive{std::move(c), {}}, std::move(*i), nullptr});
+      done.emplace_back(receive{std::move(c), {}}, std::move(*i));
       messages_.erase(i);
       break;
     }
@@ -503,7 +503,7 @@ void mailbox::accept(message m) {
       auto r = first_receive(m.src, m.tag);
       matched = r != receives_.end() && !stopped_;
       if (matched) {
-        done.push_back({std::move(*r), std::move(m), nullptr});
+        done.emplace_back(std::move(*r), std::move(m));
         receives_.erase(r);
       }
     }
@@ -523,7 +523,7 @@ void mailbox::accept(message m) {
     } else {
       auto r = first_receive(m.src, m.tag);
       if (r != receives_.end()) {
-        done.push_back({std::move(*r), std::move(m), nullptr});
+        done.emplace_back(std::move(*r), std::move(m));
         receives_.erase(r);
       } else if (m.remote) {
         auto& a = waiting_[static_cast<std::size_t>(m.src)];

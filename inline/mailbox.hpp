@@ -144,6 +144,8 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   struct finish {  // what to complete or fail once the lock is released
     finish(std::optional<receive> rr, std::optional<message> mm, std::exception_ptr e)
         : r(std::move(rr)), m(std::move(mm)), error(std::move(e)) {}
+    /// A receive and the message it takes, moved in once each.
+    finish(receive&& rr, message&& mm) : r(std::move(rr)), m(std::move(mm)) {}
     finish(lent_send l, std::exception_ptr e, bool withdrawn)
         : error(std::move(e)), lent(std::move(l)), withdraw(withdrawn) {}
     std::optional<receive> r;
