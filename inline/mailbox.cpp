@@ -398,9 +398,15 @@ void mailbox::drive_by_pumping(const work& w, int peer) {
     plans_[at] = plan;
   }
   if (plan->connections.empty()) return;
-  // One shared pointer: the function keeps it without allocating.
-  w.state()->drive = [plan](work_state& s, clock::time_point until) {
-    if (auto m = plan->self.lock()) m->pump_for(s, until, plan->connections);
+  // The drive reaches the plan through the work's owner (the mailbox keeps
+  // the plan): it captures nothing, so that setting it allocates nothing (a
+  // lambda that holds a shared pointer is not stored inside a std::function).
+  auto& s = *w.state();
+  s.owner = std::const_pointer_cast<pumping_plan>(plan);
+  s.drive = [](work_state& st, clock::time_point until) {
+    const auto p = std::static_pointer_cast<const pumping_plan>(st.owner.lock());
+    if (!p) return;
+    if (auto m = p->self.lock()) m->pump_for(st, until, p->connections);
   };
 }
 
