@@ -51,8 +51,9 @@ struct work_state {
   /// is pending: nobody may ever wait for it, so its engine's progress
   /// thread should drive it. Set before the work is handed out.
   std::function<void()> continued;
-  /// What drive, poke and continued act on (an inline engine), so that
-  /// they capture nothing that allocates: set with them.
+  /// What drive, poke and continued act on (an inline engine; for a
+  /// receive, the mailbox's plan of what to read), so that they capture
+  /// nothing that allocates: set with them.
   std::weak_ptr<void> owner;
   /// The flight record the call is in (null: not recorded) and its id
   /// there; the end is written into it before waiters return.
