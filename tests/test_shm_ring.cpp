@@ -142,12 +142,16 @@ TEST_CASE("a reader waiting while bytes keep coming stays awake: its writer wake
   auto r = shm_ring::open(name);
   // A message every few microseconds, read as the data plane's reader
   // thread reads (wait_readable, then what is there). A reader that slept
-  // at once would need a wake-up for nearly every message.
+  // at once would need a wake-up for nearly every message. The window is
+  // longer than the data plane's (shm_ring::linger, 50 us), so that a
+  // reader thread the scheduler leaves off its CPU meanwhile (ctest runs
+  // other tests beside this one) does not fall asleep: the test is of the
+  // lingering, not of the machine's load.
   constexpr int messages = 2000;
   std::thread reader([&] {
     char piece[64];
     for (int got = 0; got < messages;) {
-      if (!r->wait_readable(std::chrono::milliseconds(100), shm_ring::linger)) return;
+      if (!r->wait_readable(std::chrono::milliseconds(100), std::chrono::milliseconds(100))) return;
       for (long k; (k = r->read_some(piece, sizeof piece)) > 0;) got += static_cast<int>(k);
       r->publish_read();
     }
