@@ -74,6 +74,13 @@ void advance(work_state& s, std::chrono::steady_clock::time_point until) {
 
 void work::wait() const {
   auto& s = const_cast<work_state&>(checked(state_));
+  // Finished already (mostly: a small collective whose peers were there
+  // first ends in its issuing call): its error was set before `finished`
+  // and never changes after, so neither the lock nor a drive is needed.
+  if (s.finished.load(std::memory_order_acquire)) {
+    if (s.error) std::rethrow_exception(s.error);
+    return;
+  }
   advance(s, std::chrono::steady_clock::time_point::max());
   std::unique_lock<std::mutex> g{s.mtx};
   s.cv.wait(g, [&] { return s.done; });

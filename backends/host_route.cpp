@@ -111,8 +111,8 @@ work host_backend::submit_on_device(const call_ptr& c) {
 }
 
 work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
-  auto data = flat(t);
   if (!shm_) {
+    auto data = flat(t);
     auto c = make_call(op_code::allreduce, "allreduce", o.timeout, {t});
     c->op = o.op;
     c->input = c->output = data;

@@ -57,7 +57,7 @@ std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_
                                   std::uint64_t bytes, dtype type, int tensors, int peer,
                                   std::chrono::steady_clock::time_point issued, bool completed) {
   const auto at = wall_us(issued);
-  std::lock_guard<std::mutex> g{mtx_};
+  std::lock_guard<spin_lock> g{mtx_};
   // The ring grows as calls come (a rank of a 1024-rank simulation that made
   // a few calls keeps a few slots, not 2000).
   if (slots_.size() < capacity_) slots_.emplace_back();
@@ -99,7 +99,7 @@ void flight_ring::ended(std::uint64_t id, const std::exception_ptr& err) {
     }
   }
   {
-    std::lock_guard<std::mutex> g{mtx_};
+    std::lock_guard<spin_lock> g{mtx_};
     auto& s = slots_[(id - 1) % capacity_];
     if (s.id == id) {  // else the ring moved on past this call
       s.ended_us = at;
@@ -113,7 +113,7 @@ void flight_ring::ended(std::uint64_t id, const std::exception_ptr& err) {
 
 std::vector<flight_entry> flight_ring::entries() const {
   std::vector<flight_entry> out;
-  std::lock_guard<std::mutex> g{mtx_};
+  std::lock_guard<spin_lock> g{mtx_};
   const auto n = std::min<std::uint64_t>(next_, slots_.size());
   for (std::uint64_t i = next_ - n; i < next_; ++i) {
     const auto& s = slots_[i % capacity_];

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/spin_lock.hpp"
 #include "troupe/dtype.hpp"
 #include "troupe/flight_recorder.hpp"
 
@@ -67,7 +68,9 @@ class flight_ring {
   std::string group_;
   int rank_, size_;
   std::int64_t wall_minus_steady_us_;
-  mutable std::mutex mtx_;
+  /// Held for a slot's few stores (every call takes it twice: a std::mutex
+  /// cost more than the stores).
+  mutable spin_lock mtx_;
   std::size_t capacity_;
   std::vector<slot> slots_;  // grows to capacity_; call i lives in slot i % capacity_
   std::uint64_t next_ = 0;

@@ -81,11 +81,11 @@ void for_each_offset(const shape_t& shape, const shape_t& strides, std::size_t e
 
 std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,
                                          int size) {
+  const auto numel = t.numel();
   const auto rows = t.dim() == 0 ? 1 : t.shape()[0];
-  const auto row = rows == 0 ? 0 : t.numel() / rows;
-  std::vector<std::int64_t> r;
-  for (int p = 0; p < size; ++p)
-    r.push_back(splits.empty() ? t.numel() / size : splits[static_cast<std::size_t>(p)] * row);
+  const auto row = rows == 0 ? 0 : numel / rows;
+  std::vector<std::int64_t> r(static_cast<std::size_t>(size));
+  for (std::size_t p = 0; p < r.size(); ++p) r[p] = splits.empty() ? numel / size : splits[p] * row;
   return r;
 }
 

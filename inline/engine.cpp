@@ -77,7 +77,10 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
     if (auto f = std::static_pointer_cast<inline_engine>(s.owner.lock())) f->poke();
   };
   s.continued = [&s] {
-    if (auto f = std::static_pointer_cast<inline_engine>(s.owner.lock())) progress_wake(f);
+    if (auto f = std::static_pointer_cast<inline_engine>(s.owner.lock())) {
+      f->ever_continued_.store(true);
+      progress_wake(f);
+    }
   };
   // Queued and stepped in one critical section (a tiny call whose peers
   // were there first ends here).
@@ -100,6 +103,7 @@ void inline_engine::drive(work_state& s, inline_clock::time_point until) {
 }
 
 bool inline_engine::continued_pending() {
+  if (!ever_continued_.load()) return false;
   std::lock_guard<std::mutex> g{engine_};
   for (auto& op : queue_) {
     auto& st = *op->handle.state();

@@ -211,6 +211,10 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   bool queue_empty();
   /// Whether a queued operation's work has a continuation (on_complete, then).
   bool continued_pending();
+  /// Set when a continuation was first registered on one of this engine's
+  /// pending works: until then continued_pending() is false without a look
+  /// (a program that only waits never pays for its locks).
+  std::atomic<bool> ever_continued_{false};
   std::uint64_t head_op();            ///< the operation number of the queue's head (0: empty)
   std::atomic<bool> watched_{false};  ///< on the progress ticker's list
   std::atomic<bool> driven_{false};   ///< a progress driver runs drive_continued()

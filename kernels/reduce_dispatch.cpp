@@ -2,6 +2,8 @@
 
 #include "reduce_kernels_impl.hpp"
 
+#include <cstring>
+
 namespace troupe::detail {
 
 namespace {
@@ -13,6 +15,35 @@ bool use_avx2() {
 #else
   return false;
 #endif
+}
+
+/// Sums a few floating-point elements (a 4-byte allreduce) where the
+/// kernels' dispatch by type, operation and aliasing would cost more than
+/// the additions: the same order (source 0, then 1, ...), so the same bits.
+template <class T>
+bool sum_few(void* dst, const void* const* srcs, std::size_t nsrc, std::size_t n) {
+  constexpr std::size_t most = 64 / sizeof(T);
+  if (n > most || nsrc == 0) return false;
+  T out[most];
+  for (std::size_t i = 0; i < n; ++i) {
+    T a, b;
+    std::memcpy(&a, static_cast<const T*>(srcs[0]) + i, sizeof(T));
+    for (std::size_t k = 1; k < nsrc; ++k) {
+      std::memcpy(&b, static_cast<const T*>(srcs[k]) + i, sizeof(T));
+      a = a + b;
+    }
+    out[i] = a;
+  }
+  std::memcpy(dst, out, n * sizeof(T));  // after every read: dst may be a source
+  return true;
+}
+
+bool reduce_few(dtype t, reduce_op::kind op, void* dst, const void* const* srcs, std::size_t nsrc,
+                std::size_t n, double divisor) {
+  if (op != reduce_op::SUM || divisor != 0) return false;
+  if (t == dtype::float32) return sum_few<float>(dst, srcs, nsrc, n);
+  if (t == dtype::float64) return sum_few<double>(dst, srcs, nsrc, n);
+  return false;
 }
 
 }  // namespace
@@ -29,6 +60,7 @@ void reduce_into(dtype t, reduce_op::kind op, void* dst, const void* src, std::s
 
 void reduce_many(dtype t, reduce_op::kind op, void* dst, const void* const* srcs, std::size_t nsrc,
                  std::size_t n, double divisor) {
+  if (reduce_few(t, op, dst, srcs, nsrc, n, divisor)) return;
   TROUPE_PICK(reduce_many, t, op, dst, srcs, nsrc, n, divisor);
 }
 
