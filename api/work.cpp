@@ -166,7 +166,7 @@ void work::on_complete(std::function<void(const work&)> fn) const {
 
 work work::then(std::function<tensor_list(const work&)> fn) const {
   auto& s = checked(state_);
-  auto next = make(s.op + ".then", s.group, s.seq.load());
+  auto next = make(std::string(s.op) + ".then", s.group, s.seq.load());
   // Waiting on the continuation drives the operation it continues (a inline engine
   // operation moves in the thread that waits for it; without this it would
   // move only on the inline engine's watchdog tick).
@@ -193,11 +193,24 @@ work work::then(std::function<tensor_list(const work&)> fn) const {
 
 work work::make(std::string op, std::string group, std::uint64_t seq) {
   auto s = std::make_shared<work_state>();
-  s->op = std::move(op);
+  s->op_text = std::move(op);
+  s->op = s->op_text.c_str();  // the state never moves
   s->group = std::move(group);
   s->seq = seq;
   return work{std::move(s)};
 }
+
+namespace detail {
+
+work make_work(const char* literal, const std::string& group, std::uint64_t seq) {
+  auto s = std::make_shared<work_state>();
+  s->op = literal;
+  s->group = group;
+  s->seq = seq;
+  return work::attach(std::move(s));
+}
+
+}  // namespace detail
 
 work work::completed(std::string op, std::string group, tensor_list outputs) {
   auto w = make(std::move(op), std::move(group));

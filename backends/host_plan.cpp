@@ -8,6 +8,7 @@
 #include "backends/cuda_staging.hpp"
 #include "backends/flat_buffers.hpp"
 #include "base/tensor_util.hpp"
+#include "base/work_state.hpp"
 #include "kernels/reduce_kernels.hpp"
 
 namespace troupe::detail {
@@ -344,7 +345,7 @@ call_ptr host_backend::make_call(op_code code, const char* name, timeout_t timeo
   c->name = name;
   c->timeout = timeout == use_group_timeout ? timeout_ : timeout;
   c->outputs = std::move(outputs);
-  c->handle = work::make(name, group_name());
+  c->handle = make_work(name, group_name());
   return c;
 }
 

@@ -164,7 +164,7 @@ work host_backend::on_inline(inline_engine& engine, std::unique_ptr<inline_op> o
   op->name = name;
   op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
   op->outputs = std::move(outputs);
-  if (!op->handle.valid()) op->handle = work::make(name, group_name());
+  if (!op->handle.valid()) op->handle = make_work(name, group_name());
   // Not tracked: the engine holds the operation until it ends, and aborting
   // the engine (abort, shutdown) fails it.
   if (debug_ == debug_level::detail) log_detail(op->handle, data);
@@ -184,7 +184,7 @@ work host_backend::submit_p2p(p2p_call::kind_t kind, const char* name, int peer,
   c.tag = o.tag;
   c.buffer = flat(buf);
   c.timeout = o.timeout == use_group_timeout ? timeout_ : o.timeout;
-  c.handle = work::make(name, group_name());
+  c.handle = make_work(name, group_name());
   // The mailbox fails what it holds when the group ends (mailbox::leave):
   // only the group actor's calls are tracked here.
   if (!mailbox_) track(c.handle);

@@ -135,10 +135,10 @@ void sim_conductor::wait(int rank, work_state& s) {
     }
     if (stalled_[r]) {
       stalled_[r] = false;
-      const auto where =
-          s.op + " on group '" + s.group + "' (seq " + std::to_string(s.seq.load()) + ") failed: ";
+      const auto where = std::string(s.op) + " on group '" + s.group + "' (seq " +
+                         std::to_string(s.seq.load()) + ") failed: ";
       const auto seed = " (fault injection, seed " + std::to_string(seed_) + ")";
-      log_locked(rank, "fails " + s.op);
+      log_locked(rank, std::string("fails ") + s.op);
       if (!killed_.empty())
         throw error(errc::peer_failure,
                     where + "rank " + std::to_string(killed_.front()) + " was killed" + seed);
@@ -151,7 +151,7 @@ void sim_conductor::wait(int rank, work_state& s) {
                                      "progress (a deadlock; seed " +
                                      std::to_string(seed_) + ")");
     }
-    log_locked(rank, "wait " + s.op);
+    log_locked(rank, std::string("wait ") + s.op);
     pass_locked();
     wait_turn(g, rank);
   }

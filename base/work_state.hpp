@@ -34,7 +34,10 @@ struct work_state {
   tensor_list outputs;
   int source_rank = -1;
   std::atomic<std::uint64_t> seq{0};
-  std::string op;
+  /// The call's name: one of troupe's literals (no copy per call), or
+  /// `op_text` where the name is made at run time ("allreduce.then").
+  const char* op = "";
+  std::string op_text;
   std::string group;
   std::vector<std::function<void(const work&)>> callbacks;
   /// Run on the completing thread even when `callbacks` are handed
@@ -63,6 +66,9 @@ struct work_state {
   /// flight record; the epoch: not known).
   std::chrono::steady_clock::time_point issued{};
 };
+
+/// A new work named by `literal` (a string literal: it is kept, not copied).
+work make_work(const char* literal, const std::string& group, std::uint64_t seq = 0);
 
 /// Runs a function on another thread (completions' callbacks).
 using callback_runner = std::function<void(std::function<void()>)>;
