@@ -9,29 +9,6 @@
 
 namespace troupe {
 
-std::size_t element_size(dtype t) noexcept {
-  switch (t) {
-    case dtype::bool_:
-    case dtype::uint8:
-    case dtype::int8:
-      return 1;
-    case dtype::int16:
-    case dtype::float16:
-    case dtype::bfloat16:
-      return 2;
-    case dtype::int32:
-    case dtype::float32:
-      return 4;
-    case dtype::int64:
-    case dtype::float64:
-    case dtype::complex64:
-      return 8;
-    case dtype::complex128:
-      return 16;
-  }
-  return 0;
-}
-
 std::string_view to_string(dtype t) noexcept {
   switch (t) {
     case dtype::bool_:

@@ -118,7 +118,23 @@ const shape_t& tensor::no_dims() noexcept {
 }
 
 void tensor::set_layout(shape_t shape, shape_t strides) {
-  layout_ = std::make_shared<const layout>(layout{std::move(shape), std::move(strides)});
+  std::int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  // Row-major without gaps, from the innermost dimension out (a dimension
+  // of 0 ends the look: no elements beyond it; one of 1 has any stride).
+  bool contiguous = true;
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] == 0) break;
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) {
+      contiguous = false;
+      break;
+    }
+    expected *= shape[i];
+  }
+  layout_ = std::make_shared<const layout>(
+      layout{std::move(shape), std::move(strides), numel, contiguous});
 }
 
 tensor tensor::make(std::shared_ptr<void> base, std::size_t offset, shape_t shape, shape_t strides,
@@ -199,28 +215,8 @@ tensor tensor::adopt(void* data, shape_t shape, dtype t, std::function<void(void
               std::move(strides), t, d);
 }
 
-std::int64_t tensor::numel() const noexcept {
-  if (!defined()) return 0;
-  std::int64_t n = 1;
-  for (auto d : shape()) n *= d;
-  return n;
-}
-
 std::size_t tensor::element_size() const noexcept {
   return troupe::element_size(dtype_);
-}
-
-bool tensor::is_contiguous() const noexcept {
-  std::int64_t expected = 1;
-  const auto& sh = shape();
-  const auto& st = strides();
-  for (std::size_t i = sh.size(); i-- > 0;) {
-    if (sh[i] == 0) return true;
-    if (sh[i] == 1) continue;
-    if (st[i] != expected) return false;
-    expected *= sh[i];
-  }
-  return true;
 }
 
 void* tensor::data() const noexcept {

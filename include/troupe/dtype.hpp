@@ -27,8 +27,29 @@ enum class dtype : std::uint8_t {
 /// Number of dtypes (for iteration in tests and tables).
 inline constexpr int dtype_count = 12;
 
-/// Size in bytes of one element.
-std::size_t element_size(dtype t) noexcept;
+/// Size in bytes of one element (inline: every call asks it, some many times).
+constexpr std::size_t element_size(dtype t) noexcept {
+  switch (t) {
+    case dtype::bool_:
+    case dtype::uint8:
+    case dtype::int8:
+      return 1;
+    case dtype::int16:
+    case dtype::float16:
+    case dtype::bfloat16:
+      return 2;
+    case dtype::int32:
+    case dtype::float32:
+      return 4;
+    case dtype::int64:
+    case dtype::float64:
+    case dtype::complex64:
+      return 8;
+    case dtype::complex128:
+      return 16;
+  }
+  return 0;
+}
 /// Name as PyTorch spells it without the prefix ("float32", "bool", ...).
 std::string_view to_string(dtype t) noexcept;
 /// float16, bfloat16, float32, float64.

@@ -94,10 +94,10 @@ class tensor {
   const shape_t& shape() const noexcept { return layout_ ? layout_->shape : no_dims(); }
   const shape_t& strides() const noexcept { return layout_ ? layout_->strides : no_dims(); }
   std::int64_t dim() const noexcept { return static_cast<std::int64_t>(shape().size()); }
-  std::int64_t numel() const noexcept;
+  std::int64_t numel() const noexcept { return !defined() ? 0 : layout_ ? layout_->numel : 1; }
   std::size_t element_size() const noexcept;
   std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel()) * element_size(); }
-  bool is_contiguous() const noexcept;
+  bool is_contiguous() const noexcept { return !layout_ || layout_->contiguous; }
 
   /// Address of the first element.
   void* data() const noexcept;
@@ -150,6 +150,8 @@ class tensor {
   struct layout {
     shape_t shape;
     shape_t strides;
+    std::int64_t numel;  ///< the product of shape (asked several times per call)
+    bool contiguous;     ///< row-major without gaps (likewise)
   };
   static const shape_t& no_dims() noexcept;
   void set_layout(shape_t shape, shape_t strides);
