@@ -6,7 +6,6 @@
 // direct_reduce_scatter, direct_alltoall.
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 
 #include "base/call.hpp"
@@ -26,8 +25,17 @@ struct direct_view {
   int size;
   std::int64_t element_bytes;
   /// alltoall: rank r's send counts, or (receive) its receive counts, as it
-  /// posted them in its small slot.
-  std::function<const std::int64_t*(int r, bool receive)> splits;
+  /// posted them in its small slot: splits(r, receive). A plain function and
+  /// its arguments: a step makes several views, and building a std::function
+  /// for each cost more than the lookups.
+  struct counts_source {
+    const void* owner;
+    void* context;
+    const std::int64_t* (*fn)(const void* owner, void* context, int r, bool receive);
+    const std::int64_t* operator()(int r, bool receive) const {
+      return fn(owner, context, r, receive);
+    }
+  } splits;
 
   /// Block r of the counts, in bytes: its offset and its length.
   std::int64_t offset(int r) const;

@@ -345,8 +345,13 @@ class direct_shm final : public shm_op {
 
   /// What the layout sees of the call.
   direct_view view(inline_context& ctx) const {
-    return {*call_, ctx.size, element_bytes(),
-            [this, &ctx](int r, bool receive) { return counts_of(ctx, r, receive); }};
+    return {*call_,
+            ctx.size,
+            element_bytes(),
+            {this, &ctx, [](const void* self, void* context, int r, bool receive) {
+               return static_cast<const direct_shm*>(self)->counts_of(
+                   *static_cast<inline_context*>(context), r, receive);
+             }}};
   }
   /// Bytes of rank r's input the others may need (its "source").
   std::int64_t source_bytes(inline_context& ctx, int r) const {
