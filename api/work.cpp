@@ -191,26 +191,25 @@ work work::then(std::function<tensor_list(const work&)> fn) const {
   return next;
 }
 
-work work::make(std::string op, std::string group, std::uint64_t seq) {
-  auto s = std::make_shared<work_state>();
-  s->op_text = std::move(op);
-  s->op = s->op_text.c_str();  // the state never moves
-  s->group = std::move(group);
-  s->seq = seq;
-  return work{std::move(s)};
-}
-
 namespace detail {
 
-work make_work(const char* literal, const std::string& group, std::uint64_t seq) {
+work make_work(const char* literal, std::string group, std::uint64_t seq) {
   auto s = std::make_shared<work_state>();
   s->op = literal;
-  s->group = group;
+  s->group = std::move(group);
   s->seq = seq;
   return work::attach(std::move(s));
 }
 
 }  // namespace detail
+
+work work::make(std::string op, std::string group, std::uint64_t seq) {
+  auto w = detail::make_work("", std::move(group), seq);
+  auto& s = *w.state_;
+  s.op_text = std::move(op);
+  s.op = s.op_text.c_str();  // the state never moves
+  return w;
+}
 
 work work::completed(std::string op, std::string group, tensor_list outputs) {
   auto w = make(std::move(op), std::move(group));

@@ -68,7 +68,7 @@ struct work_state {
 };
 
 /// A new work named by `literal` (a string literal: it is kept, not copied).
-work make_work(const char* literal, const std::string& group, std::uint64_t seq = 0);
+work make_work(const char* literal, std::string group, std::uint64_t seq = 0);
 
 /// Runs a function on another thread (completions' callbacks).
 using callback_runner = std::function<void(std::function<void()>)>;
