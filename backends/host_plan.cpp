@@ -17,13 +17,14 @@ work host_backend::broadcast(tensor_list& ts, const broadcast_options& o) {
   auto c = make_call(op_code::broadcast, "broadcast", o.timeout, ts);
   c->root = o.root_rank;
   auto buf = flat(ts[static_cast<std::size_t>(rank() == o.root_rank ? o.root_tensor : 0)]);
-  c->input = c->output = buf;
   if (ts.size() > 1)
     c->on_success = [buf, ts] {
       for (auto& t : ts)
         if (!flat(t).is_same(buf)) flat(t).copy_from(buf);
     };
-  return submit(c);
+  c->output = buf;
+  c->input = std::move(buf);
+  return submit(std::move(c));
 }
 
 work host_backend::allreduce(tensor_list& ts, const allreduce_options& o) {
@@ -40,7 +41,7 @@ work host_backend::allreduce_coalesced(tensor_list& ts, const allreduce_coalesce
   c->op = o.op;
   c->input = c->output = pack(ts);
   c->on_success = [buf = c->output, ts] { unpack(buf, 0, ts); };
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::reduce(tensor_list& ts, const reduce_options& o) {
@@ -102,7 +103,7 @@ work host_backend::allgather_into_tensor(tensor& out, tensor& in, const allgathe
   c->input = flat(in);
   c->output = flat(out);
   c->counts.assign(static_cast<std::size_t>(size()), in.numel());
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::allgatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
@@ -111,7 +112,7 @@ work host_backend::allgatherv(tensor& out, tensor& in, const std::vector<std::in
   c->input = flat(in);
   c->output = flat(out);
   c->counts = counts;
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
@@ -125,7 +126,7 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
     set_output(*c, adjacent(outs[0]), ins[0], ins[0].numel() * size(),
                [list = outs[0]](const tensor& buf) { unpack(buf, 0, list); });
   }
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::gatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
@@ -135,7 +136,7 @@ work host_backend::gatherv(tensor& out, tensor& in, const std::vector<std::int64
   c->input = flat(in);
   if (rank() == o.root_rank) c->output = flat(out);
   c->counts = counts;
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
@@ -145,7 +146,7 @@ work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
   c->output = flat(outs[0]);
   c->input = rank() == o.root_rank ? packed(ins[0], c->output) : c->output;
   c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
@@ -155,7 +156,7 @@ work host_backend::scatterv(tensor& out, tensor& in, const std::vector<std::int6
   c->output = flat(out);
   c->input = rank() == o.root_rank ? flat(in) : c->output;
   c->counts = counts;
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::reduce_scatter(tensor_list& outs, std::vector<tensor_list>& ins,
@@ -165,7 +166,7 @@ work host_backend::reduce_scatter(tensor_list& outs, std::vector<tensor_list>& i
   c->output = flat(outs[0]);
   c->input = packed(ins[0], c->output);
   c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::reduce_scatter_tensor(tensor& out, tensor& in, const reduce_scatter_options& o) {
@@ -174,7 +175,7 @@ work host_backend::reduce_scatter_tensor(tensor& out, tensor& in, const reduce_s
   c->input = flat(in);
   c->output = flat(out);
   c->counts.assign(static_cast<std::size_t>(size()), out.numel());
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::reduce_scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
@@ -184,7 +185,7 @@ work host_backend::reduce_scatterv(tensor& out, tensor& in, const std::vector<st
   c->input = flat(in);
   c->output = flat(out);
   c->counts = counts;
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::reduce_scatter_tensor_coalesced(tensor_list& outs, tensor_list& ins,
@@ -204,7 +205,7 @@ work host_backend::reduce_scatter_tensor_coalesced(tensor_list& outs, tensor_lis
   c->output = like(ins[0], per_rank);
   c->counts.assign(static_cast<std::size_t>(size()), per_rank);
   c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::alltoall_single(tensor& out, tensor& in,
@@ -216,7 +217,7 @@ work host_backend::alltoall_single(tensor& out, tensor& in,
   c->output = flat(out);
   c->counts = rows_to_elements(in, in_splits);
   c->recv_counts = rows_to_elements(out, out_splits);
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::alltoall(tensor_list& outs, tensor_list& ins, const alltoall_options& o) {
@@ -226,7 +227,7 @@ work host_backend::alltoall(tensor_list& outs, tensor_list& ins, const alltoall_
   c->input = packed(ins, c->output);
   for (auto& t : ins) c->counts.push_back(t.numel());
   for (auto& t : outs) c->recv_counts.push_back(t.numel());
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::barrier(const barrier_options& o) {
@@ -237,7 +238,7 @@ work host_backend::barrier(const barrier_options& o) {
 work host_backend::monitored_barrier(const monitored_barrier_options& o) {
   auto c = make_call(op_code::monitored_barrier, "monitored_barrier", o.timeout, {});
   c->wait_all_ranks = o.wait_all_ranks;
-  return submit(c);
+  return submit(std::move(c));
 }
 
 work host_backend::send(tensor_list& ts, int dst, const p2p_options& o) {
@@ -283,7 +284,7 @@ work host_backend::reducing(op_code code, const char* name, const reduce_op& op,
   c->root = root;
   if (ts.size() == 1) {
     c->input = c->output = flat(ts[0]);
-    return submit(c);
+    return submit(std::move(c));
   }
   auto local_op =
       op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM ? reduce_op::SUM : op.op();
@@ -306,7 +307,7 @@ work host_backend::reducing(op_code code, const char* name, const reduce_op& op,
     }
     for (auto& t : ts) flat(t).copy_from(buf);
   };
-  return submit(c);
+  return submit(std::move(c));
 }
 
 /// An allgather of this rank's `ins` packed into one block; `scatter_out`
@@ -319,7 +320,7 @@ work host_backend::gather_blocks(const char* name, timeout_t timeout, const tens
   c->counts.assign(static_cast<std::size_t>(size()), c->input.numel());
   set_output(*c, in_row, ins[0], c->input.numel() * size(),
              [f = std::move(scatter_out), n = size()](const tensor& buf) { f(buf, n); });
-  return submit(c);
+  return submit(std::move(c));
 }
 
 tensor host_backend::packed(const tensor_list& ts, const tensor& output) {

@@ -31,10 +31,17 @@ work host_backend::submit(call_ptr c) {
   // Ranks of one host: through the shared segment (ranks of one process
   // straight between their buffers).
   if (shm_ && fits_inline(*c) && fits_direct_shm(*c, size())) {
-    auto op = make_direct_shm(c);
-    op->handle = c->handle;
-    return on_inline(*engine_, std::move(op), c->code, c->name,
-                     c->input.defined() ? c->input : c->output, c->timeout, std::move(c->outputs));
+    const auto code = c->code;
+    const auto* name = c->name;
+    const auto timeout = c->timeout;
+    auto outputs = std::move(c->outputs);
+    auto handle = c->handle;
+    // The data only for the detail log (the call moves into the operation).
+    const tensor logged =
+        debug_ == debug_level::detail ? (c->input.defined() ? c->input : c->output) : tensor{};
+    auto op = make_direct_shm(std::move(c));
+    op->handle = std::move(handle);
+    return on_inline(*engine_, std::move(op), code, name, logged, timeout, std::move(outputs));
   }
   // Messages and the group actors: float16 sums travel in float32.
   c = with_float_sums(c);
@@ -124,11 +131,13 @@ work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
 
 work host_backend::on_segment(op_code code, const char* name, tensor& t, const reduce_op& op,
                               int root, timeout_t timeout) {
-  auto data = flat(t);
   const double divisor = op.op() == reduce_op::AVG ? static_cast<double>(size()) : 0.0;
   auto kind = op.op() == reduce_op::AVG ? reduce_op::SUM : op.op();
-  return on_inline(make_allreduce_shm(data, kind, divisor, static_cast<std::uint8_t>(code), root),
-                   code, name, data, timeout, {t});
+  // The flat view goes into the operation (not copied: every tensor copy
+  // counts its owners up and down).
+  return on_inline(
+      make_allreduce_shm(flat(t), kind, divisor, static_cast<std::uint8_t>(code), root), code, name,
+      t, timeout, {t});
 }
 
 work host_backend::barrier_inline(const barrier_options& o) {

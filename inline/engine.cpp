@@ -91,7 +91,9 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
     step_head(out, issued);
   }
   hand_over(out);
-  if (!s.finished.load()) progress_watch(shared_from_this());
+  // Watched already (mostly): no owner count up and down to ask again.
+  if (!s.finished.load() && !watched_.load(std::memory_order_acquire))
+    progress_watch(shared_from_this());
   return w;
 }
 
@@ -181,8 +183,7 @@ void inline_engine::drive_continued() {
 }
 
 bool inline_engine::head_reads_itself() {
-  std::lock_guard<std::mutex> g{engine_};
-  return queue_.empty() || queue_.front()->reads_itself;
+  return head_reads_.load(std::memory_order_acquire);
 }
 
 int inline_engine::blocker() {
@@ -319,6 +320,7 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point now) 
     }
     break;
   }
+  head_reads_.store(queue_.empty() || queue_.front()->reads_itself, std::memory_order_release);
   return moved;
 }
 

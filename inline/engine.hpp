@@ -215,6 +215,10 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// pending works: until then continued_pending() is false without a look
   /// (a program that only waits never pays for its locks).
   std::atomic<bool> ever_continued_{false};
+  /// Whether the queue's head reads incoming data itself (true when empty),
+  /// kept by step_head, which every change of the head passes through, so
+  /// that a waiting thread asks it without the engine's lock.
+  std::atomic<bool> head_reads_{true};
   std::uint64_t head_op();            ///< the operation number of the queue's head (0: empty)
   std::atomic<bool> watched_{false};  ///< on the progress ticker's list
   std::atomic<bool> driven_{false};   ///< a progress driver runs drive_continued()
