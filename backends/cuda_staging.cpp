@@ -23,11 +23,11 @@ tensor host_copy(const tensor& t) {
 
 }  // namespace
 
-call_ptr staged_through_host(const call_ptr& c) {
-  auto h = std::make_shared<collective_call>(*c);
-  h->input = host_copy(c->input);
-  h->output = c->output.is_same(c->input) ? h->input : host_copy(c->output);
-  h->on_success = [out = c->output, host = h->output, then = c->on_success] {
+collective_call staged_through_host(const collective_call& c) {
+  auto h = c;
+  h.input = host_copy(c.input);
+  h.output = c.output.is_same(c.input) ? h.input : host_copy(c.output);
+  h.on_success = [out = c.output, host = h.output, then = c.on_success] {
     if (out.defined() && host.defined()) flat(out).copy_from(host);
     if (then) then();
   };

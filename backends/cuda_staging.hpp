@@ -13,7 +13,7 @@ namespace troupe::detail {
 
 /// The same collective on host copies of `c`'s tensors; its on_success copies
 /// the result back to `c`'s output (then runs c's own on_success).
-call_ptr staged_through_host(const call_ptr& c);
+collective_call staged_through_host(const collective_call& c);
 
 /// Turns a send or receive of a cuda tensor into one of a host copy (`c` is
 /// changed to it); the returned work completes once a received copy is back

@@ -106,11 +106,13 @@ class host_backend final : public backend {
   template <class F>
   static void set_output(collective_call& c, const tensor& row, const tensor& like_of,
                          std::int64_t numel, F unpack_out);
-  call_ptr make_call(op_code code, const char* name, timeout_t timeout, tensor_list outputs);
+  collective_call make_call(op_code code, const char* name, timeout_t timeout, tensor_list outputs);
 
   // -- routing: which engine runs a call (host_route.cpp) ------------------------
-  /// Runs a planned call on the engine that fits it.
-  work submit(call_ptr c);
+  /// Runs a planned call on the engine that fits it. A call that runs
+  /// straight between the ranks' buffers moves into its operation (one
+  /// allocation for both); the others are shared with what runs them.
+  work submit(collective_call&& c);
   /// `c` with float16/bfloat16 sums carried in float32: a ring or tree that
   /// sent partial sums in half precision would round them at every hop
   /// (3 ranks, 1 Mi float16 elements: 229k differed from the float32 sum

@@ -15,15 +15,15 @@ namespace troupe::detail {
 
 work host_backend::broadcast(tensor_list& ts, const broadcast_options& o) {
   auto c = make_call(op_code::broadcast, "broadcast", o.timeout, ts);
-  c->root = o.root_rank;
+  c.root = o.root_rank;
   auto buf = flat(ts[static_cast<std::size_t>(rank() == o.root_rank ? o.root_tensor : 0)]);
   if (ts.size() > 1)
-    c->on_success = [buf, ts] {
+    c.on_success = [buf, ts] {
       for (auto& t : ts)
         if (!flat(t).is_same(buf)) flat(t).copy_from(buf);
     };
-  c->output = buf;
-  c->input = std::move(buf);
+  c.output = buf;
+  c.input = std::move(buf);
   return submit(std::move(c));
 }
 
@@ -38,9 +38,9 @@ work host_backend::allreduce(tensor_list& ts, const allreduce_options& o) {
 
 work host_backend::allreduce_coalesced(tensor_list& ts, const allreduce_coalesced_options& o) {
   auto c = make_call(op_code::allreduce, "allreduce_coalesced", o.timeout, ts);
-  c->op = o.op;
-  c->input = c->output = pack(ts);
-  c->on_success = [buf = c->output, ts] { unpack(buf, 0, ts); };
+  c.op = o.op;
+  c.input = c.output = pack(ts);
+  c.on_success = [buf = c.output, ts] { unpack(buf, 0, ts); };
   return submit(std::move(c));
 }
 
@@ -100,30 +100,30 @@ work host_backend::allgather_into_tensor_coalesced(tensor_list& outs, tensor_lis
 
 work host_backend::allgather_into_tensor(tensor& out, tensor& in, const allgather_options& o) {
   auto c = make_call(op_code::allgatherv, "allgather_into_tensor", o.timeout, {out});
-  c->input = flat(in);
-  c->output = flat(out);
-  c->counts.assign(static_cast<std::size_t>(size()), in.numel());
+  c.input = flat(in);
+  c.output = flat(out);
+  c.counts.assign(static_cast<std::size_t>(size()), in.numel());
   return submit(std::move(c));
 }
 
 work host_backend::allgatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                               const allgather_options& o) {
   auto c = make_call(op_code::allgatherv, "allgatherv", o.timeout, {out});
-  c->input = flat(in);
-  c->output = flat(out);
-  c->counts = counts;
+  c.input = flat(in);
+  c.output = flat(out);
+  c.counts = counts;
   return submit(std::move(c));
 }
 
 work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
                           const gather_options& o) {
   auto c = make_call(op_code::gatherv, "gather", o.timeout, flatten(outs));
-  c->root = o.root_rank;
-  c->input = flat(ins[0]);
-  c->counts.assign(static_cast<std::size_t>(size()), ins[0].numel());
+  c.root = o.root_rank;
+  c.input = flat(ins[0]);
+  c.counts.assign(static_cast<std::size_t>(size()), ins[0].numel());
   if (rank() == o.root_rank) {
     // The root's blocks straight into its outputs where they lie in a row.
-    set_output(*c, adjacent(outs[0]), ins[0], ins[0].numel() * size(),
+    set_output(c, adjacent(outs[0]), ins[0], ins[0].numel() * size(),
                [list = outs[0]](const tensor& buf) { unpack(buf, 0, list); });
   }
   return submit(std::move(c));
@@ -132,59 +132,59 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
 work host_backend::gatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                            const gather_options& o) {
   auto c = make_call(op_code::gatherv, "gatherv", o.timeout, {out});
-  c->root = o.root_rank;
-  c->input = flat(in);
-  if (rank() == o.root_rank) c->output = flat(out);
-  c->counts = counts;
+  c.root = o.root_rank;
+  c.input = flat(in);
+  if (rank() == o.root_rank) c.output = flat(out);
+  c.counts = counts;
   return submit(std::move(c));
 }
 
 work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
                            const scatter_options& o) {
   auto c = make_call(op_code::scatterv, "scatter", o.timeout, outs);
-  c->root = o.root_rank;
-  c->output = flat(outs[0]);
-  c->input = rank() == o.root_rank ? packed(ins[0], c->output) : c->output;
-  c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
+  c.root = o.root_rank;
+  c.output = flat(outs[0]);
+  c.input = rank() == o.root_rank ? packed(ins[0], c.output) : c.output;
+  c.counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
   return submit(std::move(c));
 }
 
 work host_backend::scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                             const scatter_options& o) {
   auto c = make_call(op_code::scatterv, "scatterv", o.timeout, {out});
-  c->root = o.root_rank;
-  c->output = flat(out);
-  c->input = rank() == o.root_rank ? flat(in) : c->output;
-  c->counts = counts;
+  c.root = o.root_rank;
+  c.output = flat(out);
+  c.input = rank() == o.root_rank ? flat(in) : c.output;
+  c.counts = counts;
   return submit(std::move(c));
 }
 
 work host_backend::reduce_scatter(tensor_list& outs, std::vector<tensor_list>& ins,
                                   const reduce_scatter_options& o) {
   auto c = make_call(op_code::reduce_scatterv, "reduce_scatter", o.timeout, outs);
-  c->op = o.op;
-  c->output = flat(outs[0]);
-  c->input = packed(ins[0], c->output);
-  c->counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
+  c.op = o.op;
+  c.output = flat(outs[0]);
+  c.input = packed(ins[0], c.output);
+  c.counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
   return submit(std::move(c));
 }
 
 work host_backend::reduce_scatter_tensor(tensor& out, tensor& in, const reduce_scatter_options& o) {
   auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor", o.timeout, {out});
-  c->op = o.op;
-  c->input = flat(in);
-  c->output = flat(out);
-  c->counts.assign(static_cast<std::size_t>(size()), out.numel());
+  c.op = o.op;
+  c.input = flat(in);
+  c.output = flat(out);
+  c.counts.assign(static_cast<std::size_t>(size()), out.numel());
   return submit(std::move(c));
 }
 
 work host_backend::reduce_scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                                    const reduce_scatter_options& o) {
   auto c = make_call(op_code::reduce_scatterv, "reduce_scatterv", o.timeout, {out});
-  c->op = o.op;
-  c->input = flat(in);
-  c->output = flat(out);
-  c->counts = counts;
+  c.op = o.op;
+  c.input = flat(in);
+  c.output = flat(out);
+  c.counts = counts;
   return submit(std::move(c));
 }
 
@@ -192,19 +192,19 @@ work host_backend::reduce_scatter_tensor_coalesced(tensor_list& outs, tensor_lis
                                                    const reduce_scatter_options& o) {
   // Block r of the packed input is the concatenation of block r of every input.
   auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor_coalesced", o.timeout, outs);
-  c->op = o.op;
+  c.op = o.op;
   const auto per_rank = total_numel(outs);
-  c->input = like(ins[0], per_rank * size());
+  c.input = like(ins[0], per_rank * size());
   std::int64_t off = 0;
   for (int r = 0; r < size(); ++r)
     for (std::size_t i = 0; i < ins.size(); ++i) {
       auto m = outs[i].numel();
-      c->input.flat_slice(off, m).copy_from(flat(ins[i]).flat_slice(r * m, m));
+      c.input.flat_slice(off, m).copy_from(flat(ins[i]).flat_slice(r * m, m));
       off += m;
     }
-  c->output = like(ins[0], per_rank);
-  c->counts.assign(static_cast<std::size_t>(size()), per_rank);
-  c->on_success = [buf = c->output, outs] { unpack(buf, 0, outs); };
+  c.output = like(ins[0], per_rank);
+  c.counts.assign(static_cast<std::size_t>(size()), per_rank);
+  c.on_success = [buf = c.output, outs] { unpack(buf, 0, outs); };
   return submit(std::move(c));
 }
 
@@ -213,20 +213,20 @@ work host_backend::alltoall_single(tensor& out, tensor& in,
                                    const std::vector<std::int64_t>& in_splits,
                                    const alltoall_options& o) {
   auto c = make_call(op_code::alltoallv, "alltoall_single", o.timeout, {out});
-  c->input = flat(in);
-  c->output = flat(out);
-  c->counts = rows_to_elements(in, in_splits);
-  c->recv_counts = rows_to_elements(out, out_splits);
+  c.input = flat(in);
+  c.output = flat(out);
+  c.counts = rows_to_elements(in, in_splits);
+  c.recv_counts = rows_to_elements(out, out_splits);
   return submit(std::move(c));
 }
 
 work host_backend::alltoall(tensor_list& outs, tensor_list& ins, const alltoall_options& o) {
   auto c = make_call(op_code::alltoallv, "alltoall", o.timeout, outs);
-  set_output(*c, adjacent(outs), ins[0], total_numel(outs),
+  set_output(c, adjacent(outs), ins[0], total_numel(outs),
              [outs](const tensor& buf) { unpack(buf, 0, outs); });
-  c->input = packed(ins, c->output);
-  for (auto& t : ins) c->counts.push_back(t.numel());
-  for (auto& t : outs) c->recv_counts.push_back(t.numel());
+  c.input = packed(ins, c.output);
+  for (auto& t : ins) c.counts.push_back(t.numel());
+  for (auto& t : outs) c.recv_counts.push_back(t.numel());
   return submit(std::move(c));
 }
 
@@ -237,7 +237,7 @@ work host_backend::barrier(const barrier_options& o) {
 
 work host_backend::monitored_barrier(const monitored_barrier_options& o) {
   auto c = make_call(op_code::monitored_barrier, "monitored_barrier", o.timeout, {});
-  c->wait_all_ranks = o.wait_all_ranks;
+  c.wait_all_ranks = o.wait_all_ranks;
   return submit(std::move(c));
 }
 
@@ -280,26 +280,26 @@ std::vector<std::int64_t> host_backend::rows_to_elements(
 work host_backend::reducing(op_code code, const char* name, const reduce_op& op, int root,
                             int root_tensor, timeout_t timeout, tensor_list& ts, bool root_only) {
   auto c = make_call(code, name, timeout, ts);
-  c->op = op;
-  c->root = root;
+  c.op = op;
+  c.root = root;
   if (ts.size() == 1) {
-    c->input = c->output = flat(ts[0]);
+    c.input = c.output = flat(ts[0]);
     return submit(std::move(c));
   }
   auto local_op =
       op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM ? reduce_op::SUM : op.op();
   std::vector<const void*> srcs;
   for (auto& t : ts) srcs.push_back(t.data());
-  c->input = like(ts[0], ts[0].numel());
-  if (on_cuda(c->input))
-    combine_on_device(name, local_op, c->input, srcs);
+  c.input = like(ts[0], ts[0].numel());
+  if (on_cuda(c.input))
+    combine_on_device(name, local_op, c.input, srcs);
   else
-    reduce_many(c->input.scalar_type(), local_op, c->input.data(), srcs.data(), srcs.size(),
+    reduce_many(c.input.scalar_type(), local_op, c.input.data(), srcs.data(), srcs.size(),
                 static_cast<std::size_t>(ts[0].numel()));
-  c->output = c->input;
-  c->avg_local = static_cast<std::int64_t>(ts.size());
+  c.output = c.input;
+  c.avg_local = static_cast<std::int64_t>(ts.size());
   const bool write = !root_only || rank() == root;
-  c->on_success = [buf = c->output, ts, write, root_only, root_tensor] {
+  c.on_success = [buf = c.output, ts, write, root_only, root_tensor] {
     if (!write) return;
     if (root_only) {
       flat(ts[static_cast<std::size_t>(root_tensor)]).copy_from(buf);
@@ -316,9 +316,9 @@ template <class F>
 work host_backend::gather_blocks(const char* name, timeout_t timeout, const tensor_list& ins,
                                  F scatter_out, tensor_list outputs, const tensor& in_row) {
   auto c = make_call(op_code::allgatherv, name, timeout, std::move(outputs));
-  c->input = ins.size() == 1 ? flat(ins[0]) : pack(ins);
-  c->counts.assign(static_cast<std::size_t>(size()), c->input.numel());
-  set_output(*c, in_row, ins[0], c->input.numel() * size(),
+  c.input = ins.size() == 1 ? flat(ins[0]) : pack(ins);
+  c.counts.assign(static_cast<std::size_t>(size()), c.input.numel());
+  set_output(c, in_row, ins[0], c.input.numel() * size(),
              [f = std::move(scatter_out), n = size()](const tensor& buf) { f(buf, n); });
   return submit(std::move(c));
 }
@@ -339,14 +339,14 @@ void host_backend::set_output(collective_call& c, const tensor& row, const tenso
   c.on_success = [buf = c.output, unpack_out = std::move(unpack_out)] { unpack_out(buf); };
 }
 
-call_ptr host_backend::make_call(op_code code, const char* name, timeout_t timeout,
-                                 tensor_list outputs) {
-  auto c = std::make_shared<collective_call>();
-  c->code = code;
-  c->name = name;
-  c->timeout = timeout == use_group_timeout ? timeout_ : timeout;
-  c->outputs = std::move(outputs);
-  c->handle = make_work(name, group_name());
+collective_call host_backend::make_call(op_code code, const char* name, timeout_t timeout,
+                                        tensor_list outputs) {
+  collective_call c;
+  c.code = code;
+  c.name = name;
+  c.timeout = timeout == use_group_timeout ? timeout_ : timeout;
+  c.outputs = std::move(outputs);
+  c.handle = make_work(name, group_name());
   return c;
 }
 

@@ -23,39 +23,39 @@
 
 namespace troupe::detail {
 
-work host_backend::submit(call_ptr c) {
-  if (on_cuda(c->input) || on_cuda(c->output)) {
-    if (exchange_) return submit_on_device(c);
+work host_backend::submit(collective_call&& c) {
+  if (on_cuda(c.input) || on_cuda(c.output)) {
+    if (exchange_) return submit_on_device(std::make_shared<collective_call>(std::move(c)));
     c = staged_through_host(c);
   }
   // Ranks of one host: through the shared segment (ranks of one process
   // straight between their buffers).
-  if (shm_ && fits_inline(*c) && fits_direct_shm(*c, size())) {
-    const auto code = c->code;
-    const auto* name = c->name;
-    const auto timeout = c->timeout;
-    auto outputs = std::move(c->outputs);
-    auto handle = c->handle;
+  if (shm_ && fits_inline(c) && fits_direct_shm(c, size())) {
+    const auto code = c.code;
+    const auto* name = c.name;
+    const auto timeout = c.timeout;
+    auto outputs = std::move(c.outputs);
+    auto handle = c.handle;
     // The data only for the detail log (the call moves into the operation).
     const tensor logged =
-        debug_ == debug_level::detail ? (c->input.defined() ? c->input : c->output) : tensor{};
+        debug_ == debug_level::detail ? (c.input.defined() ? c.input : c.output) : tensor{};
     auto op = make_direct_shm(std::move(c));
     op->handle = std::move(handle);
     return on_inline(*engine_, std::move(op), code, name, logged, timeout, std::move(outputs));
   }
   // Messages and the group actors: float16 sums travel in float32.
-  c = with_float_sums(c);
-  if (auto& f = shm_ ? messages_ : engine_; f && fits_inline(*c)) {
-    auto op = make_algorithm_op(c);
-    op->handle = c->handle;
-    return on_inline(*f, std::move(op), c->code, c->name, c->input, c->timeout, c->outputs);
+  auto p = with_float_sums(std::make_shared<collective_call>(std::move(c)));
+  if (auto& f = shm_ ? messages_ : engine_; f && fits_inline(*p)) {
+    auto op = make_algorithm_op(p);
+    op->handle = p->handle;
+    return on_inline(*f, std::move(op), p->code, p->name, p->input, p->timeout, p->outputs);
   }
-  track(c->handle);
-  if (debug_ == debug_level::detail) log_detail(c->handle, c->input);
+  track(p->handle);
+  if (debug_ == debug_level::detail) log_detail(p->handle, p->input);
   std::lock_guard<std::mutex> g{issue_mtx_};
-  c->seq = number(c->handle, c->code, route::actors);
-  caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
-  return c->handle;
+  p->seq = number(p->handle, p->code, route::actors);
+  caf::anon_send(rt_.relay(), submit_atom::value, p, group_);
+  return p->handle;
 }
 
 /// `c` with float16/bfloat16 sums carried in float32: a ring or tree that
@@ -120,7 +120,8 @@ work host_backend::submit_on_device(const call_ptr& c) {
 work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
   if (!shm_) {
     auto data = flat(t);
-    auto c = make_call(op_code::allreduce, "allreduce", o.timeout, {t});
+    auto c = std::make_shared<collective_call>(
+        make_call(op_code::allreduce, "allreduce", o.timeout, {t}));
     c->op = o.op;
     c->input = c->output = data;
     return on_inline(make_algorithm_op(with_float_sums(c)), op_code::allreduce, "allreduce", data,
@@ -145,7 +146,8 @@ work host_backend::barrier_inline(const barrier_options& o) {
   static const tensor none = tensor::empty({0}, dtype::uint8);
   auto op = shm_ ? make_allreduce_shm(none, reduce_op::SUM, 0.0,
                                       static_cast<std::uint8_t>(op_code::barrier))
-                 : make_algorithm_op(make_call(op_code::barrier, "barrier", o.timeout, {}));
+                 : make_algorithm_op(std::make_shared<collective_call>(
+                       make_call(op_code::barrier, "barrier", o.timeout, {})));
   return on_inline(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
 }
 

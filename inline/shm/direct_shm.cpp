@@ -58,20 +58,20 @@ bool rooted(op_code c) {
 
 class direct_shm final : public shm_op {
  public:
-  explicit direct_shm(call_ptr call)
-      : shm_op(static_cast<std::uint8_t>(call->code)),
+  explicit direct_shm(collective_call&& call)
+      : shm_op(static_cast<std::uint8_t>(call.code)),
         call_(std::move(call)),
-        layout_(&layout_for(call_->code)) {
+        layout_(&layout_for(call_.code)) {
     // alltoall in place: the others read this rank's input while its output
     // is written (and, between processes, while it is still being staged),
     // so they read a copy. (The other collectives' in-place layouts write
     // only what nobody reads.)
-    if (call_->code == op_code::alltoallv && overlaps(call_->input, call_->output))
-      call_->input = fresh_copy(call_->input);
+    if (call_.code == op_code::alltoallv && overlaps(call_.input, call_.output))
+      call_.input = fresh_copy(call_.input);
   }
 
   bool step(inline_context& ctx, bool& moved) override {
-    auto& c = *call_;
+    auto& c = call_;
     switch (phase_) {
       case phase::post: {
         if (!to_slots_ && all_tiny(ctx)) {
@@ -215,9 +215,9 @@ class direct_shm final : public shm_op {
   /// differently, and those on the tiny lane then move to the slots:
   /// to_slots_), in a group of at most 32 ranks (their counts come first).
   bool all_tiny(inline_context& ctx) const {
-    if (call_->code != op_code::alltoallv)
+    if (call_.code != op_code::alltoallv)
       return longest_source(ctx) <= static_cast<std::int64_t>(tiny_bytes);
-    const auto& c = *call_;
+    const auto& c = call_;
     const auto in = c.input.defined() ? c.input.nbytes() : 0;
     const auto out = c.output.defined() ? c.output.nbytes() : 0;
     return splits_bytes(ctx) <= tiny_splits_bytes && std::max(in, out) <= tiny_bytes;
@@ -228,11 +228,11 @@ class direct_shm final : public shm_op {
   }
   /// Where rank r's source starts on its tiny lane.
   const std::byte* tiny_source(inline_context& ctx, int r) const {
-    return ctx.seg->tiny_data(r, op) + (call_->code == op_code::alltoallv ? splits_bytes(ctx) : 0);
+    return ctx.seg->tiny_data(r, op) + (call_.code == op_code::alltoallv ? splits_bytes(ctx) : 0);
   }
 
   void post_on_tiny_lane(inline_context& ctx, bool& moved) {
-    auto& c = *call_;
+    auto& c = call_;
     tiny_header call;
     call.nbytes = c.input.defined() ? c.input.nbytes() : 0;
     call.dtype = static_cast<std::uint32_t>(element_type().scalar_type());
@@ -262,7 +262,7 @@ class direct_shm final : public shm_op {
       phase_ = phase::post;  // an alltoall whose lanes differ: through the slots
       return step(ctx, moved);
     }
-    auto& c = *call_;
+    auto& c = call_;
     auto why = c.code == op_code::alltoallv ? wrong_splits(ctx) : std::string{};
     if (why.empty()) why = wrong_input(ctx, [&](int r) { return ctx.seg->tiny(r, op).nbytes; });
     if (!why.empty()) {
@@ -300,9 +300,7 @@ class direct_shm final : public shm_op {
   }
 
   /// The tensor whose dtype the call moves (gather's non-roots have no output).
-  const tensor& element_type() const {
-    return call_->input.defined() ? call_->input : call_->output;
-  }
+  const tensor& element_type() const { return call_.input.defined() ? call_.input : call_.output; }
   std::int64_t element_bytes() const {
     return static_cast<std::int64_t>(element_size(element_type().scalar_type()));
   }
@@ -345,7 +343,7 @@ class direct_shm final : public shm_op {
 
   /// What the layout sees of the call.
   direct_view view(inline_context& ctx) const {
-    return {*call_,
+    return {call_,
             ctx.size,
             element_bytes(),
             {this, &ctx, [](const void* self, void* context, int r, bool receive) {
@@ -389,7 +387,7 @@ class direct_shm final : public shm_op {
   }
   /// (alltoall reads the others' counts and inputs in place, in one process.)
   bool all_small(inline_context& ctx) const {
-    return call_->code != op_code::alltoallv && longest_source(ctx) <= small_limit(ctx);
+    return call_.code != op_code::alltoallv && longest_source(ctx) <= small_limit(ctx);
   }
 
   /// Takes the operation's chunk numbers (the same on every rank) and copies
@@ -409,7 +407,7 @@ class direct_shm final : public shm_op {
   void own_part(inline_context& ctx) {
     if (own_copied_ || layout_->reduces()) return;
     own_copied_ = true;
-    auto& c = *call_;
+    auto& c = call_;
     auto* in = c.input.defined() ? static_cast<const std::byte*>(c.input.data()) : nullptr;
     auto* out = c.output.defined() ? static_cast<std::byte*>(c.output.data()) : nullptr;
     const auto nd = needed(ctx, ctx.rank, ctx.rank);
@@ -459,7 +457,7 @@ class direct_shm final : public shm_op {
           const auto from = staged_ * bytes;
           const auto n = std::min(bytes, source_bytes(ctx, ctx.rank) - from);
           copy(seg.stage(ctx.rank, number(staged_)),
-               static_cast<const std::byte*>(call_->input.data()) + from, n);
+               static_cast<const std::byte*>(call_.input.data()) + from, n);
           publish(ctx, &rank_progress::staged, number(staged_++), moved);
           progress = true;
           continue;
@@ -479,7 +477,7 @@ class direct_shm final : public shm_op {
       finished_ = true;
       finish_op(ctx, moved);
     }
-    if (call_->on_success) call_->on_success();
+    if (call_.on_success) call_.on_success();
     return true;
   }
 
@@ -502,7 +500,7 @@ class direct_shm final : public shm_op {
   /// source, which `at(r)` holds (from byte lo on).
   template <class Where>
   void consume_range(inline_context& ctx, std::int64_t lo, std::int64_t hi, const Where& at) {
-    auto& c = *call_;
+    auto& c = call_;
     const int me = ctx.rank, n = ctx.size;
     auto part = [&](const need& nd) {
       return std::pair{std::max(nd.from, lo), std::min(nd.to, hi)};
@@ -561,19 +559,19 @@ class direct_shm final : public shm_op {
   /// output worth mapping (in one process too: the others copy their blocks
   /// while the root copies its own).
   bool offers_output(inline_context& ctx) const {
-    const auto& c = *call_;
+    const auto& c = call_;
     return layout_->pushes_to_root() && direct(ctx) && ctx.rank == c.root && c.output.defined() &&
            c.output.nbytes() >= own_mapping_bytes;
   }
   /// The root posted its output (the same answer on every rank).
   bool root_offered_output(inline_context& ctx) const {
     return layout_->pushes_to_root() && direct(ctx) &&
-           ctx.seg->descriptor(call_->root, op).out_nbytes != 0;
+           ctx.seg->descriptor(call_.root, op).out_nbytes != 0;
   }
   /// Writes what the root needs of this rank's input into the root's output
   /// (the root copies its own block itself: own_part).
   void push(inline_context& ctx) {
-    auto& c = *call_;
+    auto& c = call_;
     const int root = c.root;
     if (ctx.rank == root) return own_part(ctx);
     const auto nd = needed(ctx, root, ctx.rank);
@@ -623,7 +621,7 @@ class direct_shm final : public shm_op {
     }
   }
 
-  call_ptr call_;  // the caller's, not copied (the op is its last user)
+  collective_call call_;  // held here: one allocation per call
   const direct_layout* layout_;
   phase phase_ = phase::post;
   std::string refused_;
@@ -654,7 +652,7 @@ bool fits_direct_shm(const collective_call& c, int size) {
   }
 }
 
-std::unique_ptr<inline_op> make_direct_shm(call_ptr call) {
+std::unique_ptr<inline_op> make_direct_shm(collective_call&& call) {
   return std::make_unique<direct_shm>(std::move(call));
 }
 

@@ -18,6 +18,6 @@ bool fits_direct_shm(const collective_call& c, int size);
 /// The operation for `c` (fits_direct_shm), which it keeps and may change
 /// (alltoall in place reads a copy of its input); the caller sets the op's
 /// fields and runs it on the inline engine of a group whose ranks share this host.
-std::unique_ptr<inline_op> make_direct_shm(call_ptr c);
+std::unique_ptr<inline_op> make_direct_shm(collective_call&& c);
 
 }  // namespace troupe::detail
