@@ -35,7 +35,7 @@ work host_backend::submit(collective_call&& c) {
     const auto* name = c.name;
     const auto timeout = c.timeout;
     auto outputs = std::move(c.outputs);
-    auto handle = c.handle;
+    auto handle = std::move(c.handle);  // the operation's own; the call keeps none
     // The data only for the detail log (the call moves into the operation).
     const tensor logged =
         debug_ == debug_level::detail ? (c.input.defined() ? c.input : c.output) : tensor{};

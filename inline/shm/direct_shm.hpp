@@ -10,7 +10,6 @@
 namespace troupe::detail {
 
 struct collective_call;
-using call_ptr = std::shared_ptr<collective_call>;
 
 /// Whether `c` can run as a direct_shm operation (the same answer on every
 /// rank of a group whose ranks pass the same arguments).
