@@ -2,6 +2,7 @@
 
 #include "base/sim_conductor.hpp"
 
+#include <atomic>
 #include <string>
 
 #include "base/work_state.hpp"
@@ -12,6 +13,7 @@ namespace troupe::detail {
 namespace {
 thread_local sim_conductor* here = nullptr;
 thread_local int here_rank = -1;
+std::atomic<int> conductors{0};  // of simulations running in this process
 }  // namespace
 
 sim_conductor* sim_here() noexcept {
@@ -19,6 +21,9 @@ sim_conductor* sim_here() noexcept {
 }
 int sim_rank_here() noexcept {
   return here_rank;
+}
+bool in_simulation() noexcept {
+  return conductors.load(std::memory_order_relaxed) != 0 && here != nullptr;
 }
 void set_sim_here(sim_conductor* c, int rank) noexcept {
   here = c;
@@ -35,7 +40,13 @@ sim_conductor::sim_conductor(int n, std::uint64_t seed, std::vector<fault_rule> 
       state_(static_cast<std::size_t>(n), st::starting),
       calls_(static_cast<std::size_t>(n), 0),
       stalled_(static_cast<std::size_t>(n), false),
-      quiet_(static_cast<std::size_t>(n), false) {}
+      quiet_(static_cast<std::size_t>(n), false) {
+  conductors.fetch_add(1);
+}
+
+sim_conductor::~sim_conductor() {
+  conductors.fetch_sub(1);
+}
 
 std::uint64_t sim_conductor::next_random() {
   // splitmix64: the same sequence for the same seed on every platform.

@@ -29,6 +29,9 @@ class sim_conductor {
     int at_call = 1;
   };
   sim_conductor(int n, std::uint64_t seed, std::vector<fault_rule> faults, std::string* log);
+  ~sim_conductor();
+  sim_conductor(const sim_conductor&) = delete;
+  sim_conductor& operator=(const sim_conductor&) = delete;
 
   /// The rank's thread starts: waits for its first turn (once all entered).
   void enter(int rank);
@@ -69,6 +72,9 @@ class sim_conductor {
 
 /// The conductor of the simulation this thread is a rank of (null: none).
 sim_conductor* sim_here() noexcept;
+/// Whether this thread is a rank of a simulation, cheaply: one relaxed load
+/// while no simulation runs in the process (hot loops may ask it).
+bool in_simulation() noexcept;
 int sim_rank_here() noexcept;
 void set_sim_here(sim_conductor* c, int rank) noexcept;
 
