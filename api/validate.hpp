@@ -14,6 +14,9 @@ namespace troupe::detail {
 class validator {
  public:
   validator(const char* op, int rank, int size) : op_(op), rank_(rank), size_(size) {}
+  /// The calling rank and the group's size.
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
 
   [[noreturn]] void fail(const std::string& what) const;
   /// Non-empty list (when `min` is 1) of defined, contiguous tensors of one dtype and device.

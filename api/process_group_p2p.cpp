@@ -1,0 +1,90 @@
+// process_group's point-to-point calls: send, recv, recv_any_source and
+// batch_isend_irecv, checked on this rank, then issued by the backend of the
+// buffers' device and recorded by track().
+
+#include "troupe/process_group.hpp"
+
+#include <algorithm>
+
+#include "api/validate.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe {
+
+using detail::validator;
+
+// -- point to point ------------------------------------------------------------------
+
+namespace {
+
+void check_peer(const validator& v, int peer, int rank, const char* what) {
+  v.rank_arg(peer, what);
+  if (peer == rank)
+    v.fail(std::string(what) + " " + std::to_string(peer) +
+           " is this rank; sending to or receiving from self is not supported");
+}
+
+void check_p2p_tensors(const validator& v, std::span<const tensor> ts, int tag) {
+  v.tensors(ts, "tensors");
+  v.length(ts.size(), 1, "tensors");
+  if (tag < 0) v.fail("tag " + std::to_string(tag) + " is negative");
+}
+
+}  // namespace
+
+work process_group::send(tensor_list ts, int dst, const p2p_options& o) {
+  check_member("send");
+  validator v{"send", rank_, size()};
+  check_p2p_tensors(v, ts, o.tag);
+  check_peer(v, dst, rank_, "dst_rank");
+  return track(backend_for("send", ts).send(ts, dst, o), "send", ts, dst);
+}
+
+work process_group::recv(tensor_list ts, int src, const p2p_options& o) {
+  check_member("recv");
+  validator v{"recv", rank_, size()};
+  check_p2p_tensors(v, ts, o.tag);
+  check_peer(v, src, rank_, "src_rank");
+  return track(backend_for("recv", ts).recv(ts, src, o), "recv", ts, src);
+}
+
+work process_group::recv_any_source(tensor_list ts, const p2p_options& o) {
+  check_member("recv_any_source");
+  validator v{"recv_any_source", rank_, size()};
+  check_p2p_tensors(v, ts, o.tag);
+  return track(backend_for("recv_any_source", ts).recv_any_source(ts, o), "recv_any_source", ts,
+               -1);
+}
+
+work process_group::batch_isend_irecv(std::vector<p2p_op> ops) {
+  check_member("batch_isend_irecv");
+  validator v{"batch_isend_irecv", rank_, size()};
+  if (ops.empty()) v.fail("the list of operations is empty");
+  // Validate every op first, so that a bad one issues nothing.
+  for (auto& op : ops) {
+    check_p2p_tensors(v, {&op.buffer, 1}, op.tag);
+    check_peer(v, op.peer, rank_, op.kind == p2p_op::isend ? "isend peer" : "irecv peer");
+  }
+  // Every buffer on one device: that device's backend issues the batch
+  // (NCCL groups it); otherwise each op goes to its own device's backend.
+  tensor_list buffers;
+  buffers.reserve(ops.size());
+  for (auto& op : ops) buffers.push_back(op.buffer);
+  const auto d = ops.front().buffer.get_device().type;
+  const bool one_device = std::all_of(
+      ops.begin(), ops.end(), [d](const p2p_op& op) { return op.buffer.get_device().type == d; });
+  if (one_device)
+    return track(backend_for("batch_isend_irecv", buffers).batch_isend_irecv(ops),
+                 "batch_isend_irecv", buffers, -1);
+  std::vector<work> parts;
+  const bool outer = coalescing_;
+  coalescing_ = false;  // the parts are tracked as one work below
+  for (auto& op : ops)
+    parts.push_back(op.kind == p2p_op::isend ? send(op.buffer, op.peer, op.tag)
+                                             : recv(op.buffer, op.peer, op.tag));
+  coalescing_ = outer;
+  return track(work::when_all("batch_isend_irecv", name_, std::move(parts)), "batch_isend_irecv",
+               {}, -1);
+}
+
+}  // namespace troupe
