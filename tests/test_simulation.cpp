@@ -118,6 +118,54 @@ TEST_CASE("a killed rank: every other rank fails with peer_failure naming it, re
   }
 }
 
+TEST_CASE("a killed sender: its receiver fails naming it, the same way however long turns take") {
+  for (int n : {2, 3, 4}) {
+    CAPTURE(n);
+    std::string runs[3], failures[3];
+    for (int run = 0; run < 3; ++run) {
+      const bool pause = run == 2;
+      std::mutex m;
+      testing::simulation_options o;
+      o.seed = 7;
+      o.schedule = &runs[run];
+      o.faults = {{testing::fault::kill, n - 1, 2}};
+      testing::simulate(
+          n,
+          [&](world& w) {
+            auto& g = w.default_group();
+            auto t = tensor::from_vector<float>({float(w.rank())});
+            try {
+              for (int i = 0; i < 3; ++i) {
+                if (w.rank() == 0) {
+                  for (int src = 1; src < n; ++src) {
+                    auto wk = g.recv(t, src, {});
+                    if (pause) std::this_thread::sleep_for(30ms);
+                    wk.wait();
+                    CHECK(t.to_vector<float>()[0] == float(src));
+                  }
+                } else {
+                  auto wk = g.send(t, 0, {});
+                  if (pause) std::this_thread::sleep_for(30ms);
+                  wk.wait();
+                }
+              }
+            } catch (const error& e) {
+              CHECK(e.code() == errc::peer_failure);
+              std::lock_guard<std::mutex> lk{m};
+              failures[run] += "rank " + std::to_string(w.rank()) + ": " + e.what() + "\n";
+            }
+          },
+          o);
+      CHECK(failures[run].find("rank 0: ") != std::string::npos);
+      CHECK(failures[run].find("rank " + std::to_string(n - 1)) != std::string::npos);
+    }
+    CHECK(runs[0] == runs[1]);
+    CHECK(runs[0] == runs[2]);
+    CHECK(failures[0] == failures[1]);
+    CHECK(failures[0] == failures[2]);
+  }
+}
+
 TEST_CASE("a frozen rank: the others time out in virtual time, naming it") {
   std::mutex m;
   std::vector<std::string> errors(3);
