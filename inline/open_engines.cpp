@@ -66,7 +66,7 @@ inline_engines open_inline_engines(const backend_context& ctx,
   for (int r = 0; r < ctx.size; ++r) keys.push_back("fabric/mode/" + std::to_string(r));
   bool agreed = mode != "none";
   for (auto& v : st.multi_get(keys)) agreed = agreed && troupe::to_string(v) == mode;
-  if (seg && ctx.rank == 0) seg->unlink();
+  if (seg && ctx.rank == 0) seg->close_descriptor();
   if (!why.empty() && verbose)
     std::fprintf(stderr, "[troupe group '%s' rank %d] no shared-memory collectives: %s\n",
                  ctx.group_name.c_str(), ctx.rank, why.c_str());

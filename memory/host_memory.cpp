@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/sealed_memfd.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -24,22 +25,6 @@ namespace {
 
 std::string errno_text() {
   return std::strerror(errno);
-}
-
-/// A memfd of `size` bytes sealed against resizing, so that a peer that maps
-/// it (memory/peer_memory, which checks the seal) can never fault on pages
-/// past its end; -1 (errno set) when it cannot be made.
-int sealed_memfd(std::size_t size) {
-  const int fd = ::memfd_create("troupe-shared-tensor", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return -1;
-  if (::ftruncate(fd, static_cast<off_t>(size)) != 0 ||
-      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    const int e = errno;
-    ::close(fd);
-    errno = e;
-    return -1;
-  }
-  return fd;
 }
 
 constexpr std::size_t huge_page = std::size_t{2} << 20;
@@ -306,7 +291,7 @@ std::shared_ptr<void> allocate_host(std::size_t bytes) {
 
 std::shared_ptr<void> allocate_shared(std::size_t bytes) {
   const std::size_t size = std::max<std::size_t>(bytes, 64);
-  const int fd = sealed_memfd(size);
+  const int fd = sealed_memfd(shared_tensor_memfd, size);
   if (fd < 0)
     throw error(errc::backend, "tensor.empty_shared: cannot make " + std::to_string(size) +
                                    " bytes of shared memory: " + errno_text());
@@ -369,7 +354,7 @@ std::optional<shared_range> share_in_place(const void* p, std::size_t bytes) {
   const auto soft = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : rlim_t{1024};
   if (reg.moved >= static_cast<std::size_t>(std::min<rlim_t>(256, soft / 4))) return std::nullopt;
   const auto size = it->second.size;
-  const int fd = sealed_memfd(size);
+  const int fd = sealed_memfd(shared_tensor_memfd, size);
   if (fd < 0) return std::nullopt;  // out of descriptors, say: the buffer stays private
   void* fresh = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (fresh == MAP_FAILED) {

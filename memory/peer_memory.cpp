@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "memory/sealed_memfd.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -34,18 +35,10 @@ std::byte* peer_memory::map(int pid, const peer_buffer& b, const char* op, const
     fail("map " + std::to_string(b.size) + " bytes of a buffer of " + std::to_string(hit->size) +
          " bytes,");
   if (hit == maps_.end()) {
-    const auto path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(b.fd);
-    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) fail(std::string("open (") + std::strerror(errno) + ")");
-    // Only a memfd that can never shrink below the size announced is safe
-    // to read (pages past a file's end fault).
-    struct stat st {};
-    const int seals = ::fcntl(fd, F_GET_SEALS);
-    if (::fstat(fd, &st) != 0 || seals < 0 || (seals & F_SEAL_SHRINK) == 0 ||
-        static_cast<std::uint64_t>(st.st_size) < b.size) {
-      ::close(fd);
-      fail("trust (not a sealed memfd of " + std::to_string(b.size) + " bytes)");
-    }
+    std::size_t bytes = 0;
+    std::string why;
+    const int fd = open_sealed_memfd(pid, b.fd, b.size, shared_tensor_memfd, &bytes, &why);
+    if (fd < 0) fail("use (" + why + ")");
     void* p = ::mmap(nullptr, b.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int mapped_errno = errno;
     ::close(fd);

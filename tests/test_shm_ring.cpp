@@ -12,14 +12,31 @@
 #include <thread>
 #include <vector>
 
+#include "../memory/sealed_memfd.hpp"
 #include "../transport/shm_ring.hpp"
+#include "troupe/error.hpp"
 
 using troupe::detail::shm_ring;
 
 namespace {
 
+constexpr const char* prefix = "troupe-test-ring-";
+
 std::string ring_name(const char* what) {
-  return "/troupe-test-ring-" + std::string(what) + "-" + std::to_string(::getpid());
+  return prefix + std::string(what) + "-" + std::to_string(::getpid());
+}
+
+/// The reader's side of `w` (in this process, as another process opens it).
+std::unique_ptr<shm_ring> open_ring(const shm_ring& w) {
+  return shm_ring::open(w.name(), ::getpid(), prefix);
+}
+
+/// The writer's descriptor of `w`, as /proc shows it to other processes.
+std::string descriptor_path(const shm_ring& w) {
+  std::string name;
+  int pid = 0, fd = -1;
+  REQUIRE(troupe::detail::parse_memfd_locator(w.name(), &name, &pid, &fd));
+  return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
 }
 
 /// Writes `rounds` messages of `size` bytes and reads each back: true when
@@ -39,7 +56,7 @@ bool round_trips(shm_ring& w, shm_ring& r, std::size_t size, int rounds) {
 TEST_CASE("bytes go round a ring several times, whole and in order") {
   const auto name = ring_name("order");
   auto w = shm_ring::create(name, std::size_t{64} << 10);
-  auto r = shm_ring::open(name);
+  auto r = open_ring(*w);
   // Pieces that do not divide the ring: they cross its end.
   CHECK(round_trips(*w, *r, 7000, 30));
   CHECK(round_trips(*w, *r, 1, 100));
@@ -51,7 +68,7 @@ TEST_CASE("a ring's sides keep to their mapping whatever capacity its control bl
   auto w = shm_ring::create(name, cap);
   // Another process claims a capacity a thousand times the ring's: the one
   // word of the control block that holds the capacity at creation.
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  const int fd = ::open(descriptor_path(*w).c_str(), O_RDWR);
   REQUIRE(fd >= 0);
   void* base = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -64,7 +81,7 @@ TEST_CASE("a ring's sides keep to their mapping whatever capacity its control bl
       ++found;
     }
   REQUIRE(found == 1);
-  auto r = shm_ring::open(name);
+  auto r = open_ring(*w);
   CHECK(round_trips(*w, *r, 7000, 30));
   ::munmap(base, 4096);
 }
@@ -73,7 +90,7 @@ TEST_CASE("read_some frees room when told: the writer sees it after publish_read
   const auto name = ring_name("publish");
   const std::uint64_t cap = std::uint64_t{64} << 10;
   auto w = shm_ring::create(name, cap);
-  auto r = shm_ring::open(name);
+  auto r = open_ring(*w);
   std::vector<char> bytes(100, 'x'), in(100);
   REQUIRE(w->write(bytes.data(), bytes.size()));
   CHECK(r->readable());
@@ -101,7 +118,7 @@ TEST_CASE("a writer that fills the ring gets all its bytes through read_some and
   const auto name = ring_name("stream");
   const std::uint64_t cap = std::uint64_t{64} << 10;
   auto w = shm_ring::create(name, cap);
-  auto r = shm_ring::open(name);
+  auto r = open_ring(*w);
   // Eight rings' worth in writes of uneven sizes; the reader takes small
   // pieces and tells the writer now after one (below a 16th of the ring:
   // told without a fence), now after several (told with one), as the data
@@ -139,7 +156,7 @@ TEST_CASE("a writer that fills the ring gets all its bytes through read_some and
 TEST_CASE("a reader waiting while bytes keep coming stays awake: its writer wakes it rarely") {
   const auto name = ring_name("linger");
   auto w = shm_ring::create(name, std::size_t{64} << 10);
-  auto r = shm_ring::open(name);
+  auto r = open_ring(*w);
   // A message every few microseconds, read as the data plane's reader
   // thread reads (wait_readable, then what is there). A reader that slept
   // at once would need a wake-up for nearly every message. The window is
@@ -166,4 +183,55 @@ TEST_CASE("a reader waiting while bytes keep coming stays awake: its writer wake
   reader.join();
   CHECK(w->wakes_sent() < messages / 4);
   MESSAGE("wake-ups sent: " << w->wakes_sent() << " for " << messages << " messages");
+}
+
+TEST_CASE("no process can resize a ring under its sides' mappings") {
+  auto w = shm_ring::create(ring_name("sealed"), std::size_t{64} << 10);
+  const int fd = ::open(descriptor_path(*w).c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  // A truncated file would fault (SIGBUS) in every mapping past its end.
+  CHECK(::ftruncate(fd, 4096) != 0);
+  CHECK(errno == EPERM);
+  CHECK(::ftruncate(fd, std::int64_t{1} << 30) != 0);
+  ::close(fd);
+  auto r = open_ring(*w);
+  CHECK(round_trips(*w, *r, 7000, 30));
+  // Once the reader opened it, the writer lets go of its descriptor:
+  // nothing can open the ring any more.
+  const auto path = descriptor_path(*w);
+  w->opened_by_reader();
+  CHECK_THROWS_AS(open_ring(*w), troupe::error);
+  CHECK(::open(path.c_str(), O_RDWR) < 0);
+  CHECK(round_trips(*w, *r, 7000, 3));
+}
+
+TEST_CASE("a reader refuses what is not a sealed ring of the named process, saying why") {
+  auto w = shm_ring::create(ring_name("refuse"), std::size_t{64} << 10);
+  auto refused = [](const std::string& name, int pid, const std::string& expect) {
+    CAPTURE(name);
+    try {
+      shm_ring::open(name, pid, prefix);
+      FAIL("opened");
+    } catch (const troupe::error& e) {
+      CHECK(std::string(e.what()).find(expect) != std::string::npos);
+    }
+  };
+  const auto me = std::to_string(::getpid());
+  refused("not a locator", ::getpid(), "does not name a ring");
+  refused("other-prefix@" + me + ":3", ::getpid(), "does not name a ring");
+  refused(w->name(), ::getpid() + 1, "is not of process");
+  // Another descriptor of this process (a plain file), under a ring's name.
+  const int null_fd = ::open("/dev/null", O_RDONLY);
+  REQUIRE(null_fd >= 0);
+  refused(std::string(prefix) + "x@" + me + ":" + std::to_string(null_fd), ::getpid(),
+          "is not the memfd");
+  ::close(null_fd);
+  // A memfd of that name that anyone could shrink.
+  const int loose = ::memfd_create((std::string(prefix) + "loose").c_str(), MFD_CLOEXEC);
+  REQUIRE(loose >= 0);
+  REQUIRE(::ftruncate(loose, 1 << 16) == 0);
+  refused(std::string(prefix) + "loose@" + me + ":" + std::to_string(loose), ::getpid(),
+          "is not a sealed memfd");
+  ::close(loose);
+  refused(std::string(prefix) + "gone@" + me + ":999999", ::getpid(), "cannot open");
 }

@@ -187,8 +187,9 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     tcp_choose_congestion(fd, opts_.congestion);  // before its first byte
     hello h{opts_.token, me, static_cast<std::int32_t>(::getpid()), host_name(), opts_.job, {}};
     if (p.same_host && opts_.transport != "tcp") {
-      h.ring = "/troupe-" + opts_.job + "-" + std::to_string(me) + "-" + std::to_string(r);
-      p.out_ring = shm_ring::create(h.ring, ring_capacity);
+      p.out_ring = shm_ring::create(
+          std::string(ring_prefix) + std::to_string(me) + "-" + std::to_string(r), ring_capacity);
+      h.ring = p.out_ring->name();
     }
     const auto bytes = encode_hello(h);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -214,6 +215,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
                                      std::to_string(port) +
                                      " closed this rank's connection without accepting it (a "
                                      "wrong job token, or it gave up building its world)");
+    if (p.out_ring) p.out_ring->opened_by_reader();  // it acknowledged after opening it
     p.out = p.out_ring ? static_cast<byte_stream*>(p.out_ring.get()) : p.out_socket.get();
   }
   // 4. Wait until every process peer connected to us.

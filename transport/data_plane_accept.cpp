@@ -106,8 +106,6 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
   const int r = h.rank;
   if (r < 0 || r >= opts_.world_size || at(r).local)
     return refuse_fd("bad rank " + std::to_string(r));
-  if (!h.ring.empty() && h.ring.rfind("/troupe-" + opts_.job + "-", 0) != 0)
-    return refuse_fd("bad ring name");
   auto& p = at(r);
   {
     std::lock_guard<std::mutex> g{mtx_};
@@ -115,7 +113,7 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
   }
   std::unique_ptr<shm_ring> in_ring;
   try {
-    if (!h.ring.empty()) in_ring = shm_ring::open(h.ring);
+    if (!h.ring.empty()) in_ring = shm_ring::open(h.ring, h.pid, ring_prefix);
   } catch (const std::exception& e) {
     return refuse_fd(e.what());
   }

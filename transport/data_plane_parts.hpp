@@ -16,6 +16,10 @@
 
 namespace troupe::detail {
 
+/// The name of every ring between two ranks' processes starts so
+/// ("troupe-ring-WRITER-READER"); a hello that names another is refused.
+inline constexpr const char* ring_prefix = "troupe-ring-";
+
 struct data_plane::peer {
   std::string process;  // identity of the peer's process
   std::string host;

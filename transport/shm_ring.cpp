@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "base/futex.hpp"
+#include "memory/sealed_memfd.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -40,41 +41,46 @@ constexpr int MADV_POPULATE_WRITE = 23;
 }  // namespace
 
 std::unique_ptr<shm_ring> shm_ring::create(const std::string& name, std::size_t capacity) {
-  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw error(errc::backend,
-                "shared memory: cannot create '" + name + "': " + std::strerror(errno));
+  // A sealed memfd: the reader's process can never truncate it under the
+  // writer's mapping (nor the other way round).
   const std::size_t size = data_offset + capacity;
-  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    auto why = std::string(std::strerror(errno));
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    throw error(errc::backend, "shared memory: cannot size '" + name + "': " + why);
-  }
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
+  const int fd = sealed_memfd(name, size);
+  void* base =
+      fd < 0 ? MAP_FAILED : ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
-    ::shm_unlink(name.c_str());
-    throw error(errc::backend, "shared memory: cannot map '" + name + "'");
+    const auto why = std::string(std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    throw error(errc::backend, "shared memory: cannot create or map the ring '" + name + "' (" +
+                                   std::to_string(size) + " bytes): " + why);
   }
   auto* ctl = new (base) control{};
   ctl->capacity = capacity;
-  return std::unique_ptr<shm_ring>(new shm_ring(name, base, size, true));
+  auto ring = std::unique_ptr<shm_ring>(new shm_ring(memfd_locator(name, fd), base, size, true));
+  ring->fd_ = fd;
+  return ring;
 }
 
-std::unique_ptr<shm_ring> shm_ring::open(const std::string& name) {
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw error(errc::backend,
-                "shared memory: cannot open '" + name + "': " + std::strerror(errno));
-  ::shm_unlink(name.c_str());  // both sides have it mapped: nothing is left behind on a crash
-  off_t size = ::lseek(fd, 0, SEEK_END);
-  void* base =
-      ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base == MAP_FAILED || static_cast<std::size_t>(size) <= data_offset)
-    throw error(errc::backend, "shared memory: cannot map '" + name + "'");
-  return std::unique_ptr<shm_ring>(new shm_ring(name, base, static_cast<std::size_t>(size), false));
+std::unique_ptr<shm_ring> shm_ring::open(const std::string& locator, int pid,
+                                         const std::string& prefix) {
+  std::string name, why;
+  int owner = 0, fd = -1;
+  if (!parse_memfd_locator(locator, &name, &owner, &fd) || name.rfind(prefix, 0) != 0)
+    throw error(errc::backend, "shared memory: '" + locator + "' does not name a ring");
+  if (owner != pid)
+    throw error(errc::backend, "shared memory: the ring '" + locator + "' is not of process " +
+                                   std::to_string(pid));
+  std::size_t size = 0;
+  const int mine = open_sealed_memfd(pid, fd, data_offset + 1, name, &size, &why);
+  if (mine < 0) throw error(errc::backend, "shared memory: cannot open a ring: " + why);
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, mine, 0);
+  ::close(mine);
+  if (base == MAP_FAILED) throw error(errc::backend, "shared memory: cannot map '" + locator + "'");
+  return std::unique_ptr<shm_ring>(new shm_ring(locator, base, size, false));
+}
+
+void shm_ring::opened_by_reader() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 shm_ring::shm_ring(std::string name, void* base, std::size_t mapped, bool owner)
@@ -88,7 +94,7 @@ shm_ring::shm_ring(std::string name, void* base, std::size_t mapped, bool owner)
 
 shm_ring::~shm_ring() {
   close();
-  if (owner_) ::shm_unlink(name_.c_str());  // in case the reader never opened it
+  opened_by_reader();  // or never will
   ::munmap(base_, mapped_);
 }
 

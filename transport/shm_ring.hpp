@@ -1,5 +1,5 @@
 #pragma once
-// shm_ring — a byte_stream through a ring buffer in POSIX shared memory,
+// shm_ring — a byte_stream through a ring buffer in shared memory,
 // for processes on one host (one ring per direction and pair of ranks).
 //
 // Single producer, single consumer. Positions are monotonically growing byte
@@ -20,10 +20,18 @@ namespace troupe::detail {
 
 class shm_ring final : public byte_stream {
  public:
-  /// Creates a new segment named `name` ("/troupe-..."); the writer side.
+  /// Creates a new ring of `capacity` bytes: a sealed memfd
+  /// (memory/sealed_memfd) named `name`; the writer side. Its reader finds
+  /// it by name() ("NAME@PID:FD").
   static std::unique_ptr<shm_ring> create(const std::string& name, std::size_t capacity);
-  /// Opens (and unlinks) a segment another process created; the reader side.
-  static std::unique_ptr<shm_ring> open(const std::string& name);
+  /// Opens the ring that process `pid` created, found by its name(), which
+  /// must start with `prefix`; the reader side. Throws errc::backend when
+  /// it is not such a ring.
+  static std::unique_ptr<shm_ring> open(const std::string& name, int pid,
+                                        const std::string& prefix);
+  /// The writer closes the memfd's descriptor once the reader opened the
+  /// ring (the mappings stay): nothing can open it after that.
+  void opened_by_reader();
   ~shm_ring() override;
 
   bool write(const void* data, std::size_t n) override;
@@ -71,6 +79,7 @@ class shm_ring final : public byte_stream {
   void* base_;
   std::size_t mapped_;
   bool owner_;
+  int fd_ = -1;  ///< the writer's memfd, until the reader opened it
   control* ctl_;
   char* data_;
   // The data's bytes, from this side's mapping: never the control block's

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "base/futex.hpp"
+#include "memory/sealed_memfd.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -35,7 +36,7 @@ std::size_t round_up(std::size_t n, std::size_t to) {
 std::string fresh_name() {
   std::random_device rd;
   char buf[64];
-  std::snprintf(buf, sizeof buf, "/troupe-fabric-%d-%08x%08x", static_cast<int>(::getpid()), rd(),
+  std::snprintf(buf, sizeof buf, "troupe-fabric-%d-%08x%08x", static_cast<int>(::getpid()), rd(),
                 rd());
   return buf;
 }
@@ -124,59 +125,55 @@ std::unique_ptr<segment> segment::create(const segment_shape& shape) {
   const auto name = fresh_name();
   offsets off;
   const auto bytes = plan(shape, off);
-  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw error(errc::backend,
-                "shared memory: cannot create '" + name + "': " + std::strerror(errno));
-  void* base = nullptr;
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) base = map_fd(fd, bytes);
-  const auto why = std::string(std::strerror(errno));
-  ::close(fd);
+  // A sealed memfd: no process can truncate it under a peer's mapping.
+  const int fd = sealed_memfd(name, bytes);
+  void* base = fd < 0 ? nullptr : map_fd(fd, bytes);
   if (!base) {
-    ::shm_unlink(name.c_str());
-    throw error(errc::backend, "shared memory: cannot size or map '" + name + "' (" +
+    const auto why = std::string(std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    throw error(errc::backend, "shared memory: cannot create or map the segment '" + name + "' (" +
                                    std::to_string(bytes) + " bytes): " + why);
   }
   // A fresh file reads as zeros: every counter starts at 0.
-  auto seg = std::unique_ptr<segment>(new segment(name, base, bytes, shape));
-  seg->mapping_ = share_mapping(name, base, bytes);
+  auto seg = std::unique_ptr<segment>(new segment(memfd_locator(name, fd), base, bytes, shape));
+  seg->fd_ = fd;
+  seg->mapping_ = share_mapping(seg->name_, base, bytes);
   return seg;
 }
 
-std::unique_ptr<segment> segment::open(const std::string& name, const segment_shape& shape) {
+std::unique_ptr<segment> segment::open(const std::string& locator, const segment_shape& shape) {
   offsets planned;
   const auto want = plan(shape, planned);
-  if (auto m = mapped_here(name)) {
-    auto seg = std::unique_ptr<segment>(new segment(name, m.get(), want, shape));
+  if (auto m = mapped_here(locator)) {
+    auto seg = std::unique_ptr<segment>(new segment(locator, m.get(), want, shape));
     seg->mapping_ = std::move(m);
-    seg->linked_ = false;  // the creator unlinks it
     return seg;
   }
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0)
-    throw error(errc::backend,
-                "shared memory: cannot open '" + name + "': " + std::strerror(errno));
-  const auto size = ::lseek(fd, 0, SEEK_END);
-  offsets off;
-  const auto bytes = plan(shape, off);
-  void* base = size == static_cast<off_t>(bytes) ? map_fd(fd, bytes) : nullptr;
+  std::string name, why;
+  int pid = 0, peer_fd = -1;
+  if (!parse_memfd_locator(locator, &name, &pid, &peer_fd) || name.rfind("troupe-fabric-", 0) != 0)
+    throw error(errc::backend, "shared memory: '" + locator + "' does not name a segment");
+  std::size_t size = 0;
+  const int fd = open_sealed_memfd(pid, peer_fd, want, name, &size, &why);
+  if (fd < 0) throw error(errc::backend, "shared memory: cannot open the segment: " + why);
+  void* base = size == want ? map_fd(fd, want) : nullptr;
   ::close(fd);
   if (!base)
-    throw error(errc::backend, "shared memory: cannot map '" + name + "' (" + std::to_string(size) +
-                                   " bytes, expected " + std::to_string(bytes) + ")");
-  auto seg = std::unique_ptr<segment>(new segment(name, base, bytes, shape));
-  seg->mapping_ = share_mapping(name, base, bytes);
-  seg->linked_ = false;  // the creator unlinks it
+    throw error(errc::backend, "shared memory: cannot map '" + locator + "' (" +
+                                   std::to_string(size) + " bytes, expected " +
+                                   std::to_string(want) + ")");
+  auto seg = std::unique_ptr<segment>(new segment(locator, base, want, shape));
+  seg->mapping_ = share_mapping(locator, base, want);
   return seg;
 }
 
 segment::~segment() {
-  unlink();
+  close_descriptor();
 }
 
-void segment::unlink() {
-  if (linked_) ::shm_unlink(name_.c_str());
-  linked_ = false;
+void segment::close_descriptor() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 rank_progress& segment::progress(int r) noexcept {

@@ -111,9 +111,11 @@ struct alignas(64) rank_identity {
 
 class segment {
  public:
-  /// Creates a new segment for `shape` under a fresh name (returned by name()).
+  /// Creates a new segment for `shape`: a sealed memfd (memory/sealed_memfd)
+  /// that other ranks find by name() ("NAME@PID:FD").
   static std::unique_ptr<segment> create(const segment_shape& shape);
-  /// Maps the segment `name` that another rank created.
+  /// Maps the segment another rank created, found by its name(); ranks of
+  /// one process share one mapping.
   static std::unique_ptr<segment> open(const std::string& name, const segment_shape& shape);
   ~segment();
   segment(const segment&) = delete;
@@ -121,8 +123,9 @@ class segment {
 
   const std::string& name() const noexcept { return name_; }
   const segment_shape& shape() const noexcept { return shape_; }
-  /// Removes the name (the mapping stays); done once every rank mapped it.
-  void unlink();
+  /// The creator closes the memfd's descriptor (the mappings stay) once
+  /// every rank opened it: nothing can open the segment after that.
+  void close_descriptor();
 
   rank_progress& progress(int r) noexcept;
   rank_identity& identity(int r) noexcept;
@@ -165,7 +168,7 @@ class segment {
   std::size_t bytes_;
   std::shared_ptr<std::byte> mapping_;  ///< unmaps when the process's last user goes
   segment_shape shape_;
-  bool linked_ = true;
+  int fd_ = -1;  ///< the creator's memfd, until every rank opened it
   struct offsets {
     std::size_t bells, progress, identity, descriptors, announce, tiny, small, stage, result;
   };
