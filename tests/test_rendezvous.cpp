@@ -7,7 +7,10 @@
 // after they reached the store.
 
 #include <doctest/doctest.h>
+#include <linux/capability.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 
 #include <atomic>
 #include <thread>
@@ -247,5 +250,65 @@ TEST_CASE("a rank killed at varied moments of the rendezvous: the others fail at
     killer.join();
     check_outcome(codes, 2, b,
                   "killed " + std::to_string(delay) + " ms after it wrote its identity");
+  }
+}
+
+namespace {
+
+/// Gives up the capability to look into other processes (root has it; a
+/// user's processes do not): a process that is not dumpable is then closed
+/// to this one, as to another user's.
+void drop_ptrace_capability() {
+  __user_cap_header_struct h{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct d[2] = {};
+  if (::syscall(SYS_capget, &h, d) != 0) return;
+  d[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+  ::syscall(SYS_capset, &h, d);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a process whose memory its peers cannot open: the world still forms and every call works") {
+  // A process that is not dumpable (prctl) keeps its /proc/PID/fd from the
+  // other processes of its user; one without CAP_SYS_PTRACE cannot open a
+  // root process's at all (so, run as root, neither rank can open the
+  // other's). Peers that cannot open a ring read its writer over the socket
+  // instead, a segment that not every rank can open is not used, and every
+  // call still works.
+  for (int closed : {0, 1}) {
+    CAPTURE(closed);
+    const auto path = test::temp_store_path();
+    auto codes = test::fork_ranks(2, [&](int r) {
+      ::setenv("TROUPE_TRANSPORT", "shm", 1);
+      drop_ptrace_capability();
+      if (r == closed) ::prctl(PR_SET_DUMPABLE, 0);
+      auto s = std::make_shared<file_store>(path, 20s);
+      world w{test::child_world(s, r, 2, 20s)};
+      auto& pg = w.default_group();
+      bool ok = true;
+      for (std::int64_t n : {1, 1024, 64 << 10}) {
+        auto t = tensor::from_vector(std::vector<float>(static_cast<std::size_t>(n), r + 1.f));
+        pg.allreduce(t).wait();
+        ok &= expect(r, t.to_vector<float>().back() == 3.f, "allreduce of " + std::to_string(n));
+        auto b = tensor::from_vector(std::vector<float>(static_cast<std::size_t>(n), float(r)));
+        pg.broadcast(b, 1).wait();
+        ok &= expect(r, b.to_vector<float>().front() == 1.f, "broadcast of " + std::to_string(n));
+      }
+      auto m = tensor::from_vector<int>({r, r, r});
+      if (r == 0) {
+        pg.send(m, 1).wait();
+        pg.recv(m, 1).wait();
+        ok &= expect(r, m.to_vector<int>()[2] == 1, "the reply");
+      } else {
+        pg.recv(m, 0).wait();
+        ok &= expect(r, m.to_vector<int>()[2] == 0, "the message");
+        pg.send(m = tensor::from_vector<int>({1, 1, 1}), 0).wait();
+      }
+      pg.barrier().wait();
+      return ok;
+    });
+    ::unlink(path.c_str());
+    CHECK(codes == std::vector<int>{0, 0});
   }
 }

@@ -210,12 +210,15 @@ void data_plane::connect(store& s, rendezvous& rdv) {
       } while (std::chrono::steady_clock::now() < until);
       if (std::chrono::steady_clock::now() >= rdv.deadline()) rdv.timed_out({r}, what);
     }
-    if (!answered || ack != 1)
+    if (!answered || (ack != 1 && ack != 2))
       throw error(errc::backend, "data plane: " + rdv.describe(r) + " at " + host + ":" +
                                      std::to_string(port) +
                                      " closed this rank's connection without accepting it (a "
                                      "wrong job token, or it gave up building its world)");
-    if (p.out_ring) p.out_ring->opened_by_reader();  // it acknowledged after opening it
+    // 1: it opened the ring (nothing else may now); 2: it cannot, and reads
+    // this rank's frames from the socket.
+    if (ack == 2) p.out_ring.reset();
+    if (p.out_ring) p.out_ring->opened_by_reader();
     p.out = p.out_ring ? static_cast<byte_stream*>(p.out_ring.get()) : p.out_socket.get();
   }
   // 4. Wait until every process peer connected to us.

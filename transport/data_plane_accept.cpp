@@ -111,11 +111,15 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
     std::lock_guard<std::mutex> g{mtx_};
     if (p.in_socket) return refuse_fd("rank " + std::to_string(r) + " is already connected");
   }
+  // The ring it offers; when this process cannot open it (a peer process
+  // that is not dumpable keeps its /proc/PID/fd to itself), its frames come
+  // over the socket instead, and the answer (2) tells it so.
   std::unique_ptr<shm_ring> in_ring;
+  std::string no_ring;
   try {
     if (!h.ring.empty()) in_ring = shm_ring::open(h.ring, h.pid, ring_prefix);
   } catch (const std::exception& e) {
-    return refuse_fd(e.what());
+    no_ring = e.what();
   }
   // From here on it is a peer: blocking reads in its reader, no delay on its frames.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -123,8 +127,11 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   auto sock = std::make_unique<tcp_stream>(fd);
   tcp_set_read_timeout(fd, std::chrono::milliseconds(0));
-  char ack = 1;
+  char ack = no_ring.empty() ? 1 : 2;
   if (!sock->write(&ack, 1)) return;
+  if (!no_ring.empty())
+    std::fprintf(stderr, "[troupe rank %d] reading %s over its socket, not shared memory: %s\n",
+                 opts_.rank, describe(r).c_str(), no_ring.c_str());
   auto* raw = sock.get();
   {
     std::lock_guard<std::mutex> g{mtx_};
