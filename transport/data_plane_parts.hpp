@@ -17,7 +17,8 @@
 namespace troupe::detail {
 
 /// The name of every ring between two ranks' processes starts so
-/// ("troupe-ring-WRITER-READER"); a hello that names another is refused.
+/// ("troupe-ring-WRITER-READER"); a peer whose hello names another ring
+/// (or one this process cannot open) is read over its socket.
 inline constexpr const char* ring_prefix = "troupe-ring-";
 
 struct data_plane::peer {
