@@ -354,13 +354,8 @@ std::optional<shared_range> share_in_place(const void* p, std::size_t bytes) {
   const auto soft = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : rlim_t{1024};
   if (reg.moved >= static_cast<std::size_t>(std::min<rlim_t>(256, soft / 4))) return std::nullopt;
   const auto size = it->second.size;
-  const int fd = sealed_memfd(shared_tensor_memfd, size);
+  const auto [fd, fresh] = map_sealed_memfd(shared_tensor_memfd, size);
   if (fd < 0) return std::nullopt;  // out of descriptors, say: the buffer stays private
-  void* fresh = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (fresh == MAP_FAILED) {
-    ::close(fd);
-    return std::nullopt;
-  }
   // Moves the shared pages over the private ones a huge page at a time (same
   // address, same contents), so that no more than one piece is held twice.
   auto* from = static_cast<std::byte*>(fresh);

@@ -25,13 +25,26 @@ int sealed_memfd(const std::string& name, std::size_t bytes) {
   return fd;
 }
 
+sealed_mapping map_sealed_memfd(const std::string& name, std::size_t bytes) {
+  const int fd = sealed_memfd(name, bytes);
+  if (fd < 0) return {};
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    return {};
+  }
+  return {fd, p};
+}
+
 int open_sealed_memfd(int pid, int fd, std::size_t min_bytes, const std::string& name,
                       std::size_t* bytes, std::string* why) {
-  const auto path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   if (pid <= 0 || fd < 0) {
     *why = "no descriptor " + std::to_string(fd) + " of process " + std::to_string(pid);
     return -1;
   }
+  const auto path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   if (!name.empty()) {
     // The name tells this memfd from the process's other descriptors (a
     // stale or wrong number must not map some other buffer).

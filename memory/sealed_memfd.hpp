@@ -22,6 +22,15 @@ inline constexpr const char* shared_tensor_memfd = "troupe-shared-tensor";
 /// "/memfd:"), sealed against resizing: its descriptor, or -1 with errno set.
 int sealed_memfd(const std::string& name, std::size_t bytes);
 
+/// A new sealed memfd (as sealed_memfd) mapped here whole, shared and
+/// writable: its descriptor and address. When it cannot be made or mapped,
+/// fd is -1 and errno says why (nothing is left open).
+struct sealed_mapping {
+  int fd = -1;
+  void* addr = nullptr;
+};
+sealed_mapping map_sealed_memfd(const std::string& name, std::size_t bytes);
+
 /// Opens descriptor `fd` of process `pid` for reading and writing, when it
 /// is a memfd sealed against shrinking of at least `min_bytes` bytes (and,
 /// unless `name` is empty, made by sealed_memfd with that name): the new

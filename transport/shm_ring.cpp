@@ -1,6 +1,5 @@
 #include "transport/shm_ring.hpp"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -44,19 +43,15 @@ std::unique_ptr<shm_ring> shm_ring::create(const std::string& name, std::size_t 
   // A sealed memfd: the reader's process can never truncate it under the
   // writer's mapping (nor the other way round).
   const std::size_t size = data_offset + capacity;
-  const int fd = sealed_memfd(name, size);
-  void* base =
-      fd < 0 ? MAP_FAILED : ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const auto why = std::string(std::strerror(errno));
-    if (fd >= 0) ::close(fd);
+  const auto m = map_sealed_memfd(name, size);
+  if (m.fd < 0)
     throw error(errc::backend, "shared memory: cannot create or map the ring '" + name + "' (" +
-                                   std::to_string(size) + " bytes): " + why);
-  }
-  auto* ctl = new (base) control{};
+                                   std::to_string(size) + " bytes): " + std::strerror(errno));
+  auto* ctl = new (m.addr) control{};
   ctl->capacity = capacity;
-  auto ring = std::unique_ptr<shm_ring>(new shm_ring(memfd_locator(name, fd), base, size, true));
-  ring->fd_ = fd;
+  auto ring =
+      std::unique_ptr<shm_ring>(new shm_ring(memfd_locator(name, m.fd), m.addr, size, true));
+  ring->fd_ = m.fd;
   return ring;
 }
 

@@ -1,6 +1,5 @@
 #include "inline/shm/segment.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,11 +32,14 @@ std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
 }
 
+/// Every segment's name starts so; open() maps nothing else.
+constexpr const char* segment_prefix = "troupe-fabric-";
+
 std::string fresh_name() {
   std::random_device rd;
   char buf[64];
-  std::snprintf(buf, sizeof buf, "troupe-fabric-%d-%08x%08x", static_cast<int>(::getpid()), rd(),
-                rd());
+  std::snprintf(buf, sizeof buf, "%s%d-%08x%08x", segment_prefix, static_cast<int>(::getpid()),
+                rd(), rd());
   return buf;
 }
 
@@ -126,18 +128,14 @@ std::unique_ptr<segment> segment::create(const segment_shape& shape) {
   offsets off;
   const auto bytes = plan(shape, off);
   // A sealed memfd: no process can truncate it under a peer's mapping.
-  const int fd = sealed_memfd(name, bytes);
-  void* base = fd < 0 ? nullptr : map_fd(fd, bytes);
-  if (!base) {
-    const auto why = std::string(std::strerror(errno));
-    if (fd >= 0) ::close(fd);
+  const auto m = map_sealed_memfd(name, bytes);
+  if (m.fd < 0)
     throw error(errc::backend, "shared memory: cannot create or map the segment '" + name + "' (" +
-                                   std::to_string(bytes) + " bytes): " + why);
-  }
+                                   std::to_string(bytes) + " bytes): " + std::strerror(errno));
   // A fresh file reads as zeros: every counter starts at 0.
-  auto seg = std::unique_ptr<segment>(new segment(memfd_locator(name, fd), base, bytes, shape));
-  seg->fd_ = fd;
-  seg->mapping_ = share_mapping(seg->name_, base, bytes);
+  auto seg = std::unique_ptr<segment>(new segment(memfd_locator(name, m.fd), m.addr, bytes, shape));
+  seg->fd_ = m.fd;
+  seg->mapping_ = share_mapping(seg->name_, m.addr, bytes);
   return seg;
 }
 
@@ -151,7 +149,7 @@ std::unique_ptr<segment> segment::open(const std::string& locator, const segment
   }
   std::string name, why;
   int pid = 0, peer_fd = -1;
-  if (!parse_memfd_locator(locator, &name, &pid, &peer_fd) || name.rfind("troupe-fabric-", 0) != 0)
+  if (!parse_memfd_locator(locator, &name, &pid, &peer_fd) || name.rfind(segment_prefix, 0) != 0)
     throw error(errc::backend, "shared memory: '" + locator + "' does not name a segment");
   std::size_t size = 0;
   const int fd = open_sealed_memfd(pid, peer_fd, want, name, &size, &why);
