@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -304,6 +305,28 @@ TEST_CASE(
         pg.recv(m, 0).wait();
         ok &= expect(r, m.to_vector<int>()[2] == 0, "the message");
         pg.send(m = tensor::from_vector<int>({1, 1, 1}), 0).wait();
+      }
+      // Messages large enough to be lent (a shared buffer, and a plain one
+      // whose pages move into shared memory): a receiver that cannot open
+      // the sender's memory gets them through the connection.
+      for (bool shared : {true, false}) {
+        const std::int64_t n = 1 << 18;  // 1 MiB of float32
+        for (int from : {0, 1}) {
+          auto big = shared ? tensor::empty_shared({n}, dtype::float32)
+                            : tensor::empty({n}, dtype::float32);
+          const float mark = 10.f * static_cast<float>(from + 1) + (shared ? 1.f : 0.f);
+          if (r == from) {
+            auto* f = static_cast<float*>(big.data());
+            std::fill(f, f + n, mark);
+            pg.send(big, 1 - r).wait();
+          } else {
+            big.zero_();
+            pg.recv(big, from).wait();
+            const auto v = big.to_vector<float>();
+            ok &= expect(r, v.front() == mark && v.back() == mark,
+                         "a lent message from rank " + std::to_string(from));
+          }
+        }
       }
       pg.barrier().wait();
       return ok;

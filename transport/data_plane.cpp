@@ -217,7 +217,10 @@ void data_plane::connect(store& s, rendezvous& rdv) {
                                      "wrong job token, or it gave up building its world)");
     // 1: it opened the ring (nothing else may now); 2: it cannot, and reads
     // this rank's frames from the socket.
-    if (ack == 2) p.out_ring.reset();
+    if (ack == 2) {
+      p.out_ring.reset();
+      p.memory_closed = true;
+    }
     if (p.out_ring) p.out_ring->opened_by_reader();
     p.out = p.out_ring ? static_cast<byte_stream*>(p.out_ring.get()) : p.out_socket.get();
   }
@@ -247,7 +250,7 @@ int data_plane::pid_of(int r) const {
 
 bool data_plane::shares_memory(int r) const {
   auto& p = at(r);
-  return p.local || (p.same_host && opts_.transport != "tcp");
+  return p.local || (p.same_host && opts_.transport != "tcp" && !p.memory_closed.load());
 }
 
 std::string data_plane::describe(int r) const {

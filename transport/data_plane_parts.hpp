@@ -27,6 +27,11 @@ struct data_plane::peer {
   int pid = 0;
   bool local = false;      // same process
   bool same_host = false;  // same host, other process
+  // Set while the world forms when one of the two could not open the other's
+  // ring (a process that is not dumpable, or one the other may not look
+  // into): nothing of either is mapped by the other then (no loans, no
+  // segment), whichever direction failed.
+  std::atomic<bool> memory_closed{false};
   // Outgoing: the stream frames are written to, and the socket that carries
   // them or (with shared memory) only proves liveness.
   std::mutex out_mtx;
