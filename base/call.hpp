@@ -116,10 +116,14 @@ static_assert(sizeof(p2p_loan) == 48);
 /// A point-to-point message (`kind` message), or what a loan needs said:
 /// `lent` (the sender's buffer, in `loan`), `returned` (the receiver's
 /// answer to loan `loan.id`: taken when `payload` is undefined, else why it
-/// could not be, as text) and `withdrawn` (the sender gave loan `loan.id`
-/// up: it failed, so the message must not be received).
+/// could not be, as text), `withdrawn` (the sender gave loan `loan.id` up:
+/// it failed, so the message must not be received), and for a large
+/// message copied by both: `help` (the receiver asks the lender of loan
+/// `loan.id` to copy the message's last `loan.nbytes` bytes into the
+/// receive buffer that `loan` names) and `helped` (the lender's answer:
+/// copied when `payload` is undefined, else why not, as text).
 struct p2p_envelope {
-  enum kind_t : std::uint8_t { message, lent, returned, withdrawn };
+  enum kind_t : std::uint8_t { message, lent, returned, withdrawn, help, helped };
   std::int32_t src = 0;
   std::int32_t tag = 0;
   tensor payload;

@@ -133,6 +133,8 @@ struct inline_counters {
   /// Point-to-point messages this process took from a lender in another
   /// process (inline/mailbox.hpp: copied once, from the sender's buffer).
   std::atomic<std::uint64_t> loans_taken{0};
+  /// Of those, the ones copied together with their lender (mailbox::split_bytes).
+  std::atomic<std::uint64_t> loans_split{0};
 };
 inline_counters& inline_stats() noexcept;
 

@@ -1,5 +1,7 @@
 #include "inline/mailbox.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -112,6 +114,7 @@ mailbox::mailbox(std::string key, std::string group, int rank, std::vector<int> 
   for (std::size_t r = 0; r < n; ++r)
     placed_.push_back(local_[r] ? nullptr : std::make_unique<placed>());
   for (std::size_t r = 0; r < n; ++r) names_.push_back("rank " + std::to_string(r));
+  may_split_ = plane && plane->ranks_on_host() <= ::sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 mailbox::~mailbox() {
@@ -307,19 +310,28 @@ void mailbox::loan(p2p_envelope env) {
     m.loan = env.loan;
     return accept(std::move(m));
   }
+  if (env.kind == p2p_envelope::help) return help(env);
+  if (env.kind == p2p_envelope::helped)
+    return split_step(env.src, env.loan.id,
+                      [why = loan_refusal(env)](split& s) { s.helped = why; });
   if (env.kind == p2p_envelope::withdrawn) {
     // Not taken yet: dropped, so that no receive takes it now (its send
-    // fails); taken: the sender heard so already.
+    // fails); being copied with its lender: that receive fails; taken: the
+    // sender heard so already.
+    bool dropped = false;
     {
       std::lock_guard<spin_lock> g{mtx_};
       auto i = std::find_if(messages_.begin(), messages_.end(), [&](const message& m) {
         return m.loan && m.src == env.src && m.loan->id == env.loan.id;
       });
-      if (i == messages_.end()) return;
-      --waiting_[static_cast<std::size_t>(i->src)].messages;
-      messages_.erase(i);
+      if (i != messages_.end()) {
+        --waiting_[static_cast<std::size_t>(i->src)].messages;
+        messages_.erase(i);
+        dropped = true;
+      }
     }
-    return answer(env.src, env.loan.id, "withdrawn by its sender");
+    if (dropped) return answer(env.src, env.loan.id, "withdrawn by its sender");
+    return split_step(env.src, env.loan.id, [](split& s) { s.withdrawn = true; });
   }
   // Returned: the send completes, or fails with the receiver's reason.
   std::optional<lent_send> done;
@@ -356,23 +368,156 @@ void mailbox::withdraw(int peer, std::uint64_t id) const {
     plane->send(global_ranks_[static_cast<std::size_t>(peer)], group_, w);
 }
 
-void mailbox::take(const message& m, const tensor& buf) const {
-  const auto& l = *m.loan;
+void mailbox::take(int src, const p2p_loan& l, const tensor& buf, std::size_t from,
+                   std::size_t count) const {
   auto plane = plane_.lock();
   if (!plane) throw error(errc::aborted, "the world ended");
-  plane->read_lent(global_ranks_[static_cast<std::size_t>(m.src)], l, [&](const std::byte* bytes) {
-    inline_stats().loans_taken.fetch_add(1, std::memory_order_relaxed);
-    // Large copies stream their stores (kernels/stream_copy.hpp): between
-    // processes a 16 MiB message was copied in 2.1-2.3 ms with memcpy into
-    // memfd pages, 1.0-1.2 ms streamed (ping-pong, 2 processes, alternating).
-    if (4 * l.nbytes >= stream_threshold() && buf.is_contiguous()) {
-      stream_copy(buf.data(), bytes, l.nbytes);
-      stream_fence();
-      return;
-    }
-    tensor{buf}.copy_from(
-        tensor::from_blob(const_cast<std::byte*>(bytes), buf.shape(), buf.scalar_type()));
+  auto part = l;
+  part.share_offset += from;
+  part.nbytes = count;
+  plane->map_lent(global_ranks_[static_cast<std::size_t>(src)], part, "recv",
+                  [&](std::byte* bytes) {
+                    // Large copies stream their stores (kernels/stream_copy.hpp): between
+                    // processes a 16 MiB message was copied in 2.1-2.3 ms with memcpy into
+                    // memfd pages, 1.0-1.2 ms streamed (ping-pong, 2 processes, alternating).
+                    if (buf.is_contiguous()) {
+                      auto* to = static_cast<std::byte*>(buf.data()) + from;
+                      if (4 * l.nbytes >= stream_threshold()) {
+                        stream_copy(to, bytes, count);
+                        stream_fence();
+                      } else {
+                        std::memcpy(to, bytes, count);
+                      }
+                      return;
+                    }
+                    // A strided receive buffer takes the message whole.
+                    tensor{buf}.copy_from(tensor::from_blob(bytes, buf.shape(), buf.scalar_type()));
+                  });
+}
+
+bool mailbox::start_split(receive& r, message& m) {
+  const tensor buf = r.call.buffer;  // a handle: `r` moves into splits_
+  const auto n = m.loan->nbytes;
+  if (!may_split_ || n < split_bytes || !buf.is_cpu() || !buf.is_contiguous()) return false;
+  auto range = find_shared(buf.data(), n);
+  if (!range) range = share_in_place(buf.data(), n);
+  auto plane = plane_.lock();
+  if (!range || !plane) return false;
+  // Halves on a page boundary (a multiple of every element's size).
+  const std::size_t at = (n / 2) & ~std::size_t{4095};
+  p2p_envelope ask{rank_, m.tag, {}, p2p_envelope::help};
+  ask.loan.id = m.loan->id;
+  ask.loan.share_fd = range->fd;
+  ask.loan.share_id = range->id;
+  ask.loan.share_size = range->size;
+  ask.loan.share_offset = range->offset + at;
+  ask.loan.nbytes = n - at;
+  ask.loan.dtype = m.loan->dtype;
+  const int src = m.src;
+  const auto loan = *m.loan;
+  const auto timeout = r.call.timeout;
+  {
+    std::lock_guard<spin_lock> g{mtx_};
+    if (stopped_) return false;
+    r.deadline = clock::now() + timeout;
+    arm(r.deadline);
+    auto& sp = splits_.emplace_back();
+    sp.r = std::move(r);
+    sp.m = std::move(m);
+    sp.at = at;
+  }
+  // From a thread that may be the one reading the lender's frames.
+  plane->send_soon(global_ranks_[static_cast<std::size_t>(src)], group_, ask);
+  inline_stats().loans_taken.fetch_add(1, std::memory_order_relaxed);
+  inline_stats().loans_split.fetch_add(1, std::memory_order_relaxed);
+  std::exception_ptr failed;
+  try {
+    take(src, loan, buf, 0, at);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  split_step(src, loan.id, [&](split& s) {
+    s.own_done = true;
+    s.own_error = failed;
   });
+  return true;
+}
+
+void mailbox::split_step(int src, std::uint64_t id, const std::function<void(split&)>& change) {
+  std::optional<split> ended;
+  {
+    std::lock_guard<spin_lock> g{mtx_};
+    auto i = std::find_if(splits_.begin(), splits_.end(),
+                          [&](const split& s) { return s.m.src == src && s.m.loan->id == id; });
+    if (i == splits_.end()) return;  // ended meanwhile (deadline, abort, the lender's death)
+    change(*i);
+    if (!i->own_done || (!i->own_error && !i->helped && !i->withdrawn)) return;
+    ended = std::move(*i);
+    splits_.erase(i);
+  }
+  end_split(*ended);
+}
+
+void mailbox::end_split(split& s) {
+  const auto& l = *s.m.loan;
+  const auto& buf = s.r.call.buffer;
+  auto e = s.own_error;
+  if (!e && s.withdrawn)
+    e = std::make_exception_ptr(
+        error(errc::peer_failure, where(s.r.call.name) + " failed: " + name_of(s.m.src) +
+                                      " withdrew the message (tag " + std::to_string(s.m.tag) +
+                                      ") while it was being copied: its send failed"));
+  if (!e && s.helped && !s.helped->empty()) {
+    // The lender could not write into this rank's buffer: the rest is copied here.
+    try {
+      take(s.m.src, l, buf, s.at, l.nbytes - s.at);
+    } catch (...) {
+      e = std::current_exception();
+    }
+  }
+  if (e) {
+    fail_in_pool(s.r.call.handle, e);
+    answer(s.m.src, l.id, text_of(e));
+    return;
+  }
+  answer(s.m.src, l.id, {});
+  complete_in_pool(s.r.call.handle, {buf}, s.m.src);
+}
+
+void mailbox::help(const p2p_envelope& h) {
+  tensor buf;
+  {
+    std::lock_guard<spin_lock> g{mtx_};
+    auto i = std::find_if(lent_.begin(), lent_.end(), [&](const lent_send& l) {
+      return l.id == h.loan.id && l.call.peer == h.src;
+    });
+    // Failed or withdrawn meanwhile: the withdrawal tells the receiver.
+    if (i == lent_.end() || i->withdrawn) return;
+    buf = i->call.buffer;
+  }
+  auto plane = plane_.lock();
+  if (!plane) return;
+  const auto n = bytes_of(buf);
+  const auto& l = h.loan;
+  std::string why;
+  if (l.nbytes > n || l.dtype != static_cast<std::uint8_t>(buf.scalar_type())) {
+    why = "it asked for the last " + std::to_string(l.nbytes) + " bytes of " +
+          std::string(to_string(static_cast<dtype>(l.dtype))) + " of a message of " +
+          std::to_string(n) + " bytes of " + std::string(to_string(buf.scalar_type()));
+  } else {
+    try {
+      plane->map_lent(
+          global_ranks_[static_cast<std::size_t>(h.src)], l, "send", [&](std::byte* to) {
+            stream_copy(to, static_cast<const std::byte*>(buf.data()) + (n - l.nbytes), l.nbytes);
+            stream_fence();
+          });
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  // Often from the thread that reads the receiver's frames: it must not wait.
+  plane->send_soon(global_ranks_[static_cast<std::size_t>(h.src)], group_,
+                   loan_answer(rank_, l.id, why, p2p_envelope::helped));
 }
 
 void mailbox::drive_by_pumping(const work& w, int peer) {
@@ -557,7 +702,7 @@ void mailbox::accept(message m) {
   settle(done);
 }
 
-void mailbox::fill(const receive& r, const message& m) const {
+void mailbox::fill(receive& r, message& m) {
   const auto& buf = r.call.buffer;
   const auto& got = m.payload;
   // What the message holds: a lent buffer (its bytes stay in its sender's
@@ -589,10 +734,12 @@ void mailbox::fill(const receive& r, const message& m) const {
     release(nullptr);  // taken, though it did not fit: the send completes
     return;
   }
+  if (m.loan && start_split(r, m)) return;
   try {
-    if (m.loan)
-      take(m, buf);
-    else if (bytes_of(buf) > 0)
+    if (m.loan) {
+      take(m.src, *m.loan, buf, 0, bytes);
+      inline_stats().loans_taken.fetch_add(1, std::memory_order_relaxed);
+    } else if (bytes_of(buf) > 0)
       tensor{buf}.copy_from(got);
   } catch (...) {
     fail_in_pool(r.call.handle, std::current_exception());
@@ -603,7 +750,7 @@ void mailbox::fill(const receive& r, const message& m) const {
   complete_in_pool(r.call.handle, {buf}, m.src);
 }
 
-void mailbox::settle(finishes& done) const {
+void mailbox::settle(finishes& done) {
   done.for_each([this](finish& f) {
     if (f.lent) {
       auto& c = f.lent->call;
@@ -656,6 +803,13 @@ void mailbox::fail_all(errc code, const std::string& reason, finishes& done) {
       done.push_back(
           {std::nullopt, std::move(m), std::make_exception_ptr(error(errc::peer_failure, left))});
   messages_.clear();
+  // Lent messages being copied with their lender: the receives fail, and
+  // the lenders hear why.
+  for (auto& sp : splits_) {
+    fail_into(done, std::move(sp.r), code, reason);
+    done.push_back({std::nullopt, std::move(sp.m), std::make_exception_ptr(error(code, left))});
+  }
+  splits_.clear();
   // This rank's loans: their sends fail, and the loans are withdrawn.
   for (auto& l : lent_) {
     auto e = std::make_exception_ptr(error(code, where(l.call.name) + " failed: " + reason));
@@ -685,6 +839,15 @@ void mailbox::gone(int world_rank, const std::string& why, bool crashed) {
           r = receives_.erase(r);
         } else {
           ++r;
+        }
+      }
+      // Messages it was copying with this rank: it will not now.
+      for (auto sp = splits_.begin(); sp != splits_.end();) {
+        if (sp->m.src == peer && !sp->helped) {
+          fail_into(done, std::move(sp->r), errc::peer_failure, reason);
+          sp = splits_.erase(sp);
+        } else {
+          ++sp;
         }
       }
       // Loans to it never come back.
@@ -784,6 +947,22 @@ void mailbox::expire() {
         done.push_back({std::nullopt, std::move(*m), e});
         m = messages_.erase(m);
       }
+    }
+    for (auto sp = splits_.begin(); sp != splits_.end();) {
+      if (sp->r.deadline > now) {
+        next = std::min(next, sp->r.deadline);
+        ++sp;
+        continue;
+      }
+      // The lender did not answer: both fail (its send hears why).
+      auto e = std::make_exception_ptr(error(
+          errc::timeout, where(sp->r.call.name) + " failed: " + timeout_after(sp->r.call.timeout) +
+                             " waiting for " + names_[static_cast<std::size_t>(sp->m.src)] +
+                             " to copy its half of the message (tag " + std::to_string(sp->m.tag) +
+                             ")"));
+      done.push_back({std::move(sp->r), std::nullopt, e});
+      done.push_back({std::nullopt, std::move(sp->m), e});
+      sp = splits_.erase(sp);
     }
     for (auto l = lent_.begin(); l != lent_.end();) {
       if (l->deadline > now) {

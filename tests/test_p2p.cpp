@@ -1,6 +1,8 @@
 // send, recv, recv_any_source, tags, batch_isend_irecv, receive timeouts and
 // size mismatches.
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -9,6 +11,7 @@
 #include <thread>
 
 #include "../inline/engine.hpp"
+#include "../inline/mailbox.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 
@@ -299,6 +302,68 @@ TEST_CASE("large messages from shareable buffers are lent, taken once, whole and
       // here has one rank.
       if (lends_between_processes()) CHECK(taken >= receives - 1);
       if (!std::getenv("RANK")) CHECK(taken == 0);  // ranks of one process copy directly
+    });
+  }
+}
+
+// From mailbox::split_bytes, a lent message whose receive buffer can be
+// shared too is copied by both ends, each half straight into the receive
+// buffer: the bytes must be the same whichever comes first, for odd sizes
+// (halves on a page boundary) and receive buffers that cannot be shared (a
+// slice of a larger buffer: copied whole by the receiver).
+TEST_CASE("very large lent messages are copied by both ends, whole and in order") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      const int right = (w.rank() + 1) % n, left = (w.rank() + n - 1) % n;
+      const auto split_floats =
+          static_cast<std::int64_t>(detail::mailbox::split_bytes / sizeof(float));
+      const std::int64_t count = split_floats + 1027;  // not a page multiple
+      auto shared = tensor::empty_shared({count}, dtype::float32);
+      auto reused = tensor::empty({count}, dtype::float32);
+      auto a = tensor::empty({count}, dtype::float32), b = tensor::empty({count}, dtype::float32);
+      auto big = tensor::empty({count + 4096}, dtype::float32);
+      const auto split0 = detail::inline_stats().loans_split.load();
+      for (int round = 0; round < 3; ++round) {
+        CAPTURE(round);
+        // The receive first.
+        auto r = pg.recv(a, left, 1);
+        pg.barrier().wait();
+        auto s = pg.send(fill_pattern(shared, w.rank() + round), right, 1);
+        r.wait();
+        s.wait();
+        CHECK(holds_pattern(a, left + round));
+        // The messages first, two with one tag: taken in the order sent.
+        auto s1 = pg.send(fill_pattern(shared, w.rank()), right, 2);
+        auto s2 = pg.send(fill_pattern(reused, w.rank() + 7), right, 2);
+        pg.barrier().wait();
+        auto r1 = pg.recv_any_source(a, 2);
+        auto r2 = pg.recv(b, left, 2);
+        r1.wait();
+        r2.wait();
+        s1.wait();
+        s2.wait();
+        CHECK(r1.source_rank() == left);
+        CHECK(holds_pattern(a, left));
+        CHECK(holds_pattern(b, left + 7));
+        pg.barrier().wait();
+        // A receive buffer that cannot be shared: a slice of a larger one.
+        auto slice = big.flat_slice(4096, count);
+        auto r3 = pg.recv(slice, left, 3);
+        auto s3 = pg.send(fill_pattern(shared, w.rank() + 3), right, 3);
+        r3.wait();
+        s3.wait();
+        CHECK(holds_pattern(slice, left + 3));
+        pg.barrier().wait();  // the buffers are written again next round
+      }
+      const auto split = detail::inline_stats().loans_split.load() - split0;
+      // Receive buffers a and b are tensor::empty's: shared from their
+      // second use, so at least the later rounds' receives into them split
+      // (where every process has a CPU).
+      if (lends_between_processes() && w.size() <= ::sysconf(_SC_NPROCESSORS_ONLN))
+        CHECK(split >= 4);
+      if (!std::getenv("RANK")) CHECK(split == 0);
     });
   }
 }

@@ -253,6 +253,12 @@ bool data_plane::shares_memory(int r) const {
   return p.local || (p.same_host && opts_.transport != "tcp" && !p.memory_closed.load());
 }
 
+int data_plane::ranks_on_host() const {
+  int n = 0;
+  for (const auto& p : peers_) n += p->local || p->same_host;
+  return n;
+}
+
 std::string data_plane::describe(int r) const {
   auto& p = at(r);
   return "world rank " + std::to_string(r) + " (host " + p.host + ", pid " + std::to_string(p.pid) +

@@ -90,14 +90,18 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// Whether world rank `r` can map this rank's shared memory: it lives in
   /// this process, or on this host and shared memory is not switched off.
   bool shares_memory(int r) const;
+  /// World ranks on this host: this process's and those of its host peers.
+  int ranks_on_host() const;
   /// "world rank 3 (host h, pid 4711)".
   std::string describe(int r) const;
   /// The process id of world rank r (as it announced it when it joined).
   int pid_of(int r) const;
-  /// Runs `use` on the bytes world rank r lent (`l`, a point-to-point loan),
-  /// mapped here once per buffer (memory/peer_memory.hpp); throws naming r
-  /// when they cannot be.
-  void read_lent(int r, const p2p_loan& l, const std::function<void(const std::byte*)>& use);
+  /// Runs `use` on the bytes of world rank r that `l` names (a buffer it
+  /// lent, or the receive buffer it asks this rank to help fill), mapped
+  /// here once per buffer (memory/peer_memory.hpp); `op` ("recv", "send")
+  /// and r are named in what it throws when they cannot be.
+  void map_lent(int r, const p2p_loan& l, const char* op,
+                const std::function<void(std::byte*)>& use);
 
   void send(int world_rank, const std::string& group, const envelope& env);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
@@ -251,7 +255,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::chrono::steady_clock::time_point log_window_{};
   int logged_ = 0;
   std::uint64_t unlogged_ = 0;
-  std::mutex lent_mtx_;  // guards lent_ (read_lent)
+  std::mutex lent_mtx_;  // guards lent_ (map_lent)
   std::unique_ptr<peer_memory> lent_;
 };
 

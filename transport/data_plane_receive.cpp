@@ -60,9 +60,10 @@ bool data_plane::dispatch(int r, received_frame& f, std::string& refusal) {
   if (f.header.kind == frame_loan) {
     p2p_envelope env;
     refusal = read_loan(f, env);
-    // Only a process that can map this one's memory may lend to it: another
-    // host's pid names some unrelated process here.
-    if (refusal.empty() && env.kind == p2p_envelope::lent && !shares_memory(r))
+    // Only a process that can map this one's memory may lend to it (or ask
+    // for help with a loan): another host's pid names some unrelated process here.
+    if (refusal.empty() && (env.kind == p2p_envelope::lent || env.kind == p2p_envelope::help) &&
+        !shares_memory(r))
       refusal = "a loan of its memory, which this rank cannot map (no shared memory between them)";
     if (!refusal.empty()) return false;
     if (rt->actor.loan)
@@ -251,13 +252,13 @@ void data_plane::add_group(const std::string& group, const std::vector<int>& mem
   }
 }
 
-void data_plane::read_lent(int r, const p2p_loan& l,
-                           const std::function<void(const std::byte*)>& use) {
-  std::lock_guard<std::mutex> g{lent_mtx_};  // also keeps the mapping while `use` reads it
+void data_plane::map_lent(int r, const p2p_loan& l, const char* op,
+                          const std::function<void(std::byte*)>& use) {
+  std::lock_guard<std::mutex> g{lent_mtx_};  // also keeps the mapping while `use` runs
   if (!lent_) lent_ = std::make_unique<peer_memory>();
   use(lent_->map(pid_of(r),
-                 peer_buffer{l.share_fd, l.share_id, l.share_size, l.share_offset, l.nbytes},
-                 "recv", describe(r)));
+                 peer_buffer{l.share_fd, l.share_id, l.share_size, l.share_offset, l.nbytes}, op,
+                 describe(r)));
 }
 
 void data_plane::take_loan(int r, const std::string& group, const route& rt, p2p_envelope env) {
@@ -268,7 +269,8 @@ void data_plane::take_loan(int r, const std::string& group, const route& rt, p2p
   try {
     const auto type = static_cast<dtype>(l.dtype);
     copy = tensor::empty({static_cast<std::int64_t>(l.nbytes / element_size(type))}, type);
-    read_lent(r, l, [&](const std::byte* from) { std::memcpy(copy.data(), from, l.nbytes); });
+    map_lent(r, l, "recv",
+             [&](const std::byte* from) { std::memcpy(copy.data(), from, l.nbytes); });
   } catch (const std::exception& e) {
     why = e.what();
     copy = {};

@@ -44,9 +44,9 @@ std::string check_header(const frame_header& h) {
   if (h.kind == frame_goodbye) return {};
   if (h.kind > frame_loan) return "bad frame kind " + std::to_string(h.kind);
   if (h.kind == frame_loan) {
-    // Lent: exactly a loan's bytes; returned or withdrawn: at most a text.
-    const bool lent = h.code == p2p_envelope::lent;
-    if (h.code < p2p_envelope::lent || h.code > p2p_envelope::withdrawn ||
+    // Lent and help: exactly a loan's bytes; the others: at most a text.
+    const bool lent = h.code == p2p_envelope::lent || h.code == p2p_envelope::help;
+    if (h.code < p2p_envelope::lent || h.code > p2p_envelope::helped ||
         h.dtype != static_cast<std::uint8_t>(dtype::uint8) ||
         (lent ? !h.has_payload || h.payload_bytes != sizeof(p2p_loan)
               : h.payload_bytes > max_loan_text))
@@ -99,7 +99,7 @@ bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope&
   h.code = env.kind;
   h.src = env.src;
   h.tag = env.tag;
-  if (env.kind != p2p_envelope::lent) {
+  if (env.kind != p2p_envelope::lent && env.kind != p2p_envelope::help) {
     h.seq = env.loan.id;
     return write_common(out, h, group, env.payload);
   }
@@ -111,7 +111,7 @@ bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope&
 std::string read_loan(const received_frame& f, p2p_envelope& env) {
   const auto& h = f.header;
   env = p2p_envelope{h.src, h.tag, {}, static_cast<p2p_envelope::kind_t>(h.code)};
-  if (env.kind != p2p_envelope::lent) {
+  if (env.kind != p2p_envelope::lent && env.kind != p2p_envelope::help) {
     env.loan.id = h.seq;
     env.payload = f.payload;
     return {};
@@ -119,6 +119,7 @@ std::string read_loan(const received_frame& f, p2p_envelope& env) {
   std::memcpy(&env.loan, f.payload.data(), sizeof(p2p_loan));
   const auto& l = env.loan;
   if (l.dtype >= dtype_count) return "a loan of dtype " + std::to_string(l.dtype);
+  if (env.kind == p2p_envelope::help && l.nbytes == 0) return "a request to copy 0 bytes";
   if (l.nbytes % element_size(static_cast<dtype>(l.dtype)) != 0 || l.share_size == 0 ||
       l.share_offset > l.share_size || l.nbytes > l.share_size - l.share_offset || l.share_fd < 0)
     return "a loan of " + std::to_string(l.nbytes) + " bytes at " + std::to_string(l.share_offset) +
@@ -127,8 +128,9 @@ std::string read_loan(const received_frame& f, p2p_envelope& env) {
   return {};
 }
 
-p2p_envelope loan_answer(std::int32_t src, std::uint64_t id, const std::string& why) {
-  p2p_envelope env{src, 0, {}, p2p_envelope::returned};
+p2p_envelope loan_answer(std::int32_t src, std::uint64_t id, const std::string& why,
+                         p2p_envelope::kind_t kind) {
+  p2p_envelope env{src, 0, {}, kind};
   env.loan.id = id;
   if (!why.empty()) {
     const auto n = std::min(why.size(), max_loan_text);

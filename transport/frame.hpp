@@ -88,9 +88,11 @@ bool write_frame(byte_stream& out, const std::string& group, const p2p_envelope&
 struct received_frame;
 std::string read_loan(const received_frame& f, p2p_envelope& env);
 /// Group rank `src`'s answer to loan `id`: taken (`why` empty), or why not
-/// (at most max_loan_text bytes of it).
-p2p_envelope loan_answer(std::int32_t src, std::uint64_t id, const std::string& why);
-/// Why a returned loan was not taken ("": it was).
+/// (at most max_loan_text bytes of it); `kind` helped: the lender's answer
+/// to a request for help with it.
+p2p_envelope loan_answer(std::int32_t src, std::uint64_t id, const std::string& why,
+                         p2p_envelope::kind_t kind = p2p_envelope::returned);
+/// Why a returned loan was not taken, or why a lender did not help ("": it was, it did).
 std::string loan_refusal(const p2p_envelope& answer);
 
 /// Writes the last frame of a rank that leaves on purpose (its world ends);
