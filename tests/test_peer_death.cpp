@@ -306,56 +306,69 @@ bool is_stopped(int pid) {
 
 TEST_CASE(
     "a lender that stops before copying its half of a very large message: the receive fails at "
-    "its timeout naming it and what it waited for") {
+    "its timeout naming it and what it waited for, or at once when the lender is killed") {
   // A lent message from mailbox::split_bytes is copied by both ends; the
   // receiver cannot finish while its lender has not copied its half. Here
-  // the lender stops (SIGSTOP) right after lending: the receive must end
-  // at its own timeout with an error naming the lender, not hang, and the
-  // lender is then killed.
+  // the lender stops (SIGSTOP) right after lending: the receive must end at
+  // its own timeout with an error naming the lender (not hang), or, when
+  // the lender is killed while the receiver waits for its half, within
+  // 2 s as a peer failure naming it.
   if (::sysconf(_SC_NPROCESSORS_ONLN) < 2) {
     MESSAGE("skipped: one CPU (messages are not copied by both ends there)");
     return;
   }
-  const auto path = test::temp_store_path();
-  auto& b = *test::shared_page<split_board>();
-  auto codes = test::fork_ranks(2, [&](int r) {
-    ::setenv("TROUPE_TRANSPORT", "shm", 1);
-    ::unsetenv("TROUPE_FABRIC");
-    auto s = std::make_shared<file_store>(path, 20s);
-    world w{test::child_world(s, r, 2, 20s)};
-    auto& pg = w.default_group();
-    const std::int64_t n = (4 << 20) / 4;
-    auto big = tensor::empty_shared({n}, dtype::float32);
-    pg.barrier().wait();
-    if (r == 0) {
-      b.lender_pid = ::getpid();
-      auto sent = pg.send(big, 1, 7);
-      b.stopping = 1;
-      ::raise(SIGSTOP);
-      sent.wait(20s);  // not reached: rank 1 kills this process
-      return false;
-    }
-    bool ok = true;
-    while (b.stopping.load() == 0 || !is_stopped(b.lender_pid.load()))
-      std::this_thread::sleep_for(1ms);
-    const auto start = test::now_ns();
-    try {
-      pg.recv({big}, 0, p2p_options{.tag = 7, .timeout = 1s}).wait(20s);
-      ok &= expect(r, false, "the receive succeeded without the lender's half");
-    } catch (const error& e) {
-      const std::string what = e.what();
-      ok &= expect(r, e.code() == errc::timeout, "not a timeout: " + what);
-      ok &= expect(r, what.find("rank 0") != std::string::npos, "the lender is not named: " + what);
-      ok &= expect(r, what.find("copy its half") != std::string::npos,
-                   "what it waited for is not said: " + what);
-    }
-    const auto took_ms = (test::now_ns() - start) / 1000000;
-    ok &= expect(
-        r, took_ms >= 900 && took_ms < 10000,
-        "the receive ended after " + std::to_string(took_ms) + " ms, not at its 1 s timeout");
-    ::kill(b.lender_pid.load(), SIGKILL);
-    return ok;
-  });
-  ::unlink(path.c_str());
-  CHECK(codes == std::vector<int>{128 + SIGKILL, 0});
+  for (bool killed : {false, true}) {
+    CAPTURE(killed);
+    const auto path = test::temp_store_path();
+    auto& b = *test::shared_page<split_board>();
+    auto codes = test::fork_ranks(2, [&](int r) {
+      ::setenv("TROUPE_TRANSPORT", "shm", 1);
+      ::unsetenv("TROUPE_FABRIC");
+      auto s = std::make_shared<file_store>(path, 20s);
+      world w{test::child_world(s, r, 2, 20s)};
+      auto& pg = w.default_group();
+      const std::int64_t n = (4 << 20) / 4;
+      auto big = tensor::empty_shared({n}, dtype::float32);
+      pg.barrier().wait();
+      if (r == 0) {
+        b.lender_pid = ::getpid();
+        auto sent = pg.send(big, 1, 7);
+        b.stopping = 1;
+        ::raise(SIGSTOP);
+        sent.wait(20s);  // not reached: rank 1 kills this process
+        return false;
+      }
+      bool ok = true;
+      while (b.stopping.load() == 0 || !is_stopped(b.lender_pid.load()))
+        std::this_thread::sleep_for(1ms);
+      auto start = test::now_ns();
+      auto received = pg.recv({big}, 0, p2p_options{.tag = 7, .timeout = killed ? 20s : 1s});
+      if (killed) {
+        std::this_thread::sleep_for(100ms);  // it asked for help and copied its half
+        ::kill(b.lender_pid.load(), SIGKILL);
+        start = test::now_ns();
+      }
+      try {
+        received.wait(30s);
+        ok &= expect(r, false, "the receive succeeded without the lender's half");
+      } catch (const error& e) {
+        const std::string what = e.what();
+        ok &= expect(r, e.code() == (killed ? errc::peer_failure : errc::timeout),
+                     "not the expected error: " + what);
+        ok &=
+            expect(r, what.find("rank 0") != std::string::npos, "the lender is not named: " + what);
+        if (!killed)
+          ok &= expect(r, what.find("copy its half") != std::string::npos,
+                       "what it waited for is not said: " + what);
+      }
+      const auto took_ms = (test::now_ns() - start) / 1000000;
+      ok &= expect(r, killed ? took_ms < 2000 : took_ms >= 900 && took_ms < 10000,
+                   "the receive ended " + std::to_string(took_ms) + " ms after " +
+                       (killed ? "the kill" : "it was issued (timeout: 1 s)"));
+      if (!killed) ::kill(b.lender_pid.load(), SIGKILL);
+      return ok;
+    });
+    ::unlink(path.c_str());
+    CHECK(codes == std::vector<int>{128 + SIGKILL, 0});
+  }
 }

@@ -122,10 +122,13 @@ TEST_CASE("a frame announcing a payload larger than the host's memory fails only
 }
 
 /// A loan frame (frame_loan) of rank 2 for the default group, `patch`ed.
-std::string loan_frame(const std::function<void(frame_header&)>& patch = {}) {
+/// `kind` help: a request to copy into rank 2's buffer (`bytes` of it).
+std::string loan_frame(const std::function<void(frame_header&)>& patch = {},
+                       p2p_envelope::kind_t kind = p2p_envelope::lent,
+                       std::uint64_t bytes = 1 << 20) {
   string_stream s;
-  p2p_envelope env{2, 0, {}, p2p_envelope::lent};
-  env.loan = {1, 1, 1 << 20, 0, 1 << 20, 3, static_cast<std::uint8_t>(dtype::float32), {}};
+  p2p_envelope env{2, 0, {}, kind};
+  env.loan = {1, 1, 1 << 20, 0, bytes, 3, static_cast<std::uint8_t>(dtype::float32), {}};
   write_frame(s, "default", env);
   return patched(s, patch);
 }
@@ -135,6 +138,15 @@ std::string loan_frame(const std::function<void(frame_header&)>& patch = {}) {
 TEST_CASE("a loan from a peer that shares no memory fails only that peer") {
   run_attack(
       "", [](const std::string&) { return loan_frame(); }, "which this rank cannot map");
+}
+
+TEST_CASE("a request to copy into a peer's memory that cannot be mapped fails only that peer") {
+  run_attack(
+      "", [](const std::string&) { return loan_frame({}, p2p_envelope::help); },
+      "which this rank cannot map");
+  run_attack(
+      "", [](const std::string&) { return loan_frame({}, p2p_envelope::help, 0); },
+      "a request to copy 0 bytes");
 }
 
 TEST_CASE("a malformed loan frame fails only that peer") {
