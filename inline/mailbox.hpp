@@ -195,6 +195,7 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   void withdraw(int peer, std::uint64_t id) const;
   /// Copies bytes [from, from + count) of the message rank `src` lent (`l`)
   /// into the same bytes of `buf` (throws when its buffer cannot be mapped).
+  /// A part of the message needs a contiguous `buf` (a strided one takes it whole).
   void take(int src, const p2p_loan& l, const tensor& buf, std::size_t from,
             std::size_t count) const;
   /// Starts copying lent message `m` into `r`'s buffer together with its

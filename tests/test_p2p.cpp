@@ -216,6 +216,42 @@ tensor& fill_pattern(tensor& t, int sender) {
   return t;
 }
 
+/// Buffers of `count` floats for lent_round: one from empty_shared, one
+/// from tensor::empty (shared in place from its second use), two to receive.
+struct lent_buffers {
+  explicit lent_buffers(std::int64_t count)
+      : shared(tensor::empty_shared({count}, dtype::float32)),
+        reused(tensor::empty({count}, dtype::float32)),
+        a(tensor::empty({count}, dtype::float32)),
+        b(tensor::empty({count}, dtype::float32)) {}
+  tensor shared, reused, a, b;
+};
+
+/// One round of messages to the right neighbour and from the left: the
+/// receive first, then two messages with one tag before their receives
+/// (taken in the order sent, recv_any_source naming the sender).
+void lent_round(process_group& pg, int left, int right, lent_buffers& x, int round) {
+  const int me = pg.rank();
+  auto r = pg.recv(x.a, left, 1);
+  pg.barrier().wait();
+  auto s = pg.send(fill_pattern(x.shared, me + round), right, 1);
+  r.wait();
+  s.wait();
+  CHECK(holds_pattern(x.a, left + round));
+  auto s1 = pg.send(fill_pattern(x.shared, me), right, 2);
+  auto s2 = pg.send(fill_pattern(x.reused, me + 7), right, 2);
+  pg.barrier().wait();
+  auto r1 = pg.recv_any_source(x.a, 2);
+  auto r2 = pg.recv(x.b, left, 2);
+  r1.wait();
+  r2.wait();
+  s1.wait();
+  s2.wait();
+  CHECK(r1.source_rank() == left);
+  CHECK(holds_pattern(x.a, left));
+  CHECK(holds_pattern(x.b, left + 7));
+}
+
 }  // namespace
 
 // Between processes of one host, a large message from a buffer the receiver
@@ -267,33 +303,12 @@ TEST_CASE("large messages from shareable buffers are lent, taken once, whole and
       auto& pg = w.default_group();
       const int right = (w.rank() + 1) % n, left = (w.rank() + n - 1) % n;
       const std::int64_t count = 1 << 17;  // 512 KiB of floats
-      auto shared = tensor::empty_shared({count}, dtype::float32);
-      auto reused = tensor::empty({count}, dtype::float32);
-      auto a = tensor::empty({count}, dtype::float32), b = tensor::empty({count}, dtype::float32);
+      lent_buffers x{count};
       const auto taken0 = detail::inline_stats().loans_taken.load();
       std::uint64_t receives = 0;
       for (int round = 0; round < 3; ++round) {
         CAPTURE(round);
-        // The receive first.
-        auto r = pg.recv(a, left, 1);
-        pg.barrier().wait();
-        auto s = pg.send(fill_pattern(shared, w.rank() + round), right, 1);
-        r.wait();
-        s.wait();
-        CHECK(holds_pattern(a, left + round));
-        // The messages first, two with one tag: taken in the order sent.
-        auto s1 = pg.send(fill_pattern(shared, w.rank()), right, 2);
-        auto s2 = pg.send(fill_pattern(reused, w.rank() + 7), right, 2);
-        pg.barrier().wait();
-        auto r1 = pg.recv_any_source(a, 2);
-        auto r2 = pg.recv(b, left, 2);
-        r1.wait();
-        r2.wait();
-        s1.wait();
-        s2.wait();
-        CHECK(r1.source_rank() == left);
-        CHECK(holds_pattern(a, left));
-        CHECK(holds_pattern(b, left + 7));
+        lent_round(pg, left, right, x, round);
         receives += 3;
         pg.barrier().wait();  // the buffers are written again next round
       }
@@ -320,38 +335,17 @@ TEST_CASE("very large lent messages are copied by both ends, whole and in order"
       const auto split_floats =
           static_cast<std::int64_t>(detail::mailbox::split_bytes / sizeof(float));
       const std::int64_t count = split_floats + 1027;  // not a page multiple
-      auto shared = tensor::empty_shared({count}, dtype::float32);
-      auto reused = tensor::empty({count}, dtype::float32);
-      auto a = tensor::empty({count}, dtype::float32), b = tensor::empty({count}, dtype::float32);
+      lent_buffers x{count};
       auto big = tensor::empty({count + 4096}, dtype::float32);
       const auto split0 = detail::inline_stats().loans_split.load();
       for (int round = 0; round < 3; ++round) {
         CAPTURE(round);
-        // The receive first.
-        auto r = pg.recv(a, left, 1);
-        pg.barrier().wait();
-        auto s = pg.send(fill_pattern(shared, w.rank() + round), right, 1);
-        r.wait();
-        s.wait();
-        CHECK(holds_pattern(a, left + round));
-        // The messages first, two with one tag: taken in the order sent.
-        auto s1 = pg.send(fill_pattern(shared, w.rank()), right, 2);
-        auto s2 = pg.send(fill_pattern(reused, w.rank() + 7), right, 2);
-        pg.barrier().wait();
-        auto r1 = pg.recv_any_source(a, 2);
-        auto r2 = pg.recv(b, left, 2);
-        r1.wait();
-        r2.wait();
-        s1.wait();
-        s2.wait();
-        CHECK(r1.source_rank() == left);
-        CHECK(holds_pattern(a, left));
-        CHECK(holds_pattern(b, left + 7));
+        lent_round(pg, left, right, x, round);
         pg.barrier().wait();
         // A receive buffer that cannot be shared: a slice of a larger one.
         auto slice = big.flat_slice(4096, count);
         auto r3 = pg.recv(slice, left, 3);
-        auto s3 = pg.send(fill_pattern(shared, w.rank() + 3), right, 3);
+        auto s3 = pg.send(fill_pattern(x.shared, w.rank() + 3), right, 3);
         r3.wait();
         s3.wait();
         CHECK(holds_pattern(slice, left + 3));

@@ -88,7 +88,8 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// Whether world rank `r` lives in this process.
   bool is_local(int r) const;
   /// Whether world rank `r` can map this rank's shared memory: it lives in
-  /// this process, or on this host and shared memory is not switched off.
+  /// this process, or on this host, shared memory is not switched off and
+  /// each of the two could open the other's ring.
   bool shares_memory(int r) const;
   /// World ranks on this host: this process's and those of its host peers.
   int ranks_on_host() const;

@@ -130,10 +130,9 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
   char ack = no_ring.empty() ? 1 : 2;
   if (!no_ring.empty()) p.memory_closed = true;  // before it hears so
   if (!sock->write(&ack, 1)) return;
-  if (!no_ring.empty()) {
+  if (!no_ring.empty())
     std::fprintf(stderr, "[troupe rank %d] reading %s over its socket, not shared memory: %s\n",
                  opts_.rank, describe(r).c_str(), no_ring.c_str());
-  }
   auto* raw = sock.get();
   {
     std::lock_guard<std::mutex> g{mtx_};
