@@ -186,6 +186,11 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
     bool withdrawn = false;             // the lender gave the loan up meanwhile
   };
 
+  /// A tensor's bytes (0 when undefined).
+  static std::size_t bytes_of(const tensor& t);
+  /// What `e` says (a loan's refusal carries it back to the lender).
+  static std::string text_of(const std::exception_ptr& e);
+  // The loans (inline/mailbox_loans.cpp).
   /// Lends `c` to its receiver in another process (true), or false when it
   /// is to be copied through the connection (small, or a buffer peers cannot map).
   bool lend(p2p_call& c, data_plane& plane);
