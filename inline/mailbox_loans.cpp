@@ -17,21 +17,32 @@
 
 namespace troupe::detail {
 
+namespace {
+
+/// Where `nbytes` of `type` lie in shared allocation `r`, `from` bytes into
+/// the range: what a loan (or a request for help) tells its peer.
+p2p_loan loan_of(const shared_range& r, std::size_t from, std::size_t nbytes, dtype type) {
+  p2p_loan l;
+  l.share_fd = r.fd;
+  l.share_id = r.id;
+  l.share_size = r.size;
+  l.share_offset = r.offset + from;
+  l.nbytes = nbytes;
+  l.dtype = static_cast<std::uint8_t>(type);
+  return l;
+}
+
+}  // namespace
+
 bool mailbox::lend(p2p_call& c, data_plane& plane) {
   const auto n = bytes_of(c.buffer);
   const int to = global_ranks_[static_cast<std::size_t>(c.peer)];
   if (n < lend_bytes || !c.buffer.is_cpu() || !c.buffer.is_contiguous() || !plane.shares_memory(to))
     return false;
-  auto range = find_shared(c.buffer.data(), n);
-  if (!range) range = share_in_place(c.buffer.data(), n);
+  const auto range = find_or_share(c.buffer.data(), n);
   if (!range) return false;
   p2p_envelope env{rank_, c.tag, {}, p2p_envelope::lent};
-  env.loan.share_id = range->id;
-  env.loan.share_size = range->size;
-  env.loan.share_offset = range->offset;
-  env.loan.nbytes = n;
-  env.loan.share_fd = range->fd;
-  env.loan.dtype = static_cast<std::uint8_t>(c.buffer.scalar_type());
+  env.loan = loan_of(*range, 0, n, c.buffer.scalar_type());
   // The waiting thread reads the receiver's connection for the loan's return.
   drive_by_pumping(c.handle, c.peer);
   {
@@ -158,20 +169,14 @@ bool mailbox::start_split(receive& r, message& m) {
   const tensor buf = r.call.buffer;  // a handle: `r` moves into splits_
   const auto n = m.loan->nbytes;
   if (!may_split_ || n < split_bytes || !buf.is_cpu() || !buf.is_contiguous()) return false;
-  auto range = find_shared(buf.data(), n);
-  if (!range) range = share_in_place(buf.data(), n);
+  const auto range = find_or_share(buf.data(), n);
   auto plane = plane_.lock();
   if (!range || !plane) return false;
   // Halves on a page boundary (a multiple of every element's size).
   const std::size_t at = (n / 2) & ~std::size_t{4095};
   p2p_envelope ask{rank_, m.tag, {}, p2p_envelope::help};
+  ask.loan = loan_of(*range, at, n - at, static_cast<dtype>(m.loan->dtype));
   ask.loan.id = m.loan->id;
-  ask.loan.share_fd = range->fd;
-  ask.loan.share_id = range->id;
-  ask.loan.share_size = range->size;
-  ask.loan.share_offset = range->offset + at;
-  ask.loan.nbytes = n - at;
-  ask.loan.dtype = m.loan->dtype;
   const int src = m.src;
   const auto loan = *m.loan;
   const auto timeout = r.call.timeout;

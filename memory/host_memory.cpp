@@ -379,4 +379,9 @@ std::optional<shared_range> share_in_place(const void* p, std::size_t bytes) {
   return r;
 }
 
+std::optional<shared_range> find_or_share(const void* p, std::size_t bytes) {
+  if (auto r = find_shared(p, bytes)) return r;
+  return share_in_place(p, bytes);
+}
+
 }  // namespace troupe::detail

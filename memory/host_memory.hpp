@@ -48,5 +48,7 @@ std::optional<shared_range> find_shared(const void* p, std::size_t bytes);
 /// RLIMIT_NOFILE, or with TROUPE_SHARE_IN_PLACE=off. A pooled buffer stays
 /// shared when it is handed out again.
 std::optional<shared_range> share_in_place(const void* p, std::size_t bytes);
+/// [p, p + bytes) as peers can map it: find_shared's range, else share_in_place's.
+std::optional<shared_range> find_or_share(const void* p, std::size_t bytes);
 
 }  // namespace troupe::detail

@@ -224,8 +224,7 @@ std::string shm_op::disagreement(inline_context& ctx) const {
 }
 
 void shm_op::describe_shared(op_descriptor& d, const tensor& t) {
-  auto r = find_shared(t.data(), t.nbytes());
-  if (!r) r = share_in_place(t.data(), t.nbytes());
+  const auto r = find_or_share(t.data(), t.nbytes());
   if (!r) return;
   d.share_fd = r->fd;
   d.share_id = r->id;
