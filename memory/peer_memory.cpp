@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -16,6 +17,23 @@ namespace troupe::detail {
 peer_memory::~peer_memory() {
   for (auto& m : maps_) ::munmap(m.addr, m.size);
 }
+
+namespace {
+
+/// Whether process `pid` ended: no such process, or a zombie (state Z or X
+/// in /proc/PID/stat; its descriptors are closed).
+bool process_ended(int pid) {
+  if (pid <= 0) return false;
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return errno == ENOENT;
+  char line[512] = {};
+  const bool read = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  const char* close = read ? std::strrchr(line, ')') : nullptr;
+  return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+
+}  // namespace
 
 std::byte* peer_memory::map(int pid, const peer_buffer& b, const char* op, const std::string& who) {
   ++clock_;
@@ -36,7 +54,15 @@ std::byte* peer_memory::map(int pid, const peer_buffer& b, const char* op, const
     std::size_t bytes = 0;
     std::string why;
     const int fd = open_sealed_memfd(pid, b.fd, b.size, shared_tensor_memfd, &bytes, &why);
-    if (fd < 0) fail("use (" + why + ")");
+    if (fd < 0) {
+      // A peer that died (a lender, say) before this process heard so:
+      // its failure, named as such, not a fault of the buffer.
+      if (process_ended(pid))
+        throw error(errc::peer_failure, std::string(op) + ": the shared buffer of " + who +
+                                            " is gone: its process ended (pid " +
+                                            std::to_string(pid) + ")");
+      fail("use (" + why + ")");
+    }
     void* p = ::mmap(nullptr, b.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int mapped_errno = errno;
     ::close(fd);

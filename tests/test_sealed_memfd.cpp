@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -89,4 +90,41 @@ TEST_CASE("a peer's buffer is mapped only when it is a sealed shared tensor") {
   b.size = where->size * 2;
   b.nbytes = b.size - b.offset;
   CHECK_THROWS_AS(peers.map(::getpid(), b, "recv", "rank 1"), troupe::error);
+}
+
+TEST_CASE("a peer's buffer whose process ended is a peer failure that says so") {
+  // A lender that dies after lending: the receiver may try its buffer
+  // before it heard of the death. That is the peer's failure, not the
+  // backend's, whether the process is still a zombie or already reaped.
+  for (bool reaped : {false, true}) {
+    CAPTURE(reaped);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      sealed_memfd(shared_tensor_memfd, 1 << 16);
+      ::_exit(0);
+    }
+    int status = 0;
+    if (reaped) {
+      ::waitpid(child, &status, 0);
+    } else {
+      siginfo_t info{};
+      ::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT);  // stays a zombie
+    }
+    peer_memory peers;
+    peer_buffer b;
+    b.fd = 3;
+    b.id = 1;
+    b.size = b.nbytes = 1 << 16;
+    try {
+      peers.map(static_cast<int>(child), b, "recv", "rank 1");
+      FAIL("mapped");
+    } catch (const troupe::error& e) {
+      const std::string what = e.what();
+      CHECK(e.code() == troupe::errc::peer_failure);
+      CHECK(what.find("rank 1") != std::string::npos);
+      CHECK(what.find("its process ended") != std::string::npos);
+    }
+    if (!reaped) ::waitpid(child, &status, 0);
+  }
 }
