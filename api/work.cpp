@@ -8,10 +8,12 @@
 #include "base/sim_conductor.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
+#include "kernels/shared_copy.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
 
+using detail::shared_copy;
 using detail::work_state;
 
 namespace {
@@ -46,12 +48,36 @@ namespace {
 
 /// Before blocking on the condition variable, poll briefly (wait_policy): an
 /// operation that ends within microseconds then costs no wake-up.
-void poll_for_done(const work_state& s, std::chrono::steady_clock::time_point until) {
+void poll_for_done(work_state& s, std::chrono::steady_clock::time_point until) {
   const auto& policy = detail::wait_policy::get();
-  const auto start = std::chrono::steady_clock::now();
+  const shared_copy* helped = nullptr;
+  auto start = std::chrono::steady_clock::now();
   for (auto now = start; !s.finished.load(std::memory_order_acquire) && now < until;
-       now = std::chrono::steady_clock::now())
+       now = std::chrono::steady_clock::now()) {
+    if (s.helpable.load(std::memory_order_acquire) && detail::lend_a_hand(s, helped)) {
+      start = std::chrono::steady_clock::now();  // the operation is moving: poll on
+      continue;
+    }
     if (!policy.poll_step(now - start)) return;
+  }
+}
+
+/// Sleeps until `s` is done or `until`, taking part in the copies offered
+/// to its waiters meanwhile; false at `until`.
+bool sleep_for_done(work_state& s, std::chrono::steady_clock::time_point until) {
+  const shared_copy* helped = nullptr;
+  std::unique_lock<std::mutex> g{s.mtx};
+  for (;;) {
+    auto ready = [&] { return s.done || (s.help && s.help.get() != helped); };
+    if (until == std::chrono::steady_clock::time_point::max())
+      s.cv.wait(g, ready);
+    else if (!s.cv.wait_until(g, until, ready))
+      return false;
+    if (s.done) return true;
+    g.unlock();
+    lend_a_hand(s, helped);
+    g.lock();
+  }
 }
 
 /// What a waiting thread does before it sleeps: drives the operation (when
@@ -83,10 +109,8 @@ void work::wait() const {
   }
   advance(s, std::chrono::steady_clock::time_point::max());
   // Mostly the drive finished it: no lock, as above.
-  if (!s.finished.load(std::memory_order_acquire)) {
-    std::unique_lock<std::mutex> g{s.mtx};
-    s.cv.wait(g, [&] { return s.done; });
-  }
+  if (!s.finished.load(std::memory_order_acquire))
+    sleep_for_done(s, std::chrono::steady_clock::time_point::max());
   if (s.error) std::rethrow_exception(s.error);
 }
 
@@ -94,8 +118,7 @@ void work::wait(duration timeout) const {
   auto& s = const_cast<work_state&>(checked(state_));
   const auto until = std::chrono::steady_clock::now() + timeout;
   advance(s, until);
-  std::unique_lock<std::mutex> g{s.mtx};
-  if (!s.cv.wait_until(g, until, [&] { return s.done; }))
+  if (!sleep_for_done(s, until))
     throw error(errc::timeout,
                 "work.wait: " + detail::timeout_after(timeout) + " waiting for " + describe(s));
   if (s.error) std::rethrow_exception(s.error);
@@ -297,6 +320,36 @@ void on_complete_relay(const work& w, relay r) {
     }
   }
   r.fn(r.arg, w);
+}
+
+void offer_help(const work& w, const std::shared_ptr<shared_copy>& c) {
+  auto& s = const_cast<work_state&>(*w.state());
+  {
+    std::lock_guard<std::mutex> g{s.mtx};
+    if (s.done) return;
+    s.help = c;
+    s.helpable.store(true, std::memory_order_release);
+  }
+  s.cv.notify_all();  // a waiter asleep takes part too (a copy of megabytes outlasts its wake-up)
+}
+
+void withdraw_help(const work& w) {
+  auto& s = const_cast<work_state&>(*w.state());
+  std::lock_guard<std::mutex> g{s.mtx};
+  s.helpable.store(false, std::memory_order_relaxed);
+  s.help.reset();
+}
+
+bool lend_a_hand(work_state& s, const shared_copy*& helped) {
+  std::shared_ptr<shared_copy> c;
+  {
+    std::lock_guard<std::mutex> g{s.mtx};
+    if (!s.help || s.help.get() == helped) return false;
+    c = s.help;
+  }
+  helped = c.get();
+  c->take_part();
+  return true;
 }
 
 }  // namespace detail

@@ -17,6 +17,7 @@
 namespace troupe::detail {
 
 class flight_ring;
+class shared_copy;
 
 /// A relay: troupe's own callback that only completes other works (when_all's
 /// count). A plain function and its argument, so that registering one
@@ -65,6 +66,11 @@ struct work_state {
   /// When an inline engine took the call (its clock reading, reused by the
   /// flight record; the epoch: not known).
   std::chrono::steady_clock::time_point issued{};
+  /// A copy the threads waiting for this work may take part in (a large
+  /// message between ranks of one process: kernels/shared_copy.hpp), under
+  /// mtx; `helpable` says there is one, for threads that poll.
+  std::shared_ptr<shared_copy> help;
+  std::atomic<bool> helpable{false};
 };
 
 /// A new work named by `literal` (a string literal: it is kept, not copied).
@@ -81,6 +87,14 @@ using callback_runner = std::function<void(std::function<void()>)>;
 void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
                         const callback_runner& run);
 void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run);
+/// Offers copy `c` to the threads waiting for `w` (work_state::help), waking
+/// the sleeping ones, until withdraw_help(w).
+void offer_help(const work& w, const std::shared_ptr<shared_copy>& c);
+void withdraw_help(const work& w);
+/// Takes part in the copy offered to the waiters of `s`, if any and not
+/// `helped` already (the last one this thread took part in: updated); true
+/// when there was one.
+bool lend_a_hand(work_state& s, const shared_copy*& helped);
 /// Registers a relay of `w` (work_state::relays); runs it now if `w` is done.
 void on_complete_relay(const work& w, relay r);
 

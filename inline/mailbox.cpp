@@ -12,6 +12,7 @@
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
 #include "inline/engine.hpp"
+#include "kernels/shared_copy.hpp"
 #include "transport/data_plane.hpp"
 #include "transport/frame.hpp"
 
@@ -73,6 +74,28 @@ class deadline_timer {
   bool stopping_ = false;
   std::thread thread_;
 };
+
+/// Copies message `got` between ranks of this process into `buf`: from
+/// mailbox::split_bytes, between contiguous buffers, together with the
+/// threads waiting for its receive `recv` and its send `send` (they wait for
+/// this copy anyway; measured, one process, ping-pong one way: see
+/// bench/RESULTS.md), else alone.
+void copy_between_ranks(const tensor& buf, const tensor& got, const work& recv, const work& send) {
+  const auto n = buf.nbytes();
+  if (n < mailbox::split_bytes || !buf.is_contiguous() || !got.is_contiguous() || !buf.is_cpu() ||
+      !got.is_cpu()) {
+    tensor{buf}.copy_from(got);
+    return;
+  }
+  auto c = std::make_shared<shared_copy>(buf.data(), got.data(), n);
+  offer_help(recv, c);
+  if (send.valid()) offer_help(send, c);
+  const auto own = c->take_part();
+  c->wait_whole();
+  withdraw_help(recv);
+  if (send.valid()) withdraw_help(send);
+  if (own < n) inline_stats().copies_shared.fetch_add(1, std::memory_order_relaxed);
+}
 
 bool matches(const p2p_call& c, int src, int tag) {
   return tag == c.tag && (c.kind == p2p_call::recv_any || src == c.peer);
@@ -295,8 +318,9 @@ void mailbox::pump_for(work_state& s, clock::time_point until, const std::vector
   const auto& policy = wait_policy::get();
   for (int p : peers) plane->pumping(p, +1, false);
   auto since = clock::now();
+  const shared_copy* helped = nullptr;
   while (!s.finished.load(std::memory_order_acquire)) {
-    bool any = false;
+    bool any = s.helpable.load(std::memory_order_acquire) && lend_a_hand(s, helped);
     for (int p : peers) any |= plane->pump(p);
     const auto now = clock::now();
     if (now >= until) break;
@@ -473,8 +497,9 @@ void mailbox::fill(receive& r, message& m) {
     if (m.loan) {
       take(m.src, *m.loan, buf, 0, bytes);
       inline_stats().loans_taken.fetch_add(1, std::memory_order_relaxed);
-    } else if (bytes_of(buf) > 0)
-      tensor{buf}.copy_from(got);
+    } else if (bytes_of(buf) > 0) {
+      copy_between_ranks(buf, got, r.call.handle, m.sender);
+    }
   } catch (...) {
     fail_in_pool(r.call.handle, std::current_exception());
     release(std::current_exception());

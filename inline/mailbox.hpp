@@ -13,7 +13,9 @@
 //    a message up to eager_bytes is copied and the send completes; a larger
 //    one is lent: the receiver copies from the sender's buffer when its
 //    receive comes, and the send completes then (as Gloo's and NCCL's sends
-//    wait for their receive).
+//    wait for their receive). From split_bytes, between contiguous buffers,
+//    the thread that copies shares the copy, chunk by chunk, with the
+//    threads waiting for the send and the receive (kernels/shared_copy.hpp).
 //  - Ranks of other processes: a frame through the data plane (shared-memory
 //    ring or TCP), written by the sender's thread (sends are eager); in the
 //    receiving process the reader thread, or the waiting thread itself

@@ -22,6 +22,7 @@
 #include <troupe/caf_await.hpp>
 
 #include "base/work_state.hpp"
+#include "kernels/shared_copy.hpp"
 #include "troupe/error.hpp"
 #include "troupe/testing.hpp"
 #include "troupe/work.hpp"
@@ -674,4 +675,59 @@ TEST_CASE("wait_for_pending_works returns once every issued call ended, rethrowi
     CHECK(ok.is_completed());
     pg.barrier().wait();
   });
+}
+
+// A large copy between ranks of one process is shared with the threads that
+// wait for its send and its receive (kernels/shared_copy.hpp): a waiter,
+// polling or asleep, takes chunks of a copy offered to its work. Here the
+// offering thread copies nothing itself, so the waiter must copy it whole.
+TEST_CASE("threads waiting for a work take part in the copy offered to them") {
+  const std::size_t n = 8 * detail::shared_copy::chunk_bytes + 4093;  // a part chunk at the end
+  std::vector<unsigned char> src(n), dst(n);
+  for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<unsigned char>(i * 7 + i / 251);
+  auto copied_by_waiter = [&](bool timed, std::chrono::milliseconds offer_after) {
+    std::fill(dst.begin(), dst.end(), 0);
+    auto w = work::make("recv", "g");
+    std::thread waiter([&] {
+      if (timed)
+        w.wait(std::chrono::seconds(60));
+      else
+        w.wait();
+    });
+    std::this_thread::sleep_for(offer_after);  // 0: polling; longer: asleep
+    auto c = std::make_shared<detail::shared_copy>(dst.data(), src.data(), n);
+    detail::offer_help(w, c);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (c->copied() < n && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const bool whole = c->copied() == n;
+    detail::withdraw_help(w);
+    w.complete({});
+    waiter.join();
+    return whole && dst == src;
+  };
+  CHECK(copied_by_waiter(false, std::chrono::milliseconds(0)));
+  CHECK(copied_by_waiter(false, std::chrono::milliseconds(200)));
+  CHECK(copied_by_waiter(true, std::chrono::milliseconds(200)));
+
+  // Alone, or with threads claiming chunks at once: every byte once.
+  std::fill(dst.begin(), dst.end(), 0);
+  detail::shared_copy alone{dst.data(), src.data(), n};
+  CHECK(alone.take_part() == n);
+  alone.wait_whole();
+  CHECK(dst == src);
+  std::fill(dst.begin(), dst.end(), 0);
+  detail::shared_copy together{dst.data(), src.data(), n};
+  std::atomic<std::size_t> sum{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; ++i) ts.emplace_back([&] { sum += together.take_part(); });
+  for (auto& t : ts) t.join();
+  together.wait_whole();
+  CHECK(sum.load() == n);
+  CHECK(dst == src);
+
+  // A work that ended takes no offer.
+  auto done = work::completed("recv", "g", {});
+  detail::offer_help(done, std::make_shared<detail::shared_copy>(dst.data(), src.data(), n));
+  CHECK(!done.state()->help);
 }
