@@ -322,22 +322,42 @@ void on_complete_relay(const work& w, relay r) {
   r.fn(r.arg, w);
 }
 
-void offer_help(const work& w, const std::shared_ptr<shared_copy>& c) {
-  auto& s = const_cast<work_state&>(*w.state());
+namespace {
+
+void offer_help_to(work_state& s, const std::shared_ptr<shared_copy>& c) {
+  std::shared_ptr<work_state> whole;
   {
     std::lock_guard<std::mutex> g{s.mtx};
     if (s.done) return;
     s.help = c;
     s.helpable.store(true, std::memory_order_release);
+    whole = s.whole.lock();
   }
   s.cv.notify_all();  // a waiter asleep takes part too (a copy of megabytes outlasts its wake-up)
+  if (whole) offer_help_to(*whole, c);
 }
 
-void withdraw_help(const work& w) {
-  auto& s = const_cast<work_state&>(*w.state());
-  std::lock_guard<std::mutex> g{s.mtx};
-  s.helpable.store(false, std::memory_order_relaxed);
-  s.help.reset();
+void withdraw_help_from(work_state& s, const shared_copy* c) {
+  std::shared_ptr<work_state> whole;
+  {
+    std::lock_guard<std::mutex> g{s.mtx};
+    if (s.help.get() == c) {
+      s.helpable.store(false, std::memory_order_relaxed);
+      s.help.reset();
+    }
+    whole = s.whole.lock();
+  }
+  if (whole) withdraw_help_from(*whole, c);
+}
+
+}  // namespace
+
+void offer_help(const work& w, const std::shared_ptr<shared_copy>& c) {
+  offer_help_to(const_cast<work_state&>(*w.state()), c);
+}
+
+void withdraw_help(const work& w, const shared_copy* c) {
+  withdraw_help_from(const_cast<work_state&>(*w.state()), c);
 }
 
 bool lend_a_hand(work_state& s, const shared_copy*& helped) {
@@ -426,6 +446,13 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
   // thread for it); the whole's own callbacks go where the part's would.
   // A relay may run at once: the joint is complete first.
   auto* raw = j.get();
+  for (auto& p : raw->parts) {
+    // A copy that a part's operation shares with its waiters is offered to
+    // the whole's too (kernels/shared_copy.hpp).
+    auto& ps = const_cast<work_state&>(*p.state());
+    std::lock_guard<std::mutex> g{ps.mtx};
+    ps.whole = all.state();
+  }
   for (auto& p : raw->parts) detail::on_complete_relay(p, {&joint::relay, raw});
   return all;
 }

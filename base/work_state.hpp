@@ -71,6 +71,9 @@ struct work_state {
   /// mtx; `helpable` says there is one, for threads that poll.
   std::shared_ptr<shared_copy> help;
   std::atomic<bool> helpable{false};
+  /// The work this one is a part of (work::when_all), under mtx: its
+  /// waiters are offered this work's copies too.
+  std::weak_ptr<work_state> whole;
 };
 
 /// A new work named by `literal` (a string literal: it is kept, not copied).
@@ -87,10 +90,11 @@ using callback_runner = std::function<void(std::function<void()>)>;
 void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
                         const callback_runner& run);
 void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run);
-/// Offers copy `c` to the threads waiting for `w` (work_state::help), waking
-/// the sleeping ones, until withdraw_help(w).
+/// Offers copy `c` to the threads waiting for `w` (work_state::help) and for
+/// what it is a part of, waking the sleeping ones, until withdraw_help(w, c).
+/// A later offer replaces an earlier one still there.
 void offer_help(const work& w, const std::shared_ptr<shared_copy>& c);
-void withdraw_help(const work& w);
+void withdraw_help(const work& w, const shared_copy* c);
 /// Takes part in the copy offered to the waiters of `s`, if any and not
 /// `helped` already (the last one this thread took part in: updated); true
 /// when there was one.

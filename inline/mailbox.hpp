@@ -15,7 +15,9 @@
 //    receive comes, and the send completes then (as Gloo's and NCCL's sends
 //    wait for their receive). From split_bytes, between contiguous buffers,
 //    the thread that copies shares the copy, chunk by chunk, with the
-//    threads waiting for the send and the receive (kernels/shared_copy.hpp).
+//    threads waiting for the send and the receive (kernels/shared_copy.hpp;
+//    a helper holds it up by one chunk at most, so also with more ranks
+//    than CPUs).
 //  - Ranks of other processes: a frame through the data plane (shared-memory
 //    ring or TCP), written by the sender's thread (sends are eager); in the
 //    receiving process the reader thread, or the waiting thread itself

@@ -385,6 +385,36 @@ TEST_CASE(
 // A lent send at its deadline is withdrawn: the receiver drops it, so that
 // a later receive with its tag gets the next message, and the send fails
 // naming the peer and tag.
+// In one process a message of split_bytes and more is copied by the thread
+// that matched it together with the threads waiting for its send, its
+// receive or the batch they are in (kernels/shared_copy.hpp): a halo of
+// batches, where each rank's batch takes two such copies at once, with more
+// ranks than CPUs too.
+TEST_CASE("very large messages between ranks of one process arrive whole in batches") {
+  for (int n : {2, 4, 7}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      const int right = (w.rank() + 1) % n, left = (w.rank() + n - 1) % n;
+      const auto count =
+          static_cast<std::int64_t>(detail::mailbox::split_bytes / sizeof(float)) * 2 + 1027;
+      auto to_right = pattern(w.rank(), count), to_left = pattern(w.rank() + 50, count);
+      for (int round = 0; round < 3; ++round) {
+        CAPTURE(round);
+        auto from_left = ref::zeros({count}, dtype::float32);
+        auto from_right = ref::zeros({count}, dtype::float32);
+        std::vector<p2p_op> ops{{p2p_op::irecv, from_left, left, 0},
+                                {p2p_op::irecv, from_right, right, 1},
+                                {p2p_op::isend, to_right, right, 0},
+                                {p2p_op::isend, to_left, left, 1}};
+        pg.batch_isend_irecv(ops).wait();
+        CHECK(holds_pattern(from_left, left));
+        CHECK(holds_pattern(from_right, right + 50));
+      }
+    });
+  }
+}
+
 TEST_CASE("a lent send nobody receives fails at its deadline and is never received") {
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();

@@ -685,14 +685,17 @@ TEST_CASE("threads waiting for a work take part in the copy offered to them") {
   const std::size_t n = 8 * detail::shared_copy::chunk_bytes + 4093;  // a part chunk at the end
   std::vector<unsigned char> src(n), dst(n);
   for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<unsigned char>(i * 7 + i / 251);
-  auto copied_by_waiter = [&](bool timed, std::chrono::milliseconds offer_after) {
+  // `batch`: the waiter waits for a when_all of the work (batch_isend_irecv).
+  auto copied_by_waiter = [&](bool timed, std::chrono::milliseconds offer_after,
+                              bool batch = false) {
     std::fill(dst.begin(), dst.end(), 0);
     auto w = work::make("recv", "g");
+    auto waited = batch ? work::when_all("batch", "g", {work::completed("send", "g", {}), w}) : w;
     std::thread waiter([&] {
       if (timed)
-        w.wait(std::chrono::seconds(60));
+        waited.wait(std::chrono::seconds(60));
       else
-        w.wait();
+        waited.wait();
     });
     std::this_thread::sleep_for(offer_after);  // 0: polling; longer: asleep
     auto c = std::make_shared<detail::shared_copy>(dst.data(), src.data(), n);
@@ -701,7 +704,7 @@ TEST_CASE("threads waiting for a work take part in the copy offered to them") {
     while (c->copied() < n && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const bool whole = c->copied() == n;
-    detail::withdraw_help(w);
+    detail::withdraw_help(w, c.get());
     w.complete({});
     waiter.join();
     return whole && dst == src;
@@ -709,6 +712,8 @@ TEST_CASE("threads waiting for a work take part in the copy offered to them") {
   CHECK(copied_by_waiter(false, std::chrono::milliseconds(0)));
   CHECK(copied_by_waiter(false, std::chrono::milliseconds(200)));
   CHECK(copied_by_waiter(true, std::chrono::milliseconds(200)));
+  CHECK(copied_by_waiter(false, std::chrono::milliseconds(0), true));
+  CHECK(copied_by_waiter(false, std::chrono::milliseconds(200), true));
 
   // Alone, or with threads claiming chunks at once: every byte once.
   std::fill(dst.begin(), dst.end(), 0);
