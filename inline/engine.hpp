@@ -135,10 +135,6 @@ struct inline_counters {
   std::atomic<std::uint64_t> loans_taken{0};
   /// Of those, the ones copied together with their lender (mailbox::split_bytes).
   std::atomic<std::uint64_t> loans_split{0};
-  /// Messages between ranks of this process (mailbox::split_bytes and more)
-  /// that a thread waiting for their send or receive helped copy
-  /// (kernels/shared_copy.hpp).
-  std::atomic<std::uint64_t> copies_shared{0};
 };
 inline_counters& inline_stats() noexcept;
 

@@ -382,9 +382,6 @@ TEST_CASE(
   });
 }
 
-// A lent send at its deadline is withdrawn: the receiver drops it, so that
-// a later receive with its tag gets the next message, and the send fails
-// naming the peer and tag.
 // In one process a message of split_bytes and more is copied by the thread
 // that matched it together with the threads waiting for its send, its
 // receive or the batch they are in (kernels/shared_copy.hpp): a halo of
@@ -415,6 +412,9 @@ TEST_CASE("very large messages between ranks of one process arrive whole in batc
   }
 }
 
+// A lent send at its deadline is withdrawn: the receiver drops it, so that
+// a later receive with its tag gets the next message, and the send fails
+// naming the peer and tag.
 TEST_CASE("a lent send nobody receives fails at its deadline and is never received") {
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
