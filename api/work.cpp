@@ -325,27 +325,27 @@ void on_complete_relay(const work& w, relay r) {
 namespace {
 
 void offer_help_to(work_state& s, const std::shared_ptr<shared_copy>& c) {
-  std::shared_ptr<work_state> whole;
+  work_state* whole = nullptr;
   {
     std::lock_guard<std::mutex> g{s.mtx};
     if (s.done) return;
     s.help = c;
     s.helpable.store(true, std::memory_order_release);
-    whole = s.whole.lock();
+    whole = s.whole.load(std::memory_order_acquire);
   }
   s.cv.notify_all();  // a waiter asleep takes part too (a copy of megabytes outlasts its wake-up)
   if (whole) offer_help_to(*whole, c);
 }
 
 void withdraw_help_from(work_state& s, const shared_copy* c) {
-  std::shared_ptr<work_state> whole;
+  work_state* whole = nullptr;
   {
     std::lock_guard<std::mutex> g{s.mtx};
     if (s.help.get() == c) {
       s.helpable.store(false, std::memory_order_relaxed);
       s.help.reset();
     }
-    whole = s.whole.lock();
+    if (!s.done) whole = s.whole.load(std::memory_order_acquire);  // alive while s is pending
   }
   if (whole) withdraw_help_from(*whole, c);
 }
@@ -448,12 +448,11 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
   auto* raw = j.get();
   for (auto& p : raw->parts) {
     // A copy that a part's operation shares with its waiters is offered to
-    // the whole's too (kernels/shared_copy.hpp).
-    auto& ps = const_cast<work_state&>(*p.state());
-    std::lock_guard<std::mutex> g{ps.mtx};
-    ps.whole = all.state();
+    // the whole's too (kernels/shared_copy.hpp); the joint keeps the whole
+    // until the part's relay, so no lock and no count for it.
+    p.state()->whole.store(all.state().get(), std::memory_order_release);
+    detail::on_complete_relay(p, {&joint::relay, raw});
   }
-  for (auto& p : raw->parts) detail::on_complete_relay(p, {&joint::relay, raw});
   return all;
 }
 

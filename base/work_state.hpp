@@ -71,9 +71,10 @@ struct work_state {
   /// mtx; `helpable` says there is one, for threads that poll.
   std::shared_ptr<shared_copy> help;
   std::atomic<bool> helpable{false};
-  /// The work this one is a part of (work::when_all), under mtx: its
-  /// waiters are offered this work's copies too.
-  std::weak_ptr<work_state> whole;
+  /// The work this one is a part of (work::when_all, which keeps it alive
+  /// until this work completes): its waiters are offered this work's
+  /// copies too, while this work is pending.
+  std::atomic<work_state*> whole{nullptr};
 };
 
 /// A new work named by `literal` (a string literal: it is kept, not copied).

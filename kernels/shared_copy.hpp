@@ -37,7 +37,6 @@ class shared_copy {
   void wait_whole() const noexcept;
   /// Bytes copied so far (by every thread).
   std::size_t copied() const noexcept { return copied_.load(std::memory_order_acquire); }
-  std::size_t size() const noexcept { return n_; }
 
  private:
   std::byte* dst_;
