@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "base/flight_ring.hpp"
+#include "base/recycled.hpp"
 #include "base/sim_conductor.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
@@ -147,7 +148,7 @@ tensor_list work::result() const {
   wait();
   auto& s = const_cast<work_state&>(checked(state_));
   std::lock_guard<std::mutex> g{s.mtx};
-  return s.outputs;
+  return detail::outputs_of(s);
 }
 
 int work::source_rank() const {
@@ -220,7 +221,7 @@ work work::then(std::function<tensor_list(const work&)> fn) const {
 namespace detail {
 
 work make_work(const char* literal, std::string group, std::uint64_t seq) {
-  auto s = std::make_shared<work_state>();
+  auto s = std::allocate_shared<work_state>(recycling_allocator<work_state>{});
   s->op = literal;
   s->group = std::move(group);
   s->seq = seq;
@@ -255,8 +256,8 @@ namespace {
 /// relays of a completion whose callbacks were handed elsewhere run.
 thread_local const detail::callback_runner* relay_runner = nullptr;
 
-void finish(const work& w, work_state& s, tensor_list* outputs, int source, std::exception_ptr err,
-            const detail::callback_runner* elsewhere = nullptr) {
+void finish(const work& w, work_state& s, tensor_list* outputs, tensor* sole, int source,
+            std::exception_ptr err, const detail::callback_runner* elsewhere = nullptr) {
   std::vector<std::function<void(const work&)>> callbacks;
   detail::one_or_more<detail::relay> relays;
   {
@@ -264,6 +265,7 @@ void finish(const work& w, work_state& s, tensor_list* outputs, int source, std:
     if (s.done) return;
     s.done = true;
     if (outputs) s.outputs = std::move(*outputs);
+    if (sole) s.sole_output = std::move(*sole);
     s.source_rank = source;
     if (s.ring) {
       s.ring->ended(s.ring_id, err);
@@ -303,11 +305,19 @@ namespace detail {
 
 void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
                         const callback_runner& run) {
-  finish(w, *w.state(), &outputs, source_rank, nullptr, &run);
+  finish(w, *w.state(), &outputs, nullptr, source_rank, nullptr, &run);
 }
 
 void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run) {
-  finish(w, *w.state(), nullptr, -1, std::move(error), &run);
+  finish(w, *w.state(), nullptr, nullptr, -1, std::move(error), &run);
+}
+
+void complete_with_one(const work& w, tensor output) {
+  finish(w, *w.state(), nullptr, &output, -1, nullptr);
+}
+
+tensor_list outputs_of(const work_state& s) {
+  return s.sole_output.defined() ? tensor_list{s.sole_output} : s.outputs;
 }
 
 void on_complete_relay(const work& w, relay r) {
@@ -375,11 +385,11 @@ bool lend_a_hand(work_state& s, const shared_copy*& helped) {
 }  // namespace detail
 
 void work::complete(tensor_list outputs, int source_rank) const {
-  finish(*this, const_cast<work_state&>(checked(state_)), &outputs, source_rank, nullptr);
+  finish(*this, const_cast<work_state&>(checked(state_)), &outputs, nullptr, source_rank, nullptr);
 }
 
 void work::fail(std::exception_ptr error) const {
-  finish(*this, const_cast<work_state&>(checked(state_)), nullptr, -1, std::move(error));
+  finish(*this, const_cast<work_state&>(checked(state_)), nullptr, nullptr, -1, std::move(error));
 }
 
 void work::set_sequence_number(std::uint64_t seq) const {
@@ -410,11 +420,17 @@ struct joint {
     if (j->failed.load()) return;
     // Every part is done: its outputs no longer change.
     std::size_t n = 0;
-    for (auto& q : j->parts) n += q.state()->outputs.size();
+    for (auto& q : j->parts) {
+      const auto& p = *q.state();
+      n += p.sole_output.defined() ? 1 : p.outputs.size();
+    }
     tensor_list out;
     out.reserve(n);
-    for (auto& q : j->parts)
-      out.insert(out.end(), q.state()->outputs.begin(), q.state()->outputs.end());
+    for (auto& q : j->parts) {
+      const auto& p = *q.state();
+      if (p.sole_output.defined()) out.push_back(p.sole_output);
+      out.insert(out.end(), p.outputs.begin(), p.outputs.end());
+    }
     all.complete(std::move(out));
   }
 };

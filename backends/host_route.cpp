@@ -136,9 +136,9 @@ work host_backend::on_segment(op_code code, const char* name, tensor& t, const r
   auto kind = op.op() == reduce_op::AVG ? reduce_op::SUM : op.op();
   // The flat view goes into the operation (not copied: every tensor copy
   // counts its owners up and down).
-  return on_inline(
-      make_allreduce_shm(flat(t), kind, divisor, static_cast<std::uint8_t>(code), root), code, name,
-      t, timeout, {t});
+  auto shm_op = make_allreduce_shm(flat(t), kind, divisor, static_cast<std::uint8_t>(code), root);
+  shm_op->sole_output = t;
+  return on_inline(std::move(shm_op), code, name, t, timeout, {});
 }
 
 work host_backend::barrier_inline(const barrier_options& o) {

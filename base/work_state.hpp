@@ -33,6 +33,9 @@ struct work_state {
   bool done = false;
   std::exception_ptr error;
   tensor_list outputs;
+  /// The output of a call that has one (allreduce, reduce), kept without a
+  /// vector; `outputs` is then empty. Read through outputs_of.
+  tensor sole_output;
   int source_rank = -1;
   std::atomic<std::uint64_t> seq{0};
   /// The call's name: one of troupe's literals (no copy per call), or
@@ -91,6 +94,10 @@ using callback_runner = std::function<void(std::function<void()>)>;
 void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
                         const callback_runner& run);
 void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run);
+/// work::complete({output}) without building the list (work_state::sole_output).
+void complete_with_one(const work& w, tensor output);
+/// What work::result() returns of a finished state (under its mutex).
+tensor_list outputs_of(const work_state& s);
 /// Offers copy `c` to the threads waiting for `w` (work_state::help) and for
 /// what it is a part of, waking the sleeping ones, until withdraw_help(w, c).
 /// A later offer replaces an earlier one still there.

@@ -228,6 +228,8 @@ void inline_engine::hand_over(finished_list& out) {
   out.for_each([](finished& f) {
     if (f.error)
       f.op->handle.fail(f.error);
+    else if (f.op->sole_output.defined())
+      complete_with_one(f.op->handle, std::move(f.op->sole_output));
     else
       f.op->handle.complete(std::move(f.op->outputs));
   });

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "base/one_or_more.hpp"
+#include "base/recycled.hpp"
 #include "base/wait_policy.hpp"
 #include "troupe/work.hpp"
 
@@ -98,7 +99,8 @@ struct inline_context {
 };
 
 /// One collective on the inline engine: a resumable state machine.
-class inline_op {
+/// Lives on the thread's recycled shelves (one per call: base/recycled.hpp).
+class inline_op : public recycled {
  public:
   virtual ~inline_op() = default;
   /// Advances as far as the peers allow without blocking; true when finished.
@@ -123,6 +125,8 @@ class inline_op {
   std::chrono::milliseconds timeout{};
   inline_clock::time_point deadline;
   tensor_list outputs;
+  /// The sole output instead of `outputs` (no vector per call: allreduce, reduce).
+  tensor sole_output;
   work handle;
 };
 

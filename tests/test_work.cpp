@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <initializer_list>
@@ -21,6 +22,7 @@
 
 #include <troupe/caf_await.hpp>
 
+#include "base/recycled.hpp"
 #include "base/work_state.hpp"
 #include "kernels/shared_copy.hpp"
 #include "troupe/error.hpp"
@@ -735,4 +737,72 @@ TEST_CASE("threads waiting for a work take part in the copy offered to them") {
   auto done = work::completed("recv", "g", {});
   detail::offer_help(done, std::make_shared<detail::shared_copy>(dst.data(), src.data(), n));
   CHECK(!done.state()->help);
+}
+
+TEST_CASE("an allreduce's and a reduce's result is their tensor, alone and inside end_coalescing") {
+  // Their works keep the one output without a list (work_state::sole_output).
+  for (int n : {1, 2, 3}) {
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      auto a = tensor::from_vector<float>(std::vector<float>(3, static_cast<float>(pg.rank() + 1)));
+      auto r = pg.allreduce(a).result();
+      REQUIRE(r.size() == 1);
+      CHECK(r[0].is_same(a));
+      CHECK(a.data_as<float>()[2] == static_cast<float>(n * (n + 1) / 2));
+
+      auto b = tensor::from_vector<float>({1.0f, 1.0f});
+      auto c = tensor::from_vector<float>(std::vector<float>(5, 2.0f));
+      pg.start_coalescing();
+      pg.allreduce(b);
+      pg.reduce(c, 0);
+      auto all = pg.end_coalescing();
+      auto out = all.result();
+      REQUIRE(out.size() == 2);
+      CHECK(out[0].is_same(b));
+      CHECK(out[1].is_same(c));
+      CHECK(b.data_as<float>()[1] == static_cast<float>(n));
+      if (pg.rank() == 0) CHECK(c.data_as<float>()[4] == static_cast<float>(2 * n));
+    });
+  }
+}
+
+TEST_CASE("a thread's freed blocks serve its next allocations of their size class") {
+  using detail::recycled_allocate;
+  using detail::recycled_free;
+  // Empty this thread's shelf of the class of 65-128 bytes first.
+  std::vector<void*> taken;
+  for (int i = 0; i < 8; ++i) taken.push_back(recycled_allocate(100));
+  for (auto* p : taken) recycled_free(p, 100);
+  // The last blocks freed come back first, for any size of their class, and
+  // each holds the class's whole size.
+  auto* a = recycled_allocate(65);
+  auto* b = recycled_allocate(128);
+  CHECK(std::find(taken.begin(), taken.end(), a) != taken.end());
+  CHECK(std::find(taken.begin(), taken.end(), b) != taken.end());
+  CHECK(a != b);
+  std::memset(a, 1, 128);
+  std::memset(b, 2, 128);
+  recycled_free(a, 65);
+  recycled_free(b, 128);
+  // Another class, a size past the shelves and a block of zero bytes.
+  auto* big = recycled_allocate(5000);
+  std::memset(big, 3, 5000);
+  recycled_free(big, 5000);
+  recycled_free(recycled_allocate(0), 0);
+  recycled_free(nullptr, 64);
+  // Blocks made on one thread and freed on others (that end with their
+  // shelves full), many at once.
+  std::vector<std::thread> ts;
+  std::vector<std::vector<void*>> made(4);
+  for (auto& m : made)
+    for (int i = 0; i < 50; ++i)
+      m.push_back(recycled_allocate(static_cast<std::size_t>(1 + i * 40)));
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&made, t] {
+      for (std::size_t i = 0; i < made[static_cast<std::size_t>(t)].size(); ++i) {
+        recycled_free(made[static_cast<std::size_t>(t)][i], 1 + i * 40);
+        recycled_free(recycled_allocate(1 + i * 40), 1 + i * 40);
+      }
+    });
+  for (auto& t : ts) t.join();
 }
