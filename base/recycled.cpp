@@ -22,8 +22,10 @@ struct sweeper {
   ~sweeper() {
     auto& s = here;
     s.gone = true;
-    for (std::size_t c = 0; c < classes; ++c)
+    for (std::size_t c = 0; c < classes; ++c) {
       for (unsigned i = 0; i < s.count[c]; ++i) ::operator delete(s.blocks[c][i]);
+      s.count[c] = 0;  // what is allocated later at thread exit comes from operator new
+    }
   }
 };
 

@@ -805,4 +805,26 @@ TEST_CASE("a thread's freed blocks serve its next allocations of their size clas
       }
     });
   for (auto& t : ts) t.join();
+
+  // At thread exit, after the shelf was emptied, allocations come from
+  // operator new: five blocks taken then are five different ones.
+  static std::atomic<int> distinct{0};
+  struct at_exit {
+    ~at_exit() {
+      std::vector<void*> got;
+      for (int i = 0; i < 5; ++i) got.push_back(recycled_allocate(200));
+      std::sort(got.begin(), got.end());
+      distinct = static_cast<int>(std::unique(got.begin(), got.end()) - got.begin());
+      for (auto* p : got) recycled_free(p, 200);
+    }
+  };
+  std::thread late{[] {
+    thread_local at_exit probe;  // made before the shelf's sweeper: ends after it
+    (void)probe;
+    std::vector<void*> some;
+    for (int i = 0; i < 4; ++i) some.push_back(recycled_allocate(200));
+    for (auto* p : some) recycled_free(p, 200);
+  }};
+  late.join();
+  CHECK(distinct == 5);
 }
