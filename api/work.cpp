@@ -312,8 +312,13 @@ void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runn
   finish(w, *w.state(), nullptr, nullptr, -1, std::move(error), &run);
 }
 
-void complete_with_one(const work& w, tensor output) {
-  finish(w, *w.state(), nullptr, &output, -1, nullptr);
+void complete_with_one(const work& w, tensor output, int source_rank) {
+  finish(w, *w.state(), nullptr, &output, source_rank, nullptr);
+}
+
+void complete_one_elsewhere(const work& w, tensor output, int source_rank,
+                            const callback_runner& run) {
+  finish(w, *w.state(), nullptr, &output, source_rank, nullptr, &run);
 }
 
 tensor_list outputs_of(const work_state& s) {

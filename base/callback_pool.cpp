@@ -93,6 +93,10 @@ void complete_in_pool(const work& w, tensor_list outputs, int source_rank) {
   complete_elsewhere(w, std::move(outputs), source_rank, on_pool);
 }
 
+void complete_in_pool(const work& w, tensor output, int source_rank) {
+  complete_one_elsewhere(w, std::move(output), source_rank, on_pool);
+}
+
 void fail_in_pool(const work& w, std::exception_ptr error) {
   fail_elsewhere(w, std::move(error), on_pool);
 }

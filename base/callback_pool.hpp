@@ -29,6 +29,8 @@ bool drain_callbacks(std::chrono::milliseconds timeout);
 /// Completes (fails) `w` at once, its callbacks run on the pool
 /// (base/work_state.hpp: complete_elsewhere).
 void complete_in_pool(const work& w, tensor_list outputs, int source_rank = -1);
+/// The same with one output (kept without a list: point-to-point calls).
+void complete_in_pool(const work& w, tensor output, int source_rank = -1);
 void fail_in_pool(const work& w, std::exception_ptr error);
 
 }  // namespace troupe::detail

@@ -94,8 +94,11 @@ using callback_runner = std::function<void(std::function<void()>)>;
 void complete_elsewhere(const work& w, tensor_list outputs, int source_rank,
                         const callback_runner& run);
 void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runner& run);
-/// work::complete({output}) without building the list (work_state::sole_output).
-void complete_with_one(const work& w, tensor output);
+/// work::complete({output}, source_rank) and complete_elsewhere without
+/// building the list (work_state::sole_output).
+void complete_with_one(const work& w, tensor output, int source_rank = -1);
+void complete_one_elsewhere(const work& w, tensor output, int source_rank,
+                            const callback_runner& run);
 /// What work::result() returns of a finished state (under its mutex).
 tensor_list outputs_of(const work_state& s);
 /// Offers copy `c` to the threads waiting for `w` (work_state::help) and for

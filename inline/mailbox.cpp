@@ -207,7 +207,7 @@ void mailbox::post(p2p_call c) {
         if (!plane) return fail_now(errc::aborted, "the world ended");
         if (lend(c, *plane)) return;
         plane->send(global_ranks_[peer], group_, p2p_envelope{rank_, c.tag, c.buffer});
-        c.handle.complete({c.buffer});
+        complete_with_one(c.handle, c.buffer);
       } catch (const error& e) {
         fail_now(e.code(), e.what());
       } catch (const std::exception& e) {
@@ -231,7 +231,7 @@ void mailbox::post(p2p_call c) {
     }
     m.payload = c.buffer;  // copied by accept when no receive waits
     to->accept(std::move(m));
-    c.handle.complete({std::move(c.buffer)});
+    complete_with_one(c.handle, std::move(c.buffer));
     return;
   }
   // A receive. When it may come from another process, the waiting thread
@@ -389,7 +389,7 @@ void mailbox::arrive(p2p_envelope env) {
       }
     }
     if (r) {  // read straight into the receive's buffer
-      complete_in_pool(r->call.handle, {r->call.buffer}, env.src);
+      complete_in_pool(r->call.handle, r->call.buffer, env.src);
       return;
     }
   }
@@ -478,7 +478,7 @@ void mailbox::fill(receive& r, message& m) {
     else if (m.sender.valid() && e)
       fail_in_pool(m.sender, e);
     else if (m.sender.valid())
-      complete_in_pool(m.sender, {got});
+      complete_in_pool(m.sender, got);
   };
   if (bytes != bytes_of(buf) || (typed && type != buf.scalar_type())) {
     const auto what = typed ? std::to_string(bytes) + " bytes of " + std::string(to_string(type))
@@ -507,7 +507,7 @@ void mailbox::fill(receive& r, message& m) {
     return;
   }
   release(nullptr);
-  complete_in_pool(r.call.handle, {buf}, m.src);
+  complete_in_pool(r.call.handle, buf, m.src);
 }
 
 void mailbox::settle(finishes& done) {
@@ -518,7 +518,7 @@ void mailbox::settle(finishes& done) {
       if (f.error)
         fail_in_pool(c.handle, f.error);
       else
-        complete_in_pool(c.handle, {c.buffer});
+        complete_in_pool(c.handle, c.buffer);
     } else if (f.r && f.m) {
       fill(*f.r, *f.m);
     } else if (f.r) {

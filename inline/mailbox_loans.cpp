@@ -116,7 +116,7 @@ void mailbox::loan(p2p_envelope env) {
   }
   auto& c = done->call;
   const auto why = loan_refusal(env);
-  if (why.empty()) return complete_in_pool(c.handle, {c.buffer});
+  if (why.empty()) return complete_in_pool(c.handle, c.buffer);
   if (done->withdrawn) return fail_in_pool(c.handle, done->withdrawn);
   fail_in_pool(c.handle, std::make_exception_ptr(error(
                              errc::peer_failure, where(c.name) + " failed: " + name_of(c.peer) +
@@ -245,7 +245,7 @@ void mailbox::end_split(split& s) {
     return;
   }
   answer(s.m.src, l.id, {});
-  complete_in_pool(s.r.call.handle, {buf}, s.m.src);
+  complete_in_pool(s.r.call.handle, buf, s.m.src);
 }
 
 void mailbox::help(const p2p_envelope& h) {

@@ -762,6 +762,20 @@ TEST_CASE("an allreduce's and a reduce's result is their tensor, alone and insid
       CHECK(out[1].is_same(c));
       CHECK(b.data_as<float>()[1] == static_cast<float>(n));
       if (pg.rank() == 0) CHECK(c.data_as<float>()[4] == static_cast<float>(2 * n));
+
+      // A send's and a receive's result is their buffer too (small and large).
+      if (n < 2) return;
+      for (std::size_t len : {std::size_t{4}, std::size_t{1} << 19}) {
+        auto buf = tensor::from_vector<float>(std::vector<float>(len, 7.0f));
+        auto p2p = pg.rank() == 0   ? pg.send(buf, 1, 3)
+                   : pg.rank() == 1 ? pg.recv(buf, 0, 3)
+                                    : work{};
+        if (!p2p.valid()) continue;
+        auto got = p2p.result();
+        REQUIRE(got.size() == 1);
+        CHECK(got[0].is_same(buf));
+        CHECK(buf.data_as<float>()[len - 1] == 7.0f);
+      }
     });
   }
 }
