@@ -72,7 +72,11 @@ void run_attack(const char* engine_setting,
   const auto path = test::temp_store_path();
   auto codes = test::fork_ranks(3, [&](int r) {
     ::setenv("TROUPE_TRANSPORT", "tcp", 1);
-    if (*engine_setting) ::setenv("TROUPE_FABRIC", engine_setting, 1);
+    // The case's own route, whatever TROUPE_FABRIC the tests run under.
+    if (*engine_setting)
+      ::setenv("TROUPE_FABRIC", engine_setting, 1);
+    else
+      ::unsetenv("TROUPE_FABRIC");
     auto s = std::make_shared<file_store>(path, 20s);
     world w{test::child_world(s, r, 3, 20s)};
     auto& pg = w.default_group();

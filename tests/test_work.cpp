@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 #include "check_error.hpp"
+#include "scoped_env.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -441,6 +442,8 @@ TEST_CASE("an exception from an on_complete callback stays with the callback") {
 TEST_CASE("waiting on a then() continuation drives the operation it continues") {
   // A fabric operation moves in the thread that waits for it: the
   // continuation's wait must drive it (else it moves on the watchdog's tick).
+  // About the fabric: it runs with the fabric whatever TROUPE_FABRIC says.
+  troupe::test::scoped_env fabric{"TROUPE_FABRIC", nullptr};
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
     for (int i = 0; i < 10; ++i) {
