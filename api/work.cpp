@@ -321,8 +321,20 @@ void complete_one_elsewhere(const work& w, tensor output, int source_rank,
   finish(w, *w.state(), nullptr, &output, source_rank, nullptr, &run);
 }
 
+std::size_t output_count(const work_state& s) {
+  return s.sole_output.defined() ? 1 : s.outputs.size();
+}
+
+void append_outputs(const work_state& s, tensor_list& out) {
+  if (s.sole_output.defined()) out.push_back(s.sole_output);
+  out.insert(out.end(), s.outputs.begin(), s.outputs.end());
+}
+
 tensor_list outputs_of(const work_state& s) {
-  return s.sole_output.defined() ? tensor_list{s.sole_output} : s.outputs;
+  tensor_list out;
+  out.reserve(output_count(s));
+  append_outputs(s, out);
+  return out;
 }
 
 void on_complete_relay(const work& w, relay r) {
@@ -425,17 +437,10 @@ struct joint {
     if (j->failed.load()) return;
     // Every part is done: its outputs no longer change.
     std::size_t n = 0;
-    for (auto& q : j->parts) {
-      const auto& p = *q.state();
-      n += p.sole_output.defined() ? 1 : p.outputs.size();
-    }
+    for (auto& q : j->parts) n += detail::output_count(*q.state());
     tensor_list out;
     out.reserve(n);
-    for (auto& q : j->parts) {
-      const auto& p = *q.state();
-      if (p.sole_output.defined()) out.push_back(p.sole_output);
-      out.insert(out.end(), p.outputs.begin(), p.outputs.end());
-    }
+    for (auto& q : j->parts) detail::append_outputs(*q.state(), out);
     all.complete(std::move(out));
   }
 };

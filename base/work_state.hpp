@@ -99,7 +99,11 @@ void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runn
 void complete_with_one(const work& w, tensor output, int source_rank = -1);
 void complete_one_elsewhere(const work& w, tensor output, int source_rank,
                             const callback_runner& run);
-/// What work::result() returns of a finished state (under its mutex).
+/// A finished state's outputs (sole_output or the list; under its mutex, or
+/// once nothing changes them): how many, appended to `out`, and as
+/// work::result() returns them.
+std::size_t output_count(const work_state& s);
+void append_outputs(const work_state& s, tensor_list& out);
 tensor_list outputs_of(const work_state& s);
 /// Offers copy `c` to the threads waiting for `w` (work_state::help) and for
 /// what it is a part of, waking the sleeping ones, until withdraw_help(w, c).
