@@ -31,7 +31,10 @@ rank_runtime::~rank_runtime() {
     std::lock_guard<std::mutex> g{attach_mtx_};
     attached_.clear();  // device actors stop (their streams drain) before the system goes
   }
-  plane_.reset();  // closes connections and joins the reader threads
+  // Closed here, on the thread that ends the world: a reader thread may
+  // still hold the plane for a moment, and must not be the one to close it.
+  if (plane_) plane_->close();  // says goodbye, closes connections, joins the readers
+  plane_.reset();
   caf::anon_send_exit(relay_, caf::exit_reason::user_shutdown);
   relay_ = nullptr;
   sys_.reset();  // waits for every actor of this rank to terminate

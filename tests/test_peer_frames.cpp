@@ -295,3 +295,50 @@ TEST_CASE("a token-holding peer sending mutated frames: no crash, bounded memory
     CHECK(rss[3 + r] - rss[r] < 256 * 1024);
   }
 }
+
+TEST_CASE(
+    "a world ends while a reader thread holds its data plane: the plane closes, nobody crashes") {
+  // A reader thread that holds the plane (a sink that locked what it needs)
+  // when its world ends must not be left to destroy the plane: the plane
+  // would join its own thread ("Resource deadlock avoided": the process
+  // aborts). The world closes its plane itself, waiting for the reader.
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(2, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", "tcp", 1);
+    auto s = std::make_shared<file_store>(path, 20s);
+    if (r == 1) {
+      world w{test::child_world(s, r, 2, 20s)};
+      s->wait({"sink"}, 20s);
+      const auto bytes = frame("probe", frame_inline, 1, 1, tensor::from_vector<float>({1.f}));
+      plane_of(w).send_raw(0, bytes.data(), bytes.size());
+      s->wait({"done"}, 20s);
+      return true;
+    }
+    auto entered = std::make_shared<std::atomic<bool>>(false);
+    auto left = std::make_shared<std::atomic<bool>>(false);
+    {
+      world w{test::child_world(s, r, 2, 20s)};
+      auto hold = std::make_shared<std::shared_ptr<data_plane>>(w.runtime().plane());
+      plane_of(w).add_sink("probe", {0, 1}, [hold, entered, left](received_frame&) {
+        {
+          const auto mine = std::move(*hold);  // the last holder once the world let go
+          entered->store(true);
+          std::this_thread::sleep_for(300ms);  // the world ends meanwhile
+        }
+        left->store(true);
+        return std::string();
+      });
+      s->set("sink", "1");
+      for (int i = 0; i < 2000 && !entered->load(); ++i) std::this_thread::sleep_for(10ms);
+      if (!expect(r, entered->load(), "the probe frame never reached the sink")) return false;
+    }
+    // The reader let go of the plane by now (its world waited for it), and
+    // the process is still here.
+    for (int i = 0; i < 500 && !left->load(); ++i) std::this_thread::sleep_for(10ms);
+    if (!expect(r, left->load(), "the sink never returned")) return false;
+    s->set("done", "1");
+    return true;
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 0});
+}

@@ -73,6 +73,14 @@ data_plane::data_plane(data_plane_options opts) : opts_(std::move(opts)) {
 }
 
 data_plane::~data_plane() {
+  close();
+}
+
+void data_plane::close() {
+  std::call_once(closed_, [this] { close_once(); });
+}
+
+void data_plane::close_once() {
   // Say goodbye first, so peers tell a rank that left from one that crashed,
   // and name the rank whose failure made this one leave, if any.
   const int cause = first_cause_.load();
@@ -104,8 +112,11 @@ data_plane::~data_plane() {
   }
   for (auto& [id, t] : readers) t.join();
   if (listen_fd_ >= 0) ::close(listen_fd_);
-  for (int fd : wake_)
+  listen_fd_ = -1;
+  for (int& fd : wake_) {
     if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
 }
 
 void data_plane::connect(store& s, rendezvous& rdv) {

@@ -78,9 +78,17 @@ struct data_plane_options {
 class data_plane : public std::enable_shared_from_this<data_plane> {
  public:
   explicit data_plane(data_plane_options opts);
+  /// Closes the plane (close()) if its owner did not.
   ~data_plane();
   data_plane(const data_plane&) = delete;
   data_plane& operator=(const data_plane&) = delete;
+
+  /// Says goodbye to the peers, closes every connection and joins the
+  /// plane's threads; idempotent. Its owner calls it before letting go: the
+  /// last reference may otherwise end on one of the plane's reader threads
+  /// (a sink that locked the plane while its world ended), which cannot join
+  /// itself. Frames sent after it are dropped.
+  void close();
 
   /// Learns where every rank lives and connects to the ranks in other
   /// processes; waits and names missing or gone ranks through `rdv`.
@@ -205,6 +213,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// Runs f on a reader thread (joined once it ended); false when none can start.
   bool spawn(std::function<void()> f);
   void reclaim_threads();
+  void close_once();
   /// The reader thread of `rank`'s incoming connection (socket or ring).
   void reader_loop(int rank);
   /// Checks a frame from rank r before its payload is read (frame.hpp's admit_fn).
@@ -234,6 +243,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::uint16_t port_ = 0;
   int wake_[2] = {-1, -1};  // wakes the accepting thread when the plane stops
   std::atomic<bool> stopping_{false};
+  std::once_flag closed_;
   std::atomic<std::uint64_t> refused_{0};
   std::shared_ptr<std::atomic<std::uint32_t>> crashes_ =
       std::make_shared<std::atomic<std::uint32_t>>(0);
