@@ -224,6 +224,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
     invalid("world: transport '" + dp.transport +
             "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
   dp.congestion = congestion;
+  if (const char* f = std::getenv("TROUPE_FABRIC"); f && *f) dp.route = f;
   auto plane = std::make_shared<detail::data_plane>(dp);
   plane->connect(*o.store, rdv);
   impl_->rt->set_plane(std::move(plane));

@@ -342,3 +342,34 @@ TEST_CASE(
   ::unlink(path.c_str());
   CHECK(codes == std::vector<int>{0, 0});
 }
+
+TEST_CASE(
+    "ranks that route collectives differently (TROUPE_FABRIC): every rank refuses the world") {
+  // Frames of the group actors are dropped unread by an inline engine and
+  // the other way round: without the check such a job waits for a timeout.
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(3, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", "tcp", 1);
+    if (r == 2)
+      ::setenv("TROUPE_FABRIC", "off", 1);
+    else
+      ::unsetenv("TROUPE_FABRIC");
+    auto s = std::make_shared<file_store>(path, 20s);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      world w{test::child_world(s, r, 3, 20s)};
+      return expect(r, false, "the world was built");
+    } catch (const error& e) {
+      const std::string what = e.what();
+      bool ok = expect(r, e.code() == errc::invalid_argument, "not invalid_argument: " + what);
+      ok &= expect(r, what.find("TROUPE_FABRIC") != std::string::npos, "not named: " + what);
+      ok &=
+          expect(r, what.find(r == 2 ? "rank 0 has 'on'" : "rank 2 has 'off'") != std::string::npos,
+                 "the other route is not named: " + what);
+      ok &= expect(r, std::chrono::steady_clock::now() - start < 10s, "found late: " + what);
+      return ok;
+    }
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 0, 0});
+}

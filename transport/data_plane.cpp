@@ -127,29 +127,44 @@ void data_plane::connect(store& s, rendezvous& rdv) {
   int host_ranks = 0;  // on this host, this one included
   // 1. Where does every rank live?
   auto proc_key = [&](int r) { return prefix + "proc/" + std::to_string(r); };
-  s.set(proc_key(me), process_identity() + " " + host_name() + " " + std::to_string(::getpid()));
+  s.set(proc_key(me), process_identity() + " " + host_name() + " " + std::to_string(::getpid()) +
+                          " " + opts_.route);
   rdv.wait_for(all, proc_key, "join the world (write their process identity to the store)");
   std::vector<std::string> keys;
   for (int r : all) keys.push_back(proc_key(r));
   const auto values = s.multi_get(keys);
+  std::string differ;  // the first ranks whose route is not this rank's
+  int differing = 0;
   for (int r : all) {
     const auto v = troupe::to_string(values[static_cast<std::size_t>(r)]);
-    const auto a = v.find(' '), b = v.rfind(' ');
-    if (a == std::string::npos || a == b)
+    const auto a = v.find(' '), c = v.rfind(' ');
+    const auto b = c == std::string::npos || c == 0 ? std::string::npos : v.rfind(' ', c - 1);
+    if (a == std::string::npos || b == std::string::npos || a >= b)
       throw error(errc::backend, "data plane: rank " + std::to_string(r) +
                                      "'s process identity in the store is malformed: '" + v + "'");
+    if (const auto route = v.substr(c + 1); route != opts_.route && ++differing <= 4)
+      differ += (differ.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " has '" +
+                route.substr(0, 16) + "'";
     if (v.substr(0, a) != process_identity())
       peers_[static_cast<std::size_t>(r)] = std::make_shared<peer>();
     auto& p = at(r);
     p.process = v.substr(0, a);
     p.host = v.substr(a + 1, b - a - 1);
-    p.pid = std::atoi(v.c_str() + b + 1);
+    p.pid = std::atoi(v.substr(b + 1, c - b - 1).c_str());
     p.local = p.process == process_identity();
     p.same_host = !p.local && p.host == host_name();
     if (!p.local) ++remote_count_;
     if (p.local || p.same_host) ++host_ranks;
     rdv.learn(r, p.host, p.pid);
   }
+  // Frames of one route are dropped unread by the other: such a job would
+  // wait for a timeout. Every rank read the same entries: all of them say it.
+  if (!differ.empty())
+    throw error(errc::invalid_argument,
+                "world: rank " + std::to_string(me) + " runs collectives with TROUPE_FABRIC '" +
+                    opts_.route + "' but " + differ +
+                    (differing > 4 ? " (and " + std::to_string(differing - 4) + " more)" : "") +
+                    "; every rank of a job must use the same TROUPE_FABRIC");
   // Ring readers linger only while every rank of this host may have a CPU
   // of its own (as waits spin only then): with more ranks than CPUs the
   // readers' yields take turns with the ranks' own (7 processes on 2 CPUs,

@@ -73,6 +73,10 @@ struct data_plane_options {
   /// (tcp_choose_congestion): auto, system or a name.
   std::string congestion = "auto";
   std::chrono::milliseconds timeout{30000};
+  /// How this rank's groups run collectives (TROUPE_FABRIC: on, off, staged,
+  /// messages): every rank of a job must say the same, as frames of one
+  /// route are not read by the other.
+  std::string route = "on";
 };
 
 class data_plane : public std::enable_shared_from_this<data_plane> {
