@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 
+#include "actors/thread_logger.hpp"
 #include "actors/transport.hpp"
 #include "algorithms/algorithm.hpp"
 #include "transport/frame.hpp"
@@ -364,6 +365,7 @@ bool until_transport(self_ptr self, F handle) {
 }
 
 group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
+  thread_logger_release release;  // the caller's thread: see actors/thread_logger.hpp
   return sys.spawn([info = std::move(info)](self_ptr self) -> group_actor::behavior_type {
     self->state.info = info;
     // An exception escaping a handler would kill this actor and strand every

@@ -1,5 +1,6 @@
 #include "actors/rank_runtime.hpp"
 
+#include "actors/thread_logger.hpp"
 #include "transport/data_plane.hpp"
 
 namespace troupe::detail {
@@ -16,6 +17,7 @@ rank_runtime::rank_runtime(int rank, std::string job, std::size_t threads)
   // ranks would hold 1024 such threads asleep.
   caf::anon_send_exit(sys_->scheduler().printer(), caf::exit_reason::kill);
   relay_ = spawn_work_relay(*sys_);
+  release_thread_logger();  // the world may end on another thread
 }
 
 std::shared_ptr<void> rank_runtime::attachment(const std::string& key,

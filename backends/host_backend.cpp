@@ -12,6 +12,7 @@
 #include "actors/mixed.hpp"
 #include "actors/plane_sink.hpp"
 #include "actors/rank_runtime.hpp"
+#include "actors/thread_logger.hpp"
 #include "backends/device_exchange.hpp"
 #include "base/process_directory.hpp"
 #include "base/work_state.hpp"
@@ -98,6 +99,7 @@ host_backend::host_backend(const backend_context& ctx)
                                             ctx.group_name);
   else
     net = std::make_shared<in_process_transport>(std::move(peers), ctx.global_ranks);
+  thread_logger_release release;  // after the scoped actor (actors/thread_logger.hpp)
   caf::scoped_actor self{rt_.system()};
   self->request(group_, caf::infinite, peers_atom::value, net)
       .receive([](bool) {}, [](caf::error&) {});
@@ -195,6 +197,7 @@ void host_backend::shutdown(const std::string& reason) {
   process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
   if (rt_.plane()) rt_.plane()->remove_group(group_name());
   {
+    thread_logger_release release;
     caf::scoped_actor self{rt_.system()};
     self->send_exit(group_, caf::exit_reason::user_shutdown);
   }

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "actors/rank_runtime.hpp"
+#include "actors/thread_logger.hpp"
 #include "backends/nccl_launch.hpp"
 
 namespace troupe::detail::nccl {
@@ -220,6 +221,7 @@ bytes nccl_group::fetch_uid(const char* op, const communicator& c, timeout_t t) 
 
 void nccl_group::watch_init(const std::shared_ptr<communicator>& c) {
   std::weak_ptr<nccl_group> weak = weak_from_this();
+  thread_logger_release release;  // the caller's thread: see actors/thread_logger.hpp
   rt_.system().spawn([weak, c](caf::event_based_actor* self) -> caf::behavior {
     self->delayed_send(self, init_poll_interval, timeout_atom::value);
     return {[=](timeout_atom) {

@@ -22,6 +22,7 @@
 
 #include "actors/actors.hpp"
 #include "actors/rank_runtime.hpp"
+#include "actors/thread_logger.hpp"
 #include "memory/device_memory.hpp"
 #include "troupe/error.hpp"
 
@@ -257,6 +258,7 @@ std::shared_ptr<device_queue> device_queue_of(rank_runtime& rt, int device) {
     check_device("device actor", troupe::device::cuda(device));
     auto stream = create_stream("device actor", device);
     auto a = rt.system().spawn<caf::detached>(device_actor_behavior, device, stream);
+    release_thread_logger();  // the caller's thread: see actors/thread_logger.hpp
     return std::make_shared<queue_impl>(a, device);
   });
   return std::static_pointer_cast<device_queue>(std::static_pointer_cast<queue_impl>(slot));

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "actors/thread_logger.hpp"
 #include "store/store_actor.hpp"
 #include "store/store_client.hpp"
 #include "store/store_gate.hpp"
@@ -92,6 +93,7 @@ struct server_core {
     actor = detail::spawn_store_actor(*sys, token, refused);
     gate->start(*sys, actor);
     port = gate->port();
+    release_thread_logger();  // the store may end on another thread
   }
   ~server_core() {
     gate.reset();  // no new connections; the admitted ones close, their sessions end

@@ -8,7 +8,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -118,6 +122,51 @@ TEST_CASE("two independent jobs run side by side in one process") {
   std::thread b{[&] { job(3, 100.0f); }};
   a.join();
   b.join();
+}
+
+TEST_CASE("a world made on one thread ends on another") {
+  // An application ends its world where it likes (a callback, a pool, the
+  // last owner of a handle): the thread that made it may be doing anything.
+  for (int n : {1, 2, 3}) {
+    CAPTURE(n);
+    auto s = std::make_shared<hash_store>(10s);
+    std::vector<std::unique_ptr<world>> worlds(static_cast<std::size_t>(n));
+    // The makers live on until the worlds ended, as an application's threads do.
+    std::promise<void> release;
+    std::shared_future<void> released = release.get_future().share();
+    std::atomic<int> made{0};
+    std::vector<std::thread> makers;
+    for (int r = 0; r < n; ++r)
+      makers.emplace_back([&, r] {
+        worlds[static_cast<std::size_t>(r)] = std::make_unique<world>(options(s, r, n));
+        auto g = worlds[static_cast<std::size_t>(r)]->new_group({0});
+        if (r == 0) g->barrier().wait();
+        ++made;
+        released.wait();
+      });
+    while (made.load() < n) std::this_thread::sleep_for(1ms);
+    for (auto& w : worlds) {
+      auto t = tensor::from_vector<float>({1.0f});
+      (void)w->default_group().allreduce(t);  // waited for by ending the world
+    }
+    std::promise<void> ended;
+    auto done = ended.get_future();
+    std::thread ender([&] {
+      for (auto& w : worlds) w.reset();
+      ended.set_value();
+    });
+    const bool in_time = done.wait_for(30s) == std::future_status::ready;
+    CHECK_MESSAGE(in_time, "ending the worlds on another thread did not return in 30 s");
+    if (!in_time) {
+      ender.detach();
+      for (auto& t : makers) t.detach();
+      std::fflush(nullptr);
+      std::_Exit(1);  // the thread hangs with the worlds; nothing else can go on
+    }
+    ender.join();
+    release.set_value();
+    for (auto& t : makers) t.join();
+  }
 }
 
 // -- the default group -------------------------------------------------------------------
