@@ -373,3 +373,38 @@ TEST_CASE(
   ::unlink(path.c_str());
   CHECK(codes == std::vector<int>{0, 0, 0});
 }
+
+TEST_CASE("a world ended by a callback on its own reader thread closes without joining it") {
+  // A callback that a frame's reader runs may end the world (an
+  // application that drops its last handle there): its data plane cannot
+  // join that thread, which must still get home safely.
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(2, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", "tcp", 1);
+    auto s = std::make_shared<file_store>(path, 20s);
+    if (r == 1) {
+      world w{test::child_world(s, r, 2, 20s)};
+      s->wait({"sink"}, 20s);
+      const auto bytes = frame("probe", frame_inline, 1, 1, tensor::from_vector<float>({1.f}));
+      plane_of(w).send_raw(0, bytes.data(), bytes.size());
+      s->wait({"done"}, 20s);
+      return true;
+    }
+    auto ended = std::make_shared<std::atomic<bool>>(false);
+    auto w = std::make_shared<std::unique_ptr<world>>(
+        std::make_unique<world>(test::child_world(s, r, 2, 20s)));
+    plane_of(**w).add_sink("probe", {0, 1}, [w, ended](received_frame&) {
+      w->reset();  // the world ends on this reader thread
+      ended->store(true);
+      return std::string();
+    });
+    s->set("sink", "1");
+    for (int i = 0; i < 2000 && !ended->load(); ++i) std::this_thread::sleep_for(10ms);
+    if (!expect(r, ended->load(), "the world did not end")) return false;
+    std::this_thread::sleep_for(200ms);  // the reader gets home
+    s->set("done", "1");
+    return true;
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 0});
+}

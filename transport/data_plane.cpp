@@ -110,7 +110,25 @@ void data_plane::close_once() {
     std::lock_guard<std::mutex> g{mtx_};
     readers.swap(readers_);
   }
-  for (auto& [id, t] : readers) t.join();
+  for (auto& [id, t] : readers) {
+    if (t.get_id() != std::this_thread::get_id()) {
+      t.join();
+      continue;
+    }
+    // Closed from this reader (a callback it ran ended the world): it cannot
+    // join itself. It goes on when the close returns, out of its loop (the
+    // connections are closed), holding the plane until it ends.
+    if (auto* keep = reader_keeps(this)) *keep = weak_from_this().lock();
+    t.detach();
+  }
+  // The routes hold the group actors' handles: released now, not when the
+  // last holder lets go (the actor system of a world that ended on a reader
+  // thread waits for its actors while that thread still holds the plane).
+  decltype(routes_) routes;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    routes.swap(routes_);
+  }
   if (listen_fd_ >= 0) ::close(listen_fd_);
   listen_fd_ = -1;
   for (int& fd : wake_) {

@@ -160,16 +160,36 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
   }
 }
 
+namespace {
+
+/// The plane whose reader this thread is, and where it keeps the plane
+/// alive once the plane was closed from it.
+struct reader_thread {
+  const data_plane* plane = nullptr;
+  std::shared_ptr<data_plane>* keep = nullptr;
+};
+thread_local reader_thread reader_of;
+
+}  // namespace
+
+std::shared_ptr<data_plane>* data_plane::reader_keeps(const data_plane* plane) {
+  return reader_of.plane == plane ? reader_of.keep : nullptr;
+}
+
 bool data_plane::spawn(std::function<void()> f) {
   std::lock_guard<std::mutex> g{mtx_};
   if (stopping_) return false;
   const auto id = next_reader_++;
   try {
     readers_[id] = std::thread([this, id, f = std::move(f)] {
+      std::shared_ptr<data_plane> keep;  // set by a close() on this thread
+      reader_of = {this, &keep};
       try {
         f();
       } catch (...) {  // a peer's failure never ends the process
       }
+      reader_of = {};
+      if (keep) return;  // detached by that close(); the plane may end with `keep`
       std::lock_guard<std::mutex> l{mtx_};
       finished_.push_back(id);
     });
