@@ -296,28 +296,52 @@ TEST_CASE("a token-holding peer sending mutated frames: no crash, bounded memory
   }
 }
 
+namespace {
+
+/// Two processes over TCP. Rank 0 runs `receiver`, which builds its world,
+/// adds a sink for group "probe" and sets "sink" in the store; rank 1 then
+/// sends it one inline frame for that group and leaves once rank 0 set "done".
+void probe_rank0(const std::function<bool(const std::shared_ptr<file_store>&)>& receiver) {
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(2, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", "tcp", 1);
+    auto s = std::make_shared<file_store>(path, 20s);
+    if (r == 0) {
+      if (!receiver(s)) return false;
+      s->set("done", "1");
+      return true;
+    }
+    world w{test::child_world(s, r, 2, 20s)};
+    s->wait({"sink"}, 20s);
+    const auto bytes = frame("probe", frame_inline, 1, 1, tensor::from_vector<float>({1.f}));
+    plane_of(w).send_raw(0, bytes.data(), bytes.size());
+    s->wait({"done"}, 20s);
+    return true;
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 0});
+}
+
+/// Waits up to `limit` for `flag`.
+bool soon(const std::atomic<bool>& flag, std::chrono::milliseconds limit) {
+  for (auto waited = 0ms; !flag.load() && waited < limit; waited += 10ms)
+    std::this_thread::sleep_for(10ms);
+  return flag.load();
+}
+
+}  // namespace
+
 TEST_CASE(
     "a world ends while a reader thread holds its data plane: the plane closes, nobody crashes") {
   // A reader thread that holds the plane (a sink that locked what it needs)
   // when its world ends must not be left to destroy the plane: the plane
   // would join its own thread ("Resource deadlock avoided": the process
   // aborts). The world closes its plane itself, waiting for the reader.
-  const auto path = test::temp_store_path();
-  auto codes = test::fork_ranks(2, [&](int r) {
-    ::setenv("TROUPE_TRANSPORT", "tcp", 1);
-    auto s = std::make_shared<file_store>(path, 20s);
-    if (r == 1) {
-      world w{test::child_world(s, r, 2, 20s)};
-      s->wait({"sink"}, 20s);
-      const auto bytes = frame("probe", frame_inline, 1, 1, tensor::from_vector<float>({1.f}));
-      plane_of(w).send_raw(0, bytes.data(), bytes.size());
-      s->wait({"done"}, 20s);
-      return true;
-    }
+  probe_rank0([](const std::shared_ptr<file_store>& s) {
     auto entered = std::make_shared<std::atomic<bool>>(false);
     auto left = std::make_shared<std::atomic<bool>>(false);
     {
-      world w{test::child_world(s, r, 2, 20s)};
+      world w{test::child_world(s, 0, 2, 20s)};
       auto hold = std::make_shared<std::shared_ptr<data_plane>>(w.runtime().plane());
       plane_of(w).add_sink("probe", {0, 1}, [hold, entered, left](received_frame&) {
         {
@@ -329,18 +353,12 @@ TEST_CASE(
         return std::string();
       });
       s->set("sink", "1");
-      for (int i = 0; i < 2000 && !entered->load(); ++i) std::this_thread::sleep_for(10ms);
-      if (!expect(r, entered->load(), "the probe frame never reached the sink")) return false;
+      if (!expect(0, soon(*entered, 20s), "the probe frame never reached the sink")) return false;
     }
     // The reader let go of the plane by now (its world waited for it), and
     // the process is still here.
-    for (int i = 0; i < 500 && !left->load(); ++i) std::this_thread::sleep_for(10ms);
-    if (!expect(r, left->load(), "the sink never returned")) return false;
-    s->set("done", "1");
-    return true;
+    return expect(0, soon(*left, 5s), "the sink never returned");
   });
-  ::unlink(path.c_str());
-  CHECK(codes == std::vector<int>{0, 0});
 }
 
 TEST_CASE(
@@ -378,33 +396,18 @@ TEST_CASE("a world ended by a callback on its own reader thread closes without j
   // A callback that a frame's reader runs may end the world (an
   // application that drops its last handle there): its data plane cannot
   // join that thread, which must still get home safely.
-  const auto path = test::temp_store_path();
-  auto codes = test::fork_ranks(2, [&](int r) {
-    ::setenv("TROUPE_TRANSPORT", "tcp", 1);
-    auto s = std::make_shared<file_store>(path, 20s);
-    if (r == 1) {
-      world w{test::child_world(s, r, 2, 20s)};
-      s->wait({"sink"}, 20s);
-      const auto bytes = frame("probe", frame_inline, 1, 1, tensor::from_vector<float>({1.f}));
-      plane_of(w).send_raw(0, bytes.data(), bytes.size());
-      s->wait({"done"}, 20s);
-      return true;
-    }
+  probe_rank0([](const std::shared_ptr<file_store>& s) {
     auto ended = std::make_shared<std::atomic<bool>>(false);
     auto w = std::make_shared<std::unique_ptr<world>>(
-        std::make_unique<world>(test::child_world(s, r, 2, 20s)));
+        std::make_unique<world>(test::child_world(s, 0, 2, 20s)));
     plane_of(**w).add_sink("probe", {0, 1}, [w, ended](received_frame&) {
       w->reset();  // the world ends on this reader thread
       ended->store(true);
       return std::string();
     });
     s->set("sink", "1");
-    for (int i = 0; i < 2000 && !ended->load(); ++i) std::this_thread::sleep_for(10ms);
-    if (!expect(r, ended->load(), "the world did not end")) return false;
+    if (!expect(0, soon(*ended, 20s), "the world did not end")) return false;
     std::this_thread::sleep_for(200ms);  // the reader gets home
-    s->set("done", "1");
     return true;
   });
-  ::unlink(path.c_str());
-  CHECK(codes == std::vector<int>{0, 0});
 }

@@ -117,8 +117,9 @@ void data_plane::close_once() {
     }
     // Closed from this reader (a callback it ran ended the world): it cannot
     // join itself. It goes on when the close returns, out of its loop (the
-    // connections are closed), holding the plane until it ends.
-    if (auto* keep = reader_keeps(this)) *keep = weak_from_this().lock();
+    // connections are closed), holding the plane until it ends. (Not when
+    // the destructor closes here: the owner closes first, so that it cannot.)
+    if (auto* keep = detach_reader(this)) *keep = weak_from_this().lock();
     t.detach();
   }
   // The routes hold the group actors' handles: released now, not when the

@@ -218,8 +218,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   bool spawn(std::function<void()> f);
   void reclaim_threads();
   void close_once();
-  /// Where the reader thread calling it keeps `plane` alive, if it reads for it.
-  static std::shared_ptr<data_plane>* reader_keeps(const data_plane* plane);
+  /// When the calling thread reads for `plane`: marks it detached and says
+  /// where it keeps the plane alive until it ends; else nullptr.
+  static std::shared_ptr<data_plane>* detach_reader(const data_plane* plane);
   /// The reader thread of `rank`'s incoming connection (socket or ring).
   void reader_loop(int rank);
   /// Checks a frame from rank r before its payload is read (frame.hpp's admit_fn).

@@ -163,17 +163,20 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
 namespace {
 
 /// The plane whose reader this thread is, and where it keeps the plane
-/// alive once the plane was closed from it.
+/// alive once the plane was closed from it (and detached it).
 struct reader_thread {
   const data_plane* plane = nullptr;
   std::shared_ptr<data_plane>* keep = nullptr;
+  bool detached = false;
 };
 thread_local reader_thread reader_of;
 
 }  // namespace
 
-std::shared_ptr<data_plane>* data_plane::reader_keeps(const data_plane* plane) {
-  return reader_of.plane == plane ? reader_of.keep : nullptr;
+std::shared_ptr<data_plane>* data_plane::detach_reader(const data_plane* plane) {
+  if (reader_of.plane != plane) return nullptr;
+  reader_of.detached = true;
+  return reader_of.keep;
 }
 
 bool data_plane::spawn(std::function<void()> f) {
@@ -183,13 +186,14 @@ bool data_plane::spawn(std::function<void()> f) {
   try {
     readers_[id] = std::thread([this, id, f = std::move(f)] {
       std::shared_ptr<data_plane> keep;  // set by a close() on this thread
-      reader_of = {this, &keep};
+      reader_of = {this, &keep, false};
       try {
         f();
       } catch (...) {  // a peer's failure never ends the process
       }
+      const bool detached = reader_of.detached;
       reader_of = {};
-      if (keep) return;  // detached by that close(); the plane may end with `keep`
+      if (detached) return;  // by that close(); the plane may end with `keep`
       std::lock_guard<std::mutex> l{mtx_};
       finished_.push_back(id);
     });
