@@ -196,11 +196,7 @@ void host_backend::shutdown(const std::string& reason) {
   }
   process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
   if (rt_.plane()) rt_.plane()->remove_group(group_name());
-  {
-    thread_logger_release release;
-    caf::scoped_actor self{rt_.system()};
-    self->send_exit(group_, caf::exit_reason::user_shutdown);
-  }
+  caf::anon_send_exit(group_, caf::exit_reason::user_shutdown);
   group_ = nullptr;
   std::vector<std::weak_ptr<work_state>> pending;
   {
