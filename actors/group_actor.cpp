@@ -171,7 +171,7 @@ void advance(self_ptr self, std::uint64_t seq) {
   }
   auto done = std::move(i->second);
   st.ops.erase(i);
-  done.rp.deliver(done.call->outputs);
+  done.rp.deliver(done.call->result());
 }
 
 /// Hands one envelope to the running op (its agreement checks what the

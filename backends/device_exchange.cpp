@@ -262,7 +262,7 @@ class exchange_impl final : public device_exchange,
       j.name = c->name;
       j.timeout = c->timeout;
       j.handle = c->handle;
-      j.outputs = c->outputs;
+      j.outputs = c->result();
       j.after = c->on_success;
       j.enqueue = [self = shared_from_this(), seq, dev = q->device(), done,
                    name = c->name](stream_t s) {

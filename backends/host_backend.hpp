@@ -95,7 +95,7 @@ class host_backend final : public backend {
   /// (the outputs in the buffer's order, adjacent()) is written in place.
   template <class F>
   work gather_blocks(const char* name, timeout_t timeout, const tensor_list& ins, F scatter_out,
-                     tensor_list outputs, const tensor& in_row);
+                     const tensor_list& outputs, const tensor& in_row);
   /// The tensors as one input: in place where they lie in a row and do not
   /// overlap `output`, else packed into a buffer of the call's own.
   static tensor packed(const tensor_list& ts, const tensor& output);
@@ -106,7 +106,13 @@ class host_backend final : public backend {
   template <class F>
   static void set_output(collective_call& c, const tensor& row, const tensor& like_of,
                          std::int64_t numel, F unpack_out);
-  collective_call make_call(op_code code, const char* name, timeout_t timeout, tensor_list outputs);
+  /// A call whose work returns `outputs` (a list of one tensor is held as
+  /// the call's sole output: no list per call).
+  collective_call make_call(op_code code, const char* name, timeout_t timeout,
+                            const tensor_list& outputs);
+  collective_call make_call(op_code code, const char* name, timeout_t timeout,
+                            const tensor& output);
+  collective_call new_call(op_code code, const char* name, timeout_t timeout);
 
   // -- routing: which engine runs a call (host_route.cpp) ------------------------
   /// Runs a planned call on the engine that fits it. A call that runs

@@ -232,11 +232,11 @@ work host_backend::alltoall(tensor_list& outs, tensor_list& ins, const alltoall_
 
 work host_backend::barrier(const barrier_options& o) {
   if (engine_) return barrier_inline(o);
-  return submit(make_call(op_code::barrier, "barrier", o.timeout, {}));
+  return submit(make_call(op_code::barrier, "barrier", o.timeout, tensor_list{}));
 }
 
 work host_backend::monitored_barrier(const monitored_barrier_options& o) {
-  auto c = make_call(op_code::monitored_barrier, "monitored_barrier", o.timeout, {});
+  auto c = make_call(op_code::monitored_barrier, "monitored_barrier", o.timeout, tensor_list{});
   c.wait_all_ranks = o.wait_all_ranks;
   return submit(std::move(c));
 }
@@ -314,8 +314,8 @@ work host_backend::reducing(op_code code, const char* name, const reduce_op& op,
 /// copies the gathered buffer into the caller's outputs.
 template <class F>
 work host_backend::gather_blocks(const char* name, timeout_t timeout, const tensor_list& ins,
-                                 F scatter_out, tensor_list outputs, const tensor& in_row) {
-  auto c = make_call(op_code::allgatherv, name, timeout, std::move(outputs));
+                                 F scatter_out, const tensor_list& outputs, const tensor& in_row) {
+  auto c = make_call(op_code::allgatherv, name, timeout, outputs);
   c.input = ins.size() == 1 ? flat(ins[0]) : pack(ins);
   c.counts.assign(static_cast<std::size_t>(size()), c.input.numel());
   set_output(c, in_row, ins[0], c.input.numel() * size(),
@@ -340,12 +340,30 @@ void host_backend::set_output(collective_call& c, const tensor& row, const tenso
 }
 
 collective_call host_backend::make_call(op_code code, const char* name, timeout_t timeout,
-                                        tensor_list outputs) {
+                                        const tensor_list& outputs) {
+  auto c = new_call(code, name, timeout);
+  if (outputs.size() == 1 && outputs[0].defined())
+    c.sole_output = outputs[0];
+  else
+    c.outputs = outputs;
+  return c;
+}
+
+collective_call host_backend::make_call(op_code code, const char* name, timeout_t timeout,
+                                        const tensor& output) {
+  auto c = new_call(code, name, timeout);
+  if (output.defined())
+    c.sole_output = output;
+  else
+    c.outputs = {output};
+  return c;
+}
+
+collective_call host_backend::new_call(op_code code, const char* name, timeout_t timeout) {
   collective_call c;
   c.code = code;
   c.name = name;
   c.timeout = timeout == use_group_timeout ? timeout_ : timeout;
-  c.outputs = std::move(outputs);
   c.handle = make_work(name, group_name());
   return c;
 }

@@ -35,12 +35,14 @@ work host_backend::submit(collective_call&& c) {
     const auto* name = c.name;
     const auto timeout = c.timeout;
     auto outputs = std::move(c.outputs);
+    auto sole = std::move(c.sole_output);
     auto handle = std::move(c.handle);  // the operation's own; the call keeps none
     // The data only for the detail log (the call moves into the operation).
     const tensor logged =
         debug_ == debug_level::detail ? (c.input.defined() ? c.input : c.output) : tensor{};
     auto op = make_direct_shm(std::move(c));
     op->handle = std::move(handle);
+    op->sole_output = std::move(sole);
     return on_inline(*engine_, std::move(op), code, name, logged, timeout, std::move(outputs));
   }
   // Messages and the group actors: float16 sums travel in float32.
@@ -48,6 +50,7 @@ work host_backend::submit(collective_call&& c) {
   if (auto& f = shm_ ? messages_ : engine_; f && fits_inline(*p)) {
     auto op = make_algorithm_op(p);
     op->handle = p->handle;
+    op->sole_output = p->sole_output;
     return on_inline(*f, std::move(op), p->code, p->name, p->input, p->timeout, p->outputs);
   }
   track(p->handle);
@@ -124,8 +127,9 @@ work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
         make_call(op_code::allreduce, "allreduce", o.timeout, {t}));
     c->op = o.op;
     c->input = c->output = data;
-    return on_inline(make_algorithm_op(with_float_sums(c)), op_code::allreduce, "allreduce", data,
-                     o.timeout, {t});
+    auto op = make_algorithm_op(with_float_sums(c));
+    op->sole_output = t;
+    return on_inline(std::move(op), op_code::allreduce, "allreduce", data, o.timeout, {});
   }
   return on_segment(op_code::allreduce, "allreduce", t, o.op, -1, o.timeout);
 }
@@ -147,7 +151,7 @@ work host_backend::barrier_inline(const barrier_options& o) {
   auto op = shm_ ? make_allreduce_shm(none, reduce_op::SUM, 0.0,
                                       static_cast<std::uint8_t>(op_code::barrier))
                  : make_algorithm_op(std::make_shared<collective_call>(
-                       make_call(op_code::barrier, "barrier", o.timeout, {})));
+                       make_call(op_code::barrier, "barrier", o.timeout, tensor_list{})));
   return on_inline(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
 }
 

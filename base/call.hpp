@@ -62,9 +62,14 @@ struct collective_call {
   /// Runs in the group actor after the algorithm succeeded, before the work
   /// completes (copies packed results into the caller's tensors).
   std::function<void()> on_success;
-  /// What work.result() returns.
+  /// What work.result() returns: `sole_output` alone where the call has one
+  /// output tensor (no list is built per call), else `outputs`.
   tensor_list outputs;
+  tensor sole_output;
   work handle;
+
+  /// The outputs as one list, whichever of the two holds them.
+  tensor_list result() const { return sole_output.defined() ? tensor_list{sole_output} : outputs; }
 };
 using call_ptr = std::shared_ptr<collective_call>;
 

@@ -783,6 +783,64 @@ TEST_CASE("an allreduce's and a reduce's result is their tensor, alone and insid
   }
 }
 
+TEST_CASE("every collective's result is the caller's outputs, one tensor or a list") {
+  // A call with one output keeps it without a list (collective_call::sole_output);
+  // the others keep the list, and a barrier has none.
+  auto same = [](const tensor_list& got, const tensor_list& want) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i].is_same(want[i]));
+  };
+  for (int n : {1, 2, 3}) {
+    testing::run_ranks(n, [n, &same](world& w) {
+      auto& pg = w.default_group();
+      const auto me = static_cast<float>(pg.rank());
+      auto filled = [](std::int64_t len, float v) {
+        return tensor::from_vector<float>(std::vector<float>(static_cast<std::size_t>(len), v));
+      };
+      for (std::int64_t len : {std::int64_t{1}, std::int64_t{300}}) {
+        auto b = filled(len, me + 1);
+        same(pg.broadcast(b, 0).result(), {b});
+        CHECK(b.data_as<float>()[len - 1] == 1.0f);
+        auto b1 = filled(len, me), b2 = filled(len, me);
+        same(pg.broadcast(tensor_list{b1, b2}).result(), {b1, b2});
+        CHECK(b2.data_as<float>()[0] == 0.0f);
+
+        auto in = filled(len, me), all = filled(len * n, -1);
+        same(pg.allgather_into_tensor(all, in).result(), {all});
+        CHECK(all.data_as<float>()[len * n - 1] == static_cast<float>(n - 1));
+        auto r = filled(len, -1);
+        same(pg.reduce_scatter_tensor(r, filled(len * n, 1)).result(), {r});
+        CHECK(r.data_as<float>()[len - 1] == static_cast<float>(n));
+        auto a2a = filled(len * n, -1);
+        same(pg.alltoall_single(a2a, filled(len * n, me)).result(), {a2a});
+        CHECK(a2a.data_as<float>()[len * n - 1] == static_cast<float>(n - 1));
+
+        auto s = filled(len, -1);
+        tensor_list parts;
+        if (pg.rank() == 0)
+          for (int q = 0; q < n; ++q) parts.push_back(filled(len, static_cast<float>(q)));
+        same(pg.scatter(s, parts).result(), {s});
+        CHECK(s.data_as<float>()[len - 1] == me);
+        tensor_list gathered;
+        if (pg.rank() == 0)
+          for (int q = 0; q < n; ++q) gathered.push_back(filled(len, -1));
+        auto gw = pg.gather(gathered, filled(len, me));
+        gw.wait();
+        if (pg.rank() == 0) {
+          same(gw.result(), gathered);
+          CHECK(gathered[static_cast<std::size_t>(n - 1)].data_as<float>()[0] ==
+                static_cast<float>(n - 1));
+        }
+
+        auto x = filled(len, 1), y = filled(len, 2);
+        same(pg.allreduce(tensor_list{x, y}).result(), {x, y});
+        CHECK(y.data_as<float>()[len - 1] == static_cast<float>(3 * n));
+      }
+      CHECK(pg.barrier().result().empty());
+    });
+  }
+}
+
 TEST_CASE("a thread's freed blocks serve its next allocations of their size class") {
   using detail::recycled_allocate;
   using detail::recycled_free;
