@@ -112,6 +112,7 @@ class host_backend final : public backend {
                             const tensor_list& outputs);
   collective_call make_call(op_code code, const char* name, timeout_t timeout,
                             const tensor& output);
+  /// A call's common part (its name, timeout and work), without outputs.
   collective_call new_call(op_code code, const char* name, timeout_t timeout);
 
   // -- routing: which engine runs a call (host_route.cpp) ------------------------
