@@ -170,11 +170,10 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
             "') is not registered");
   impl_->debug = get_debug_level();  // throws on a bad TROUPE_DEBUG
   (void)detail::wait_policy::get();  // throws on a bad TROUPE_SPIN_US / TROUPE_POLL_US
-  if (const char* f = std::getenv("TROUPE_FABRIC");
-      f && *f && std::string(f) != "on" && std::string(f) != "off" && std::string(f) != "staged" &&
-      std::string(f) != "messages")
-    invalid("world: TROUPE_FABRIC '" + std::string(f) +
-            "' is not one of on, off, staged, messages");
+  const char* fabric_env = std::getenv("TROUPE_FABRIC");
+  const std::string fabric = fabric_env && *fabric_env ? fabric_env : "on";
+  if (fabric != "on" && fabric != "off" && fabric != "staged" && fabric != "messages")
+    invalid("world: TROUPE_FABRIC '" + fabric + "' is not one of on, off, staged, messages");
   // Throws on a bad TROUPE_TCP_CONGESTION, before this rank joins anyone.
   std::string congestion = "auto";
   if (const char* c = std::getenv("TROUPE_TCP_CONGESTION"); c && *c) congestion = c;
@@ -224,7 +223,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
     invalid("world: transport '" + dp.transport +
             "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
   dp.congestion = congestion;
-  if (const char* f = std::getenv("TROUPE_FABRIC"); f && *f) dp.route = f;
+  dp.route = fabric;
   auto plane = std::make_shared<detail::data_plane>(dp);
   plane->connect(*o.store, rdv);
   impl_->rt->set_plane(std::move(plane));
