@@ -44,13 +44,44 @@ work backend::gatherv(tensor&, tensor&, const std::vector<std::int64_t>&, const 
 work backend::scatterv(tensor&, tensor&, const std::vector<std::int64_t>&, const scatter_options&) { unsupported("scatterv"); }
 work backend::reduce_scatterv(tensor&, tensor&, const std::vector<std::int64_t>&, const reduce_scatter_options&) { unsupported("reduce_scatterv"); }
 // clang-format on
+
+work backend::broadcast_one(tensor& t, const broadcast_options& o) {
+  tensor_list one{t};
+  return broadcast(one, o);
+}
+
+work backend::allreduce_one(tensor& t, const allreduce_options& o) {
+  tensor_list one{t};
+  return allreduce(one, o);
+}
+
+work backend::reduce_one(tensor& t, const reduce_options& o) {
+  tensor_list one{t};
+  return reduce(one, o);
+}
+
+work backend::send_one(tensor& t, int dst, const p2p_options& o) {
+  tensor_list one{t};
+  return send(one, dst, o);
+}
+
+work backend::recv_one(tensor& t, int src, const p2p_options& o) {
+  tensor_list one{t};
+  return recv(one, src, o);
+}
+
+work backend::recv_any_source_one(tensor& t, const p2p_options& o) {
+  tensor_list one{t};
+  return recv_any_source(one, o);
+}
+
 work backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
   std::vector<work> parts;
   parts.reserve(ops.size());
   for (auto& op : ops) {
-    tensor_list one{op.buffer};
     const p2p_options o{.tag = op.tag};
-    parts.push_back(op.kind == p2p_op::isend ? send(one, op.peer, o) : recv(one, op.peer, o));
+    parts.push_back(op.kind == p2p_op::isend ? send_one(op.buffer, op.peer, o)
+                                             : recv_one(op.buffer, op.peer, o));
   }
   return work::when_all("batch_isend_irecv", group_name(), std::move(parts));
 }

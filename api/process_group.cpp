@@ -185,7 +185,7 @@ backend& process_group::tensorless_backend() const {
   return get_backend(device_type::cpu);  // throws, naming the group
 }
 
-backend& process_group::backend_for(const char* op, const tensor_list& ts) const {
+backend& process_group::backend_for(const char* op, std::span<const tensor> ts) const {
   auto d = ts.empty() ? device_type::cpu : ts.front().get_device().type;
   auto i = backends_.find(d);
   if (i != backends_.end() && i->second) return *i->second;
@@ -201,7 +201,7 @@ backend& process_group::backend_for(const char* op, const tensor_list& ts) const
                                  "' has no backend for device type " + to_string(d));
 }
 
-work process_group::track(work w, const char* op, const tensor_list& ts, int peer) {
+work process_group::track(work w, const char* op, std::span<const tensor> ts, int peer) {
   if (coalescing_) coalesced_.push_back(w);
   if (!w.valid()) return w;
   const auto& s = *w.state();

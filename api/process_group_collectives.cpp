@@ -41,27 +41,64 @@ void check_rooted_lists(const validator& v, int root, const tensor_list& mine,
   }
 }
 
+/// The root rank and the root's tensor in range.
+void check_root(const validator& v, std::span<const tensor> ts, int root, int root_tensor) {
+  v.rank_arg(root, "root_rank");
+  if (root_tensor < 0 || root_tensor >= static_cast<int>(ts.size()))
+    v.fail("root_tensor " + std::to_string(root_tensor) + " is out of range for " +
+           std::to_string(ts.size()) + " tensor(s)");
+}
+
+void check_same_size(const validator& v, std::span<const tensor> ts) {
+  for (auto& t : ts) v.numel(t.numel(), ts[0].numel(), "a tensor");
+}
+
+// broadcast, allreduce and reduce, of a list and of one tensor alike.
+void check_broadcast(const validator& v, std::span<const tensor> ts, const broadcast_options& o) {
+  v.tensors(ts, "tensors");
+  check_root(v, ts, o.root_rank, o.root_tensor);
+  check_same_size(v, ts);
+}
+
+void check_allreduce(const validator& v, std::span<const tensor> ts, const allreduce_options& o) {
+  v.tensors(ts, "tensors");
+  check_same_size(v, ts);
+  check_reduce_supported("allreduce", o.op, ts[0].scalar_type());
+}
+
+void check_reduce(const validator& v, std::span<const tensor> ts, const reduce_options& o) {
+  v.tensors(ts, "tensors");
+  check_root(v, ts, o.root_rank, o.root_tensor);
+  check_same_size(v, ts);
+  check_reduce_supported("reduce", o.op, ts[0].scalar_type());
+}
+
 }  // namespace
 
 work process_group::broadcast(tensor_list ts, const broadcast_options& o) {
   check_member("broadcast");
-  validator v{"broadcast", rank_, size()};
-  v.tensors(ts, "tensors");
-  v.rank_arg(o.root_rank, "root_rank");
-  if (o.root_tensor < 0 || o.root_tensor >= static_cast<int>(ts.size()))
-    v.fail("root_tensor " + std::to_string(o.root_tensor) + " is out of range for " +
-           std::to_string(ts.size()) + " tensor(s)");
-  for (auto& t : ts) v.numel(t.numel(), ts[0].numel(), "a tensor");
+  check_broadcast({"broadcast", rank_, size()}, ts, o);
   return track(backend_for("broadcast", ts).broadcast(ts, o), "broadcast", ts, -1);
+}
+
+work process_group::broadcast(tensor t, const broadcast_options& o) {
+  check_member("broadcast");
+  const std::span<const tensor> ts{&t, 1};
+  check_broadcast({"broadcast", rank_, size()}, ts, o);
+  return track(backend_for("broadcast", ts).broadcast_one(t, o), "broadcast", ts, -1);
 }
 
 work process_group::allreduce(tensor_list ts, const allreduce_options& o) {
   check_member("allreduce");
-  validator v{"allreduce", rank_, size()};
-  v.tensors(ts, "tensors");
-  for (auto& t : ts) v.numel(t.numel(), ts[0].numel(), "a tensor");
-  check_reduce_supported("allreduce", o.op, ts[0].scalar_type());
+  check_allreduce({"allreduce", rank_, size()}, ts, o);
   return track(backend_for("allreduce", ts).allreduce(ts, o), "allreduce", ts, -1);
+}
+
+work process_group::allreduce(tensor t, const allreduce_options& o) {
+  check_member("allreduce");
+  const std::span<const tensor> ts{&t, 1};
+  check_allreduce({"allreduce", rank_, size()}, ts, o);
+  return track(backend_for("allreduce", ts).allreduce_one(t, o), "allreduce", ts, -1);
 }
 
 work process_group::allreduce_coalesced(tensor_list ts, const allreduce_coalesced_options& o) {
@@ -75,15 +112,15 @@ work process_group::allreduce_coalesced(tensor_list ts, const allreduce_coalesce
 
 work process_group::reduce(tensor_list ts, const reduce_options& o) {
   check_member("reduce");
-  validator v{"reduce", rank_, size()};
-  v.tensors(ts, "tensors");
-  v.rank_arg(o.root_rank, "root_rank");
-  if (o.root_tensor < 0 || o.root_tensor >= static_cast<int>(ts.size()))
-    v.fail("root_tensor " + std::to_string(o.root_tensor) + " is out of range for " +
-           std::to_string(ts.size()) + " tensor(s)");
-  for (auto& t : ts) v.numel(t.numel(), ts[0].numel(), "a tensor");
-  check_reduce_supported("reduce", o.op, ts[0].scalar_type());
+  check_reduce({"reduce", rank_, size()}, ts, o);
   return track(backend_for("reduce", ts).reduce(ts, o), "reduce", ts, -1);
+}
+
+work process_group::reduce(tensor t, const reduce_options& o) {
+  check_member("reduce");
+  const std::span<const tensor> ts{&t, 1};
+  check_reduce({"reduce", rank_, size()}, ts, o);
+  return track(backend_for("reduce", ts).reduce_one(t, o), "reduce", ts, -1);
 }
 
 work process_group::allgather(std::vector<tensor_list> outs, tensor_list ins,
@@ -110,7 +147,7 @@ work process_group::allgather_into_tensor(tensor out, tensor in, const allgather
   validator v{"allgather_into_tensor", rank_, size()};
   v.tensors(std::array{in, out}, "tensors");
   v.numel(out.numel(), in.numel() * size(), "output_tensor");
-  tensor_list ts{in};
+  const std::span<const tensor> ts{&in, 1};
   return track(backend_for("allgather_into_tensor", ts).allgather_into_tensor(out, in, o),
                "allgather_into_tensor", ts, -1);
 }
@@ -200,7 +237,7 @@ work process_group::reduce_scatter_tensor(tensor out, tensor in, const reduce_sc
   v.tensors(std::array{in, out}, "tensors");
   v.numel(in.numel(), out.numel() * size(), "input_tensor");
   check_reduce_supported("reduce_scatter_tensor", o.op, out.scalar_type());
-  tensor_list ts{out};
+  const std::span<const tensor> ts{&out, 1};
   return track(backend_for("reduce_scatter_tensor", ts).reduce_scatter_tensor(out, in, o),
                "reduce_scatter_tensor", ts, -1);
 }
@@ -246,7 +283,7 @@ work process_group::alltoall_single(tensor out, tensor in, std::vector<std::int6
   };
   check_splits(in_splits, in, "input_split_sizes");
   check_splits(out_splits, out, "output_split_sizes");
-  tensor_list ts{in};
+  const std::span<const tensor> ts{&in, 1};
   return track(
       backend_for("alltoall_single", ts).alltoall_single(out, in, out_splits, in_splits, o),
       "alltoall_single", ts, -1);
@@ -302,7 +339,7 @@ work process_group::allgatherv(tensor out, tensor in, std::vector<std::int64_t> 
   validator v{"allgatherv", rank_, size()};
   v.tensors(std::array{in, out}, "tensors");
   v.all_blocks(out, v.blocks(counts, in, "input"), "output");
-  tensor_list ts{in};
+  const std::span<const tensor> ts{&in, 1};
   return track(backend_for("allgatherv", ts).allgatherv(out, in, counts, o), "allgatherv", ts, -1);
 }
 
@@ -310,7 +347,7 @@ work process_group::gatherv(tensor out, tensor in, std::vector<std::int64_t> cou
                             const gather_options& o) {
   check_member("gatherv");
   check_rooted_blocks({"gatherv", rank_, size()}, o.root_rank, counts, in, out, true);
-  tensor_list ts{in};
+  const std::span<const tensor> ts{&in, 1};
   return track(backend_for("gatherv", ts).gatherv(out, in, counts, o), "gatherv", ts, -1);
 }
 
@@ -318,7 +355,7 @@ work process_group::scatterv(tensor out, tensor in, std::vector<std::int64_t> co
                              const scatter_options& o) {
   check_member("scatterv");
   check_rooted_blocks({"scatterv", rank_, size()}, o.root_rank, counts, in, out, false);
-  tensor_list ts{out};
+  const std::span<const tensor> ts{&out, 1};
   return track(backend_for("scatterv", ts).scatterv(out, in, counts, o), "scatterv", ts, -1);
 }
 
@@ -329,7 +366,7 @@ work process_group::reduce_scatterv(tensor out, tensor in, std::vector<std::int6
   v.tensors(std::array{in, out}, "tensors");
   v.all_blocks(in, v.blocks(counts, out, "output"), "input");
   check_reduce_supported("reduce_scatterv", o.op, in.scalar_type());
-  tensor_list ts{in};
+  const std::span<const tensor> ts{&in, 1};
   return track(backend_for("reduce_scatterv", ts).reduce_scatterv(out, in, counts, o),
                "reduce_scatterv", ts, -1);
 }

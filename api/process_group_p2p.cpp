@@ -32,27 +32,49 @@ void check_p2p_tensors(const validator& v, std::span<const tensor> ts, int tag) 
 
 }  // namespace
 
+// The list forms (c10d's) hold exactly one tensor, issued as the tensor itself.
 work process_group::send(tensor_list ts, int dst, const p2p_options& o) {
   check_member("send");
-  validator v{"send", rank_, size()};
-  check_p2p_tensors(v, ts, o.tag);
-  check_peer(v, dst, rank_, "dst_rank");
-  return track(backend_for("send", ts).send(ts, dst, o), "send", ts, dst);
+  check_p2p_tensors({"send", rank_, size()}, ts, o.tag);
+  return send(std::move(ts[0]), dst, o);
 }
 
 work process_group::recv(tensor_list ts, int src, const p2p_options& o) {
   check_member("recv");
-  validator v{"recv", rank_, size()};
-  check_p2p_tensors(v, ts, o.tag);
-  check_peer(v, src, rank_, "src_rank");
-  return track(backend_for("recv", ts).recv(ts, src, o), "recv", ts, src);
+  check_p2p_tensors({"recv", rank_, size()}, ts, o.tag);
+  return recv(std::move(ts[0]), src, o);
 }
 
 work process_group::recv_any_source(tensor_list ts, const p2p_options& o) {
   check_member("recv_any_source");
-  validator v{"recv_any_source", rank_, size()};
+  check_p2p_tensors({"recv_any_source", rank_, size()}, ts, o.tag);
+  return recv_any_source(std::move(ts[0]), o);
+}
+
+work process_group::send(tensor t, int dst, const p2p_options& o) {
+  check_member("send");
+  validator v{"send", rank_, size()};
+  const std::span<const tensor> ts{&t, 1};
   check_p2p_tensors(v, ts, o.tag);
-  return track(backend_for("recv_any_source", ts).recv_any_source(ts, o), "recv_any_source", ts,
+  check_peer(v, dst, rank_, "dst_rank");
+  return track(backend_for("send", ts).send_one(t, dst, o), "send", ts, dst);
+}
+
+work process_group::recv(tensor t, int src, const p2p_options& o) {
+  check_member("recv");
+  validator v{"recv", rank_, size()};
+  const std::span<const tensor> ts{&t, 1};
+  check_p2p_tensors(v, ts, o.tag);
+  check_peer(v, src, rank_, "src_rank");
+  return track(backend_for("recv", ts).recv_one(t, src, o), "recv", ts, src);
+}
+
+work process_group::recv_any_source(tensor t, const p2p_options& o) {
+  check_member("recv_any_source");
+  validator v{"recv_any_source", rank_, size()};
+  const std::span<const tensor> ts{&t, 1};
+  check_p2p_tensors(v, ts, o.tag);
+  return track(backend_for("recv_any_source", ts).recv_any_source_one(t, o), "recv_any_source", ts,
                -1);
 }
 

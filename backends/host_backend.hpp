@@ -46,6 +46,9 @@ class host_backend final : public backend {
   work allreduce(tensor_list& ts, const allreduce_options& o) override;
   work allreduce_coalesced(tensor_list& ts, const allreduce_coalesced_options& o) override;
   work reduce(tensor_list& ts, const reduce_options& o) override;
+  work broadcast_one(tensor& t, const broadcast_options& o) override;
+  work allreduce_one(tensor& t, const allreduce_options& o) override;
+  work reduce_one(tensor& t, const reduce_options& o) override;
   work allgather(std::vector<tensor_list>& outs, tensor_list& ins,
                  const allgather_options& o) override;
   work allgather_coalesced(std::vector<tensor_list>& outs, tensor_list& ins,
@@ -77,6 +80,9 @@ class host_backend final : public backend {
   work send(tensor_list& ts, int dst, const p2p_options& o) override;
   work recv(tensor_list& ts, int src, const p2p_options& o) override;
   work recv_any_source(tensor_list& ts, const p2p_options& o) override;
+  work send_one(tensor& t, int dst, const p2p_options& o) override;
+  work recv_one(tensor& t, int src, const p2p_options& o) override;
+  work recv_any_source_one(tensor& t, const p2p_options& o) override;
   work batch_isend_irecv(std::vector<p2p_op>& ops) override;
 
   std::uint64_t sequence_number() override;
@@ -87,9 +93,12 @@ class host_backend final : public backend {
   static tensor_list flatten(const std::vector<tensor_list>& lists);
   std::vector<std::int64_t> rows_to_elements(const tensor& t,
                                              const std::vector<std::int64_t>& splits) const;
-  /// allreduce and reduce over one tensor (in place) or several (combined locally first).
+  /// allreduce and reduce over several tensors, combined locally first.
   work reducing(op_code code, const char* name, const reduce_op& op, int root, int root_tensor,
                 timeout_t timeout, tensor_list& ts, bool root_only);
+  /// allreduce and reduce over one tensor, in place.
+  work reducing_one(op_code code, const char* name, const reduce_op& op, int root,
+                    timeout_t timeout, tensor& t);
   /// An allgather of this rank's `ins` packed into one block; `scatter_out`
   /// copies the gathered buffer into the caller's outputs, unless `in_row`
   /// (the outputs in the buffer's order, adjacent()) is written in place.

@@ -14,26 +14,37 @@
 namespace troupe::detail {
 
 work host_backend::broadcast(tensor_list& ts, const broadcast_options& o) {
+  if (ts.size() == 1) return broadcast_one(ts[0], o);
   auto c = make_call(op_code::broadcast, "broadcast", o.timeout, ts);
   c.root = o.root_rank;
   auto buf = flat(ts[static_cast<std::size_t>(rank() == o.root_rank ? o.root_tensor : 0)]);
-  if (ts.size() > 1)
-    c.on_success = [buf, ts] {
-      for (auto& t : ts)
-        if (!flat(t).is_same(buf)) flat(t).copy_from(buf);
-    };
+  c.on_success = [buf, ts] {
+    for (auto& t : ts)
+      if (!flat(t).is_same(buf)) flat(t).copy_from(buf);
+  };
   c.output = buf;
   c.input = std::move(buf);
   return submit(std::move(c));
 }
 
+work host_backend::broadcast_one(tensor& t, const broadcast_options& o) {
+  auto c = make_call(op_code::broadcast, "broadcast", o.timeout, t);
+  c.root = o.root_rank;
+  c.input = c.output = flat(t);
+  return submit(std::move(c));
+}
+
 work host_backend::allreduce(tensor_list& ts, const allreduce_options& o) {
+  if (ts.size() == 1) return allreduce_one(ts[0], o);
+  return reducing(op_code::allreduce, "allreduce", o.op, 0, 0, o.timeout, ts, false);
+}
+
+work host_backend::allreduce_one(tensor& t, const allreduce_options& o) {
   // The inline engine takes one CPU tensor and every op but PREMUL_SUM (its scale
   // may be a tensor). The choice depends only on what every rank passes alike.
-  if (engine_ && ts.size() == 1 && ts[0].get_device().type == device_type::cpu &&
-      o.op.op() != reduce_op::PREMUL_SUM)
-    return allreduce_inline(ts[0], o);
-  return reducing(op_code::allreduce, "allreduce", o.op, 0, 0, o.timeout, ts, false);
+  if (engine_ && t.get_device().type == device_type::cpu && o.op.op() != reduce_op::PREMUL_SUM)
+    return allreduce_inline(t, o);
+  return reducing_one(op_code::allreduce, "allreduce", o.op, 0, o.timeout, t);
 }
 
 work host_backend::allreduce_coalesced(tensor_list& ts, const allreduce_coalesced_options& o) {
@@ -45,11 +56,16 @@ work host_backend::allreduce_coalesced(tensor_list& ts, const allreduce_coalesce
 }
 
 work host_backend::reduce(tensor_list& ts, const reduce_options& o) {
-  // Ranks of one host: the shared-memory allreduce, writing the root's buffer alone.
-  if (engine_ && shm_ && ts.size() == 1 && ts[0].get_device().type == device_type::cpu &&
-      o.op.op() != reduce_op::PREMUL_SUM)
-    return on_segment(op_code::reduce, "reduce", ts[0], o.op, o.root_rank, o.timeout);
+  if (ts.size() == 1) return reduce_one(ts[0], o);
   return reducing(op_code::reduce, "reduce", o.op, o.root_rank, o.root_tensor, o.timeout, ts, true);
+}
+
+work host_backend::reduce_one(tensor& t, const reduce_options& o) {
+  // Ranks of one host: the shared-memory allreduce, writing the root's buffer alone.
+  if (engine_ && shm_ && t.get_device().type == device_type::cpu &&
+      o.op.op() != reduce_op::PREMUL_SUM)
+    return on_segment(op_code::reduce, "reduce", t, o.op, o.root_rank, o.timeout);
+  return reducing_one(op_code::reduce, "reduce", o.op, o.root_rank, o.timeout, t);
 }
 
 work host_backend::allgather(std::vector<tensor_list>& outs, tensor_list& ins,
@@ -242,15 +258,27 @@ work host_backend::monitored_barrier(const monitored_barrier_options& o) {
 }
 
 work host_backend::send(tensor_list& ts, int dst, const p2p_options& o) {
-  return submit_p2p(p2p_call::send, "send", dst, ts[0], o);
+  return send_one(ts[0], dst, o);
 }
 
 work host_backend::recv(tensor_list& ts, int src, const p2p_options& o) {
-  return submit_p2p(p2p_call::recv, "recv", src, ts[0], o);
+  return recv_one(ts[0], src, o);
 }
 
 work host_backend::recv_any_source(tensor_list& ts, const p2p_options& o) {
-  return submit_p2p(p2p_call::recv_any, "recv_any_source", -1, ts[0], o);
+  return recv_any_source_one(ts[0], o);
+}
+
+work host_backend::send_one(tensor& t, int dst, const p2p_options& o) {
+  return submit_p2p(p2p_call::send, "send", dst, t, o);
+}
+
+work host_backend::recv_one(tensor& t, int src, const p2p_options& o) {
+  return submit_p2p(p2p_call::recv, "recv", src, t, o);
+}
+
+work host_backend::recv_any_source_one(tensor& t, const p2p_options& o) {
+  return submit_p2p(p2p_call::recv_any, "recv_any_source", -1, t, o);
 }
 
 work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
@@ -276,16 +304,12 @@ std::vector<std::int64_t> host_backend::rows_to_elements(
   return split_elements(t, splits, size());
 }
 
-/// allreduce and reduce over one tensor (in place) or several (combined locally first).
+/// allreduce and reduce over several tensors: combined locally first, the result written back.
 work host_backend::reducing(op_code code, const char* name, const reduce_op& op, int root,
                             int root_tensor, timeout_t timeout, tensor_list& ts, bool root_only) {
   auto c = make_call(code, name, timeout, ts);
   c.op = op;
   c.root = root;
-  if (ts.size() == 1) {
-    c.input = c.output = flat(ts[0]);
-    return submit(std::move(c));
-  }
   auto local_op =
       op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM ? reduce_op::SUM : op.op();
   std::vector<const void*> srcs;
@@ -307,6 +331,15 @@ work host_backend::reducing(op_code code, const char* name, const reduce_op& op,
     }
     for (auto& t : ts) flat(t).copy_from(buf);
   };
+  return submit(std::move(c));
+}
+
+work host_backend::reducing_one(op_code code, const char* name, const reduce_op& op, int root,
+                                timeout_t timeout, tensor& t) {
+  auto c = make_call(code, name, timeout, t);
+  c.op = op;
+  c.root = root;
+  c.input = c.output = flat(t);
   return submit(std::move(c));
 }
 

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -98,24 +99,22 @@ class process_group {
   std::uint64_t get_sequence_number_for_group() const;
 
   // -- collectives -------------------------------------------------------------
+  // broadcast, allreduce and reduce take a list (c10d's form) or one tensor
+  // (the common case, issued without a list).
   work broadcast(tensor_list tensors, const broadcast_options& opts = {});
-  work broadcast(tensor t, int root = 0) { return broadcast(tensor_list{t}, {.root_rank = root}); }
-  work broadcast(tensor t, const broadcast_options& opts) {
-    return broadcast(tensor_list{t}, opts);
-  }
+  work broadcast(tensor t, const broadcast_options& opts);
+  work broadcast(tensor t, int root = 0) { return broadcast(std::move(t), {.root_rank = root}); }
   work allreduce(tensor_list tensors, const allreduce_options& opts = {});
+  work allreduce(tensor t, const allreduce_options& opts);
   work allreduce(tensor t, reduce_op op = reduce_op::SUM) {
-    return allreduce(tensor_list{t}, {.op = op});
-  }
-  work allreduce(tensor t, const allreduce_options& opts) {
-    return allreduce(tensor_list{t}, opts);
+    return allreduce(std::move(t), allreduce_options{.op = op});
   }
   work allreduce_coalesced(tensor_list tensors, const allreduce_coalesced_options& opts = {});
   work reduce(tensor_list tensors, const reduce_options& opts = {});
+  work reduce(tensor t, const reduce_options& opts);
   work reduce(tensor t, int root, reduce_op op = reduce_op::SUM) {
-    return reduce(tensor_list{t}, {.op = op, .root_rank = root});
+    return reduce(std::move(t), {.op = op, .root_rank = root});
   }
-  work reduce(tensor t, const reduce_options& opts) { return reduce(tensor_list{t}, opts); }
   /// outputs[i][r] receives rank r's inputs[i] (c10d allgather; normally one input).
   work allgather(std::vector<tensor_list> outputs, tensor_list inputs,
                  const allgather_options& opts = {});
@@ -171,22 +170,32 @@ class process_group {
 
   // -- point to point -----------------------------------------------------------
   /// The p2p_options forms take a tag and a timeout (default: the group's).
+  /// A list (c10d's form, of exactly one tensor) or the tensor itself (issued without a list).
   work send(tensor_list tensors, int dst_rank, const p2p_options& opts);
   work recv(tensor_list tensors, int src_rank, const p2p_options& opts);
   work recv_any_source(tensor_list tensors, const p2p_options& opts);
+  work send(tensor t, int dst_rank, const p2p_options& opts);
+  work recv(tensor t, int src_rank, const p2p_options& opts);
+  work recv_any_source(tensor t, const p2p_options& opts);
   work send(tensor_list tensors, int dst_rank, int tag = 0) {
     return send(std::move(tensors), dst_rank, p2p_options{.tag = tag});
   }
-  work send(tensor t, int dst_rank, int tag = 0) { return send(tensor_list{t}, dst_rank, tag); }
+  work send(tensor t, int dst_rank, int tag = 0) {
+    return send(std::move(t), dst_rank, p2p_options{.tag = tag});
+  }
   work recv(tensor_list tensors, int src_rank, int tag = 0) {
     return recv(std::move(tensors), src_rank, p2p_options{.tag = tag});
   }
-  work recv(tensor t, int src_rank, int tag = 0) { return recv(tensor_list{t}, src_rank, tag); }
+  work recv(tensor t, int src_rank, int tag = 0) {
+    return recv(std::move(t), src_rank, p2p_options{.tag = tag});
+  }
   /// Receives from whichever rank sends first with `tag`; work.source_rank() tells who.
   work recv_any_source(tensor_list tensors, int tag = 0) {
     return recv_any_source(std::move(tensors), p2p_options{.tag = tag});
   }
-  work recv_any_source(tensor t, int tag = 0) { return recv_any_source(tensor_list{t}, tag); }
+  work recv_any_source(tensor t, int tag = 0) {
+    return recv_any_source(std::move(t), p2p_options{.tag = tag});
+  }
   /// Issues every send and recv; the work completes when all of them did.
   work batch_isend_irecv(std::vector<p2p_op> ops);
 
@@ -223,12 +232,12 @@ class process_group {
   /// Aborts pending work and drops the backends (the world is going away).
   void release(const std::string& reason);
   void check_member(const char* op) const;
-  backend& backend_for(const char* op, const tensor_list& tensors) const;
+  backend& backend_for(const char* op, std::span<const tensor> tensors) const;
   /// Runs calls without tensors (barrier, sequence_number): the CPU's backend,
   /// else the only one the group has.
   backend& tensorless_backend() const;
   /// Remembers an issued call (wait_for_pending_works, the hook, the flight record).
-  work track(work w, const char* op, const tensor_list& ts, int peer);
+  work track(work w, const char* op, std::span<const tensor> ts, int peer);
 
   std::string name_;
   std::string description_;
