@@ -335,7 +335,7 @@ void mailbox::pump_for(work_state& s, clock::time_point until, const std::vector
   for (int p : peers) plane->pumping(p, -1, true);
 }
 
-std::vector<mailbox::receive>::iterator mailbox::first_receive(int src, int tag) {
+arrival_queue<mailbox::receive>::iterator mailbox::first_receive(int src, int tag) {
   return std::find_if(receives_.begin(), receives_.end(),
                       [&](const receive& x) { return matches(x.call, src, tag); });
 }

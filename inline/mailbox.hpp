@@ -67,6 +67,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/arrival_queue.hpp"
 #include "base/call.hpp"
 #include "base/one_or_more.hpp"
 #include "base/spin_lock.hpp"
@@ -224,7 +225,7 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   /// Takes a message from a peer: hands it to the first matching receive, or keeps it.
   void accept(message m);
   /// The first posted receive a message from `src` with `tag` matches (under mtx_).
-  std::vector<receive>::iterator first_receive(int src, int tag);
+  arrival_queue<receive>::iterator first_receive(int src, int tag);
   /// Copies `m` into `r`'s buffer and completes both (outside the lock).
   void fill(receive& r, message& m);
   void settle(finishes& done);
@@ -263,8 +264,8 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   std::vector<std::string> names_;
   std::vector<std::weak_ptr<mailbox>> peers_;  // local ranks' mailboxes, found once
   // Short, and taken from the front: vectors keep their memory between calls.
-  std::vector<receive> receives_;  // posted, in post order
-  std::vector<message> messages_;  // arrived, unmatched, in arrival order
+  arrival_queue<receive> receives_;  // posted, in post order
+  arrival_queue<message> messages_;  // arrived, unmatched, in arrival order
   struct waiting {
     std::size_t messages = 0;
     std::uint64_t bytes = 0;

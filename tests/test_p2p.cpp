@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "../base/arrival_queue.hpp"
 #include "../inline/engine.hpp"
 #include "../inline/mailbox.hpp"
 #include "check_error.hpp"
@@ -54,6 +55,85 @@ TEST_CASE("messages with different tags are matched by tag, in order per tag") {
       CHECK(a.to_vector<int>()[0] == 2);
       CHECK(b.to_vector<int>()[0] == 1);
       CHECK(c.to_vector<int>()[0] == 3);
+    }
+  });
+}
+
+TEST_CASE("the mailbox's arrival queue keeps arrival order through takes at the front and within") {
+  detail::arrival_queue<std::string> q;
+  std::vector<std::string> model;  // what a plain vector would hold
+  auto same = [&] { return std::vector<std::string>(q.begin(), q.end()) == model; };
+  int next = 0;
+  for (int round = 0; round < 300; ++round) {
+    for (int i = 0; i < 1 + round % 7; ++i) {
+      q.push_back(std::to_string(next));
+      model.push_back(std::to_string(next++));
+    }
+    CHECK(q.back() == model.back());
+    // Take the first (usual), or the second (a receive of another tag).
+    const auto at = round % 3 == 0 && q.size() > 1 ? 1 : 0;
+    auto after = q.erase(q.begin() + at);
+    model.erase(model.begin() + at);
+    REQUIRE(same());
+    REQUIRE(q.size() == model.size());
+    CHECK(after == q.begin() + at);
+  }
+  // A backlog taken whole from the front (its taken front dropped now and
+  // then): in order to the last, then empty, and usable again.
+  REQUIRE(q.size() > 100);
+  for (auto i = q.begin(); i != q.end();) {
+    i = q.erase(i);
+    model.erase(model.begin());
+    REQUIRE(same());
+    REQUIRE(i == q.begin());
+  }
+  CHECK(q.empty());
+  q.push_back("again");
+  CHECK(std::vector<std::string>(q.begin(), q.end()) == std::vector<std::string>{"again"});
+  q.clear();
+  CHECK(q.empty());
+}
+
+// Messages and receives wait in arrival (post) order and are mostly taken
+// from the front: a long backlog is taken in order, whether each match is
+// the first one waiting or one further in (another tag first).
+TEST_CASE("a receiver far behind its sender takes the backlog in order per tag") {
+  constexpr int n = 2000;
+  testing::run_ranks(2, [](world& w) {
+    auto& pg = w.default_group();
+    // Messages first: both tags interleaved; tag 2 taken first (each one past
+    // a tag-1 message), then tag 1 (each the first waiting).
+    if (w.rank() == 0) {
+      std::vector<work> sends;
+      for (int i = 0; i < n; ++i)
+        sends.push_back(pg.send(tensor::from_vector<int>({i}), 1, 1 + i % 2));
+      pg.barrier().wait();
+      for (auto& s : sends) s.wait();
+    } else {
+      pg.barrier().wait();
+      auto t = ref::zeros({1}, dtype::int32);
+      for (int tag : {2, 1})
+        for (int i = tag - 1; i < n; i += 2) {
+          pg.recv(t, 0, tag).wait();
+          REQUIRE(t.to_vector<int>()[0] == i);
+        }
+    }
+    // Receives first: every one posted before the first message comes.
+    if (w.rank() == 1) {
+      std::vector<tensor> bufs;
+      std::vector<work> recvs;
+      for (int i = 0; i < n; ++i) {
+        bufs.push_back(ref::zeros({1}, dtype::int32));
+        recvs.push_back(pg.recv(bufs.back(), 0, 3));
+      }
+      pg.barrier().wait();
+      for (int i = 0; i < n; ++i) {
+        recvs[static_cast<std::size_t>(i)].wait();
+        REQUIRE(bufs[static_cast<std::size_t>(i)].to_vector<int>()[0] == i);
+      }
+    } else {
+      pg.barrier().wait();
+      for (int i = 0; i < n; ++i) pg.send(tensor::from_vector<int>({i}), 1, 3).wait();
     }
   });
 }
