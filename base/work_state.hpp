@@ -33,8 +33,8 @@ struct work_state {
   bool done = false;
   std::exception_ptr error;
   tensor_list outputs;
-  /// The output of a call that has one (allreduce, reduce), kept without a
-  /// vector; `outputs` is then empty. Read through outputs_of.
+  /// The output of a call that has one (allreduce, broadcast, send, recv,
+  /// ...), kept without a vector; `outputs` is then empty. Read through outputs_of.
   tensor sole_output;
   int source_rank = -1;
   std::atomic<std::uint64_t> seq{0};

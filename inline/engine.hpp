@@ -125,7 +125,7 @@ class inline_op : public recycled {
   std::chrono::milliseconds timeout{};
   inline_clock::time_point deadline;
   tensor_list outputs;
-  /// The sole output instead of `outputs` (no vector per call: allreduce, reduce).
+  /// The sole output instead of `outputs` (no vector per call with one output).
   tensor sole_output;
   work handle;
 };

@@ -263,7 +263,8 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   spin_lock mtx_;  // guards everything below (held for short steps only)
   std::vector<std::string> names_;
   std::vector<std::weak_ptr<mailbox>> peers_;  // local ranks' mailboxes, found once
-  // Short, and taken from the front: vectors keep their memory between calls.
+  // Taken mostly from the front, in O(1) however long (base/arrival_queue.hpp);
+  // their memory is kept between calls.
   arrival_queue<receive> receives_;  // posted, in post order
   arrival_queue<message> messages_;  // arrived, unmatched, in arrival order
   struct waiting {
