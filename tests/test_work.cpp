@@ -607,11 +607,18 @@ TEST_CASE("a CAF actor awaits a real collective") {
 TEST_CASE("an on-completion hook sees every call of its group finish, with its op, seq and times") {
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
-    std::mutex mtx;
-    std::vector<work_info> seen;
-    pg.register_on_completion_hook([&](const work_info& i) {
-      std::lock_guard<std::mutex> g{mtx};
-      seen.push_back(i);
+    // Shared with the hook, which outlives this function: across processes
+    // run_ranks ends with a barrier on this group, and the hook sees it too.
+    struct seen_calls {
+      std::mutex mtx;
+      std::vector<work_info> calls;
+    };
+    auto shared = std::make_shared<seen_calls>();
+    auto& mtx = shared->mtx;
+    auto& seen = shared->calls;
+    pg.register_on_completion_hook([shared](const work_info& i) {
+      std::lock_guard<std::mutex> g{shared->mtx};
+      shared->calls.push_back(i);
     });
     // One hook per group, as c10d's.
     troupe::test::check_error([&] { pg.register_on_completion_hook([](const work_info&) {}); },
