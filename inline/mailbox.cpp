@@ -219,19 +219,18 @@ void mailbox::post(p2p_call c) {
     message m;
     m.src = rank_;
     m.tag = c.tag;
-    if (bytes_of(c.buffer) > eager_bytes) {
-      m.payload = c.buffer;
-      m.sender = c.handle;
-      m.sender_where = where(c.name);
-      m.waits_for = name_of(c.peer) + " to receive it (tag " + std::to_string(c.tag) + ")";
-      m.timeout = c.timeout;
-      m.deadline = clock::now() + c.timeout;
-      to->accept(std::move(m));
+    m.payload = c.buffer;
+    if (bytes_of(c.buffer) <= eager_bytes && to->accept_eager(m)) {
+      complete_with_one(c.handle, std::move(c.buffer));
       return;
     }
-    m.payload = c.buffer;  // copied by accept when no receive waits
+    // Lent: large, or the receiver holds the bound from this rank already.
+    m.sender = c.handle;
+    m.sender_where = where(c.name);
+    m.waits_for = name_of(c.peer) + " to receive it (tag " + std::to_string(c.tag) + ")";
+    m.timeout = c.timeout;
+    m.deadline = clock::now() + c.timeout;
     to->accept(std::move(m));
-    complete_with_one(c.handle, std::move(c.buffer));
     return;
   }
   // A receive. When it may come from another process, the waiting thread
@@ -253,7 +252,7 @@ void mailbox::post(p2p_call c) {
     for (auto i = messages_.begin(); i != messages_.end(); ++i) {
       if (!matches(c, i->src, i->tag)) continue;
       if (i->sender.valid() && i->sender.state()->finished.load()) continue;  // failed meanwhile
-      if (i->remote) {  // before the message moves out
+      if (i->counted) {  // before the message moves out
         auto& a = waiting_[static_cast<std::size_t>(i->src)];
         --a.messages;
         a.bytes -= bytes_of(i->payload);
@@ -401,25 +400,35 @@ void mailbox::arrive(p2p_envelope env) {
   accept(std::move(m));
 }
 
+bool mailbox::accept_eager(message& m) {
+  finishes done;
+  {
+    std::lock_guard<spin_lock> g{mtx_};
+    auto r = first_receive(m.src, m.tag);
+    if (r != receives_.end() && !stopped_) {
+      done.emplace_back(std::move(*r), std::move(m));
+      receives_.erase(r);
+    } else if (!stopped_) {
+      const auto& a = waiting_[static_cast<std::size_t>(m.src)];
+      if (a.messages >= max_waiting_messages || a.bytes + bytes_of(m.payload) > max_early_bytes)
+        return false;
+    }
+  }
+  if (!done.empty()) {
+    settle(done);
+    return true;
+  }
+  // Copied outside the lock; a receive posted meanwhile is found by accept.
+  // Threads of one rank sending at once may pass the bound by one message each.
+  m.payload = m.payload.clone();
+  m.counted = true;
+  accept(std::move(m));
+  return true;
+}
+
 void mailbox::accept(message m) {
   finishes done;
   std::string refused;
-  // A message copied eagerly (from a rank of this process) is copied before
-  // it waits here, outside the lock; a receive posted meanwhile is found below.
-  if (!m.remote && !m.sender.valid() && m.payload.defined()) {
-    bool matched;
-    {
-      std::lock_guard<spin_lock> g{mtx_};
-      auto r = first_receive(m.src, m.tag);
-      matched = r != receives_.end() && !stopped_;
-      if (matched) {
-        done.emplace_back(std::move(*r), std::move(m));
-        receives_.erase(r);
-      }
-    }
-    if (matched) return settle(done);
-    m.payload = m.payload.clone();
-  }
   {
     std::lock_guard<spin_lock> g{mtx_};
     if (stopped_ || gone_.count(m.src)) {
@@ -445,9 +454,15 @@ void mailbox::accept(message m) {
         } else {
           ++a.messages;
           a.bytes += n;
+          m.counted = true;
           messages_.push_back(std::move(m));
         }
       } else {
+        if (m.counted) {
+          auto& a = waiting_[static_cast<std::size_t>(m.src)];
+          ++a.messages;
+          a.bytes += bytes_of(m.payload);
+        }
         if (m.sender.valid()) arm(m.deadline);
         messages_.push_back(std::move(m));
       }

@@ -54,7 +54,8 @@
 //    that waits for that sender's next message does not wait for itself.
 //  - Bounds: a peer in another process may have at most max_waiting_messages
 //    unmatched messages, max_early_bytes in all, waiting here; more fails
-//    that peer (transport/frame.hpp).
+//    that peer (transport/frame.hpp). A rank of this process past the same
+//    bounds lends its small messages too: its sends wait for their receive.
 
 #include <chrono>
 #include <cstdint>
@@ -140,7 +141,8 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
     int src = 0;
     int tag = 0;
     tensor payload;
-    bool remote = false;  // counted against the bounds of its sender
+    bool remote = false;   // from another process: past the bounds its sender is failed
+    bool counted = false;  // held here, counted in waiting_ (remote, or copied eagerly)
     // A lent message: `payload` is the sender's buffer and this its send,
     // completed (or failed: where, what it waits for) when a receive took it.
     work sender;
@@ -224,6 +226,11 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   void help(const p2p_envelope& h);
   /// Takes a message from a peer: hands it to the first matching receive, or keeps it.
   void accept(message m);
+  /// Takes a small message from a rank of this process: hands it to the
+  /// first matching receive, or keeps a copy (the send may complete) —
+  /// unless its sender has the bound waiting here already: false, `m`
+  /// untouched, and the sender lends it instead.
+  bool accept_eager(message& m);
   /// The first posted receive a message from `src` with `tag` matches (under mtx_).
   arrival_queue<receive>::iterator first_receive(int src, int tag);
   /// Copies `m` into `r`'s buffer and completes both (outside the lock).
@@ -271,7 +278,7 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
     std::size_t messages = 0;
     std::uint64_t bytes = 0;
   };
-  std::vector<waiting> waiting_;  // per sender in another process
+  std::vector<waiting> waiting_;  // per sender: its messages held here (counted)
   // Per sender in another process: the receive its frame being read now
   // goes into (place()), and whether that frame is to be dropped (the
   // receive failed while it was read).

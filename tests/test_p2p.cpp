@@ -628,6 +628,45 @@ TEST_CASE("messages that waited for their receive stop counting against the boun
   });
 }
 
+// Ranks of one process: the copies a sender's small messages wait in for
+// their receive are bounded as a peer in another process is (max_waiting_messages,
+// transport/frame.hpp): past it a send is lent, and completes only once its
+// receive took it, so that a sender far ahead of its receiver waits instead
+// of filling the receiver's memory. Between processes a peer past the bound
+// is failed (test_peer_frames).
+TEST_CASE("a sender in this process past the bound of waiting messages waits for its receive") {
+  // Every process skips it alike; the group actors (TROUPE_FABRIC=off) do not bound it.
+  if (std::getenv("RANK") || std::getenv("TROUPE_FABRIC")) return;
+  constexpr auto bound = static_cast<int>(detail::max_waiting_messages);
+  testing::run_ranks(2, [&](world& w) {
+    auto& pg = w.default_group();
+    if (w.rank() == 0) {
+      for (int i = 0; i < bound; ++i) {
+        auto s = pg.send(tensor::from_vector<int>({i}), 1, 4);
+        REQUIRE(s.is_completed());  // copied: completed as it returns
+      }
+      auto past = pg.send(tensor::from_vector<int>({bound}), 1, 4);
+      auto other_tag = pg.send(tensor::from_vector<int>({-1}), 1, 5);
+      CHECK_FALSE(past.is_completed());
+      CHECK_FALSE(other_tag.is_completed());
+      pg.barrier().wait();
+      past.wait();
+      other_tag.wait();
+      // Taken: room again.
+      CHECK(pg.send(tensor::from_vector<int>({bound + 1}), 1, 4).is_completed());
+    } else {
+      pg.barrier().wait();
+      auto t = ref::zeros({1}, dtype::int32);
+      pg.recv(t, 0, 5).wait();
+      CHECK(t.to_vector<int>()[0] == -1);
+      for (int i = 0; i <= bound + 1; ++i) {
+        pg.recv(t, 0, 4).wait();
+        REQUIRE(t.to_vector<int>()[0] == i);
+      }
+    }
+  });
+}
+
 // A receive's callbacks do not run on the thread that completed it when
 // that thread is the sender's (ranks of one process) or the one reading the
 // sender's frames: a callback that waits for the sender's next message would
