@@ -115,7 +115,7 @@ work host_backend::allgather_into_tensor_coalesced(tensor_list& outs, tensor_lis
 }
 
 work host_backend::allgather_into_tensor(tensor& out, tensor& in, const allgather_options& o) {
-  auto c = make_call(op_code::allgatherv, "allgather_into_tensor", o.timeout, {out});
+  auto c = make_call(op_code::allgatherv, "allgather_into_tensor", o.timeout, out);
   c.input = flat(in);
   c.output = flat(out);
   c.counts.assign(static_cast<std::size_t>(size()), in.numel());
@@ -124,7 +124,7 @@ work host_backend::allgather_into_tensor(tensor& out, tensor& in, const allgathe
 
 work host_backend::allgatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                               const allgather_options& o) {
-  auto c = make_call(op_code::allgatherv, "allgatherv", o.timeout, {out});
+  auto c = make_call(op_code::allgatherv, "allgatherv", o.timeout, out);
   c.input = flat(in);
   c.output = flat(out);
   c.counts = counts;
@@ -147,7 +147,7 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
 
 work host_backend::gatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                            const gather_options& o) {
-  auto c = make_call(op_code::gatherv, "gatherv", o.timeout, {out});
+  auto c = make_call(op_code::gatherv, "gatherv", o.timeout, out);
   c.root = o.root_rank;
   c.input = flat(in);
   if (rank() == o.root_rank) c.output = flat(out);
@@ -167,7 +167,7 @@ work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
 
 work host_backend::scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                             const scatter_options& o) {
-  auto c = make_call(op_code::scatterv, "scatterv", o.timeout, {out});
+  auto c = make_call(op_code::scatterv, "scatterv", o.timeout, out);
   c.root = o.root_rank;
   c.output = flat(out);
   c.input = rank() == o.root_rank ? flat(in) : c.output;
@@ -186,7 +186,7 @@ work host_backend::reduce_scatter(tensor_list& outs, std::vector<tensor_list>& i
 }
 
 work host_backend::reduce_scatter_tensor(tensor& out, tensor& in, const reduce_scatter_options& o) {
-  auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor", o.timeout, {out});
+  auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor", o.timeout, out);
   c.op = o.op;
   c.input = flat(in);
   c.output = flat(out);
@@ -196,7 +196,7 @@ work host_backend::reduce_scatter_tensor(tensor& out, tensor& in, const reduce_s
 
 work host_backend::reduce_scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                                    const reduce_scatter_options& o) {
-  auto c = make_call(op_code::reduce_scatterv, "reduce_scatterv", o.timeout, {out});
+  auto c = make_call(op_code::reduce_scatterv, "reduce_scatterv", o.timeout, out);
   c.op = o.op;
   c.input = flat(in);
   c.output = flat(out);
@@ -228,7 +228,7 @@ work host_backend::alltoall_single(tensor& out, tensor& in,
                                    const std::vector<std::int64_t>& out_splits,
                                    const std::vector<std::int64_t>& in_splits,
                                    const alltoall_options& o) {
-  auto c = make_call(op_code::alltoallv, "alltoall_single", o.timeout, {out});
+  auto c = make_call(op_code::alltoallv, "alltoall_single", o.timeout, out);
   c.input = flat(in);
   c.output = flat(out);
   c.counts = rows_to_elements(in, in_splits);

@@ -123,8 +123,8 @@ work host_backend::submit_on_device(const call_ptr& c) {
 work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
   if (!shm_) {
     auto data = flat(t);
-    auto c = std::make_shared<collective_call>(
-        make_call(op_code::allreduce, "allreduce", o.timeout, {t}));
+    auto c =
+        std::make_shared<collective_call>(make_call(op_code::allreduce, "allreduce", o.timeout, t));
     c->op = o.op;
     c->input = c->output = data;
     auto op = make_algorithm_op(with_float_sums(c));
