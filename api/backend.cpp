@@ -60,6 +60,20 @@ work backend::reduce_one(tensor& t, const reduce_options& o) {
   return reduce(one, o);
 }
 
+work backend::gather_one(tensor_list& outs, tensor& in, const gather_options& o) {
+  std::vector<tensor_list> lists;
+  if (!outs.empty()) lists.push_back(outs);
+  tensor_list one{in};
+  return gather(lists, one, o);
+}
+
+work backend::scatter_one(tensor& out, tensor_list& ins, const scatter_options& o) {
+  std::vector<tensor_list> lists;
+  if (!ins.empty()) lists.push_back(ins);
+  tensor_list one{out};
+  return scatter(one, lists, o);
+}
+
 work backend::send_one(tensor& t, int dst, const p2p_options& o) {
   tensor_list one{t};
   return send(one, dst, o);

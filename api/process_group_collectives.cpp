@@ -20,8 +20,8 @@ namespace {
 /// gather's and scatter's checks: `mine` is this rank's one tensor
 /// (gather's input, scatter's output); on the root, `all` holds one list of
 /// a tensor per rank like it, and elsewhere nothing.
-void check_rooted_lists(const validator& v, int root, const tensor_list& mine,
-                        const std::vector<tensor_list>& all, bool mine_is_input) {
+void check_rooted_lists(const validator& v, int root, std::span<const tensor> mine,
+                        std::span<const tensor_list> all, bool mine_is_input) {
   const std::string mine_name = mine_is_input ? "input_tensors" : "output_tensors";
   const std::string all_name = mine_is_input ? "output_tensors" : "input_tensors";
   v.rank_arg(root, "root_rank");
@@ -193,9 +193,14 @@ work process_group::gather(std::vector<tensor_list> outs, tensor_list ins,
 }
 
 work process_group::gather(tensor_list outs, tensor in, const gather_options& o) {
-  std::vector<tensor_list> lists;
-  if (!outs.empty()) lists.push_back(std::move(outs));
-  return gather(std::move(lists), tensor_list{std::move(in)}, o);
+  // Checked as the list form would be (one list of outputs on the root,
+  // none elsewhere) without building the lists.
+  check_member("gather");
+  const std::span<const tensor> ts{&in, 1};
+  check_rooted_lists(
+      {"gather", rank_, size()}, o.root_rank, ts,
+      outs.empty() ? std::span<const tensor_list>{} : std::span<const tensor_list>{&outs, 1}, true);
+  return track(backend_for("gather", ts).gather_one(outs, in, o), "gather", ts, -1);
 }
 
 work process_group::scatter(tensor_list outs, std::vector<tensor_list> ins,
@@ -206,9 +211,12 @@ work process_group::scatter(tensor_list outs, std::vector<tensor_list> ins,
 }
 
 work process_group::scatter(tensor out, tensor_list ins, const scatter_options& o) {
-  std::vector<tensor_list> lists;
-  if (!ins.empty()) lists.push_back(std::move(ins));
-  return scatter(tensor_list{std::move(out)}, std::move(lists), o);
+  check_member("scatter");
+  const std::span<const tensor> ts{&out, 1};
+  check_rooted_lists(
+      {"scatter", rank_, size()}, o.root_rank, ts,
+      ins.empty() ? std::span<const tensor_list>{} : std::span<const tensor_list>{&ins, 1}, false);
+  return track(backend_for("scatter", ts).scatter_one(out, ins, o), "scatter", ts, -1);
 }
 
 work process_group::reduce_scatter(tensor_list outs, std::vector<tensor_list> ins,

@@ -91,8 +91,8 @@ void advance(work_state& s, std::chrono::steady_clock::time_point until) {
     sim->wait(detail::sim_rank_here(), s);
     return;
   }
-  if (s.drive)
-    s.drive(s, until);
+  if (s.driver)
+    s.driver->drive(s, until);
   else
     poll_for_done(s, until);
 }
@@ -127,7 +127,7 @@ void work::wait(duration timeout) const {
 
 bool work::is_completed() const {
   auto& s = const_cast<work_state&>(checked(state_));
-  if (s.poke && !s.finished.load()) s.poke();
+  if (s.driver && !s.finished.load()) s.driver->poke();
   std::lock_guard<std::mutex> g{s.mtx};
   return s.done;
 }
@@ -169,6 +169,19 @@ std::string work::group_name() const {
 
 namespace {
 
+/// A continuation's driver: its parent's (while the parent lives).
+struct parent_driver final : detail::work_driver {
+  explicit parent_driver(std::weak_ptr<work_state> p) : parent(std::move(p)) {}
+  void drive(work_state&, std::chrono::steady_clock::time_point until) const override {
+    if (auto p = parent.lock(); p && !p->finished.load(std::memory_order_acquire))
+      p->driver->drive(*p, until);
+  }
+  void poke() const override {
+    if (auto p = parent.lock()) p->driver->poke();
+  }
+  std::weak_ptr<work_state> parent;
+};
+
 /// Registers `fn` among the callbacks of `w`, or runs it at once when `w` is done.
 void add_callback(const work& w, std::function<void(const work&)> fn) {
   auto& s = const_cast<work_state&>(*w.state());
@@ -177,7 +190,7 @@ void add_callback(const work& w, std::function<void(const work&)> fn) {
     if (!s.done) {
       s.callbacks.push_back(std::move(fn));
       g.unlock();
-      if (s.continued) s.continued();
+      if (s.driver) s.driver->continued();
       return;
     }
   }
@@ -197,17 +210,7 @@ work work::then(std::function<tensor_list(const work&)> fn) const {
   // Waiting on the continuation drives the operation it continues (a inline engine
   // operation moves in the thread that waits for it; without this it would
   // move only on the inline engine's watchdog tick).
-  if (s.drive) {
-    std::weak_ptr<work_state> parent = state_;
-    auto& n = *next.state_;
-    n.drive = [parent](work_state&, std::chrono::steady_clock::time_point until) {
-      if (auto p = parent.lock(); p && !p->finished.load(std::memory_order_acquire))
-        p->drive(*p, until);
-    };
-    n.poke = [parent] {
-      if (auto p = parent.lock(); p && p->poke) p->poke();
-    };
-  }
+  if (s.driver) next.state_->driver = std::make_shared<parent_driver>(state_);
   on_complete([next, fn = std::move(fn)](const work& done) {
     try {
       next.complete(fn(done));
@@ -445,6 +448,18 @@ struct joint {
   }
 };
 
+/// Waiting for the whole drives the parts that move in the waiting thread.
+struct joint_driver final : detail::work_driver {
+  explicit joint_driver(std::shared_ptr<joint> j) : j(std::move(j)) {}
+  void drive(work_state& s, std::chrono::steady_clock::time_point until) const override {
+    for (auto& p : j->parts)
+      if (auto& ps = *p.state(); ps.driver && !ps.finished.load(std::memory_order_acquire))
+        ps.driver->drive(ps, until);
+    poll_for_done(s, until);
+  }
+  std::shared_ptr<joint> j;
+};
+
 }  // namespace
 
 work work::when_all(std::string op, std::string group, std::vector<work> parts) {
@@ -459,15 +474,9 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
   j->all = all;
   j->parts = std::move(parts);
   j->self = j;
-  // Waiting for the whole drives the parts that move in the waiting thread.
   if (std::any_of(j->parts.begin(), j->parts.end(),
-                  [](const work& p) { return static_cast<bool>(p.state()->drive); }))
-    all.state()->drive = [j](work_state& s, std::chrono::steady_clock::time_point until) {
-      for (auto& p : j->parts)
-        if (auto& ps = *p.state(); ps.drive && !ps.finished.load(std::memory_order_acquire))
-          ps.drive(ps, until);
-      poll_for_done(s, until);
-    };
+                  [](const work& p) { return static_cast<bool>(p.state()->driver); }))
+    all.state()->driver = std::make_shared<joint_driver>(j);
   // The bookkeeping runs where a part completes (no hand-over to another
   // thread for it); the whole's own callbacks go where the part's would.
   // A relay may run at once: the joint is complete first.

@@ -59,9 +59,11 @@ class host_backend final : public backend {
   work allgatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                   const allgather_options& o) override;
   work gather(std::vector<tensor_list>& outs, tensor_list& ins, const gather_options& o) override;
+  work gather_one(tensor_list& outs, tensor& in, const gather_options& o) override;
   work gatherv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                const gather_options& o) override;
   work scatter(tensor_list& outs, std::vector<tensor_list>& ins, const scatter_options& o) override;
+  work scatter_one(tensor& out, tensor_list& ins, const scatter_options& o) override;
   work scatterv(tensor& out, tensor& in, const std::vector<std::int64_t>& counts,
                 const scatter_options& o) override;
   work reduce_scatter(tensor_list& outs, std::vector<tensor_list>& ins,

@@ -133,14 +133,20 @@ work host_backend::allgatherv(tensor& out, tensor& in, const std::vector<std::in
 
 work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
                           const gather_options& o) {
-  auto c = make_call(op_code::gatherv, "gather", o.timeout, flatten(outs));
+  // Validated: one input, and one list of outputs on the root alone.
+  tensor_list none;
+  return gather_one(outs.empty() ? none : outs[0], ins[0], o);
+}
+
+work host_backend::gather_one(tensor_list& outs, tensor& in, const gather_options& o) {
+  auto c = make_call(op_code::gatherv, "gather", o.timeout, outs);
   c.root = o.root_rank;
-  c.input = flat(ins[0]);
-  c.counts.assign(static_cast<std::size_t>(size()), ins[0].numel());
+  c.input = flat(in);
+  c.counts.assign(static_cast<std::size_t>(size()), in.numel());
   if (rank() == o.root_rank) {
     // The root's blocks straight into its outputs where they lie in a row.
-    set_output(c, adjacent(outs[0]), ins[0], ins[0].numel() * size(),
-               [list = outs[0]](const tensor& buf) { unpack(buf, 0, list); });
+    set_output(c, adjacent(outs), in, in.numel() * size(),
+               [list = outs](const tensor& buf) { unpack(buf, 0, list); });
   }
   return submit(std::move(c));
 }
@@ -157,11 +163,17 @@ work host_backend::gatherv(tensor& out, tensor& in, const std::vector<std::int64
 
 work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
                            const scatter_options& o) {
-  auto c = make_call(op_code::scatterv, "scatter", o.timeout, outs);
+  // Validated: one output, and one list of inputs on the root alone.
+  tensor_list none;
+  return scatter_one(outs[0], ins.empty() ? none : ins[0], o);
+}
+
+work host_backend::scatter_one(tensor& out, tensor_list& ins, const scatter_options& o) {
+  auto c = make_call(op_code::scatterv, "scatter", o.timeout, out);
   c.root = o.root_rank;
-  c.output = flat(outs[0]);
-  c.input = rank() == o.root_rank ? packed(ins[0], c.output) : c.output;
-  c.counts.assign(static_cast<std::size_t>(size()), outs[0].numel());
+  c.output = flat(out);
+  c.input = rank() == o.root_rank ? packed(ins, c.output) : c.output;
+  c.counts.assign(static_cast<std::size_t>(size()), out.numel());
   return submit(std::move(c));
 }
 

@@ -75,12 +75,13 @@ void put(std::string& out, T v) {
 }  // namespace
 
 std::uint64_t hash_counts(const std::vector<std::int64_t>& counts) {
+  // A word per step, not FNV's byte (8x fewer multiplies: this runs on
+  // every small gather, scatter, allgather and reduce_scatter). Each step
+  // maps h one-to-one (xor, then an odd multiply), so two lists of one
+  // length that differ in one count always differ here.
   std::uint64_t h = 1469598103934665603ull;
-  for (auto c : counts) {
-    auto v = static_cast<std::uint64_t>(c);
-    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
-  }
-  return h;
+  for (auto c : counts) h = (h ^ static_cast<std::uint64_t>(c)) * 1099511628211ull;
+  return h ^ (h >> 31);
 }
 
 bool call_fingerprint::same_call(const call_fingerprint& o) const {

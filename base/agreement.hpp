@@ -59,7 +59,7 @@ using fingerprint_ptr = std::shared_ptr<const call_fingerprint>;
 /// The fingerprint of `call` as this rank planned it (user_dtype: the dtype
 /// the caller passed, when the call moves another one).
 call_fingerprint fingerprint_of(const collective_call& call);
-/// FNV-1a over counts (ranks that disagree on them disagree on this).
+/// A hash of counts, FNV-1a by words (ranks that disagree on them disagree on this).
 std::uint64_t hash_counts(const std::vector<std::int64_t>& counts);
 
 /// Why the ranks' calls disagree ("" when they agree): `fps[i]` is the

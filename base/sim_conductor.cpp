@@ -121,10 +121,10 @@ void sim_conductor::call(int rank, const char* op) {
 void sim_conductor::wait(int rank, work_state& s) {
   const auto r = static_cast<std::size_t>(rank);
   for (;;) {
-    if (!s.finished.load() && s.poke) {
+    if (!s.finished.load() && s.driver) {
       // With every other rank parked, a pass moves all that can move now.
-      s.poke();
-      s.poke();
+      s.driver->poke();
+      s.driver->poke();
     }
     std::unique_lock<std::mutex> g{mtx_};
     if (s.finished.load()) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/one_or_more.hpp"
+#include "base/work_driver.hpp"
 #include "troupe/work.hpp"
 
 namespace troupe::detail {
@@ -50,18 +51,10 @@ struct work_state {
   /// Set together with done; polled by threads that drive the operation.
   std::atomic<bool> finished{false};
   /// For operations that progress in the waiting thread (inline/engine.hpp):
-  /// drive(s, until) advances them until s finished or `until` passed; poke()
-  /// makes one non-blocking pass. Set before the work is handed out.
-  std::function<void(work_state&, std::chrono::steady_clock::time_point)> drive;
-  std::function<void()> poke;
-  /// Called (outside mtx) when a continuation is registered while the work
-  /// is pending: nobody may ever wait for it, so its engine's progress
-  /// thread should drive it. Set before the work is handed out.
-  std::function<void()> continued;
-  /// What drive, poke and continued act on (an inline engine; for a
-  /// receive, the mailbox's plan of what to read), so that they capture
-  /// nothing that allocates: set with them.
-  std::weak_ptr<void> owner;
+  /// what drives them (null: the operation moves elsewhere, a waiter
+  /// sleeps). Set before the work is handed out; continued() is called
+  /// outside mtx.
+  std::shared_ptr<const work_driver> driver;
   /// The flight record the call is in (null: not recorded) and its id
   /// there; the end is written into it before waiters return.
   std::shared_ptr<flight_ring> ring;

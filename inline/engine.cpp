@@ -23,6 +23,21 @@ using namespace std::chrono_literals;
 /// The longest single sleep: peers' liveness and deadlines are re-checked this often.
 constexpr auto max_sleep = 2ms;
 
+/// What a work of an engine's reaches it through (while the engine lives).
+struct engine_driver final : work_driver {
+  explicit engine_driver(std::weak_ptr<inline_engine> e) : engine(std::move(e)) {}
+  void drive(work_state& s, inline_clock::time_point until) const override {
+    if (auto e = engine.lock()) e->drive(s, until);
+  }
+  void poke() const override {
+    if (auto e = engine.lock()) e->poke();
+  }
+  void continued() const override {
+    if (auto e = engine.lock()) e->continued();
+  }
+  std::weak_ptr<inline_engine> engine;
+};
+
 }  // namespace
 
 inline_counters& inline_stats() noexcept {
@@ -66,28 +81,15 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   auto w = op->handle;
   const auto issued = inline_clock::now();
   op->deadline = issued + op->timeout;
-  // The hooks reach this engine through the work's owner: they capture at
-  // most the work itself, so storing them allocates nothing.
   auto& s = *w.state();
   s.issued = issued;
-  s.owner = weak_from_this();
-  s.drive = [](work_state& st, inline_clock::time_point until) {
-    if (auto f = std::static_pointer_cast<inline_engine>(st.owner.lock())) f->drive(st, until);
-  };
-  s.poke = [&s] {
-    if (auto f = std::static_pointer_cast<inline_engine>(s.owner.lock())) f->poke();
-  };
-  s.continued = [&s] {
-    if (auto f = std::static_pointer_cast<inline_engine>(s.owner.lock())) {
-      f->ever_continued_.store(true);
-      progress_wake(f);
-    }
-  };
   // Queued and stepped in one critical section (a tiny call whose peers
   // were there first ends here).
   finished_list out;
   {
     std::lock_guard<std::mutex> g{engine_};
+    if (!driver_) driver_ = std::make_shared<engine_driver>(weak_from_this());
+    s.driver = driver_;
     queue_.push_back(std::move(op));
     step_head(out, issued);
   }
@@ -96,6 +98,11 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   if (!s.finished.load() && !watched_.load(std::memory_order_acquire))
     progress_watch(shared_from_this());
   return w;
+}
+
+void inline_engine::continued() {
+  ever_continued_.store(true);
+  progress_wake(shared_from_this());
 }
 
 void inline_engine::drive(work_state& s, inline_clock::time_point until) {

@@ -49,6 +49,7 @@
 #include "base/one_or_more.hpp"
 #include "base/recycled.hpp"
 #include "base/wait_policy.hpp"
+#include "base/work_driver.hpp"
 #include "troupe/work.hpp"
 
 namespace troupe::detail {
@@ -169,6 +170,9 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   void drive(work_state& s, inline_clock::time_point until);
   /// One pass without blocking (skipped while another thread drives).
   void poke();
+  /// A continuation was registered on one of its pending works: the
+  /// progress service drives it if no thread waits.
+  void continued();
   /// Fails what is queued and everything later with `reason`.
   void abort(const std::string& reason);
 
@@ -228,6 +232,9 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   std::uint64_t head_op();            ///< the operation number of the queue's head (0: empty)
   std::atomic<bool> watched_{false};  ///< on the progress ticker's list
   std::atomic<bool> driven_{false};   ///< a progress driver runs drive_continued()
+  /// Its works' driver (drive, poke and continued reach this engine while
+  /// it lives), made at the first submit; guarded by engine_.
+  std::shared_ptr<const work_driver> driver_;
 };
 
 }  // namespace troupe::detail

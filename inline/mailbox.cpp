@@ -300,16 +300,13 @@ void mailbox::drive_by_pumping(const work& w, int peer) {
     plans_[at] = plan;
   }
   if (plan->connections.empty()) return;
-  // The drive reaches the plan through the work's owner (the mailbox keeps
-  // the plan): it captures nothing, so that setting it allocates nothing (a
-  // lambda that holds a shared pointer is not stored inside a std::function).
-  auto& s = *w.state();
-  s.owner = std::const_pointer_cast<pumping_plan>(plan);
-  s.drive = [](work_state& st, clock::time_point until) {
-    const auto p = std::static_pointer_cast<const pumping_plan>(st.owner.lock());
-    if (!p) return;
-    if (auto m = p->self.lock()) m->pump_for(st, until, p->connections);
-  };
+  // The plan drives the receive (kept by the mailbox too, for the next
+  // receive from the same peers: setting it allocates nothing).
+  w.state()->driver = plan;
+}
+
+void mailbox::pumping_plan::drive(work_state& s, clock::time_point until) const {
+  if (auto m = self.lock()) m->pump_for(s, until, connections);
 }
 
 void mailbox::pump_for(work_state& s, clock::time_point until, const std::vector<int>& peers) {

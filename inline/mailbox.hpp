@@ -72,6 +72,7 @@
 #include "base/call.hpp"
 #include "base/one_or_more.hpp"
 #include "base/spin_lock.hpp"
+#include "base/work_driver.hpp"
 #include "transport/frame.hpp"
 #include "troupe/error.hpp"
 
@@ -254,9 +255,10 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   /// the return of a loan to it, reads itself: the sender's connection
   /// (socket or ring) and every peer's ring (an empty one costs two loads);
   /// made once per peer.
-  struct pumping_plan {
+  struct pumping_plan final : work_driver {
     std::weak_ptr<mailbox> self;
     std::vector<int> connections;  // world ranks
+    void drive(work_state& s, clock::time_point until) const override;
   };
   /// Makes waiting for `w` read the connections of `peer`'s plan, if any.
   void drive_by_pumping(const work& w, int peer);

@@ -108,6 +108,27 @@ class full_dummy_backend final : public dummy_backend {
     add(ts, 2.0f);
     return work::completed("recv", group_name(), ts);
   }
+  /// gather and scatter in their list forms only, recording the lists'
+  /// lengths (lists, tensors in the first, the other side's tensors):
+  /// gather copies the input into every output, scatter copies the root's
+  /// input for this rank (elsewhere adds 1).
+  work gather(std::vector<tensor_list>& outputs, tensor_list& inputs,
+              const gather_options&) override {
+    handed = {outputs.size(), outputs.empty() ? 0 : outputs[0].size(), inputs.size()};
+    for (auto& list : outputs)
+      for (auto& t : list) t.copy_from(inputs[0]);
+    return work::completed("gather", group_name(), {});
+  }
+  work scatter(tensor_list& outputs, std::vector<tensor_list>& inputs,
+               const scatter_options&) override {
+    handed = {inputs.size(), inputs.empty() ? 0 : inputs[0].size(), outputs.size()};
+    if (inputs.empty())
+      add(outputs, 1.0f);
+    else
+      outputs[0].copy_from(inputs[0][static_cast<std::size_t>(rank())]);
+    return work::completed("scatter", group_name(), outputs);
+  }
+  std::vector<std::size_t> handed;
 };
 
 /// Registers `Backend` under `name` once per process (for cpu and cuda unless
@@ -352,6 +373,47 @@ TEST_CASE("c10d's DummyProcessGroup as a custom backend: collectives and send/re
           CHECK(v.to_vector<float>() == std::vector<float>(2, 2.0f));
           // barrier through the store's counter.
           pg.barrier().wait();
+        },
+        with_backend("full_dummy_test"));
+}
+
+TEST_CASE("gather and scatter of one tensor reach a backend that has only their list forms") {
+  register_dummy<full_dummy_backend>("full_dummy_test");
+  for (int n : {1, 2, 3})
+    testing::run_ranks(
+        n,
+        [n](world& w) {
+          auto& pg = w.default_group();
+          auto& b = dynamic_cast<full_dummy_backend&>(pg.get_backend(device_type::cpu));
+          const int r = w.rank();
+          const int root = n - 1;
+          const auto un = static_cast<std::size_t>(n);
+          // gather: the root's one list of n outputs, none elsewhere; one input.
+          auto in = tensor::from_vector<float>({float(r), 5.0f});
+          tensor_list outs;
+          if (r == root)
+            for (int q = 0; q < n; ++q) outs.push_back(tensor::zeros({2}, dtype::float32));
+          pg.gather(outs, in, {.root_rank = root}).wait();
+          CHECK(b.handed == (r == root ? std::vector<std::size_t>{1, un, 1}
+                                       : std::vector<std::size_t>{0, 0, 1}));
+          for (auto& o : outs) CHECK(o.to_vector<float>() == std::vector<float>{float(r), 5.0f});
+          // scatter: the root's one list of n inputs, none elsewhere; one output.
+          tensor_list ins;
+          if (r == root)
+            for (int q = 0; q < n; ++q) ins.push_back(tensor::from_vector<float>({float(10 + q)}));
+          auto out = tensor::zeros({1}, dtype::float32);
+          auto wk = pg.scatter(out, ins, {.root_rank = root});
+          CHECK(wk.op_name() == "scatter");
+          wk.wait();
+          CHECK(b.handed == (r == root ? std::vector<std::size_t>{1, un, 1}
+                                       : std::vector<std::size_t>{0, 0, 1}));
+          CHECK(out.to_vector<float>()[0] == (r == root ? float(10 + r) : 1.0f));
+          // Checked before the backend sees them, as the list forms are.
+          check_error([&] { pg.scatter(out, ins, {.root_rank = n}); }, errc::invalid_argument,
+                      {"scatter", "root_rank"});
+          if (r != root)
+            check_error([&] { pg.gather({in}, in, {.root_rank = root}); }, errc::invalid_argument,
+                        {"gather", "must be empty on non-root rank"});
         },
         with_backend("full_dummy_test"));
 }

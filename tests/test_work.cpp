@@ -450,9 +450,8 @@ TEST_CASE("waiting on a then() continuation drives the operation it continues") 
       auto t = tensor::from_vector<float>({1.f});
       auto parent = pg.allreduce(t);
       auto next = parent.then([](const work& done) { return done.result(); });
-      REQUIRE(parent.state()->drive);
-      CHECK(next.state()->drive);
-      CHECK(next.state()->poke);
+      REQUIRE(parent.state()->driver);
+      CHECK(next.state()->driver);
       CHECK(first(next.result()) == 2.f);
     }
   });

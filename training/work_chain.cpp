@@ -29,16 +29,16 @@ struct drive_target {
   }
 };
 
-/// Gives `w` a drive that drives whatever `target` names until `w` finished.
-void drive_through(const work& w, std::shared_ptr<drive_target> target) {
-  auto& s = *w.state();
-  s.drive = [target](work_state& self, clock::time_point until) {
+/// Drives whatever `target` names until the work it drives finished.
+struct chain_driver final : work_driver {
+  explicit chain_driver(std::shared_ptr<drive_target> t) : target(std::move(t)) {}
+  void drive(work_state& self, clock::time_point until) const override {
     std::shared_ptr<work_state> last;
     while (!self.finished.load(std::memory_order_acquire) && clock::now() < until) {
       auto cur = target->get();
-      if (!cur || !cur->drive) return;  // an actor operation: wait() sleeps until it is done
+      if (!cur || !cur->driver) return;  // an actor operation: wait() sleeps until it is done
       if (cur != last) {
-        cur->drive(*cur, until);
+        cur->driver->drive(*cur, until);
         last = cur;
       } else if (cur->finished.load(std::memory_order_acquire)) {
         // Done; its continuation runs on another thread and may issue the next work.
@@ -47,10 +47,16 @@ void drive_through(const work& w, std::shared_ptr<drive_target> target) {
         return;  // stopped before `until` without finishing: let wait() decide
       }
     }
-  };
-  s.poke = [target] {
-    if (auto cur = target->get(); cur && cur->poke) cur->poke();
-  };
+  }
+  void poke() const override {
+    if (auto cur = target->get(); cur && cur->driver) cur->driver->poke();
+  }
+  std::shared_ptr<drive_target> target;
+};
+
+/// Gives `w` a drive that drives whatever `target` names until `w` finished.
+void drive_through(const work& w, std::shared_ptr<drive_target> target) {
+  w.state()->driver = std::make_shared<chain_driver>(std::move(target));
 }
 
 }  // namespace

@@ -105,12 +105,16 @@ class backend {
   virtual work recv(tensor_list& tensors, int src_rank, const p2p_options& opts);
   virtual work recv_any_source(tensor_list& tensors, const p2p_options& opts);
   /// The forms of one tensor (process_group's broadcast(t), allreduce(t),
-  /// reduce(t), send(t), recv(t), recv_any_source(t)). Each defaults to its
-  /// list form with a list of `t`; a backend overrides them to issue the call
-  /// without building a list.
+  /// reduce(t), gather(outputs, t), scatter(t, inputs), send(t), recv(t),
+  /// recv_any_source(t)). Each defaults to its list form with a list of `t`
+  /// (and, for gather and scatter, a list of the root's list, none
+  /// elsewhere); a backend overrides them to issue the call without
+  /// building a list.
   virtual work broadcast_one(tensor& t, const broadcast_options& opts);
   virtual work allreduce_one(tensor& t, const allreduce_options& opts);
   virtual work reduce_one(tensor& t, const reduce_options& opts);
+  virtual work gather_one(tensor_list& outputs, tensor& input, const gather_options& opts);
+  virtual work scatter_one(tensor& output, tensor_list& inputs, const scatter_options& opts);
   virtual work send_one(tensor& t, int dst_rank, const p2p_options& opts);
   virtual work recv_one(tensor& t, int src_rank, const p2p_options& opts);
   virtual work recv_any_source_one(tensor& t, const p2p_options& opts);
