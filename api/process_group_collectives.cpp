@@ -44,6 +44,12 @@ void check_rooted_lists(const validator& v, int root, std::span<const tensor> mi
   }
 }
 
+/// The one-tensor forms' list of the root (one list of a tensor per rank),
+/// as the list forms hold it: one list where there is one, else none.
+std::span<const tensor_list> root_lists(const tensor_list& l) {
+  return l.empty() ? std::span<const tensor_list>{} : std::span<const tensor_list>{&l, 1};
+}
+
 /// The root rank and the root's tensor in range.
 void check_root(const validator& v, std::span<const tensor> ts, int root, int root_tensor) {
   v.rank_arg(root, "root_rank");
@@ -200,9 +206,7 @@ work process_group::gather(tensor_list outs, tensor in, const gather_options& o)
   // none elsewhere) without building the lists.
   check_member("gather");
   const std::span<const tensor> ts{&in, 1};
-  check_rooted_lists(
-      {"gather", rank_, size()}, o.root_rank, ts,
-      outs.empty() ? std::span<const tensor_list>{} : std::span<const tensor_list>{&outs, 1}, true);
+  check_rooted_lists({"gather", rank_, size()}, o.root_rank, ts, root_lists(outs), true);
   return track(backend_for("gather", ts).gather_one(outs, in, o), "gather", ts, -1);
 }
 
@@ -216,9 +220,7 @@ work process_group::scatter(tensor_list outs, std::vector<tensor_list> ins,
 work process_group::scatter(tensor out, tensor_list ins, const scatter_options& o) {
   check_member("scatter");
   const std::span<const tensor> ts{&out, 1};
-  check_rooted_lists(
-      {"scatter", rank_, size()}, o.root_rank, ts,
-      ins.empty() ? std::span<const tensor_list>{} : std::span<const tensor_list>{&ins, 1}, false);
+  check_rooted_lists({"scatter", rank_, size()}, o.root_rank, ts, root_lists(ins), false);
   return track(backend_for("scatter", ts).scatter_one(out, ins, o), "scatter", ts, -1);
 }
 

@@ -54,18 +54,13 @@ struct chain_driver final : work_driver {
   std::shared_ptr<drive_target> target;
 };
 
-/// Gives `w` a drive that drives whatever `target` names until `w` finished.
-void drive_through(const work& w, std::shared_ptr<drive_target> target) {
-  w.state()->driver = std::make_shared<chain_driver>(std::move(target));
-}
-
 }  // namespace
 
 work and_then(const work& w, std::function<work(const work&)> next) {
   auto result = work::make(w.op_name() + ".and_then", w.group_name());
   auto target = std::make_shared<drive_target>();
   target->current = w.state();
-  drive_through(result, target);
+  result.state()->driver = std::make_shared<chain_driver>(target);
   w.on_complete([result, target, next = std::move(next)](const work& done) {
     if (!done.is_success()) {
       result.fail(done.exception());
