@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/tensor_util.hpp"
 #include "troupe/tensor.hpp"
 
 namespace troupe::detail {
@@ -35,12 +36,15 @@ inline std::int64_t total_numel(const tensor_list& ts) {
 /// starting where the one before ends, as the views of one tensor a caller
 /// splits into per-rank blocks do): a view over them that keeps them alive,
 /// so that a call reads or writes them in place instead of packing them into
-/// a buffer of its own and copying back. Undefined otherwise.
+/// a buffer of its own and copying back. Undefined otherwise. Views of one
+/// storage (a tensor split into blocks) give a view of that storage; others
+/// (adjacent pieces of memory owned apart) one that keeps the list alive.
 inline tensor adjacent(const tensor_list& ts) {
   if (ts.empty()) return {};
   if (ts.size() == 1) return ts[0].is_contiguous() ? flat(ts[0]) : tensor{};
   std::int64_t n = 0;
   const auto* next = static_cast<const std::byte*>(ts.front().data());
+  bool one_storage = true;
   for (auto& t : ts) {
     if (!t.defined() || t.numel() == 0 || !t.is_contiguous() ||
         t.scalar_type() != ts.front().scalar_type() ||
@@ -49,7 +53,9 @@ inline tensor adjacent(const tensor_list& ts) {
       return {};
     next += t.nbytes();
     n += t.numel();
+    one_storage = one_storage && tensor_access::same_storage(t, ts.front());
   }
+  if (one_storage) return tensor_access::widened(ts.front(), n);
   return tensor::adopt(
       ts.front().data(), {n}, ts.front().scalar_type(), [keep = ts](void*) {},
       ts.front().get_device());

@@ -27,4 +27,18 @@ std::shared_ptr<void> non_null_base(std::shared_ptr<void> owner, void* data);
 std::vector<std::int64_t> split_elements(const tensor& t, const std::vector<std::int64_t>& splits,
                                          int size);
 
+/// What the library reads of tensors beyond their public face.
+struct tensor_access {
+  /// Both views keep the same storage alive (slices of one tensor do).
+  static bool same_storage(const tensor& a, const tensor& b) noexcept {
+    return !a.base_.owner_before(b.base_) && !b.base_.owner_before(a.base_);
+  }
+  /// A flat view of `n` elements of `first`'s storage from `first`'s first
+  /// element on, sharing its ownership. The caller knows the storage holds
+  /// them (the views of one tensor that lie one after another do).
+  static tensor widened(const tensor& first, std::int64_t n) {
+    return tensor::make(first.base_, first.offset_, {n}, {1}, first.dtype_, first.device_);
+  }
+};
+
 }  // namespace troupe::detail

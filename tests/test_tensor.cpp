@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../backends/flat_buffers.hpp"
 #include "../base/tensor_util.hpp"
 #include "check_error.hpp"
 #include "troupe/error.hpp"
@@ -407,6 +408,57 @@ TEST_CASE("adopt calls the deleter exactly once") {
   }
   CHECK(calls == 1);
   CHECK(seen == mem);
+}
+
+TEST_CASE("the library's view over tensors that lie one after another keeps their memory alive") {
+  using troupe::detail::adjacent;
+  int freed = 0;
+  auto* mem = new float[6]{1, 2, 3, 4, 5, 6};
+  auto whole = tensor::adopt(mem, {6}, dtype::float32, [&](void* p) {
+    ++freed;
+    delete[] static_cast<float*>(p);
+  });
+  SUBCASE("blocks of one tensor") {
+    tensor row;
+    {
+      tensor_list blocks{whole.flat_slice(0, 2), whole.flat_slice(2, 2), whole.flat_slice(4, 2)};
+      row = adjacent(blocks);
+      whole = tensor();
+    }
+    REQUIRE(row.defined());
+    CHECK(row.data() == mem);
+    CHECK(row.shape() == shape_t{6});
+    CHECK(freed == 0);
+    CHECK(row.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+    row = tensor();
+    CHECK(freed == 1);
+  }
+  SUBCASE("pieces of memory owned apart") {
+    int pieces = 0;
+    auto count = [&](void*) { ++pieces; };
+    tensor row;
+    {
+      tensor_list parts{tensor::adopt(mem, {3}, dtype::float32, count),
+                        tensor::adopt(mem + 3, {3}, dtype::float32, count)};
+      row = adjacent(parts);
+    }
+    REQUIRE(row.defined());
+    CHECK(row.data() == mem);
+    CHECK(row.numel() == 6);
+    CHECK(pieces == 0);  // the view keeps both owners
+    row = tensor();
+    CHECK(pieces == 2);
+  }
+  SUBCASE("not one after another, or not alike: none") {
+    CHECK_FALSE(adjacent({whole.flat_slice(0, 2), whole.flat_slice(3, 2)}).defined());
+    CHECK_FALSE(adjacent({whole.flat_slice(2, 2), whole.flat_slice(0, 2)}).defined());
+    CHECK_FALSE(adjacent({whole.flat_slice(0, 2), whole.flat_slice(2, 0)}).defined());
+    auto ints = tensor::from_blob(mem + 2, {2}, dtype::int32);
+    CHECK_FALSE(adjacent({whole.flat_slice(0, 2), ints}).defined());
+    CHECK_FALSE(adjacent(tensor_list{}).defined());
+  }
+  whole = tensor();
+  CHECK(freed == 1);
 }
 
 TEST_CASE("clone is independent and contiguous") {

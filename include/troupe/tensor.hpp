@@ -23,6 +23,10 @@ struct DLManagedTensor;  // from <dlpack/dlpack.h>; only pointers cross this hea
 
 namespace troupe {
 
+namespace detail {
+struct tensor_access;  // the library's views across tensors (base/tensor_util.hpp)
+}
+
 using shape_t = std::vector<std::int64_t>;
 
 class tensor {
@@ -139,6 +143,7 @@ class tensor {
   std::string describe() const;
 
  private:
+  friend struct detail::tensor_access;
   static tensor make(std::shared_ptr<void> base, std::size_t offset, shape_t shape, shape_t strides,
                      dtype t, device d);
   static void copy_bytes(void* dst, const void* src, std::size_t n);
