@@ -4,6 +4,7 @@
 #include "troupe/tensor.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -135,6 +136,23 @@ void tensor::set_layout(shape_t shape, shape_t strides) {
   }
   layout_ = std::make_shared<const layout>(
       layout{std::move(shape), std::move(strides), numel, contiguous});
+}
+
+void detail::tensor_access::set_flat(tensor& t, std::int64_t n) {
+  using layout = tensor::layout;
+  struct recent {
+    std::array<std::shared_ptr<const layout>, 4> layouts;
+    std::size_t next = 0;
+  };
+  thread_local recent made;
+  for (auto& l : made.layouts)
+    if (l && l->numel == n) {
+      t.layout_ = l;
+      return;
+    }
+  auto l = std::make_shared<const layout>(layout{{n}, {1}, n, true});
+  made.layouts[made.next++ % made.layouts.size()] = l;
+  t.layout_ = std::move(l);
 }
 
 tensor tensor::make(std::shared_ptr<void> base, std::size_t offset, shape_t shape, shape_t strides,
@@ -292,7 +310,7 @@ tensor tensor::flat_slice(std::int64_t offset, std::int64_t count) const {
                                      std::to_string(n) + " elements");
   auto r = *this;
   r.offset_ += static_cast<std::size_t>(offset) * element_size();
-  r.set_layout({count}, {1});
+  detail::tensor_access::set_flat(r, count);
   return r;
 }
 
@@ -324,6 +342,10 @@ tensor tensor::view(shape_t shape) const {
     invalid("tensor.view", "shape " + detail::format_shape(shape) + " has " + std::to_string(m) +
                                " elements, tensor has " + std::to_string(n));
   auto r = *this;
+  if (shape.size() == 1) {
+    detail::tensor_access::set_flat(r, m);
+    return r;
+  }
   auto strides = detail::contiguous_strides(shape);
   r.set_layout(std::move(shape), std::move(strides));
   return r;

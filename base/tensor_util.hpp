@@ -37,8 +37,14 @@ struct tensor_access {
   /// element on, sharing its ownership. The caller knows the storage holds
   /// them (the views of one tensor that lie one after another do).
   static tensor widened(const tensor& first, std::int64_t n) {
-    return tensor::make(first.base_, first.offset_, {n}, {1}, first.dtype_, first.device_);
+    auto r = first;
+    set_flat(r, n);
+    return r;
   }
+  /// Gives `t` the layout of `n` elements in one dimension. The last few
+  /// such layouts a thread made are shared by the views it makes of the same
+  /// length (calls that view their tensors flat allocate nothing then).
+  static void set_flat(tensor& t, std::int64_t n);
 };
 
 }  // namespace troupe::detail

@@ -410,6 +410,30 @@ TEST_CASE("adopt calls the deleter exactly once") {
   CHECK(seen == mem);
 }
 
+TEST_CASE("flat views of many lengths, made over and over, keep each its own shape") {
+  auto t = tensor::zeros({3, 4}, dtype::float32);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<tensor> views;
+    for (std::int64_t n = 0; n <= 12; ++n) {
+      views.push_back(t.flat_slice(12 - n, n));
+      views.push_back(t.flat_slice(0, n).view({n}));
+    }
+    views.push_back(t.view({12}));
+    views.push_back(t.view({-1}));
+    for (std::size_t i = 0; i + 2 < views.size(); ++i) {
+      const auto n = static_cast<std::int64_t>(i / 2);
+      CHECK(views[i].shape() == shape_t{n});
+      CHECK(views[i].strides() == shape_t{1});
+      CHECK(views[i].numel() == n);
+      CHECK(views[i].is_contiguous());
+    }
+    CHECK(views[views.size() - 2].shape() == shape_t{12});
+    CHECK(views.back().shape() == shape_t{12});
+    CHECK(t.shape() == shape_t{3, 4});
+    CHECK(t.view({2, 6}).strides() == shape_t{6, 1});
+  }
+}
+
 TEST_CASE("the library's view over tensors that lie one after another keeps their memory alive") {
   using troupe::detail::adjacent;
   int freed = 0;

@@ -61,7 +61,8 @@ class direct_shm final : public shm_op {
   explicit direct_shm(collective_call&& call)
       : shm_op(static_cast<std::uint8_t>(call.code)),
         call_(std::move(call)),
-        layout_(&layout_for(call_.code)) {
+        layout_(&layout_for(call_.code)),
+        element_bytes_(static_cast<std::int64_t>(element_size(element_type().scalar_type()))) {
     // alltoall in place: the others read this rank's input while its output
     // is written (and, between processes, while it is still being staged),
     // so they read a copy. (The other collectives' in-place layouts write
@@ -301,9 +302,8 @@ class direct_shm final : public shm_op {
 
   /// The tensor whose dtype the call moves (gather's non-roots have no output).
   const tensor& element_type() const { return call_.input.defined() ? call_.input : call_.output; }
-  std::int64_t element_bytes() const {
-    return static_cast<std::int64_t>(element_size(element_type().scalar_type()));
-  }
+  /// Bytes per element (asked by every view of a step: kept).
+  std::int64_t element_bytes() const { return element_bytes_; }
 
   /// Remembers the first disagreement (thrown once every rank is done).
   void refuse(const std::string& why) {
@@ -623,6 +623,7 @@ class direct_shm final : public shm_op {
 
   collective_call call_;  // held here: one allocation per call
   const direct_layout* layout_;
+  std::int64_t element_bytes_;
   phase phase_ = phase::post;
   std::string refused_;
   // Between processes: the operation's chunks, mine among them, and the cursors.
