@@ -473,6 +473,13 @@ TEST_CASE("the library's view over tensors that lie one after another keeps thei
     row = tensor();
     CHECK(pieces == 2);
   }
+  SUBCASE("borrowed pieces") {
+    auto row = adjacent({tensor::from_blob(mem, {3}, dtype::float32),
+                         tensor::from_blob(mem + 3, {3}, dtype::float32)});
+    REQUIRE(row.defined());
+    CHECK(row.data() == mem);
+    CHECK(row.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  }
   SUBCASE("not one after another, or not alike: none") {
     CHECK_FALSE(adjacent({whole.flat_slice(0, 2), whole.flat_slice(3, 2)}).defined());
     CHECK_FALSE(adjacent({whole.flat_slice(2, 2), whole.flat_slice(0, 2)}).defined());
