@@ -148,6 +148,9 @@ class host_backend final : public backend {
   /// than the allreduce of its buffer.
   work on_segment(op_code code, const char* name, tensor& t, const reduce_op& op, int root,
                   timeout_t timeout);
+  /// A broadcast of one CPU tensor that fits the segment's tiny lane
+  /// (inline/shm/tiny_broadcast.hpp).
+  work broadcast_tiny(tensor& t, int root, timeout_t timeout);
   work barrier_inline(const barrier_options& o);
   /// Whether a call runs on a message engine: every collective on CPU
   /// tensors (measured 2–3× faster than the actor path from 1 MiB up, 10×

@@ -9,6 +9,7 @@
 #include "backends/flat_buffers.hpp"
 #include "base/tensor_util.hpp"
 #include "base/work_state.hpp"
+#include "inline/shm/tiny_broadcast.hpp"
 #include "kernels/reduce_kernels.hpp"
 
 namespace troupe::detail {
@@ -28,6 +29,10 @@ work host_backend::broadcast(tensor_list& ts, const broadcast_options& o) {
 }
 
 work host_backend::broadcast_one(tensor& t, const broadcast_options& o) {
+  // Ranks of one host, a tensor the tiny lane holds: straight onto it,
+  // without a planned call (the same post as direct_shm's broadcast).
+  if (engine_ && shm_ && t.get_device().type == device_type::cpu && fits_tiny_broadcast(t))
+    return broadcast_tiny(t, o.root_rank, o.timeout);
   auto c = make_call(op_code::broadcast, "broadcast", o.timeout, t);
   c.root = o.root_rank;
   c.input = c.output = flat(t);

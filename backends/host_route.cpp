@@ -15,6 +15,7 @@
 #include "inline/mailbox.hpp"
 #include "inline/shm/allreduce_shm.hpp"
 #include "inline/shm/direct_shm.hpp"
+#include "inline/shm/tiny_broadcast.hpp"
 #include "kernels/reduce_kernels.hpp"
 #ifdef TROUPE_HAVE_CUDA
 #include "backends/device_ops.hpp"
@@ -143,6 +144,12 @@ work host_backend::on_segment(op_code code, const char* name, tensor& t, const r
   auto shm_op = make_allreduce_shm(flat(t), kind, divisor, static_cast<std::uint8_t>(code), root);
   shm_op->sole_output = t;
   return on_inline(std::move(shm_op), code, name, t, timeout, {});
+}
+
+work host_backend::broadcast_tiny(tensor& t, int root, timeout_t timeout) {
+  auto op = make_tiny_broadcast(flat(t), root);
+  op->sole_output = t;
+  return on_inline(std::move(op), op_code::broadcast, "broadcast", t, timeout, {});
 }
 
 work host_backend::barrier_inline(const barrier_options& o) {
