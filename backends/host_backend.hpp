@@ -148,9 +148,14 @@ class host_backend final : public backend {
   /// than the allreduce of its buffer.
   work on_segment(op_code code, const char* name, tensor& t, const reduce_op& op, int root,
                   timeout_t timeout);
-  /// A broadcast of one CPU tensor that fits the segment's tiny lane
-  /// (inline/shm/tiny_broadcast.hpp).
-  work broadcast_tiny(tensor& t, int root, timeout_t timeout);
+  /// Whether a broadcast, gather or scatter (`code`) of one CPU tensor `t`
+  /// per rank runs on the segment's tiny lane (inline/shm/tiny_rooted.hpp):
+  /// the same answer on every rank that passes the same size. `root_list`:
+  /// the root's outputs (gather) or inputs (scatter), all on the CPU.
+  bool on_tiny_lane(op_code code, const tensor& t, const tensor_list& root_list) const;
+  /// That call, from group rank `root`, without a planned call.
+  work rooted_tiny(op_code code, const char* name, tensor& t, int root, timeout_t timeout,
+                   const tensor_list& root_list);
   work barrier_inline(const barrier_options& o);
   /// Whether a call runs on a message engine: every collective on CPU
   /// tensors (measured 2–3× faster than the actor path from 1 MiB up, 10×

@@ -9,7 +9,7 @@
 #include "backends/flat_buffers.hpp"
 #include "base/tensor_util.hpp"
 #include "base/work_state.hpp"
-#include "inline/shm/tiny_broadcast.hpp"
+#include "inline/shm/tiny_rooted.hpp"
 #include "kernels/reduce_kernels.hpp"
 
 namespace troupe::detail {
@@ -31,8 +31,8 @@ work host_backend::broadcast(tensor_list& ts, const broadcast_options& o) {
 work host_backend::broadcast_one(tensor& t, const broadcast_options& o) {
   // Ranks of one host, a tensor the tiny lane holds: straight onto it,
   // without a planned call (the same post as direct_shm's broadcast).
-  if (engine_ && shm_ && t.get_device().type == device_type::cpu && fits_tiny_broadcast(t))
-    return broadcast_tiny(t, o.root_rank, o.timeout);
+  if (on_tiny_lane(op_code::broadcast, t, {}))
+    return rooted_tiny(op_code::broadcast, "broadcast", t, o.root_rank, o.timeout, {});
   auto c = make_call(op_code::broadcast, "broadcast", o.timeout, t);
   c.root = o.root_rank;
   c.input = c.output = flat(t);
@@ -144,6 +144,8 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
 }
 
 work host_backend::gather_one(tensor_list& outs, tensor& in, const gather_options& o) {
+  if (on_tiny_lane(op_code::gatherv, in, outs))
+    return rooted_tiny(op_code::gatherv, "gather", in, o.root_rank, o.timeout, outs);
   auto c = make_call(op_code::gatherv, "gather", o.timeout, outs);
   c.root = o.root_rank;
   c.input = flat(in);
@@ -174,6 +176,8 @@ work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
 }
 
 work host_backend::scatter_one(tensor& out, tensor_list& ins, const scatter_options& o) {
+  if (on_tiny_lane(op_code::scatterv, out, ins))
+    return rooted_tiny(op_code::scatterv, "scatter", out, o.root_rank, o.timeout, ins);
   auto c = make_call(op_code::scatterv, "scatter", o.timeout, out);
   c.root = o.root_rank;
   c.output = flat(out);

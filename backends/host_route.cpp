@@ -4,6 +4,7 @@
 
 #include "backends/host_backend.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "actors/rank_runtime.hpp"
@@ -15,7 +16,7 @@
 #include "inline/mailbox.hpp"
 #include "inline/shm/allreduce_shm.hpp"
 #include "inline/shm/direct_shm.hpp"
-#include "inline/shm/tiny_broadcast.hpp"
+#include "inline/shm/tiny_rooted.hpp"
 #include "kernels/reduce_kernels.hpp"
 #ifdef TROUPE_HAVE_CUDA
 #include "backends/device_ops.hpp"
@@ -146,10 +147,22 @@ work host_backend::on_segment(op_code code, const char* name, tensor& t, const r
   return on_inline(std::move(shm_op), code, name, t, timeout, {});
 }
 
-work host_backend::broadcast_tiny(tensor& t, int root, timeout_t timeout) {
-  auto op = make_tiny_broadcast(flat(t), root);
-  op->sole_output = t;
-  return on_inline(std::move(op), op_code::broadcast, "broadcast", t, timeout, {});
+bool host_backend::on_tiny_lane(op_code code, const tensor& t, const tensor_list& root_list) const {
+  auto on_cpu = [](const tensor& x) { return x.get_device().type == device_type::cpu; };
+  return engine_ && shm_ && on_cpu(t) && std::all_of(root_list.begin(), root_list.end(), on_cpu) &&
+         fits_tiny_rooted(code, t, size());
+}
+
+work host_backend::rooted_tiny(op_code code, const char* name, tensor& t, int root,
+                               timeout_t timeout, const tensor_list& root_list) {
+  static const tensor_list none;
+  const bool root_here = rank() == root;
+  auto op = make_tiny_rooted(code, flat(t), root,
+                             code == op_code::scatterv && root_here ? root_list : none);
+  // A gather's result is the root's list (which it writes), elsewhere none.
+  if (code != op_code::gatherv) op->sole_output = t;
+  return on_inline(std::move(op), code, name, t, timeout,
+                   code == op_code::gatherv && root_here ? root_list : none);
 }
 
 work host_backend::barrier_inline(const barrier_options& o) {

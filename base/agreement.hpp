@@ -61,6 +61,8 @@ using fingerprint_ptr = std::shared_ptr<const call_fingerprint>;
 call_fingerprint fingerprint_of(const collective_call& call);
 /// A hash of counts, FNV-1a by words (ranks that disagree on them disagree on this).
 std::uint64_t hash_counts(const std::vector<std::int64_t>& counts);
+/// hash_counts of `n` counts that all equal `count` (no list built).
+std::uint64_t hash_even_counts(std::size_t n, std::int64_t count);
 
 /// Why the ranks' calls disagree ("" when they agree): `fps[i]` is the
 /// fingerprint of group rank `ranks[i]` (default: rank i). One text for every

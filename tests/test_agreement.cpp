@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/agreement.hpp"
 #include "scoped_env.hpp"
 #include "troupe/error.hpp"
 #include "troupe/object_collectives.hpp"
@@ -30,6 +31,13 @@ namespace {
 
 tensor f32(std::int64_t n) {
   return tensor::zeros({n}, dtype::float32);
+}
+
+/// A root's list of `n` tensors of `k` elements each.
+tensor_list blocks(int n, std::int64_t k) {
+  tensor_list l;
+  for (int i = 0; i < n; ++i) l.push_back(f32(k));
+  return l;
 }
 
 struct disagreement {
@@ -211,6 +219,51 @@ const std::vector<disagreement>& cases() {
                             std::vector<std::int64_t>(static_cast<std::size_t>(n), 1),
                             {.root_rank = r == 0 ? 0 : 1, .timeout = t_out});
        }},
+      // gather and scatter of one tensor per rank, whose root passes a list.
+      {"gather of one tensor: roots",
+       2,
+       {"the root"},
+       [](int r, int n, process_group& pg) {
+         const int root = r == 0 ? 0 : 1;
+         return pg.gather(r == root ? blocks(n, 2) : tensor_list{}, f32(2),
+                          {.root_rank = root, .timeout = t_out});
+       }},
+      {"gather of one tensor: sizes",
+       2,
+       {"counts per rank"},
+       [](int r, int n, process_group& pg) {
+         return pg.gather(r == 0 ? blocks(n, 2) : tensor_list{}, f32(r == n - 1 ? 3 : 2),
+                          {.root_rank = 0, .timeout = t_out});
+       }},
+      {"gather of one tensor: sizes across the tiny lane",
+       2,
+       {"counts per rank"},
+       [](int r, int n, process_group& pg) {
+         return pg.gather(r == 0 ? blocks(n, 2) : tensor_list{}, f32(r == 1 ? 300 : 2),
+                          {.root_rank = 0, .timeout = t_out});
+       }},
+      {"scatter of one tensor: roots",
+       2,
+       {"the root"},
+       [](int r, int n, process_group& pg) {
+         const int root = r == 0 ? 0 : 1;
+         return pg.scatter(f32(2), r == root ? blocks(n, 2) : tensor_list{},
+                           {.root_rank = root, .timeout = t_out});
+       }},
+      {"scatter of one tensor: sizes",
+       2,
+       {"counts per rank"},
+       [](int r, int n, process_group& pg) {
+         return pg.scatter(f32(r == n - 1 ? 3 : 2), r == 0 ? blocks(n, 2) : tensor_list{},
+                           {.root_rank = 0, .timeout = t_out});
+       }},
+      {"scatter of one tensor: sizes across the tiny lane",
+       2,
+       {"counts per rank"},
+       [](int r, int n, process_group& pg) {
+         return pg.scatter(f32(r == 1 ? 300 : 2), r == 0 ? blocks(n, 2) : tensor_list{},
+                           {.root_rank = 0, .timeout = t_out});
+       }},
       {"alltoall splits",
        2,
        {"alltoall: rank 0 sends 2 elements to rank 1, which expects 1 from it"},
@@ -322,6 +375,8 @@ TEST_CASE("calls that run on different engines fail with a mismatch on both") {
   // SUM runs on the shared segment, PREMUL_SUM on messages: neither engine
   // sees the other's call, but each sees what the other rank announced.
   if (under_launcher()) return;  // the fabrics stop: no closing barrier
+  // The default engines, whatever fabric the environment names.
+  troupe::test::scoped_env fabric{"TROUPE_FABRIC", nullptr};
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
     auto op = w.rank() == 0 ? reduce_op::premul_sum(2.0) : reduce_op(reduce_op::SUM);
@@ -336,4 +391,16 @@ TEST_CASE("calls that run on different engines fail with a mismatch on both") {
     CHECK(what.find("collective mismatch") != std::string::npos);
     CHECK(what.find("another engine") != std::string::npos);
   });
+}
+
+TEST_CASE("the hash of even counts is the hash of their list") {
+  // A gather or scatter on the tiny lane posts the counts' hash without
+  // building their list; a rank that planned the list posts hash_counts.
+  for (std::size_t n : {0, 1, 2, 3, 7, 32})
+    for (std::int64_t c : {std::int64_t{0}, std::int64_t{1}, std::int64_t{256}, std::int64_t{-1}}) {
+      CAPTURE(n);
+      CAPTURE(c);
+      CHECK(detail::hash_even_counts(n, c) == detail::hash_counts(std::vector<std::int64_t>(n, c)));
+    }
+  CHECK(detail::hash_even_counts(3, 2) != detail::hash_even_counts(2, 3));
 }

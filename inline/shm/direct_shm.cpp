@@ -293,9 +293,7 @@ class direct_shm final : public shm_op {
       const auto want = layout_->expected_input(v, r);
       const auto got = static_cast<std::int64_t>(posted(r));
       if (want >= 0 && got != want)
-        return "rank " + std::to_string(r) + " passed an input of " + std::to_string(got) +
-               " bytes of " + std::string(to_string(element_type().scalar_type())) +
-               ", which its counts make " + std::to_string(want) + " bytes";
+        return input_size_disagreement(r, got, element_type().scalar_type(), want);
     }
     return {};
   }

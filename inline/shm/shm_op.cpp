@@ -87,6 +87,11 @@ op_descriptor shm_op::described(const tiny_header& h) {
   return d;
 }
 
+std::string shm_op::input_size_disagreement(int r, std::int64_t got, dtype t, std::int64_t want) {
+  return "rank " + std::to_string(r) + " passed an input of " + std::to_string(got) + " bytes of " +
+         std::string(to_string(t)) + ", which its counts make " + std::to_string(want) + " bytes";
+}
+
 bool shm_op::same_post(const tiny_header& a, const tiny_header& b) {
   // The input's size counts where every rank passes the same (the others
   // check their sizes against the counts: uneven v-forms differ here).

@@ -57,6 +57,9 @@ class shm_op : public inline_op {
   bool splits_agree(inline_context& ctx, bool tiny) const;
   /// Why the posted calls disagree ("" when they agree): one text on every rank.
   std::string disagreement(inline_context& ctx) const;
+  /// Why the calls disagree when they agree but rank r's input is `got`
+  /// bytes of `t` where its counts make it `want`.
+  static std::string input_size_disagreement(int r, std::int64_t got, dtype t, std::int64_t want);
   /// What descriptor `d` posted, as a fingerprint (alltoall's splits aside).
   static call_fingerprint fingerprint(const op_descriptor& d);
   /// What tiny lane header `h` posted, as a descriptor.
