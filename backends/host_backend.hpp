@@ -29,6 +29,7 @@ namespace troupe::detail {
 
 class rank_runtime;
 class mailbox;
+struct tiny_call;
 struct work_state;
 namespace gpu {
 class device_exchange;
@@ -148,14 +149,17 @@ class host_backend final : public backend {
   /// than the allreduce of its buffer.
   work on_segment(op_code code, const char* name, tensor& t, const reduce_op& op, int root,
                   timeout_t timeout);
-  /// Whether a broadcast, gather or scatter (`code`) of one CPU tensor `t`
-  /// per rank runs on the segment's tiny lane (inline/shm/tiny_rooted.hpp):
-  /// the same answer on every rank that passes the same size. `root_list`:
-  /// the root's outputs (gather) or inputs (scatter), all on the CPU.
-  bool on_tiny_lane(op_code code, const tensor& t, const tensor_list& root_list) const;
-  /// That call, from group rank `root`, without a planned call.
-  work rooted_tiny(op_code code, const char* name, tensor& t, int root, timeout_t timeout,
-                   const tensor_list& root_list);
+  /// Whether a `code` call of even blocks runs on the segment's tiny lane
+  /// (inline/shm/tiny_direct.hpp): ranks of one host, CPU tensors, and
+  /// sources that fit it, `block` being one rank's share (the same answer on
+  /// every rank that passes the same sizes). `other`: the call's other
+  /// tensor, if any; `root_list`: the root's outputs (gather) or inputs (scatter).
+  bool on_tiny_lane(op_code code, const tensor& block, const tensor& other,
+                    const tensor_list& root_list) const;
+  /// Runs `c` there, without a planned call; the work's result is `sole`
+  /// where defined, else `outputs`.
+  work on_tiny(tiny_call&& c, const char* name, timeout_t timeout, const tensor& sole,
+               tensor_list outputs);
   work barrier_inline(const barrier_options& o);
   /// Whether a call runs on a message engine: every collective on CPU
   /// tensors (measured 2–3× faster than the actor path from 1 MiB up, 10×

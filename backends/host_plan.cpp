@@ -9,7 +9,7 @@
 #include "backends/flat_buffers.hpp"
 #include "base/tensor_util.hpp"
 #include "base/work_state.hpp"
-#include "inline/shm/tiny_rooted.hpp"
+#include "inline/shm/tiny_direct.hpp"
 #include "kernels/reduce_kernels.hpp"
 
 namespace troupe::detail {
@@ -29,10 +29,13 @@ work host_backend::broadcast(tensor_list& ts, const broadcast_options& o) {
 }
 
 work host_backend::broadcast_one(tensor& t, const broadcast_options& o) {
-  // Ranks of one host, a tensor the tiny lane holds: straight onto it,
-  // without a planned call (the same post as direct_shm's broadcast).
-  if (on_tiny_lane(op_code::broadcast, t, {}))
-    return rooted_tiny(op_code::broadcast, "broadcast", t, o.root_rank, o.timeout, {});
+  // Ranks of one host, blocks the tiny lane holds: straight onto it,
+  // without a planned call (the post direct_shm makes there).
+  if (on_tiny_lane(op_code::broadcast, t, {}, {})) {
+    auto data = flat(t);
+    return on_tiny({op_code::broadcast, data, std::move(data), o.root_rank}, "broadcast", o.timeout,
+                   t, {});
+  }
   auto c = make_call(op_code::broadcast, "broadcast", o.timeout, t);
   c.root = o.root_rank;
   c.input = c.output = flat(t);
@@ -120,6 +123,9 @@ work host_backend::allgather_into_tensor_coalesced(tensor_list& outs, tensor_lis
 }
 
 work host_backend::allgather_into_tensor(tensor& out, tensor& in, const allgather_options& o) {
+  if (on_tiny_lane(op_code::allgatherv, in, out, {}))
+    return on_tiny({op_code::allgatherv, flat(in), flat(out)}, "allgather_into_tensor", o.timeout,
+                   out, {});
   auto c = make_call(op_code::allgatherv, "allgather_into_tensor", o.timeout, out);
   c.input = flat(in);
   c.output = flat(out);
@@ -144,8 +150,9 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
 }
 
 work host_backend::gather_one(tensor_list& outs, tensor& in, const gather_options& o) {
-  if (on_tiny_lane(op_code::gatherv, in, outs))
-    return rooted_tiny(op_code::gatherv, "gather", in, o.root_rank, o.timeout, outs);
+  if (on_tiny_lane(op_code::gatherv, in, {}, outs))
+    return on_tiny({op_code::gatherv, flat(in), {}, o.root_rank}, "gather", o.timeout, {},
+                   rank() == o.root_rank ? outs : tensor_list{});
   auto c = make_call(op_code::gatherv, "gather", o.timeout, outs);
   c.root = o.root_rank;
   c.input = flat(in);
@@ -176,8 +183,14 @@ work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
 }
 
 work host_backend::scatter_one(tensor& out, tensor_list& ins, const scatter_options& o) {
-  if (on_tiny_lane(op_code::scatterv, out, ins))
-    return rooted_tiny(op_code::scatterv, "scatter", out, o.root_rank, o.timeout, ins);
+  if (on_tiny_lane(op_code::scatterv, out, {}, ins))
+    return on_tiny({op_code::scatterv,
+                    {},
+                    flat(out),
+                    o.root_rank,
+                    reduce_op::SUM,
+                    rank() == o.root_rank ? ins : tensor_list{}},
+                   "scatter", o.timeout, out, {});
   auto c = make_call(op_code::scatterv, "scatter", o.timeout, out);
   c.root = o.root_rank;
   c.output = flat(out);
@@ -207,6 +220,10 @@ work host_backend::reduce_scatter(tensor_list& outs, std::vector<tensor_list>& i
 }
 
 work host_backend::reduce_scatter_tensor(tensor& out, tensor& in, const reduce_scatter_options& o) {
+  // (PREMUL_SUM scales every input before the sum: the message algorithms'.)
+  if (o.op.op() != reduce_op::PREMUL_SUM && on_tiny_lane(op_code::reduce_scatterv, out, in, {}))
+    return on_tiny({op_code::reduce_scatterv, flat(in), flat(out), 0, o.op.op()},
+                   "reduce_scatter_tensor", o.timeout, out, {});
   auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor", o.timeout, out);
   c.op = o.op;
   c.input = flat(in);

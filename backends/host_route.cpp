@@ -16,7 +16,7 @@
 #include "inline/mailbox.hpp"
 #include "inline/shm/allreduce_shm.hpp"
 #include "inline/shm/direct_shm.hpp"
-#include "inline/shm/tiny_rooted.hpp"
+#include "inline/shm/tiny_direct.hpp"
 #include "kernels/reduce_kernels.hpp"
 #ifdef TROUPE_HAVE_CUDA
 #include "backends/device_ops.hpp"
@@ -147,22 +147,24 @@ work host_backend::on_segment(op_code code, const char* name, tensor& t, const r
   return on_inline(std::move(shm_op), code, name, t, timeout, {});
 }
 
-bool host_backend::on_tiny_lane(op_code code, const tensor& t, const tensor_list& root_list) const {
-  auto on_cpu = [](const tensor& x) { return x.get_device().type == device_type::cpu; };
-  return engine_ && shm_ && on_cpu(t) && std::all_of(root_list.begin(), root_list.end(), on_cpu) &&
-         fits_tiny_rooted(code, t, size());
+bool host_backend::on_tiny_lane(op_code code, const tensor& block, const tensor& other,
+                                const tensor_list& root_list) const {
+  auto on_cpu = [](const tensor& x) {
+    return !x.defined() || x.get_device().type == device_type::cpu;
+  };
+  return engine_ && shm_ && on_cpu(block) && on_cpu(other) &&
+         std::all_of(root_list.begin(), root_list.end(), on_cpu) &&
+         fits_tiny_direct(code, block.nbytes(), size());
 }
 
-work host_backend::rooted_tiny(op_code code, const char* name, tensor& t, int root,
-                               timeout_t timeout, const tensor_list& root_list) {
-  static const tensor_list none;
-  const bool root_here = rank() == root;
-  auto op = make_tiny_rooted(code, flat(t), root,
-                             code == op_code::scatterv && root_here ? root_list : none);
-  // A gather's result is the root's list (which it writes), elsewhere none.
-  if (code != op_code::gatherv) op->sole_output = t;
-  return on_inline(std::move(op), code, name, t, timeout,
-                   code == op_code::gatherv && root_here ? root_list : none);
+work host_backend::on_tiny(tiny_call&& c, const char* name, timeout_t timeout, const tensor& sole,
+                           tensor_list outputs) {
+  const auto code = c.code;
+  const tensor logged =
+      debug_ == debug_level::detail ? (c.input.defined() ? c.input : c.output) : tensor{};
+  auto op = make_tiny_direct(std::move(c));
+  op->sole_output = sole;
+  return on_inline(std::move(op), code, name, logged, timeout, std::move(outputs));
 }
 
 work host_backend::barrier_inline(const barrier_options& o) {

@@ -11,6 +11,10 @@
 // its descriptor; shared in place between processes): every other rank
 // writes its block there and returns, while the root copies its own.
 //
+// Calls of even blocks whose sources fit the tiny lane, which host_backend
+// builds without a planned call, run as tiny_direct instead
+// (inline/shm/tiny_direct.cpp): it posts there what this operation posts.
+//
 // Terms: k is the inline operation number; "counts" the elements per rank
 // (the call's, the same on every rank); block r starts at the sum of the
 // counts before r.

@@ -1,0 +1,39 @@
+#pragma once
+// tiny_direct — direct_shm's collectives of even blocks on the segment's
+// tiny lane, without a planned call: broadcast, gather and scatter of one
+// tensor per rank, allgather_into_tensor and reduce_scatter_tensor, among
+// the ranks of one host. inline/shm/tiny_direct.cpp says how.
+
+#include <memory>
+
+#include "base/call.hpp"
+#include "inline/engine.hpp"
+#include "troupe/reduce_op.hpp"
+
+namespace troupe::detail {
+
+/// What a tiny_direct operation moves (flat CPU tensors).
+struct tiny_call {
+  /// broadcast, gatherv, scatterv, allgatherv or reduce_scatterv.
+  op_code code = op_code::broadcast;
+  tensor input;   ///< this rank's (a broadcast's: its tensor; a scatter's non-root: none)
+  tensor output;  ///< this rank's (a broadcast's: its tensor; a gather's: none)
+  int root = 0;   ///< broadcast, gather, scatter
+  reduce_op::kind op = reduce_op::SUM;  ///< reduce_scatter (AVG: SUM, then divide)
+  /// A scatter's root's inputs, one per rank (elsewhere none). A gather's
+  /// root writes its outputs, the operation's `outputs` (the work's result,
+  /// one per rank, set before it runs).
+  tensor_list root_inputs;
+};
+
+/// Whether a `code` call whose blocks (one rank's share: a broadcast's,
+/// gather's and allgather's input, a scatter's and reduce_scatter's output)
+/// are `block_bytes` goes on the tiny lane in a group of `size` ranks: every
+/// rank's source fits it. The same answer on every rank that passes the same
+/// sizes.
+bool fits_tiny_direct(op_code code, std::size_t block_bytes, int size);
+/// The operation for `c`; the caller sets the op's fields and runs it on the
+/// inline engine of a group whose ranks share this host.
+std::unique_ptr<inline_op> make_tiny_direct(tiny_call&& c);
+
+}  // namespace troupe::detail
