@@ -16,7 +16,7 @@ namespace troupe::detail {
 struct tiny_call {
   /// broadcast, gatherv, scatterv, allgatherv or reduce_scatterv.
   op_code code = op_code::broadcast;
-  tensor input;   ///< this rank's (a broadcast's: its tensor; a scatter's non-root: none)
+  tensor input;   ///< this rank's (a broadcast's: its tensor; a scatter's: none)
   tensor output;  ///< this rank's (a broadcast's: its tensor; a gather's: none)
   int root = 0;   ///< broadcast, gather, scatter
   reduce_op::kind op = reduce_op::SUM;  ///< reduce_scatter (AVG: SUM, then divide)
