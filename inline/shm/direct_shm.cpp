@@ -56,10 +56,6 @@
 namespace troupe::detail {
 namespace {
 
-bool rooted(op_code c) {
-  return c == op_code::broadcast || c == op_code::gatherv || c == op_code::scatterv;
-}
-
 class direct_shm final : public shm_op {
  public:
   explicit direct_shm(collective_call&& call)

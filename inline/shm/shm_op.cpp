@@ -65,9 +65,7 @@ call_fingerprint shm_op::fingerprint(const op_descriptor& d) {
   f.dtype = static_cast<std::uint8_t>(d.dtype);
   if (c == op_code::allreduce || c == op_code::reduce || c == op_code::reduce_scatterv)
     f.reduce = static_cast<std::uint8_t>(d.reduce);
-  if (c == op_code::broadcast || c == op_code::reduce || c == op_code::gatherv ||
-      c == op_code::scatterv)
-    f.root = d.root;
+  if (rooted(c)) f.root = d.root;
   if ((c == op_code::allreduce || c == op_code::reduce || c == op_code::broadcast) &&
       d.dtype < dtype_count)
     f.numel = static_cast<std::int64_t>(d.nbytes / element_size(static_cast<dtype>(d.dtype)));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/agreement.hpp"
+#include "base/call.hpp"
 #include "inline/engine.hpp"
 #include "inline/shm/segment.hpp"
 #include "troupe/tensor.hpp"
@@ -60,6 +61,11 @@ class shm_op : public inline_op {
   /// Why the calls disagree when they agree but rank r's input is `got`
   /// bytes of `t` where its counts make it `want`.
   static std::string input_size_disagreement(int r, std::int64_t got, dtype t, std::int64_t want);
+  /// Whether collective `c` names a root (its calls post it; the others post 0).
+  static bool rooted(op_code c) {
+    return c == op_code::broadcast || c == op_code::reduce || c == op_code::gatherv ||
+           c == op_code::scatterv;
+  }
   /// What descriptor `d` posted, as a fingerprint (alltoall's splits aside).
   static call_fingerprint fingerprint(const op_descriptor& d);
   /// What tiny lane header `h` posted, as a descriptor.

@@ -70,10 +70,6 @@ class tiny_direct final : public shm_op {
   op_code code() const { return call_.code; }
   /// One rank's share in bytes (kept: asked by every step).
   std::int64_t block() const { return block_; }
-  bool rooted() const {
-    return code() == op_code::broadcast || code() == op_code::gatherv ||
-           code() == op_code::scatterv;
-  }
   /// Rank r's input bytes as its counts make them, or -1: any.
   std::int64_t expected_input(int r, int size) const {
     switch (code()) {
@@ -101,7 +97,7 @@ class tiny_direct final : public shm_op {
     h.nbytes = call_.input.defined() ? call_.input.nbytes() : static_cast<std::uint64_t>(block());
     h.dtype = static_cast<std::uint32_t>(dtype_);
     h.reduce = static_cast<std::uint32_t>(call_.op);
-    h.root = rooted() ? call_.root : 0;
+    h.root = rooted(code()) ? call_.root : 0;
     h.counts_hash =
         code() == op_code::broadcast ? hash_even_counts(0, 0) : hash_even_counts(n, numel);
     const void* source = nullptr;
