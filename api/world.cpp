@@ -169,7 +169,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
     invalid("world: backend '" + cpu + "' (for device cpu, from '" + opts.backend +
             "') is not registered");
   impl_->debug = get_debug_level();  // throws on a bad TROUPE_DEBUG
-  (void)detail::wait_policy::get();  // throws on a bad TROUPE_SPIN_US / TROUPE_POLL_US
+  (void)detail::wait_policy::get();  // throws on a bad TROUPE_SPIN_US, _POLL_US, _GPU_WATCH_US
   const char* fabric_env = std::getenv("TROUPE_FABRIC");
   const std::string fabric = fabric_env && *fabric_env ? fabric_env : "on";
   if (fabric != "on" && fabric != "off" && fabric != "staged" && fabric != "messages")

@@ -33,8 +33,10 @@ struct device_job {
   std::chrono::milliseconds timeout{0};
   /// When it was submitted (set by device_queue::submit; its deadline counts from here).
   std::chrono::steady_clock::time_point submitted{};
-  /// Completed with `outputs` as its result, or failed with the reason (a
-  /// job without a work, an internal step, only runs).
+  /// Completed with `outputs` as its result, or failed with the reason. A
+  /// job without a work and without `after`, an internal step, only runs:
+  /// it is done once issued (what fails on the stream after that fails the
+  /// next job that has a work).
   work handle;
   tensor_list outputs;
 };

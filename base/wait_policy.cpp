@@ -54,6 +54,7 @@ wait_policy wait_policy::from_env() {
   const char* spin = std::getenv("TROUPE_SPIN_US");
   p.spin_chosen = spin && *spin;
   p.poll = microseconds_from_env("TROUPE_POLL_US", p.poll);
+  p.gpu_watch = microseconds_from_env("TROUPE_GPU_WATCH_US", p.gpu_watch);
   return p;
 }
 

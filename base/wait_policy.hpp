@@ -17,8 +17,13 @@
 // processes: the heat simulation's step 8.4-11.6 -> 5.4-7.4 µs, the 4-byte
 // ping-pong 1.7 -> 1.5 µs one way).
 //
-// TROUPE_SPIN_US and TROUPE_POLL_US (integers, microseconds) override the
-// two windows; the world checks them at start-up.
+// A device actor (cuda/device_actor.cpp) watches a job's CUDA event for up to
+// `gpu_watch` (200 µs) before it asks CUDA for a host callback, and after each
+// job polls its mailbox for the next one through the `poll` window before its
+// thread sleeps.
+//
+// TROUPE_SPIN_US, TROUPE_POLL_US and TROUPE_GPU_WATCH_US (integers,
+// microseconds) override the three windows; the world checks them at start-up.
 
 #include <chrono>
 
@@ -30,7 +35,10 @@ inline constexpr std::chrono::nanoseconds own_cpu_spin{20'000};
 struct wait_policy {
   std::chrono::nanoseconds spin{1'000};   ///< pure spinning
   std::chrono::nanoseconds poll{50'000};  ///< spinning + yielding, then sleep
-  bool spin_chosen = false;               ///< TROUPE_SPIN_US set `spin`
+  /// How long a device actor watches a job's event (yielding) before it asks
+  /// CUDA to call back on the host.
+  std::chrono::nanoseconds gpu_watch{200'000};
+  bool spin_chosen = false;  ///< TROUPE_SPIN_US set `spin`
   /// The policy the environment asks for now; throws errc::invalid_argument
   /// naming the variable on a bad value.
   static wait_policy from_env();

@@ -1,21 +1,27 @@
 // The device actor (see cuda/device_actor.hpp): a detached actor per (rank,
 // CUDA device) that owns the rank's stream on the device.
 //
-//   submit  -> job message: make the device current, enqueue the job's work,
-//              record an event and watch it for up to 200 us while no other
-//              message waits (a short job then completes without a wake-up);
-//              else ask CUDA to call back on the host when the stream gets
-//              there
+//   submit  -> job message: make the device current, enqueue the job's work
+//              (an internal step, with no work and nothing to run after it,
+//              is done then), record an event and watch it for up to 200 us
+//              (TROUPE_GPU_WATCH_US) while no other message waits (a short job
+//              then completes without a wake-up); else ask CUDA to call back
+//              on the host when the stream gets there
 //   done    -> the host callback's message: run `after`, complete the work
 //   poll    -> every millisecond while jobs are pending: a failed event, a
 //              failed health check or a passed deadline fails the job (a
 //              stream that faulted may never call back)
 //   abort   -> fail every pending job
+// After a job message or a callback's, the actor polls its mailbox for the
+// next message through the wait policy's poll window before it returns to
+// CAF, whose thread would sleep: a caller that waits for each call before the
+// next one then pays no thread wake-up per call.
 // On exit it fails the jobs still pending and waits for its stream to drain,
 // so that no callback outlives it, then destroys the stream.
 
 #include "cuda/device_actor.hpp"
 #include "base/texts.hpp"
+#include "base/wait_policy.hpp"
 
 #include <map>
 #include <thread>
@@ -33,8 +39,6 @@ namespace {
 using job_ptr = device_job_ptr;
 using clock = std::chrono::steady_clock;
 constexpr auto poll_interval = std::chrono::milliseconds(1);
-/// How long a new job's event is watched before the host callback takes over.
-constexpr auto watch_limit = std::chrono::microseconds(200);
 
 struct pending_job {
   job_ptr job;
@@ -127,7 +131,7 @@ void schedule_poll(self_ptr self) {
 /// message waits for the actor. A host callback costs a thread hop and holds
 /// the stream until it ran; a short job (a small NCCL call) ends sooner.
 bool done_soon(self_ptr self, const char* op, event_t ev) {
-  const auto until = clock::now() + watch_limit;
+  const auto until = clock::now() + wait_policy::get().gpu_watch;
   try {
     do {
       if (event_done(op, self->state.device, ev)) return true;
@@ -139,6 +143,15 @@ bool done_soon(self_ptr self, const char* op, event_t ev) {
   return false;
 }
 
+/// Polls the mailbox through the wait policy's window (spinning, then
+/// yielding) until a message waits or the window is over.
+void linger(self_ptr self) {
+  const auto& policy = wait_policy::get();
+  const auto start = clock::now();
+  while (self->mailbox().empty() && policy.poll_step(clock::now() - start)) {
+  }
+}
+
 void start(self_ptr self, const job_ptr& j) {
   auto& st = self->state;
   const char* op = j->name.c_str();
@@ -146,6 +159,11 @@ void start(self_ptr self, const job_ptr& j) {
   try {
     set_device(op, st.device);
     j->enqueue(st.stream);
+    // An internal step (no work, nothing to run after it) is done once
+    // issued: the job after it that a caller waits for sees any failure on
+    // the stream. Watching it would put a host callback between the steps,
+    // which holds the stream until the host ran it.
+    if (!j->handle.valid() && !j->after) return;
     ev = create_event(op, st.device);
     record(op, st.device, ev, st.stream);
   } catch (...) {
@@ -226,8 +244,14 @@ detail::device_actor::behavior_type device_actor_behavior(self_ptr self, int dev
     self->quit(m.reason);
   });
   return {
-      [=](gpu_job_atom, const job_ptr& j) { start(self, j); },
-      [=](gpu_done_atom, std::uint64_t id) { finish(self, id); },
+      [=](gpu_job_atom, const job_ptr& j) {
+        start(self, j);
+        linger(self);
+      },
+      [=](gpu_done_atom, std::uint64_t id) {
+        finish(self, id);
+        linger(self);
+      },
       [=](gpu_poll_atom) { poll(self); },
       [=](gpu_abort_atom, const std::string& reason) { fail_all(self, reason); },
   };

@@ -143,7 +143,8 @@ TEST_CASE("scoped_env restores the previous value") {
   CHECK(node_local_rank() == 9);
 }
 
-// -- TROUPE_SPIN_US, TROUPE_POLL_US, TROUPE_FABRIC (checked when a world starts) ------------
+// -- TROUPE_SPIN_US, TROUPE_POLL_US, TROUPE_GPU_WATCH_US, TROUPE_FABRIC (checked when a world
+// starts) ------------
 
 namespace {
 
@@ -159,7 +160,7 @@ void start_world() {
 }  // namespace
 
 TEST_CASE("a world refuses wait windows that are not microseconds from 0 to 1000000") {
-  for (const char* name : {"TROUPE_SPIN_US", "TROUPE_POLL_US"})
+  for (const char* name : {"TROUPE_SPIN_US", "TROUPE_POLL_US", "TROUPE_GPU_WATCH_US"})
     for (const char* v : {"abc", "-1", "5us", "1000001"}) {
       CAPTURE(name);
       CAPTURE(v);
@@ -169,7 +170,9 @@ TEST_CASE("a world refuses wait windows that are not microseconds from 0 to 1000
     }
   scoped_env spin{"TROUPE_SPIN_US", "0"};
   scoped_env poll{"TROUPE_POLL_US", "20"};
+  scoped_env watch{"TROUPE_GPU_WATCH_US", "2000"};
   start_world();
+  CHECK(detail::wait_policy::from_env().gpu_watch == std::chrono::microseconds{2000});
 }
 
 TEST_CASE("waits do not spin when the host's ranks outnumber its CPUs, unless told to") {
