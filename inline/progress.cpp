@@ -3,6 +3,8 @@
 #include "inline/progress.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -25,6 +27,7 @@ struct ticker_state {
   int max_driving = std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   std::atomic<std::uint32_t> word{0};  // bumped to wake the ticker
   std::atomic<bool> idle{false};       // the ticker sleeps without timeout
+  std::atomic<std::int64_t> period_ms{1};
 };
 
 ticker_state& ticker() {
@@ -98,7 +101,7 @@ void ticker_loop() {
   for (;;) {
     const auto seen = t.word.load();
     if (tick()) {
-      futex_wait(t.word, seen, 1ms);
+      futex_wait(t.word, seen, std::chrono::milliseconds(t.period_ms.load()));
       continue;
     }
     // Nothing pending: sleep until an engine registers. A registration
@@ -139,6 +142,12 @@ void progress_wake(const std::shared_ptr<inline_engine>& e) {
   // for every call of a chain took the CPU from the driver (2 ranks, 4 B:
   // 1.9 -> 9.3 us per call).
   if (!e->progress_driven().load()) wake_ticker();
+}
+
+std::chrono::milliseconds set_tick_period(std::chrono::milliseconds period) {
+  const auto before = std::chrono::milliseconds(ticker().period_ms.exchange(period.count()));
+  wake_ticker();  // the next wait uses the new period
+  return before;
 }
 
 }  // namespace troupe::detail

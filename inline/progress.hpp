@@ -21,6 +21,7 @@
 //    once (a simulation of 1024 ranks chaining continuations would otherwise
 //    hold 1024 drivers); the others are ticked until a driver is free.
 
+#include <chrono>
 #include <memory>
 
 namespace troupe::detail {
@@ -34,5 +35,9 @@ void progress_watch(const std::shared_ptr<inline_engine>& e);
 /// `e` may need a driver now (a continuation was registered, or a waiting
 /// thread left pending operations behind): the ticker looks at once.
 void progress_wake(const std::shared_ptr<inline_engine>& e);
+
+/// Sets the ticker's period (1 ms) and returns the one before. For tests: a
+/// period of hours shows that what they run does not wait for a tick.
+std::chrono::milliseconds set_tick_period(std::chrono::milliseconds period);
 
 }  // namespace troupe::detail
