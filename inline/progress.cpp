@@ -17,8 +17,6 @@
 namespace troupe::detail {
 namespace {
 
-using namespace std::chrono_literals;
-
 struct ticker_state {
   std::mutex mtx;
   std::vector<std::weak_ptr<inline_engine>> watched;  // engines with pending operations

@@ -73,9 +73,13 @@ spawn() {
   running=$((running + 1))
 }
 
-nvidia-smi -L >"$logs/nvidia-smi.log" 2>&1 || true
-nvidia-smi >>"$logs/nvidia-smi.log" 2>&1 || true
-head -n 1 "$logs/nvidia-smi.log"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi -L >"$logs/nvidia-smi.log" 2>&1
+  nvidia-smi >>"$logs/nvidia-smi.log" 2>&1
+  head -n 1 "$logs/nvidia-smi.log"
+else
+  echo "gpu_check: no nvidia-smi here"
+fi
 
 # 1 + 2: tests and sanitizers, side by side.
 tests="$build/tests"

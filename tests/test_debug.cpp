@@ -143,8 +143,7 @@ TEST_CASE("scoped_env restores the previous value") {
   CHECK(node_local_rank() == 9);
 }
 
-// -- TROUPE_SPIN_US, TROUPE_POLL_US, TROUPE_GPU_WATCH_US, TROUPE_FABRIC (checked when a world
-// starts) ------------
+// -- the wait windows (TROUPE_*_US) and TROUPE_FABRIC (checked when a world starts) ------------
 
 namespace {
 
