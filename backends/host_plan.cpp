@@ -33,8 +33,8 @@ work host_backend::broadcast_one(tensor& t, const broadcast_options& o) {
   // without a planned call (the post direct_shm makes there).
   if (on_tiny_lane(op_code::broadcast, t, {}, {})) {
     auto data = flat(t);
-    return on_tiny({op_code::broadcast, data, std::move(data), o.root_rank}, "broadcast", o.timeout,
-                   t, {});
+    return on_tiny({op_code::broadcast, data, std::move(data), o.root_rank, reduce_op::SUM, {}},
+                   "broadcast", o.timeout, t, {});
   }
   auto c = make_call(op_code::broadcast, "broadcast", o.timeout, t);
   c.root = o.root_rank;
@@ -124,8 +124,8 @@ work host_backend::allgather_into_tensor_coalesced(tensor_list& outs, tensor_lis
 
 work host_backend::allgather_into_tensor(tensor& out, tensor& in, const allgather_options& o) {
   if (on_tiny_lane(op_code::allgatherv, in, out, {}))
-    return on_tiny({op_code::allgatherv, flat(in), flat(out)}, "allgather_into_tensor", o.timeout,
-                   out, {});
+    return on_tiny({op_code::allgatherv, flat(in), flat(out), 0, reduce_op::SUM, {}},
+                   "allgather_into_tensor", o.timeout, out, {});
   auto c = make_call(op_code::allgatherv, "allgather_into_tensor", o.timeout, out);
   c.input = flat(in);
   c.output = flat(out);
@@ -151,8 +151,8 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
 
 work host_backend::gather_one(tensor_list& outs, tensor& in, const gather_options& o) {
   if (on_tiny_lane(op_code::gatherv, in, {}, outs))
-    return on_tiny({op_code::gatherv, flat(in), {}, o.root_rank}, "gather", o.timeout, {},
-                   rank() == o.root_rank ? outs : tensor_list{});
+    return on_tiny({op_code::gatherv, flat(in), {}, o.root_rank, reduce_op::SUM, {}}, "gather",
+                   o.timeout, {}, rank() == o.root_rank ? outs : tensor_list{});
   auto c = make_call(op_code::gatherv, "gather", o.timeout, outs);
   c.root = o.root_rank;
   c.input = flat(in);
@@ -222,7 +222,7 @@ work host_backend::reduce_scatter(tensor_list& outs, std::vector<tensor_list>& i
 work host_backend::reduce_scatter_tensor(tensor& out, tensor& in, const reduce_scatter_options& o) {
   // (PREMUL_SUM scales every input before the sum: the message algorithms'.)
   if (o.op.op() != reduce_op::PREMUL_SUM && on_tiny_lane(op_code::reduce_scatterv, out, in, {}))
-    return on_tiny({op_code::reduce_scatterv, flat(in), flat(out), 0, o.op.op()},
+    return on_tiny({op_code::reduce_scatterv, flat(in), flat(out), 0, o.op.op(), {}},
                    "reduce_scatter_tensor", o.timeout, out, {});
   auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor", o.timeout, out);
   c.op = o.op;
@@ -266,6 +266,14 @@ work host_backend::alltoall_single(tensor& out, tensor& in,
                                    const std::vector<std::int64_t>& out_splits,
                                    const std::vector<std::int64_t>& in_splits,
                                    const alltoall_options& o) {
+  // Even splits that fit the tiny lane (its choice depends on the larger of
+  // the two tensors, as direct_shm's does).
+  if (in_splits.empty() && out_splits.empty()) {
+    const bool in_larger = in.nbytes() >= out.nbytes();
+    if (on_tiny_lane(op_code::alltoallv, in_larger ? in : out, in_larger ? out : in, {}))
+      return on_tiny({op_code::alltoallv, flat(in), flat(out), 0, reduce_op::SUM, {}},
+                     "alltoall_single", o.timeout, out, {});
+  }
   auto c = make_call(op_code::alltoallv, "alltoall_single", o.timeout, out);
   c.input = flat(in);
   c.output = flat(out);

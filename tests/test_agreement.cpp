@@ -274,6 +274,20 @@ const std::vector<disagreement>& cases() {
          for (auto c : in) total += c;
          return pg.alltoall_single(f32(n), f32(total), out, in, {.timeout = t_out});
        }},
+      {"alltoall without split sizes: sizes",
+       2,
+       {"alltoall: rank", "which expects"},
+       [](int r, int n, process_group& pg) {
+         const int each = r == n - 1 ? 2 : 1;
+         return pg.alltoall_single(f32(each * n), f32(each * n), {}, {}, {.timeout = t_out});
+       }},
+      {"alltoall without split sizes: sizes across the tiny lane",
+       2,
+       {"alltoall: rank", "which expects"},
+       [](int r, int n, process_group& pg) {
+         const int each = r == 1 ? 300 : 1;
+         return pg.alltoall_single(f32(each * n), f32(each * n), {}, {}, {.timeout = t_out});
+       }},
       {"alltoall splits between two other ranks",
        3,
        {"alltoall: rank 1 sends 2 elements to rank 2, which expects 1 from it"},

@@ -175,3 +175,62 @@ TEST_CASE("alltoall whose ranks' sizes fall on both sides of the tiny lane's lim
     });
   }
 }
+
+// alltoall_single without split sizes posts on the tiny lane without a
+// planned call (inline/shm/tiny_direct.cpp); a rank that passes split sizes
+// for the same call may go to the slots (rank 0 keeps 300 floats for
+// itself and sends 1 to each other rank, which sends 1 to each): the ranks
+// without split sizes find it there and follow it. Rounds of that, and of
+// every rank without split sizes (all on the tiny lane), and the other way
+// round (rank 0 the only one without), each checked.
+TEST_CASE(
+    "alltoall_single without split sizes beside a rank whose split sizes take it past the "
+    "tiny lane") {
+  for (int n : ct::rank_counts) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      const int me = w.rank();
+      auto len = [](int from, int to) -> std::int64_t { return from == 0 && to == 0 ? 300 : 1; };
+      ref::values in, expected;
+      std::vector<std::int64_t> splits;
+      for (int p = 0; p < n; ++p) {
+        auto b = block(me, p, len(me, p));
+        in.insert(in.end(), b.begin(), b.end());
+        auto e = block(p, me, len(p, me));
+        expected.insert(expected.end(), e.begin(), e.end());
+        splits.push_back(len(me, p));
+      }
+      const auto total = static_cast<std::int64_t>(expected.size());
+      auto input = ref::make(dtype::float32, in);
+      ref::values even_in, even_expected;
+      for (int p = 0; p < n; ++p) {
+        auto b = block(me, p, 2);
+        even_in.insert(even_in.end(), b.begin(), b.end());
+        auto e = block(p, me, 2);
+        even_expected.insert(even_expected.end(), e.begin(), e.end());
+      }
+      auto even_input = ref::make(dtype::float32, even_in);
+      for (int round = 0; round < 20; ++round) {
+        CAPTURE(round);
+        auto out = ref::zeros({total}, dtype::float32);
+        if (me == 0)
+          pg.alltoall_single(out, input, splits, splits).wait();
+        else
+          pg.alltoall_single(out, input).wait();
+        ref::check_close(out, expected, "alltoall_single beside the slots");
+        auto even_out = ref::zeros({2 * n}, dtype::float32);
+        pg.alltoall_single(even_out, even_input).wait();
+        ref::check_close(even_out, even_expected, "alltoall_single on the tiny lane");
+        // Split sizes everywhere but rank 0, which passes none (even).
+        std::vector<std::int64_t> twos(static_cast<std::size_t>(n), 2);
+        auto mixed_out = ref::zeros({2 * n}, dtype::float32);
+        if (me == 0)
+          pg.alltoall_single(mixed_out, even_input).wait();
+        else
+          pg.alltoall_single(mixed_out, even_input, twos, twos).wait();
+        ref::check_close(mixed_out, even_expected, "alltoall_single, split sizes but on rank 0");
+      }
+    });
+  }
+}

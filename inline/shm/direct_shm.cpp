@@ -71,6 +71,9 @@ class direct_shm final : public shm_op {
       call_.input = fresh_copy(call_.input);
   }
 
+  /// Posts in the slots, not on the tiny lane (make_direct_shm_in_slots).
+  void move_to_slots() { to_slots_ = true; }
+
   bool step(inline_context& ctx, bool& moved) override {
     auto& c = call_;
     switch (phase_) {
@@ -653,6 +656,12 @@ bool fits_direct_shm(const collective_call& c, int size) {
 
 std::unique_ptr<inline_op> make_direct_shm(collective_call&& call) {
   return std::make_unique<direct_shm>(std::move(call));
+}
+
+std::unique_ptr<inline_op> make_direct_shm_in_slots(collective_call&& call) {
+  auto op = std::make_unique<direct_shm>(std::move(call));
+  op->move_to_slots();
+  return op;
 }
 
 }  // namespace troupe::detail

@@ -13,6 +13,13 @@
 //                   block of all of them, in rank order (then AVG's
 //                   division): the bits direct_shm and the message
 //                   algorithms give.
+//   alltoall:       every rank posts its send and receive counts (even
+//                   splits), then its input; every rank copies from each lane
+//                   the block sent to it. A rank that passed split sizes may
+//                   run direct_shm in the slots for a call that agrees with
+//                   this one (a large block to itself): the others then find
+//                   it there (shm_op::tiny_posted) and follow it through
+//                   direct_shm, as direct_shm's own ranks on the tiny lane do.
 // These are direct_shm's calls on the tiny lane (inline/shm/direct_shm.cpp)
 // without a planned call: a rank whose size takes it past the limit runs
 // direct_shm and posts in the slots, and each side finds the other's post
@@ -26,8 +33,12 @@
 
 #include "inline/shm/tiny_direct.hpp"
 
+#include <cstring>
+#include <numeric>
+
 #include "base/agreement.hpp"
 #include "base/small_vector.hpp"
+#include "inline/shm/direct_shm.hpp"
 #include "inline/shm/segment.hpp"
 #include "inline/shm/shm_op.hpp"
 #include "kernels/reduce_kernels.hpp"
@@ -37,7 +48,13 @@ namespace {
 
 /// One rank's block is the input (else the output) of these.
 bool block_is_input(op_code c) {
-  return c == op_code::broadcast || c == op_code::gatherv || c == op_code::allgatherv;
+  return c == op_code::broadcast || c == op_code::gatherv || c == op_code::allgatherv ||
+         c == op_code::alltoallv;
+}
+
+/// An alltoall's send and receive counts before its input on its lane.
+std::size_t splits_bytes(int size) {
+  return 2 * static_cast<std::size_t>(size) * sizeof(std::int64_t);
 }
 
 class tiny_direct final : public shm_op {
@@ -50,12 +67,17 @@ class tiny_direct final : public shm_op {
         dtype_((call_.input.defined() ? call_.input : call_.output).scalar_type()) {}
 
   bool step(inline_context& ctx, bool& moved) override {
+    if (slots_) return slots_->step(ctx, moved);
     if (!posted_) {
       if (!tiny_lane_free(ctx)) return false;
       post(ctx, moved);
       posted_ = true;
     }
-    if (!tiny_posted(ctx)) return false;
+    if (!tiny_posted(ctx)) return to_slots_ ? follow_to_slots(ctx, moved) : false;
+    if (code() == op_code::alltoallv && !splits_agree(ctx, true)) {
+      finish_op(ctx, moved);
+      throw disagreement_error(describe_disagreement(posted_calls(ctx, true)));
+    }
     // Every rank posted this call; its input sizes are what the counts make them.
     if (auto why = wrong_input(ctx); !why.empty()) {
       finish_op(ctx, moved);
@@ -66,13 +88,28 @@ class tiny_direct final : public shm_op {
     return true;
   }
 
+  std::pair<int, std::string> blocker() const override {
+    return slots_ ? slots_->blocker() : shm_op::blocker();
+  }
+  int blocked_rank() const override {
+    return slots_ ? slots_->blocked_rank() : shm_op::blocked_rank();
+  }
+  std::string disagreement() const override {
+    return slots_ ? slots_->disagreement() : std::string{};
+  }
+
  private:
   op_code code() const { return call_.code; }
   /// One rank's share in bytes (kept: asked by every step).
   std::int64_t block() const { return block_; }
   /// Rank r's input bytes as its counts make them, or -1: any.
-  std::int64_t expected_input(int r, int size) const {
+  std::int64_t expected_input(inline_context& ctx, int r, int size) const {
     switch (code()) {
+      case op_code::alltoallv: {  // what it sends adds up to its input
+        const auto* sends = posted_counts(ctx, r, true);
+        return std::accumulate(sends, sends + size, std::int64_t{0}) *
+               static_cast<std::int64_t>(element_size(dtype_));
+      }
       case op_code::gatherv:
       case op_code::allgatherv:
         return block();
@@ -98,8 +135,10 @@ class tiny_direct final : public shm_op {
     h.dtype = static_cast<std::uint32_t>(dtype_);
     h.reduce = static_cast<std::uint32_t>(call_.op);
     h.root = rooted(code()) ? call_.root : 0;
-    h.counts_hash =
-        code() == op_code::broadcast ? hash_even_counts(0, 0) : hash_even_counts(n, numel);
+    // (An alltoall's counts are on its lane, not hashed.)
+    h.counts_hash = code() == op_code::alltoallv   ? 0
+                    : code() == op_code::broadcast ? hash_even_counts(0, 0)
+                                                   : hash_even_counts(n, numel);
     const void* source = nullptr;
     std::int64_t bytes = 0;
     switch (code()) {
@@ -124,17 +163,52 @@ class tiny_direct final : public shm_op {
                    block());
         }
         break;
+      case op_code::alltoallv: {
+        // Its send and receive counts, then its whole input (its own block
+        // too: it takes that from here, which an output in place does not
+        // overwrite).
+        auto* mine = ctx.seg->tiny_data(ctx.rank, op);
+        const std::int64_t counts[2] = {call_.input.numel() / ctx.size,
+                                        call_.output.numel() / ctx.size};
+        for (std::size_t i = 0; i < 2 * n; ++i)
+          std::memcpy(mine + i * sizeof(std::int64_t), &counts[i / n], sizeof(std::int64_t));
+        copy(mine + splits_bytes(ctx.size), input(), block());
+        break;
+      }
       default:
         break;
     }
     post_tiny(ctx, h, source, static_cast<std::size_t>(bytes), moved);
   }
 
+  /// A rank posted this alltoall in the slots (its split sizes took it
+  /// there), and the calls agree: the rest runs as direct_shm in the slots,
+  /// with this operation's number, sequence number and deadline.
+  bool follow_to_slots(inline_context& ctx, bool& moved) {
+    collective_call c;
+    c.code = op_code::alltoallv;
+    c.name = name;
+    c.seq = seq;
+    c.timeout = timeout;
+    c.input = call_.input;
+    c.output = call_.output;
+    c.counts.assign(static_cast<std::size_t>(ctx.size), call_.input.numel() / ctx.size);
+    c.recv_counts.assign(static_cast<std::size_t>(ctx.size), call_.output.numel() / ctx.size);
+    slots_ = make_direct_shm_in_slots(std::move(c));
+    slots_->name = name;
+    slots_->reads_itself = reads_itself;
+    slots_->seq = seq;
+    slots_->op = op;
+    slots_->timeout = timeout;
+    slots_->deadline = deadline;
+    return slots_->step(ctx, moved);
+  }
+
   /// Why a rank's input size is not what the counts (which agree) make it,
   /// or "": the same text on every rank.
   std::string wrong_input(inline_context& ctx) const {
     for (int r = 0; r < ctx.size; ++r) {
-      const auto want = expected_input(r, ctx.size);
+      const auto want = expected_input(ctx, r, ctx.size);
       const auto got = static_cast<std::int64_t>(ctx.seg->tiny(r, op).nbytes);
       if (want >= 0 && got != want) return input_size_disagreement(r, got, dtype_, want);
     }
@@ -165,8 +239,25 @@ class tiny_direct final : public shm_op {
         return;
       case op_code::reduce_scatterv:
         return reduce_mine(ctx);
+      case op_code::alltoallv:
+        return exchange(ctx);
       default:
         return;
+    }
+  }
+
+  /// From every rank's lane (this rank's own too) the block it sends to
+  /// this rank, at that rank's place in the output.
+  void exchange(inline_context& ctx) {
+    const int n = ctx.size, me = ctx.rank;
+    const auto esize = static_cast<std::int64_t>(element_size(dtype_));
+    const auto* recvs = posted_counts(ctx, me, true) + n;
+    std::int64_t at = 0;
+    for (int r = 0; r < n; ++r) {
+      const auto* sends = posted_counts(ctx, r, true);
+      const auto from = std::accumulate(sends, sends + me, std::int64_t{0}) * esize;
+      copy(output() + at, lane(ctx, r) + splits_bytes(n) + from, sends[me] * esize);
+      at += recvs[r] * esize;
     }
   }
 
@@ -197,6 +288,8 @@ class tiny_direct final : public shm_op {
   std::int64_t block_;
   dtype dtype_;
   bool posted_ = false;
+  /// An alltoall that follows a rank into the slots (follow_to_slots).
+  std::unique_ptr<inline_op> slots_;
 };
 
 }  // namespace
@@ -211,6 +304,9 @@ bool fits_tiny_direct(op_code code, std::size_t block_bytes, int size) {
     case op_code::reduce_scatterv:
       // The root's (every rank's) source holds every rank's block.
       return block_bytes * static_cast<std::size_t>(size) <= tiny_bytes;
+    case op_code::alltoallv:
+      // direct_shm's choice (all_tiny): the counts first, then the input.
+      return block_bytes <= tiny_bytes && splits_bytes(size) <= tiny_splits_bytes;
     default:
       return false;
   }

@@ -1,8 +1,9 @@
 #pragma once
 // tiny_direct — direct_shm's collectives of even blocks on the segment's
 // tiny lane, without a planned call: broadcast, gather and scatter of one
-// tensor per rank, allgather_into_tensor and reduce_scatter_tensor, among
-// the ranks of one host. inline/shm/tiny_direct.cpp says how.
+// tensor per rank, allgather_into_tensor, reduce_scatter_tensor and
+// alltoall_single without split sizes, among the ranks of one host.
+// inline/shm/tiny_direct.cpp says how.
 
 #include <memory>
 
@@ -14,7 +15,8 @@ namespace troupe::detail {
 
 /// What a tiny_direct operation moves (flat CPU tensors).
 struct tiny_call {
-  /// broadcast, gatherv, scatterv, allgatherv or reduce_scatterv.
+  /// broadcast, gatherv, scatterv, allgatherv, reduce_scatterv or alltoallv
+  /// (even splits).
   op_code code = op_code::broadcast;
   tensor input;   ///< this rank's (a broadcast's: its tensor; a scatter's: none)
   tensor output;  ///< this rank's (a broadcast's: its tensor; a gather's: none)
@@ -27,10 +29,12 @@ struct tiny_call {
 };
 
 /// Whether a `code` call whose blocks (one rank's share: a broadcast's,
-/// gather's and allgather's input, a scatter's and reduce_scatter's output)
-/// are `block_bytes` goes on the tiny lane in a group of `size` ranks: every
-/// rank's source fits it. The same answer on every rank that passes the same
-/// sizes.
+/// gather's and allgather's input, a scatter's and reduce_scatter's output;
+/// for alltoall the larger of its input and output) are `block_bytes` goes
+/// on the tiny lane in a group of `size` ranks: every rank's source fits it.
+/// The same answer on every rank that passes the same sizes (an alltoall
+/// rank with split sizes may choose the slots: tiny_direct then follows it
+/// there).
 bool fits_tiny_direct(op_code code, std::size_t block_bytes, int size);
 /// The operation for `c`; the caller sets the op's fields and runs it on the
 /// inline engine of a group whose ranks share this host.
