@@ -22,8 +22,6 @@ namespace {
 constexpr std::size_t line = 64;
 constexpr std::size_t page = 4096;
 constexpr std::uint64_t announce_slots = 64;
-/// A tiny lane: its header line and its data.
-constexpr std::size_t tiny_stride = sizeof(tiny_header) + tiny_lane_bytes;
 static_assert(sizeof(tiny_header) == line && tiny_lane_bytes % line == 0);
 // The data (tiny_lane_bytes from `head`) ends within the lane.
 static_assert(offsetof(tiny_header, head) + tiny_lane_bytes <= tiny_stride);
@@ -174,16 +172,8 @@ void segment::close_descriptor() {
   fd_ = -1;
 }
 
-rank_progress& segment::progress(int r) noexcept {
-  return reinterpret_cast<rank_progress*>(base_ + off_.progress)[r];
-}
-
 rank_identity& segment::identity(int r) noexcept {
   return reinterpret_cast<rank_identity*>(base_ + off_.identity)[r];
-}
-
-op_descriptor& segment::descriptor(int r, std::uint64_t op) noexcept {
-  return reinterpret_cast<op_descriptor*>(base_ + off_.descriptors)[r * 2 + op % 2];
 }
 
 std::atomic<std::uint64_t>& segment::announced(int r, std::uint64_t seq) noexcept {
@@ -193,15 +183,6 @@ std::atomic<std::uint64_t>& segment::announced(int r, std::uint64_t seq) noexcep
 
 std::byte* segment::small_slot(int r, std::uint64_t op) noexcept {
   return base_ + off_.small + (static_cast<std::size_t>(r) * 2 + op % 2) * shape_.small_bytes;
-}
-
-tiny_header& segment::tiny(int r, std::uint64_t op) noexcept {
-  return *reinterpret_cast<tiny_header*>(base_ + off_.tiny +
-                                         (static_cast<std::size_t>(r) * 2 + op % 2) * tiny_stride);
-}
-
-std::byte* segment::tiny_data(int r, std::uint64_t op) noexcept {
-  return tiny(r, op).head;  // and on past the header's line: tiny_lane_bytes in all
 }
 
 std::byte* segment::stage(int r, std::uint64_t chunk) noexcept {

@@ -103,6 +103,8 @@ inline constexpr std::size_t tiny_bytes = 1024;
 inline constexpr std::size_t tiny_splits_bytes = 512;
 /// Data a tiny lane holds after its header.
 inline constexpr std::size_t tiny_lane_bytes = tiny_bytes + tiny_splits_bytes;
+/// A tiny lane: its header line and its data.
+inline constexpr std::size_t tiny_stride = sizeof(tiny_header) + tiny_lane_bytes;
 
 struct alignas(64) rank_identity {
   std::atomic<std::int32_t> pid{0};
@@ -176,5 +178,21 @@ class segment {
   static std::size_t plan(const segment_shape& shape, offsets& off);
   offsets off_{};
 };
+
+// The accessors every step of a small collective asks, inline (called out of
+// line they cost a call each, several per rank per step).
+inline rank_progress& segment::progress(int r) noexcept {
+  return reinterpret_cast<rank_progress*>(base_ + off_.progress)[r];
+}
+inline op_descriptor& segment::descriptor(int r, std::uint64_t op) noexcept {
+  return reinterpret_cast<op_descriptor*>(base_ + off_.descriptors)[r * 2 + op % 2];
+}
+inline tiny_header& segment::tiny(int r, std::uint64_t op) noexcept {
+  return *reinterpret_cast<tiny_header*>(base_ + off_.tiny +
+                                         (static_cast<std::size_t>(r) * 2 + op % 2) * tiny_stride);
+}
+inline std::byte* segment::tiny_data(int r, std::uint64_t op) noexcept {
+  return tiny(r, op).head;  // and on past the header's line: tiny_lane_bytes in all
+}
 
 }  // namespace troupe::detail
