@@ -25,6 +25,11 @@ inline bool on_cuda(const tensor& t) {
   return t.defined() && t.get_device().type == device_type::cuda;
 }
 
+/// No tensor, or one in host memory.
+inline bool on_cpu_or_none(const tensor& t) {
+  return !t.defined() || t.get_device().type == device_type::cpu;
+}
+
 inline std::int64_t total_numel(const tensor_list& ts) {
   std::int64_t n = 0;
   for (auto& t : ts) n += t.numel();

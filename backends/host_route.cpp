@@ -149,11 +149,8 @@ work host_backend::on_segment(op_code code, const char* name, tensor& t, const r
 
 bool host_backend::on_tiny_lane(op_code code, const tensor& block, const tensor& other,
                                 const tensor_list& root_list) const {
-  auto on_cpu = [](const tensor& x) {
-    return !x.defined() || x.get_device().type == device_type::cpu;
-  };
-  return engine_ && shm_ && on_cpu(block) && on_cpu(other) &&
-         std::all_of(root_list.begin(), root_list.end(), on_cpu) &&
+  return engine_ && shm_ && on_cpu_or_none(block) && on_cpu_or_none(other) &&
+         std::all_of(root_list.begin(), root_list.end(), on_cpu_or_none) &&
          fits_tiny_direct(code, block.nbytes(), size());
 }
 
@@ -183,10 +180,8 @@ work host_backend::barrier_inline(const barrier_options& o) {
 /// arrive (an actor's job). The choice depends on the op alone, so every
 /// rank makes the same one.
 bool host_backend::fits_inline(const collective_call& c) {
-  auto on_cpu = [](const tensor& t) {
-    return !t.defined() || t.get_device().type == device_type::cpu;
-  };
-  return on_cpu(c.input) && on_cpu(c.output) && c.code != op_code::monitored_barrier;
+  return on_cpu_or_none(c.input) && on_cpu_or_none(c.output) &&
+         c.code != op_code::monitored_barrier;
 }
 
 /// Issues `op` on the inline engine (with a new work unless op->handle is set).

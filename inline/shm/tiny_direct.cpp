@@ -38,6 +38,7 @@
 
 #include "base/agreement.hpp"
 #include "base/small_vector.hpp"
+#include "base/tensor_util.hpp"
 #include "inline/shm/direct_shm.hpp"
 #include "inline/shm/segment.hpp"
 #include "inline/shm/shm_op.hpp"
@@ -192,8 +193,8 @@ class tiny_direct final : public shm_op {
     c.timeout = timeout;
     c.input = call_.input;
     c.output = call_.output;
-    c.counts.assign(static_cast<std::size_t>(ctx.size), call_.input.numel() / ctx.size);
-    c.recv_counts.assign(static_cast<std::size_t>(ctx.size), call_.output.numel() / ctx.size);
+    c.counts = split_elements(call_.input, {}, ctx.size);
+    c.recv_counts = split_elements(call_.output, {}, ctx.size);
     slots_ = make_direct_shm_in_slots(std::move(c));
     slots_->name = name;
     slots_->reads_itself = reads_itself;
