@@ -227,7 +227,7 @@ work make_work(const char* literal, std::string group, std::uint64_t seq) {
   auto s = std::allocate_shared<work_state>(recycling_allocator<work_state>{});
   s->op = literal;
   s->group = std::move(group);
-  s->seq = seq;
+  s->seq.store(seq, std::memory_order_relaxed);  // not shared yet (a seq_cst store locks the bus)
   return work::attach(std::move(s));
 }
 
@@ -271,7 +271,7 @@ void finish(const work& w, work_state& s, tensor_list* outputs, tensor* sole, in
     if (sole) s.sole_output = std::move(*sole);
     s.source_rank = source;
     if (s.ring) {
-      s.ring->ended(s.ring_id, err);
+      s.ring->ended(s.ring_id, err, s.ended);
       s.ring.reset();
     }
     s.error = std::move(err);
@@ -413,7 +413,7 @@ void work::fail(std::exception_ptr error) const {
 }
 
 void work::set_sequence_number(std::uint64_t seq) const {
-  const_cast<work_state&>(checked(state_)).seq = seq;
+  const_cast<work_state&>(checked(state_)).seq.store(seq, std::memory_order_release);
 }
 
 namespace {

@@ -97,7 +97,9 @@ call_ptr host_backend::with_float_sums(const call_ptr& c) const {
 /// The group's next sequence number, set on `w` and announced to the inline engine
 /// (under issue_mtx_, so numbers follow the order of submission).
 std::uint64_t host_backend::number(const work& w, op_code code, route r) {
-  const auto seq = issued_.fetch_add(1) + 1;
+  // The lock orders the writers: a store, not a locked add.
+  const auto seq = issued_.load(std::memory_order_relaxed) + 1;
+  issued_.store(seq, std::memory_order_release);
   w.set_sequence_number(seq);
   if (engine_) engine_->announce(seq, static_cast<std::uint8_t>(code), r);
   return seq;
@@ -141,9 +143,12 @@ work host_backend::on_segment(op_code code, const char* name, tensor& t, const r
   const double divisor = op.op() == reduce_op::AVG ? static_cast<double>(size()) : 0.0;
   auto kind = op.op() == reduce_op::AVG ? reduce_op::SUM : op.op();
   // The flat view goes into the operation (not copied: every tensor copy
-  // counts its owners up and down).
-  auto shm_op = make_allreduce_shm(flat(t), kind, divisor, static_cast<std::uint8_t>(code), root);
-  shm_op->sole_output = t;
+  // counts its two owners up and down, a locked instruction each); a tensor
+  // that is flat already is the output too.
+  const bool whole = t.dim() == 1 && t.is_contiguous();
+  auto shm_op =
+      make_allreduce_shm(flat(t), kind, divisor, static_cast<std::uint8_t>(code), root, whole);
+  if (!whole) shm_op->sole_output = t;
   return on_inline(std::move(shm_op), code, name, t, timeout, {});
 }
 

@@ -62,6 +62,11 @@ struct work_state {
   /// When an inline engine took the call (its clock reading, reused by the
   /// flight record; the epoch: not known).
   std::chrono::steady_clock::time_point issued{};
+  /// When an inline engine saw the call end (the clock reading of the pass
+  /// that finished it, at most a turn of a waiting thread old), set before it
+  /// completes the work; the flight record's end, without a clock read on
+  /// the path to the waiter (the epoch: finish() reads the clock).
+  std::chrono::steady_clock::time_point ended{};
   /// A copy the threads waiting for this work may take part in (a large
   /// message between ranks of one process: kernels/shared_copy.hpp), under
   /// mtx; `helpable` says there is one, for threads that poll.

@@ -40,9 +40,24 @@ struct engine_driver final : work_driver {
 
 }  // namespace
 
+namespace {
+
+inline_counters& counters() noexcept {
+  static inline_counters c;
+  return c;
+}
+
+std::atomic<bool> counting{false};
+
+}  // namespace
+
 inline_counters& inline_stats() noexcept {
-  static inline_counters counters;
-  return counters;
+  counting.store(true, std::memory_order_relaxed);
+  return counters();
+}
+
+inline_counters* inline_counting() noexcept {
+  return counting.load(std::memory_order_relaxed) ? &counters() : nullptr;
 }
 
 inline_engine::inline_engine(std::shared_ptr<medium> med, int rank, std::string group,
@@ -93,7 +108,7 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
     queue_.push_back(std::move(op));
     step_head(out, issued);
   }
-  hand_over(out);
+  hand_over(out, issued);
   // Watched already (mostly): no owner count up and down to ask again.
   if (!s.finished.load() && !watched_.load(std::memory_order_acquire))
     progress_watch(shared_from_this());
@@ -226,13 +241,14 @@ bool inline_engine::pass(bool block_on_lock, inline_clock::time_point now) {
       return false;
     moved = step_head(out, now);
   }
-  hand_over(out);
+  hand_over(out, now);
   return moved || !out.empty();
 }
 
-void inline_engine::hand_over(finished_list& out) {
+void inline_engine::hand_over(finished_list& out, inline_clock::time_point now) {
   // Outside the lock: a callback may issue the next collective.
-  out.for_each([](finished& f) {
+  out.for_each([now](finished& f) {
+    f.op->handle.state()->ended = now;
     if (f.error)
       f.op->handle.fail(f.error);
     else if (f.op->sole_output.defined())

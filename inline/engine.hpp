@@ -141,7 +141,12 @@ struct inline_counters {
   /// Of those, the ones copied together with their lender (mailbox::split_bytes).
   std::atomic<std::uint64_t> loans_split{0};
 };
+/// The process's counters. They count from the first call on (tests ask
+/// before what they measure); until then the engines skip them, as an
+/// atomic add per small collective costs each call a locked instruction.
 inline_counters& inline_stats() noexcept;
+/// inline_stats() once something asked for it, else null (the engines' side).
+inline_counters* inline_counting() noexcept;
 
 class inline_engine : public std::enable_shared_from_this<inline_engine> {
  public:
@@ -197,8 +202,9 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// of a waiting thread).
   bool pass(bool block_on_lock, inline_clock::time_point now);
   bool step_head(finished_list& out, inline_clock::time_point now);
-  /// Completes or fails what left the queue (outside the lock).
-  static void hand_over(finished_list& out);
+  /// Completes or fails what left the queue (outside the lock); `now`: the
+  /// pass's clock reading, their end in the flight record.
+  static void hand_over(finished_list& out, inline_clock::time_point now);
   int blocker();
   bool head_reads_itself();
   void stop(const std::string& reason);

@@ -509,7 +509,8 @@ void mailbox::fill(receive& r, message& m) {
   try {
     if (m.loan) {
       take(m.src, *m.loan, buf, 0, bytes);
-      inline_stats().loans_taken.fetch_add(1, std::memory_order_relaxed);
+      if (auto* stats = inline_counting())
+        stats->loans_taken.fetch_add(1, std::memory_order_relaxed);
     } else if (bytes_of(buf) > 0) {
       copy_between_ranks(buf, got, r.call.handle, m.sender);
     }

@@ -192,8 +192,10 @@ bool mailbox::start_split(receive& r, message& m) {
   }
   // From a thread that may be the one reading the lender's frames.
   plane->send_soon(global_ranks_[static_cast<std::size_t>(src)], group_, ask);
-  inline_stats().loans_taken.fetch_add(1, std::memory_order_relaxed);
-  inline_stats().loans_split.fetch_add(1, std::memory_order_relaxed);
+  if (auto* stats = inline_counting()) {
+    stats->loans_taken.fetch_add(1, std::memory_order_relaxed);
+    stats->loans_split.fetch_add(1, std::memory_order_relaxed);
+  }
   std::exception_ptr failed;
   try {
     take(src, loan, buf, 0, at);

@@ -78,10 +78,23 @@ constexpr std::uint64_t direct_from_bytes = 32 << 10;
 
 class allreduce_shm final : public shm_op {
  public:
-  allreduce_shm(tensor data, reduce_op::kind kind, double divisor, std::uint8_t code, int root)
-      : shm_op(code), data_(std::move(data)), kind_(kind), divisor_(divisor), root_(root) {}
+  allreduce_shm(tensor data, reduce_op::kind kind, double divisor, std::uint8_t code, int root,
+                bool data_is_output)
+      : shm_op(code),
+        data_(std::move(data)),
+        kind_(kind),
+        divisor_(divisor),
+        root_(root),
+        data_is_output_(data_is_output) {}
 
   bool step(inline_context& ctx, bool& moved) override {
+    if (!advance(ctx, moved)) return false;
+    if (data_is_output_) sole_output = std::move(data_);
+    return true;
+  }
+
+ private:
+  bool advance(inline_context& ctx, bool& moved) {
     if (data_.nbytes() <= tiny_bytes) return step_tiny(ctx, moved);
     auto& seg = *ctx.seg;
     const auto me = ctx.rank;
@@ -124,7 +137,7 @@ class allreduce_shm final : public shm_op {
           first_ = ++ctx.chunks;
           publish(ctx, &rank_progress::staged, first_, moved);
           phase_ = phase::small_staged;
-          return step(ctx, moved);
+          return advance(ctx, moved);
         }
         if (one_step) {
           reduce_small(ctx);
@@ -159,7 +172,6 @@ class allreduce_shm final : public shm_op {
     }
   }
 
- private:
   enum class phase { post, agree, finish, small_staged, chunks, tiny_wait };
 
   /// Up to tiny_bytes (and every barrier): on the tiny lane (shm_op.hpp),
@@ -439,7 +451,8 @@ class allreduce_shm final : public shm_op {
   tensor data_;
   reduce_op::kind kind_;
   double divisor_;
-  int root_;  // a reduce's root (the only buffer written), or -1: an allreduce
+  int root_;             // a reduce's root (the only buffer written), or -1: an allreduce
+  bool data_is_output_;  // the work completes with data_ (moved: no second copy held)
   phase phase_ = phase::post;
   std::int64_t chunk_elems_ = 0;
   std::int64_t chunks_ = 0;
@@ -450,8 +463,9 @@ class allreduce_shm final : public shm_op {
 }  // namespace
 
 std::unique_ptr<inline_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor,
-                                              std::uint8_t code, int root) {
-  return std::make_unique<allreduce_shm>(std::move(data), kind, divisor, code, root);
+                                              std::uint8_t code, int root, bool data_is_output) {
+  return std::make_unique<allreduce_shm>(std::move(data), kind, divisor, code, root,
+                                         data_is_output);
 }
 
 }  // namespace troupe::detail

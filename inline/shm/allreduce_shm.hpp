@@ -13,7 +13,10 @@ namespace troupe::detail {
 /// With an empty buffer and `code` barrier it is the group's barrier (every
 /// rank posts, everyone waits until all posted). With `root` >= 0 it is
 /// the reduce to that group rank: the other ranks' buffers are left as they were.
+/// `data_is_output`: the work completes with `data` as its sole output (the
+/// caller's tensor was flat already; no second copy of it is held).
 std::unique_ptr<inline_op> make_allreduce_shm(tensor data, reduce_op::kind kind, double divisor,
-                                              std::uint8_t code, int root = -1);
+                                              std::uint8_t code, int root = -1,
+                                              bool data_is_output = false);
 
 }  // namespace troupe::detail

@@ -276,9 +276,10 @@ void shm_op::finish_op(inline_context& ctx, bool& moved) {
   // Whoever hears that the operation is done sees its streamed output.
   if (stream_output_) stream_fence();
   publish(ctx, &rank_progress::done, op, moved);
-  auto& stats = inline_stats();
-  if (copied_) stats.copied.fetch_add(copied_, std::memory_order_relaxed);
-  if (reduced_bytes_) stats.reduced.fetch_add(reduced_bytes_, std::memory_order_relaxed);
+  if (auto* stats = inline_counting()) {
+    if (copied_) stats->copied.fetch_add(copied_, std::memory_order_relaxed);
+    if (reduced_bytes_) stats->reduced.fetch_add(reduced_bytes_, std::memory_order_relaxed);
+  }
   copied_ = reduced_bytes_ = 0;
 }
 
