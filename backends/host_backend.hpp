@@ -157,7 +157,7 @@ class host_backend final : public backend {
   bool on_tiny_lane(op_code code, const tensor& block, const tensor& other,
                     const tensor_list& root_list) const;
   /// Runs `c` there, without a planned call; the work's result is `sole`
-  /// where defined, else `outputs`.
+  /// where defined (`c.output` is then flat(sole)), else `outputs`.
   work on_tiny(tiny_call&& c, const char* name, timeout_t timeout, const tensor& sole,
                tensor_list outputs);
   work barrier_inline(const barrier_options& o);

@@ -164,8 +164,12 @@ work host_backend::on_tiny(tiny_call&& c, const char* name, timeout_t timeout, c
   const auto code = c.code;
   const tensor logged =
       debug_ == debug_level::detail ? (c.input.defined() ? c.input : c.output) : tensor{};
+  // `c.output` is flat(sole) where sole is defined: a tensor flat already
+  // is the output itself.
+  const bool whole = sole.defined() && sole.dim() == 1 && sole.is_contiguous();
+  c.output_is_result = whole;
   auto op = make_tiny_direct(std::move(c));
-  op->sole_output = sole;
+  if (!whole) op->sole_output = sole;
   return on_inline(std::move(op), code, name, logged, timeout, std::move(outputs));
 }
 

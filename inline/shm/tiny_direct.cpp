@@ -68,6 +68,23 @@ class tiny_direct final : public shm_op {
         dtype_((call_.input.defined() ? call_.input : call_.output).scalar_type()) {}
 
   bool step(inline_context& ctx, bool& moved) override {
+    if (!advance(ctx, moved)) return false;
+    if (call_.output_is_result) sole_output = std::move(call_.output);
+    return true;
+  }
+
+  std::pair<int, std::string> blocker() const override {
+    return slots_ ? slots_->blocker() : shm_op::blocker();
+  }
+  int blocked_rank() const override {
+    return slots_ ? slots_->blocked_rank() : shm_op::blocked_rank();
+  }
+  std::string disagreement() const override {
+    return slots_ ? slots_->disagreement() : std::string{};
+  }
+
+ private:
+  bool advance(inline_context& ctx, bool& moved) {
     if (slots_) return slots_->step(ctx, moved);
     if (!posted_) {
       if (!tiny_lane_free(ctx)) return false;
@@ -89,17 +106,6 @@ class tiny_direct final : public shm_op {
     return true;
   }
 
-  std::pair<int, std::string> blocker() const override {
-    return slots_ ? slots_->blocker() : shm_op::blocker();
-  }
-  int blocked_rank() const override {
-    return slots_ ? slots_->blocked_rank() : shm_op::blocked_rank();
-  }
-  std::string disagreement() const override {
-    return slots_ ? slots_->disagreement() : std::string{};
-  }
-
- private:
   op_code code() const { return call_.code; }
   /// One rank's share in bytes (kept: asked by every step).
   std::int64_t block() const { return block_; }

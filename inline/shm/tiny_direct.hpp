@@ -26,6 +26,10 @@ struct tiny_call {
   /// root writes its outputs, the operation's `outputs` (the work's result,
   /// one per rank, set before it runs).
   tensor_list root_inputs;
+  /// The work completes with `output` (the caller's tensor, flat already),
+  /// moved out of the operation at its end: no second copy of it is held
+  /// (each copy counts two owners up and down, a locked instruction each).
+  bool output_is_result = false;
 };
 
 /// Whether a `code` call whose blocks (one rank's share: a broadcast's,
