@@ -94,21 +94,28 @@ std::string announced_mismatch(int peer, int theirs, int mine, const std::string
 
 work inline_engine::submit(std::unique_ptr<inline_op> op) {
   auto w = op->handle;
-  const auto issued = inline_clock::now();
-  op->deadline = issued + op->timeout;
   auto& s = *w.state();
-  s.issued = issued;
   // Queued and stepped in one critical section (a tiny call whose peers
   // were there first ends here).
   finished_list out;
+  // The clock is read at once for an operation that waits behind others or
+  // whose first step sends with its deadline; else once it blocks (step_head),
+  // so that a call whose peers were there first posts without a clock
+  // reading before it (24 ns, a tenth of a small call between processes).
+  inline_clock::time_point now{};
   {
     std::lock_guard<std::mutex> g{engine_};
     if (!driver_) driver_ = std::make_shared<engine_driver>(weak_from_this());
     s.driver = driver_;
+    if (!queue_.empty() || op->steps_with_deadline) {
+      now = inline_clock::now();
+      op->deadline = now + op->timeout;
+    }
     queue_.push_back(std::move(op));
-    step_head(out, issued);
+    step_head(out, now);
   }
-  hand_over(out, issued);
+  s.issued = now;  // the epoch when no step read the clock: the flight record reads it
+  hand_over(out, now);
   // Watched already (mostly): no owner count up and down to ask again.
   if (!s.finished.load() && !watched_.load(std::memory_order_acquire))
     progress_watch(shared_from_this());
@@ -220,7 +227,8 @@ void inline_engine::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> g{engine_};
     stop(reason);
-    step_head(out, inline_clock::now());
+    auto now = inline_clock::now();
+    step_head(out, now);
   }
   out.for_each([](finished& f) { f.op->handle.fail(f.error); });
   med_->wake_all();  // threads of this rank sleeping in the medium
@@ -258,7 +266,7 @@ void inline_engine::hand_over(finished_list& out, inline_clock::time_point now) 
   });
 }
 
-bool inline_engine::step_head(finished_list& out, inline_clock::time_point now) {
+bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now) {
   inline_context ctx{
       *this,     *med_,   med_->shared_segment(), rank_,         size(),
       names_,    chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_,
@@ -317,6 +325,10 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point now) 
       continue;
     }
     int peer = op.blocked_rank();
+    // Blocked: the clock now, and the deadline counts from here if submit
+    // left it unset.
+    if (now == inline_clock::time_point{}) now = inline_clock::now();
+    if (op.deadline == inline_clock::time_point{}) op.deadline = now + op.timeout;
     // In a simulation the conductor alone, in virtual time, fails a wait
     // that a killed or frozen rank blocks: the medium's checks run on wall
     // time (a scan period, a grace for ranks that left), which would make

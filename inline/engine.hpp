@@ -124,7 +124,12 @@ class inline_op : public recycled {
   std::uint64_t seq = 0;  ///< the group's sequence number
   std::uint64_t op = 0;   ///< the inline engine's operation number (1, 2, ...)
   std::chrono::milliseconds timeout{};
+  /// The epoch until set: at submit, or when the operation first blocks as
+  /// the queue's head (steps_with_deadline false).
   inline_clock::time_point deadline;
+  /// Whether step() reads `deadline` from its first step on (the message
+  /// engine's operations send with it); the shared segment's do not.
+  bool steps_with_deadline = true;
   tensor_list outputs;
   /// The sole output instead of `outputs` (no vector per call with one output).
   tensor sole_output;
@@ -201,7 +206,8 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// (deadlines and lost peers are checked against it: one reading per turn
   /// of a waiting thread).
   bool pass(bool block_on_lock, inline_clock::time_point now);
-  bool step_head(finished_list& out, inline_clock::time_point now);
+  /// `now` the epoch: not read yet (submit); read here once the head blocks.
+  bool step_head(finished_list& out, inline_clock::time_point& now);
   /// Completes or fails what left the queue (outside the lock); `now`: the
   /// pass's clock reading, their end in the flight record.
   static void hand_over(finished_list& out, inline_clock::time_point now);

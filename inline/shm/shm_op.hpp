@@ -28,7 +28,7 @@ class shm_op : public inline_op {
   int blocked_rank() const override { return blocked_rank_; }
 
  protected:
-  explicit shm_op(std::uint8_t code) : code_(code) {}
+  explicit shm_op(std::uint8_t code) : code_(code) { steps_with_deadline = false; }
 
   using counter = std::atomic<std::uint64_t> rank_progress::*;
   /// True when every rank's `c` reached `value`; otherwise remembers the
