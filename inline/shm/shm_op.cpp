@@ -1,5 +1,6 @@
 #include "inline/shm/shm_op.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/call.hpp"
@@ -107,6 +108,16 @@ bool shm_op::tiny_lane_free(inline_context& ctx) {
 void shm_op::post_tiny(inline_context& ctx, const tiny_header& call, const void* data,
                        std::size_t bytes, bool& moved) {
   auto& h = ctx.seg->tiny(ctx.rank, op);
+  // The data past the header's line first (read only after the stamp), then
+  // the header's line in one burst: its fields, its first bytes of data, the
+  // stamp. A peer polling the line between two stores to it takes it back,
+  // and the next store waits for the line to return (a transfer between
+  // cores); a call to memcpy between the fields and the stamp made that likely.
+  const auto* src = static_cast<const std::byte*>(data);
+  const std::size_t in_head = std::min(bytes, sizeof h.head);
+  if (bytes > in_head) std::memcpy(h.head + in_head, src + in_head, bytes - in_head);
+  std::byte head[sizeof h.head];
+  for (std::size_t i = 0; i < in_head; ++i) head[i] = src[i];
   h.seq = seq;
   h.nbytes = call.nbytes;
   h.dtype = call.dtype;
@@ -114,9 +125,9 @@ void shm_op::post_tiny(inline_context& ctx, const tiny_header& call, const void*
   h.code = code_;
   h.root = call.root;
   h.counts_hash = call.counts_hash;
-  copy(ctx.seg->tiny_data(ctx.rank, op), static_cast<const std::byte*>(data),
-       static_cast<std::int64_t>(bytes));
+  std::memcpy(h.head, head, in_head);
   h.stamp.store(op, std::memory_order_release);
+  copied_ += bytes;
   ctx.seg->ring(ctx.rank);
   moved = true;
 }
