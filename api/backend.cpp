@@ -62,14 +62,14 @@ work backend::reduce_one(tensor& t, const reduce_options& o) {
 
 work backend::gather_one(tensor_list& outs, tensor& in, const gather_options& o) {
   std::vector<tensor_list> lists;
-  if (!outs.empty()) lists.push_back(outs);
+  if (!outs.empty()) lists.push_back(std::move(outs));
   tensor_list one{in};
   return gather(lists, one, o);
 }
 
 work backend::scatter_one(tensor& out, tensor_list& ins, const scatter_options& o) {
   std::vector<tensor_list> lists;
-  if (!ins.empty()) lists.push_back(ins);
+  if (!ins.empty()) lists.push_back(std::move(ins));
   tensor_list one{out};
   return scatter(one, lists, o);
 }

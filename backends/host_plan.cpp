@@ -152,7 +152,7 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
 work host_backend::gather_one(tensor_list& outs, tensor& in, const gather_options& o) {
   if (on_tiny_lane(op_code::gatherv, in, {}, outs))
     return on_tiny({op_code::gatherv, flat(in), {}, o.root_rank, reduce_op::SUM, {}}, "gather",
-                   o.timeout, {}, rank() == o.root_rank ? outs : tensor_list{});
+                   o.timeout, {}, rank() == o.root_rank ? std::move(outs) : tensor_list{});
   auto c = make_call(op_code::gatherv, "gather", o.timeout, outs);
   c.root = o.root_rank;
   c.input = flat(in);
@@ -189,7 +189,7 @@ work host_backend::scatter_one(tensor& out, tensor_list& ins, const scatter_opti
                     flat(out),
                     o.root_rank,
                     reduce_op::SUM,
-                    rank() == o.root_rank ? ins : tensor_list{}},
+                    rank() == o.root_rank ? std::move(ins) : tensor_list{}},
                    "scatter", o.timeout, out, {});
   auto c = make_call(op_code::scatterv, "scatter", o.timeout, out);
   c.root = o.root_rank;

@@ -73,6 +73,10 @@ class backend {
   int size() const noexcept { return size_; }
   const std::string& group_name() const noexcept { return group_name_; }
 
+  // The lists and tensors passed by reference are the process group's own
+  // copies of the caller's arguments: a backend may move from them (the
+  // group reads only the tensors it records, before and after the call:
+  // gather's and scatter's root lists are not among them).
   virtual work broadcast(tensor_list& tensors, const broadcast_options& opts);
   virtual work allreduce(tensor_list& tensors, const allreduce_options& opts);
   virtual work allreduce_coalesced(tensor_list& tensors, const allreduce_coalesced_options& opts);
