@@ -137,9 +137,10 @@ class host_backend final : public backend {
   /// (3 ranks, 1 Mi float16 elements: 229k differed from the float32 sum
   /// rounded once). Two ranks reduce each element once, so stay as they are.
   call_ptr with_float_sums(const call_ptr& c) const;
-  /// The group's next sequence number, set on `w` and announced to the inline engine
-  /// (under issue_mtx_, so numbers follow the order of submission).
-  std::uint64_t number(const work& w, op_code code, route r);
+  /// The group's next sequence number, announced to the inline engine (under
+  /// issue_mtx_, so numbers follow the order of submission); the caller sets
+  /// it on the call's work.
+  std::uint64_t number(op_code code, route r);
   /// A call on cuda tensors among ranks of this process: straight between
   /// the ranks' device buffers (backends/device_exchange.hpp).
   work submit_on_device(const call_ptr& c);

@@ -58,7 +58,8 @@ work host_backend::submit(collective_call&& c) {
   track(p->handle);
   if (debug_ == debug_level::detail) log_detail(p->handle, p->input);
   std::lock_guard<std::mutex> g{issue_mtx_};
-  p->seq = number(p->handle, p->code, route::actors);
+  p->seq = number(p->code, route::actors);
+  p->handle.set_sequence_number(p->seq);
   caf::anon_send(rt_.relay(), submit_atom::value, p, group_);
   return p->handle;
 }
@@ -94,13 +95,12 @@ call_ptr host_backend::with_float_sums(const call_ptr& c) const {
   return w;
 }
 
-/// The group's next sequence number, set on `w` and announced to the inline engine
-/// (under issue_mtx_, so numbers follow the order of submission).
-std::uint64_t host_backend::number(const work& w, op_code code, route r) {
+/// The group's next sequence number, announced to the inline engine (under
+/// issue_mtx_, so numbers follow the order of submission).
+std::uint64_t host_backend::number(op_code code, route r) {
   // The lock orders the writers: a store, not a locked add.
   const auto seq = issued_.load(std::memory_order_relaxed) + 1;
   issued_.store(seq, std::memory_order_release);
-  w.set_sequence_number(seq);
   if (engine_) engine_->announce(seq, static_cast<std::uint8_t>(code), r);
   return seq;
 }
@@ -112,7 +112,8 @@ work host_backend::submit_on_device(const call_ptr& c) {
   if (debug_ == debug_level::detail)
     log_detail(c->handle, c->input.defined() ? c->input : c->output);
   std::lock_guard<std::mutex> g{issue_mtx_};
-  c->seq = number(c->handle, c->code, route::device);
+  c->seq = number(c->code, route::device);
+  c->handle.set_sequence_number(c->seq);
 #ifdef TROUPE_HAVE_CUDA
   try {
     const auto& t = c->input.defined() ? c->input : c->output;
@@ -205,13 +206,16 @@ work host_backend::on_inline(inline_engine& engine, std::unique_ptr<inline_op> o
   op->name = name;
   op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
   op->outputs = std::move(outputs);
-  if (!op->handle.valid()) op->handle = make_work(name, group_name());
   // Not tracked: the engine holds the operation until it ends, and aborting
-  // the engine (abort, shutdown) fails it.
-  if (debug_ == debug_level::detail) log_detail(op->handle, data);
+  // the engine (abort, shutdown) fails it. Its work is made by the engine
+  // once this rank posted (inline_engine::submit), but for the log.
+  if (debug_ == debug_level::detail) {
+    if (!op->handle.valid()) op->handle = make_work(name, group_name());
+    log_detail(op->handle, data);
+  }
   std::lock_guard<std::mutex> g{issue_mtx_};
-  op->seq =
-      number(op->handle, code, &engine == engine_.get() && shm_ ? route::shm : route::messages);
+  op->seq = number(code, &engine == engine_.get() && shm_ ? route::shm : route::messages);
+  if (op->handle.valid()) op->handle.set_sequence_number(op->seq);
   op->op = engine.next_op();
   return engine.submit(std::move(op));
 }

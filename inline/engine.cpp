@@ -93,8 +93,8 @@ std::string announced_mismatch(int peer, int theirs, int mine, const std::string
 }
 
 work inline_engine::submit(std::unique_ptr<inline_op> op) {
-  auto w = op->handle;
-  auto& s = *w.state();
+  // Alive until hand_over: queued, or in `out` once finished.
+  inline_op& o = *op;
   // Queued and stepped in one critical section (a tiny call whose peers
   // were there first ends here).
   finished_list out;
@@ -103,21 +103,28 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   // so that a call whose peers were there first posts without a clock
   // reading before it (24 ns, a tenth of a small call between processes).
   inline_clock::time_point now{};
+  work w;
   {
     std::lock_guard<std::mutex> g{engine_};
     if (!driver_) driver_ = std::make_shared<engine_driver>(weak_from_this());
-    s.driver = driver_;
-    if (!queue_.empty() || op->steps_with_deadline) {
+    if (!queue_.empty() || o.steps_with_deadline) {
       now = inline_clock::now();
-      op->deadline = now + op->timeout;
+      o.deadline = now + o.timeout;
     }
     queue_.push_back(std::move(op));
     step_head(out, now);
+    // The work, once this rank posted (what comes before the post delays
+    // the peers): no step reads it, and no other thread steps the
+    // operation or completes it before the lock is released.
+    if (!o.handle.valid()) o.handle = make_work(o.name, group_, o.seq);
+    w = o.handle;
+    w.state()->driver = driver_;
   }
-  s.issued = now;  // the epoch when no step read the clock: the flight record reads it
+  // The epoch when no step read the clock: the flight record reads it.
+  w.state()->issued = now;
   hand_over(out, now);
   // Watched already (mostly): no owner count up and down to ask again.
-  if (!s.finished.load() && !watched_.load(std::memory_order_acquire))
+  if (!w.state()->finished.load() && !watched_.load(std::memory_order_acquire))
     progress_watch(shared_from_this());
   return w;
 }

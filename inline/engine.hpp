@@ -174,7 +174,8 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   void read_announcements_from(std::shared_ptr<medium> m) { announcer_ = std::move(m); }
   /// The next operation number (the caller serializes issue).
   std::uint64_t next_op() noexcept { return ++issued_; }
-  /// Queues `op`, makes one pass and returns its work.
+  /// Queues `op`, makes one pass and returns its work (op->handle, made
+  /// after that pass when unset: op->seq is then the group's sequence number).
   work submit(std::unique_ptr<inline_op> op);
   /// Drives until `s` finished or `until` passed.
   void drive(work_state& s, inline_clock::time_point until);
