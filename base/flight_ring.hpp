@@ -35,9 +35,9 @@ class flight_ring {
                        std::chrono::steady_clock::time_point issued = {}, bool completed = false);
   /// Call `id` ended (error: null when it completed); a timeout, a mismatch
   /// or a peer failure makes the ring dump itself once.
-  /// `at`: when (the epoch: now).
+  /// `when`: when it ended (the epoch: now).
   void ended(std::uint64_t id, const std::exception_ptr& error,
-             std::chrono::steady_clock::time_point at = {});
+             std::chrono::steady_clock::time_point when = {});
   /// The calls recorded, oldest first.
   std::vector<flight_entry> entries() const;
   /// Prints the record (stderr, or TROUPE_FLIGHT_RECORDER_DUMP/<group>-rank<R>.txt)

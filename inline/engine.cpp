@@ -93,7 +93,7 @@ std::string announced_mismatch(int peer, int theirs, int mine, const std::string
 }
 
 work inline_engine::submit(std::unique_ptr<inline_op> op) {
-  // Alive until hand_over: queued, or in `out` once finished.
+  // Alive while the lock below is held: queued, or in `out` once finished.
   inline_op& o = *op;
   // Queued and stepped in one critical section (a tiny call whose peers
   // were there first ends here).
@@ -119,9 +119,9 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
     if (!o.handle.valid()) o.handle = make_work(o.name, group_, o.seq);
     w = o.handle;
     w.state()->driver = driver_;
+    // The epoch when no step read the clock: the flight record reads it.
+    w.state()->issued = now;
   }
-  // The epoch when no step read the clock: the flight record reads it.
-  w.state()->issued = now;
   hand_over(out, now);
   // Watched already (mostly): no owner count up and down to ask again.
   if (!w.state()->finished.load() && !watched_.load(std::memory_order_acquire))
