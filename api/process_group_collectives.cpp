@@ -4,8 +4,6 @@
 
 #include "troupe/process_group.hpp"
 
-#include <array>
-
 #include "api/validate.hpp"
 #include "troupe/error.hpp"
 
@@ -154,7 +152,7 @@ work process_group::allgather(tensor_list outs, tensor in, const allgather_optio
 work process_group::allgather_into_tensor(tensor out, tensor in, const allgather_options& o) {
   check_member("allgather_into_tensor");
   validator v{"allgather_into_tensor", rank_, size()};
-  v.tensors(std::array{in, out}, "tensors");
+  v.pair(in, out, "tensors");
   v.numel(out.numel(), in.numel() * size(), "output_tensor");
   const std::span<const tensor> ts{&in, 1};
   return track(backend_for("allgather_into_tensor", ts).allgather_into_tensor(out, in, o),
@@ -247,7 +245,7 @@ work process_group::reduce_scatter(tensor out, tensor_list ins, const reduce_sca
 work process_group::reduce_scatter_tensor(tensor out, tensor in, const reduce_scatter_options& o) {
   check_member("reduce_scatter_tensor");
   validator v{"reduce_scatter_tensor", rank_, size()};
-  v.tensors(std::array{in, out}, "tensors");
+  v.pair(in, out, "tensors");
   v.numel(in.numel(), out.numel() * size(), "input_tensor");
   check_reduce_supported("reduce_scatter_tensor", o.op, out.scalar_type());
   const std::span<const tensor> ts{&out, 1};
@@ -276,7 +274,7 @@ work process_group::alltoall_single(tensor out, tensor in, std::vector<std::int6
                                     const alltoall_options& o) {
   check_member("alltoall_single");
   validator v{"alltoall_single", rank_, size()};
-  v.tensors(std::array{in, out}, "tensors");
+  v.pair(in, out, "tensors");
   auto rows = [](const tensor& t) { return t.dim() == 0 ? std::int64_t{1} : t.shape()[0]; };
   auto row_size = [&](const tensor& t) { return rows(t) == 0 ? 0 : t.numel() / rows(t); };
   if (in.numel() > 0 && out.numel() > 0 && row_size(in) != row_size(out))
@@ -339,7 +337,7 @@ void check_rooted_blocks(const validator& v, int root, const std::vector<std::in
   v.tensor1(block, block_name);
   const auto sum = v.blocks(counts, block, block_name);
   if (v.rank() == root) {
-    v.tensors(std::array{in, out}, "tensors");
+    v.pair(in, out, "tensors");
     v.all_blocks(all, sum, block_is_input ? "output" : "input");
   }
 }
@@ -350,7 +348,7 @@ work process_group::allgatherv(tensor out, tensor in, std::vector<std::int64_t> 
                                const allgather_options& o) {
   check_member("allgatherv");
   validator v{"allgatherv", rank_, size()};
-  v.tensors(std::array{in, out}, "tensors");
+  v.pair(in, out, "tensors");
   v.all_blocks(out, v.blocks(counts, in, "input"), "output");
   const std::span<const tensor> ts{&in, 1};
   return track(backend_for("allgatherv", ts).allgatherv(out, in, counts, o), "allgatherv", ts, -1);
@@ -376,7 +374,7 @@ work process_group::reduce_scatterv(tensor out, tensor in, std::vector<std::int6
                                     const reduce_scatter_options& o) {
   check_member("reduce_scatterv");
   validator v{"reduce_scatterv", rank_, size()};
-  v.tensors(std::array{in, out}, "tensors");
+  v.pair(in, out, "tensors");
   v.all_blocks(in, v.blocks(counts, out, "output"), "input");
   check_reduce_supported("reduce_scatterv", o.op, in.scalar_type());
   const std::span<const tensor> ts{&in, 1};

@@ -12,15 +12,22 @@ void validator::tensors(std::span<const tensor> ts, const char* what, std::size_
   if (ts.size() < min)
     fail(std::string(what) + " must hold at least " + std::to_string(min) + " tensor(s), got " +
          std::to_string(ts.size()));
-  for (std::size_t i = 0; i < ts.size(); ++i) {
-    auto& t = ts[i];
-    auto name = [&] { return std::string(what) + "[" + std::to_string(i) + "]"; };
-    if (!t.defined()) fail(name() + " is an undefined tensor");
-    if (!t.is_contiguous())
-      fail(name() + " is non-contiguous (" + t.describe() +
-           "); collectives need contiguous tensors: pass a contiguous copy");
-  }
+  for (std::size_t i = 0; i < ts.size(); ++i) usable(ts[i], what, i);
   if (!ts.empty()) same_dtype(ts, ts.front());
+}
+
+void validator::pair(const tensor& first, const tensor& second, const char* what) const {
+  usable(first, what, 0);
+  usable(second, what, 1);
+  same_dtype({&second, 1}, first);
+}
+
+void validator::usable(const tensor& t, const char* what, std::size_t i) const {
+  auto name = [&] { return std::string(what) + "[" + std::to_string(i) + "]"; };
+  if (!t.defined()) fail(name() + " is an undefined tensor");
+  if (!t.is_contiguous())
+    fail(name() + " is non-contiguous (" + t.describe() +
+         "); collectives need contiguous tensors: pass a contiguous copy");
 }
 
 void validator::same_dtype(std::span<const tensor> ts, const tensor& ref) const {

@@ -23,6 +23,9 @@ class validator {
   /// (A span: a call's single tensor is checked without building a list.)
   void tensors(std::span<const tensor> ts, const char* what, std::size_t min = 1) const;
   void tensor1(const tensor& t, const char* what) const { tensors({&t, 1}, what); }
+  /// tensors() of the list {first, second}, without copying them into one
+  /// (each copy counts two owners up and down).
+  void pair(const tensor& first, const tensor& second, const char* what) const;
   /// All tensors have the dtype (and device) of `ref`.
   void same_dtype(std::span<const tensor> ts, const tensor& ref) const;
   /// A rank argument (root, peer) is in [0, size).
@@ -44,6 +47,9 @@ class validator {
   const char* op() const noexcept { return op_; }
 
  private:
+  /// `t`, entry i of the list `what`, is defined and contiguous.
+  void usable(const tensor& t, const char* what, std::size_t i) const;
+
   const char* op_;
   int rank_;
   int size_;
