@@ -10,9 +10,14 @@
 
 namespace troupe::detail {
 
+/// Whether `t` is defined and one contiguous dimension: flat(t) is t itself.
+inline bool is_flat(const tensor& t) {
+  return t.defined() && t.dim() == 1 && t.is_contiguous();
+}
+
 /// `t` as one dimension (undefined stays undefined).
 inline tensor flat(const tensor& t) {
-  if (!t.defined() || (t.dim() == 1 && t.is_contiguous())) return t;  // a copy shares its layout
+  if (!t.defined() || is_flat(t)) return t;  // a copy shares its layout
   return t.view({t.numel()});
 }
 

@@ -146,7 +146,7 @@ work host_backend::on_segment(op_code code, const char* name, tensor& t, const r
   // The flat view goes into the operation (not copied: every tensor copy
   // counts its two owners up and down, a locked instruction each); a tensor
   // that is flat already is the output too.
-  const bool whole = t.dim() == 1 && t.is_contiguous();
+  const bool whole = is_flat(t);
   auto shm_op =
       make_allreduce_shm(flat(t), kind, divisor, static_cast<std::uint8_t>(code), root, whole);
   if (!whole) shm_op->sole_output = t;
@@ -167,7 +167,7 @@ work host_backend::on_tiny(tiny_call&& c, const char* name, timeout_t timeout, c
       debug_ == debug_level::detail ? (c.input.defined() ? c.input : c.output) : tensor{};
   // `c.output` is flat(sole) where sole is defined: a tensor flat already
   // is the output itself.
-  const bool whole = sole.defined() && sole.dim() == 1 && sole.is_contiguous();
+  const bool whole = is_flat(sole);
   c.output_is_result = whole;
   auto op = make_tiny_direct(std::move(c));
   if (!whole) op->sole_output = sole;

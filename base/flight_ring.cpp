@@ -84,36 +84,31 @@ std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_
 void flight_ring::ended(std::uint64_t id, const std::exception_ptr& err,
                         std::chrono::steady_clock::time_point when) {
   const auto at = wall_us(when);
-  if (!err) {  // most calls: no text to keep (record() cleared the slot's)
-    std::lock_guard<spin_lock> g{mtx_};
-    auto& s = slots_[(id - 1) % capacity_];
-    if (s.id == id) {
-      s.ended_us = at;
-      s.state = 1;
-    }
-    return;
-  }
   std::string why;
   bool dump = false;
-  try {
-    std::rethrow_exception(err);
-  } catch (const error& e) {
-    why = e.what();
-    dump =
-        e.code() == errc::timeout || e.code() == errc::mismatch || e.code() == errc::peer_failure;
-  } catch (const std::exception& e) {
-    why = e.what();
-  } catch (...) {
-    why = "an unknown exception";
+  if (err) {
+    try {
+      std::rethrow_exception(err);
+    } catch (const error& e) {
+      why = e.what();
+      dump =
+          e.code() == errc::timeout || e.code() == errc::mismatch || e.code() == errc::peer_failure;
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "an unknown exception";
+    }
   }
   {
     std::lock_guard<spin_lock> g{mtx_};
     auto& s = slots_[(id - 1) % capacity_];
     if (s.id == id) {  // else the ring moved on past this call
       s.ended_us = at;
-      s.state = 2;
-      s.error = std::move(why);
-      why = s.error;
+      s.state = err ? 2 : 1;
+      if (err) {  // a success keeps the text record() cleared
+        s.error = std::move(why);
+        why = s.error;
+      }
     }
   }
   if (dump) dump_once(why);
