@@ -185,6 +185,16 @@ tensor tensor::empty(shape_t shape, dtype t, device d) {
   std::shared_ptr<void> base = d.type == device_type::cpu
                                    ? detail::allocate_host(bytes)
                                    : detail::gpu::allocate("tensor.empty", d, bytes);
+  if (shape.size() == 1) {
+    // One dimension: a layout this thread made recently (set_flat), not a
+    // new one with its two vectors (a third of a 4-byte tensor's cost).
+    tensor r;
+    r.base_ = std::move(base);
+    r.dtype_ = t;
+    r.device_ = d;
+    detail::tensor_access::set_flat(r, shape[0]);
+    return r;
+  }
   auto strides = detail::contiguous_strides(shape);
   return make(std::move(base), 0, std::move(shape), std::move(strides), t, d);
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/recycled.hpp"
 #include "memory/sealed_memfd.hpp"
 #include "troupe/error.hpp"
 
@@ -275,6 +276,35 @@ std::shared_ptr<void> pooled(std::size_t bytes) {
   });
 }
 
+/// Below pooled_min: a block with room to align its start to 64 bytes, from
+/// the thread's shelf up to 2 KiB (base/recycled.hpp; operator new above),
+/// and the owner count from the shelf too. The aligned operator new took about
+/// 1,000 instructions to allocate and free a 4-byte tensor's buffer
+/// (memalign splits a chunk to align it, and free merges it back), and its
+/// owner count as many again: a received message's early payload, a result,
+/// a staging buffer each paid them.
+std::shared_ptr<void> small_buffer(std::size_t bytes) {
+  constexpr std::size_t align = 64;
+  // What the allocator guarantees already (operator new's and malloc's
+  // alignment): the slack a block needs to start a 64-byte line inside it.
+  constexpr std::size_t slack = align - __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+  const std::size_t total = std::max<std::size_t>(bytes, align) + slack;
+  void* raw = recycled_allocate(total);
+  const auto at = (reinterpret_cast<std::uintptr_t>(raw) + align - 1) & ~(align - 1);
+  struct release {
+    void* raw;
+    std::size_t total;
+    void operator()(void*) const noexcept { recycled_free(raw, total); }
+  };
+  try {
+    return std::shared_ptr<void>(reinterpret_cast<void*>(at), release{raw, total},
+                                 recycling_allocator<char>{});
+  } catch (...) {
+    release{raw, total}(nullptr);
+    throw;
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<void> allocate_host(std::size_t bytes) {
@@ -284,9 +314,7 @@ std::shared_ptr<void> allocate_host(std::size_t bytes) {
   // its own, so that share_in_place can replace its pages.
   if (bytes >= huge_page) return large_buffer(bytes);
   if (bytes >= pooled_min) return pooled(bytes);
-  constexpr std::align_val_t align{64};
-  void* p = ::operator new(bytes ? bytes : 64, align);
-  return std::shared_ptr<void>(p, [](void* q) { ::operator delete (q, std::align_val_t{64}); });
+  return small_buffer(bytes);
 }
 
 std::shared_ptr<void> allocate_shared(std::size_t bytes) {

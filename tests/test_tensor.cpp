@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../backends/flat_buffers.hpp"
@@ -168,6 +169,34 @@ TEST_CASE("bfloat16 conversions") {
   CHECK(from_bf16(0x4049) == 3.140625f);
   CHECK(from_bf16(0xff80) == -std::numeric_limits<float>::infinity());
   CHECK(std::isnan(from_bf16(0x7fc0)));
+}
+
+TEST_CASE("small host buffers: 64-byte aligned, whole, freed on any thread") {
+  // Sizes around the recycled size classes (64-byte steps up to 2 KiB),
+  // past them, and up to the pooled mappings (64 KiB).
+  std::vector<tensor> kept;
+  for (std::int64_t n : {0, 1, 15, 16, 17, 100, 496, 497, 512, 1000, 2048, 4096, 16383}) {
+    for (int round = 0; round < 3; ++round) {  // shelved blocks come back
+      auto t = tensor::empty({n}, dtype::float32);
+      CAPTURE(n);
+      CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 64 == 0);
+      CHECK(t.shape() == shape_t{n});
+      CHECK(t.strides() == shape_t{1});
+      CHECK(t.is_contiguous());
+      // Every byte is the tensor's own: writing them all is seen back.
+      auto* b = static_cast<unsigned char*>(t.data());
+      for (std::int64_t i = 0; i < t.nbytes(); ++i) b[i] = static_cast<unsigned char>(i * 7 + n);
+      kept.push_back(t);
+    }
+  }
+  // Another thread frees them (its own shelves take some), then this one
+  // allocates again: no block is handed out twice while alive.
+  std::thread([moved = std::move(kept)]() mutable { moved.clear(); }).join();
+  auto a = tensor::empty({7}, dtype::int64), b = tensor::empty({7}, dtype::int64);
+  CHECK(a.data() != b.data());
+  auto c = tensor::empty({3, 5}, dtype::float64);  // two dimensions: a layout of its own
+  CHECK(c.strides() == shape_t{5, 1});
+  CHECK(reinterpret_cast<std::uintptr_t>(c.data()) % 64 == 0);
 }
 
 TEST_CASE("empty, zeros: shape, strides, contiguity, alignment") {
