@@ -13,7 +13,7 @@ void validator::tensors(std::span<const tensor> ts, const char* what, std::size_
     fail(std::string(what) + " must hold at least " + std::to_string(min) + " tensor(s), got " +
          std::to_string(ts.size()));
   for (std::size_t i = 0; i < ts.size(); ++i) usable(ts[i], what, i);
-  if (!ts.empty()) same_dtype(ts, ts.front());
+  if (ts.size() > 1) same_dtype(ts, ts.front());  // one tensor agrees with itself
 }
 
 void validator::pair(const tensor& first, const tensor& second, const char* what) const {

@@ -420,9 +420,12 @@ namespace {
 
 /// The count of a when_all: completes the whole when its last part
 /// completed, or fails it with the first failure. Kept alive by itself
-/// (`self`) until its last part relayed, and by the whole's drive; the
-/// parts' relays hold it by a plain pointer (they allocate nothing).
-struct joint {
+/// (`self`) until its last part relayed, and as the whole's driver (waiting
+/// for the whole drives the parts that move in the waiting thread); the
+/// parts' relays hold it by a plain pointer (they allocate nothing). One
+/// block from the thread's shelves: the count and the driver apart were two
+/// trips through malloc and free per batch_isend_irecv.
+struct joint final : detail::work_driver {
   std::atomic<std::size_t> left{0};
   std::atomic<bool> failed{false};
   work all;
@@ -431,9 +434,11 @@ struct joint {
 
   static void relay(void* arg, const work& done) {
     auto* j = static_cast<joint*>(arg);
-    // A failure is published before this part counts down: the last part's
-    // relay then sees it, and the whole's failure comes first.
-    if (!done.is_success() && !j->failed.exchange(true)) j->all.fail(done.exception());
+    // The part is done: its error was set with `done`, before its relays
+    // ran, and never changes after (no lock to read it). A failure is
+    // published before this part counts down: the last part's relay then
+    // sees it, and the whole's failure comes first.
+    if (const auto& e = done.state()->error; e && !j->failed.exchange(true)) j->all.fail(e);
     if (j->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     const auto keep = std::move(j->self);
     auto all = std::move(j->all);  // the whole no longer keeps itself alive
@@ -446,37 +451,33 @@ struct joint {
     for (auto& q : j->parts) detail::append_outputs(*q.state(), out);
     all.complete(std::move(out));
   }
-};
 
-/// Waiting for the whole drives the parts that move in the waiting thread.
-struct joint_driver final : detail::work_driver {
-  explicit joint_driver(std::shared_ptr<joint> j) : j(std::move(j)) {}
   void drive(work_state& s, std::chrono::steady_clock::time_point until) const override {
-    for (auto& p : j->parts)
+    for (auto& p : parts)
       if (auto& ps = *p.state(); ps.driver && !ps.finished.load(std::memory_order_acquire))
         ps.driver->drive(ps, until);
     poll_for_done(s, until);
   }
-  std::shared_ptr<joint> j;
 };
 
 }  // namespace
 
-work work::when_all(std::string op, std::string group, std::vector<work> parts) {
-  auto all = make(std::move(op), std::move(group));
+namespace detail {
+
+work join(work all, std::vector<work> parts) {
   if (parts.empty()) {
     all.complete({});
     return all;
   }
   if (auto seq = parts.back().sequence_number()) all.set_sequence_number(seq);
-  auto j = std::make_shared<joint>();
+  auto j = std::allocate_shared<joint>(recycling_allocator<joint>{});
   j->left = parts.size();
   j->all = all;
   j->parts = std::move(parts);
   j->self = j;
   if (std::any_of(j->parts.begin(), j->parts.end(),
                   [](const work& p) { return static_cast<bool>(p.state()->driver); }))
-    all.state()->driver = std::make_shared<joint_driver>(j);
+    all.state()->driver = j;
   // The bookkeeping runs where a part completes (no hand-over to another
   // thread for it); the whole's own callbacks go where the part's would.
   // A relay may run at once: the joint is complete first.
@@ -486,9 +487,15 @@ work work::when_all(std::string op, std::string group, std::vector<work> parts) 
     // the whole's too (kernels/shared_copy.hpp); the joint keeps the whole
     // until the part's relay, so no lock and no count for it.
     p.state()->whole.store(all.state().get(), std::memory_order_release);
-    detail::on_complete_relay(p, {&joint::relay, raw});
+    on_complete_relay(p, {&joint::relay, raw});
   }
   return all;
+}
+
+}  // namespace detail
+
+work work::when_all(std::string op, std::string group, std::vector<work> parts) {
+  return detail::join(make(std::move(op), std::move(group)), std::move(parts));
 }
 
 }  // namespace troupe

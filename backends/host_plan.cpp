@@ -336,7 +336,7 @@ work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
                         ? submit_p2p(p2p_call::send, "send", op.peer, op.buffer, o)
                         : submit_p2p(p2p_call::recv, "recv", op.peer, op.buffer, o));
   }
-  return work::when_all("batch_isend_irecv", group_name(), std::move(parts));
+  return join(make_work("batch_isend_irecv", group_name()), std::move(parts));
 }
 
 tensor_list host_backend::flatten(const std::vector<tensor_list>& lists) {

@@ -76,8 +76,8 @@ using call_ptr = std::shared_ptr<collective_call>;
 /// One send or receive.
 struct p2p_call {
   enum kind_t : std::uint8_t { send, recv, recv_any } kind = send;
-  std::string name;  ///< "send", "recv", "recv_any_source"
-  int peer = -1;     ///< group rank (ignored for recv_any)
+  const char* name = "";  ///< "send", "recv", "recv_any_source" (a literal)
+  int peer = -1;          ///< group rank (ignored for recv_any)
   int tag = 0;
   tensor buffer;
   std::chrono::milliseconds timeout{};

@@ -84,21 +84,23 @@ bool drain_callbacks(std::chrono::milliseconds timeout) {
 }
 
 namespace {
-void on_pool(std::function<void()> f) {
-  post_callback(std::move(f));
+/// The pool as a callback_runner, made once (not a std::function per call).
+const callback_runner& on_pool() {
+  static const callback_runner run = [](std::function<void()> f) { post_callback(std::move(f)); };
+  return run;
 }
 }  // namespace
 
 void complete_in_pool(const work& w, tensor_list outputs, int source_rank) {
-  complete_elsewhere(w, std::move(outputs), source_rank, on_pool);
+  complete_elsewhere(w, std::move(outputs), source_rank, on_pool());
 }
 
 void complete_in_pool(const work& w, tensor output, int source_rank) {
-  complete_one_elsewhere(w, std::move(output), source_rank, on_pool);
+  complete_one_elsewhere(w, std::move(output), source_rank, on_pool());
 }
 
 void fail_in_pool(const work& w, std::exception_ptr error) {
-  fail_elsewhere(w, std::move(error), on_pool);
+  fail_elsewhere(w, std::move(error), on_pool());
 }
 
 }  // namespace troupe::detail

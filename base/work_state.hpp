@@ -80,6 +80,10 @@ struct work_state {
 
 /// A new work named by `literal` (a string literal: it is kept, not copied).
 work make_work(const char* literal, std::string group, std::uint64_t seq = 0);
+/// `all` completed once every part did (with their outputs, in order) or
+/// failed with the first part's failure: work::when_all for a work made
+/// already (make_work's literal name, no string of its own).
+work join(work all, std::vector<work> parts);
 
 /// Runs a function on another thread (completions' callbacks).
 using callback_runner = std::function<void(std::function<void()>)>;

@@ -226,10 +226,9 @@ void mailbox::post(p2p_call c) {
     }
     // Lent: large, or the receiver holds the bound from this rank already.
     m.sender = c.handle;
-    m.sender_where = where(c.name);
-    m.waits_for = name_of(c.peer) + " to receive it (tag " + std::to_string(c.tag) + ")";
-    m.timeout = c.timeout;
-    m.deadline = clock::now() + c.timeout;
+    m.lent = std::make_unique<message::lender>(message::lender{
+        where(c.name), name_of(c.peer) + " to receive it (tag " + std::to_string(c.tag) + ")",
+        c.timeout, clock::now() + c.timeout});
     to->accept(std::move(m));
     return;
   }
@@ -460,7 +459,7 @@ void mailbox::accept(message m) {
           ++a.messages;
           a.bytes += bytes_of(m.payload);
         }
-        if (m.sender.valid()) arm(m.deadline);
+        if (m.sender.valid()) arm(m.lent->deadline);
         messages_.push_back(std::move(m));
       }
     }
@@ -545,7 +544,7 @@ void mailbox::settle(finishes& done) {
         std::rethrow_exception(f.error);
       } catch (const error& e) {
         fail_in_pool(f.m->sender, std::make_exception_ptr(
-                                      error(e.code(), f.m->sender_where + " failed: " + e.what())));
+                                      error(e.code(), f.m->lent->where + " failed: " + e.what())));
         return;
       } catch (...) {
       }
@@ -711,12 +710,12 @@ void mailbox::expire() {
     for (auto m = messages_.begin(); m != messages_.end();) {
       if (!m->sender.valid()) {
         ++m;
-      } else if (m->deadline > now) {
-        next = std::min(next, m->deadline);
+      } else if (m->lent->deadline > now) {
+        next = std::min(next, m->lent->deadline);
         ++m;
       } else {
-        auto e = std::make_exception_ptr(
-            error(errc::timeout, timeout_after(m->timeout) + " waiting for " + m->waits_for));
+        auto e = std::make_exception_ptr(error(
+            errc::timeout, timeout_after(m->lent->timeout) + " waiting for " + m->lent->waits_for));
         done.push_back({std::nullopt, std::move(*m), e});
         m = messages_.erase(m);
       }

@@ -145,12 +145,17 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
     bool remote = false;   // from another process: past the bounds its sender is failed
     bool counted = false;  // held here, counted in waiting_ (remote, or copied eagerly)
     // A lent message: `payload` is the sender's buffer and this its send,
-    // completed (or failed: where, what it waits for) when a receive took it.
+    // completed (or failed: see `lent`) when a receive took it.
     work sender;
-    std::string sender_where;
-    std::string waits_for;
-    std::chrono::milliseconds timeout{};
-    clock::time_point deadline;
+    /// What a lent message's send fails with (with `sender` alone); kept
+    /// apart, so that the messages that are not lent move light.
+    struct lender {
+      std::string where;
+      std::string waits_for;
+      std::chrono::milliseconds timeout{};
+      clock::time_point deadline;
+    };
+    std::unique_ptr<lender> lent;
     // Lent by a rank of another process: the bytes are in its buffer, copied
     // by fill(), which then returns the loan.
     std::optional<p2p_loan> loan;

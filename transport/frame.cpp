@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "base/agreement.hpp"
 #include "troupe/error.hpp"
@@ -25,17 +26,30 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
   h.has_payload = payload.defined() ? 1 : 0;
   h.dtype = static_cast<std::uint8_t>(payload.defined() ? payload.scalar_type() : dtype::uint8);
   h.payload_bytes = payload.defined() ? payload.nbytes() : 0;
-  // Each thread assembles its frames in one buffer, kept between frames.
-  thread_local std::string buf;
-  if (buf.capacity() > 4 * small_frame) std::string{}.swap(buf);  // after a large fingerprint
-  buf.assign(reinterpret_cast<const char*>(&h), sizeof(h));
-  buf += group;
-  buf += fp_bytes;
-  if (h.payload_bytes <= small_frame) {
-    if (h.payload_bytes) buf.append(static_cast<const char*>(payload.data()), h.payload_bytes);
-    return out.write(buf.data(), buf.size());
+  // Each thread assembles its frames in one buffer, kept between frames
+  // and filled by plain copies (std::string's appends cost a small
+  // point-to-point frame 175 instructions of its 400).
+  thread_local std::vector<char> buf;
+  const bool whole = h.payload_bytes <= small_frame;
+  const std::size_t head = sizeof(h) + group.size() + fp_bytes.size();
+  const std::size_t n = head + (whole ? h.payload_bytes : 0);
+  if (buf.size() < n || buf.size() > 4 * small_frame + n) {
+    buf.clear();  // no copy of the old bytes; shrinks after a large fingerprint
+    buf.shrink_to_fit();
+    buf.resize(std::max(n, small_frame + 256));
   }
-  return out.write(buf.data(), buf.size()) && out.write(payload.data(), h.payload_bytes);
+  char* at = buf.data();
+  std::memcpy(at, &h, sizeof(h));
+  at += sizeof(h);
+  std::memcpy(at, group.data(), group.size());
+  at += group.size();
+  if (!fp_bytes.empty()) std::memcpy(at, fp_bytes.data(), fp_bytes.size());
+  at += fp_bytes.size();
+  if (whole) {
+    if (h.payload_bytes) std::memcpy(at, payload.data(), h.payload_bytes);
+    return out.write(buf.data(), n);
+  }
+  return out.write(buf.data(), n) && out.write(payload.data(), h.payload_bytes);
 }
 
 /// Why a header is malformed (empty: it is not).
