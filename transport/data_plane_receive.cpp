@@ -86,9 +86,17 @@ bool data_plane::drain(int r, bool& any) {
   if (p.over) return false;
   std::string refusal, why;
   try {
-    auto on_frame = [&](received_frame& f) {
-      any = true;
-      return dispatch(r, f, refusal);
+    // One reference captured (the frame reader takes std::functions: a
+    // lambda of more than two references each call would be allocated).
+    struct reading {
+      data_plane& plane;
+      int r;
+      bool& any;
+      std::string& refusal;
+    } rd{*this, r, any, refusal};
+    auto on_frame = [&rd](received_frame& f) {
+      rd.any = true;
+      return rd.plane.dispatch(rd.r, f, rd.refusal);
     };
     auto admit_frame = [&](const frame_header& h, const std::string& group, bool& skip) {
       return admit(r, h, group, skip);
