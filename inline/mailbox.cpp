@@ -8,6 +8,7 @@
 
 #include "base/callback_pool.hpp"
 #include "base/process_directory.hpp"
+#include "base/recycled.hpp"
 #include "base/texts.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
@@ -349,7 +350,7 @@ posted_receive mailbox::place(const frame_header& h) {
   auto& p = *placed_[static_cast<std::size_t>(h.src)];
   p.r = std::move(*r);
   receives_.erase(r);
-  p.guard = std::make_shared<receive_guard>();
+  p.guard = std::allocate_shared<receive_guard>(recycling_allocator<receive_guard>{});
   return posted_receive{p.r->call.buffer, p.guard};
 }
 

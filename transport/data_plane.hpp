@@ -265,6 +265,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::condition_variable connected_cv_;
   int connected_ = 0;
   std::map<std::string, std::shared_ptr<const route>> routes_;
+  std::atomic<std::uint64_t> routes_version_{1};  // bumped by every change of routes_
   std::thread acceptor_;
   std::map<std::uint64_t, std::thread> readers_;  // running or finished, not yet joined
   std::vector<std::uint64_t> finished_;           // readers that ended

@@ -48,6 +48,12 @@ struct data_plane::peer {
   mutable std::mutex in_mtx;
   frame_reader reader;
   std::shared_ptr<const route> current;  // the route of the frame being read (under in_mtx)
+  // The route of this peer's last frame and its group, as of routes_version_
+  // (under in_mtx): the next frame of the same group finds it without the
+  // plane's lock and map. Weak: a group destroyed meanwhile is not kept.
+  std::weak_ptr<const route> last_route;
+  std::string last_group;
+  std::uint64_t last_version = 0;
   std::atomic<int> pumpers{0};
   std::condition_variable park;  // the reader thread waits here while pumpers > 0
   bool over = false;             // the connection ended (under in_mtx)

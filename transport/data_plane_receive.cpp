@@ -25,9 +25,15 @@ std::string data_plane::admit(int r, const frame_header& h, const std::string& g
   auto& p = at(r);
   p.current.reset();
   if (h.kind == frame_goodbye) return {};
-  {
+  // Mostly the group of this peer's last frame, its route unchanged since.
+  const auto version = routes_version_.load(std::memory_order_acquire);
+  if (p.last_version == version && p.last_group == group) p.current = p.last_route.lock();
+  if (!p.current) {
     std::lock_guard<std::mutex> g{mtx_};
     if (auto i = routes_.find(group); i != routes_.end()) p.current = i->second;
+    p.last_route = p.current;
+    p.last_group = group;
+    p.last_version = routes_version_.load(std::memory_order_relaxed);
   }
   const auto* rt = p.current.get();
   // A group that does not exist here (destroyed, or never joined): dropped unread.
@@ -220,6 +226,7 @@ void data_plane::set_route(const std::string& group, const std::function<void(ro
     routes_.erase(group);
   else
     routes_[group] = std::move(next);
+  routes_version_.fetch_add(1, std::memory_order_release);
 }
 
 void data_plane::add_sink(const std::string& group, const std::vector<int>& members,
