@@ -15,8 +15,12 @@ namespace troupe::detail {
 namespace {
 
 /// Up to this size a frame is assembled and written at once (one system call,
-/// one TCP segment); larger payloads are written from where they are.
+/// one TCP segment); larger payloads, and any written into a ring, are
+/// written from where they are.
 constexpr std::size_t small_frame = 16 << 10;
+/// Into a ring (a write is a copy) up to this size: past it, the payload's
+/// copy into the assembly buffer costs more than a second write to the ring.
+constexpr std::size_t ring_assembled = 512;
 
 bool write_common(byte_stream& out, frame_header& h, const std::string& group,
                   const tensor& payload, const fingerprint_ptr& fp = nullptr) {
@@ -30,7 +34,7 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
   // and filled by plain copies (std::string's appends cost a small
   // point-to-point frame 175 instructions of its 400).
   thread_local std::vector<char> buf;
-  const bool whole = h.payload_bytes <= small_frame;
+  const bool whole = h.payload_bytes <= (out.writes_by_copy() ? ring_assembled : small_frame);
   const std::size_t head = sizeof(h) + group.size() + fp_bytes.size();
   const std::size_t n = head + (whole ? h.payload_bytes : 0);
   if (buf.size() < n || buf.size() > 4 * small_frame + n) {
@@ -49,7 +53,8 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
     if (h.payload_bytes) std::memcpy(at, payload.data(), h.payload_bytes);
     return out.write(buf.data(), n);
   }
-  return out.write(buf.data(), n) && out.write(payload.data(), h.payload_bytes);
+  return out.write(buf.data(), n) &&
+         (h.payload_bytes == 0 || out.write(payload.data(), h.payload_bytes));
 }
 
 /// Why a header is malformed (empty: it is not).

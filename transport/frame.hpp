@@ -70,6 +70,10 @@ class byte_stream {
   virtual bool read(void* data, std::size_t n) = 0;
   /// Unblocks readers and writers; later calls fail.
   virtual void close() = 0;
+  /// Whether a write is a copy into memory the reader maps (no system call
+  /// per write): a frame's payload then goes in from where it is, not
+  /// assembled behind its header first (a second copy of it).
+  virtual bool writes_by_copy() const noexcept { return false; }
 };
 
 inline constexpr std::uint8_t frame_collective = 0, frame_p2p = 1, frame_goodbye = 2,

@@ -20,6 +20,7 @@ namespace troupe::detail {
 
 class shm_ring final : public byte_stream {
  public:
+  bool writes_by_copy() const noexcept override { return true; }
   /// Creates a new ring of `capacity` bytes: a sealed memfd
   /// (memory/sealed_memfd) named `name`; the writer side. Its reader finds
   /// it by name() ("NAME@PID:FD").
