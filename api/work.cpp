@@ -431,6 +431,8 @@ struct joint final : detail::work_driver {
   work all;
   std::vector<work> parts;  // not changed once the relays are registered
   std::shared_ptr<joint> self;
+  bool given = false;  // the whole completes with `outputs`, not the parts' outputs
+  tensor_list outputs;
 
   static void relay(void* arg, const work& done) {
     auto* j = static_cast<joint*>(arg);
@@ -443,6 +445,7 @@ struct joint final : detail::work_driver {
     const auto keep = std::move(j->self);
     auto all = std::move(j->all);  // the whole no longer keeps itself alive
     if (j->failed.load()) return;
+    if (j->given) return all.complete(std::move(j->outputs));
     // Every part is done: its outputs no longer change.
     std::size_t n = 0;
     for (auto& q : j->parts) n += detail::output_count(*q.state());
@@ -464,9 +467,11 @@ struct joint final : detail::work_driver {
 
 namespace detail {
 
-work join(work all, std::vector<work> parts) {
+namespace {
+
+work join_parts(work all, std::vector<work> parts, tensor_list* outputs) {
   if (parts.empty()) {
-    all.complete({});
+    all.complete(outputs ? std::move(*outputs) : tensor_list{});
     return all;
   }
   if (auto seq = parts.back().sequence_number()) all.set_sequence_number(seq);
@@ -475,6 +480,10 @@ work join(work all, std::vector<work> parts) {
   j->all = all;
   j->parts = std::move(parts);
   j->self = j;
+  if (outputs) {
+    j->given = true;
+    j->outputs = std::move(*outputs);
+  }
   if (std::any_of(j->parts.begin(), j->parts.end(),
                   [](const work& p) { return static_cast<bool>(p.state()->driver); }))
     all.state()->driver = j;
@@ -490,6 +499,16 @@ work join(work all, std::vector<work> parts) {
     on_complete_relay(p, {&joint::relay, raw});
   }
   return all;
+}
+
+}  // namespace
+
+work join(work all, std::vector<work> parts) {
+  return join_parts(std::move(all), std::move(parts), nullptr);
+}
+
+work join(work all, std::vector<work> parts, tensor_list outputs) {
+  return join_parts(std::move(all), std::move(parts), &outputs);
 }
 
 }  // namespace detail

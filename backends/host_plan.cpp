@@ -327,18 +327,6 @@ work host_backend::recv_any_source_one(tensor& t, const p2p_options& o) {
   return submit_p2p(p2p_call::recv_any, "recv_any_source", -1, t, o);
 }
 
-work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
-  std::vector<work> parts;
-  parts.reserve(ops.size());
-  for (auto& op : ops) {
-    const p2p_options o{.tag = op.tag};
-    parts.push_back(op.kind == p2p_op::isend
-                        ? submit_p2p(p2p_call::send, "send", op.peer, op.buffer, o)
-                        : submit_p2p(p2p_call::recv, "recv", op.peer, op.buffer, o));
-  }
-  return join(make_work("batch_isend_irecv", group_name()), std::move(parts));
-}
-
 tensor_list host_backend::flatten(const std::vector<tensor_list>& lists) {
   tensor_list r;
   for (auto& l : lists) r.insert(r.end(), l.begin(), l.end());

@@ -84,6 +84,9 @@ work make_work(const char* literal, std::string group, std::uint64_t seq = 0);
 /// failed with the first part's failure: work::when_all for a work made
 /// already (make_work's literal name, no string of its own).
 work join(work all, std::vector<work> parts);
+/// join, but `all` completes with `outputs` (its parts' outputs are known
+/// already, or some parts were done without a work of their own).
+work join(work all, std::vector<work> parts, tensor_list outputs);
 
 /// Runs a function on another thread (completions' callbacks).
 using callback_runner = std::function<void(std::function<void()>)>;

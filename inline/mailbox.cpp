@@ -180,12 +180,44 @@ std::shared_ptr<mailbox> mailbox::local_peer_locked(int r) {
   return slot.lock();
 }
 
+bool mailbox::send_now(const p2p_call& c, std::exception_ptr& failed) {
+  const auto peer = static_cast<std::size_t>(c.peer);
+  if (local_[peer] || bytes_of(c.buffer) >= lend_bytes) return false;
+  auto fail_with = [&](errc code, const std::string& why) {
+    failed = std::make_exception_ptr(error(code, where(c.name) + " failed: " + why));
+    return true;
+  };
+  {
+    std::lock_guard<spin_lock> g{mtx_};
+    if (stopped_) return fail_with(stopped_->first, stopped_->second);
+    if (auto i = gone_.find(c.peer); i != gone_.end())
+      return fail_with(errc::peer_failure, i->second);
+  }
+  try {
+    auto plane = plane_.lock();
+    if (!plane) return fail_with(errc::aborted, "the world ended");
+    plane->send(global_ranks_[peer], group_, p2p_envelope{rank_, c.tag, c.buffer});
+  } catch (const error& e) {
+    return fail_with(e.code(), e.what());
+  } catch (const std::exception& e) {
+    return fail_with(errc::internal, e.what());
+  }
+  return true;
+}
+
 void mailbox::post(p2p_call c) {
   const auto peer = static_cast<std::size_t>(c.peer);
   auto fail_now = [&](errc code, const std::string& why) {
     c.handle.fail(std::make_exception_ptr(error(code, where(c.name) + " failed: " + why)));
   };
   if (c.kind == p2p_call::send) {
+    if (std::exception_ptr failed; send_now(c, failed)) {
+      if (failed)
+        c.handle.fail(failed);
+      else
+        complete_with_one(c.handle, std::move(c.buffer));
+      return;
+    }
     std::string why;
     errc code = errc::peer_failure;
     std::shared_ptr<mailbox> to;

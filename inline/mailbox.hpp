@@ -113,6 +113,11 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
 
   /// Issues a send or a receive; `c.handle` completes when it is done.
   void post(p2p_call c);
+  /// A send of fewer than lend_bytes to a rank of another process goes out
+  /// now (eager: written before this returns; `c.handle` is not used):
+  /// true when it did, or failed (then `failed` says why); false when it is
+  /// not such a send (post it).
+  bool send_now(const p2p_call& c, std::exception_ptr& failed);
   /// A message from a rank in another process (the data plane's reader, or a
   /// thread reading a peer's socket or ring).
   void arrive(p2p_envelope env);

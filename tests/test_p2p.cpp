@@ -170,9 +170,14 @@ TEST_CASE("batch_isend_irecv issues every op and completes as one work") {
                               {p2p_op::irecv, from_right, right, 1},
                               {p2p_op::isend, mine, right, 0},
                               {p2p_op::isend, mine, left, 1}};
-      w.default_group().batch_isend_irecv(ops).wait();
+      auto all = w.default_group().batch_isend_irecv(ops);
+      all.wait();
       CHECK(from_left.to_vector<float>()[0] == float(left));
       CHECK(from_right.to_vector<float>()[0] == float(right));
+      // Its result: every op's buffer, in the order of the ops.
+      const auto out = all.result();
+      REQUIRE(out.size() == ops.size());
+      for (std::size_t i = 0; i < ops.size(); ++i) CHECK(out[i].data() == ops[i].buffer.data());
     });
   }
 }

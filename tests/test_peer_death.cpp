@@ -222,6 +222,16 @@ bool p2p_body(const char* transport, bool lent, const std::string& path, board& 
     ok &= expect(r, names_victim(what), "a later send does not name the killed rank: " + what);
   }
   b.later_ms[r] = (test::now_ns() - start) / 1000000 + 1;
+  // A batch's send to it fails the batch alike (its small sends to other
+  // processes are written at once, without a work of their own).
+  try {
+    std::vector<p2p_op> ops{{p2p_op::isend, t, victim, 9}};
+    pg.batch_isend_irecv(ops).wait(20s);
+    ok &= expect(r, false, "a batch sending to the killed rank succeeded");
+  } catch (const error& e) {
+    const std::string what = e.what();
+    ok &= expect(r, names_victim(what), "a batch's send does not name the killed rank: " + what);
+  }
   return ok;
 }
 
