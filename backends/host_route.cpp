@@ -265,6 +265,13 @@ work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
   // receives about 12,700 in all).
   tensor_list outputs;
   outputs.reserve(ops.size());
+  // Meanwhile the peers' frames wait in their rings for this thread (read at
+  // the end, into the receives posted here) instead of waking a reader.
+  struct issuing {
+    mailbox& m;
+    explicit issuing(mailbox& mb) : m(mb) { m.issuing(+1); }
+    ~issuing() { m.issuing(-1); }
+  } scope{*mailbox_};
   for (auto& op : ops) {
     outputs.push_back(flat(op.buffer));
     if (op.kind == p2p_op::isend) {

@@ -205,6 +205,16 @@ bool mailbox::send_now(const p2p_call& c, std::exception_ptr& failed) {
   return true;
 }
 
+void mailbox::issuing(int delta) {
+  auto plane = plane_.lock();
+  if (!plane) return;
+  for (std::size_t r = 0; r < local_.size(); ++r) {
+    const int g = global_ranks_[r];
+    if (!local_[r] && plane->pumpable(g) && !plane->reads_socket(g))
+      plane->pumping(g, delta, false);
+  }
+}
+
 void mailbox::post(p2p_call c) {
   const auto peer = static_cast<std::size_t>(c.peer);
   auto fail_now = [&](errc code, const std::string& why) {

@@ -118,6 +118,11 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   /// true when it did, or failed (then `failed` says why); false when it is
   /// not such a send (post it).
   bool send_now(const p2p_call& c, std::exception_ptr& failed);
+  /// While this thread issues a batch (+1 ... -1): it counts as polling the
+  /// shared-memory rings of the peers in other processes, so that a frame
+  /// that comes meanwhile wakes no reader thread; at -1 it reads what came
+  /// (into the receives it just posted).
+  void issuing(int delta);
   /// A message from a rank in another process (the data plane's reader, or a
   /// thread reading a peer's socket or ring).
   void arrive(p2p_envelope env);

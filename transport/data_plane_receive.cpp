@@ -207,7 +207,14 @@ bool data_plane::pump(int r) {
 
 void data_plane::pumping(int r, int delta, bool wake) {
   auto& p = at(r);
-  if (p.in_ring) p.in_ring->polling(delta);
+  // The last poller of a ring reads what came while it polled elsewhere
+  // (those writers woke nobody) instead of waking the reader thread for it:
+  // a system call and a thread that takes the CPU (4 processes on 2 CPUs,
+  // halo exchange). Where another thread holds the ring (the reader
+  // thread, or one reading it once), that one reads them; else the reader
+  // is woken as before.
+  if (p.in_ring && p.in_ring->polling(delta) && !pump(r) && p.in_ring->readable())
+    p.in_ring->wake_reader();
   if (p.pumpers.fetch_add(delta) + delta == 0 && wake) {
     // The caller may be the thread that reads r's frames right now (a
     // callback of a call that a frame completed waits for another one):

@@ -287,17 +287,20 @@ bool shm_ring::read(void* data, std::size_t n) {
   return true;
 }
 
-void shm_ring::polling(int delta) {
+bool shm_ring::polling(int delta) {
   if (ctl_->polled.fetch_add(static_cast<std::uint32_t>(delta)) +
           static_cast<std::uint32_t>(delta) !=
       0)
-    return;
-  // The last poller left: bytes written meanwhile (their writer woke nobody)
-  // go to the sleeping reader.
-  if (ctl_->head.load() != read_.load() && ctl_->reader_waiting.load()) {
-    ctl_->head_seq.fetch_add(1);
-    futex_wake(ctl_->head_seq);
-  }
+    return false;
+  // The last poller left: bytes written meanwhile woke nobody (a write
+  // after the count above sees it and wakes the reader itself).
+  return ctl_->head.load() != read_.load();
+}
+
+void shm_ring::wake_reader() {
+  if (!ctl_->reader_waiting.load()) return;
+  ctl_->head_seq.fetch_add(1);
+  futex_wake(ctl_->head_seq);
 }
 
 }  // namespace troupe::detail

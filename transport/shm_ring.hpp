@@ -63,9 +63,12 @@ class shm_ring final : public byte_stream {
   /// A thread of the reading process starts (+1) or stops (-1) polling the
   /// ring itself (read_some): meanwhile writes do not wake the sleeping
   /// reader thread (a system call per message, and a thread that competes
-  /// with the poller for the bytes); the last poller to stop wakes it when
-  /// bytes wait.
-  void polling(int delta);
+  /// with the poller for the bytes). True when the last poller stopped while
+  /// bytes wait that no writer woke the reader for: the caller reads them,
+  /// or wakes the reader (wake_reader).
+  bool polling(int delta);
+  /// Wakes the reader thread if it sleeps.
+  void wake_reader();
   const std::string& name() const noexcept { return name_; }
 
  private:
