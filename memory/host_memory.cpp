@@ -281,8 +281,8 @@ std::shared_ptr<void> pooled(std::size_t bytes) {
 /// and the owner count from the shelf too. The aligned operator new took about
 /// 1,000 instructions to allocate and free a 4-byte tensor's buffer
 /// (memalign splits a chunk to align it, and free merges it back), and its
-/// owner count as many again: a received message's early payload, a result,
-/// a staging buffer each paid them.
+/// owner count another trip through operator new: a received message's
+/// early payload, a result, a staging buffer each paid them.
 std::shared_ptr<void> small_buffer(std::size_t bytes) {
   constexpr std::size_t align = 64;
   // What the allocator guarantees already (operator new's and malloc's

@@ -207,12 +207,11 @@ bool data_plane::pump(int r) {
 
 void data_plane::pumping(int r, int delta, bool wake) {
   auto& p = at(r);
-  // The last poller of a ring reads what came while it polled elsewhere
+  // The last poller of a ring to stop reads what came while it polled
   // (those writers woke nobody) instead of waking the reader thread for it:
   // a system call and a thread that takes the CPU (4 processes on 2 CPUs,
-  // halo exchange). Where another thread holds the ring (the reader
-  // thread, or one reading it once), that one reads them; else the reader
-  // is woken as before.
+  // halo exchange). Where another thread holds the ring meanwhile (it may
+  // have looked before the bytes came), the reader is woken as before.
   if (p.in_ring && p.in_ring->polling(delta) && !pump(r) && p.in_ring->readable())
     p.in_ring->wake_reader();
   if (p.pumpers.fetch_add(delta) + delta == 0 && wake) {

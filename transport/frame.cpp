@@ -15,8 +15,8 @@ namespace troupe::detail {
 namespace {
 
 /// Up to this size a frame is assembled and written at once (one system call,
-/// one TCP segment); larger payloads, and any written into a ring, are
-/// written from where they are.
+/// one TCP segment); larger payloads, and into a ring those past
+/// ring_assembled, are written from where they are.
 constexpr std::size_t small_frame = 16 << 10;
 /// Into a ring (a write is a copy) up to this size: past it, the payload's
 /// copy into the assembly buffer costs more than a second write to the ring.
