@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <limits>
 #include <thread>
 
 #include "base/callback_pool.hpp"
@@ -180,9 +181,9 @@ std::shared_ptr<mailbox> mailbox::local_peer_locked(int r) {
   return slot.lock();
 }
 
-bool mailbox::send_now(const p2p_call& c, std::exception_ptr& failed) {
+bool mailbox::send_now(const p2p_call& c, std::exception_ptr& failed, std::size_t below) {
   const auto peer = static_cast<std::size_t>(c.peer);
-  if (local_[peer] || bytes_of(c.buffer) >= lend_bytes) return false;
+  if (local_[peer] || bytes_of(c.buffer) >= below) return false;
   auto fail_with = [&](errc code, const std::string& why) {
     failed = std::make_exception_ptr(error(code, where(c.name) + " failed: " + why));
     return true;
@@ -221,13 +222,18 @@ void mailbox::post(p2p_call c) {
     c.handle.fail(std::make_exception_ptr(error(code, where(c.name) + " failed: " + why)));
   };
   if (c.kind == p2p_call::send) {
-    if (std::exception_ptr failed; send_now(c, failed)) {
+    // Eager to a rank of another process: the frame is written before send
+    // returns (a large one unless it is lent, below).
+    auto send_eager = [&](std::size_t below) {
+      std::exception_ptr failed;
+      if (!send_now(c, failed, below)) return false;
       if (failed)
         c.handle.fail(failed);
       else
         complete_with_one(c.handle, std::move(c.buffer));
-      return;
-    }
+      return true;
+    };
+    if (send_eager(lend_bytes)) return;
     std::string why;
     errc code = errc::peer_failure;
     std::shared_ptr<mailbox> to;
@@ -244,18 +250,16 @@ void mailbox::post(p2p_call c) {
     }
     if (!why.empty()) return fail_now(code, why);
     if (!local_[peer]) {
-      // Eager: the frame is written before send returns.
       try {
         auto plane = plane_.lock();
         if (!plane) return fail_now(errc::aborted, "the world ended");
         if (lend(c, *plane)) return;
-        plane->send(global_ranks_[peer], group_, p2p_envelope{rank_, c.tag, c.buffer});
-        complete_with_one(c.handle, c.buffer);
       } catch (const error& e) {
-        fail_now(e.code(), e.what());
+        return fail_now(e.code(), e.what());
       } catch (const std::exception& e) {
-        fail_now(errc::internal, e.what());
+        return fail_now(errc::internal, e.what());
       }
+      send_eager(std::numeric_limits<std::size_t>::max());
       return;
     }
     if (!to) return fail_now(errc::peer_failure, name_of(c.peer) + " left group '" + group_ + "'");

@@ -113,11 +113,11 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
 
   /// Issues a send or a receive; `c.handle` completes when it is done.
   void post(p2p_call c);
-  /// A send of fewer than lend_bytes to a rank of another process goes out
-  /// now (eager: written before this returns; `c.handle` is not used):
+  /// A send of fewer than `below` bytes to a rank of another process goes
+  /// out now (eager: written before this returns; `c.handle` is not used):
   /// true when it did, or failed (then `failed` says why); false when it is
   /// not such a send (post it).
-  bool send_now(const p2p_call& c, std::exception_ptr& failed);
+  bool send_now(const p2p_call& c, std::exception_ptr& failed, std::size_t below = lend_bytes);
   /// While this thread issues a batch (+1 ... -1): it counts as polling the
   /// shared-memory rings of the peers in other processes, so that a frame
   /// that comes meanwhile wakes no reader thread; at -1 it reads what came

@@ -296,13 +296,9 @@ std::shared_ptr<void> small_buffer(std::size_t bytes) {
     std::size_t total;
     void operator()(void*) const noexcept { recycled_free(raw, total); }
   };
-  try {
-    return std::shared_ptr<void>(reinterpret_cast<void*>(at), release{raw, total},
-                                 recycling_allocator<char>{});
-  } catch (...) {
-    release{raw, total}(nullptr);
-    throw;
-  }
+  // Should the owner count not be allocated, the constructor releases the block.
+  return std::shared_ptr<void>(reinterpret_cast<void*>(at), release{raw, total},
+                               recycling_allocator<char>{});
 }
 
 }  // namespace
