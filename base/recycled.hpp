@@ -12,11 +12,12 @@ namespace troupe::detail {
 
 /// Memory for `bytes` (aligned as operator new aligns): up to 2 KiB from the
 /// calling thread's shelf when it holds a block of that size class, else
-/// from operator new.
+/// from the depot's blocks of the class, else from operator new.
 void* recycled_allocate(std::size_t bytes);
 /// Gives back what recycled_allocate(bytes) returned, on any thread: it goes
-/// to this thread's shelf while that has room (4 blocks per class), else to
-/// operator delete.
+/// to this thread's shelf (8 blocks per class); a full shelf first hands its
+/// class over to a depot that threads with an empty shelf take from (up to
+/// 128 KiB a class), and past that the block goes to operator delete.
 void recycled_free(void* p, std::size_t bytes) noexcept;
 
 /// An allocator on the shelves (for std::allocate_shared).

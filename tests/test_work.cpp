@@ -851,6 +851,73 @@ TEST_CASE("every collective's result is the caller's outputs, one tensor or a li
   }
 }
 
+TEST_CASE("blocks made on one thread and freed on another are never handed out twice") {
+  using detail::recycled_allocate;
+  using detail::recycled_free;
+  // A reader thread makes the buffers of messages that came early and the
+  // receiving thread frees them: the freeing thread's full shelves go to the
+  // depot and the making thread's empty ones take them back. Every live block
+  // holds its own pattern until it is freed; no two live blocks are one.
+  struct block {
+    unsigned char* p;
+    std::size_t bytes;
+    unsigned char mark;
+  };
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<block> handed;
+  bool done = false;
+  std::atomic<int> bad{0};
+  std::thread consumer{[&] {
+    for (;;) {
+      std::vector<block> got;
+      {
+        std::unique_lock<std::mutex> g{m};
+        cv.wait(g, [&] { return !handed.empty() || done; });
+        if (handed.empty()) return;
+        got.swap(handed);
+      }
+      for (auto& b : got) {
+        for (std::size_t i = 0; i < b.bytes; ++i)
+          if (b.p[i] != b.mark) ++bad;
+        recycled_free(b.p, b.bytes);
+      }
+    }
+  }};
+  std::vector<void*> live;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<block> batch;
+    for (int i = 0; i < 40; ++i) {
+      // Sizes across the classes, most in the smallest ones (as messages).
+      const auto bytes = static_cast<std::size_t>(i % 4 == 3 ? 1 + (round * 37 + i * 53) % 2048
+                                                             : 1 + (i * 7) % 200);
+      auto* p = static_cast<unsigned char*>(recycled_allocate(bytes));
+      const auto mark = static_cast<unsigned char>(round * 40 + i);
+      std::memset(p, mark, bytes);
+      batch.push_back({p, bytes, mark});
+    }
+    // Within a batch (all live at once) every block is a different one.
+    live.clear();
+    for (auto& b : batch) live.push_back(b.p);
+    std::sort(live.begin(), live.end());
+    CHECK(std::adjacent_find(live.begin(), live.end()) == live.end());
+    {
+      std::lock_guard<std::mutex> g{m};
+      handed.insert(handed.end(), batch.begin(), batch.end());
+    }
+    cv.notify_one();
+    // Blocks this thread frees itself between, as a rank's thread does.
+    recycled_free(recycled_allocate(64), 64);
+  }
+  {
+    std::lock_guard<std::mutex> g{m};
+    done = true;
+  }
+  cv.notify_one();
+  consumer.join();
+  CHECK(bad.load() == 0);
+}
+
 TEST_CASE("a thread's freed blocks serve its next allocations of their size class") {
   using detail::recycled_allocate;
   using detail::recycled_free;
