@@ -104,6 +104,11 @@ void fail_elsewhere(const work& w, std::exception_ptr error, const callback_runn
 void complete_with_one(const work& w, tensor output, int source_rank = -1);
 void complete_one_elsewhere(const work& w, tensor output, int source_rank,
                             const callback_runner& run);
+/// Completes a work no other thread has seen yet (its maker has not handed
+/// it out: no waiter, callback, relay or flight record can be there) with
+/// `outputs` or `sole`, without its lock; where one is there after all, as
+/// work::complete.
+void complete_unseen(const work& w, tensor_list outputs, tensor sole);
 /// A finished state's outputs (sole_output or the list; under its mutex, or
 /// once nothing changes them): how many, appended to `out`, and as
 /// work::result() returns them.

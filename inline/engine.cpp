@@ -104,8 +104,9 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   // reading before it (24 ns, a tenth of a small call between processes).
   inline_clock::time_point now{};
   work w;
+  const inline_op* unseen = nullptr;  // its work made here: nobody else has it yet
   {
-    std::lock_guard<std::mutex> g{engine_};
+    std::lock_guard<spin_lock> g{engine_};
     if (!driver_) driver_ = std::make_shared<engine_driver>(weak_from_this());
     if (!queue_.empty() || o.steps_with_deadline) {
       now = inline_clock::now();
@@ -116,13 +117,16 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
     // The work, once this rank posted (what comes before the post delays
     // the peers): no step reads it, and no other thread steps the
     // operation or completes it before the lock is released.
-    if (!o.handle.valid()) o.handle = make_work(o.name, group_, o.seq);
+    if (!o.handle.valid()) {
+      o.handle = make_work(o.name, group_, o.seq);
+      unseen = &o;
+    }
     w = o.handle;
     w.state()->driver = driver_;
     // The epoch when no step read the clock: the flight record reads it.
     w.state()->issued = now;
   }
-  hand_over(out, now);
+  hand_over(out, now, unseen);
   // Watched already (mostly): no owner count up and down to ask again.
   if (!w.state()->finished.load() && !watched_.load(std::memory_order_acquire))
     progress_watch(shared_from_this());
@@ -143,7 +147,7 @@ void inline_engine::drive(work_state& s, inline_clock::time_point until) {
 
 bool inline_engine::continued_pending() {
   if (!ever_continued_.load()) return false;
-  std::lock_guard<std::mutex> g{engine_};
+  std::lock_guard<spin_lock> g{engine_};
   for (auto& op : queue_) {
     auto& st = *op->handle.state();
     std::lock_guard<std::mutex> l{st.mtx};
@@ -194,12 +198,12 @@ void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_p
 }
 
 bool inline_engine::queue_empty() {
-  std::lock_guard<std::mutex> g{engine_};
+  std::lock_guard<spin_lock> g{engine_};
   return queue_.empty();
 }
 
 std::uint64_t inline_engine::head_op() {
-  std::lock_guard<std::mutex> g{engine_};
+  std::lock_guard<spin_lock> g{engine_};
   return queue_.empty() ? 0 : queue_.front()->op;
 }
 
@@ -224,7 +228,7 @@ bool inline_engine::head_reads_itself() {
 }
 
 int inline_engine::blocker() {
-  std::lock_guard<std::mutex> g{engine_};
+  std::lock_guard<spin_lock> g{engine_};
   const int r = queue_.empty() ? -1 : queue_.front()->blocked_rank();
   return r < 0 ? rank_ : r;
 }
@@ -232,7 +236,7 @@ int inline_engine::blocker() {
 void inline_engine::abort(const std::string& reason) {
   finished_list out;
   {
-    std::lock_guard<std::mutex> g{engine_};
+    std::lock_guard<spin_lock> g{engine_};
     stop(reason);
     auto now = inline_clock::now();
     step_head(out, now);
@@ -249,7 +253,7 @@ bool inline_engine::pass(bool block_on_lock, inline_clock::time_point now) {
   finished_list out;
   bool moved = false;
   {
-    std::unique_lock<std::mutex> g{engine_, std::defer_lock};
+    std::unique_lock<spin_lock> g{engine_, std::defer_lock};
     if (block_on_lock)
       g.lock();
     else if (!g.try_lock())
@@ -260,12 +264,15 @@ bool inline_engine::pass(bool block_on_lock, inline_clock::time_point now) {
   return moved || !out.empty();
 }
 
-void inline_engine::hand_over(finished_list& out, inline_clock::time_point now) {
+void inline_engine::hand_over(finished_list& out, inline_clock::time_point now,
+                              const inline_op* unseen) {
   // Outside the lock: a callback may issue the next collective.
-  out.for_each([now](finished& f) {
+  out.for_each([now, unseen](finished& f) {
     f.op->handle.state()->ended = now;
     if (f.error)
       f.op->handle.fail(f.error);
+    else if (f.op.get() == unseen)
+      complete_unseen(f.op->handle, std::move(f.op->outputs), std::move(f.op->sole_output));
     else if (f.op->sole_output.defined())
       complete_with_one(f.op->handle, std::move(f.op->sole_output));
     else

@@ -48,6 +48,7 @@
 
 #include "base/one_or_more.hpp"
 #include "base/recycled.hpp"
+#include "base/spin_lock.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_driver.hpp"
 #include "troupe/work.hpp"
@@ -210,8 +211,11 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// `now` the epoch: not read yet (submit); read here once the head blocks.
   bool step_head(finished_list& out, inline_clock::time_point& now);
   /// Completes or fails what left the queue (outside the lock); `now`: the
-  /// pass's clock reading, their end in the flight record.
-  static void hand_over(finished_list& out, inline_clock::time_point now);
+  /// pass's clock reading, their end in the flight record. `unseen`: an
+  /// operation whose work no other thread has seen yet (submit made it and
+  /// has not returned it): completed without its lock.
+  static void hand_over(finished_list& out, inline_clock::time_point now,
+                        const inline_op* unseen = nullptr);
   int blocker();
   bool head_reads_itself();
   void stop(const std::string& reason);
@@ -225,7 +229,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   std::uint64_t issued_ = 0;
   std::uint64_t chunks_ = 0;     // guarded by engine_
   std::uint64_t tiny_seen_ = 0;  // guarded by engine_
-  std::mutex engine_;            // held while stepping (guards queue_, stopped_, chunks_)
+  spin_lock engine_;             // held while stepping (guards queue_, stopped_, chunks_)
   std::deque<std::unique_ptr<inline_op>> queue_;
   std::string stopped_;  // non-empty once the inline engine stopped
   std::atomic<int> waiters_{0};
