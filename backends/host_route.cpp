@@ -11,6 +11,8 @@
 #include "backends/cuda_staging.hpp"
 #include "backends/device_exchange.hpp"
 #include "backends/flat_buffers.hpp"
+#include "base/callback_pool.hpp"
+#include "base/recycled.hpp"
 #include "base/work_state.hpp"
 #include "inline/algorithm_op.hpp"
 #include "inline/mailbox.hpp"
@@ -272,8 +274,31 @@ work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
     explicit issuing(mailbox& mb) : m(mb) { m.issuing(+1); }
     ~issuing() { m.issuing(-1); }
   } scope{*mailbox_};
+  // Receives from ranks of other processes share one work and count down
+  // together (a work per receive made, joined, completed and destroyed cost
+  // about 700 instructions each).
+  work received;
+  std::shared_ptr<receive_count> count;
   for (auto& op : ops) {
     outputs.push_back(flat(op.buffer));
+    if (op.kind == p2p_op::irecv && mailbox_->in_other_process(op.peer)) {
+      if (!count) {
+        received = make_work("batch_isend_irecv", group_name());
+        count = std::allocate_shared<receive_count>(recycling_allocator<receive_count>{});
+      }
+      p2p_call c;
+      c.kind = p2p_call::recv;
+      c.name = "recv";
+      c.peer = op.peer;
+      c.tag = op.tag;
+      c.buffer = outputs.back();
+      c.timeout = timeout_;
+      c.handle = received;
+      c.count = count;
+      count->left.fetch_add(1, std::memory_order_relaxed);
+      mailbox_->post(std::move(c));
+      continue;
+    }
     if (op.kind == p2p_op::isend) {
       p2p_call c;
       c.kind = p2p_call::send;
@@ -292,7 +317,21 @@ work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
     }
     parts.push_back(issue(op));
   }
-  return join(make_work("batch_isend_irecv", group_name()), std::move(parts), std::move(outputs));
+  if (!count)
+    return join(make_work("batch_isend_irecv", group_name()), std::move(parts), std::move(outputs));
+  // Only the receives have a work: theirs completes with every op's buffer.
+  work whole = received;
+  if (parts.empty()) {
+    count->outputs = std::move(outputs);
+  } else {
+    parts.push_back(received);
+    whole =
+        join(make_work("batch_isend_irecv", group_name()), std::move(parts), std::move(outputs));
+  }
+  // The batch's own count: the last receive may have come already.
+  if (count->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    complete_in_pool(received, std::move(count->outputs));
+  return whole;
 }
 
 }  // namespace troupe::detail

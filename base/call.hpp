@@ -3,6 +3,7 @@
 // group actor: what to run (collective_call / p2p_call) and what travels
 // between the group actors of one group (envelope / p2p_envelope).
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -74,6 +75,15 @@ struct collective_call {
 using call_ptr = std::shared_ptr<collective_call>;
 
 /// One send or receive.
+/// The receives of one batch (batch_isend_irecv) counted together: each
+/// that came counts `left` down, and the last completes their shared work
+/// (p2p_call::handle) with `outputs`; a failure of one fails it. Counting
+/// starts at one for the batch itself, released once all are posted.
+struct receive_count {
+  std::atomic<int> left{1};
+  tensor_list outputs;
+};
+
 struct p2p_call {
   enum kind_t : std::uint8_t { send, recv, recv_any } kind = send;
   const char* name = "";  ///< "send", "recv", "recv_any_source" (a literal)
@@ -83,6 +93,10 @@ struct p2p_call {
   std::chrono::milliseconds timeout{};
   int source = -1;  ///< the sender, set by the group actor when a receive matched
   work handle;
+  /// A receive of a batch (inline/mailbox.hpp): `handle` is the batch's
+  /// receives' work, shared, completed by the last of them. Null: the
+  /// receive's own work.
+  std::shared_ptr<receive_count> count;
 };
 using p2p_ptr = std::shared_ptr<p2p_call>;
 

@@ -285,7 +285,8 @@ void mailbox::post(p2p_call c) {
   // shared-memory ring besides (an empty one costs two loads): a thread
   // waiting for several receives (batch_isend_irecv) drives one at a time,
   // and the others' messages then need no reader thread either.
-  drive_by_pumping(c.handle, c.kind == p2p_call::recv_any ? -1 : c.peer);
+  // (A batch's receives share their work: it pumps every peer.)
+  drive_by_pumping(c.handle, c.kind == p2p_call::recv_any || c.count ? -1 : c.peer);
   // The first waiting message that matches, else posted.
   finishes done;
   {
@@ -431,7 +432,7 @@ void mailbox::arrive(p2p_envelope env) {
       }
     }
     if (r) {  // read straight into the receive's buffer
-      complete_in_pool(r->call.handle, r->call.buffer, env.src);
+      received(r->call, r->call.buffer, env.src);
       return;
     }
   }
@@ -566,7 +567,15 @@ void mailbox::fill(receive& r, message& m) {
     return;
   }
   release(nullptr);
-  complete_in_pool(r.call.handle, buf, m.src);
+  received(r.call, buf, m.src);
+}
+
+void mailbox::received(p2p_call& c, const tensor& buf, int src) {
+  if (!c.count) return complete_in_pool(c.handle, buf, src);
+  // The last of the batch's receives; after a failure of one, finish() keeps
+  // the work failed.
+  if (c.count->left.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    complete_in_pool(c.handle, std::move(c.count->outputs));
 }
 
 void mailbox::settle(finishes& done) {

@@ -111,8 +111,11 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   /// How the errors name each group rank ("rank 1 (world rank 1)").
   void set_names(std::vector<std::string> names);
 
-  /// Issues a send or a receive; `c.handle` completes when it is done.
+  /// Issues a send or a receive; `c.handle` completes when it is done (a
+  /// receive with `c.count`: when it and the others counted with it are).
   void post(p2p_call c);
+  /// Whether group rank `peer` is a rank of another process.
+  bool in_other_process(int peer) const { return !local_[static_cast<std::size_t>(peer)]; }
   /// A send of fewer than `below` bytes to a rank of another process goes
   /// out now (eager: written before this returns; `c.handle` is not used):
   /// true when it did, or failed (then `failed` says why); false when it is
@@ -252,6 +255,9 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   /// Copies `m` into `r`'s buffer and completes both (outside the lock).
   void fill(receive& r, message& m);
   void settle(finishes& done);
+  /// Receive `c` came into `buf` from `src`: its work completes, or its
+  /// count goes down (the last completes the batch's).
+  static void received(p2p_call& c, const tensor& buf, int src);
   std::shared_ptr<mailbox> local_peer(int r);
   std::shared_ptr<mailbox> local_peer_locked(int r);  ///< under mtx_
   std::string where(const std::string& op) const;

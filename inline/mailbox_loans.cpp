@@ -247,7 +247,7 @@ void mailbox::end_split(split& s) {
     return;
   }
   answer(s.m.src, l.id, {});
-  complete_in_pool(s.r.call.handle, buf, s.m.src);
+  received(s.r.call, buf, s.m.src);
 }
 
 void mailbox::help(const p2p_envelope& h) {

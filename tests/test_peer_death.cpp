@@ -232,6 +232,21 @@ bool p2p_body(const char* transport, bool lent, const std::string& path, board& 
     const std::string what = e.what();
     ok &= expect(r, names_victim(what), "a batch's send does not name the killed rank: " + what);
   }
+  // A batch receiving from it and from a live rank fails naming it (the
+  // group fails every later call once a rank of it died).
+  const int to = (r + 1) % victim, from = (r + victim - 1) % victim;  // the survivors' ring
+  auto from_other = tensor::zeros({1}, dtype::int32);
+  try {
+    std::vector<p2p_op> ops{{p2p_op::irecv, t, victim, 10},
+                            {p2p_op::irecv, from_other, from, 11},
+                            {p2p_op::isend, t, to, 11}};
+    pg.batch_isend_irecv(ops).wait(20s);
+    ok &= expect(r, false, "a batch receiving from the killed rank succeeded");
+  } catch (const error& e) {
+    const std::string what = e.what();
+    ok &= expect(r, e.code() == errc::peer_failure, "not a peer failure: " + what);
+    ok &= expect(r, names_victim(what), "a batch's receive does not name the killed rank: " + what);
+  }
   return ok;
 }
 
