@@ -279,6 +279,16 @@ work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
   // about 700 instructions each).
   work received;
   std::shared_ptr<receive_count> count;
+  auto call_of = [&](const p2p_op& op) {
+    p2p_call c;
+    c.kind = op.kind == p2p_op::isend ? p2p_call::send : p2p_call::recv;
+    c.name = op.kind == p2p_op::isend ? "send" : "recv";
+    c.peer = op.peer;
+    c.tag = op.tag;
+    c.buffer = outputs.back();
+    c.timeout = timeout_;
+    return c;
+  };
   for (auto& op : ops) {
     outputs.push_back(flat(op.buffer));
     if (op.kind == p2p_op::irecv && mailbox_->in_other_process(op.peer)) {
@@ -286,13 +296,7 @@ work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
         received = make_work("batch_isend_irecv", group_name());
         count = std::allocate_shared<receive_count>(recycling_allocator<receive_count>{});
       }
-      p2p_call c;
-      c.kind = p2p_call::recv;
-      c.name = "recv";
-      c.peer = op.peer;
-      c.tag = op.tag;
-      c.buffer = outputs.back();
-      c.timeout = timeout_;
+      auto c = call_of(op);
       c.handle = received;
       c.count = count;
       count->left.fetch_add(1, std::memory_order_relaxed);
@@ -300,13 +304,7 @@ work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
       continue;
     }
     if (op.kind == p2p_op::isend) {
-      p2p_call c;
-      c.kind = p2p_call::send;
-      c.name = "send";
-      c.peer = op.peer;
-      c.tag = op.tag;
-      c.buffer = outputs.back();
-      if (std::exception_ptr failed; mailbox_->send_now(c, failed)) {
+      if (std::exception_ptr failed; mailbox_->send_now(call_of(op), failed)) {
         if (failed) {
           auto w = make_work("send", group_name());
           w.fail(failed);
