@@ -21,7 +21,7 @@
 
 #include "actors/actors.hpp"
 #include "base/call.hpp"
-#include "base/spin_lock.hpp"
+#include "base/futex_lock.hpp"
 #include "inline/engine.hpp"
 #include "troupe/backend.hpp"
 #include "troupe/debug.hpp"
@@ -193,7 +193,7 @@ class host_backend final : public backend {
   group_actor group_;
   std::mutex mtx_;
   std::vector<std::weak_ptr<work_state>> pending_;
-  spin_lock issue_mtx_;  // numbering and submission happen in one order
+  futex_lock issue_mtx_;  // numbering and submission happen in one order
   std::atomic<std::uint64_t> issued_{0};
   std::shared_ptr<inline_engine> engine_;
   std::shared_ptr<inline_engine> messages_;  // beside a shared-memory engine: the other collectives

@@ -59,7 +59,7 @@ work host_backend::submit(collective_call&& c) {
   }
   track(p->handle);
   if (debug_ == debug_level::detail) log_detail(p->handle, p->input);
-  std::lock_guard<spin_lock> g{issue_mtx_};
+  std::lock_guard<futex_lock> g{issue_mtx_};
   p->seq = number(p->code, route::actors);
   p->handle.set_sequence_number(p->seq);
   caf::anon_send(rt_.relay(), submit_atom::value, p, group_);
@@ -113,7 +113,7 @@ work host_backend::submit_on_device(const call_ptr& c) {
   track(c->handle);
   if (debug_ == debug_level::detail)
     log_detail(c->handle, c->input.defined() ? c->input : c->output);
-  std::lock_guard<spin_lock> g{issue_mtx_};
+  std::lock_guard<futex_lock> g{issue_mtx_};
   c->seq = number(c->code, route::device);
   c->handle.set_sequence_number(c->seq);
 #ifdef TROUPE_HAVE_CUDA
@@ -215,7 +215,7 @@ work host_backend::on_inline(inline_engine& engine, std::unique_ptr<inline_op> o
     if (!op->handle.valid()) op->handle = make_work(name, group_name());
     log_detail(op->handle, data);
   }
-  std::lock_guard<spin_lock> g{issue_mtx_};
+  std::lock_guard<futex_lock> g{issue_mtx_};
   op->seq = number(code, &engine == engine_.get() && shm_ ? route::shm : route::messages);
   if (op->handle.valid()) op->handle.set_sequence_number(op->seq);
   op->op = engine.next_op();

@@ -26,10 +26,10 @@ inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
             0);
 }
 
-/// Wakes every sleeper on `word`.
-inline void futex_wake(std::atomic<std::uint32_t>& word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
+/// Wakes up to `count` sleepers on `word` (every one by default).
+inline void futex_wake(std::atomic<std::uint32_t>& word, int count = INT_MAX) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, count, nullptr, nullptr,
+            0);
 }
 
 /// The spin-loop hint (lets the sibling hyperthread run).

@@ -106,7 +106,7 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   work w;
   const inline_op* unseen = nullptr;  // its work made here: nobody else has it yet
   {
-    std::lock_guard<spin_lock> g{engine_};
+    std::lock_guard<futex_lock> g{engine_};
     if (!driver_) driver_ = std::make_shared<engine_driver>(weak_from_this());
     if (!queue_.empty() || o.steps_with_deadline) {
       now = inline_clock::now();
@@ -147,7 +147,7 @@ void inline_engine::drive(work_state& s, inline_clock::time_point until) {
 
 bool inline_engine::continued_pending() {
   if (!ever_continued_.load()) return false;
-  std::lock_guard<spin_lock> g{engine_};
+  std::lock_guard<futex_lock> g{engine_};
   for (auto& op : queue_) {
     auto& st = *op->handle.state();
     std::lock_guard<std::mutex> l{st.mtx};
@@ -198,12 +198,12 @@ void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_p
 }
 
 bool inline_engine::queue_empty() {
-  std::lock_guard<spin_lock> g{engine_};
+  std::lock_guard<futex_lock> g{engine_};
   return queue_.empty();
 }
 
 std::uint64_t inline_engine::head_op() {
-  std::lock_guard<spin_lock> g{engine_};
+  std::lock_guard<futex_lock> g{engine_};
   return queue_.empty() ? 0 : queue_.front()->op;
 }
 
@@ -228,7 +228,7 @@ bool inline_engine::head_reads_itself() {
 }
 
 int inline_engine::blocker() {
-  std::lock_guard<spin_lock> g{engine_};
+  std::lock_guard<futex_lock> g{engine_};
   const int r = queue_.empty() ? -1 : queue_.front()->blocked_rank();
   return r < 0 ? rank_ : r;
 }
@@ -236,7 +236,7 @@ int inline_engine::blocker() {
 void inline_engine::abort(const std::string& reason) {
   finished_list out;
   {
-    std::lock_guard<spin_lock> g{engine_};
+    std::lock_guard<futex_lock> g{engine_};
     stop(reason);
     auto now = inline_clock::now();
     step_head(out, now);
@@ -253,7 +253,7 @@ bool inline_engine::pass(bool block_on_lock, inline_clock::time_point now) {
   finished_list out;
   bool moved = false;
   {
-    std::unique_lock<spin_lock> g{engine_, std::defer_lock};
+    std::unique_lock<futex_lock> g{engine_, std::defer_lock};
     if (block_on_lock)
       g.lock();
     else if (!g.try_lock())

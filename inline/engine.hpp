@@ -46,9 +46,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/futex_lock.hpp"
 #include "base/one_or_more.hpp"
 #include "base/recycled.hpp"
-#include "base/spin_lock.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_driver.hpp"
 #include "troupe/work.hpp"
@@ -229,7 +229,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   std::uint64_t issued_ = 0;
   std::uint64_t chunks_ = 0;     // guarded by engine_
   std::uint64_t tiny_seen_ = 0;  // guarded by engine_
-  spin_lock engine_;             // held while stepping (guards queue_, stopped_, chunks_)
+  futex_lock engine_;            // held while stepping (guards queue_, stopped_, chunks_)
   std::deque<std::unique_ptr<inline_op>> queue_;
   std::string stopped_;  // non-empty once the inline engine stopped
   std::atomic<int> waiters_{0};

@@ -23,6 +23,7 @@
 
 #include <troupe/caf_await.hpp>
 
+#include "base/futex_lock.hpp"
 #include "base/recycled.hpp"
 #include "base/work_state.hpp"
 #include "inline/progress.hpp"
@@ -849,6 +850,34 @@ TEST_CASE("every collective's result is the caller's outputs, one tensor or a li
       CHECK(pg.barrier().result().empty());
     });
   }
+}
+
+TEST_CASE("a futex_lock excludes: contending threads spin, sleep, wake and count exactly") {
+  detail::futex_lock lock;
+  long count = 0;
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 20000; ++i) {
+        std::unique_lock<detail::futex_lock> g{lock, std::defer_lock};
+        if (i % 2 == 0)
+          g.lock();
+        else
+          while (!g.try_lock()) std::this_thread::yield();
+        if (inside.fetch_add(1) != 0) ++overlaps;
+        ++count;
+        // Now and then a long hold: the others go past their spinning and sleep.
+        if (t == 0 && i % 2000 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        inside.fetch_sub(1);
+      }
+    });
+  for (auto& t : ts) t.join();
+  CHECK(count == 4 * 20000);
+  CHECK(overlaps.load() == 0);
+  CHECK(lock.try_lock());
+  lock.unlock();
 }
 
 TEST_CASE("blocks made on one thread and freed on another are never handed out twice") {
