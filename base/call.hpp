@@ -74,7 +74,6 @@ struct collective_call {
 };
 using call_ptr = std::shared_ptr<collective_call>;
 
-/// One send or receive.
 /// The receives of one batch (batch_isend_irecv) counted together: each
 /// that came counts `left` down, and the last completes their shared work
 /// (p2p_call::handle) with `outputs`; a failure of one fails it. Counting
@@ -84,6 +83,7 @@ struct receive_count {
   tensor_list outputs;
 };
 
+/// One send or receive.
 struct p2p_call {
   enum kind_t : std::uint8_t { send, recv, recv_any } kind = send;
   const char* name = "";  ///< "send", "recv", "recv_any_source" (a literal)
