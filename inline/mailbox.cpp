@@ -287,8 +287,9 @@ void mailbox::post(p2p_call c) {
   // and the others' messages then need no reader thread either.
   // (A batch's receives share their work: it pumps every peer.)
   drive_by_pumping(c.handle, c.kind == p2p_call::recv_any || c.count ? -1 : c.peer);
-  // The first waiting message that matches, else posted.
-  finishes done;
+  // The first waiting message that matches (filled once the lock is
+  // released), else posted.
+  std::optional<message> got;
   {
     std::unique_lock<spin_lock> g{mtx_};
     if (stopped_) {
@@ -304,11 +305,11 @@ void mailbox::post(p2p_call c) {
         --a.messages;
         a.bytes -= bytes_of(i->payload);
       }
-      done.emplace_back(receive{std::move(c), {}}, std::move(*i));
+      got.emplace(std::move(*i));
       messages_.erase(i);
       break;
     }
-    if (done.empty()) {
+    if (!got) {
       if (c.kind == p2p_call::recv) {
         if (auto i = gone_.find(c.peer); i != gone_.end()) {
           const auto why = i->second;
@@ -319,9 +320,11 @@ void mailbox::post(p2p_call c) {
       const auto deadline = clock::now() + c.timeout;
       receives_.push_back(receive{std::move(c), deadline});
       arm(receives_.back().deadline);
+      return;
     }
   }
-  settle(done);
+  receive r{std::move(c), {}};
+  fill(r, *got);
 }
 
 void mailbox::drive_by_pumping(const work& w, int peer) {

@@ -180,11 +180,6 @@ int shm_op::check_posts(inline_context& ctx) {
   throw disagreement_error(why);
 }
 
-const std::int64_t* shm_op::posted_counts(inline_context& ctx, int r, bool tiny) const {
-  return reinterpret_cast<const std::int64_t*>(tiny ? ctx.seg->tiny_data(r, op)
-                                                    : ctx.seg->small_slot(r, op));
-}
-
 call_fingerprint shm_op::posted_call(inline_context& ctx, int r, bool tiny) const {
   auto f =
       tiny ? fingerprint(described(ctx.seg->tiny(r, op))) : fingerprint(ctx.seg->descriptor(r, op));

@@ -47,7 +47,10 @@ class shm_op : public inline_op {
   bool waiting(int r, const char* what, bool named = false);
   /// Rank r's alltoall counts as it posted them, on its tiny lane (`tiny`)
   /// or in its small slot: its send counts, then its receive counts.
-  const std::int64_t* posted_counts(inline_context& ctx, int r, bool tiny) const;
+  const std::int64_t* posted_counts(inline_context& ctx, int r, bool tiny) const {
+    return reinterpret_cast<const std::int64_t*>(tiny ? ctx.seg->tiny_data(r, op)
+                                                      : ctx.seg->small_slot(r, op));
+  }
   /// What rank r posted for this operation, on its tiny lane (`tiny`) or in
   /// the slots, as a fingerprint (base/agreement.hpp; alltoall's with its splits).
   call_fingerprint posted_call(inline_context& ctx, int r, bool tiny) const;
