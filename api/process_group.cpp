@@ -201,26 +201,31 @@ backend& process_group::backend_for(const char* op, std::span<const tensor> ts) 
                                  "' has no backend for device type " + to_string(d));
 }
 
+void process_group::call_size::add(const tensor& t) {
+  if (tensors++ == 0 && t.defined()) type = t.scalar_type();
+  if (!t.defined()) return;
+  numel += t.numel();
+  bytes += t.nbytes();
+}
+
 work process_group::track(work w, const char* op, std::span<const tensor> ts, int peer) {
+  call_size size;
+  for (auto& t : ts) size.add(t);
+  return track_sized(std::move(w), op, size, peer);
+}
+
+work process_group::track_sized(work w, const char* op, const call_size& size, int peer) {
   if (coalescing_) coalesced_.push_back(w);
   if (!w.valid()) return w;
   const auto& s = *w.state();
   auto& st = *issued_;
   if (st.recorder()) {
     auto& ring = st.ring;
-    std::int64_t numel = 0;
-    std::uint64_t bytes = 0;
-    for (auto& t : ts)
-      if (t.defined()) {
-        numel += t.numel();
-        bytes += t.nbytes();
-      }
-    const auto type = !ts.empty() && ts[0].defined() ? ts[0].scalar_type() : dtype::float32;
     // Completed already (its error, set before `finished`, is seen with it):
     // recorded with its end at once, in one step.
     const bool completed = s.finished.load(std::memory_order_acquire) && !s.error;
-    const auto id = ring->record(op, w.sequence_number(), numel, bytes, type,
-                                 static_cast<int>(ts.size()), peer, s.issued, completed);
+    const auto id = ring->record(op, w.sequence_number(), size.numel, size.bytes, size.type,
+                                 size.tensors, peer, s.issued, completed);
     if (!completed) attach_record(w, ring, id);
   }
   // A work that already finished joins no list; without a hook there is

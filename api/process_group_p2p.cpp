@@ -89,15 +89,16 @@ work process_group::batch_isend_irecv(std::vector<p2p_op> ops) {
   }
   // Every buffer on one device: that device's backend issues the batch
   // (NCCL groups it); otherwise each op goes to its own device's backend.
-  tensor_list buffers;
-  buffers.reserve(ops.size());
-  for (auto& op : ops) buffers.push_back(op.buffer);
   const auto d = ops.front().buffer.get_device().type;
   const bool one_device = std::all_of(
       ops.begin(), ops.end(), [d](const p2p_op& op) { return op.buffer.get_device().type == d; });
-  if (one_device)
-    return track(backend_for("batch_isend_irecv", buffers).batch_isend_irecv(ops),
-                 "batch_isend_irecv", buffers, -1);
+  if (one_device) {
+    call_size size;
+    for (auto& op : ops) size.add(op.buffer);
+    return track_sized(
+        backend_for("batch_isend_irecv", {&ops.front().buffer, 1}).batch_isend_irecv(ops),
+        "batch_isend_irecv", size, -1);
+  }
   std::vector<work> parts;
   const bool outer = coalescing_;
   coalescing_ = false;  // the parts are tracked as one work below

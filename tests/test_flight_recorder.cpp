@@ -186,6 +186,27 @@ TEST_CASE("each rank records its calls: op, sequence number, sizes, peer, state"
   }
 }
 
+TEST_CASE("a batch is recorded as one call: its ops' tensors in all, the first one's dtype") {
+  testing::run_ranks(2, [](world& w) {
+    auto& g = w.default_group();
+    auto mine = tensor::from_vector<std::int32_t>({1, 2, 3});
+    auto theirs = tensor::zeros({4}, dtype::int32);
+    const int other = 1 - w.rank();
+    std::vector<p2p_op> ops{{p2p_op::isend, mine, other, 5},
+                            {p2p_op::irecv, theirs.flat_slice(0, 3), other, 5}};
+    g.batch_isend_irecv(ops).wait();
+    const auto rec = w.flight_record();
+    REQUIRE(rec.size() == 1);
+    CHECK(rec[0].op == "batch_isend_irecv");
+    CHECK(rec[0].numel == 6);
+    CHECK(rec[0].bytes == 24);
+    CHECK(rec[0].dtype == "int32");
+    CHECK(rec[0].tensors == 2);
+    CHECK(rec[0].peer == -1);
+    CHECK(rec[0].state == "completed");
+  });
+}
+
 TEST_CASE("a timeout dumps the record: which rank had which sequence number in flight") {
   namespace fs = std::filesystem;
   const auto dir = fs::temp_directory_path() / ("troupe-flight-" + std::to_string(::getpid()));

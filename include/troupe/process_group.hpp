@@ -236,8 +236,18 @@ class process_group {
   /// Runs calls without tensors (barrier, sequence_number): the CPU's backend,
   /// else the only one the group has.
   backend& tensorless_backend() const;
+  /// What the flight record says of a call's tensors: their elements and
+  /// bytes in all, the first one's dtype, how many.
+  struct call_size {
+    std::int64_t numel = 0;
+    std::uint64_t bytes = 0;
+    dtype type = dtype::float32;
+    int tensors = 0;
+    void add(const tensor& t);
+  };
   /// Remembers an issued call (wait_for_pending_works, the hook, the flight record).
   work track(work w, const char* op, std::span<const tensor> ts, int peer);
+  work track_sized(work w, const char* op, const call_size& size, int peer);
 
   std::string name_;
   std::string description_;
