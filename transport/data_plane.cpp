@@ -85,7 +85,7 @@ void data_plane::close_once() {
   // and name the rank whose failure made this one leave, if any.
   const int cause = first_cause_.load();
   for (auto& p : peers_) {
-    std::lock_guard<std::mutex> g{p->out_mtx};
+    std::lock_guard<futex_lock> g{p->out_mtx};
     if (p->out && !p->gone) write_goodbye(*p->out, cause);
   }
   {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/futex_lock.hpp"
 #include "transport/data_plane.hpp"
 #include "transport/shm_ring.hpp"
 #include "transport/tcp_stream.hpp"
@@ -33,8 +34,9 @@ struct data_plane::peer {
   // segment), whichever direction failed.
   std::atomic<bool> memory_closed{false};
   // Outgoing: the stream frames are written to, and the socket that carries
-  // them or (with shared memory) only proves liveness.
-  std::mutex out_mtx;
+  // them or (with shared memory) only proves liveness. Taken for every frame
+  // written (a writer blocked on a full socket holds it: the others sleep).
+  futex_lock out_mtx;
   std::unique_ptr<tcp_stream> out_socket;
   std::unique_ptr<shm_ring> out_ring;
   byte_stream* out = nullptr;

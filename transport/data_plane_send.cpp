@@ -62,7 +62,7 @@ class nonblocking_stream final : public byte_stream {
 template <class Envelope>
 void data_plane::send_frame(int r, const std::string& group, const Envelope& env) {
   auto& p = at(r);
-  std::lock_guard<std::mutex> g{p.out_mtx};
+  std::lock_guard<futex_lock> g{p.out_mtx};
   if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
   write_frame(*p.out, group, env);
 }
@@ -79,7 +79,7 @@ void data_plane::send(int r, const std::string& group, const p2p_envelope& env) 
 void data_plane::send_soon(int r, const std::string& group, const p2p_envelope& env) {
   auto& p = at(r);
   {
-    std::unique_lock<std::mutex> g{p.out_mtx, std::try_to_lock};
+    std::unique_lock<futex_lock> g{p.out_mtx, std::try_to_lock};
     if (g.owns_lock() && (!p.out || p.gone)) return;  // the peer is gone
     if (g.owns_lock() && p.out_ring && p.out == p.out_ring.get() &&
         p.out_ring->writable() >= sizeof(frame_header) + group.size() +
@@ -99,7 +99,7 @@ void data_plane::send_inline(int r, const std::string& group, const envelope& en
                              std::chrono::steady_clock::time_point deadline) {
   auto& p = at(r);
   {
-    std::lock_guard<std::mutex> g{p.out_mtx};
+    std::lock_guard<futex_lock> g{p.out_mtx};
     if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
     if (p.out != p.out_socket.get()) {
       write_frame(*p.out, group, env, frame_inline);
@@ -115,7 +115,7 @@ void data_plane::send_inline(int r, const std::string& group, const envelope& en
 
 bool data_plane::send_raw(int r, const void* data, std::size_t n) {
   auto& p = at(r);
-  std::lock_guard<std::mutex> g{p.out_mtx};
+  std::lock_guard<futex_lock> g{p.out_mtx};
   return p.out && !p.gone && p.out->write(data, n);
 }
 
