@@ -326,13 +326,8 @@ void complete_one_elsewhere(const work& w, tensor output, int source_rank,
 
 void complete_unseen(const work& w, tensor_list outputs, tensor sole) {
   auto& s = *w.state();
-  if (s.done || s.ring || !s.callbacks.empty() || !s.relays.empty()) {
-    if (sole.defined())
-      finish(w, s, nullptr, &sole, -1, nullptr);
-    else
-      finish(w, s, &outputs, nullptr, -1, nullptr);
-    return;
-  }
+  if (s.done || s.ring || !s.callbacks.empty() || !s.relays.empty())
+    return sole.defined() ? complete_with_one(w, std::move(sole)) : w.complete(std::move(outputs));
   s.done = true;
   if (sole.defined())
     s.sole_output = std::move(sole);

@@ -285,8 +285,10 @@ void mailbox::post(p2p_call c) {
   // shared-memory ring besides (an empty one costs two loads): a thread
   // waiting for several receives (batch_isend_irecv) drives one at a time,
   // and the others' messages then need no reader thread either.
-  // (A batch's receives share their work: it pumps every peer.)
-  drive_by_pumping(c.handle, c.kind == p2p_call::recv_any || c.count ? -1 : c.peer);
+  // (A batch's receives share their work: it pumps every peer, set by the
+  // first of them.)
+  if (!c.count || !c.handle.state()->driver)
+    drive_by_pumping(c.handle, c.kind == p2p_call::recv_any || c.count ? -1 : c.peer);
   // The first waiting message that matches (filled once the lock is
   // released), else posted.
   std::optional<message> got;
