@@ -280,11 +280,22 @@ void inline_engine::hand_over(finished_list& out, inline_clock::time_point now,
   });
 }
 
+void inline_engine::read_announcements_from(std::shared_ptr<medium> m) {
+  std::lock_guard<futex_lock> g{engine_};
+  announcer_ = std::move(m);
+  context_.reset();
+}
+
+inline_context& inline_engine::context() {
+  if (!context_)
+    context_.emplace(inline_context{*this, *med_, med_->shared_segment(), rank_, size(), names_,
+                                    chunks_, med_->one_process(), med_->peers(),
+                                    announcer_ ? *announcer_ : *med_, tiny_seen_});
+  return *context_;
+}
+
 bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now) {
-  inline_context ctx{
-      *this,     *med_,   med_->shared_segment(), rank_,         size(),
-      names_,    chunks_, med_->one_process(),    med_->peers(), announcer_ ? *announcer_ : *med_,
-      tiny_seen_};
+  auto& ctx = context();
   bool moved = false;
   auto where = [&](const inline_op& op) { return call_location(op.name, group_, rank_, op.seq); };
   // The head leaves the queue, finished (no error) or failed; end_op runs

@@ -41,6 +41,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -172,7 +173,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   void announce(std::uint64_t seq, std::uint8_t code, route r);
   /// Operations read the peers' announcements from `m` (the shared-memory
   /// inline engine's medium beside this one) instead of this inline engine's medium.
-  void read_announcements_from(std::shared_ptr<medium> m) { announcer_ = std::move(m); }
+  void read_announcements_from(std::shared_ptr<medium> m);
   /// The next operation number (the caller serializes issue).
   std::uint64_t next_op() noexcept { return ++issued_; }
   /// Queues `op`, makes one pass and returns its work (op->handle, made
@@ -220,8 +221,15 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   bool head_reads_itself();
   void stop(const std::string& reason);
 
+  /// What every step sees, made at the first step (guarded by engine_): its
+  /// medium's answers do not change, and asking them (virtual calls) at each
+  /// pass cost a small collective about 50 instructions, and a waiting
+  /// thread as much at each turn.
+  inline_context& context();
+
   std::shared_ptr<medium> med_;
-  std::shared_ptr<medium> announcer_;  // null: med_
+  std::shared_ptr<medium> announcer_;      // null: med_
+  std::optional<inline_context> context_;  // guarded by engine_
   int rank_;
   std::string group_;
   std::vector<std::string> names_;
