@@ -61,8 +61,9 @@ std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_
   // The ring grows as calls come (a rank of a 1024-rank simulation that made
   // a few calls keeps a few slots, not 2000).
   if (slots_.size() < capacity_) slots_.emplace_back();
-  auto& s = slots_[next_ % capacity_];
+  auto& s = slots_[at_];
   s.id = ++next_;
+  at_ = at_ + 1 == capacity_ ? 0 : at_ + 1;
   s.op = op;
   s.seq = seq;
   s.numel = numel;
@@ -77,7 +78,7 @@ std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_
   // The next call's slot, for writing: a ring of 2000 calls (about 220 KiB)
   // has left the caches by the time it comes round, and the store to a
   // cold slot was most of record()'s time (4-byte allreduce, 2 processes).
-  if (slots_.size() == capacity_) __builtin_prefetch(&slots_[next_ % capacity_], 1);
+  if (slots_.size() == capacity_) __builtin_prefetch(&slots_[at_], 1);
   return s.id;
 }
 
@@ -101,13 +102,18 @@ void flight_ring::ended(std::uint64_t id, const std::exception_ptr& err,
   }
   {
     std::lock_guard<spin_lock> g{mtx_};
-    auto& s = slots_[(id - 1) % capacity_];
-    if (s.id == id) {  // else the ring moved on past this call
-      s.ended_us = at;
-      s.state = err ? 2 : 1;
+    // Call id lies `back` slots behind the next one's (else the ring moved
+    // on past it).
+    const auto back = next_ - id + 1;
+    auto* s = back <= capacity_ && back <= slots_.size()
+                  ? &slots_[at_ >= back ? at_ - back : at_ + capacity_ - back]
+                  : nullptr;
+    if (s && s->id == id) {
+      s->ended_us = at;
+      s->state = err ? 2 : 1;
       if (err) {  // a success keeps the text record() cleared
-        s.error = std::move(why);
-        why = s.error;
+        s->error = std::move(why);
+        why = s->error;
       }
     }
   }

@@ -76,6 +76,9 @@ class flight_ring {
   std::size_t capacity_;
   std::vector<slot> slots_;  // grows to capacity_; call i lives in slot i % capacity_
   std::uint64_t next_ = 0;
+  /// The slot of call next_ + 1 (next_ % capacity_, kept without a division:
+  /// a 64-bit division costs about 40 cycles, twice per call as it was).
+  std::size_t at_ = 0;
   std::atomic<bool> dumped_{false};
 };
 

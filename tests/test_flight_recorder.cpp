@@ -378,3 +378,36 @@ TEST_CASE("the ring keeps the last calls, oldest first, once it wrapped") {
   CHECK(format_flight_record(rec).find("* group 'g' rank 1/4 seq 5 allreduce") !=
         std::string::npos);
 }
+
+TEST_CASE("calls that end late, after the ring wrapped, end in their own slots") {
+  auto ring = std::make_shared<detail::flight_ring>("g", 0, 2, 3);
+  std::vector<std::uint64_t> ids;
+  for (int i = 1; i <= 5; ++i)
+    ids.push_back(
+        ring->record("allreduce", static_cast<std::uint64_t>(i), i, 4u * i, dtype::float32, 1, -1));
+  // Out of order, the newest first; 1 and 2 left the ring (their ends change nothing).
+  ring->ended(ids[4], nullptr);
+  ring->ended(ids[2], std::make_exception_ptr(error(errc::internal, "seq 3 failed")));
+  ring->ended(ids[0], nullptr);
+  ring->ended(ids[1], nullptr);
+  auto rec = ring->entries();
+  REQUIRE(rec.size() == 3);
+  CHECK(rec[0].seq == 3);
+  CHECK(rec[0].state == "failed");
+  CHECK(rec[0].error.find("seq 3 failed") != std::string::npos);
+  CHECK(rec[1].seq == 4);
+  CHECK(rec[1].state == "in flight");
+  CHECK(rec[2].seq == 5);
+  CHECK(rec[2].state == "completed");
+  // Growing (not full yet): a call ends in its own slot too.
+  auto young = std::make_shared<detail::flight_ring>("g", 0, 2, 8);
+  const auto a = young->record("barrier", 1, 0, 0, dtype::float32, 0, -1);
+  const auto b = young->record("barrier", 2, 0, 0, dtype::float32, 0, -1);
+  young->ended(a, nullptr);
+  rec = young->entries();
+  REQUIRE(rec.size() == 2);
+  CHECK(rec[0].state == "completed");
+  CHECK(rec[1].state == "in flight");
+  young->ended(b, nullptr);
+  CHECK(young->entries()[1].state == "completed");
+}

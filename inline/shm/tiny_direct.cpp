@@ -65,6 +65,7 @@ class tiny_direct final : public shm_op {
         call_(std::move(c)),
         block_(static_cast<std::int64_t>(block_is_input(call_.code) ? call_.input.nbytes()
                                                                     : call_.output.nbytes())),
+        block_numel_((block_is_input(call_.code) ? call_.input : call_.output).numel()),
         dtype_((call_.input.defined() ? call_.input : call_.output).scalar_type()) {}
 
   bool step(inline_context& ctx, bool& moved) override {
@@ -136,7 +137,7 @@ class tiny_direct final : public shm_op {
   void post(inline_context& ctx, bool& moved) {
     const bool root = ctx.rank == call_.root;
     const auto n = static_cast<std::size_t>(ctx.size);
-    const auto numel = block() / static_cast<std::int64_t>(element_size(dtype_));
+    const auto numel = block_numel_;
     tiny_header h;
     h.nbytes = call_.input.defined() ? call_.input.nbytes() : static_cast<std::uint64_t>(block());
     h.dtype = static_cast<std::uint32_t>(dtype_);
@@ -175,8 +176,11 @@ class tiny_direct final : public shm_op {
         // too: it takes that from here, which an output in place does not
         // overwrite).
         auto* mine = ctx.seg->tiny_data(ctx.rank, op);
-        const std::int64_t counts[2] = {call_.input.numel() / ctx.size,
-                                        call_.output.numel() / ctx.size};
+        // (One division where the two are alike: about 40 cycles each.)
+        const auto sends = call_.input.numel() / ctx.size;
+        const std::int64_t counts[2] = {sends, call_.output.numel() == call_.input.numel()
+                                                   ? sends
+                                                   : call_.output.numel() / ctx.size};
         for (std::size_t i = 0; i < 2 * n; ++i)
           std::memcpy(mine + i * sizeof(std::int64_t), &counts[i / n], sizeof(std::int64_t));
         copy(mine + splits_bytes(ctx.size), input(), block());
@@ -281,7 +285,7 @@ class tiny_direct final : public shm_op {
     for (int r = 0; r < n; ++r)
       srcs[static_cast<std::size_t>(r)] = (r == me ? input() : lane(ctx, r)) + at;
     const bool avg = call_.op == reduce_op::AVG;
-    const auto count = block() / static_cast<std::int64_t>(element_size(dtype_));
+    const auto count = block_numel_;
     // AVG divides before the one rounding of float16/bfloat16.
     reduce_many(dtype_, avg ? reduce_op::SUM : call_.op, output(), srcs.data(), srcs.size(),
                 static_cast<std::size_t>(count), avg ? static_cast<double>(n) : 0.0);
@@ -293,6 +297,7 @@ class tiny_direct final : public shm_op {
 
   tiny_call call_;
   std::int64_t block_;
+  std::int64_t block_numel_;  ///< block_ in elements
   dtype dtype_;
   bool posted_ = false;
   /// An alltoall that follows a rank into the slots (follow_to_slots).
