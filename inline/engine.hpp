@@ -223,8 +223,8 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
 
   /// What every step sees, made at the first step (guarded by engine_): its
   /// medium's answers do not change, and asking them (virtual calls) at each
-  /// pass cost a small collective about 50 instructions, and a waiting
-  /// thread as much at each turn.
+  /// pass cost a small collective some tens of instructions, and a waiting
+  /// thread as many at each turn.
   inline_context& context();
 
   std::shared_ptr<medium> med_;
