@@ -105,9 +105,8 @@ void flight_ring::ended(std::uint64_t id, const std::exception_ptr& err,
     // Call id lies `back` slots behind the next one's (else the ring moved
     // on past it).
     const auto back = next_ - id + 1;
-    auto* s = back <= capacity_ && back <= slots_.size()
-                  ? &slots_[at_ >= back ? at_ - back : at_ + capacity_ - back]
-                  : nullptr;
+    auto* s = back <= slots_.size() ? &slots_[at_ >= back ? at_ - back : at_ + capacity_ - back]
+                                    : nullptr;
     if (s && s->id == id) {
       s->ended_us = at;
       s->state = err ? 2 : 1;

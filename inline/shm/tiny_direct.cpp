@@ -63,9 +63,8 @@ class tiny_direct final : public shm_op {
   explicit tiny_direct(tiny_call&& c)
       : shm_op(static_cast<std::uint8_t>(c.code)),
         call_(std::move(c)),
-        block_(static_cast<std::int64_t>(block_is_input(call_.code) ? call_.input.nbytes()
-                                                                    : call_.output.nbytes())),
-        block_numel_((block_is_input(call_.code) ? call_.input : call_.output).numel()),
+        block_(static_cast<std::int64_t>(one_block().nbytes())),
+        block_numel_(one_block().numel()),
         dtype_((call_.input.defined() ? call_.input : call_.output).scalar_type()) {}
 
   bool step(inline_context& ctx, bool& moved) override {
@@ -108,6 +107,8 @@ class tiny_direct final : public shm_op {
   }
 
   op_code code() const { return call_.code; }
+  /// The tensor one rank's share is the size of (its input or its output).
+  const tensor& one_block() const { return block_is_input(code()) ? call_.input : call_.output; }
   /// One rank's share in bytes (kept: asked by every step).
   std::int64_t block() const { return block_; }
   /// Rank r's input bytes as its counts make them, or -1: any.
