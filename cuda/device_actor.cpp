@@ -3,7 +3,7 @@
 //
 //   submit  -> job message: make the device current, enqueue the job's work
 //              (an internal step, with no work and nothing to run after it,
-//              is done then), record an event and watch it for up to 200 us
+//              is done then), record an event and watch it for up to 1 ms
 //              (TROUPE_GPU_WATCH_US) while no other message waits (a short job
 //              then completes without a wake-up); else ask CUDA to call back
 //              on the host when the stream gets there
