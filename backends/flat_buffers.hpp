@@ -21,6 +21,14 @@ inline tensor flat(const tensor& t) {
   return t.view({t.numel()});
 }
 
+/// flat(t) without a copy of `t` where it is flat already (or undefined):
+/// `t` itself, else the view, kept in `view`.
+inline const tensor& flat_ref(const tensor& t, tensor& view) {
+  if (!t.defined() || is_flat(t)) return t;
+  view = t.view({t.numel()});
+  return view;
+}
+
 /// A new flat buffer of `n` elements of `t`'s dtype on `t`'s device.
 inline tensor like(const tensor& t, std::int64_t n) {
   return tensor::empty({n}, t.scalar_type(), t.get_device());

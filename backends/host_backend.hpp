@@ -158,9 +158,10 @@ class host_backend final : public backend {
   /// tensor, if any; `root_list`: the root's outputs (gather) or inputs (scatter).
   bool on_tiny_lane(op_code code, const tensor& block, const tensor& other,
                     const tensor_list& root_list) const;
-  /// Runs `c` there, without a planned call; the work's result is `sole`
-  /// where defined (`c.output` is then flat(sole)), else `outputs`.
-  work on_tiny(tiny_call&& c, const char* name, timeout_t timeout, const tensor& sole,
+  /// Runs `c` there, without a planned call (nor an operation on the heap
+  /// when it ends at once); the work's result is `sole` where defined
+  /// (`c.output` is then flat(sole)), else `outputs`.
+  work on_tiny(tiny_call c, const char* name, timeout_t timeout, const tensor& sole,
                tensor_list outputs);
   work barrier_inline(const barrier_options& o);
   /// Whether a call runs on a message engine: every collective on CPU
@@ -174,6 +175,11 @@ class host_backend final : public backend {
                  timeout_t timeout, tensor_list outputs);
   work on_inline(inline_engine& engine, std::unique_ptr<inline_op> op, op_code code,
                  const char* name, const tensor& data, timeout_t timeout, tensor_list outputs);
+  /// Names, numbers and issues `op` on `engine`: `owned` (op itself), or op
+  /// made on the caller's stack (inline_engine::submit_borrowed).
+  work issue_inline(inline_engine& engine, inline_op& op, std::unique_ptr<inline_op> owned,
+                    op_code code, const char* name, const tensor& data, timeout_t timeout,
+                    tensor_list outputs);
   work submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
                   const p2p_options& o);
 

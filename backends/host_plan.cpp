@@ -32,9 +32,9 @@ work host_backend::broadcast_one(tensor& t, const broadcast_options& o) {
   // Ranks of one host, blocks the tiny lane holds: straight onto it,
   // without a planned call (the post direct_shm makes there).
   if (on_tiny_lane(op_code::broadcast, t, {}, {})) {
-    auto data = flat(t);
-    return on_tiny({op_code::broadcast, data, std::move(data), o.root_rank, reduce_op::SUM, {}},
-                   "broadcast", o.timeout, t, {});
+    tensor view;
+    const auto& data = flat_ref(t, view);
+    return on_tiny({op_code::broadcast, &data, &data, o.root_rank}, "broadcast", o.timeout, t, {});
   }
   auto c = make_call(op_code::broadcast, "broadcast", o.timeout, t);
   c.root = o.root_rank;
@@ -123,9 +123,11 @@ work host_backend::allgather_into_tensor_coalesced(tensor_list& outs, tensor_lis
 }
 
 work host_backend::allgather_into_tensor(tensor& out, tensor& in, const allgather_options& o) {
-  if (on_tiny_lane(op_code::allgatherv, in, out, {}))
-    return on_tiny({op_code::allgatherv, flat(in), flat(out), 0, reduce_op::SUM, {}},
+  if (on_tiny_lane(op_code::allgatherv, in, out, {})) {
+    tensor views[2];
+    return on_tiny({op_code::allgatherv, &flat_ref(in, views[0]), &flat_ref(out, views[1])},
                    "allgather_into_tensor", o.timeout, out, {});
+  }
   auto c = make_call(op_code::allgatherv, "allgather_into_tensor", o.timeout, out);
   c.input = flat(in);
   c.output = flat(out);
@@ -150,9 +152,11 @@ work host_backend::gather(std::vector<tensor_list>& outs, tensor_list& ins,
 }
 
 work host_backend::gather_one(tensor_list& outs, tensor& in, const gather_options& o) {
-  if (on_tiny_lane(op_code::gatherv, in, {}, outs))
-    return on_tiny({op_code::gatherv, flat(in), {}, o.root_rank, reduce_op::SUM, {}}, "gather",
+  if (on_tiny_lane(op_code::gatherv, in, {}, outs)) {
+    tensor view;
+    return on_tiny({op_code::gatherv, &flat_ref(in, view), nullptr, o.root_rank}, "gather",
                    o.timeout, {}, rank() == o.root_rank ? std::move(outs) : tensor_list{});
+  }
   auto c = make_call(op_code::gatherv, "gather", o.timeout, outs);
   c.root = o.root_rank;
   c.input = flat(in);
@@ -183,14 +187,12 @@ work host_backend::scatter(tensor_list& outs, std::vector<tensor_list>& ins,
 }
 
 work host_backend::scatter_one(tensor& out, tensor_list& ins, const scatter_options& o) {
-  if (on_tiny_lane(op_code::scatterv, out, {}, ins))
-    return on_tiny({op_code::scatterv,
-                    {},
-                    flat(out),
-                    o.root_rank,
-                    reduce_op::SUM,
-                    rank() == o.root_rank ? std::move(ins) : tensor_list{}},
+  if (on_tiny_lane(op_code::scatterv, out, {}, ins)) {
+    tensor view;
+    return on_tiny({op_code::scatterv, nullptr, &flat_ref(out, view), o.root_rank, reduce_op::SUM,
+                    rank() == o.root_rank ? &ins : nullptr},
                    "scatter", o.timeout, out, {});
+  }
   auto c = make_call(op_code::scatterv, "scatter", o.timeout, out);
   c.root = o.root_rank;
   c.output = flat(out);
@@ -221,9 +223,12 @@ work host_backend::reduce_scatter(tensor_list& outs, std::vector<tensor_list>& i
 
 work host_backend::reduce_scatter_tensor(tensor& out, tensor& in, const reduce_scatter_options& o) {
   // (PREMUL_SUM scales every input before the sum: the message algorithms'.)
-  if (o.op.op() != reduce_op::PREMUL_SUM && on_tiny_lane(op_code::reduce_scatterv, out, in, {}))
-    return on_tiny({op_code::reduce_scatterv, flat(in), flat(out), 0, o.op.op(), {}},
-                   "reduce_scatter_tensor", o.timeout, out, {});
+  if (o.op.op() != reduce_op::PREMUL_SUM && on_tiny_lane(op_code::reduce_scatterv, out, in, {})) {
+    tensor views[2];
+    return on_tiny(
+        {op_code::reduce_scatterv, &flat_ref(in, views[0]), &flat_ref(out, views[1]), 0, o.op.op()},
+        "reduce_scatter_tensor", o.timeout, out, {});
+  }
   auto c = make_call(op_code::reduce_scatterv, "reduce_scatter_tensor", o.timeout, out);
   c.op = o.op;
   c.input = flat(in);
@@ -270,9 +275,11 @@ work host_backend::alltoall_single(tensor& out, tensor& in,
   // the two tensors, as direct_shm's does).
   if (in_splits.empty() && out_splits.empty()) {
     const bool in_larger = in.nbytes() >= out.nbytes();
-    if (on_tiny_lane(op_code::alltoallv, in_larger ? in : out, in_larger ? out : in, {}))
-      return on_tiny({op_code::alltoallv, flat(in), flat(out), 0, reduce_op::SUM, {}},
+    if (on_tiny_lane(op_code::alltoallv, in_larger ? in : out, in_larger ? out : in, {})) {
+      tensor views[2];
+      return on_tiny({op_code::alltoallv, &flat_ref(in, views[0]), &flat_ref(out, views[1])},
                      "alltoall_single", o.timeout, out, {});
+    }
   }
   auto c = make_call(op_code::alltoallv, "alltoall_single", o.timeout, out);
   c.input = flat(in);

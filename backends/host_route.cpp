@@ -162,18 +162,16 @@ bool host_backend::on_tiny_lane(op_code code, const tensor& block, const tensor&
          fits_tiny_direct(code, block.nbytes(), size());
 }
 
-work host_backend::on_tiny(tiny_call&& c, const char* name, timeout_t timeout, const tensor& sole,
+work host_backend::on_tiny(tiny_call c, const char* name, timeout_t timeout, const tensor& sole,
                            tensor_list outputs) {
-  const auto code = c.code;
-  const tensor logged =
-      debug_ == debug_level::detail ? (c.input.defined() ? c.input : c.output) : tensor{};
+  const tensor logged = debug_ == debug_level::detail ? (c.input ? *c.input : *c.output) : tensor{};
   // `c.output` is flat(sole) where sole is defined: a tensor flat already
   // is the output itself.
   const bool whole = is_flat(sole);
   c.output_is_result = whole;
-  auto op = make_tiny_direct(std::move(c));
-  if (!whole) op->sole_output = sole;
-  return on_inline(std::move(op), code, name, logged, timeout, std::move(outputs));
+  tiny_direct op{c};
+  if (!whole) op.sole_output = sole;
+  return issue_inline(*engine_, op, nullptr, c.code, name, logged, timeout, std::move(outputs));
 }
 
 work host_backend::barrier_inline(const barrier_options& o) {
@@ -205,21 +203,28 @@ work host_backend::on_inline(std::unique_ptr<inline_op> op, op_code code, const 
 work host_backend::on_inline(inline_engine& engine, std::unique_ptr<inline_op> op, op_code code,
                              const char* name, const tensor& data, timeout_t timeout,
                              tensor_list outputs) {
-  op->name = name;
-  op->timeout = timeout == use_group_timeout ? timeout_ : timeout;
-  op->outputs = std::move(outputs);
+  auto& o = *op;
+  return issue_inline(engine, o, std::move(op), code, name, data, timeout, std::move(outputs));
+}
+
+work host_backend::issue_inline(inline_engine& engine, inline_op& op,
+                                std::unique_ptr<inline_op> owned, op_code code, const char* name,
+                                const tensor& data, timeout_t timeout, tensor_list outputs) {
+  op.name = name;
+  op.timeout = timeout == use_group_timeout ? timeout_ : timeout;
+  op.outputs = std::move(outputs);
   // Not tracked: the engine holds the operation until it ends, and aborting
   // the engine (abort, shutdown) fails it. Its work is made by the engine
   // once this rank posted (inline_engine::submit), but for the log.
   if (debug_ == debug_level::detail) {
-    if (!op->handle.valid()) op->handle = make_work(name, group_name());
-    log_detail(op->handle, data);
+    if (!op.handle.valid()) op.handle = make_work(name, group_name());
+    log_detail(op.handle, data);
   }
   std::lock_guard<futex_lock> g{issue_mtx_};
-  op->seq = number(code, &engine == engine_.get() && shm_ ? route::shm : route::messages);
-  if (op->handle.valid()) op->handle.set_sequence_number(op->seq);
-  op->op = engine.next_op();
-  return engine.submit(std::move(op));
+  op.seq = number(code, &engine == engine_.get() && shm_ ? route::shm : route::messages);
+  if (op.handle.valid()) op.handle.set_sequence_number(op.seq);
+  op.op = engine.next_op();
+  return owned ? engine.submit(std::move(owned)) : engine.submit_borrowed(op);
 }
 
 work host_backend::submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,

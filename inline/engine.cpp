@@ -2,6 +2,7 @@
 #include "base/texts.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <tuple>
 
 #include "base/agreement.hpp"
@@ -92,6 +93,11 @@ std::string announced_mismatch(int peer, int theirs, int mine, const std::string
       "per rank or the device)");
 }
 
+std::unique_ptr<inline_op> inline_op::keep() {
+  throw std::logic_error(std::string("troupe: operation '") + name +
+                         "' cannot be moved from its caller");
+}
+
 work inline_engine::submit(std::unique_ptr<inline_op> op) {
   // Alive while the lock below is held: queued, or in `out` once finished.
   inline_op& o = *op;
@@ -107,30 +113,77 @@ work inline_engine::submit(std::unique_ptr<inline_op> op) {
   const inline_op* unseen = nullptr;  // its work made here: nobody else has it yet
   {
     std::lock_guard<futex_lock> g{engine_};
-    if (!driver_) driver_ = std::make_shared<engine_driver>(weak_from_this());
     if (!queue_.empty() || o.steps_with_deadline) {
       now = inline_clock::now();
       o.deadline = now + o.timeout;
     }
     queue_.push_back(std::move(op));
     step_head(out, now);
-    // The work, once this rank posted (what comes before the post delays
-    // the peers): no step reads it, and no other thread steps the
-    // operation or completes it before the lock is released.
-    if (!o.handle.valid()) {
-      o.handle = make_work(o.name, group_, o.seq);
-      unseen = &o;
-    }
-    w = o.handle;
-    w.state()->driver = driver_;
-    // The epoch when no step read the clock: the flight record reads it.
-    w.state()->issued = now;
+    w = work_of(o, now, unseen);
   }
   hand_over(out, now, unseen);
   // Watched already (mostly): no owner count up and down to ask again.
   if (!w.state()->finished.load() && !watched_.load(std::memory_order_acquire))
     progress_watch(shared_from_this());
   return w;
+}
+
+work inline_engine::work_of(inline_op& o, inline_clock::time_point now, const inline_op*& unseen) {
+  // The work, once this rank posted (what comes before the post delays
+  // the peers): no step reads it, and no other thread steps the
+  // operation or completes it before the lock is released.
+  if (!o.handle.valid()) {
+    o.handle = make_work(o.name, group_, o.seq);
+    unseen = &o;
+  }
+  if (!driver_) driver_ = std::make_shared<engine_driver>(weak_from_this());
+  auto& s = *o.handle.state();
+  s.driver = driver_;
+  // The epoch when no step read the clock: the flight record reads it.
+  s.issued = now;
+  return o.handle;
+}
+
+work inline_engine::submit_borrowed(inline_op& o) {
+  {
+    std::unique_lock<futex_lock> g{engine_};
+    if (queue_.empty() && stopped_.empty() && !o.steps_with_deadline) {
+      bool moved = false, done = false;
+      auto failure = try_step(o, context(), moved, done);
+      if (failure || done) {
+        // Ended in its first step: its work is made now and given the
+        // result (or the error) at once; no other thread can have it, and
+        // the caller waits for nothing (it needs no driver).
+        med_->end_op(o.op);
+        g.unlock();
+        const bool seen = o.handle.valid();
+        work w = seen ? std::move(o.handle) : make_work(o.name, group_, o.seq);
+        if (failure)
+          w.fail(failure);
+        else if (!seen)
+          complete_unseen(w, std::move(o.outputs), std::move(o.sole_output));
+        else if (o.sole_output.defined())
+          complete_with_one(w, std::move(o.sole_output));
+        else
+          w.complete(std::move(o.outputs));
+        return w;
+      }
+      // Waits for its peers: queued, with its deadline from now (as the
+      // head's first blocked step sets it); the next pass checks them.
+      auto kept = o.keep();
+      auto& k = *kept;
+      const auto now = inline_clock::now();
+      k.deadline = now + k.timeout;
+      queue_.push_back(std::move(kept));
+      head_reads_.store(k.reads_itself, std::memory_order_release);
+      const inline_op* unseen = nullptr;
+      auto w = work_of(k, now, unseen);
+      g.unlock();
+      if (!watched_.load(std::memory_order_acquire)) progress_watch(shared_from_this());
+      return w;
+    }
+  }
+  return submit(o.keep());
 }
 
 void inline_engine::continued() {
@@ -294,10 +347,40 @@ inline_context& inline_engine::context() {
   return *context_;
 }
 
+std::exception_ptr inline_engine::failed(const inline_op& op, errc code, const std::string& cause,
+                                         bool stops) {
+  auto msg = call_location(op.name, group_, rank_, op.seq) + " failed: " + cause;
+  if (stops) stop(msg);
+  return std::make_exception_ptr(error(code, msg));
+}
+
+std::exception_ptr inline_engine::try_step(inline_op& op, inline_context& ctx, bool& moved,
+                                           bool& finished) {
+  try {
+    bool m = false;
+    finished = op.step(ctx, m);
+    moved |= m;
+    return nullptr;
+  } catch (const disagreement_error& e) {
+    // Every rank sees the same disagreement and steps past the operation.
+    moved = true;
+    return failed(op, e.code(), e.what(), false);
+  } catch (const error& e) {
+    // Anything else leaves the protocol state unknown.
+    moved = true;
+    return failed(op, e.code(), e.what(), true);
+  } catch (const std::exception& e) {
+    moved = true;
+    return failed(op, errc::internal, std::string("internal error: ") + e.what(), true);
+  } catch (...) {
+    moved = true;
+    return failed(op, errc::internal, "internal error: an unknown exception", true);
+  }
+}
+
 bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now) {
   auto& ctx = context();
   bool moved = false;
-  auto where = [&](const inline_op& op) { return call_location(op.name, group_, rank_, op.seq); };
   // The head leaves the queue, finished (no error) or failed; end_op runs
   // before its caller hears, so nothing writes its buffers afterwards.
   auto leave = [&](std::exception_ptr failure) {
@@ -306,45 +389,18 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
     med_->end_op(op->op);
     out.push_back({std::move(op), std::move(failure)});
   };
-  auto fail = [&](errc code, const std::string& cause) {
-    auto msg = where(*queue_.front()) + " failed: " + cause;
-    leave(std::make_exception_ptr(error(code, msg)));
-    return msg;
-  };
   while (!queue_.empty()) {
     auto& op = *queue_.front();
     if (!stopped_.empty()) {
-      fail(errc::aborted, "the group's engine stopped after an earlier failure: " + stopped_);
+      leave(failed(op, errc::aborted,
+                   "the group's engine stopped after an earlier failure: " + stopped_, false));
       continue;
     }
     bool finished_now = false;
-    auto attempt = [&]() -> bool {  // false: the operation failed (and left the queue)
-      try {
-        bool m = false;
-        finished_now = op.step(ctx, m);
-        moved |= m;
-        return true;
-      } catch (const disagreement_error& e) {
-        // Every rank sees the same disagreement and steps past the operation.
-        moved = true;
-        fail(e.code(), e.what());
-        return false;
-      } catch (const error& e) {
-        // Anything else leaves the protocol state unknown.
-        moved = true;
-        stop(fail(e.code(), e.what()));
-        return false;
-      } catch (const std::exception& e) {
-        moved = true;
-        stop(fail(errc::internal, std::string("internal error: ") + e.what()));
-        return false;
-      } catch (...) {
-        moved = true;
-        stop(fail(errc::internal, "internal error: an unknown exception"));
-        return false;
-      }
-    };
-    if (!attempt()) continue;
+    if (auto f = try_step(op, ctx, moved, finished_now)) {
+      leave(std::move(f));
+      continue;
+    }
     if (finished_now) {
       leave(nullptr);
       continue;
@@ -361,7 +417,10 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
     if (auto why = in_simulation() ? std::string{} : med_->lost(op.op, peer, now); !why.empty()) {
       // What the peer published before it left still counts: one more try,
       // after which the operation may wait for another (live) rank.
-      if (!attempt()) continue;
+      if (auto f = try_step(op, ctx, moved, finished_now)) {
+        leave(std::move(f));
+        continue;
+      }
       if (finished_now) {
         leave(nullptr);
         continue;
@@ -370,19 +429,21 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
       peer = op.blocked_rank();
       if (peer != before) why = med_->lost(op.op, peer, now);
       if (!why.empty()) {
-        stop(fail(errc::peer_failure, why + " before finishing this " + op.name));
+        leave(failed(op, errc::peer_failure, why + " before finishing this " + op.name, true));
         continue;
       }
     }
     if (now >= op.deadline) {
       if (auto why = op.disagreement(); !why.empty()) {
-        stop(fail(errc::mismatch, mismatch_text(why)));
+        leave(failed(op, errc::mismatch, mismatch_text(why), true));
         continue;
       }
-      stop(fail(errc::timeout,
-                timeout_after(op.timeout) + " waiting for " +
-                    (peer < 0 ? std::string("the peers") : names_[static_cast<std::size_t>(peer)]) +
-                    " to " + op.blocker().second));
+      leave(failed(
+          op, errc::timeout,
+          timeout_after(op.timeout) + " waiting for " +
+              (peer < 0 ? std::string("the peers") : names_[static_cast<std::size_t>(peer)]) +
+              " to " + op.blocker().second,
+          true));
       continue;
     }
     break;

@@ -38,6 +38,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,7 @@
 #include "base/recycled.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_driver.hpp"
+#include "troupe/error.hpp"
 #include "troupe/work.hpp"
 
 namespace troupe::detail {
@@ -105,7 +107,13 @@ struct inline_context {
 /// Lives on the thread's recycled shelves (one per call: base/recycled.hpp).
 class inline_op : public recycled {
  public:
+  inline_op() = default;
   virtual ~inline_op() = default;
+  /// An operation made on the caller's stack, that borrows the caller's
+  /// tensors (inline_engine::submit_borrowed), as one of its own on the
+  /// heap that holds them: for the queue, when it waits for its peers.
+  /// Only operations that can be borrowed have it.
+  virtual std::unique_ptr<inline_op> keep();
   /// Advances as far as the peers allow without blocking; true when finished.
   /// Sets `moved` when it published or consumed anything. Throws troupe::error.
   virtual bool step(inline_context& ctx, bool& moved) = 0;
@@ -136,6 +144,9 @@ class inline_op : public recycled {
   /// The sole output instead of `outputs` (no vector per call with one output).
   tensor sole_output;
   work handle;
+
+ protected:
+  inline_op(inline_op&&) = default;  ///< keep()
 };
 
 /// Bytes this process's inline engines copied and reduced (for the copy-count test).
@@ -179,6 +190,11 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// Queues `op`, makes one pass and returns its work (op->handle, made
   /// after that pass when unset: op->seq is then the group's sequence number).
   work submit(std::unique_ptr<inline_op> op);
+  /// submit() for an operation on the caller's stack that borrows its
+  /// tensors: stepped at once when nothing else is queued (a call whose
+  /// peers were there first ends here, without an operation on the heap);
+  /// queued as op.keep() when it has to wait. `op` is left behind.
+  work submit_borrowed(inline_op& op);
   /// Drives until `s` finished or `until` passed.
   void drive(work_state& s, inline_clock::time_point until);
   /// One pass without blocking (skipped while another thread drives).
@@ -211,6 +227,14 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   bool pass(bool block_on_lock, inline_clock::time_point now);
   /// `now` the epoch: not read yet (submit); read here once the head blocks.
   bool step_head(finished_list& out, inline_clock::time_point& now);
+  /// One step of `op`: sets `finished`, or returns why it failed (the
+  /// engine then stops, unless every rank fails alike: a disagreement).
+  std::exception_ptr try_step(inline_op& op, inline_context& ctx, bool& moved, bool& finished);
+  /// The error of `op` failing for `cause`; `stops`: the engine stops with it.
+  std::exception_ptr failed(const inline_op& op, errc code, const std::string& cause, bool stops);
+  /// The work of `o`, which has just been queued or ended (under the lock):
+  /// made here if unset (`unseen` then points at `o`: nobody else has it yet).
+  work work_of(inline_op& o, inline_clock::time_point now, const inline_op*& unseen);
   /// Completes or fails what left the queue (outside the lock); `now`: the
   /// pass's clock reading, their end in the flight record. `unseen`: an
   /// operation whose work no other thread has seen yet (submit made it and

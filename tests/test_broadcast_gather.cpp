@@ -2,6 +2,9 @@
 // representative dtypes, 0 and uneven element counts.
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
 
 #include "collective_test.hpp"
 
@@ -314,6 +317,75 @@ TEST_CASE("gather and scatter of reused and shared buffers") {
             CHECK(same);
           }
         }
+    });
+  }
+}
+
+// A small call that ends in its caller's thread borrows the caller's tensors
+// (inline/shm/tiny_direct.hpp); one that waits for a later rank holds its
+// own. Every rank issues each collective of one small block, drops its
+// tensors (keeping the works) and scribbles over fresh ones of the same size
+// (the freed memory, likely), while one rank (each in turn) comes late: the
+// early ranks' calls must have kept what they read and write.
+TEST_CASE("small calls that wait for a late rank hold the tensors their callers dropped") {
+  for (int n : ct::rank_counts) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& g = w.default_group();
+      const int me = w.rank();
+      auto filled = [](std::int64_t len, int base) {
+        auto t = tensor::empty({len}, dtype::int32);
+        for (std::int64_t i = 0; i < len; ++i) t.data_as<int>()[i] = base + int(i);
+        return t;
+      };
+      for (int late : {0, n - 1}) {
+        CAPTURE(late);
+        const int root = (late + 1) % n;
+        std::vector<work> works;
+        {
+          if (me == late) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          works.push_back(g.broadcast(filled(3, 10 * me), root));
+          tensor_list outs;
+          if (me == root)
+            for (int r = 0; r < n; ++r) outs.push_back(filled(2, -1));
+          works.push_back(g.gather(outs, filled(2, 100 * me), {.root_rank = root}));
+          tensor_list ins;
+          if (me == root)
+            for (int r = 0; r < n; ++r) ins.push_back(filled(2, 1000 * r));
+          works.push_back(g.scatter(filled(2, -1), ins, {.root_rank = root}));
+          works.push_back(g.allgather_into_tensor(filled(2 * n, -1), filled(2, 100 * me)));
+          works.push_back(g.reduce_scatter_tensor(filled(2, -1), filled(2 * n, me)));
+          works.push_back(g.alltoall_single(filled(2 * n, -1), filled(2 * n, 100 * me)));
+        }
+        // Fresh tensors of the same sizes over what was freed.
+        std::vector<tensor> scribbles;
+        for (std::int64_t len : {2, 3, 4, 6, 8, 14})
+          for (int k = 0; k < 4; ++k) scribbles.push_back(filled(len, -7777));
+        for (auto& wk : works) wk.wait();
+        auto ints = [](const tensor& t) { return t.to_vector<int>(); };
+        CHECK(ints(works[0].result().at(0)) ==
+              std::vector<int>{10 * root, 10 * root + 1, 10 * root + 2});
+        if (me == root) {
+          auto gathered = works[1].result();
+          REQUIRE(gathered.size() == static_cast<std::size_t>(n));
+          for (int r = 0; r < n; ++r)
+            CHECK(ints(gathered[static_cast<std::size_t>(r)]) ==
+                  std::vector<int>{100 * r, 100 * r + 1});
+        }
+        CHECK(ints(works[2].result().at(0)) == std::vector<int>{1000 * me, 1000 * me + 1});
+        std::vector<int> all;
+        for (int r = 0; r < n; ++r) all.insert(all.end(), {100 * r, 100 * r + 1});
+        CHECK(ints(works[3].result().at(0)) == all);
+        // Block `me` of every rank's input r + i (i = 2 me + j), summed.
+        std::vector<int> sums(2, 0);
+        for (int r = 0; r < n; ++r)
+          for (int j = 0; j < 2; ++j) sums[static_cast<std::size_t>(j)] += r + 2 * me + j;
+        CHECK(ints(works[4].result().at(0)) == sums);
+        // Block `me` of every rank's input 100 r + i.
+        std::vector<int> got;
+        for (int r = 0; r < n; ++r) got.insert(got.end(), {100 * r + 2 * me, 100 * r + 2 * me + 1});
+        CHECK(ints(works[5].result().at(0)) == got);
+      }
     });
   }
 }
