@@ -67,7 +67,8 @@ inline_engine::inline_engine(std::shared_ptr<medium> med, int rank, std::string 
       rank_(rank),
       group_(std::move(group)),
       names_(std::move(names)),
-      policy_(wait_policy::get().for_ranks(med_->ranks_on_host())) {}
+      policy_(wait_policy::get().for_ranks(med_->ranks_on_host())),
+      issue_spin_(std::min<inline_clock::duration>(policy_.spin, max_issue_spin)) {}
 
 inline_engine::~inline_engine() {
   abort("the group was destroyed");
@@ -149,7 +150,19 @@ work inline_engine::submit_borrowed(inline_op& o) {
     std::unique_lock<futex_lock> g{engine_};
     if (queue_.empty() && stopped_.empty() && !o.steps_with_deadline) {
       bool moved = false, done = false;
-      auto failure = try_step(o, context(), moved, done);
+      auto& ctx = context();
+      auto failure = try_step(o, ctx, moved, done);
+      if (!failure && !done && issue_spin_ > inline_clock::duration{} && !in_simulation()) {
+        // Posted, and the peers have not yet: in a loop of small calls they
+        // are about to (finishing the call before), so watch for them a
+        // moment rather than queue the operation and hand it to a waiting
+        // thread (measured: see issue_spin_).
+        const auto until = inline_clock::now() + issue_spin_;
+        do {
+          cpu_relax();
+          failure = try_step(o, ctx, moved, done);
+        } while (!failure && !done && inline_clock::now() < until);
+      }
       if (failure || done) {
         // Ended in its first step: its work is made now and given the
         // result (or the error) at once; no other thread can have it, and

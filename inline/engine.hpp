@@ -65,6 +65,11 @@ struct work_state;
 
 using inline_clock = std::chrono::steady_clock;
 
+/// The longest an issuing thread spins for the peers of a small call it
+/// posted (inline_engine::submit_borrowed): a loop of small calls among
+/// ranks of one host comes round in well under it.
+inline constexpr std::chrono::nanoseconds max_issue_spin{2'000};
+
 class inline_engine;
 
 /// Which engine runs a call: announced with its collective (inline_engine::announce)
@@ -258,6 +263,10 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   std::string group_;
   std::vector<std::string> names_;
   wait_policy policy_;  ///< how drive() waits (no pure spin when ranks outnumber CPUs)
+  /// How long submit_borrowed watches for the peers of a call it posted
+  /// before it queues it: the policy's spinning (none when ranks outnumber
+  /// CPUs), at most max_issue_spin.
+  inline_clock::duration issue_spin_;
   std::uint64_t issued_ = 0;
   std::uint64_t chunks_ = 0;     // guarded by engine_
   std::uint64_t tiny_seen_ = 0;  // guarded by engine_
