@@ -10,6 +10,11 @@
 // Execution: an operation is queued at issue, in issue order, and advanced
 // by non-blocking steps (inline_op::step) by whoever drives the inline engine:
 //  - the issuing thread makes one pass (it posts this rank's data at once);
+//    a small call on the shared segment's tiny lane is made on the caller's
+//    stack and borrows its tensors (submit_borrowed): when the queue is
+//    empty it is stepped there, watched for up to the spinning window (at
+//    most max_issue_spin) while its peers have not posted, and queued as a
+//    copy of its own only if they still have not;
 //  - a thread in work.wait() drives until its work is done: it spins, polls
 //    while yielding, then sleeps in the medium (a futex; base/wait_policy.hpp).
 //    Spinning alone collapses when ranks outnumber cores; sleeping alone pays
