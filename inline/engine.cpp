@@ -164,9 +164,9 @@ work inline_engine::submit_borrowed(inline_op& o) {
         } while (!failure && !done && inline_clock::now() < until);
       }
       if (failure || done) {
-        // Ended in its first step: its work is made now and given the
-        // result (or the error) at once; no other thread can have it, and
-        // the caller waits for nothing (it needs no driver).
+        // Ended in its first step or while watched: its work is made now
+        // and given the result (or the error) at once; no other thread can
+        // have it, and the caller waits for nothing (it needs no driver).
         med_->end_op(o.op);
         g.unlock();
         const bool seen = o.handle.valid();
