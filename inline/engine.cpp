@@ -171,14 +171,7 @@ work inline_engine::submit_borrowed(inline_op& o) {
         g.unlock();
         const bool seen = o.handle.valid();
         work w = seen ? std::move(o.handle) : make_work(o.name, group_, o.seq);
-        if (failure)
-          w.fail(failure);
-        else if (!seen)
-          complete_unseen(w, std::move(o.outputs), std::move(o.sole_output));
-        else if (o.sole_output.defined())
-          complete_with_one(w, std::move(o.sole_output));
-        else
-          w.complete(std::move(o.outputs));
+        end_work(w, o, failure, !seen);
         return w;
       }
       // Waits for its peers: queued, with its deadline from now (as the
@@ -335,15 +328,20 @@ void inline_engine::hand_over(finished_list& out, inline_clock::time_point now,
   // Outside the lock: a callback may issue the next collective.
   out.for_each([now, unseen](finished& f) {
     f.op->handle.state()->ended = now;
-    if (f.error)
-      f.op->handle.fail(f.error);
-    else if (f.op.get() == unseen)
-      complete_unseen(f.op->handle, std::move(f.op->outputs), std::move(f.op->sole_output));
-    else if (f.op->sole_output.defined())
-      complete_with_one(f.op->handle, std::move(f.op->sole_output));
-    else
-      f.op->handle.complete(std::move(f.op->outputs));
+    end_work(f.op->handle, *f.op, f.error, f.op.get() == unseen);
   });
+}
+
+void inline_engine::end_work(const work& w, inline_op& op, const std::exception_ptr& failure,
+                             bool unseen) {
+  if (failure)
+    w.fail(failure);
+  else if (unseen)
+    complete_unseen(w, std::move(op.outputs), std::move(op.sole_output));
+  else if (op.sole_output.defined())
+    complete_with_one(w, std::move(op.sole_output));
+  else
+    w.complete(std::move(op.outputs));
 }
 
 void inline_engine::read_announcements_from(std::shared_ptr<medium> m) {

@@ -251,6 +251,10 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// has not returned it): completed without its lock.
   static void hand_over(finished_list& out, inline_clock::time_point now,
                         const inline_op* unseen = nullptr);
+  /// Ends `w`, the work of `op`, with `failure` or with op's outputs
+  /// (`unseen`: no other thread has the work: completed without its lock).
+  static void end_work(const work& w, inline_op& op, const std::exception_ptr& failure,
+                       bool unseen);
   int blocker();
   bool head_reads_itself();
   void stop(const std::string& reason);
