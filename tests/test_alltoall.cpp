@@ -230,6 +230,25 @@ TEST_CASE(
         else
           pg.alltoall_single(mixed_out, even_input, twos, twos).wait();
         ref::check_close(mixed_out, even_expected, "alltoall_single, split sizes but on rank 0");
+        // Rank 0 keeps 3 for itself and sends 2 to each other rank: split
+        // sizes that agree with the others' even ones (none passed), on the
+        // tiny lane too, where its header says uneven and theirs even.
+        std::vector<std::int64_t> own3 = twos;
+        own3[0] = 3;
+        ref::values own3_in, own3_expected;
+        for (int p = 0; p < n; ++p) {
+          const auto k = me == 0 && p == 0 ? 3 : 2;
+          auto b = block(me, p, k);
+          own3_in.insert(own3_in.end(), b.begin(), b.end());
+          auto e = block(p, me, k);
+          own3_expected.insert(own3_expected.end(), e.begin(), e.end());
+        }
+        auto own3_out = ref::zeros({me == 0 ? 2 * n + 1 : 2 * n}, dtype::float32);
+        if (me == 0)
+          pg.alltoall_single(own3_out, ref::make(dtype::float32, own3_in), own3, own3).wait();
+        else
+          pg.alltoall_single(own3_out, ref::make(dtype::float32, own3_in)).wait();
+        ref::check_close(own3_out, own3_expected, "alltoall_single, rank 0 keeps more");
       }
     });
   }

@@ -226,13 +226,9 @@ class direct_shm final : public shm_op {
     const auto out = c.output.defined() ? c.output.nbytes() : 0;
     return splits_bytes(ctx) <= tiny_splits_bytes && std::max(in, out) <= tiny_bytes;
   }
-  /// alltoall's send and receive counts, before its input on the tiny lane.
+  /// alltoall's send and receive counts, after its input on the tiny lane.
   static std::size_t splits_bytes(inline_context& ctx) {
     return 2 * static_cast<std::size_t>(ctx.size) * sizeof(std::int64_t);
-  }
-  /// Where rank r's source starts on its tiny lane.
-  const std::byte* tiny_source(inline_context& ctx, int r) const {
-    return ctx.seg->tiny_data(r, op) + (call_.code == op_code::alltoallv ? splits_bytes(ctx) : 0);
   }
 
   void post_on_tiny_lane(inline_context& ctx, bool& moved) {
@@ -249,13 +245,19 @@ class direct_shm final : public shm_op {
       post_tiny(ctx, call, in, static_cast<std::size_t>(std::max<std::int64_t>(mine, 0)), moved);
       return;
     }
-    // alltoall: this rank's send and receive counts, then its whole input.
-    std::array<std::byte, tiny_lane_bytes> lane;
-    const auto n = static_cast<std::size_t>(ctx.size) * sizeof(std::int64_t);
-    std::memcpy(lane.data(), c.counts.data(), n);
-    std::memcpy(lane.data() + n, c.recv_counts.data(), n);
-    if (call.nbytes) std::memcpy(lane.data() + 2 * n, in, call.nbytes);
-    post_tiny(ctx, call, lane.data(), 2 * n + call.nbytes, moved);
+    // alltoall: this rank's whole input, then its send and receive counts
+    // (said to be even where they are, as tiny_direct's: splits_mark).
+    std::array<std::int64_t, tiny_splits_bytes / sizeof(std::int64_t)> counts;
+    const auto n = static_cast<std::size_t>(ctx.size);
+    std::copy(c.counts.begin(), c.counts.end(), counts.begin());
+    std::copy(c.recv_counts.begin(), c.recv_counts.end(), counts.begin() + n);
+    const auto first = n ? counts[0] : 0;
+    const bool even = std::all_of(counts.begin(), counts.begin() + 2 * n,
+                                  [&](std::int64_t k) { return k == first; }) &&
+                      call.nbytes == n * static_cast<std::uint64_t>(first) *
+                                         static_cast<std::uint64_t>(element_bytes());
+    call.counts_hash = splits_mark(even, first);
+    post_tiny(ctx, call, in, call.nbytes, moved, counts.data(), splits_bytes(ctx));
   }
 
   /// On the tiny lane (shm_op.hpp): what this rank needs, from the others'
@@ -274,7 +276,8 @@ class direct_shm final : public shm_op {
       throw disagreement_error(why);
     }
     own_part(ctx);
-    consume_range(ctx, 0, longest_source(ctx), [&](int r) { return tiny_source(ctx, r); });
+    consume_range(ctx, 0, longest_source(ctx),
+                  [&](int r) { return static_cast<const std::byte*>(ctx.seg->tiny_data(r, op)); });
     finish_op(ctx, moved);
     if (c.on_success) c.on_success();
     return true;

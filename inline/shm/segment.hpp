@@ -15,7 +15,7 @@
 //    tiny_lane_bytes of data after it (inline/shm/shm_op.hpp: a collective
 //    whose every source fits 1 KiB posts everything a peer needs there, so
 //    that a peer reads one line to learn that it was posted and what it is;
-//    alltoall its counts first);
+//    alltoall its input first, then its counts);
 //  - per rank, two small-message slots (operation parity);
 //  - per rank, `chunk_slots` staging slots of `chunk_bytes`, and one shared
 //    ring of result slots of the same shape. Every data slot starts half a
@@ -98,9 +98,14 @@ struct alignas(64) tiny_header {
 
 /// The largest source a collective posts on a tiny lane.
 inline constexpr std::size_t tiny_bytes = 1024;
-/// Room before an alltoall's source on its lane for its send and receive
+/// Room after an alltoall's source on its lane for its send and receive
 /// counts (up to 32 ranks).
 inline constexpr std::size_t tiny_splits_bytes = 512;
+/// Where an alltoall's counts start on its lane: after its source of
+/// `source_bytes`, on the next 8 bytes.
+constexpr std::size_t tiny_splits_at(std::uint64_t source_bytes) {
+  return (static_cast<std::size_t>(source_bytes) + 7) & ~std::size_t{7};
+}
 /// Data a tiny lane holds after its header.
 inline constexpr std::size_t tiny_lane_bytes = tiny_bytes + tiny_splits_bytes;
 /// A tiny lane: its header line and its data.

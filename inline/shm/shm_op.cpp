@@ -91,6 +91,25 @@ std::string shm_op::input_size_disagreement(int r, std::int64_t got, dtype t, st
          std::string(to_string(t)) + ", which its counts make " + std::to_string(want) + " bytes";
 }
 
+namespace {
+
+/// memcpy of up to 16 bytes into a buffer on the stack, the usual sizes
+/// (an element or two) in one move each.
+void copy_small(std::byte* to, const std::byte* from, std::size_t n) {
+  switch (n) {
+    case 16:
+      return static_cast<void>(std::memcpy(to, from, 16));
+    case 8:
+      return static_cast<void>(std::memcpy(to, from, 8));
+    case 4:
+      return static_cast<void>(std::memcpy(to, from, 4));
+    default:
+      for (std::size_t i = 0; i < n; ++i) to[i] = from[i];
+  }
+}
+
+}  // namespace
+
 bool shm_op::same_post(const tiny_header& a, const tiny_header& b) {
   // The input's size counts where every rank passes the same (the others
   // check their sizes against the counts: uneven v-forms differ here).
@@ -106,18 +125,23 @@ bool shm_op::tiny_lane_free(inline_context& ctx) {
 }
 
 void shm_op::post_tiny(inline_context& ctx, const tiny_header& call, const void* data,
-                       std::size_t bytes, bool& moved) {
+                       std::size_t bytes, bool& moved, const void* after, std::size_t after_bytes) {
   auto& h = ctx.seg->tiny(ctx.rank, op);
   // The data past the header's line first (read only after the stamp), then
   // the header's line in one burst: its fields, its first bytes of data, the
   // stamp. A peer polling the line between two stores to it takes it back,
   // and the next store waits for the line to return (a transfer between
   // cores); a call to memcpy between the fields and the stamp made that likely.
-  const auto* src = static_cast<const std::byte*>(data);
-  const std::size_t in_head = std::min(bytes, sizeof h.head);
-  if (bytes > in_head) std::memcpy(h.head + in_head, src + in_head, bytes - in_head);
-  std::byte head[sizeof h.head];
-  for (std::size_t i = 0; i < in_head; ++i) head[i] = src[i];
+  std::byte head[sizeof h.head]{};
+  const auto place = [&](std::size_t at, const void* from, std::size_t n) {
+    const auto* src = static_cast<const std::byte*>(from);
+    const std::size_t in_head = at < sizeof head ? std::min(n, sizeof head - at) : 0;
+    if (n > in_head) std::memcpy(h.head + at + in_head, src + in_head, n - in_head);
+    copy_small(head + at, src, in_head);
+    return in_head ? at + in_head : 0;  // where its part of the head ends
+  };
+  std::size_t in_head = place(0, data, bytes);
+  if (after_bytes) in_head = std::max(in_head, place(tiny_splits_at(bytes), after, after_bytes));
   h.seq = seq;
   h.nbytes = call.nbytes;
   h.dtype = call.dtype;
@@ -125,9 +149,11 @@ void shm_op::post_tiny(inline_context& ctx, const tiny_header& call, const void*
   h.code = code_;
   h.root = call.root;
   h.counts_hash = call.counts_hash;
-  std::memcpy(h.head, head, in_head);
+  // (One store: what it holds past the post nobody reads. A post of no
+  // bytes leaves the lane as its caller wrote it: a scatter's root's.)
+  if (in_head) std::memcpy(h.head, head, sizeof head);
   h.stamp.store(op, std::memory_order_release);
-  copied_ += bytes;
+  copied_ += bytes + after_bytes;
   ctx.seg->ring(ctx.rank);
   moved = true;
 }
@@ -156,6 +182,7 @@ bool shm_op::tiny_posted(inline_context& ctx) {
       // Throws once every rank posted (fields that differ and mean the
       // same agree).
       if (const int q = check_posts(ctx); q >= 0) return waiting(q, "issue this ", true);
+      posts_alike_ = false;
     }
   }
   ctx.tiny_seen = op;

@@ -45,11 +45,22 @@ class shm_op : public inline_op {
   /// literal, followed by the operation's name when `named`); false, for
   /// `return waiting(...)`.
   bool waiting(int r, const char* what, bool named = false);
-  /// Rank r's alltoall counts as it posted them, on its tiny lane (`tiny`)
-  /// or in its small slot: its send counts, then its receive counts.
+  /// Rank r's alltoall counts as it posted them, on its tiny lane (`tiny`,
+  /// after its input) or in its small slot: its send counts, then its
+  /// receive counts.
   const std::int64_t* posted_counts(inline_context& ctx, int r, bool tiny) const {
-    return reinterpret_cast<const std::int64_t*>(tiny ? ctx.seg->tiny_data(r, op)
-                                                      : ctx.seg->small_slot(r, op));
+    return reinterpret_cast<const std::int64_t*>(
+        tiny ? ctx.seg->tiny_data(r, op) + tiny_splits_at(ctx.seg->tiny(r, op).nbytes)
+             : ctx.seg->small_slot(r, op));
+  }
+  /// What an alltoall's tiny post says in its header's counts_hash (which
+  /// no agreement check of alltoall hashes): `count` + 1 when every send
+  /// and receive count is `count` and the input holds them (`even`), else
+  /// 0. Ranks whose posts are alike and nonzero there agree without reading
+  /// each other's counts (split_agree's every pair holds) and take each
+  /// block at its place, in the line they polled where it fits.
+  static std::uint64_t splits_mark(bool even, std::int64_t count) {
+    return even ? static_cast<std::uint64_t>(count) + 1 : 0;
   }
   /// What rank r posted for this operation, on its tiny lane (`tiny`) or in
   /// the slots, as a fingerprint (base/agreement.hpp; alltoall's with its splits).
@@ -92,14 +103,16 @@ class shm_op : public inline_op {
   static bool same_post(const tiny_header& a, const tiny_header& b);
   /// Whether this rank may post on the tiny lane now; false: waiting.
   bool tiny_lane_free(inline_context& ctx);
-  /// Posts `call` (its stamp is set here, last) and `bytes` of `data`.
+  /// Posts `call` (its stamp is set here, last) and `bytes` of `data`, then
+  /// (an alltoall's counts) `after_bytes` of `after` at tiny_splits_at(bytes).
   void post_tiny(inline_context& ctx, const tiny_header& call, const void* data, std::size_t bytes,
-                 bool& moved);
+                 bool& moved, const void* after = nullptr, std::size_t after_bytes = 0);
   /// True once every rank posted this operation on its tiny lane and all
   /// posted the same call (else, once all posted, throws the mismatch as
   /// check_posts); false: waiting (now and then it checks whether the rank
   /// it waits for issued another collective, or this one in the slots:
-  /// alltoall then sets to_slots_).
+  /// alltoall then sets to_slots_). posts_alike_ tells whether every
+  /// header said what this rank's does (same_post).
   bool tiny_posted(inline_context& ctx);
 
   /// Once every rank posted this operation, on its tiny lane or in the
@@ -142,6 +155,9 @@ class shm_op : public inline_op {
   /// uneven splits make differ), and no call disagrees so far: this rank
   /// moves to the slots too (a tiny post completes only once all posted tiny).
   bool to_slots_ = false;
+  /// Set by tiny_posted: every rank's tiny header matched this rank's
+  /// (same_post), not only its fingerprint.
+  bool posts_alike_ = true;
 
  private:
   /// posted_buffer / posted_output: `addr` in one process, else the shared

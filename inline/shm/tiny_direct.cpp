@@ -13,9 +13,12 @@
 //                   block of all of them, in rank order (then AVG's
 //                   division): the bits direct_shm and the message
 //                   algorithms give.
-//   alltoall:       every rank posts its send and receive counts (even
-//                   splits), then its input; every rank copies from each lane
-//                   the block sent to it. A rank that passed split sizes may
+//   alltoall:       every rank posts its input, then its send and receive
+//                   counts (even splits; the header says so: splits_mark);
+//                   every rank copies from each lane the block sent to it.
+//                   Where every header says the same even splits, the counts
+//                   agree and nobody reads them: a block of up to 16 bytes
+//                   comes with the line polled. A rank that passed split sizes may
 //                   run direct_shm in the slots for a call that agrees with
 //                   this one (a large block to itself): the others then find
 //                   it there (shm_op::tiny_posted) and follow it through
@@ -38,6 +41,7 @@
 
 #include "inline/shm/tiny_direct.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -129,14 +133,22 @@ bool tiny_direct::advance(inline_context& ctx, bool& moved) {
     posted_ = true;
   }
   if (!tiny_posted(ctx)) return to_slots_ ? follow_to_slots(ctx, moved) : false;
-  if (code() == op_code::alltoallv && !splits_agree(ctx, true)) {
+  // Every header said this rank's even splits (alltoall): they agree, and
+  // each input is what they make it (splits_mark).
+  const bool alike_splits = code() == op_code::alltoallv && even_ && posts_alike_;
+  if (code() == op_code::alltoallv && !alike_splits && !splits_agree(ctx, true)) {
     finish_op(ctx, moved);
     throw disagreement_error(describe_disagreement(posted_calls(ctx, true)));
   }
   // Every rank posted this call; its input sizes are what the counts make them.
-  if (auto why = wrong_input(ctx); !why.empty()) {
+  if (auto why = alike_splits ? std::string{} : wrong_input(ctx); !why.empty()) {
     finish_op(ctx, moved);
     throw disagreement_error(why);
+  }
+  if (alike_splits) {
+    exchange_even(ctx);
+    finish_op(ctx, moved);
+    return true;
   }
   take(ctx);
   finish_op(ctx, moved);
@@ -172,7 +184,8 @@ void tiny_direct::post(inline_context& ctx, bool& moved) {
   h.dtype = static_cast<std::uint32_t>(dtype_);
   h.reduce = static_cast<std::uint32_t>(call_.op);
   h.root = rooted(code()) ? call_.root : 0;
-  // (An alltoall's counts are on its lane, not hashed.)
+  // (An alltoall's counts are on its lane, not hashed: its header says
+  // whether they are even.)
   h.counts_hash = code() == op_code::alltoallv   ? 0
                   : code() == op_code::broadcast ? hash_even_counts(0, 0)
                                                  : hash_even_counts(n, numel);
@@ -199,18 +212,22 @@ void tiny_direct::post(inline_context& ctx, bool& moved) {
       }
       break;
     case op_code::alltoallv: {
-      // Its send and receive counts, then its whole input (its own block
-      // too: it takes that from here, which an output in place does not
-      // overwrite).
-      auto* mine = ctx.seg->tiny_data(ctx.rank, op);
-      // (One division where the two are alike: about 40 cycles each.)
+      // Its whole input (its own block too: it takes that from here, which
+      // an output in place does not overwrite), then its send and receive
+      // counts. (One division where the two are alike: about 40 cycles each.)
       const auto sends = input_numel_ / ctx.size;
-      const std::int64_t counts[2] = {
-          sends, output_numel_ == input_numel_ ? sends : output_numel_ / ctx.size};
-      for (std::size_t i = 0; i < 2 * n; ++i)
-        std::memcpy(mine + i * sizeof(std::int64_t), &counts[i / n], sizeof(std::int64_t));
-      copy(mine + splits_bytes(ctx.size), input_, block());
-      break;
+      const auto recvs = output_numel_ == input_numel_ ? sends : output_numel_ / ctx.size;
+      std::int64_t counts[tiny_splits_bytes / sizeof(std::int64_t)];
+      std::fill(counts, counts + n, sends);
+      std::fill(counts + n, counts + 2 * n, recvs);
+      // Sends that differ from the receives are a disagreement (every rank
+      // sends each the same): said by the counts.
+      even_ = sends == recvs && sends * ctx.size == input_numel_;
+      even_bytes_ = sends * static_cast<std::int64_t>(element_size(dtype_));
+      h.counts_hash = splits_mark(even_, sends);
+      post_tiny(ctx, h, input_, static_cast<std::size_t>(block()), moved, counts,
+                splits_bytes(ctx.size));
+      return;
     }
     default:
       break;
@@ -292,9 +309,17 @@ void tiny_direct::exchange(inline_context& ctx) {
   for (int r = 0; r < n; ++r) {
     const auto* sends = posted_counts(ctx, r, true);
     const auto from = std::accumulate(sends, sends + me, std::int64_t{0}) * esize;
-    copy(output_ + at, lane(ctx, r) + splits_bytes(n) + from, sends[me] * esize);
+    copy(output_ + at, lane(ctx, r) + from, sends[me] * esize);
     at += recvs[r] * esize;
   }
+}
+
+/// exchange() where every rank posted the same even splits: rank r's
+/// block for this rank lies at this rank's place in its input.
+void tiny_direct::exchange_even(inline_context& ctx) {
+  const auto b = even_bytes_;
+  const auto from = ctx.rank * b;
+  for (int r = 0; r < ctx.size; ++r) copy(output_ + r * b, lane(ctx, r) + from, b);
 }
 
 /// One block from `from` to `to`, unless it is there already (in place).
@@ -328,7 +353,7 @@ bool fits_tiny_direct(op_code code, std::size_t block_bytes, int size) {
       // The root's (every rank's) source holds every rank's block.
       return block_bytes * static_cast<std::size_t>(size) <= tiny_bytes;
     case op_code::alltoallv:
-      // direct_shm's choice (all_tiny): the counts first, then the input.
+      // direct_shm's choice (all_tiny): the input, then the counts.
       return block_bytes <= tiny_bytes && splits_bytes(size) <= tiny_splits_bytes;
     default:
       return false;

@@ -77,6 +77,7 @@ class tiny_direct final : public shm_op {
   std::string wrong_input(inline_context& ctx) const;
   void take(inline_context& ctx);
   void exchange(inline_context& ctx);
+  void exchange_even(inline_context& ctx);
   void place(std::byte* to, const std::byte* from);
   void reduce_mine(inline_context& ctx);
   /// A scatter's root's input for rank r.
@@ -95,6 +96,10 @@ class tiny_direct final : public shm_op {
   std::int64_t block_numel_;  ///< block_ in elements
   dtype dtype_;
   bool posted_ = false;
+  /// An alltoall's posted splits are even (shm_op::splits_mark) of
+  /// even_bytes_ per rank.
+  bool even_ = false;
+  std::int64_t even_bytes_ = 0;
   /// The tensors call_ points to once kept (keep).
   tensor kept_input_, kept_output_;
   tensor_list kept_root_inputs_;
