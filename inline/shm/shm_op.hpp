@@ -7,6 +7,7 @@
 // mismatch. Bytes copied are added to the process's inline_stats() once per
 // operation.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -46,18 +47,19 @@ class shm_op : public inline_op {
   /// `return waiting(...)`.
   bool waiting(int r, const char* what, bool named = false);
   /// Rank r's alltoall counts as it posted them, on its tiny lane (`tiny`,
-  /// after its input) or in its small slot: its send counts, then its
-  /// receive counts.
+  /// after its input; never past its lane, whatever its header says) or in
+  /// its small slot: its send counts, then its receive counts.
   const std::int64_t* posted_counts(inline_context& ctx, int r, bool tiny) const {
     return reinterpret_cast<const std::int64_t*>(
-        tiny ? ctx.seg->tiny_data(r, op) + tiny_splits_at(ctx.seg->tiny(r, op).nbytes)
+        tiny ? ctx.seg->tiny_data(r, op) +
+                   tiny_splits_at(std::min<std::uint64_t>(ctx.seg->tiny(r, op).nbytes, tiny_bytes))
              : ctx.seg->small_slot(r, op));
   }
   /// What an alltoall's tiny post says in its header's counts_hash (which
   /// no agreement check of alltoall hashes): `count` + 1 when every send
   /// and receive count is `count` and the input holds them (`even`), else
   /// 0. Ranks whose posts are alike and nonzero there agree without reading
-  /// each other's counts (split_agree's every pair holds) and take each
+  /// each other's counts (splits_agree's every pair holds) and take each
   /// block at its place, in the line they polled where it fits.
   static std::uint64_t splits_mark(bool even, std::int64_t count) {
     return even ? static_cast<std::uint64_t>(count) + 1 : 0;
