@@ -133,22 +133,23 @@ bool tiny_direct::advance(inline_context& ctx, bool& moved) {
     posted_ = true;
   }
   if (!tiny_posted(ctx)) return to_slots_ ? follow_to_slots(ctx, moved) : false;
-  // Every header said this rank's even splits (alltoall): they agree, and
-  // each input is what they make it (splits_mark).
-  const bool alike_splits = code() == op_code::alltoallv && even_ && posts_alike_;
-  if (code() == op_code::alltoallv && !alike_splits && !splits_agree(ctx, true)) {
-    finish_op(ctx, moved);
-    throw disagreement_error(describe_disagreement(posted_calls(ctx, true)));
+  if (code() == op_code::alltoallv) {
+    // Every header said this rank's even splits: they agree, and each
+    // input is what they make it (splits_mark).
+    if (even_ && posts_alike_) {
+      exchange_even(ctx);
+      finish_op(ctx, moved);
+      return true;
+    }
+    if (!splits_agree(ctx, true)) {
+      finish_op(ctx, moved);
+      throw disagreement_error(describe_disagreement(posted_calls(ctx, true)));
+    }
   }
   // Every rank posted this call; its input sizes are what the counts make them.
-  if (auto why = alike_splits ? std::string{} : wrong_input(ctx); !why.empty()) {
+  if (auto why = wrong_input(ctx); !why.empty()) {
     finish_op(ctx, moved);
     throw disagreement_error(why);
-  }
-  if (alike_splits) {
-    exchange_even(ctx);
-    finish_op(ctx, moved);
-    return true;
   }
   take(ctx);
   finish_op(ctx, moved);
