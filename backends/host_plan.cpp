@@ -4,6 +4,8 @@
 
 #include "backends/host_backend.hpp"
 
+#include <algorithm>
+
 #include "algorithms/algorithm.hpp"
 #include "backends/cuda_staging.hpp"
 #include "backends/flat_buffers.hpp"
@@ -318,6 +320,9 @@ work host_backend::recv(tensor_list& ts, int src, const p2p_options& o) {
   return recv_one(ts[0], src, o);
 }
 
+  // Rank 0 alone enforces the barrier's timeout (as c10d): the others wait
+  // long enough to hear its verdict naming the missing ranks.
+  if (rank() != 0) c.timeout = std::max(timeout_, 2 * c.timeout);
 work host_backend::recv_any_source(tensor_list& ts, const p2p_options& o) {
   return recv_any_source_one(ts[0], o);
 }

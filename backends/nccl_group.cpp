@@ -12,6 +12,7 @@
 #include "actors/rank_runtime.hpp"
 #include "actors/thread_logger.hpp"
 #include "backends/nccl_launch.hpp"
+#include "base/texts.hpp"
 
 namespace troupe::detail::nccl {
 
@@ -336,10 +337,10 @@ void nccl_group::probe(communicator& c) {
   if (clock::now() < c.init_deadline) return;
   // Break the group with errc::timeout at once (the failing probe job
   // would do the same through on_failure).
-  error late(errc::timeout, std::string(op) + ": group '" + group_ + "': Timeout after " +
-                                in_ms(c.init_timeout) + ": the NCCL communicator '" + c.label +
-                                "' on cuda:" + std::to_string(c.device) +
-                                " was not set up (did every rank of it make the call?)");
+  error late(errc::timeout,
+             std::string(op) + ": group '" + group_ + "': " + timeout_after(c.init_timeout) +
+                 ": the NCCL communicator '" + c.label + "' on cuda:" + std::to_string(c.device) +
+                 " was not set up (did every rank of it make the call?)");
   mark_broken(late.code(), late.what(), false);
   throw late;
 }

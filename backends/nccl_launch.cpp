@@ -6,6 +6,8 @@
 
 #include <thread>
 
+#include "base/texts.hpp"
+
 namespace troupe::detail::nccl {
 
 namespace {
@@ -67,8 +69,8 @@ class launcher {
         throw error(errc::aborted, std::string(op_) + ": cuda:" + std::to_string(device_) +
                                        ": the group was aborted while " + call + " launched");
       if (clock::now() >= deadline_)
-        throw error(errc::timeout, std::string(op_) + ": cuda:" + std::to_string(device_) +
-                                       ": Timeout after " + in_ms(timeout_) + ": " + call +
+        throw error(errc::timeout, std::string(op_) + ": cuda:" + std::to_string(device_) + ": " +
+                                       timeout_after(timeout_) + ": " + call +
                                        " was still launching (ncclInProgress)");
       std::this_thread::yield();
     }

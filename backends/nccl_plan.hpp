@@ -29,8 +29,9 @@ namespace troupe::detail::nccl {
 
 using clock = std::chrono::steady_clock;
 
-/// now + t, or never for t == 0.
+/// now + t, or never for t == 0; now for an expired (negative) timeout.
 inline clock::time_point deadline_after(timeout_t t) {
+  if (t.count() < 0) return clock::now();
   return t.count() > 0 ? clock::now() + t : clock::time_point::max();
 }
 

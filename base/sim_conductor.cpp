@@ -154,11 +154,11 @@ void sim_conductor::wait(int rank, work_state& s) {
         throw error(errc::peer_failure,
                     where + "rank " + std::to_string(killed_.front()) + " was killed" + seed);
       if (!frozen_.empty())
-        throw error(errc::timeout, where + "Timeout (virtual time) waiting for rank " +
+        throw error(errc::timeout, where + "Timed out (virtual time) waiting for rank " +
                                        std::to_string(frozen_.front()) + ", which is frozen" +
                                        seed);
       throw error(errc::timeout, where +
-                                     "Timeout (virtual time): every rank waits and nothing can "
+                                     "Timed out (virtual time): every rank waits and nothing can "
                                      "progress (a deadlock; seed " +
                                      std::to_string(seed_) + ")");
     }

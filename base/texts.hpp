@@ -20,9 +20,11 @@ inline std::string call_location(const std::string& op, const std::string& group
   return r + ")";
 }
 
-/// "Timeout after 300 ms": how every timeout message starts.
+/// "Timed out after 300 ms": how every timeout message reads (c10d's and
+/// torch's tests look for "Timed out"); a timeout that had expired before
+/// the call (negative) reads as 0 ms.
 inline std::string timeout_after(std::chrono::milliseconds t) {
-  return "Timeout after " + std::to_string(t.count()) + " ms";
+  return "Timed out after " + std::to_string(t.count() > 0 ? t.count() : 0) + " ms";
 }
 
 /// "collective mismatch: <why>": how every disagreement between ranks reads.

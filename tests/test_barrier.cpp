@@ -5,10 +5,12 @@
 #include <chrono>
 #include <thread>
 
+#include "check_error.hpp"
 #include "collective_test.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
+using troupe::test::check_error;
 
 TEST_CASE("barrier: nobody leaves before everybody arrived") {
   for (int n : ct::rank_counts) {
@@ -53,13 +55,52 @@ std::string missing_ranks_message(int n, std::vector<int> absent, bool wait_all)
 
 TEST_CASE("monitored_barrier names every missing rank with wait_all_ranks") {
   auto msg = missing_ranks_message(5, {2, 4}, true);
-  CHECK(msg.find("Ranks 2, 4 failed to pass monitored_barrier") != std::string::npos);
+  CHECK(msg.find("Ranks 2, 4 failed to pass monitoredBarrier") != std::string::npos);
   CHECK(msg.find("seq 1") != std::string::npos);
 }
 
 TEST_CASE("monitored_barrier names the first missing rank without wait_all_ranks") {
   auto msg = missing_ranks_message(4, {1, 3}, false);
-  CHECK(msg.find("Rank 1 failed to pass monitored_barrier") != std::string::npos);
+  CHECK(msg.find("Rank 1 failed to pass monitoredBarrier") != std::string::npos);
+}
+
+TEST_CASE("monitored_barrier: the ranks that arrived hear rank 0's verdict on a missing rank") {
+  // Rank 3 stays away; ranks 1 and 2 wait for rank 0's verdict (not their
+  // own timeout, which is the group's) and name the missing rank.
+  std::vector<std::string> what(4);
+  testing::run_ranks(4, [&](world& w) {
+    if (w.rank() == 3) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      w.default_group().monitored_barrier({.timeout = 300ms}).wait();
+    } catch (const error& e) {
+      CHECK(e.code() == errc::timeout);
+      what[static_cast<std::size_t>(w.rank())] = e.what();
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < 20s);  // the group's timeout is longer
+  });
+  CHECK(what[0].find("Rank 3 failed to pass monitoredBarrier") != std::string::npos);
+  for (int r : {1, 2}) {
+    const auto& m = what[static_cast<std::size_t>(r)];
+    CAPTURE(m);
+    CHECK(m.find("Rank " + std::to_string(r) +
+                 " successfully reached monitoredBarrier, but received errors while waiting "
+                 "for send/recv from rank 0") != std::string::npos);
+    CHECK(m.find("Rank 3 failed to pass monitoredBarrier") != std::string::npos);
+  }
+}
+
+TEST_CASE("monitored_barrier with an expired timeout fails at once naming every missing rank") {
+  // c10d's timeout of zero: rank 0 does not wait at all, even without wait_all_ranks.
+  testing::run_ranks(4, [](world& w) {
+    if (w.rank() != 0) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    check_error([&] { w.default_group().monitored_barrier({.timeout = timeout_expired}).wait(); },
+                errc::timeout,
+                {"Rank 0 timed out in monitoredBarrier", "Ranks 1, 2, 3 had not arrived",
+                 "Timed out after 0 ms"});
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  });
 }
 
 TEST_CASE("coalescing: many calls, one work") {

@@ -297,7 +297,7 @@ TEST_CASE("device exchange: a rank that never posts times out every posted rank,
   for (auto& c : calls)
     check_error(
         [&] { c->handle.wait(5s); }, errc::timeout,
-        {"allreduce: Timeout after 200 ms waiting for rank 2 to join", "sequence number 1"});
+        {"allreduce: Timed out after 200 ms waiting for rank 2 to join", "sequence number 1"});
   // Joining late fails at once with the same reason; the next round works.
   auto late = call(op_code::allreduce, "allreduce", 1);
   late->input = late->output = tensor::zeros({4}, dtype::float32);

@@ -161,11 +161,11 @@ TEST_CASE("a fabric allreduce a peer never joins times out, and the fabric stops
   auto& pg = ws[0]->default_group();
   const auto t0 = std::chrono::steady_clock::now();
   check_error([&] { pg.allreduce(tensor_list{x}, {.timeout = 300ms}).wait(); }, errc::timeout,
-              {"allreduce", "group", "Timeout after 300 ms", "rank 1", "issue this allreduce"});
+              {"allreduce", "group", "Timed out after 300 ms", "rank 1", "issue this allreduce"});
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
   // The peers' protocol states now differ: later calls fail at once, naming why.
   check_error([&] { pg.allreduce(tensor_list{x}, {.timeout = 300ms}).wait(); }, errc::aborted,
-              {"allreduce", "stopped after an earlier failure", "Timeout after 300 ms"});
+              {"allreduce", "stopped after an earlier failure", "Timed out after 300 ms"});
 }
 
 TEST_CASE("a rank that leaves fails the fabric allreduce waiting for it, at once") {

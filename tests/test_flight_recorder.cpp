@@ -234,7 +234,7 @@ TEST_CASE("a timeout dumps the record: which rank had which sequence number in f
                   .allreduce(tensor_list{x}, {.timeout = 300ms})
                   .wait();
             },
-            errc::timeout, {"allreduce", "Timeout after 300 ms", "rank 2"});
+            errc::timeout, {"allreduce", "Timed out after 300 ms", "rank 2"});
       });
     for (auto& t : ts) t.join();
     // The records say it too, rank by rank.
@@ -245,7 +245,7 @@ TEST_CASE("a timeout dumps the record: which rank had which sequence number in f
       if (r < 2) {
         CHECK(rec[1].seq == 2);
         CHECK(rec[1].state == "failed");
-        CHECK(rec[1].error.find("Timeout after 300 ms") != std::string::npos);
+        CHECK(rec[1].error.find("Timed out after 300 ms") != std::string::npos);
       }
     }
   }

@@ -151,7 +151,7 @@ TEST_CASE("the device exchange: a missing rank times out, disagreeing calls fail
     const auto short_wait = std::chrono::milliseconds(300);
     if (w.rank() == 0) {
       check_error([&] { pg.allreduce(tensor_list{x}, {.timeout = short_wait}).wait(); },
-                  errc::timeout, {"allreduce", "Timeout after 300 ms", "rank 1"});
+                  errc::timeout, {"allreduce", "Timed out after 300 ms", "rank 1"});
       timed_out = true;
     } else {
       // Joining late, at the same sequence number, fails at once with the same reason.

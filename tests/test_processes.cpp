@@ -813,7 +813,7 @@ TEST_CASE("over TCP, a small allreduce a peer never joins times out naming it; k
       w.default_group().allreduce(tensor_list{t}, {.timeout = 300ms}).wait();
     } catch (const error& e) {
       const std::string what = e.what();
-      const bool ok = e.code() == errc::timeout && what.find("Timeout after 300 ms") != npos &&
+      const bool ok = e.code() == errc::timeout && what.find("Timed out after 300 ms") != npos &&
                       what.find("world rank 1") != npos &&
                       std::chrono::steady_clock::now() - start < 5s;
       if (!ok) std::fprintf(stderr, "unexpected: %s\n", what.c_str());

@@ -133,7 +133,7 @@ TEST_CASE("a rank that never comes: the others time out naming it, not a store k
   for (int r = 0; r < 2; ++r) {
     CAPTURE(what[r]);
     CHECK(code[r] == errc::timeout);
-    CHECK(what[r].find("Timeout after 1500 ms waiting for rank 2 to") != std::string::npos);
+    CHECK(what[r].find("Timed out after 1500 ms waiting for rank 2 to") != std::string::npos);
     CHECK(what[r].find("troupe/") == std::string::npos);
   }
 }
@@ -142,7 +142,7 @@ TEST_CASE("rank 0 never comes: the others name it") {
   auto s = std::make_shared<hash_store>(20s);
   s->add("troupe/joined", 1);  // as if rank 0 had joined, and then stopped
   check_error([&] { world w{test::child_world(s, 1, 2, 500ms)}; }, errc::timeout,
-              {"world: rank 1", "Timeout after 500 ms waiting for rank 0 to start the job"});
+              {"world: rank 1", "Timed out after 500 ms waiting for rank 0 to start the job"});
 }
 
 TEST_CASE("a rank killed while it waits for the job id: the store tells the others at once") {

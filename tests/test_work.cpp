@@ -149,7 +149,7 @@ TEST_CASE("a collective that times out names the op, group, sequence number and 
     auto b = pg.barrier({.timeout = 300ms});
     const auto start = std::chrono::steady_clock::now();
     check_error([&] { b.wait(); }, errc::timeout,
-                {"barrier", "group 'default'", "seq 1", "Timeout after 300 ms", "rank 1"});
+                {"barrier", "group 'default'", "seq 1", "Timed out after 300 ms", "rank 1"});
     CHECK(std::chrono::steady_clock::now() - start < 10s);
     CHECK(b.is_completed());
     CHECK_FALSE(b.is_success());
@@ -163,7 +163,7 @@ TEST_CASE("a receive that times out names the op, group, peer and tag") {
     auto t = tensor::zeros({2}, dtype::float32);
     auto r = w.default_group().recv(tensor_list{t}, 1, p2p_options{.tag = 7, .timeout = 400ms});
     check_error([&] { r.wait(); }, errc::timeout,
-                {"recv", "group 'default'", "Timeout after 400 ms", "rank 1", "tag 7"});
+                {"recv", "group 'default'", "Timed out after 400 ms", "rank 1", "tag 7"});
   });
 }
 

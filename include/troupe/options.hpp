@@ -1,6 +1,8 @@
 #pragma once
 /// Option structs of the ProcessGroup calls (c10d's *Options), carrying root,
-/// reduce op and timeout. A timeout of zero means "the group's timeout".
+/// reduce op and timeout. A timeout of zero means "the group's timeout"; a
+/// negative one has expired before the call (`timeout_expired`, c10d's zero
+/// timeout): the call fails at its first wait, naming what it waited for.
 
 #include <chrono>
 #include <cstdint>
@@ -13,6 +15,9 @@ namespace troupe {
 using timeout_t = std::chrono::milliseconds;
 /// Use the group's default timeout.
 inline constexpr timeout_t use_group_timeout{0};
+/// A timeout that has already expired: e.g. a monitored_barrier on rank 0
+/// that reports at once every rank that has not arrived.
+inline constexpr timeout_t timeout_expired{-1};
 
 struct broadcast_options {
   int root_rank = 0;    ///< group rank whose tensor is sent
@@ -25,8 +30,10 @@ struct allreduce_options {
   timeout_t timeout = use_group_timeout;
 };
 
-/// The same fields as allreduce_options (one struct, so `{.op = ...}` works).
-using allreduce_coalesced_options = allreduce_options;
+/// c10d's AllreduceCoalescedOptions: allreduce_options' fields, written
+/// `{{.op = reduce_op::MAX}}` as in c10d; process_group::allreduce_coalesced
+/// also takes allreduce_options itself (`{.op = reduce_op::MAX}`).
+struct allreduce_coalesced_options : allreduce_options {};
 
 struct reduce_options {
   reduce_op op = reduce_op::SUM;

@@ -13,6 +13,7 @@
 /// reports it instead of silently doing nothing as torch.distributed does.
 
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -136,6 +137,13 @@ class process_group {
   work scatter(tensor output, tensor_list inputs, const scatter_options& opts = {});
   /// outputs[0] receives the reduction over ranks of inputs[0][rank].
   work reduce_scatter(tensor_list outputs, std::vector<tensor_list> inputs,
+  /// The same with allreduce_options (`{.op = reduce_op::MAX}`); a template
+  /// so that `{}` still means the form above.
+  template <class O = allreduce_options>
+    requires std::same_as<O, allreduce_options>
+  work allreduce_coalesced(tensor_list tensors, const O& opts) {
+    return allreduce_coalesced(std::move(tensors), allreduce_coalesced_options{opts});
+  }
                       const reduce_scatter_options& opts = {});
   work reduce_scatter(tensor output, tensor_list inputs, const reduce_scatter_options& opts = {});
   /// input has size × output numel elements; output receives this rank's reduced block.

@@ -5,12 +5,16 @@
 
 #include <ATen/core/ivalue.h>
 #include <ATen/core/jit_type.h>
+#include <ATen/record_function.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <random>
+#include <utility>
 
 #include "callback_pool.hpp"
+#include "sparse_allreduce.hpp"
 #include "troupe/error.hpp"
 #include "troupe_torch/store.hpp"
 #include "troupe_torch/tensor.hpp"
@@ -24,9 +28,11 @@ using tensor_lists = std::vector<std::vector<at::Tensor>>;
   throw troupe::error(troupe::errc::invalid_argument, what);
 }
 
-/// c10d's "unset" timeout (-1 ms) and zero: the group's.
+/// c10d's "unset" timeout (-1 ms): the group's; zero: expired at once (as
+/// c10d, e.g. a monitored barrier that reports who has not arrived yet).
 troupe::timeout_t to_timeout(std::chrono::milliseconds t) {
-  return t.count() <= 0 ? troupe::use_group_timeout : t;
+  if (t.count() < 0) return troupe::use_group_timeout;
+  return t.count() == 0 ? troupe::timeout_expired : t;
 }
 
 int to_int(std::int64_t v, const char* op, const char* what) {
@@ -100,12 +106,15 @@ c10::IValue future_value(const tensor_lists& outputs) {
 struct completion {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   tensor_lists outputs;
+  /// Ends the profiler's event of the call (set while a profiler records).
+  std::function<void()> end_event;
   std::atomic<bool> started{false};
 
   /// Completes the future from `w` unless someone else began to; returns
   /// whether this call did.
   bool finish(const troupe::work& w) {
     if (started.exchange(true)) return false;
+    if (end_event) end_event();
     if (w.is_success())
       future->markCompleted(future_value(outputs));
     else
@@ -116,10 +125,16 @@ struct completion {
 
 class work_adapter final : public c10d::Work {
  public:
-  work_adapter(troupe::work w, c10d::OpType type, tensor_lists outputs, int rank)
-      : c10d::Work(rank, type), w_(std::move(w)), c_(std::make_shared<completion>()) {
+  /// c10d::Work starts the profiler's event `title` (with the inputs'
+  /// shapes) when one is given; the event ends when the call does.
+  work_adapter(troupe::work w, c10d::OpType type, tensor_lists outputs, int rank, const char* title,
+               const c10::optional<std::vector<at::Tensor>>& inputs)
+      : c10d::Work(rank, type, title, inputs),
+        w_(std::move(w)),
+        c_(std::make_shared<completion>()) {
     c_->future = c10::make_intrusive<c10::ivalue::Future>(future_type(outputs));
     c_->outputs = std::move(outputs);
+    c_->end_event = std::exchange(recordFunctionEndCallback_, nullptr);
     w_.on_complete([c = c_](const troupe::work& done) {
       detail::post_callback([c, done] { c->finish(done); });
     });
@@ -203,8 +218,15 @@ bool wait_for_completions(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10d::Work> make_work(troupe::work w, c10d::OpType type, tensor_lists outputs,
-                                         int rank) {
-  return c10::make_intrusive<work_adapter>(std::move(w), type, std::move(outputs), rank);
+                                         int rank, const char* profiling_title,
+                                         const std::vector<at::Tensor>& inputs) {
+  // Only while something records (a profiler): the event costs an
+  // allocation and a copy of the inputs' list per call.
+  if (!profiling_title || !at::hasCallbacks())
+    return c10::make_intrusive<work_adapter>(std::move(w), type, std::move(outputs), rank, nullptr,
+                                             c10::nullopt);
+  return c10::make_intrusive<work_adapter>(std::move(w), type, std::move(outputs), rank,
+                                           profiling_title, inputs);
 }
 
 // -- construction -------------------------------------------------------------------------
@@ -278,16 +300,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::broadcast(std::vector<at::Ten
                              {.root_rank = to_int(opts.rootRank, op, "root rank"),
                               .root_tensor = to_int(opts.rootTensor, op, "root tensor"),
                               .timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::BROADCAST, {tensors}, rank_);
+  return make_work(std::move(w), c10d::OpType::BROADCAST, {tensors}, rank_, "troupe:broadcast",
+                   tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   const char* op = "allreduce";
+  if (!tensors.empty() && tensors[0].defined() && tensors[0].is_sparse())
+    return detail::sparse_allreduce(*group_, tensors, opts.reduceOp, rank_);
   auto w = group_->allreduce(
       to_troupe_dense(tensors, op, "tensor"),
       {.op = to_reduce_op(opts.reduceOp, op), .timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::ALLREDUCE, {tensors}, rank_);
+  return make_work(std::move(w), c10d::OpType::ALLREDUCE, {tensors}, rank_, "troupe:all_reduce",
+                   tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::allreduce_coalesced(
@@ -296,7 +322,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::allreduce_coalesced(
   auto w = group_->allreduce_coalesced(
       to_troupe_dense(tensors, op, "tensor"),
       {.op = to_reduce_op(opts.reduceOp, op), .timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::ALLREDUCE_COALESCED, {tensors}, rank_);
+  return make_work(std::move(w), c10d::OpType::ALLREDUCE_COALESCED, {tensors}, rank_,
+                   "troupe:all_reduce", tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::reduce(std::vector<at::Tensor>& tensors,
@@ -307,7 +334,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::reduce(std::vector<at::Tensor
                            .root_rank = to_int(opts.rootRank, op, "root rank"),
                            .root_tensor = to_int(opts.rootTensor, op, "root tensor"),
                            .timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::REDUCE, {tensors}, rank_);
+  return make_work(std::move(w), c10d::OpType::REDUCE, {tensors}, rank_, "troupe:reduce", tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::allgather(
@@ -317,7 +344,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::allgather(
   auto w = group_->allgather(to_troupe_lists(outputs, op, "output"),
                              to_troupe_dense(inputs, op, "input"),
                              {.timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::ALLGATHER, outputs, rank_);
+  return make_work(std::move(w), c10d::OpType::ALLGATHER, outputs, rank_, "troupe:all_gather",
+                   inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::_allgather_base(
@@ -326,7 +354,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::_allgather_base(
   auto w = group_->allgather_into_tensor(to_troupe_dense(output, op, "output"),
                                          to_troupe_dense(input, op, "input"),
                                          {.timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::_ALLGATHER_BASE, {{output}}, rank_);
+  return make_work(std::move(w), c10d::OpType::_ALLGATHER_BASE, {{output}}, rank_,
+                   "troupe:all_gather_into_tensor", {input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::allgather_coalesced(
@@ -336,7 +365,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::allgather_coalesced(
   auto w = group_->allgather_coalesced(to_troupe_lists(output_lists, op, "output"),
                                        to_troupe_dense(inputs, op, "input"),
                                        {.timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::ALLGATHER_COALESCED, output_lists, rank_);
+  return make_work(std::move(w), c10d::OpType::ALLGATHER_COALESCED, output_lists, rank_,
+                   "troupe:all_gather", inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::gather(
@@ -346,7 +376,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::gather(
   auto w = group_->gather(
       to_troupe_lists(outputs, op, "output"), to_troupe_dense(inputs, op, "input"),
       {.root_rank = to_int(opts.rootRank, op, "root rank"), .timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::GATHER, outputs, rank_);
+  return make_work(std::move(w), c10d::OpType::GATHER, outputs, rank_, "troupe:gather", inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::scatter(
@@ -356,7 +386,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::scatter(
   auto w = group_->scatter(
       to_troupe_dense(outputs, op, "output"), to_troupe_lists(inputs, op, "input"),
       {.root_rank = to_int(opts.rootRank, op, "root rank"), .timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::SCATTER, {outputs}, rank_);
+  return make_work(std::move(w), c10d::OpType::SCATTER, {outputs}, rank_, "troupe:scatter",
+                   inputs.empty() ? std::vector<at::Tensor>{} : inputs[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::reduce_scatter(
@@ -366,7 +397,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::reduce_scatter(
   auto w = group_->reduce_scatter(
       to_troupe_dense(outputs, op, "output"), to_troupe_lists(inputs, op, "input"),
       {.op = to_reduce_op(opts.reduceOp, op), .timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::REDUCE_SCATTER, {outputs}, rank_);
+  return make_work(std::move(w), c10d::OpType::REDUCE_SCATTER, {outputs}, rank_,
+                   "troupe:reduce_scatter", inputs.empty() ? std::vector<at::Tensor>{} : inputs[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::_reduce_scatter_base(
@@ -375,7 +407,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::_reduce_scatter_base(
   auto w = group_->reduce_scatter_tensor(
       to_troupe_dense(output, op, "output"), to_troupe_dense(input, op, "input"),
       {.op = to_reduce_op(opts.reduceOp, op), .timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::_REDUCE_SCATTER_BASE, {{output}}, rank_);
+  return make_work(std::move(w), c10d::OpType::_REDUCE_SCATTER_BASE, {{output}}, rank_,
+                   "troupe:reduce_scatter_tensor", {input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::alltoall_base(
@@ -385,7 +418,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::alltoall_base(
   auto w = group_->alltoall_single(to_troupe_dense(output, op, "output"),
                                    to_troupe_dense(input, op, "input"), output_split_sizes,
                                    input_split_sizes, {.timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::ALLTOALL_BASE, {{output}}, rank_);
+  return make_work(std::move(w), c10d::OpType::ALLTOALL_BASE, {{output}}, rank_,
+                   "troupe:all_to_all", {input});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::alltoall(std::vector<at::Tensor>& outputs,
@@ -395,12 +429,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::alltoall(std::vector<at::Tens
   auto w =
       group_->alltoall(to_troupe_dense(outputs, op, "output"), to_troupe_dense(inputs, op, "input"),
                        {.timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::ALLTOALL, {outputs}, rank_);
+  return make_work(std::move(w), c10d::OpType::ALLTOALL, {outputs}, rank_, "troupe:all_to_all",
+                   inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::barrier(const c10d::BarrierOptions& opts) {
   auto w = group_->barrier({.timeout = to_timeout(opts.timeout)});
-  return make_work(std::move(w), c10d::OpType::BARRIER, {}, rank_);
+  return make_work(std::move(w), c10d::OpType::BARRIER, {}, rank_, "troupe:barrier");
 }
 
 void ProcessGroupTroupe::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
@@ -413,19 +448,20 @@ void ProcessGroupTroupe::monitoredBarrier(const c10d::BarrierOptions& opts, bool
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::send(std::vector<at::Tensor>& tensors,
                                                         int dst_rank, int tag) {
   auto w = group_->send(to_troupe_dense(tensors, "send", "tensor"), dst_rank, tag);
-  return make_work(std::move(w), c10d::OpType::SEND, {tensors}, rank_);
+  return make_work(std::move(w), c10d::OpType::SEND, {tensors}, rank_, "troupe:send", tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::recv(std::vector<at::Tensor>& tensors,
                                                         int src_rank, int tag) {
   auto w = group_->recv(to_troupe_dense(tensors, "recv", "tensor"), src_rank, tag);
-  return make_work(std::move(w), c10d::OpType::RECV, {tensors}, rank_);
+  return make_work(std::move(w), c10d::OpType::RECV, {tensors}, rank_, "troupe:recv", tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                  int tag) {
   auto w = group_->recv_any_source(to_troupe_dense(tensors, "recvAnysource", "tensor"), tag);
-  return make_work(std::move(w), c10d::OpType::RECVANYSOURCE, {tensors}, rank_);
+  return make_work(std::move(w), c10d::OpType::RECVANYSOURCE, {tensors}, rank_,
+                   "troupe:recvAnySource", tensors);
 }
 
 // -- sequence numbers ----------------------------------------------------------------------

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "torch_doctest.hpp"  // after the torch headers, before check_error.hpp
+#include "troupe_torch/doctest.hpp"  // after the torch headers, before check_error.hpp
 
 #include "check_error.hpp"
 #include "troupe/testing.hpp"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "torch_doctest.hpp"  // after the torch headers, before check_error.hpp
+#include "troupe_torch/doctest.hpp"  // after the torch headers, before check_error.hpp
 
 #include "check_error.hpp"
 #include "troupe/default_hooks.hpp"

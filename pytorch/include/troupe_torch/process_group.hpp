@@ -125,8 +125,13 @@ bool wait_for_completions(std::chrono::milliseconds timeout);
 
 /// The c10d::Work over a troupe work, for calls made on troupe directly
 /// (e.g. a comm hook written against troupe returning to torch code).
-/// `outputs` are the tensors the future completes with.
+/// `outputs` are the tensors the future completes with. With a
+/// `profiling_title` ("troupe:all_reduce"), a profiler that records sees the
+/// call as an asynchronous event of that name with the shapes of `inputs`,
+/// from the call until its work completes (as c10d::Work's profilingTitle).
 c10::intrusive_ptr<c10d::Work> make_work(troupe::work w, c10d::OpType type,
-                                         std::vector<std::vector<at::Tensor>> outputs, int rank);
+                                         std::vector<std::vector<at::Tensor>> outputs, int rank,
+                                         const char* profiling_title = nullptr,
+                                         const std::vector<at::Tensor>& inputs = {});
 
 }  // namespace troupe_torch
