@@ -64,11 +64,13 @@ void attach_record(const work& w, const std::shared_ptr<detail::flight_ring>& ri
 process_group::process_group(std::string name, std::string description, int rank,
                              std::vector<int> global_ranks,
                              std::map<device_type, std::shared_ptr<backend>> backends,
-                             std::map<device_type, std::string> unavailable)
+                             std::map<device_type, std::string> unavailable,
+                             std::chrono::milliseconds timeout)
     : name_(std::move(name)),
       description_(description.empty() ? name_ : std::move(description)),
       rank_(rank),
       global_ranks_(std::move(global_ranks)),
+      timeout_(timeout),
       backends_(std::move(backends)),
       unavailable_(std::move(unavailable)),
       issued_(std::make_shared<issued_state>()) {
@@ -109,6 +111,29 @@ backend& process_group::get_backend(backend_type t) const {
     throw error(errc::backend, std::string("Could not find backend type ") + to_string(t) +
                                    ". (group '" + name_ + "')");
   return *i->second;
+}
+
+std::int64_t process_group::get_id() const noexcept {
+  return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(this));
+}
+
+std::int64_t process_group::get_backend_id(backend_type t) const {
+  return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&get_backend(t)));
+}
+
+std::int64_t process_group::get_backend_id(device_type d) const {
+  return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(&get_backend(d)));
+}
+
+std::vector<device_type> process_group::get_device_types() const {
+  std::vector<device_type> types;
+  for (auto& [d, b] : backends_)  // a std::map: in device_type order
+    if (b) types.push_back(d);
+  return types;
+}
+
+backend& process_group::get_default_backend() const {
+  return tensorless_backend();
 }
 
 backend_type process_group::get_backend_type() const {
@@ -277,6 +302,10 @@ void process_group::register_on_completion_hook(std::function<void(const work_in
                     "' already has an on-completion hook (one per group, as c10d's)");
   issued_->hook = std::move(hook);
   issued_->hooked.store(true, std::memory_order_release);
+}
+
+bool process_group::has_hooks() const noexcept {
+  return issued_->hooked.load(std::memory_order_acquire);
 }
 
 void process_group::enable_collectives_timing() {

@@ -5,6 +5,7 @@
 #include "troupe/process_group.hpp"
 
 #include "api/validate.hpp"
+#include "base/tensor_util.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -54,6 +55,27 @@ void check_root(const validator& v, std::span<const tensor> ts, int root, int ro
   if (root_tensor < 0 || root_tensor >= static_cast<int>(ts.size()))
     v.fail("root_tensor " + std::to_string(root_tensor) + " is out of range for " +
            std::to_string(ts.size()) + " tensor(s)");
+}
+
+/// A list that mixes complex tensors with real ones of their element type
+/// (validator::same_real_dtype), as c10d reduces it: every complex tensor
+/// replaced by the pairs of reals it is made of (view_as_real), which SUM,
+/// AVG and PREMUL_SUM reduce as they would its complex values. The other
+/// ops are refused for complex tensors, as c10d's supports_complex does
+/// (troupe reduces a list of complex tensors alone as complex values: MIN
+/// and MAX are refused there too, PRODUCT is the complex product).
+void complex_as_real(const validator& v, const reduce_op& op, tensor_list& ts) {
+  const auto k = op.op();
+  if (k != reduce_op::SUM && k != reduce_op::AVG && k != reduce_op::PREMUL_SUM)
+    v.fail(std::string("ReduceOp ") + to_string(k) +
+           " is not supported on complex tensors mixed with real ones: they are reduced as "
+           "pairs of reals, as c10d views them (SUM, AVG and PREMUL_SUM only)");
+  for (auto& t : ts) {
+    const auto d = t.scalar_type();
+    if (is_complex(d))
+      t = detail::tensor_access::reinterpreted(
+          t, d == dtype::complex64 ? dtype::float32 : dtype::float64);
+  }
 }
 
 void check_same_size(const validator& v, std::span<const tensor> ts) {
@@ -111,7 +133,7 @@ work process_group::allreduce(tensor t, const allreduce_options& o) {
 work process_group::allreduce_coalesced(tensor_list ts, const allreduce_coalesced_options& o) {
   check_member("allreduce_coalesced");
   validator v{"allreduce_coalesced", rank_, size()};
-  v.tensors(ts, "tensors");
+  if (v.same_real_dtype(ts, "tensors")) complex_as_real(v, o.op, ts);
   check_reduce_supported("allreduce_coalesced", o.op, ts[0].scalar_type());
   return track(backend_for("allreduce_coalesced", ts).allreduce_coalesced(ts, o),
                "allreduce_coalesced", ts, -1);
@@ -163,13 +185,17 @@ work process_group::allgather_coalesced(std::vector<tensor_list> outs, tensor_li
                                         const allgather_options& o) {
   check_member("allgather_coalesced");
   validator v{"allgather_coalesced", rank_, size()};
-  v.tensors(ins, "input_tensors");
+  // Each input of its own dtype, as c10d's (ProcessGroupGloo checks the
+  // outputs position by position).
+  v.mixed(ins, "input_tensors");
   v.length(outs.size(), static_cast<std::size_t>(size()),
            "output_tensor_lists (one list per rank)");
-  for (auto& per_rank : outs) {
+  for (std::size_t r = 0; r < outs.size(); ++r) {
+    const auto& per_rank = outs[r];
     v.length(per_rank.size(), ins.size(), "output_tensor_lists[r]");
-    v.tensors(per_rank, "output_tensor_lists[r]");
-    v.same_dtype(per_rank, ins[0]);
+    v.mixed(per_rank, "output_tensor_lists[r]");
+    v.dtypes_by_position(per_rank, "output_tensor_lists", ins, "input_tensors",
+                         static_cast<std::ptrdiff_t>(r));
     for (std::size_t i = 0; i < ins.size(); ++i)
       v.numel(per_rank[i].numel(), ins[i].numel(), "an output tensor");
   }
@@ -181,10 +207,10 @@ work process_group::allgather_into_tensor_coalesced(tensor_list outs, tensor_lis
                                                     const allgather_options& o) {
   check_member("allgather_into_tensor_coalesced");
   validator v{"allgather_into_tensor_coalesced", rank_, size()};
-  v.tensors(ins, "inputs");
+  v.mixed(ins, "inputs");  // each of its own dtype, as allgather_coalesced's
   v.length(outs.size(), ins.size(), "outputs");
-  v.tensors(outs, "outputs");
-  v.same_dtype(outs, ins[0]);
+  v.mixed(outs, "outputs");
+  v.dtypes_by_position(outs, "outputs", ins, "inputs");
   for (std::size_t i = 0; i < ins.size(); ++i)
     v.numel(outs[i].numel(), ins[i].numel() * size(), "outputs[i]");
   return track(backend_for("allgather_into_tensor_coalesced", ins)
@@ -257,12 +283,16 @@ work process_group::reduce_scatter_tensor_coalesced(tensor_list outs, tensor_lis
                                                     const reduce_scatter_options& o) {
   check_member("reduce_scatter_tensor_coalesced");
   validator v{"reduce_scatter_tensor_coalesced", rank_, size()};
-  v.tensors(ins, "inputs");
+  const bool mixes = v.same_real_dtype(ins, "inputs");
   v.length(outs.size(), ins.size(), "outputs");
-  v.tensors(outs, "outputs");
-  v.same_dtype(outs, ins[0]);
+  v.mixed(outs, "outputs");
+  v.dtypes_by_position(outs, "outputs", ins, "inputs");
   for (std::size_t i = 0; i < ins.size(); ++i)
     v.numel(ins[i].numel(), outs[i].numel() * size(), "inputs[i]");
+  if (mixes) {
+    complex_as_real(v, o.op, ins);
+    complex_as_real(v, o.op, outs);
+  }
   check_reduce_supported("reduce_scatter_tensor_coalesced", o.op, ins[0].scalar_type());
   return track(backend_for("reduce_scatter_tensor_coalesced", ins)
                    .reduce_scatter_tensor_coalesced(outs, ins, o),
@@ -311,8 +341,26 @@ work process_group::alltoall(tensor_list outs, tensor_list ins, const alltoall_o
   return track(backend_for("alltoall", ins).alltoall(outs, ins, o), "alltoall", ins, -1);
 }
 
+void process_group::check_device_ids(const std::vector<std::int64_t>& ids) const {
+  validator v{"barrier", rank_, size()};
+  auto name = [&](std::size_t i) {
+    return "device_ids[" + std::to_string(i) + "] " + std::to_string(ids[i]);
+  };
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0) v.fail(name(i) + " is negative: device ids are CUDA device indices");
+    for (std::size_t j = 0; j < i; ++j)
+      if (ids[j] == ids[i])
+        v.fail(name(i) + " appears twice (also device_ids[" + std::to_string(j) + "])");
+  }
+  const int devices = cuda_device_count();
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= devices)
+      v.fail(name(i) + " names no device of this process (" + cuda_status() + ")");
+}
+
 work process_group::barrier(const barrier_options& o) {
   check_member("barrier");
+  if (!o.device_ids.empty()) check_device_ids(o.device_ids);
   return track(tensorless_backend().barrier(o), "barrier", {}, -1);
 }
 

@@ -41,6 +41,64 @@ void validator::same_dtype(std::span<const tensor> ts, const tensor& ref) const 
   }
 }
 
+void validator::mixed(std::span<const tensor> ts, const char* what) const {
+  if (ts.empty()) fail(std::string(what) + " must hold at least 1 tensor(s), got 0");
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    usable(ts[i], what, i);
+    if (!(ts[i].get_device() == ts[0].get_device()))
+      fail("tensors on different devices: " + to_string(ts[0].get_device()) + " and " +
+           to_string(ts[i].get_device()));
+  }
+}
+
+void validator::dtypes_by_position(std::span<const tensor> outs, const char* outs_name,
+                                   std::span<const tensor> ins, const char* ins_name,
+                                   std::ptrdiff_t list) const {
+  for (std::size_t i = 0; i < outs.size() && i < ins.size(); ++i) {
+    if (outs[i].scalar_type() == ins[i].scalar_type() &&
+        outs[i].get_device() == ins[i].get_device())
+      continue;
+    const auto at = "[" + std::to_string(i) + "]";
+    const auto out =
+        std::string(outs_name) + (list >= 0 ? "[" + std::to_string(list) + "]" : "") + at;
+    if (outs[i].scalar_type() != ins[i].scalar_type())
+      fail(out + " is " + std::string(to_string(outs[i].scalar_type())) + " but " + ins_name + at +
+           " is " + std::string(to_string(ins[i].scalar_type())) +
+           ": each output has its input's dtype");
+    fail(out + " is on " + to_string(outs[i].get_device()) + " but " + ins_name + at + " is on " +
+         to_string(ins[i].get_device()));
+  }
+}
+
+namespace {
+
+/// The dtype a complex tensor is made of (complex64: float32); others as they are.
+dtype real_of(dtype t) {
+  return t == dtype::complex64 ? dtype::float32 : t == dtype::complex128 ? dtype::float64 : t;
+}
+
+}  // namespace
+
+bool validator::same_real_dtype(std::span<const tensor> ts, const char* what) const {
+  if (ts.empty()) fail(std::string(what) + " must hold at least 1 tensor(s), got 0");
+  bool mixes = false;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    usable(ts[i], what, i);
+    const auto a = ts[0].scalar_type(), b = ts[i].scalar_type();
+    if (!(ts[i].get_device() == ts[0].get_device()))
+      fail("tensors on different devices: " + to_string(ts[0].get_device()) + " and " +
+           to_string(ts[i].get_device()));
+    if (a == b) continue;
+    if (real_of(a) != real_of(b))
+      fail("tensors with different dtypes: " + std::string(to_string(a)) + " and " +
+           std::string(to_string(b)) +
+           " (a complex tensor mixes only with its element type: complex64 with float32, "
+           "complex128 with float64)");
+    mixes = true;
+  }
+  return mixes;
+}
+
 void validator::rank_arg(int r, const char* what) const {
   if (r < 0 || r >= size_)
     fail(std::string(what) + " " + std::to_string(r) + " is out of range for a group of size " +

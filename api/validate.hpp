@@ -28,6 +28,20 @@ class validator {
   void pair(const tensor& first, const tensor& second, const char* what) const;
   /// All tensors have the dtype (and device) of `ref`.
   void same_dtype(std::span<const tensor> ts, const tensor& ref) const;
+  /// Non-empty list of defined, contiguous tensors on one device, each of
+  /// any dtype (c10d's allgather_coalesced takes them so).
+  void mixed(std::span<const tensor> ts, const char* what) const;
+  /// outputs[i] has the dtype and device of inputs[i] ("<outs>[i] is int64
+  /// but <ins>[i] is float32"; "<outs>[list][i]" where `list` >= 0 says
+  /// which of several lists of outputs it is).
+  void dtypes_by_position(std::span<const tensor> outs, const char* outs_name,
+                          std::span<const tensor> ins, const char* ins_name,
+                          std::ptrdiff_t list = -1) const;
+  /// A list that reduces as one dtype (tensors() with one exception, as
+  /// c10d's _ensure_all_tensors_same_dtype): complex tensors may mix with
+  /// their element type (complex64 with float32, complex128 with float64),
+  /// as the reals they are made of. Returns whether they do.
+  bool same_real_dtype(std::span<const tensor> ts, const char* what) const;
   /// A rank argument (root, peer) is in [0, size).
   void rank_arg(int r, const char* what) const;
   /// A list has exactly `n` entries.

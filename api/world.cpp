@@ -136,7 +136,7 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
                  group_rank < 0 ? " (not a member)" : "");
   }
   auto pg = std::make_shared<process_group>(name, description, group_rank, std::move(ranks),
-                                            std::move(backends), std::move(unavailable));
+                                            std::move(backends), std::move(unavailable), timeout);
   std::lock_guard<std::mutex> g{mtx};
   groups[name] = pg;
   return pg;

@@ -14,6 +14,7 @@
 // disagree are caught by the call's agreement (base/agreement.hpp).
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -109,6 +110,11 @@ class host_backend final : public backend {
   template <class F>
   work gather_blocks(const char* name, timeout_t timeout, const tensor_list& ins, F scatter_out,
                      const tensor_list& outputs, const tensor& in_row);
+  /// A gather of tensors of several dtypes (backends/mixed_blocks.hpp):
+  /// this rank's `ins` as a block of bytes behind their layout; tensor i of
+  /// rank r goes to out(r, i) once every rank's layout agrees.
+  work gather_mixed(const char* name, timeout_t timeout, const tensor_list& ins,
+                    const tensor_list& outputs, std::function<tensor(int, std::size_t)> out);
   /// The tensors as one input: in place where they lie in a row and do not
   /// overlap `output`, else packed into a buffer of the call's own.
   static tensor packed(const tensor_list& ts, const tensor& output);

@@ -9,6 +9,7 @@
 #include "algorithms/algorithm.hpp"
 #include "backends/cuda_staging.hpp"
 #include "backends/flat_buffers.hpp"
+#include "backends/mixed_blocks.hpp"
 #include "base/tensor_util.hpp"
 #include "base/work_state.hpp"
 #include "inline/shm/tiny_direct.hpp"
@@ -98,6 +99,10 @@ work host_backend::allgather(std::vector<tensor_list>& outs, tensor_list& ins,
 work host_backend::allgather_coalesced(std::vector<tensor_list>& outs, tensor_list& ins,
                                        const allgather_options& o) {
   // outs[r][i] <- rank r's ins[i]
+  if (!one_dtype(ins))
+    return gather_mixed(
+        "allgather_coalesced", o.timeout, ins, flatten(outs),
+        [outs](int r, std::size_t i) { return outs[static_cast<std::size_t>(r)][i]; });
   return gather_blocks(
       "allgather_coalesced", o.timeout, ins,
       [outs](const tensor& all, int) {
@@ -110,6 +115,12 @@ work host_backend::allgather_coalesced(std::vector<tensor_list>& outs, tensor_li
 work host_backend::allgather_into_tensor_coalesced(tensor_list& outs, tensor_list& ins,
                                                    const allgather_options& o) {
   // outs[i] holds size blocks of ins[i]'s numel; the gathered buffer is rank-major.
+  if (!one_dtype(ins))
+    return gather_mixed("allgather_into_tensor_coalesced", o.timeout, ins, outs,
+                        [outs, n = size()](int r, std::size_t i) {
+                          const auto m = outs[i].numel() / n;  // ins[i]'s elements
+                          return flat(outs[i]).flat_slice(r * m, m);
+                        });
   return gather_blocks(
       "allgather_into_tensor_coalesced", o.timeout, ins,
       [outs, ins](const tensor& all, int size) {
@@ -309,6 +320,9 @@ work host_backend::barrier(const barrier_options& o) {
 work host_backend::monitored_barrier(const monitored_barrier_options& o) {
   auto c = make_call(op_code::monitored_barrier, "monitored_barrier", o.timeout, tensor_list{});
   c.wait_all_ranks = o.wait_all_ranks;
+  // Rank 0 alone enforces the barrier's timeout (as c10d): the others wait
+  // long enough to hear its verdict naming the missing ranks.
+  if (rank() != 0) c.timeout = std::max(timeout_, 2 * c.timeout);
   return submit(std::move(c));
 }
 
@@ -320,9 +334,6 @@ work host_backend::recv(tensor_list& ts, int src, const p2p_options& o) {
   return recv_one(ts[0], src, o);
 }
 
-  // Rank 0 alone enforces the barrier's timeout (as c10d): the others wait
-  // long enough to hear its verdict naming the missing ranks.
-  if (rank() != 0) c.timeout = std::max(timeout_, 2 * c.timeout);
 work host_backend::recv_any_source(tensor_list& ts, const p2p_options& o) {
   return recv_any_source_one(ts[0], o);
 }
@@ -399,6 +410,19 @@ work host_backend::gather_blocks(const char* name, timeout_t timeout, const tens
   c.counts.assign(static_cast<std::size_t>(size()), c.input.numel());
   set_output(c, in_row, ins[0], c.input.numel() * size(),
              [f = std::move(scatter_out), n = size()](const tensor& buf) { f(buf, n); });
+  return submit(std::move(c));
+}
+
+work host_backend::gather_mixed(const char* name, timeout_t timeout, const tensor_list& ins,
+                                const tensor_list& outputs,
+                                std::function<tensor(int, std::size_t)> out) {
+  auto c = make_call(op_code::allgatherv, name, timeout, outputs);
+  c.input = mixed_block(ins);
+  c.counts.assign(static_cast<std::size_t>(size()), c.input.numel());
+  c.output = like(c.input, c.input.numel() * size());
+  c.on_success = [name, buf = c.output, n = size(), k = ins.size(), out = std::move(out)] {
+    unpack_mixed_blocks(name, buf, n, k, out);
+  };
   return submit(std::move(c));
 }
 

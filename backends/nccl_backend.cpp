@@ -19,7 +19,7 @@
 //   reduce_scatter             inputs packed into one buffer, ncclReduceScatter
 //   reduce_scatter_tensor(_coalesced)    (grouped) ncclReduceScatter
 //   reduce_scatterv            grouped ncclReduce: root r receives block r
-//   barrier                    ncclAllReduce of one byte on the group's device
+//   barrier                    ncclAllReduce of one byte on the group's device (or device_ids[0])
 //   send, recv                 ncclSend / ncclRecv on the pair's communicator (tags ignored)
 //   recv_any_source, monitored_barrier   not supported (backend::unsupported)
 
@@ -303,9 +303,16 @@ class nccl_backend final : public backend {
   }
 
   work barrier(const barrier_options& o) override {
-    // An allreduce of one byte, as ProcessGroupNCCL's barrier.
-    const int dev = g_->bind_default("barrier");
-    auto one = g_->scratch(dtype::uint8, 1, dev);
+    // An allreduce of one byte, as ProcessGroupNCCL's barrier: on the first
+    // of device_ids when given (bind refuses a device other than the one the
+    // group's communicator lives on), else on the group's device.
+    tensor one;
+    if (o.device_ids.empty()) {
+      one = g_->scratch(dtype::uint8, 1, g_->bind_default("barrier"));
+    } else {
+      one = g_->scratch(dtype::uint8, 1, static_cast<int>(o.device_ids.front()));
+      g_->bind("barrier", {one});
+    }
     auto p = keeping({one});
     p.collectives.push_back(on(collective::allreduce, one, one, 1));
     return g_->issue("barrier", whole_group, std::move(p), {}, o.timeout);

@@ -41,6 +41,16 @@ struct tensor_access {
     set_flat(r, n);
     return r;
   }
+  /// A flat view of the bytes of `t` (defined, contiguous) read as `to`,
+  /// sharing its ownership: uint8 for its raw bytes, float32 for a
+  /// complex64 tensor's real and imaginary parts. `t`'s bytes must be a
+  /// whole number of `to`'s elements.
+  static tensor reinterpreted(const tensor& t, dtype to) {
+    auto r = t;
+    r.dtype_ = to;
+    set_flat(r, static_cast<std::int64_t>(t.nbytes() / troupe::element_size(to)));
+    return r;
+  }
   /// Gives `t` the layout of `n` elements in one dimension. The last few
   /// such layouts a thread made are shared by the views it makes of the same
   /// length (calls that view their tensors flat allocate nothing then).

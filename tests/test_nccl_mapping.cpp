@@ -505,9 +505,12 @@ class host_runner final : public nccl::plan_runner {
 
   int bind(const char*, const tensor_list&) override { return 0; }
   int bind_default(const char*) override { return 0; }
-  tensor scratch(dtype t, std::size_t n, int) override {
+  tensor scratch(dtype t, std::size_t n, int device) override {
+    scratch_devices.push_back(device);
     return tensor::empty({static_cast<std::int64_t>(n)}, t);
   }
+  /// The device each scratch buffer was asked for, in order.
+  std::vector<int> scratch_devices;
   work issue(const char* op, int peer, nccl::plan p, tensor_list outputs, timeout_t,
              int source = -1) override {
     return e_->issue(rank_, op, peer, std::move(p), std::move(outputs), source);
@@ -530,7 +533,8 @@ struct emulated_group {
       ctx.size = n;
       ctx.group_name = "mapping";
       ctx.timeout = std::chrono::seconds(10);
-      ranks.push_back(detail::make_nccl_backend(ctx, std::make_shared<host_runner>(emu, r)));
+      runners.push_back(std::make_shared<host_runner>(emu, r));
+      ranks.push_back(detail::make_nccl_backend(ctx, runners.back()));
     }
   }
   backend& operator[](int r) { return *ranks[static_cast<std::size_t>(r)]; }
@@ -556,6 +560,7 @@ struct emulated_group {
   }
 
   std::shared_ptr<emulator> emu;
+  std::vector<std::shared_ptr<host_runner>> runners;
   std::vector<std::shared_ptr<backend>> ranks;
 };
 
@@ -1146,6 +1151,52 @@ TEST_CASE("nccl mapping: barrier and sequence numbers") {
     emulated_group g(n);
     for (int i = 0; i < 3; ++i) g.run("barrier", [&](int r) { return g[r].barrier({}); });
     for (int r = 0; r < n; ++r) CHECK(g[r].sequence_number() == 3);
+  }
+}
+
+TEST_CASE("nccl mapping: barrier runs its byte on device_ids[0], else the group's device") {
+  for (int n : group_sizes) {
+    emulated_group g(n);
+    g.run("barrier", [&](int r) { return g[r].barrier({}); });
+    g.run("barrier on device 3", [&](int r) { return g[r].barrier({.device_ids = {3, 1}}); });
+    for (int r = 0; r < n; ++r)
+      CHECK(g.runners[at(r)]->scratch_devices == std::vector<int>{0, 3});  // bind_default's 0
+  }
+}
+
+TEST_CASE("nccl mapping: allgather_coalesced and its _into_tensor form, a dtype per input") {
+  // One NCCL allgather per input, each of its own dtype.
+  const dtype types[] = {dtype::float32, dtype::int64, dtype::complex64, dtype::uint8};
+  const std::int64_t lens[] = {3, 1, 2, 0};
+  for (int n : group_sizes) {
+    const auto what = "mixed allgather_coalesced n=" + std::to_string(n);
+    std::vector<std::vector<ref::values>> inputs(4);  // [j][r]
+    for (std::size_t j = 0; j < 4; ++j)
+      for (int r = 0; r < n; ++r)
+        inputs[j].push_back(vals(types[j], r, n, lens[j], 80 + static_cast<int>(j)));
+    std::vector<tensor_list> ins(at(n));
+    std::vector<std::vector<tensor_list>> outs(at(n));
+    std::vector<tensor_list> flats(at(n));
+    for (int r = 0; r < n; ++r) {
+      for (std::size_t j = 0; j < 4; ++j) {
+        ins[at(r)].push_back(ref::make(types[j], inputs[j][at(r)]));
+        flats[at(r)].push_back(ref::zeros({lens[j] * n}, types[j]));
+      }
+      outs[at(r)].resize(at(n));
+      for (int p = 0; p < n; ++p)
+        for (std::size_t j = 0; j < 4; ++j)
+          outs[at(r)][at(p)].push_back(ref::zeros({lens[j]}, types[j]));
+    }
+    emulated_group g(n);
+    g.run(what, [&](int r) { return g[r].allgather_coalesced(outs[at(r)], ins[at(r)], {}); });
+    g.run(what + " into_tensor", [&](int r) {
+      return g[r].allgather_into_tensor_coalesced(flats[at(r)], ins[at(r)], {});
+    });
+    for (int r = 0; r < n; ++r)
+      for (std::size_t j = 0; j < 4; ++j) {
+        for (int p = 0; p < n; ++p) ref::check_close(outs[at(r)][at(p)][j], inputs[j][at(p)], what);
+        ref::check_close(flats[at(r)][j], ref::concat(inputs[j]), what + " into_tensor");
+      }
   }
 }
 

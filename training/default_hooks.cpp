@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "base/tensor_util.hpp"
 #include "training/tensor_ops.hpp"
 #include "training/work_chain.hpp"
 #include "troupe/error.hpp"
@@ -29,17 +30,29 @@ struct compressed_buffers {
   }
 };
 
+/// `t`, or the pairs of reals a complex `t` is made of.
+tensor as_reals(const tensor& t) {
+  const auto d = t.scalar_type();
+  if (!is_complex(d)) return t;
+  return detail::tensor_access::reinterpreted(
+      t, d == dtype::complex64 ? dtype::float32 : dtype::float64);
+}
+
 comm_hook compress_hook(process_group& pg, dtype wire, const char* name) {
   auto cache = std::make_shared<compressed_buffers>();
   return {[&pg, wire, name, cache](const grad_bucket& b) {
             const auto& buffer = b.buffer();
-            auto compressed = cache->get(buffer, wire);
+            // A complex bucket travels as the pairs of reals it is made of
+            // (c10d's hook casts it to a real dtype, which drops the
+            // imaginary parts).
+            const auto reals = as_reals(buffer);
+            auto compressed = cache->get(reals, wire);
             // Divide first: the sum of n values stays in the narrow type's range.
-            detail::cast_scaled(name, compressed, buffer, 1.0 / pg.size());
+            detail::cast_scaled(name, compressed, reals, 1.0 / pg.size());
             return pg.allreduce(compressed, reduce_op::SUM)
-                .then([buffer, compressed, name](const work& w) {
+                .then([buffer, reals, compressed, name](const work& w) {
                   w.result();
-                  detail::cast_scaled(name, buffer, compressed);
+                  detail::cast_scaled(name, reals, compressed);
                   return tensor_list{buffer};
                 });
           },

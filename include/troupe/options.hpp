@@ -67,6 +67,12 @@ struct alltoall_options {
 
 struct barrier_options {
   timeout_t timeout = use_group_timeout;
+  /// The CUDA devices the barrier may use (c10d's BarrierOptions::device_ids).
+  /// Each must be a device this process sees, once. A backend that runs the
+  /// barrier on a device (nccl) runs it on the first one, as
+  /// ProcessGroupNCCL does; the actor backend's barrier moves no tensor and
+  /// uses none (as Gloo's). Empty: the backend's own choice.
+  std::vector<std::int64_t> device_ids{};
 };
 
 struct monitored_barrier_options {

@@ -33,6 +33,10 @@ namespace troupe {
 
 class world;
 
+/// The timeout of a world and of its groups when none is given (c10d's
+/// kProcessGroupDefaultTimeout, torch.distributed's default_pg_timeout).
+inline constexpr std::chrono::milliseconds default_pg_timeout = std::chrono::minutes(30);
+
 /// What an on-completion hook learns of a finished call (c10d's WorkInfo).
 struct work_info {
   std::string op;                                      ///< "allreduce", "send", ...
@@ -48,7 +52,8 @@ class process_group {
   /// Internal: made by world (or by tests through world).
   process_group(std::string name, std::string description, int rank, std::vector<int> global_ranks,
                 std::map<device_type, std::shared_ptr<backend>> backends,
-                std::map<device_type, std::string> unavailable = {});
+                std::map<device_type, std::string> unavailable = {},
+                std::chrono::milliseconds timeout = default_pg_timeout);
   ~process_group();
   process_group(const process_group&) = delete;
   process_group& operator=(const process_group&) = delete;
@@ -70,6 +75,23 @@ class process_group {
   void set_description(std::string description);
   /// World rank of each group rank.
   const std::vector<int>& global_ranks() const noexcept { return global_ranks_; }
+  /// The timeout of the group's calls when their options give none (c10d's
+  /// Options::timeout): new_group's, else the world's, else default_pg_timeout.
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  /// An id of this group object (c10d's getID): the same for the group's
+  /// whole life, and no other group alive in this process has it (each
+  /// rank of a process holds a group object of its own).
+  std::int64_t get_id() const noexcept;
+  /// An id of the backend of type `t` (c10d's getBackendID), with get_id()'s
+  /// guarantees for the backend object: devices served by one backend (the
+  /// actor backend's cpu and cuda) share it. errc::backend as get_backend(t).
+  std::int64_t get_backend_id(backend_type t) const;
+  /// An id of the backend that runs device type `d`; errc::backend as get_backend(d).
+  std::int64_t get_backend_id(device_type d) const;
+  /// The device types that have a backend in this group (c10d's
+  /// getDeviceTypes), in device_type order; a device whose backend is not
+  /// registered in this build is not among them. Empty for a non-member.
+  std::vector<device_type> get_device_types() const;
   /// The backend that runs calls on `d` (throws errc::backend when none).
   backend& get_backend(device_type d) const;
   /// The backend of type `t` (c10d's getBackend(BackendType)); errc::backend
@@ -77,6 +99,10 @@ class process_group {
   backend& get_backend(backend_type t) const;
   /// The type of the group's default backend: the cpu's, else the only one.
   backend_type get_backend_type() const;
+  /// The group's default backend (c10d's getDefaultBackend): the one that
+  /// runs calls without tensors (barrier): the cpu's, else the only one;
+  /// errc::backend when the group has none.
+  backend& get_default_backend() const;
   /// Installs `b` as the backend of device `d` and of type `t` (c10d's
   /// setBackend), replacing what ran there.
   void set_backend(device_type d, backend_type t, std::shared_ptr<backend> b);
@@ -111,6 +137,13 @@ class process_group {
     return allreduce(std::move(t), allreduce_options{.op = op});
   }
   work allreduce_coalesced(tensor_list tensors, const allreduce_coalesced_options& opts = {});
+  /// The same with allreduce_options (`{.op = reduce_op::MAX}`); a template
+  /// so that `{}` still means the form above.
+  template <class O = allreduce_options>
+    requires std::same_as<O, allreduce_options>
+  work allreduce_coalesced(tensor_list tensors, const O& opts) {
+    return allreduce_coalesced(std::move(tensors), allreduce_coalesced_options{opts});
+  }
   work reduce(tensor_list tensors, const reduce_options& opts = {});
   work reduce(tensor t, const reduce_options& opts);
   work reduce(tensor t, int root, reduce_op op = reduce_op::SUM) {
@@ -137,13 +170,6 @@ class process_group {
   work scatter(tensor output, tensor_list inputs, const scatter_options& opts = {});
   /// outputs[0] receives the reduction over ranks of inputs[0][rank].
   work reduce_scatter(tensor_list outputs, std::vector<tensor_list> inputs,
-  /// The same with allreduce_options (`{.op = reduce_op::MAX}`); a template
-  /// so that `{}` still means the form above.
-  template <class O = allreduce_options>
-    requires std::same_as<O, allreduce_options>
-  work allreduce_coalesced(tensor_list tensors, const O& opts) {
-    return allreduce_coalesced(std::move(tensors), allreduce_coalesced_options{opts});
-  }
                       const reduce_scatter_options& opts = {});
   work reduce_scatter(tensor output, tensor_list inputs, const reduce_scatter_options& opts = {});
   /// input has size × output numel elements; output receives this rank's reduced block.
@@ -224,6 +250,9 @@ class process_group {
   /// a hook has a continuation, so the inline engine's progress thread
   /// drives it even when nobody waits.
   void register_on_completion_hook(std::function<void(const work_info&)> hook);
+  /// Whether an on-completion hook is registered (c10d's hasHooks): false
+  /// until register_on_completion_hook succeeds, true from then on.
+  bool has_hooks() const noexcept;
   /// Records every call of this group from now on with its issue and end
   /// times (c10d's enableCollectivesTiming): the flight record keeps them
   /// even where TROUPE_FLIGHT_RECORDER=0 turned it off.
@@ -244,6 +273,8 @@ class process_group {
   /// Runs calls without tensors (barrier, sequence_number): the CPU's backend,
   /// else the only one the group has.
   backend& tensorless_backend() const;
+  /// barrier's device_ids: each a CUDA device this process sees, once.
+  void check_device_ids(const std::vector<std::int64_t>& ids) const;
   /// What the flight record says of a call's tensors: their elements and
   /// bytes in all, the first one's dtype, how many.
   struct call_size {
@@ -261,6 +292,7 @@ class process_group {
   std::string description_;
   int rank_;
   std::vector<int> global_ranks_;
+  std::chrono::milliseconds timeout_;
   /// Refuses backends without sequence numbers, naming `op`.
   void check_sequence_numbers(const char* op) const;
 

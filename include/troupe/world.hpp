@@ -25,8 +25,9 @@ struct world_options {
   std::shared_ptr<troupe::store> store;
   int rank = -1;
   int world_size = -1;
-  /// Default timeout of collectives and of group set-up (c10d's default: 30 min).
-  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  /// Default timeout of collectives and of group set-up (default_pg_timeout,
+  /// c10d's 30 minutes).
+  std::chrono::milliseconds timeout = default_pg_timeout;
   /// How ranks in other processes are reached: "auto" (shared memory on one
   /// host, TCP between hosts), "tcp" or "shm". TROUPE_TRANSPORT overrides it.
   std::string transport = "auto";
@@ -36,15 +37,17 @@ struct world_options {
   std::string token;
 };
 
+/// Its members all have defaults, so designated initializers may name any
+/// of them (`{.use_local_synchronization = true}`).
 struct new_group_options {
   /// Defaults to the world's timeout.
-  std::optional<std::chrono::milliseconds> timeout;
+  std::optional<std::chrono::milliseconds> timeout{};
   /// Defaults to the world's backend string.
-  std::string backend;
+  std::string backend{};
   /// Only the members call new_group; non-members get no group (nullptr).
   bool use_local_synchronization = false;
   /// Free text shown in errors and describe(); defaults to the group name.
-  std::string description;
+  std::string description{};
 };
 
 class world {
@@ -54,7 +57,7 @@ class world {
   /// size, store or backend string, errc::timeout when the others do not arrive.
   explicit world(world_options opts);
   world(std::string backend, std::shared_ptr<troupe::store> store, int rank, int world_size,
-        std::chrono::milliseconds timeout = std::chrono::minutes(30));
+        std::chrono::milliseconds timeout = default_pg_timeout);
   ~world();
   world(const world&) = delete;
   world& operator=(const world&) = delete;
