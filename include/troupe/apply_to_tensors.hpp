@@ -7,11 +7,21 @@
 /// The structure is walked as serialize() walks it (troupe/serialize.hpp):
 /// std::vector, std::array, std::map (its values), std::pair, std::optional,
 /// troupe::state_dict, troupe::tensor, and any type with an inspect overload
-/// (the CAF inspect convention; a user's dataclass). Other members
-/// (arithmetic, enums, strings) are left alone.
+/// (the CAF inspect convention; a user's dataclass); and, as c10d walks
+/// Python's tuples, sets and dicts, std::tuple (every element),
+/// std::unordered_map (its values; keys are left alone, as std::map's) and
+/// std::set / std::unordered_set (every element: the set is rebuilt from the
+/// mapped elements with its own comparator or hash, so elements that map to
+/// equal ones become one, as a Python set rebuilt by c10d does). Other
+/// members (arithmetic, enums, strings) are left alone.
 
 #include <functional>
+#include <set>
+#include <string>
+#include <tuple>
 #include <type_traits>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "troupe/device.hpp"
@@ -25,6 +35,37 @@ namespace troupe {
 using tensor_fn = std::function<tensor(const tensor&)>;
 
 namespace detail {
+
+template <class T>
+struct is_tuple : std::false_type {};
+template <class... Ts>
+struct is_tuple<std::tuple<Ts...>> : std::true_type {};
+template <class T>
+struct is_unordered_map : std::false_type {};
+template <class K, class V, class H, class E, class A>
+struct is_unordered_map<std::unordered_map<K, V, H, E, A>> : std::true_type {};
+template <class T>
+struct is_set : std::false_type {};
+template <class K, class C, class A>
+struct is_set<std::set<K, C, A>> : std::true_type {};
+template <class K, class H, class E, class A>
+struct is_set<std::unordered_set<K, H, E, A>> : std::true_type {};
+
+/// Values that hold no tensor: the walk leaves them (and sets of them) alone.
+template <class T>
+inline constexpr bool tensor_free =
+    std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_same_v<T, std::string>;
+
+/// An empty set with `x`'s comparator (or hash and equality) and allocator.
+template <class K, class C, class A>
+std::set<K, C, A> empty_like(const std::set<K, C, A>& x) {
+  return std::set<K, C, A>(x.key_comp(), x.get_allocator());
+}
+template <class K, class H, class E, class A>
+std::unordered_set<K, H, E, A> empty_like(const std::unordered_set<K, H, E, A>& x) {
+  return std::unordered_set<K, H, E, A>(x.bucket_count(), x.hash_function(), x.key_eq(),
+                                        x.get_allocator());
+}
 
 /// An inspector that replaces every tensor it meets by fn(tensor).
 class tensor_mapper {
@@ -42,7 +83,7 @@ class tensor_mapper {
 
   template <class T>
   void apply(T& x) {
-    if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_same_v<T, std::string>) {
+    if constexpr (tensor_free<T>) {
       // nothing to map
     } else if constexpr (std::is_same_v<T, tensor>) {
       if (x.defined()) x = fn_(x);
@@ -50,8 +91,20 @@ class tensor_mapper {
       for (auto& [name, t] : x) apply(t);
     } else if constexpr (is_vector<T>::value || is_array<T>::value) {
       for (auto& e : x) apply(e);
-    } else if constexpr (is_map<T>::value) {
+    } else if constexpr (is_map<T>::value || is_unordered_map<T>::value) {
       for (auto& [k, v] : x) apply(v);
+    } else if constexpr (is_set<T>::value) {
+      // Elements are const in place: a new set of the mapped elements.
+      if constexpr (!tensor_free<typename T::key_type>) {
+        T mapped = empty_like(x);
+        for (auto e : x) {
+          apply(e);
+          mapped.insert(std::move(e));
+        }
+        x = std::move(mapped);
+      }
+    } else if constexpr (is_tuple<T>::value) {
+      std::apply([this](auto&... e) { (apply(e), ...); }, x);
     } else if constexpr (is_pair<T>::value) {
       apply(x.first);
       apply(x.second);
