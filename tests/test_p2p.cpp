@@ -219,7 +219,7 @@ TEST_CASE("recv fails after its timeout, naming the peer and tag") {
     } catch (const error& e) {
       CHECK(e.code() == errc::timeout);
       std::string what = e.what();
-      CHECK(what.find("Timeout") != std::string::npos);
+      CHECK(what.find("Timed out") != std::string::npos);
       CHECK(what.find("rank 1") != std::string::npos);
       CHECK(what.find("tag 9") != std::string::npos);
     }

@@ -179,7 +179,7 @@ TEST_CASE_TEMPLATE("store: check and wait", F, ALL_STORES) {
   auto e = error_of([&] { s.wait({"present_key", "absent_key"}, 50ms); });
   CHECK(std::chrono::steady_clock::now() - start >= 50ms);
   CHECK(e.code() == errc::timeout);
-  CHECK(contains(e.what(), "Timeout"));
+  CHECK(contains(e.what(), "Timed out"));
   CHECK(contains(e.what(), "50 ms"));
   CHECK(contains(e.what(), "absent_key"));
   CHECK_FALSE(contains(e.what(), "present_key"));  // only the missing keys
@@ -197,7 +197,7 @@ TEST_CASE_TEMPLATE("store: get times out", F, ALL_STORES) {
   auto e = error_of([&] { s.get("never_set"); });
   CHECK(std::chrono::steady_clock::now() - start >= 50ms);
   CHECK(e.code() == errc::timeout);
-  CHECK(contains(e.what(), "Timeout"));
+  CHECK(contains(e.what(), "Timed out"));
   CHECK(contains(e.what(), "50 ms"));
   CHECK(contains(e.what(), "never_set"));
   CHECK(contains(e.what(), ".get"));
@@ -253,7 +253,7 @@ TEST_CASE_TEMPLATE("store: multi_get and multi_set", F, ALL_STORES) {
   s.set_timeout(50ms);
   auto t = error_of([&] { s.multi_get({"m1", "missing_a", "missing_b"}); });
   CHECK(t.code() == errc::timeout);
-  CHECK(contains(t.what(), "Timeout"));
+  CHECK(contains(t.what(), "Timed out"));
   CHECK(contains(t.what(), "50 ms"));
   CHECK(contains(t.what(), "missing_a"));
   CHECK(contains(t.what(), "missing_b"));

@@ -59,7 +59,7 @@ TEST_CASE("wait(timeout) on a work that never completes throws errc::timeout") {
   auto w = work::make("allreduce", "g7", 3);
   const auto start = std::chrono::steady_clock::now();
   check_error([&] { w.wait(50ms); }, errc::timeout,
-              {"Timeout", "50 ms", "allreduce on group 'g7'", "seq 3"});
+              {"Timed out", "50 ms", "allreduce on group 'g7'", "seq 3"});
   CHECK(std::chrono::steady_clock::now() - start >= 50ms);
   CHECK_FALSE(w.is_completed());  // the operation keeps running
   w.complete(one(1));

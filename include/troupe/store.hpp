@@ -3,7 +3,7 @@
 ///
 /// Values are bytes. Every blocking call has a timeout (the store's default
 /// unless one is passed); running past it throws troupe::error with
-/// errc::timeout and a message containing "Timeout" and the key(s).
+/// errc::timeout and a message containing "Timed out" and the key(s).
 
 #include <chrono>
 #include <cstddef>
