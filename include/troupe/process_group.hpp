@@ -184,6 +184,9 @@ class process_group {
                        const alltoall_options& opts = {});
   /// outputs[r] receives rank r's inputs[rank()].
   work alltoall(tensor_list outputs, tensor_list inputs, const alltoall_options& opts = {});
+  /// Completes once every rank of the group called it. `opts.device_ids`
+  /// are checked here (each a CUDA device this process sees, once; else
+  /// errc::invalid_argument and nothing is issued) and handed to the backend.
   work barrier(const barrier_options& opts = {});
   /// A barrier that fails with the list of every rank that did not arrive in time.
   work monitored_barrier(const monitored_barrier_options& opts = {});
