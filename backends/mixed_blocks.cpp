@@ -1,6 +1,6 @@
 #include "backends/mixed_blocks.hpp"
 
-#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,19 +20,35 @@ std::vector<std::int64_t> layout_of(const tensor_list& ts) {
   return l;
 }
 
-/// The layout at the start of a block of `block` bytes (on the host); a
-/// count that does not fit the block gives the words that do.
-std::vector<std::int64_t> read_layout(const tensor& host_block) {
-  const auto* w = static_cast<const std::int64_t*>(host_block.data());
-  const auto fits = host_block.numel() / word;
-  if (fits == 0) return {};
-  const auto n = w[0] >= 0 && w[0] < fits ? w[0] + 1 : fits;
-  return {w, w + n};
+/// `n` bytes of `t` from byte `at`, on the host.
+tensor host_bytes(const tensor& t, std::int64_t at, std::int64_t n) {
+  auto part = t.flat_slice(at, n);
+  if (part.is_cpu()) return part;
+  auto host = tensor::empty({n}, dtype::uint8);
+  host.copy_from(part);
+  return host;
+}
+
+/// The layout at the start of rank r's block of `block` bytes: its count,
+/// then the words the count says; empty when they do not fit the block
+/// (not a layout). Every rank reads the same of each block.
+std::vector<std::int64_t> read_layout(const tensor& gathered, int r, std::int64_t block) {
+  // (Copied out: a block need not start on a word.)
+  auto words = [&](std::int64_t n) {
+    std::vector<std::int64_t> w(static_cast<std::size_t>(n));
+    std::memcpy(w.data(), host_bytes(gathered, r * block, n * word).data(),
+                static_cast<std::size_t>(n * word));
+    return w;
+  };
+  if (block < word) return {};
+  const auto count = words(1)[0];
+  if (count < 0 || count >= block / word) return {};
+  return words(count + 1);
 }
 
 /// "(float32 x 2, int64 x 1)".
 std::string describe(const std::vector<std::int64_t>& l) {
-  if (l.empty() || l[0] + 1 != static_cast<std::int64_t>(l.size())) return "(no layout)";
+  if (l.empty()) return "(no layout)";
   std::string s = "(";
   for (std::size_t i = 1; i < l.size(); ++i) {
     const auto t = l[i] & 0xff;
@@ -84,13 +100,7 @@ void unpack_mixed_blocks(const char* op, const tensor& gathered, int size, std::
   std::vector<std::vector<std::int64_t>> layouts;
   std::vector<std::vector<int>> classes;
   for (int r = 0; r < size; ++r) {
-    auto part = gathered.flat_slice(r * block, std::min(block, head));
-    if (!part.is_cpu()) {
-      auto host = tensor::empty({part.numel()}, dtype::uint8);
-      host.copy_from(part);
-      part = host;
-    }
-    auto l = read_layout(part);
+    auto l = read_layout(gathered, r, block);
     std::size_t c = 0;
     while (c < layouts.size() && layouts[c] != l) ++c;
     if (c == layouts.size()) {

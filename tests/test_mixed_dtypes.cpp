@@ -185,6 +185,23 @@ TEST_CASE("ranks whose inputs differ in dtypes, in blocks of one size, fail alik
   }
 }
 
+TEST_CASE("ranks passing different numbers of tensors in blocks of one size see one text") {
+  testing::run_ranks(2, [](world& w) {
+    // 3 words of layout and 16 bytes of data; 4 words and 8 bytes.
+    const auto ins =
+        w.rank() == 0
+            ? tensor_list{tensor::zeros({2}, dtype::float32), tensor::zeros({2}, dtype::int32)}
+            : tensor_list{tensor::zeros({1}, dtype::float32), tensor::zeros({1}, dtype::int32),
+                          tensor::zeros({0}, dtype::uint8)};
+    std::vector<tensor_list> outs(2);
+    for (auto& o : outs)
+      for (auto& t : ins) o.push_back(tensor::zeros({t.numel()}, t.scalar_type()));
+    check_error([&] { w.default_group().allgather_coalesced(outs, ins).wait(); }, errc::mismatch,
+                {"collective mismatch: allgather_coalesced: rank 0 passed tensors (float32 x 2, "
+                 "int32 x 2); rank 1 passed tensors (float32 x 1, int32 x 1, uint8 x 0)"});
+  });
+}
+
 TEST_CASE("ranks whose blocks differ in size, or that pass one dtype, fail with the agreement") {
   testing::run_ranks(3, [](world& w) {
     auto& pg = w.default_group();
