@@ -1,19 +1,23 @@
 // distributed_data_parallel for LibTorch: torch's autograd feeds troupe's
-// reducer (see troupe_torch/distributed_data_parallel.hpp). A post hook on
-// each parameter's gradient accumulator marks the parameter ready; the first
-// mark of a backward queues the end of the step on the autograd engine,
-// which waits for the buckets and puts the averages into .grad.
+// reducer (see troupe_torch/distributed_data_parallel.hpp and ddp_state.hpp).
+// A post hook on each parameter's gradient accumulator marks the parameter
+// ready; the step's first mark, or the backward of the sink node on the
+// forward's output, queues the end of the step on the autograd engine, which
+// waits for the buckets and puts the averages into .grad.
 
 #include "troupe_torch/distributed_data_parallel.hpp"
 
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <unordered_set>
 
+#include "ddp_state.hpp"
 #include "troupe/error.hpp"
 #include "troupe/param_sync.hpp"
 #include "troupe_torch/tensor.hpp"
@@ -46,114 +50,174 @@ troupe::tensor_list as_troupe(const std::vector<at::Tensor>& ts,
   return r;
 }
 
-}  // namespace
-
-struct ddp_engine::impl {
-  std::shared_ptr<torch::nn::Module> module;
-  troupe::process_group& pg;
-  ddp_options opts;
-  std::vector<at::Tensor> params;  // reduced: those that require grad
-  std::vector<std::string> names;
-  std::unique_ptr<troupe::reducer> red;
-  troupe::tensor_list copies;     // copy mode: where the averages land
-  std::vector<at::Tensor> views;  // .grad of each parameter (bucket views or copies)
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-  std::vector<std::uintptr_t> hook_keys;
-  bool no_sync = false;
-  bool in_step = false;
-  std::vector<char> used_without_sync;  // marked during no_sync since the last synchronised step
-  std::vector<char> reachable;          // from the last forward's outputs (find_unused_parameters)
-  bool know_reachable = false;
-
-  impl(std::shared_ptr<torch::nn::Module> m, troupe::process_group& g, ddp_options o)
-      : module(std::move(m)), pg(g), opts(std::move(o)) {}
-
-  bool view_mode() const { return opts.gradient_as_bucket_view; }
-
-  at::Tensor grad_tensor(std::size_t i) const {
-    return to_torch(view_mode() ? red->gradient(i) : copies[i]);
+/// torch's _DDPSink: passes the forward's outputs through (as copies) so that
+/// their backward first reaches this node, in the outermost backward.
+struct ddp_sink : torch::autograd::Function<ddp_sink> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                std::int64_t state, at::TensorList outputs) {
+    ctx->saved_data["ddp"] = state;
+    torch::autograd::variable_list r;
+    for (const auto& t : outputs) r.push_back(t.clone());
+    return r;
   }
-
-  /// Parameter i's gradient is final for this backward.
-  void on_ready(std::size_t i) {
-    if (no_sync) {
-      used_without_sync[i] = 1;
-      return;
-    }
-    if (!in_step) begin_step();
-    mark(i);
-  }
-
-  void mark(std::size_t i) {
-    auto& p = params[i];
-    const at::Tensor g = p.grad();
-    if (!g.defined()) {
-      red->mark_unused(i);  // an accumulator ran without a gradient
-      return;
-    }
-    if (view_mode()) {
-      auto& v = views[i];
-      if (g.data_ptr() != v.data_ptr()) {  // a fresh .grad: move it into its bucket
-        torch::autograd::AutoGradMode no_grad{false};
-        v.copy_(g);
-        p.mutable_grad() = v;
-      }
-      red->mark_ready(i);
-    } else {
-      red->mark_ready(i, to_troupe(g.is_contiguous() ? g : g.contiguous()));
-    }
-  }
-
-  void begin_step() {
-    in_step = true;
-    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_step(); });
-    if (opts.find_unused_parameters && !opts.static_graph && know_reachable) {
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        if (reachable[i]) continue;
-        // Used only in earlier no_sync backwards: its accumulated gradient counts.
-        if (used_without_sync[i] && params[i].grad().defined())
-          mark(i);
-        else
-          red->mark_unused(i);
-      }
-    }
-  }
-
-  void finish_step() {
-    in_step = false;
-    know_reachable = false;
-    std::fill(used_without_sync.begin(), used_without_sync.end(), 0);
-    const auto report = red->finish_step();
-    std::vector<char> untouched(params.size(), 0);
-    for (auto i : report.globally_unused_parameters) untouched[i] = 1;
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (report.buckets_rebuilt && view_mode()) views[i] = grad_tensor(i);  // the new buckets
-      if (untouched[i] && !view_mode()) continue;  // no rank used it: .grad stays as it is
-      auto& p = params[i];
-      if (!p.grad().defined() || p.grad().data_ptr() != views[i].data_ptr())
-        p.mutable_grad() = views[i];
-    }
-  }
-
-  void find_reachable(const std::vector<at::Tensor>& outputs) {
-    std::unordered_set<const torch::autograd::Node*> seen;
-    std::vector<torch::autograd::Node*> todo;
-    for (const auto& t : outputs) {
-      if (!t.defined() || !t.requires_grad()) continue;
-      auto fn = t.grad_fn() ? t.grad_fn() : torch::autograd::impl::try_get_grad_accumulator(t);
-      if (fn && seen.insert(fn.get()).second) todo.push_back(fn.get());
-    }
-    while (!todo.empty()) {
-      auto* n = todo.back();
-      todo.pop_back();
-      for (const auto& e : n->next_edges())
-        if (e.function && seen.insert(e.function.get()).second) todo.push_back(e.function.get());
-    }
-    for (std::size_t i = 0; i < params.size(); ++i)
-      reachable[i] = seen.count(accumulators[i].get()) ? 1 : 0;
-    know_reachable = true;
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    reinterpret_cast<ddp_engine::impl*>(ctx->saved_data["ddp"].toInt())->on_sink_backward();
+    torch::autograd::variable_list r{at::Tensor()};  // for `state`
+    r.insert(r.end(), grads.begin(), grads.end());
+    return r;
   }
 };
+
+}  // namespace
+
+at::Tensor ddp_engine::impl::grad_tensor(std::size_t i) const {
+  return to_torch(view_mode() ? red->gradient(i) : copies[i]);
+}
+
+void ddp_engine::impl::on_ready(std::size_t i) {
+  if (no_sync) {
+    used_without_sync[i] = 1;
+    return;
+  }
+  if (!in_step) begin_step();
+  ++marks[i];
+  log.ready_order.push_back(i);
+  try {
+    mark(i);
+  } catch (const std::exception& e) {
+    log_error(e.what());
+    throw;
+  }
+  if (log.events[std::size_t(ddp_event::backward_comm_start)] < 0 && should_collect() &&
+      red->bucket_work(0).valid())
+    record(ddp_event::backward_comm_start);
+}
+
+void ddp_engine::impl::on_sink_backward() {
+  if (!no_sync && !in_step) begin_step();
+}
+
+void ddp_engine::impl::mark(std::size_t i) {
+  auto& p = params[i];
+  const at::Tensor g = p.grad();
+  if (!g.defined()) {
+    red->mark_unused(i);  // an accumulator ran without a gradient
+    return;
+  }
+  if (view_mode()) {
+    auto& v = views[i];
+    if (g.data_ptr() != v.data_ptr()) {  // a fresh .grad: move it into its bucket
+      torch::autograd::AutoGradMode no_grad{false};
+      v.copy_(g);
+      p.mutable_grad() = v;
+    }
+    red->mark_ready(i);
+  } else {
+    red->mark_ready(i, to_troupe(g.is_contiguous() ? g : g.contiguous()));
+  }
+}
+
+void ddp_engine::impl::begin_step() {
+  in_step = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { end_step(); });
+  if (opts.find_unused_parameters && !opts.static_graph && know_reachable) {
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (reachable[i]) continue;
+      // Used only in earlier no_sync backwards: its accumulated gradient counts.
+      if (used_without_sync[i] && params[i].grad().defined())
+        mark(i);
+      else
+        red->mark_unused(i);
+    }
+  }
+}
+
+void ddp_engine::impl::end_step() {
+  const auto step_marks = marks;  // finish() resets them
+  if (should_collect()) record(ddp_event::backward_compute_end);
+  if (should_collect() && log.events[std::size_t(ddp_event::backward_comm_start)] < 0)
+    record(ddp_event::backward_comm_start);  // static_graph's first step launches here
+  const bool first = red->steps() == 0;
+  try {
+    finish(join_scale());
+  } catch (const std::exception& e) {
+    log_error(e.what());
+    throw;
+  }
+  if (first) {
+    if (opts.static_graph) static_marks = step_marks;
+    // c10d rebuilds its buckets after the first iteration that pushes its
+    // order (static_graph: the second); troupe's reducer after the first.
+    if (opts.static_graph || !opts.find_unused_parameters)
+      log.rebuilt_at = opts.static_graph ? 2 : 1;
+    if (opts.static_graph)
+      for (std::size_t i = 0; i < step_marks.size(); ++i)
+        if (step_marks[i] == 0) log.unused.push_back(i);
+  }
+  if (should_collect()) record(ddp_event::backward_comm_end);
+}
+
+void ddp_engine::impl::finish(double scale) {
+  in_step = false;
+  know_reachable = false;
+  std::fill(used_without_sync.begin(), used_without_sync.end(), 0);
+  std::fill(marks.begin(), marks.end(), 0);
+  const auto report = red->finish_step();
+  std::vector<char> untouched(params.size(), 0);
+  for (auto i : report.globally_unused_parameters) untouched[i] = 1;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (report.buckets_rebuilt && view_mode()) views[i] = grad_tensor(i);  // the new buckets
+    if (untouched[i] && !view_mode()) continue;  // no rank used it: .grad stays as it is
+    auto& p = params[i];
+    if (!p.grad().defined() || p.grad().data_ptr() != views[i].data_ptr())
+      p.mutable_grad() = views[i];
+    if (scale != 1.0 && !untouched[i]) {
+      torch::autograd::AutoGradMode no_grad{false};
+      views[i].mul_(scale);
+    }
+  }
+}
+
+void ddp_engine::impl::find_reachable(const std::vector<at::Tensor>& outputs) {
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo;
+  for (const auto& t : outputs) {
+    if (!t.defined() || !t.requires_grad()) continue;
+    auto fn = t.grad_fn() ? t.grad_fn() : torch::autograd::impl::try_get_grad_accumulator(t);
+    if (fn && seen.insert(fn.get()).second) todo.push_back(fn.get());
+  }
+  while (!todo.empty()) {
+    auto* n = todo.back();
+    todo.pop_back();
+    for (const auto& e : n->next_edges())
+      if (e.function && seen.insert(e.function.get()).second) todo.push_back(e.function.get());
+  }
+  log.unused.clear();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    reachable[i] = seen.count(accumulators[i].get()) ? 1 : 0;
+    if (!reachable[i]) log.unused.push_back(i);
+  }
+  know_reachable = true;
+}
+
+bool ddp_engine::impl::will_sync_buffers() const {
+  if (!require_forward_param_sync || !opts.broadcast_buffers || pg.size() == 1) return false;
+  std::vector<at::Tensor> buffers;
+  std::vector<std::string> buffer_names;
+  collect(module->named_buffers(), opts.params_and_buffers_to_ignore, buffers, buffer_names);
+  return !buffers.empty();
+}
+
+void ddp_engine::impl::sync_buffers(int src) {
+  // Read the buffers again: a module may replace a buffer tensor.
+  std::vector<at::Tensor> buffers;
+  std::vector<std::string> buffer_names;
+  collect(module->named_buffers(), opts.params_and_buffers_to_ignore, buffers, buffer_names);
+  troupe::broadcast_coalesced(pg,
+                              as_troupe(buffers, buffer_names, "distributed_data_parallel.forward"),
+                              opts.broadcast_bucket_bytes, src);
+}
 
 ddp_engine::ddp_engine(std::shared_ptr<torch::nn::Module> module, troupe::process_group& pg,
                        ddp_options options)
@@ -205,6 +269,8 @@ ddp_engine::ddp_engine(std::shared_ptr<torch::nn::Module> module, troupe::proces
   }
   s.used_without_sync.assign(s.params.size(), 0);
   s.reachable.assign(s.params.size(), 1);
+  s.marks.assign(s.params.size(), 0);
+  s.log_construction();
 
   // A post hook on each gradient accumulator: runs once .grad holds this
   // backward's contribution.
@@ -230,7 +296,10 @@ ddp_engine::~ddp_engine() {
 }
 
 void ddp_engine::register_comm_hook(troupe::comm_hook hook) {
+  auto name = hook.name;
   impl_->red->register_comm_hook(std::move(hook));
+  impl_->has_hook = true;
+  impl_->log.data.comm_hook = name;
 }
 
 bool ddp_engine::set_no_sync(bool on) {
@@ -239,21 +308,43 @@ bool ddp_engine::set_no_sync(bool on) {
 
 void ddp_engine::before_forward() {
   auto& s = *impl_;
-  if (!s.opts.broadcast_buffers || s.pg.size() == 1) return;
-  // Read the buffers again: a module may replace a buffer tensor.
-  std::vector<at::Tensor> buffers;
-  std::vector<std::string> names;
-  collect(s.module->named_buffers(), s.opts.params_and_buffers_to_ignore, buffers, names);
-  if (buffers.empty()) return;
-  troupe::broadcast_coalesced(s.pg, as_troupe(buffers, names, "distributed_data_parallel.forward"),
-                              s.opts.broadcast_bucket_bytes, 0);
+  const bool synced = torch::autograd::GradMode::is_enabled() && !s.no_sync;
+  if (synced) {
+    s.sample();
+    ++s.iterations;
+    if (s.should_collect()) {
+      s.log.events.fill(-1);
+      s.record(ddp_event::forward_start);
+    }
+  }
+  if (s.join.active) s.join_before_forward();
+  if (s.will_sync_buffers()) s.sync_buffers(s.join.active ? s.buffer_source() : 0);
+  if (s.join.active) {
+    // Tell the joined ranks whether this iteration's backward synchronises
+    // (nobody here needs the answer; it is waited for at the next forward).
+    s.join.requires_sync = troupe::tensor::from_vector<float>({synced ? 1.0f : 0.0f});
+    s.join.requires_sync_work = s.pg.allreduce(s.join.requires_sync);
+  }
 }
 
-void ddp_engine::after_forward(const std::vector<at::Tensor>& outputs) {
+std::vector<at::Tensor> ddp_engine::after_forward(std::vector<at::Tensor> outputs) {
   auto& s = *impl_;
-  if (s.opts.find_unused_parameters && !s.opts.static_graph && !s.no_sync &&
-      torch::autograd::GradMode::is_enabled())
-    s.find_reachable(outputs);
+  const bool synced = torch::autograd::GradMode::is_enabled() && !s.no_sync;
+  s.require_forward_param_sync = synced;
+  if (!synced) return outputs;
+  if (s.should_collect()) s.record(ddp_event::backward_compute_start);
+  s.log.ready_order.clear();
+  if (s.opts.find_unused_parameters && !s.opts.static_graph) s.find_reachable(outputs);
+
+  std::vector<at::Tensor> through;
+  for (const auto& t : outputs)
+    if (t.defined() && t.grad_fn()) through.push_back(t);
+  if (through.empty()) return outputs;
+  auto passed = ddp_sink::apply(reinterpret_cast<std::int64_t>(&s), at::TensorList(through));
+  std::size_t k = 0;
+  for (auto& t : outputs)
+    if (t.defined() && t.grad_fn()) t = passed[k++];
+  return outputs;
 }
 
 const std::vector<at::Tensor>& ddp_engine::parameters() const {

@@ -26,6 +26,21 @@
 /// register_comm_hook with troupe's (troupe::allreduce_hook,
 /// fp16_compress_hook, bf16_compress_hook, powersgd_hook) or your own.
 ///
+/// The forward's output may be any structure of tensors that
+/// troupe_torch/apply_to_tensors.hpp walks (tensors, vectors, maps, optionals,
+/// tuples, variants, their nestings, and your own types through an inspect
+/// overload): find_unused_parameters sees every tensor in it. In a
+/// synchronised forward the output's tensors that require a gradient pass
+/// through a node of DDP's (torch's _DDPSink), whose backward queues the end
+/// of the step on the outermost backward, so that a reentrant backward inside
+/// the module (activation checkpointing, troupe_torch/checkpoint.hpp) does not
+/// end it early; they are copies of the module's, as torch's.
+///
+/// logging_data() is torch's _get_ddp_logging_data() (ddp_logging.hpp).
+/// join() trains with uneven inputs across ranks as torch's Join context with
+/// DDP's join hook: ranks that ran out of inputs shadow the collectives of
+/// those still training.
+///
 /// Parameters that do not require grad are broadcast but not reduced. Call
 /// backward on the thread that runs the forward (as torch's CPU autograd
 /// does). The object must outlive the backward passes it takes part in; its
@@ -33,6 +48,7 @@
 
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -42,6 +58,8 @@
 #include "troupe/comm_hook.hpp"
 #include "troupe/process_group.hpp"
 #include "troupe/reducer.hpp"
+#include "troupe_torch/apply_to_tensors.hpp"
+#include "troupe_torch/ddp_logging.hpp"
 
 namespace troupe_torch {
 
@@ -63,6 +81,23 @@ struct ddp_options {
   std::set<std::string> params_and_buffers_to_ignore = {};
 };
 
+/// How join() treats ranks that ran out of inputs (torch's Join and
+/// DistributedDataParallel.join arguments).
+struct join_options {
+  /// true: the gradients are divided by the group's size, the joined ranks
+  /// counting as ranks that contribute zeros (torch's default); false: by
+  /// the number of ranks still training in that iteration. Only the default
+  /// averaging is scaled; a comm hook's result is taken as it is, as torch
+  /// takes it.
+  bool divide_by_initial_world_size = true;
+  /// When a rank runs out of inputs, every rank throws (the joined one "Rank
+  /// R exhausted all inputs.", the others "Detected at least one rank that
+  /// exhausted inputs. Throwing across all ranks.") instead of shadowing.
+  bool throw_on_early_termination = false;
+  /// false: join() just runs the training loop.
+  bool enable = true;
+};
+
 /// What every distributed_data_parallel<M> shares (not tied to the module type).
 class ddp_engine {
  public:
@@ -74,6 +109,28 @@ class ddp_engine {
 
   /// Reduces buckets with `hook` instead of averaging; before the first backward.
   void register_comm_hook(troupe::comm_hook hook);
+
+  /// What torch's _get_ddp_logging_data() reports (see ddp_logging.hpp).
+  ddp_logging_data logging_data() const;
+  /// Sample the runtime fields at iterations 1-10 and every `rate`-th after
+  /// (torch's _set_ddp_runtime_logging_sample_rate; default 100, at least 1).
+  void set_ddp_runtime_logging_sample_rate(int rate);
+
+  /// Runs `train`, this rank's loop over its own inputs, and then shadows
+  /// the other ranks until every rank has finished its loop (torch's
+  /// `with Join([ddp]):` / `with ddp.join():`). Collective: every rank of the
+  /// group calls it, with the same options. While a rank's loop still runs,
+  /// each of its forwards tells the others that it trains; a rank whose loop
+  /// ended answers every such forward with the collectives it would have
+  /// issued (the buffers' broadcast, whether the backward synchronises, the
+  /// buckets' reductions with zero gradients, the used-parameter bitmap), so
+  /// the ranks still training reduce over the whole group. Buffers are
+  /// broadcast from the highest rank still training. At the end every rank
+  /// takes the parameters and buffers of the highest rank among the last to
+  /// finish. An exception from `train` propagates at once, without
+  /// shadowing. A joined rank's .grad holds the averages of the steps it
+  /// shadowed.
+  void join(const std::function<void()>& train, const join_options& options = {});
 
   /// Gradients accumulate locally while the guard lives (no communication);
   /// the next backward outside it synchronises the sum.
@@ -95,10 +152,15 @@ class ddp_engine {
   };
   no_sync_guard no_sync() { return no_sync_guard{*this}; }
 
-  /// Before a forward: the buffers from rank 0 (broadcast_buffers).
+  /// Before a forward: the join protocol's collectives (inside join()), the
+  /// buffers from rank 0 (broadcast_buffers; from the highest rank still
+  /// training inside join()).
   void before_forward();
-  /// After a forward: with find_unused_parameters, what `outputs` depend on.
-  void after_forward(const std::vector<at::Tensor>& outputs);
+  /// After a forward, given the output's tensors in walking order: with
+  /// find_unused_parameters, finds what they depend on; in a synchronised
+  /// forward returns them with those that require a gradient replaced by
+  /// DDP's pass-through copies (see the header comment).
+  std::vector<at::Tensor> after_forward(std::vector<at::Tensor> outputs);
 
   /// The parameters the reducer synchronises, in its order.
   const std::vector<at::Tensor>& parameters() const;
@@ -108,9 +170,10 @@ class ddp_engine {
   troupe::reducer& reducer();
   troupe::process_group& group() const;
 
+  struct impl;
+
  private:
   bool set_no_sync(bool on);
-  struct impl;
   std::unique_ptr<impl> impl_;
 };
 
@@ -126,12 +189,17 @@ class distributed_data_parallel : public ddp_engine {
                             ddp_options options = {})
       : distributed_data_parallel(holder.ptr(), pg, std::move(options)) {}
 
-  /// The module's forward, with DDP's work before and after.
+  /// The module's forward, with DDP's work before and after; the output's
+  /// tensors are found by troupe_torch::for_each_tensor.
   template <class... Args>
   auto forward(Args&&... args) {
     before_forward();
     auto out = module_->forward(std::forward<Args>(args)...);
-    after_forward(tensors_of(out));
+    std::vector<at::Tensor> found;
+    for_each_tensor(out, [&found](const at::Tensor& t) { found.push_back(t); });
+    auto passed = after_forward(std::move(found));
+    std::size_t k = 0;
+    apply_to_tensors(out, [&passed, &k](at::Tensor& t) { t = std::move(passed[k++]); });
     return out;
   }
 
@@ -139,18 +207,6 @@ class distributed_data_parallel : public ddp_engine {
   M* operator->() const noexcept { return module_.get(); }
 
  private:
-  static std::vector<at::Tensor> tensors_of(const at::Tensor& t) { return {t}; }
-  static std::vector<at::Tensor> tensors_of(const std::vector<at::Tensor>& ts) { return ts; }
-  template <class... Ts>
-  static std::vector<at::Tensor> tensors_of(const std::tuple<Ts...>& t) {
-    std::vector<at::Tensor> r;
-    std::apply([&](const auto&... x) { (append(r, x), ...); }, t);
-    return r;
-  }
-  template <class T>
-  static void append(std::vector<at::Tensor>& r, const T& x) {
-    if constexpr (std::is_same_v<T, at::Tensor>) r.push_back(x);
-  }
   std::shared_ptr<M> module_;
 };
 
