@@ -52,6 +52,8 @@ struct scenario {
   std::vector<int> batches;  // per rank
   bool divide_by_initial_world_size = true;
   bool find_unused = false;
+  bool static_graph = false;
+  bool micro_batches = false;  // each batch in two halves, the first under no_sync
 };
 
 void run(troupe::world& w, const scenario& s) {
@@ -61,6 +63,7 @@ void run(troupe::world& w, const scenario& s) {
   auto model = std::make_shared<JoinNetImpl>(s.find_unused);
   troupe_torch::ddp_options o;
   o.find_unused_parameters = s.find_unused;
+  o.static_graph = s.static_graph;
   troupe_torch::distributed_data_parallel<JoinNetImpl> ddp{model, pg, o};
   troupe_torch::join_options jo;
   jo.divide_by_initial_world_size = s.divide_by_initial_world_size;
@@ -68,10 +71,21 @@ void run(troupe::world& w, const scenario& s) {
       [&] {
         for (int k = 0; k < s.batches[static_cast<std::size_t>(r)]; ++k) {
           auto g = ddp_test::gen(100 * r + k);
-          auto x = at::randn({3, 4}, g), y = at::randn({3, 2}, g);
+          const std::int64_t rows = s.micro_batches ? 4 : 3;
+          auto x = at::randn({rows, 4}, g), y = at::randn({rows, 2}, g);
           model->use_extra = s.find_unused && k % 2 == 1;
           ddp_test::zero_grads(*model);
-          torch::nn::functional::mse_loss(ddp.forward(x), y).backward();
+          if (s.micro_batches) {
+            {
+              auto guard = ddp.no_sync();
+              torch::nn::functional::mse_loss(ddp.forward(x.narrow(0, 0, 2)), y.narrow(0, 0, 2))
+                  .backward();
+            }
+            torch::nn::functional::mse_loss(ddp.forward(x.narrow(0, 2, 2)), y.narrow(0, 2, 2))
+                .backward();
+          } else {
+            torch::nn::functional::mse_loss(ddp.forward(x), y).backward();
+          }
           ddp_test::sgd(*model, 0.1);
         }
       },
@@ -99,6 +113,8 @@ TEST_CASE("distributed_data_parallel::join ends where torch's Join ends with une
       [](troupe::world& w) {
         run(w, {"n2", {2, 4}});
         run(w, {"n2_divide_by_training", {2, 4}, false});
+        run(w, {"n2_static", {2, 4}, true, false, true});
+        run(w, {"n2_no_sync", {2, 3}, true, false, false, true});
       },
       ddp_test::quick());
   troupe::testing::run_ranks(

@@ -191,28 +191,37 @@ def checkpoint_scenario(rank, n, name):
     return out
 
 
-JOIN = {  # name: (batches per rank, divide_by_initial_world_size, find_unused_parameters)
-    "n2": ([2, 4], True, False),
-    "n2_divide_by_training": ([2, 4], False, False),
-    "n3": ([3, 1, 0], True, False),
-    "n3_divide_by_training": ([3, 1, 0], False, False),
-    "n4": ([1, 3, 2, 3], True, False),
-    "n3_unused": ([2, 3, 1], True, True),
+JOIN = {  # name: (batches per rank, divide_by_initial_world_size, find_unused_parameters,
+          #        static_graph, each batch as two micro-batches, the first under no_sync)
+    "n2": ([2, 4], True, False, False, False),
+    "n2_divide_by_training": ([2, 4], False, False, False, False),
+    "n2_static": ([2, 4], True, False, True, False),
+    "n2_no_sync": ([2, 3], True, False, False, True),
+    "n3": ([3, 1, 0], True, False, False, False),
+    "n3_divide_by_training": ([3, 1, 0], False, False, False, False),
+    "n4": ([1, 3, 2, 3], True, False, False, False),
+    "n3_unused": ([2, 3, 1], True, True, False, False),
 }
 
 
 def join_scenario(rank, n, name):
-    counts, divide, unused = JOIN[name]
+    counts, divide, unused, static, micro = JOIN[name]
     model = JoinNet(extra=unused)
     init_params(model, 7)
-    ddp = DDP(model, find_unused_parameters=unused)
+    ddp = DDP(model, find_unused_parameters=unused, static_graph=static)
     with ddp.join(divide_by_initial_world_size=divide):
         for k in range(counts[rank]):
             g = gen(100 * rank + k)
-            x, y = torch.randn(3, 4, generator=g), torch.randn(3, 2, generator=g)
+            rows = 4 if micro else 3
+            x, y = torch.randn(rows, 4, generator=g), torch.randn(rows, 2, generator=g)
             model.use_extra = unused and k % 2 == 1
             zero_grads(model)
-            F.mse_loss(ddp(x), y).backward()
+            if micro:
+                with ddp.no_sync():
+                    F.mse_loss(ddp(x[:2]), y[:2]).backward()
+                F.mse_loss(ddp(x[2:]), y[2:]).backward()
+            else:
+                F.mse_loss(ddp(x), y).backward()
             sgd(model, 0.1)
     out = {}
     for k, t in list(model.named_parameters()) + list(model.named_buffers()):
@@ -276,7 +285,7 @@ def collect():
         entries.update(run(logging_scenario, name, 2))
     for name in CHECKPOINT:
         entries.update(run(checkpoint_scenario, name, 2))
-    for name, (counts, _, _) in JOIN.items():
+    for name, (counts, *_) in JOIN.items():
         entries.update(run(join_scenario, name, len(counts)))
     entries.update(run(join_throw_scenario, "throw", 2))
     return entries
