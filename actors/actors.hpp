@@ -16,7 +16,7 @@
 //  - one work relay (actors/work_relay.cpp): the façade's calls to group
 //    actors go through it, and it turns the response (a promise) into the
 //    completion of a troupe::work;
-//  - one device actor per GPU it uses (cuda/device_actor.cpp): it owns the
+//  - one device actor per GPU it uses (actors/device_actor.cpp): it owns the
 //    rank's CUDA stream there and runs the GPU jobs of every backend;
 //  - on the rank that serves a tcp_store, the store actor
 //    (store/store_actor.cpp) and one session per client connection.
@@ -30,22 +30,19 @@
 #include <vector>
 
 #include "base/call.hpp"
-#include "store/store_wire.hpp"
 #include "troupe/store.hpp"
 #include "troupe/tensor.hpp"
 
 namespace troupe::detail {
 class transport;
-/// One request to the store and where its answer goes (never leaves the process).
-struct store_call {
-  store_request request;
-  std::function<void(store_reply)> done;  ///< called on the session's thread
-};
+/// One request to the store and where its answer goes (never leaves the
+/// process; defined with the store's wire types in store/store_actor.hpp).
+struct store_call;
 using store_call_ptr = std::shared_ptr<store_call>;
 namespace gpu {
 struct device_job;
 }
-/// One job for a device actor (backends/device_queue.hpp).
+/// One job for a device actor (cuda/device_queue.hpp).
 using device_job_ptr = std::shared_ptr<gpu::device_job>;
 }  // namespace troupe::detail
 

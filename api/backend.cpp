@@ -3,7 +3,7 @@
 
 #include "troupe/backend.hpp"
 
-#include "api/backend_registry.hpp"
+#include "backends/builtin_backends.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -150,7 +150,7 @@ struct registry {
 registry& the_registry() {
   static registry r;
   static std::once_flag once;
-  std::call_once(once, [] { register_builtin_backends(r.entries); });
+  std::call_once(once, [] { r.entries = builtin_backends(); });
   return r;
 }
 

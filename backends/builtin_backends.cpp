@@ -2,9 +2,10 @@
 // cuda tensors) and, in builds with NCCL, "nccl" for cuda tensors
 // ("cpu:actor,cuda:nccl").
 
+#include "backends/builtin_backends.hpp"
+
 #include <memory>
 
-#include "api/backend_registry.hpp"
 #include "backends/host_backend.hpp"
 #ifdef TROUPE_HAVE_NCCL
 #include "backends/nccl_backend.hpp"
@@ -12,7 +13,8 @@
 
 namespace troupe::detail {
 
-void register_builtin_backends(std::map<std::string, registry_entry>& entries) {
+std::map<std::string, registry_entry> builtin_backends() {
+  std::map<std::string, registry_entry> entries;
   entries.emplace("actor",
                   registry_entry{[](const backend_context& ctx) -> std::shared_ptr<backend> {
                                    return std::make_shared<host_backend>(ctx);
@@ -23,6 +25,7 @@ void register_builtin_backends(std::map<std::string, registry_entry>& entries) {
                   registry_entry{[](const backend_context& ctx) { return make_nccl_backend(ctx); },
                                  {device_type::cuda}});
 #endif
+  return entries;
 }
 
 }  // namespace troupe::detail

@@ -11,9 +11,9 @@
 #include <mutex>
 #include <thread>
 
-#include "backends/device_ops.hpp"
-#include "backends/device_queue.hpp"
 #include "backends/direct_plan.hpp"
+#include "cuda/device_ops.hpp"
+#include "cuda/device_queue.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail::gpu {

@@ -21,7 +21,7 @@
 #include "transport/data_plane.hpp"
 #include "troupe/error.hpp"
 #ifdef TROUPE_HAVE_CUDA
-#include "backends/device_ops.hpp"
+#include "cuda/device_ops.hpp"
 #endif
 
 namespace troupe::detail {

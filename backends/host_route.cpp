@@ -12,7 +12,6 @@
 #include "backends/device_exchange.hpp"
 #include "backends/flat_buffers.hpp"
 #include "base/callback_pool.hpp"
-#include "base/recycled.hpp"
 #include "base/work_state.hpp"
 #include "inline/algorithm_op.hpp"
 #include "inline/mailbox.hpp"
@@ -20,9 +19,10 @@
 #include "inline/shm/direct_shm.hpp"
 #include "inline/shm/tiny_direct.hpp"
 #include "kernels/reduce_kernels.hpp"
+#include "memory/recycled.hpp"
 #ifdef TROUPE_HAVE_CUDA
-#include "backends/device_ops.hpp"
-#include "cuda/device_actor.hpp"
+#include "actors/device_actor.hpp"
+#include "cuda/device_ops.hpp"
 #endif
 
 namespace troupe::detail {

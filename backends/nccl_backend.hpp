@@ -1,6 +1,6 @@
 #pragma once
 // The "nccl" backend: c10d's ProcessGroupNCCL for cuda tensors, on NCCL
-// communicators driven by the rank's device actor (cuda/device_actor.hpp).
+// communicators driven by the rank's device actor (actors/device_actor.hpp).
 // See backends/nccl_group.hpp for the design, backends/nccl_backend.cpp for the mapping
 // of every call.
 //

@@ -58,9 +58,9 @@
 #include <thread>
 #include <vector>
 
+#include "actors/device_actor.hpp"
 #include "backends/nccl_plan.hpp"
 #include "backends/nccl_runner.hpp"
-#include "cuda/device_actor.hpp"
 #include "troupe/backend.hpp"
 
 namespace troupe::detail::nccl {

@@ -9,7 +9,7 @@
 #include <atomic>
 
 #include "backends/nccl_plan.hpp"
-#include "backends/stream.hpp"
+#include "cuda/stream.hpp"
 #include "troupe/options.hpp"
 
 namespace troupe::detail::nccl {

@@ -17,7 +17,7 @@
 // processes: the heat simulation's step 8.4-11.6 -> 5.4-7.4 µs, the 4-byte
 // ping-pong 1.7 -> 1.5 µs one way).
 //
-// A device actor (cuda/device_actor.cpp) watches a job's CUDA event for up to
+// A device actor (actors/device_actor.cpp) watches a job's CUDA event for up to
 // `gpu_watch` (1 ms) before it asks CUDA for a host callback, and after each
 // job polls its mailbox for the next one through the `poll` window before its
 // thread sleeps. The host callback and the actor's wake-up behind it cost

@@ -18,7 +18,7 @@
 namespace troupe::detail {
 
 class flight_ring;
-class shared_copy;
+class shared_task;
 
 /// A relay: troupe's own callback that only completes other works (when_all's
 /// count). A plain function and its argument, so that registering one
@@ -68,9 +68,9 @@ struct work_state {
   /// the path to the waiter (the epoch: finish() reads the clock).
   std::chrono::steady_clock::time_point ended{};
   /// A copy the threads waiting for this work may take part in (a large
-  /// message between ranks of one process: kernels/shared_copy.hpp), under
+  /// message between ranks of one process: base/shared_task.hpp), under
   /// mtx; `helpable` says there is one, for threads that poll.
-  std::shared_ptr<shared_copy> help;
+  std::shared_ptr<shared_task> help;
   std::atomic<bool> helpable{false};
   /// The work this one is a part of (work::when_all, which keeps it alive
   /// until this work completes): its waiters are offered this work's
@@ -118,12 +118,12 @@ tensor_list outputs_of(const work_state& s);
 /// Offers copy `c` to the threads waiting for `w` (work_state::help) and for
 /// what it is a part of, waking the sleeping ones, until withdraw_help(w, c).
 /// A later offer replaces an earlier one still there.
-void offer_help(const work& w, const std::shared_ptr<shared_copy>& c);
-void withdraw_help(const work& w, const shared_copy* c);
+void offer_help(const work& w, const std::shared_ptr<shared_task>& c);
+void withdraw_help(const work& w, const shared_task* c);
 /// Takes part in the copy offered to the waiters of `s`, if any and not
 /// `helped` already (the last one this thread took part in: updated); true
 /// when there was one.
-bool lend_a_hand(work_state& s, const shared_copy*& helped);
+bool lend_a_hand(work_state& s, const shared_task*& helped);
 /// Registers a relay of `w` (work_state::relays); runs it now if `w` is done.
 void on_complete_relay(const work& w, relay r);
 

@@ -1,6 +1,6 @@
 // device_ops on CUDA (see backends/device_ops.hpp).
 
-#include "backends/device_ops.hpp"
+#include "cuda/device_ops.hpp"
 #include "cuda/runtime.hpp"
 #include "troupe/error.hpp"
 

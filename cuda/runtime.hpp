@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <string>
 
-#include "backends/stream.hpp"
+#include "cuda/stream.hpp"
 
 namespace troupe::detail::gpu {
 

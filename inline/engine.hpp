@@ -55,9 +55,9 @@
 
 #include "base/futex_lock.hpp"
 #include "base/one_or_more.hpp"
-#include "base/recycled.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_driver.hpp"
+#include "memory/recycled.hpp"
 #include "troupe/error.hpp"
 #include "troupe/work.hpp"
 

@@ -9,12 +9,12 @@
 
 #include "base/callback_pool.hpp"
 #include "base/process_directory.hpp"
-#include "base/recycled.hpp"
 #include "base/texts.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
 #include "inline/engine.hpp"
 #include "kernels/shared_copy.hpp"
+#include "memory/recycled.hpp"
 #include "transport/data_plane.hpp"
 #include "transport/frame.hpp"
 
@@ -367,7 +367,7 @@ void mailbox::pump_for(work_state& s, clock::time_point until, const std::vector
   const auto& policy = wait_policy::get();
   for (int p : peers) plane->pumping(p, +1, false);
   auto since = clock::now();
-  const shared_copy* helped = nullptr;
+  const shared_task* helped = nullptr;
   while (!s.finished.load(std::memory_order_acquire)) {
     bool any = s.helpable.load(std::memory_order_acquire) && lend_a_hand(s, helped);
     for (int p : peers) any |= plane->pump(p);

@@ -6,7 +6,7 @@
 // 16 MiB copy: one thread 643-1314 us, two threads 302-736 us), while the
 // thread waiting for it has nothing to do. The thread that copies offers the
 // copy to the threads waiting for the operations it completes (a work's
-// help, api/work.cpp); each of them, and the copying thread itself, claims
+// help, base/work.cpp); each of them, and the copying thread itself, claims
 // the next chunk nobody took until none is left. Nobody depends on a helper:
 // the copying thread takes whatever chunk is left, so a waiter that never
 // runs costs nothing, and the copy ends when the copying thread has waited
@@ -15,9 +15,11 @@
 #include <atomic>
 #include <cstddef>
 
+#include "base/shared_task.hpp"
+
 namespace troupe::detail {
 
-class shared_copy {
+class shared_copy final : public shared_task {
  public:
   /// Claimed by one thread at a time: small enough that a helper joining
   /// late still takes a part, large enough that claiming costs nothing.
@@ -31,7 +33,7 @@ class shared_copy {
 
   /// Copies chunks nobody claimed until none is left; the bytes this thread
   /// copied. A helper's last access to the buffers is inside this call.
-  std::size_t take_part() noexcept;
+  std::size_t take_part() noexcept override;
   /// Waits (spinning, then yielding) until every claimed chunk is copied:
   /// after take_part() returned, the copy is whole once this returns.
   void wait_whole() const noexcept;

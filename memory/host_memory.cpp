@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "base/recycled.hpp"
+#include "memory/recycled.hpp"
 #include "memory/sealed_memfd.hpp"
 #include "troupe/error.hpp"
 

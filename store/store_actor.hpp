@@ -15,12 +15,21 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "actors/actors.hpp"
+#include "store/store_wire.hpp"
 
 namespace troupe::detail {
+
+/// One request to the store and where its answer goes (a session's message,
+/// store_call_ptr in actors/actors.hpp).
+struct store_call {
+  store_request request;
+  std::function<void(store_reply)> done;  ///< called on the session's thread
+};
 
 /// Configures the actor system of a store server: the low-latency scheduler
 /// (sharing) and the byte-vector message types.

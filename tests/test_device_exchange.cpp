@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "../backends/device_exchange.hpp"
-#include "../backends/device_ops.hpp"
-#include "../backends/device_queue.hpp"
 #include "../backends/direct_plan.hpp"
+#include "../cuda/device_ops.hpp"
+#include "../cuda/device_queue.hpp"
 #include "check_error.hpp"
 #include "reference.hpp"
 

@@ -18,8 +18,8 @@
 #include "troupe/troupe.hpp"
 
 #ifdef TROUPE_HAVE_CUDA
+#include "actors/device_actor.hpp"
 #include "actors/rank_runtime.hpp"
-#include "cuda/device_actor.hpp"
 #include "cuda/kernels.hpp"
 #endif
 

@@ -24,10 +24,10 @@
 #include <troupe/caf_await.hpp>
 
 #include "base/futex_lock.hpp"
-#include "base/recycled.hpp"
 #include "base/work_state.hpp"
 #include "inline/progress.hpp"
 #include "kernels/shared_copy.hpp"
+#include "memory/recycled.hpp"
 #include "troupe/error.hpp"
 #include "troupe/testing.hpp"
 #include "troupe/work.hpp"

@@ -11,12 +11,13 @@
 // its event reports an error, when its health check reports one (NCCL's
 // asynchronous errors), or when its deadline passes.
 //
-// This header is free of CAF and CUDA; cuda/device_actor.cpp holds both.
+// This header is free of CAF and CUDA; actors/device_actor.cpp holds the
+// actor and reaches CUDA through cuda/runtime.hpp.
 
 #include <memory>
 
+#include "cuda/device_queue.hpp"
 #include "cuda/runtime.hpp"
-#include "backends/device_queue.hpp"
 
 namespace troupe::detail {
 class rank_runtime;

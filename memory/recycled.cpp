@@ -1,9 +1,8 @@
-#include "base/recycled.hpp"
+#include "memory/recycled.hpp"
 
 #include <atomic>
 #include <mutex>
-
-#include "base/spin_lock.hpp"
+#include <thread>
 
 namespace troupe::detail {
 namespace {
@@ -38,8 +37,16 @@ thread_local shelf here{};
 // next batch (a block is at least 64 bytes: 8 words). Never destroyed: the
 // blocks stay reachable until the process ends.
 static_assert(depth * sizeof(void*) <= step);
+// Held for a pointer swap: a taker that finds it held yields until it is free.
+struct depot_lock {
+  std::atomic_flag held = ATOMIC_FLAG_INIT;
+  void lock() noexcept {
+    while (held.test_and_set(std::memory_order_acquire)) std::this_thread::yield();
+  }
+  void unlock() noexcept { held.clear(std::memory_order_release); }
+};
 struct depot_class {
-  spin_lock lock;
+  depot_lock lock;
   std::atomic<void**> top{nullptr};  // read unlocked only to skip an empty depot
   std::size_t batches = 0;
 };
@@ -54,7 +61,7 @@ bool hand_over(shelf& s, std::size_t c) {
   auto** batch = static_cast<void**>(s.blocks[c][0]);
   for (unsigned i = 1; i < depth; ++i) batch[i - 1] = s.blocks[c][i];
   auto& d = depot[c];
-  std::lock_guard<spin_lock> g{d.lock};
+  std::lock_guard<depot_lock> g{d.lock};
   if (d.batches >= depot_capacity(c)) return false;
   batch[depth - 1] = d.top.load(std::memory_order_relaxed);
   d.top.store(batch, std::memory_order_relaxed);
@@ -69,7 +76,7 @@ bool take_back(shelf& s, std::size_t c) {
   if (!d.top.load(std::memory_order_relaxed)) return false;
   void** batch = nullptr;
   {
-    std::lock_guard<spin_lock> g{d.lock};
+    std::lock_guard<depot_lock> g{d.lock};
     batch = d.top.load(std::memory_order_relaxed);
     if (!batch) return false;
     d.top.store(static_cast<void**>(batch[depth - 1]), std::memory_order_relaxed);

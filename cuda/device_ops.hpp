@@ -4,8 +4,8 @@
 // CUDA implementation is cuda_device_ops() (cuda/cuda_device_ops.cpp); the
 // tests run the exchange on host memory with one of their own.
 
-#include "backends/stream.hpp"
 #include "cuda/kernels.hpp"
+#include "cuda/stream.hpp"
 
 namespace troupe::detail::gpu {
 

@@ -1,6 +1,7 @@
 #pragma once
-// The backend registry's entry (api/backend.cpp keeps the registry; the
-// built-in backends register themselves from backends/builtin_backends.cpp).
+// The backends troupe registers itself (api/backend.cpp keeps the registry
+// and adds these at its first use): a new built-in backend is one entry in
+// builtin_backends.cpp.
 
 #include <map>
 #include <string>
@@ -16,7 +17,7 @@ struct registry_entry {
   std::vector<device_type> devices;
 };
 
-/// Registers the built-in backends ("actor", and "nccl" where built).
-void register_builtin_backends(std::map<std::string, registry_entry>& entries);
+/// The built-in backends by name: "actor", and "nccl" where built.
+std::map<std::string, registry_entry> builtin_backends();
 
 }  // namespace troupe::detail

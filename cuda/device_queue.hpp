@@ -1,13 +1,13 @@
 #pragma once
 // What runs GPU work for a rank: a queue of jobs on one device, run in order
-// on the rank's stream there (the device actor, cuda/device_actor.hpp; tests
+// on the rank's stream there (the device actor, actors/device_actor.hpp; tests
 // use a queue on host memory). Free of CUDA and CAF.
 
 #include <chrono>
 #include <functional>
 #include <string>
 
-#include "backends/stream.hpp"
+#include "cuda/stream.hpp"
 #include "troupe/error.hpp"
 #include "troupe/tensor.hpp"
 #include "troupe/work.hpp"

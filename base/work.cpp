@@ -5,16 +5,16 @@
 #include <cstdio>
 
 #include "base/flight_ring.hpp"
-#include "base/recycled.hpp"
+#include "base/shared_task.hpp"
 #include "base/sim_conductor.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
-#include "kernels/shared_copy.hpp"
+#include "memory/recycled.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
 
-using detail::shared_copy;
+using detail::shared_task;
 using detail::work_state;
 
 namespace {
@@ -51,7 +51,7 @@ namespace {
 /// operation that ends within microseconds then costs no wake-up.
 void poll_for_done(work_state& s, std::chrono::steady_clock::time_point until) {
   const auto& policy = detail::wait_policy::get();
-  const shared_copy* helped = nullptr;
+  const shared_task* helped = nullptr;
   auto start = std::chrono::steady_clock::now();
   for (auto now = start; !s.finished.load(std::memory_order_acquire) && now < until;
        now = std::chrono::steady_clock::now()) {
@@ -66,7 +66,7 @@ void poll_for_done(work_state& s, std::chrono::steady_clock::time_point until) {
 /// Sleeps until `s` is done or `until`, taking part in the copies offered
 /// to its waiters meanwhile; false at `until`.
 bool sleep_for_done(work_state& s, std::chrono::steady_clock::time_point until) {
-  const shared_copy* helped = nullptr;
+  const shared_task* helped = nullptr;
   std::unique_lock<std::mutex> g{s.mtx};
   for (;;) {
     auto ready = [&] { return s.done || (s.help && s.help.get() != helped); };
@@ -366,7 +366,7 @@ void on_complete_relay(const work& w, relay r) {
 
 namespace {
 
-void offer_help_to(work_state& s, const std::shared_ptr<shared_copy>& c) {
+void offer_help_to(work_state& s, const std::shared_ptr<shared_task>& c) {
   work_state* whole = nullptr;
   {
     std::lock_guard<std::mutex> g{s.mtx};
@@ -379,7 +379,7 @@ void offer_help_to(work_state& s, const std::shared_ptr<shared_copy>& c) {
   if (whole) offer_help_to(*whole, c);
 }
 
-void withdraw_help_from(work_state& s, const shared_copy* c) {
+void withdraw_help_from(work_state& s, const shared_task* c) {
   work_state* whole = nullptr;
   {
     std::lock_guard<std::mutex> g{s.mtx};
@@ -394,16 +394,16 @@ void withdraw_help_from(work_state& s, const shared_copy* c) {
 
 }  // namespace
 
-void offer_help(const work& w, const std::shared_ptr<shared_copy>& c) {
+void offer_help(const work& w, const std::shared_ptr<shared_task>& c) {
   offer_help_to(const_cast<work_state&>(*w.state()), c);
 }
 
-void withdraw_help(const work& w, const shared_copy* c) {
+void withdraw_help(const work& w, const shared_task* c) {
   withdraw_help_from(const_cast<work_state&>(*w.state()), c);
 }
 
-bool lend_a_hand(work_state& s, const shared_copy*& helped) {
-  std::shared_ptr<shared_copy> c;
+bool lend_a_hand(work_state& s, const shared_task*& helped) {
+  std::shared_ptr<shared_task> c;
   {
     std::lock_guard<std::mutex> g{s.mtx};
     if (!s.help || s.help.get() == helped) return false;

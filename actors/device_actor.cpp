@@ -1,4 +1,4 @@
-// The device actor (see cuda/device_actor.hpp): a detached actor per (rank,
+// The device actor (see actors/device_actor.hpp): a detached actor per (rank,
 // CUDA device) that owns the rank's stream on the device.
 //
 //   submit  -> job message: make the device current, enqueue the job's work
@@ -19,7 +19,7 @@
 // On exit it fails the jobs still pending and waits for its stream to drain,
 // so that no callback outlives it, then destroys the stream.
 
-#include "cuda/device_actor.hpp"
+#include "actors/device_actor.hpp"
 #include "base/texts.hpp"
 #include "base/wait_policy.hpp"
 
