@@ -134,23 +134,38 @@ class host_backend final : public backend {
   /// A call's common part (its name, timeout and work), without outputs.
   collective_call new_call(op_code code, const char* name, timeout_t timeout);
 
-  // -- routing: which engine runs a call (host_route.cpp) ------------------------
-  /// Runs a planned call on the engine that fits it. A call that runs
+  // -- routing: where a call runs, the one path out (host_route.cpp) -------------
+  /// Where a planned call runs: chosen from what every rank passes alike
+  /// (op, devices, sizes, the group's shape), so all ranks choose the same.
+  route choose(const collective_call& c) const;
+  /// Runs a planned call where choose() sends it. A call that runs
   /// straight between the ranks' buffers moves into its operation (one
   /// allocation for both); the others are shared with what runs them.
   work submit(collective_call&& c);
+  /// The one path every collective leaves by: the group's next sequence
+  /// number, announced to the inline engine with the call's route, then
+  /// `hand(seq)` gives the call to its engine, all under issue_mtx_ (numbers
+  /// follow the order of submission, and every engine sees them in order).
+  template <class Hand>
+  work issue(op_code code, route r, Hand&& hand);
+  /// issue() onto an inline engine: `owned` (op itself), or op made on the
+  /// caller's stack (inline_engine::submit_borrowed); its work is the
+  /// engine's to make unless op.handle is set.
+  work to_engine(inline_engine& engine, route r, inline_op& op, std::unique_ptr<inline_op> owned,
+                 op_code code, const char* name, const tensor& data, timeout_t timeout,
+                 tensor_list outputs);
+  /// The device exchange's and the group actors' calls: their work made (the
+  /// inline engine makes its own), tracked and logged.
+  work issued_work(collective_call& c, const tensor& data);
+  work on_device(const call_ptr& c);
+  work on_actors(const call_ptr& c);
   /// `c` with float16/bfloat16 sums carried in float32: a ring or tree that
   /// sent partial sums in half precision would round them at every hop
   /// (3 ranks, 1 Mi float16 elements: 229k differed from the float32 sum
   /// rounded once). Two ranks reduce each element once, so stay as they are.
   call_ptr with_float_sums(const call_ptr& c) const;
-  /// The group's next sequence number, announced to the inline engine (under
-  /// issue_mtx_, so numbers follow the order of submission); the caller sets
-  /// it on the call's work.
-  std::uint64_t number(op_code code, route r);
-  /// A call on cuda tensors among ranks of this process: straight between
-  /// the ranks' device buffers (backends/device_exchange.hpp).
-  work submit_on_device(const call_ptr& c);
+  /// The one-tensor calls host_plan.cpp keeps off planning. allreduce of one
+  /// CPU tensor: on the segment, else the messages' algorithm.
   work allreduce_inline(tensor& t, const allreduce_options& o);
   /// allreduce (root -1) or reduce of one CPU tensor through the shared
   /// segment (inline/shm/allreduce_shm.hpp): a reduce then costs no more
@@ -176,16 +191,6 @@ class host_backend final : public backend {
   /// arrive (an actor's job). The choice depends on the op alone, so every
   /// rank makes the same one.
   static bool fits_inline(const collective_call& c);
-  /// Issues `op` on the inline engine (with a new work unless op->handle is set).
-  work on_inline(std::unique_ptr<inline_op> op, op_code code, const char* name, const tensor& data,
-                 timeout_t timeout, tensor_list outputs);
-  work on_inline(inline_engine& engine, std::unique_ptr<inline_op> op, op_code code,
-                 const char* name, const tensor& data, timeout_t timeout, tensor_list outputs);
-  /// Names, numbers and issues `op` on `engine`: `owned` (op itself), or op
-  /// made on the caller's stack (inline_engine::submit_borrowed).
-  work issue_inline(inline_engine& engine, inline_op& op, std::unique_ptr<inline_op> owned,
-                    op_code code, const char* name, const tensor& data, timeout_t timeout,
-                    tensor_list outputs);
   work submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
                   const p2p_options& o);
 

@@ -467,7 +467,7 @@ collective_call host_backend::new_call(op_code code, const char* name, timeout_t
   c.code = code;
   c.name = name;
   c.timeout = timeout == use_group_timeout ? timeout_ : timeout;
-  c.handle = make_work(name, group_name());
+  // No work yet: the route makes it (an inline engine once this rank posted).
   return c;
 }
 

@@ -1,6 +1,17 @@
-// host_backend (host_backend.hpp): which engine runs a planned call, and
-// its sequence number (announced, so that a rank on one engine can tell a
-// peer that issued the same number on another).
+// host_backend (host_backend.hpp) coordinates its (group, rank): where each
+// call runs, and the one path every collective leaves by.
+//
+// Routes (inline/engine.hpp's route): `shm`, the inline engine's operations
+// on the shared segment (every rank of the group on this host); `messages`,
+// the inline engine's message algorithms (algorithms/, between hosts and for
+// what the segment does not run); `device`, the device exchange (cuda
+// tensors, every rank in this process); `actors`, the group actors
+// (monitored_barrier, TROUPE_ENGINE=actors). A planned call takes the route
+// choose() gives it (submit); the one-tensor calls host_plan.cpp keeps off
+// planning go to the segment or its tiny lane directly (on_segment, on_tiny).
+// Every one of them leaves through issue(): its sequence number, announced
+// with its route (a rank blocked on one engine can then tell a peer that
+// issued the same number on another), then the route's engine.
 
 #include "backends/host_backend.hpp"
 
@@ -27,43 +38,103 @@
 
 namespace troupe::detail {
 
+route host_backend::choose(const collective_call& c) const {
+  if (on_cuda(c.input) || on_cuda(c.output)) return route::device;
+  if (!fits_inline(c)) return route::actors;
+  if (shm_ && fits_direct_shm(c, size())) return route::shm;
+  return (shm_ ? messages_ : engine_) ? route::messages : route::actors;
+}
+
 work host_backend::submit(collective_call&& c) {
-  if (on_cuda(c.input) || on_cuda(c.output)) {
-    if (exchange_) return submit_on_device(std::make_shared<collective_call>(std::move(c)));
+  // cuda tensors of ranks in several processes: a CPU call on host copies.
+  if (!exchange_ && (on_cuda(c.input) || on_cuda(c.output))) {
+    if (!c.handle.valid()) c.handle = make_work(c.name, group_name());
     c = staged_through_host(c);
   }
-  // Ranks of one host: through the shared segment (ranks of one process
-  // straight between their buffers).
-  if (shm_ && fits_inline(c) && fits_direct_shm(c, size())) {
-    const auto code = c.code;
-    const auto* name = c.name;
-    const auto timeout = c.timeout;
-    auto outputs = std::move(c.outputs);
-    auto sole = std::move(c.sole_output);
-    auto handle = std::move(c.handle);  // the operation's own; the call keeps none
-    // The data only for the detail log (the call moves into the operation).
-    const tensor logged =
-        debug_ == debug_level::detail ? (c.input.defined() ? c.input : c.output) : tensor{};
-    auto op = make_direct_shm(std::move(c));
-    op->handle = std::move(handle);
-    op->sole_output = std::move(sole);
-    return on_inline(*engine_, std::move(op), code, name, logged, timeout, std::move(outputs));
+  switch (choose(c)) {
+    case route::shm: {
+      // Straight between the ranks' buffers: the call moves into its operation.
+      const auto code = c.code;
+      const auto* name = c.name;
+      const auto timeout = c.timeout;
+      auto outputs = std::move(c.outputs);
+      auto sole = std::move(c.sole_output);
+      auto handle = std::move(c.handle);  // the operation's own; the call keeps none
+      // The data only for the detail log (the call moves into the operation).
+      const tensor logged =
+          debug_ == debug_level::detail ? (c.input.defined() ? c.input : c.output) : tensor{};
+      auto op = make_direct_shm(std::move(c));
+      op->handle = std::move(handle);
+      op->sole_output = std::move(sole);
+      auto& o = *op;
+      return to_engine(*engine_, route::shm, o, std::move(op), code, name, logged, timeout,
+                       std::move(outputs));
+    }
+    case route::messages: {
+      // float16 sums travel in float32.
+      auto p = with_float_sums(std::make_shared<collective_call>(std::move(c)));
+      auto op = make_algorithm_op(p);
+      op->handle = p->handle;
+      op->sole_output = p->sole_output;
+      auto& o = *op;
+      return to_engine(shm_ ? *messages_ : *engine_, route::messages, o, std::move(op), p->code,
+                       p->name, p->input, p->timeout, p->outputs);
+    }
+    case route::device:
+      return on_device(std::make_shared<collective_call>(std::move(c)));
+    case route::actors:
+      return on_actors(with_float_sums(std::make_shared<collective_call>(std::move(c))));
   }
-  // Messages and the group actors: float16 sums travel in float32.
-  auto p = with_float_sums(std::make_shared<collective_call>(std::move(c)));
-  if (auto& f = shm_ ? messages_ : engine_; f && fits_inline(*p)) {
-    auto op = make_algorithm_op(p);
-    op->handle = p->handle;
-    op->sole_output = p->sole_output;
-    return on_inline(*f, std::move(op), p->code, p->name, p->input, p->timeout, p->outputs);
-  }
-  track(p->handle);
-  if (debug_ == debug_level::detail) log_detail(p->handle, p->input);
+  return {};
+}
+
+template <class Hand>
+work host_backend::issue(op_code code, route r, Hand&& hand) {
   std::lock_guard<futex_lock> g{issue_mtx_};
-  p->seq = number(p->code, route::actors);
-  p->handle.set_sequence_number(p->seq);
-  caf::anon_send(rt_.relay(), submit_atom::value, p, group_);
-  return p->handle;
+  // The lock orders the writers: a store, not a locked add.
+  const auto seq = issued_.load(std::memory_order_relaxed) + 1;
+  issued_.store(seq, std::memory_order_release);
+  if (engine_) engine_->announce(seq, static_cast<std::uint8_t>(code), r);
+  return hand(seq);
+}
+
+/// The call's work (made here for the routes whose engine makes none),
+/// tracked and logged as it is issued.
+work host_backend::issued_work(collective_call& c, const tensor& data) {
+  if (!c.handle.valid()) c.handle = make_work(c.name, group_name());
+  track(c.handle);
+  if (debug_ == debug_level::detail) log_detail(c.handle, data);
+  return c.handle;
+}
+
+/// A call on cuda tensors among ranks of this process: straight between
+/// the ranks' device buffers (backends/device_exchange.hpp).
+work host_backend::on_device(const call_ptr& c) {
+  issued_work(*c, c->input.defined() ? c->input : c->output);
+  return issue(c->code, route::device, [&](std::uint64_t seq) {
+    c->seq = seq;
+    c->handle.set_sequence_number(seq);
+#ifdef TROUPE_HAVE_CUDA
+    try {
+      const auto& t = c->input.defined() ? c->input : c->output;
+      exchange_->post(rank(), c, gpu::device_queue_of(rt_, t.get_device().index));
+    } catch (...) {
+      c->handle.fail(std::current_exception());
+    }
+#endif
+    return c->handle;
+  });
+}
+
+/// A call the group actors run (actors/group_actor.cpp), through the relay.
+work host_backend::on_actors(const call_ptr& c) {
+  issued_work(*c, c->input);
+  return issue(c->code, route::actors, [&](std::uint64_t seq) {
+    c->seq = seq;
+    c->handle.set_sequence_number(seq);
+    caf::anon_send(rt_.relay(), submit_atom::value, c, group_);
+    return c->handle;
+  });
 }
 
 /// `c` with float16/bfloat16 sums carried in float32: a ring or tree that
@@ -97,36 +168,6 @@ call_ptr host_backend::with_float_sums(const call_ptr& c) const {
   return w;
 }
 
-/// The group's next sequence number, announced to the inline engine (under
-/// issue_mtx_, so numbers follow the order of submission).
-std::uint64_t host_backend::number(op_code code, route r) {
-  // The lock orders the writers: a store, not a locked add.
-  const auto seq = issued_.load(std::memory_order_relaxed) + 1;
-  issued_.store(seq, std::memory_order_release);
-  if (engine_) engine_->announce(seq, static_cast<std::uint8_t>(code), r);
-  return seq;
-}
-
-/// A call on cuda tensors among ranks of this process: straight between
-/// the ranks' device buffers (backends/device_exchange.hpp).
-work host_backend::submit_on_device(const call_ptr& c) {
-  track(c->handle);
-  if (debug_ == debug_level::detail)
-    log_detail(c->handle, c->input.defined() ? c->input : c->output);
-  std::lock_guard<futex_lock> g{issue_mtx_};
-  c->seq = number(c->code, route::device);
-  c->handle.set_sequence_number(c->seq);
-#ifdef TROUPE_HAVE_CUDA
-  try {
-    const auto& t = c->input.defined() ? c->input : c->output;
-    exchange_->post(rank(), c, gpu::device_queue_of(rt_, t.get_device().index));
-  } catch (...) {
-    c->handle.fail(std::current_exception());
-  }
-#endif
-  return c->handle;
-}
-
 work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
   if (!shm_) {
     auto data = flat(t);
@@ -136,7 +177,9 @@ work host_backend::allreduce_inline(tensor& t, const allreduce_options& o) {
     c->input = c->output = data;
     auto op = make_algorithm_op(with_float_sums(c));
     op->sole_output = t;
-    return on_inline(std::move(op), op_code::allreduce, "allreduce", data, o.timeout, {});
+    auto& r = *op;
+    return to_engine(*engine_, route::messages, r, std::move(op), op_code::allreduce, "allreduce",
+                     data, o.timeout, {});
   }
   return on_segment(op_code::allreduce, "allreduce", t, o.op, -1, o.timeout);
 }
@@ -152,7 +195,8 @@ work host_backend::on_segment(op_code code, const char* name, tensor& t, const r
   auto shm_op =
       make_allreduce_shm(flat(t), kind, divisor, static_cast<std::uint8_t>(code), root, whole);
   if (!whole) shm_op->sole_output = t;
-  return on_inline(std::move(shm_op), code, name, t, timeout, {});
+  auto& r = *shm_op;
+  return to_engine(*engine_, route::shm, r, std::move(shm_op), code, name, t, timeout, {});
 }
 
 bool host_backend::on_tiny_lane(op_code code, const tensor& block, const tensor& other,
@@ -171,7 +215,8 @@ work host_backend::on_tiny(tiny_call c, const char* name, timeout_t timeout, con
   c.output_is_result = whole;
   tiny_direct op{c};
   if (!whole) op.sole_output = sole;
-  return issue_inline(*engine_, op, nullptr, c.code, name, logged, timeout, std::move(outputs));
+  return to_engine(*engine_, route::shm, op, nullptr, c.code, name, logged, timeout,
+                   std::move(outputs));
 }
 
 work host_backend::barrier_inline(const barrier_options& o) {
@@ -181,7 +226,9 @@ work host_backend::barrier_inline(const barrier_options& o) {
                                       static_cast<std::uint8_t>(op_code::barrier))
                  : make_algorithm_op(std::make_shared<collective_call>(
                        make_call(op_code::barrier, "barrier", o.timeout, tensor_list{})));
-  return on_inline(std::move(op), op_code::barrier, "barrier", none, o.timeout, {});
+  auto& r = *op;
+  return to_engine(*engine_, shm_ ? route::shm : route::messages, r, std::move(op),
+                   op_code::barrier, "barrier", none, o.timeout, {});
 }
 
 /// Whether a call runs on a message engine: every collective on CPU
@@ -194,22 +241,9 @@ bool host_backend::fits_inline(const collective_call& c) {
          c.code != op_code::monitored_barrier;
 }
 
-/// Issues `op` on the inline engine (with a new work unless op->handle is set).
-work host_backend::on_inline(std::unique_ptr<inline_op> op, op_code code, const char* name,
+work host_backend::to_engine(inline_engine& engine, route r, inline_op& op,
+                             std::unique_ptr<inline_op> owned, op_code code, const char* name,
                              const tensor& data, timeout_t timeout, tensor_list outputs) {
-  return on_inline(*engine_, std::move(op), code, name, data, timeout, std::move(outputs));
-}
-
-work host_backend::on_inline(inline_engine& engine, std::unique_ptr<inline_op> op, op_code code,
-                             const char* name, const tensor& data, timeout_t timeout,
-                             tensor_list outputs) {
-  auto& o = *op;
-  return issue_inline(engine, o, std::move(op), code, name, data, timeout, std::move(outputs));
-}
-
-work host_backend::issue_inline(inline_engine& engine, inline_op& op,
-                                std::unique_ptr<inline_op> owned, op_code code, const char* name,
-                                const tensor& data, timeout_t timeout, tensor_list outputs) {
   op.name = name;
   op.timeout = timeout == use_group_timeout ? timeout_ : timeout;
   op.outputs = std::move(outputs);
@@ -220,11 +254,12 @@ work host_backend::issue_inline(inline_engine& engine, inline_op& op,
     if (!op.handle.valid()) op.handle = make_work(name, group_name());
     log_detail(op.handle, data);
   }
-  std::lock_guard<futex_lock> g{issue_mtx_};
-  op.seq = number(code, &engine == engine_.get() && shm_ ? route::shm : route::messages);
-  if (op.handle.valid()) op.handle.set_sequence_number(op.seq);
-  op.op = engine.next_op();
-  return owned ? engine.submit(std::move(owned)) : engine.submit_borrowed(op);
+  return issue(code, r, [&](std::uint64_t seq) {
+    op.seq = seq;
+    if (op.handle.valid()) op.handle.set_sequence_number(seq);
+    op.op = engine.next_op();
+    return owned ? engine.submit(std::move(owned)) : engine.submit_borrowed(op);
+  });
 }
 
 work host_backend::submit_p2p(p2p_call::kind_t kind, const char* name, int peer, const tensor& buf,
