@@ -147,13 +147,29 @@ def report(a, procs, passes, py_all, cpp_all):
                   f"{t['sync gloo'] / t['sync troupe']:.2f}x | "
                   f"{t['local']:.2f} | {t['exposed troupe']:.2f} | {t['exposed gloo']:.2f} |")
 
+    print(f"\n### where troupe's exposed synchronisation goes{note}\n")
+    print("exposed nocomm: the Python DDP step on troupe with a comm hook that hands every "
+          "bucket back at once, minus the local step: what torch's reducer itself adds (it "
+          "copies the gradients into the buckets and the results back out). exposed comm: "
+          "the DDP step minus that step, the communication the backward does not hide. ms.\n")
+    print("| procs | model | exposed troupe | exposed nocomm | exposed comm | sync troupe | "
+          "exposed / sync | exposed comm / sync |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in procs:
+        for name, m in py_all[n].items():
+            t = {k: median(v) for k, v in m["times_ms"].items()}
+            print(f"| {n} | {name} | {t['exposed troupe']:.2f} | {t['exposed nocomm']:.2f} | "
+                  f"{t['exposed comm']:.2f} | {t['sync troupe']:.2f} | "
+                  f"{t['exposed troupe'] / t['sync troupe']:.2f} | "
+                  f"{t['exposed comm'] / t['sync troupe']:.2f} |")
+
     print(f"\n### DDP step on troupe: LibTorch (C++) against torch (Python){note}\n")
     print("C++: troupe_torch::distributed_data_parallel under troupe-run; Python: torch's "
           "DistributedDataParallel on the backend \"troupe\"; the same models, samples and "
           "optimizer; ratios of the medians, ms.\n")
     print("| procs | model | C++ step | Python step | C++ / Python | C++ local | Python local | "
-          "C++ exposed | Python exposed |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "C++ exposed | Python exposed | C++ exposed comm | Python exposed comm |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in procs:
         for name, m in cpp_all[n].items():
             c = {k: median(v) for k, v in m["times_ms"].items()}
@@ -161,7 +177,8 @@ def report(a, procs, passes, py_all, cpp_all):
             print(f"| {n} | {name} | {c['ddp troupe']:.2f} | {t['ddp troupe']:.2f} | "
                   f"{c['ddp troupe'] / t['ddp troupe']:.2f} | {c['local']:.2f} | "
                   f"{t['local']:.2f} | "
-                  f"{c['exposed troupe']:.2f} | {t['exposed troupe']:.2f} |")
+                  f"{c['exposed troupe']:.2f} | {t['exposed troupe']:.2f} | "
+                  f"{c['exposed comm']:.2f} | {t['exposed comm']:.2f} |")
 
     if a.check_only or "large" not in a.models.split(","):
         print(flush=True)

@@ -14,8 +14,13 @@
 // first, then 25 MiB). Rows, each round timing every row once: "ddp troupe",
 // a step (zero_grad, forward, backward with the gradient synchronisation,
 // optimizer step) of the DDP replica; "local", the same step on a copy of the
-// model without DDP. A time runs from a barrier to the end of the step; a
-// round's time is the slowest rank's; the table shows medians over the rounds.
+// model without DDP; "ddp nocomm", the DDP step with a comm hook that hands
+// every bucket back at once (what DDP itself adds: the gradients copied into
+// the buckets and back out). A time runs from a barrier to the end of the
+// step; a round's time is the slowest rank's; the table shows medians over
+// the rounds, "exposed" the DDP step minus the local step, "exposed nocomm"
+// the nocomm step minus the local step, "exposed comm" the DDP step minus
+// the nocomm step.
 //
 // Checks after the timed steps: every rank holds rank 0's parameters; with
 // --check-only (small layers, one timed round) also that they match one
@@ -143,6 +148,13 @@ model_result bench_model(troupe::world& w, const options& o, const std::string& 
   auto opt = make_sgd(net->parameters());
   auto local = make_model(d);
   auto local_opt = make_sgd(local->parameters());
+  auto bare = make_model(d);
+  troupe_torch::distributed_data_parallel<torch::nn::SequentialImpl> nocomm{bare.ptr(), pg};
+  nocomm.register_comm_hook({[](const troupe::grad_bucket& b) {
+                               return troupe::work::completed("nocomm", "", {b.buffer()});
+                             },
+                             troupe::hook_ordering::concurrent, "nocomm"});
+  auto bare_opt = make_sgd(bare->parameters());
   const auto data = make_batches(d, rank);
 
   model_result r;
@@ -160,15 +172,25 @@ model_result bench_model(troupe::world& w, const options& o, const std::string& 
     torch::nn::functional::mse_loss(local->forward(x), y).backward();
     local_opt.step();
   };
+  auto nocomm_step = [&] {
+    const auto& [x, y] = data[r.steps % data_batches];
+    bare_opt.zero_grad();
+    torch::nn::functional::mse_loss(nocomm.forward(x), y).backward();
+    bare_opt.step();
+  };
   for (int round = 0; round < o.warmup + o.rounds; ++round) {
     const double a = timed(pg, ddp_step);
     const double b = timed(pg, local_step);
+    const double c = timed(pg, nocomm_step);
     ++r.steps;
-    const auto s = slowest(pg, {a, b});
+    const auto s = slowest(pg, {a, b, c});
     if (round < o.warmup) continue;
     r.times["ddp troupe"].push_back(s[0]);
     r.times["local"].push_back(s[1]);
+    r.times["ddp nocomm"].push_back(s[2]);
     r.times["exposed troupe"].push_back(s[0] - s[1]);
+    r.times["exposed nocomm"].push_back(s[2] - s[1]);
+    r.times["exposed comm"].push_back(s[0] - s[2]);
   }
 
   // Every rank holds rank 0's parameters.
@@ -243,12 +265,15 @@ void run(troupe::world& w, const options& o) {
       "\n### LibTorch distributed_data_parallel step on troupe, %d processes, %lld samples per "
       "rank, median of %d rounds, slowest rank\n\n",
       w.size(), static_cast<long long>(batch), o.rounds);
-  std::printf("| model | params | ddp troupe ms | local ms | exposed troupe ms |\n");
-  std::printf("|---|---|---|---|---|\n");
+  std::printf(
+      "| model | params | ddp troupe ms | local ms | exposed troupe ms | exposed nocomm ms | "
+      "exposed comm ms |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& r : results)
-    std::printf("| %s | %.3f M | %.2f | %.2f | %.2f |\n", r.name.c_str(), r.params / 1e6,
-                median(r.times.at("ddp troupe")), median(r.times.at("local")),
-                median(r.times.at("exposed troupe")));
+    std::printf("| %s | %.3f M | %.2f | %.2f | %.2f | %.2f | %.2f |\n", r.name.c_str(),
+                r.params / 1e6, median(r.times.at("ddp troupe")), median(r.times.at("local")),
+                median(r.times.at("exposed troupe")), median(r.times.at("exposed nocomm")),
+                median(r.times.at("exposed comm")));
   std::printf("\n");
   std::fflush(stdout);
   if (!o.out.empty()) {

@@ -22,6 +22,11 @@ alternates from round to round):
                          group or a gloo group over the same ranks;
   local                  the same step on a copy of the model without DDP
                          (no communication): the computation alone;
+  ddp nocomm             the DDP step on troupe with a comm hook that hands
+                         each bucket back at once (no communication, no
+                         division): what DDP itself adds, torch's reducer
+                         copying the gradients into the buckets and the
+                         results back out (gradient_as_bucket_view off);
   sync troupe / gloo     the gradient synchronisation alone: the model's
                          gradients flattened into DDP's buckets (the sizes
                          dist._compute_bucket_assignment_by_size gives for
@@ -32,7 +37,9 @@ Each time runs from a barrier (on a third, gloo group used only for the
 bookkeeping) to the end of the step on that rank; a row's time in a round is
 the slowest rank's. The tables show medians over the rounds; "exposed"
 is the DDP step minus the local step of the same round (the part of the
-synchronisation the backward does not hide).
+synchronisation the backward does not hide); "exposed nocomm" the nocomm
+step minus the local step (DDP's copies), and "exposed comm" the troupe
+step minus the nocomm step (the communication left after the copies).
 
 Checks (after the timed steps): the troupe replica's parameters equal the
 gloo replica's bit for bit with 2 processes (a sum of two terms does not
@@ -86,6 +93,13 @@ def batches(dims, rank, count):
     return out
 
 
+def nocomm_hook(state, bucket):
+    """Hands the bucket back as it is: DDP's copies without communication."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
 def step(model, opt, x, y):
     opt.zero_grad()
     F.mse_loss(model(x), y).backward()
@@ -99,8 +113,10 @@ class Bench:
         self.params = sum(p.numel() for p in base.parameters())
         self.ddp = {}
         self.opt = {}
-        for key, group in (("troupe", None), ("gloo", gloo)):  # None: the default group, troupe's
-            m = DDP(make_model(dims), process_group=group)
+        for key, group in (("troupe", None), ("gloo", gloo), ("nocomm", None)):
+            m = DDP(make_model(dims), process_group=group)  # None: the default group, troupe's
+            if key == "nocomm":
+                m.register_comm_hook(None, nocomm_hook)
             self.ddp[key] = m
             self.opt[key] = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
         self.local = make_model(dims)
@@ -138,6 +154,7 @@ class Bench:
         """(row name, function to time, function to run before it untimed)."""
         r = [(f"ddp {k}", (lambda k=k: self.ddp_step(k)), None) for k in order]
         r.append(("local", self.local_step, None))
+        r.append(("ddp nocomm", lambda: self.ddp_step("nocomm"), None))
         r += [(f"sync {k}", (lambda k=k: self.sync(k)), (lambda k=k: self.refill(k)))
               for k in order]
         return r
@@ -221,6 +238,8 @@ def main():
         worst = b.check(ctl)
         times["exposed troupe"] = [d - l for d, l in zip(times["ddp troupe"], times["local"])]
         times["exposed gloo"] = [d - l for d, l in zip(times["ddp gloo"], times["local"])]
+        times["exposed nocomm"] = [d - l for d, l in zip(times["ddp nocomm"], times["local"])]
+        times["exposed comm"] = [d - c for d, c in zip(times["ddp troupe"], times["ddp nocomm"])]
         result["models"][name] = {"params": b.params, "buckets": b.bucket_sizes,
                                   "steps": b.steps, "max_abs_diff": worst, "times_ms": times}
         if rank == 0:
@@ -256,6 +275,17 @@ def print_tables(result):
               f"{t['ddp gloo']:.2f} | {t['ddp troupe'] / t['ddp gloo']:.2f} | {t['local']:.2f} | "
               f"{t['exposed troupe']:.2f} | {t['exposed gloo']:.2f} | {t['sync troupe']:.2f} | "
               f"{t['sync gloo']:.2f} | {t['sync troupe'] / t['sync gloo']:.2f} |")
+    print("\nWhere troupe's exposed time goes: DDP's own copies (the step with a comm hook "
+          "that communicates nothing) and the communication left after them.\n")
+    print("| model | exposed troupe ms | exposed nocomm ms | exposed comm ms | sync troupe ms | "
+          "exposed / sync | exposed comm / sync |")
+    print("|---|---|---|---|---|---|---|")
+    for name, m in result["models"].items():
+        t = {k: median(v) for k, v in m["times_ms"].items()}
+        print(f"| {name} | {t['exposed troupe']:.2f} | {t['exposed nocomm']:.2f} | "
+              f"{t['exposed comm']:.2f} | {t['sync troupe']:.2f} | "
+              f"{t['exposed troupe'] / t['sync troupe']:.2f} | "
+              f"{t['exposed comm'] / t['sync troupe']:.2f} |")
     print(flush=True)
 
 
