@@ -7,7 +7,7 @@
 //    it owns the group's sequence numbers, membership, failure and abort, and
 //    runs the collectives that need actors (monitored_barrier, point to
 //    point, cuda tensors staged through host memory, everything with
-//    TROUPE_FABRIC=off) as message protocols (algorithms/) with the group
+//    TROUPE_ENGINE=actors) as message protocols (algorithms/) with the group
 //    actors of the other ranks; it holds messages that arrive early and
 //    answers each request with the outputs. The collectives of CPU tensors
 //    run beside it, in the inline engine (inline/engine.hpp): in the threads

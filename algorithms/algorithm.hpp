@@ -6,7 +6,7 @@
 // algorithms: the inline engine's algorithm_op (inline/algorithm_op.cpp, in
 // the thread that waits for the call; the default for CPU tensors between
 // hosts and for what the shared segment does not run) and the group actor
-// (actors/group_actor.cpp; monitored_barrier, TROUPE_FABRIC=off). The engine
+// (actors/group_actor.cpp; monitored_barrier, TROUPE_ENGINE=actors). The engine
 // calls progress() when the call starts and again whenever a message for it
 // arrives; progress() advances through as many steps as the messages at hand
 // allow and returns true when the algorithm finished. It sends with

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "api/rank_threads.hpp"
+#include "base/engine_setting.hpp"
 #include "base/sim_conductor.hpp"
 #include "troupe/error.hpp"
 #include "troupe/store.hpp"
@@ -22,9 +23,9 @@ namespace troupe::testing {
 void simulate(int n, const std::function<void(world&)>& fn, const simulation_options& opts) {
   if (n < 1)
     throw error(errc::invalid_argument, "simulate: n " + std::to_string(n) + " must be at least 1");
-  if (const char* f = std::getenv("TROUPE_FABRIC"); f && std::string(f) == "off")
+  if (detail::read_engine_setting() == detail::engine_setting::actors)
     throw error(errc::invalid_argument,
-                "simulate: TROUPE_FABRIC=off runs collectives on the group actors, whose "
+                "simulate: TROUPE_ENGINE=actors runs collectives on the group actors, whose "
                 "threads the schedule cannot hold; simulate needs the inline engine");
   std::vector<detail::sim_conductor::fault_rule> rules;
   for (const auto& f : opts.faults) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "actors/rank_runtime.hpp"
+#include "base/engine_setting.hpp"
 #include "base/wait_policy.hpp"
 #include "store/watchful_store.hpp"
 #include "transport/data_plane.hpp"
@@ -170,10 +171,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
             "') is not registered");
   impl_->debug = get_debug_level();  // throws on a bad TROUPE_DEBUG
   (void)detail::wait_policy::get();  // throws on a bad TROUPE_SPIN_US, _POLL_US, _GPU_WATCH_US
-  const char* fabric_env = std::getenv("TROUPE_FABRIC");
-  const std::string fabric = fabric_env && *fabric_env ? fabric_env : "on";
-  if (fabric != "on" && fabric != "off" && fabric != "staged" && fabric != "messages")
-    invalid("world: TROUPE_FABRIC '" + fabric + "' is not one of on, off, staged, messages");
+  const auto engines = detail::read_engine_setting();  // throws on a bad TROUPE_ENGINE
   // Throws on a bad TROUPE_TCP_CONGESTION, before this rank joins anyone.
   std::string congestion = "auto";
   if (const char* c = std::getenv("TROUPE_TCP_CONGESTION"); c && *c) congestion = c;
@@ -223,7 +221,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
     invalid("world: transport '" + dp.transport +
             "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
   dp.congestion = congestion;
-  dp.route = fabric;
+  dp.route = detail::to_string(engines);
   auto plane = std::make_shared<detail::data_plane>(dp);
   plane->connect(*o.store, rdv);
   impl_->rt->set_plane(std::move(plane));

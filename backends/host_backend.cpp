@@ -110,8 +110,8 @@ host_backend::host_backend(const backend_context& ctx)
     std::vector<std::string> names;
     for (int r = 0; r < ctx.size; ++r) names.push_back(net->describe_peer(r));
     if (mailbox_) mailbox_->set_names(names);
-    auto f =
-        open_inline_engines(ctx, names, plane, key_prefix_ + "fabric/", debug_ != debug_level::off);
+    auto f = open_inline_engines(ctx, names, plane, key_prefix_ + "engines/",
+                                 debug_ != debug_level::off);
     engine_ = std::move(f.main);
     messages_ = std::move(f.messages);
     shm_ = f.shm;

@@ -8,7 +8,7 @@
 // not run, the device exchange for cuda tensors of ranks of one process,
 // point to point through the mailbox (inline/mailbox.hpp), the group actors
 // for the rest (monitored_barrier, cuda tensors staged through host memory,
-// everything with TROUPE_FABRIC=off). Setting up a group (its group actor, the
+// everything with TROUPE_ENGINE=actors). Setting up a group (its group actor, the
 // actor engine's transport, the inline engines) and tearing it down is
 // host_backend.cpp. Arguments arrive validated by process_group; ranks that
 // disagree are caught by the call's agreement (base/agreement.hpp).

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/engine_setting.hpp"
 #include "inline/engine.hpp"
 #include "inline/message_medium.hpp"
 #include "inline/shm/segment.hpp"
@@ -16,8 +17,7 @@
 namespace troupe::detail {
 
 bool inline_engines_off() {
-  const char* env = std::getenv("TROUPE_FABRIC");
-  return env && std::string(env) == "off";
+  return read_engine_setting() == engine_setting::actors;
 }
 
 inline_engines open_inline_engines(const backend_context& ctx,
@@ -25,11 +25,8 @@ inline_engines open_inline_engines(const backend_context& ctx,
                                    const std::shared_ptr<data_plane>& plane, const std::string& key,
                                    bool verbose) {
   inline_engines out;
-  const char* env = std::getenv("TROUPE_FABRIC");
-  const std::string setting = env ? env : "";
-  // "messages": no shared segment (every collective on the message engine,
-  // as between hosts; for tests and comparisons).
-  bool shm = setting != "off" && setting != "messages";
+  const auto setting = read_engine_setting();
+  bool shm = setting != engine_setting::actors && setting != engine_setting::messages;
   std::vector<bool> local;
   for (int w : ctx.global_ranks) {
     if (plane) shm = shm && plane->shares_memory(w);
@@ -43,9 +40,9 @@ inline_engines open_inline_engines(const backend_context& ctx,
   try {
     if (ctx.rank == 0) {
       if (shm) seg = segment::create(shape);
-      st.set("fabric/name", to_bytes(seg ? seg->name() : std::string()));
+      st.set("engines/segment", to_bytes(seg ? seg->name() : std::string()));
     } else {
-      auto name = troupe::to_string(st.get("fabric/name"));
+      auto name = troupe::to_string(st.get("engines/segment"));
       if (shm && !name.empty()) seg = segment::open(name, shape);
     }
     if (seg) seg->identity(ctx.rank).pid.store(static_cast<std::int32_t>(::getpid()));
@@ -55,15 +52,15 @@ inline_engines open_inline_engines(const backend_context& ctx,
     why = e.what();
   }
   std::string mode = "none";
-  if (setting != "off") {
+  if (setting != engine_setting::actors) {
     msg_med = std::make_shared<message_medium>(plane, key, local, ctx.global_ranks, ctx.rank,
                                                ctx.group_name, names);
     msg_med->attach();
     mode = seg ? "shm+net" : "net";
   }
-  st.set("fabric/mode/" + std::to_string(ctx.rank), to_bytes(mode));
+  st.set("engines/mode/" + std::to_string(ctx.rank), to_bytes(mode));
   std::vector<std::string> keys;
-  for (int r = 0; r < ctx.size; ++r) keys.push_back("fabric/mode/" + std::to_string(r));
+  for (int r = 0; r < ctx.size; ++r) keys.push_back("engines/mode/" + std::to_string(r));
   bool agreed = mode != "none";
   for (auto& v : st.multi_get(keys)) agreed = agreed && troupe::to_string(v) == mode;
   if (seg && ctx.rank == 0) seg->close_descriptor();
@@ -74,7 +71,7 @@ inline_engines open_inline_engines(const backend_context& ctx,
   std::shared_ptr<medium> med = msg_med;
   if (seg) {
     auto shm_med = std::make_shared<shm_medium>(std::move(seg), ctx.rank, ctx.group_name, names,
-                                                setting != "staged");
+                                                setting != engine_setting::staged);
     shm_med->read_rings_of(msg_med);
     med = std::move(shm_med);
     out.shm = true;

@@ -5,7 +5,7 @@
 // (SIGBUS) on the pages past its new end; a sealed memfd cannot be
 // truncated, so what a peer maps stays readable for as long as it is mapped.
 // The shared tensors (memory/host_memory), the rings between processes
-// (transport/shm_ring) and the fabric's segment (inline/shm/segment) are
+// (transport/shm_ring) and the inline engine's segment (inline/shm/segment) are
 // made this way; peer_memory and the rings and segment open them with
 // open_sealed_memfd, which checks the seals, the size and the name.
 

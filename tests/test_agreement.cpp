@@ -2,8 +2,8 @@
 // dtype, reduce op, root, counts per rank or alltoall splits all fail the
 // call with errc::mismatch and the same text (naming the ranks and what
 // differs), at once rather than at a timeout, and the group works afterwards.
-// Run on every engine in one process (the shared segment, the message fabric
-// with TROUPE_FABRIC=messages, the group actors with TROUPE_FABRIC=off) and
+// Run on every engine in one process (the shared segment, the message engine
+// with TROUPE_ENGINE=messages, the group actors with TROUPE_ENGINE=actors) and
 // by ctest under troupe-run across 2 and 4 processes, over shared memory and
 // TCP.
 
@@ -349,21 +349,21 @@ TEST_CASE("calls that disagree fail on every rank alike: the default engines") {
   for (int n : {2, 3, 4}) run_matrix(n);
 }
 
-TEST_CASE("calls that disagree fail on every rank alike: the message fabric") {
-  troupe::test::scoped_env s{"TROUPE_FABRIC", "messages"};
+TEST_CASE("calls that disagree fail on every rank alike: the message engine") {
+  troupe::test::scoped_env s{"TROUPE_ENGINE", "messages"};
   for (int n : under_launcher() ? std::vector<int>{4} : std::vector<int>{2, 3, 4}) run_matrix(n);
 }
 
 TEST_CASE("calls that disagree fail on every rank alike: the group actors") {
-  troupe::test::scoped_env s{"TROUPE_FABRIC", "off"};
+  troupe::test::scoped_env s{"TROUPE_ENGINE", "actors"};
   for (int n : under_launcher() ? std::vector<int>{4} : std::vector<int>{2, 3, 4}) run_matrix(n);
 }
 
 TEST_CASE("a rank that never joins is named at the timeout, not its neighbour") {
-  if (under_launcher()) return;  // the fabric stops after a timeout: no closing barrier
-  for (const char* setting : {"messages", "off"}) {
+  if (under_launcher()) return;  // the inline engine stops after a timeout: no closing barrier
+  for (const char* setting : {"messages", "actors"}) {
     CAPTURE(setting);
-    troupe::test::scoped_env s{"TROUPE_FABRIC", setting};
+    troupe::test::scoped_env s{"TROUPE_ENGINE", setting};
     testing::run_ranks(4, [](world& w) {
       auto& pg = w.default_group();
       if (w.rank() == 2) {
@@ -388,9 +388,9 @@ TEST_CASE("a rank that never joins is named at the timeout, not its neighbour") 
 TEST_CASE("calls that run on different engines fail with a mismatch on both") {
   // SUM runs on the shared segment, PREMUL_SUM on messages: neither engine
   // sees the other's call, but each sees what the other rank announced.
-  if (under_launcher()) return;  // the fabrics stop: no closing barrier
-  // The default engines, whatever fabric the environment names.
-  troupe::test::scoped_env fabric{"TROUPE_FABRIC", nullptr};
+  if (under_launcher()) return;  // the inline engines stop: no closing barrier
+  // The default engines, whatever engine the environment names.
+  troupe::test::scoped_env engine{"TROUPE_ENGINE", nullptr};
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
     auto op = w.rank() == 0 ? reduce_op::premul_sum(2.0) : reduce_op(reduce_op::SUM);

@@ -167,13 +167,13 @@ TEST_CASE("reduce of large buffers, private and shared, writes the root's buffer
 
 TEST_CASE("allreduce of buffers above the direct-algorithm threshold runs the ring") {
   // 70001 elements exceed 64 KiB for every dtype, so without the shared-memory
-  // fabric (TROUPE_FABRIC=off; across hosts) the ring runs (small buffers take
+  // engine (TROUPE_ENGINE=actors; across hosts) the ring runs (small buffers take
   // the one-step direct algorithm); 2500001 elements make chunks of several
   // 1 MiB segments for float32 on up to 7 ranks (the pipelined ring).
-  ::setenv("TROUPE_FABRIC", "off", 1);
+  ::setenv("TROUPE_ENGINE", "actors", 1);
   struct restore {
-    ~restore() { ::unsetenv("TROUPE_FABRIC"); }
-  } restore_fabric;
+    ~restore() { ::unsetenv("TROUPE_ENGINE"); }
+  } restore_engine;
   for (std::int64_t len : {std::int64_t{70001}, std::int64_t{2500001}})
     for (int n : {2, 3, 4, 7}) {
       if (len > 70001 && n == 4) continue;

@@ -151,7 +151,7 @@ TEST_CASE("sequence_number counts calls issued but not yet finished") {
 }
 
 // A group of one rank runs its calls on its own segment (or, with
-// TROUPE_FABRIC=messages, its own message engine): every collective gives
+// TROUPE_ENGINE=messages, its own message engine): every collective gives
 // what c10d's does for one rank, in place or copied, beside the larger
 // groups of the same ranks.
 TEST_CASE("groups of one rank: every collective, each rank on its own group") {

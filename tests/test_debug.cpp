@@ -17,6 +17,7 @@
 #include <string_view>
 #include <thread>
 
+#include "../base/engine_setting.hpp"
 #include "../base/wait_policy.hpp"
 #include "troupe/debug.hpp"
 #include "troupe/error.hpp"
@@ -143,7 +144,7 @@ TEST_CASE("scoped_env restores the previous value") {
   CHECK(node_local_rank() == 9);
 }
 
-// -- the wait windows (TROUPE_*_US) and TROUPE_FABRIC (checked when a world starts) ------------
+// -- the wait windows (TROUPE_*_US) and TROUPE_ENGINE (checked when a world starts) ------------
 
 namespace {
 
@@ -231,14 +232,36 @@ TEST_CASE("a rank on a CPU of its own spins longer before it yields") {
   }
 }
 
-TEST_CASE("a world refuses a TROUPE_FABRIC that is not on, off or staged") {
+TEST_CASE("a world refuses a TROUPE_ENGINE that is not inline, messages, staged or actors") {
+  {
+    scoped_env env{"TROUPE_ENGINE", "fast"};
+    check_error([] { start_world(); }, errc::invalid_argument,
+                {"TROUPE_ENGINE", "'fast'", "inline, messages, staged, actors"});
+  }
+  for (const char* v : {"inline", "messages", "staged", "actors", ""}) {
+    scoped_env env{"TROUPE_ENGINE", v};
+    start_world();
+  }
+}
+
+TEST_CASE("TROUPE_FABRIC, TROUPE_ENGINE's former name, is read where TROUPE_ENGINE is unset") {
+  scoped_env unset{"TROUPE_ENGINE", std::nullopt};
+  {
+    scoped_env env{"TROUPE_FABRIC", "off"};
+    CHECK(detail::read_engine_setting() == detail::engine_setting::actors);
+  }
+  {
+    scoped_env env{"TROUPE_FABRIC", "on"};
+    CHECK(detail::read_engine_setting() == detail::engine_setting::inline_engine);
+  }
   {
     scoped_env env{"TROUPE_FABRIC", "fast"};
     check_error([] { start_world(); }, errc::invalid_argument,
-                {"TROUPE_FABRIC", "'fast'", "on, off, staged"});
+                {"TROUPE_FABRIC", "'fast'", "on, off, staged, messages"});
   }
-  for (const char* v : {"on", "off", "staged", ""}) {
-    scoped_env env{"TROUPE_FABRIC", v};
-    start_world();
+  {
+    scoped_env env{"TROUPE_FABRIC", "off"};
+    scoped_env wins{"TROUPE_ENGINE", "messages"};
+    CHECK(detail::read_engine_setting() == detail::engine_setting::messages);
   }
 }

@@ -1,5 +1,5 @@
 // Frames between processes (transport/frame.hpp): payloads read straight
-// into a receive posted for them (fabric/message_medium's post_receive),
+// into a receive posted for them (inline/message_medium's post_receive),
 // what happens when the poster revokes it while the payload is being read,
 // and messages that arrive after their operation ended.
 
@@ -33,8 +33,8 @@ class string_stream final : public byte_stream {
   void close() override {}
 };
 
-/// A fabric frame carrying `count` floats 0, 1, 2, ... (op 7, step 3, rank 1).
-std::string fabric_frame(std::int64_t count) {
+/// An inline engine frame carrying `count` floats 0, 1, 2, ... (op 7, step 3, rank 1).
+std::string inline_frame(std::int64_t count) {
   auto payload = tensor::empty({count}, dtype::float32);
   for (std::int64_t i = 0; i < count; ++i) payload.data_as<float>()[i] = float(i);
   string_stream out;
@@ -65,7 +65,7 @@ bool counts_up(const float* p, std::int64_t from, std::int64_t to) {
 
 TEST_CASE("a frame's payload lands in the tensor posted for it when it fits exactly") {
   const std::int64_t count = 64 << 10;  // 256 KiB
-  const auto bytes = fabric_frame(count);
+  const auto bytes = inline_frame(count);
   for (const auto& [what, into] :
        {std::pair{"fits", tensor::zeros({count}, dtype::float32)},
         std::pair{"too small", tensor::zeros({count - 1}, dtype::float32)},
@@ -101,7 +101,7 @@ TEST_CASE("a frame's payload lands in the tensor posted for it when it fits exac
     }
   }
   // Small payloads (up to 16 KiB) are not worth asking about.
-  const auto small = fabric_frame(1024);
+  const auto small = inline_frame(1024);
   frame_reader reader;
   feeder feed{small, 0, small.size()};
   int asked = 0;
@@ -116,7 +116,7 @@ TEST_CASE("a frame's payload lands in the tensor posted for it when it fits exac
 
 TEST_CASE("a posted receive revoked while its payload is read gets no byte more") {
   const std::int64_t count = 64 << 10;
-  const auto bytes = fabric_frame(count);
+  const auto bytes = inline_frame(count);
   auto into = tensor::empty({count}, dtype::float32);
   std::fill_n(into.data_as<float>(), count, -1.f);
   auto guard = std::make_shared<receive_guard>();

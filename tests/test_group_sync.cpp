@@ -4,7 +4,7 @@
 // nobody else issues fails at its timeout naming the rank it waits for,
 // never hangs), and groups made with use_local_synchronization by disjoint
 // sets of ranks at the same time. On the default engines and on the group
-// actors (TROUPE_FABRIC=off); the suite also runs across processes.
+// actors (TROUPE_ENGINE=actors); the suite also runs across processes.
 
 #include <doctest/doctest.h>
 
@@ -25,7 +25,7 @@ using troupe::test::scoped_env;
 
 namespace {
 
-const char* const fabrics[] = {"on", "off"};
+const char* const engines[] = {"inline", "actors"};
 
 testing::run_options quick() {
   testing::run_options o;
@@ -36,9 +36,9 @@ testing::run_options quick() {
 }  // namespace
 
 TEST_CASE("ranks whose groups issued different counts of calls fail with a mismatch naming both") {
-  for (const char* fabric : fabrics) {
-    scoped_env env{"TROUPE_FABRIC", fabric};
-    CAPTURE(fabric);
+  for (const char* engine : engines) {
+    scoped_env env{"TROUPE_ENGINE", engine};
+    CAPTURE(engine);
     testing::run_ranks(
         2,
         [](world& w) {
@@ -72,9 +72,9 @@ TEST_CASE("ranks whose groups issued different counts of calls fail with a misma
 }
 
 TEST_CASE("a rank ahead by a call that nobody else issues fails at its timeout, naming the rank") {
-  for (const char* fabric : fabrics) {
-    scoped_env env{"TROUPE_FABRIC", fabric};
-    CAPTURE(fabric);
+  for (const char* engine : engines) {
+    scoped_env env{"TROUPE_ENGINE", engine};
+    CAPTURE(engine);
     testing::run_ranks(
         3,
         [](world& w) {
@@ -103,10 +103,10 @@ TEST_CASE("a rank ahead by a call that nobody else issues fails at its timeout, 
 }
 
 TEST_CASE("disjoint groups made with use_local_synchronization at the same time") {
-  for (const char* fabric : fabrics) {
-    scoped_env env{"TROUPE_FABRIC", fabric};
+  for (const char* engine : engines) {
+    scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : {2, 3, 4, 7}) {
-      CAPTURE(fabric);
+      CAPTURE(engine);
       CAPTURE(n);
       testing::run_ranks(
           n,

@@ -69,7 +69,7 @@ std::int64_t differing(const tensor& a, const tensor& b, std::int64_t offset = 0
 }
 
 void check_engine(const char* setting, int n) {
-  troupe::test::scoped_env s{"TROUPE_FABRIC", setting};
+  troupe::test::scoped_env s{"TROUPE_ENGINE", setting};
   CAPTURE(setting ? setting : "default");
   CAPTURE(n);
   for (auto t : {dtype::float16, dtype::bfloat16}) {
@@ -102,10 +102,10 @@ TEST_CASE("half-precision sums are the float32 sum rounded once: default engines
   for (int n : {2, 3, 4}) check_engine(nullptr, n);
 }
 
-TEST_CASE("half-precision sums are the float32 sum rounded once: the message fabric") {
+TEST_CASE("half-precision sums are the float32 sum rounded once: the message engine") {
   for (int n : {3, 4}) check_engine("messages", n);
 }
 
 TEST_CASE("half-precision sums are the float32 sum rounded once: the group actors") {
-  for (int n : {3, 4}) check_engine("off", n);
+  for (int n : {3, 4}) check_engine("actors", n);
 }

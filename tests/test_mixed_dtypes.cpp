@@ -28,7 +28,7 @@ namespace {
 /// The engines a call can run on in one process: the default (shared
 /// memory, straight between the ranks' buffers), messages only, and the
 /// group actors. Under a launcher each process sets the same.
-const char* const fabrics[] = {"on", "messages", "off"};
+const char* const engines[] = {"inline", "messages", "actors"};
 
 /// One input per dtype, with uneven sizes (one empty, one of two dimensions).
 struct mixed_inputs {
@@ -71,10 +71,10 @@ std::vector<std::uint8_t> bytes_of(const tensor& t) {
 // -- allgather_coalesced ---------------------------------------------------------------------
 
 TEST_CASE("allgather_coalesced of inputs of several dtypes, on every engine") {
-  for (const char* fabric : fabrics) {
-    scoped_env env{"TROUPE_FABRIC", fabric};
+  for (const char* engine : engines) {
+    scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : ct::rank_counts) {
-      CAPTURE(fabric);
+      CAPTURE(engine);
       CAPTURE(n);
       testing::run_ranks(n, [n](world& w) {
         const mixed_inputs m{n};
@@ -102,10 +102,10 @@ TEST_CASE("allgather_coalesced of inputs of several dtypes, on every engine") {
 }
 
 TEST_CASE("allgather_into_tensor_coalesced of inputs of several dtypes") {
-  for (const char* fabric : fabrics) {
-    scoped_env env{"TROUPE_FABRIC", fabric};
+  for (const char* engine : engines) {
+    scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : ct::rank_counts) {
-      CAPTURE(fabric);
+      CAPTURE(engine);
       CAPTURE(n);
       testing::run_ranks(n, [n](world& w) {
         const mixed_inputs m{n};
@@ -146,10 +146,10 @@ TEST_CASE("inputs of several dtypes travel as their bytes: exact where a common 
 }
 
 TEST_CASE("ranks whose inputs differ in dtypes, in blocks of one size, fail alike naming them") {
-  for (const char* fabric : fabrics) {
-    scoped_env env{"TROUPE_FABRIC", fabric};
+  for (const char* engine : engines) {
+    scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : {2, 3, 4, 7}) {
-      CAPTURE(fabric);
+      CAPTURE(engine);
       CAPTURE(n);
       testing::run_ranks(n, [n](world& w) {
         // Odd ranks swap the two dtypes: as many bytes, another layout.
@@ -247,10 +247,10 @@ TEST_CASE("allgather_coalesced checks each output against its input, position by
 // -- complex with real -----------------------------------------------------------------------
 
 TEST_CASE("allreduce_coalesced of complex tensors with real ones of their element type") {
-  for (const char* fabric : fabrics) {
-    scoped_env env{"TROUPE_FABRIC", fabric};
+  for (const char* engine : engines) {
+    scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : ct::rank_counts) {
-      CAPTURE(fabric);
+      CAPTURE(engine);
       CAPTURE(n);
       testing::run_ranks(n, [n](world& w) {
         for (auto [c, r] : {std::pair{dtype::complex64, dtype::float32},

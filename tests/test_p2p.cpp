@@ -315,9 +315,9 @@ namespace {
 /// processes (troupe-run over shared memory, the mailbox's path).
 bool lends_between_processes() {
   const char* transport = std::getenv("TROUPE_TRANSPORT");
-  const char* fabric = std::getenv("TROUPE_FABRIC");
+  const char* engine = std::getenv("TROUPE_ENGINE");
   return std::getenv("RANK") && !(transport && std::string(transport) == "tcp") &&
-         !(fabric && std::string(fabric) == "off");
+         !(engine && std::string(engine) == "actors");
 }
 
 /// `t` filled with pattern(sender, ...) (t: a CPU tensor of floats).
@@ -531,9 +531,9 @@ TEST_CASE("a lent send nobody receives fails at its deadline and is never receiv
     auto& pg = w.default_group();
     // Lent: between processes (lends_between_processes), and on the
     // mailbox in one process; the group actors' sends are eager.
-    const char* fabric = std::getenv("TROUPE_FABRIC");
-    const bool waits =
-        std::getenv("RANK") ? lends_between_processes() : !(fabric && std::string(fabric) == "off");
+    const char* engine = std::getenv("TROUPE_ENGINE");
+    const bool waits = std::getenv("RANK") ? lends_between_processes()
+                                           : !(engine && std::string(engine) == "actors");
     if (w.rank() == 0) {
       auto big = tensor::empty_shared({1 << 18}, dtype::float32);
       auto s = pg.send({big}, 1, {.tag = 4, .timeout = 300ms});
@@ -618,8 +618,8 @@ TEST_CASE("a send nobody receives fails at its deadline, naming the peer and tag
 TEST_CASE("a rank whose group is destroyed fails the sends waiting for it to receive") {
   // Lent messages exist between ranks of one process, on the mailbox (not
   // the group actors' path, whose sends are all eager).
-  const char* fabric = std::getenv("TROUPE_FABRIC");
-  if (std::getenv("RANK") || (fabric && std::string(fabric) == "off")) return;
+  const char* engine = std::getenv("TROUPE_ENGINE");
+  if (std::getenv("RANK") || (engine && std::string(engine) == "actors")) return;
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
     auto g = w.new_group({0, 1});
@@ -666,9 +666,9 @@ TEST_CASE("messages that waited for their receive stop counting against the boun
 // of filling the receiver's memory. Between processes a peer past the bound
 // is failed (test_peer_frames).
 TEST_CASE("a sender in this process past the bound of waiting messages waits for its receive") {
-  // Every process skips it alike; the group actors (TROUPE_FABRIC=off) do not bound it.
-  const char* fabric = std::getenv("TROUPE_FABRIC");
-  if (std::getenv("RANK") || (fabric && std::string(fabric) == "off")) return;
+  // Every process skips it alike; the group actors (TROUPE_ENGINE=actors) do not bound it.
+  const char* engine = std::getenv("TROUPE_ENGINE");
+  if (std::getenv("RANK") || (engine && std::string(engine) == "actors")) return;
   constexpr auto bound = static_cast<int>(detail::max_waiting_messages);
   testing::run_ranks(2, [&](world& w) {
     auto& pg = w.default_group();

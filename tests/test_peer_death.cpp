@@ -1,7 +1,7 @@
 // A rank killed with SIGKILL while its peers keep their worlds: 4 processes,
 // killed at different moments (idle, in a loop of small allreduces, in large
-// ones read by the reader threads), over TCP on the message fabric and on the
-// group actors (TROUPE_FABRIC=off), and over shared memory. Every survivor
+// ones read by the reader threads), over TCP on the message engine and on the
+// group actors (TROUPE_ENGINE=actors), and over shared memory. Every survivor
 // fails within 2 s of the kill with errc::peer_failure naming the killed
 // rank with its host and pid, never a live rank, also when one survivor
 // leaves at once after its own failure; later calls on groups with the dead
@@ -33,7 +33,7 @@ enum class moment { idle, small_loop, large_loop };
 struct plan {
   const char* name;
   const char* transport;       // TROUPE_TRANSPORT
-  const char* engine_setting;  // TROUPE_FABRIC ("" leaves it unset)
+  const char* engine_setting;  // TROUPE_ENGINE ("" leaves it unset)
   int victim;
   moment when;
   int leaver = -1;  // a survivor that destroys its world right after failing
@@ -61,9 +61,9 @@ void run_until_failure(process_group& pg, std::int64_t len, int rounds) {
 bool rank_body(const plan& p, const std::string& path, board& b, int r) {
   ::setenv("TROUPE_TRANSPORT", p.transport, 1);
   if (*p.engine_setting)
-    ::setenv("TROUPE_FABRIC", p.engine_setting, 1);
+    ::setenv("TROUPE_ENGINE", p.engine_setting, 1);
   else
-    ::unsetenv("TROUPE_FABRIC");
+    ::unsetenv("TROUPE_ENGINE");
   auto s = std::make_shared<file_store>(path, 20s);
   world w{test::child_world(s, r, ranks, 20s)};
   auto& pg = w.default_group();
@@ -182,7 +182,7 @@ void run(const plan& p) {
 bool p2p_body(const char* transport, bool lent, const std::string& path, board& b, int r) {
   constexpr int victim = ranks - 1;
   ::setenv("TROUPE_TRANSPORT", transport, 1);
-  ::unsetenv("TROUPE_FABRIC");
+  ::unsetenv("TROUPE_ENGINE");
   auto s = std::make_shared<file_store>(path, 20s);
   world w{test::child_world(s, r, ranks, 20s)};
   auto& pg = w.default_group();
@@ -295,12 +295,12 @@ TEST_CASE("over TCP, a rank killed in large allreduces (reader threads) fails ev
 }
 
 TEST_CASE("over TCP on the group actors, rank 0 killed fails every survivor in 2 s") {
-  run({"tcp, group actors", "tcp", "off", 0, moment::small_loop});
+  run({"tcp, group actors", "tcp", "actors", 0, moment::small_loop});
 }
 
 TEST_CASE("a survivor that leaves at once after failing is not blamed; the killed rank is") {
   run({"tcp, one survivor leaves", "tcp", "", 2, moment::large_loop, 3});
-  run({"group actors, one survivor leaves", "tcp", "off", 1, moment::small_loop, 0});
+  run({"group actors, one survivor leaves", "tcp", "actors", 1, moment::small_loop, 0});
   run({"shm, one survivor leaves", "auto", "", 0, moment::small_loop, 1});
 }
 
@@ -348,7 +348,7 @@ TEST_CASE(
     auto& b = *test::shared_page<split_board>();
     auto codes = test::fork_ranks(2, [&](int r) {
       ::setenv("TROUPE_TRANSPORT", "shm", 1);
-      ::unsetenv("TROUPE_FABRIC");
+      ::unsetenv("TROUPE_ENGINE");
       auto s = std::make_shared<file_store>(path, 20s);
       world w{test::child_world(s, r, 2, 20s)};
       auto& pg = w.default_group();

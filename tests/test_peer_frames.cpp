@@ -72,11 +72,11 @@ void run_attack(const char* engine_setting,
   const auto path = test::temp_store_path();
   auto codes = test::fork_ranks(3, [&](int r) {
     ::setenv("TROUPE_TRANSPORT", "tcp", 1);
-    // The case's own route, whatever TROUPE_FABRIC the tests run under.
+    // The case's own route, whatever TROUPE_ENGINE the tests run under.
     if (*engine_setting)
-      ::setenv("TROUPE_FABRIC", engine_setting, 1);
+      ::setenv("TROUPE_ENGINE", engine_setting, 1);
     else
-      ::unsetenv("TROUPE_FABRIC");
+      ::unsetenv("TROUPE_ENGINE");
     auto s = std::make_shared<file_store>(path, 20s);
     world w{test::child_world(s, r, 3, 20s)};
     auto& pg = w.default_group();
@@ -167,7 +167,8 @@ TEST_CASE("a frame from a group rank out of range fails only that peer") {
 
 TEST_CASE("a frame claiming another member as its sender fails only that peer") {
   run_attack(
-      "off", [](const std::string&) { return frame("default", frame_collective, 1, 0, tensor{}); },
+      "actors",
+      [](const std::string&) { return frame("default", frame_collective, 1, 0, tensor{}); },
       "claims to come from group rank 0 (world rank 0), not from its own group rank 2");
 }
 
@@ -181,8 +182,8 @@ TEST_CASE("a frame for a group its sender is not a member of fails only that pee
       "of which it is not a member");
 }
 
-TEST_CASE("frames for operations far ahead are bounded per peer (fabric and group actors)") {
-  for (const char* engine_setting : {"", "off"}) {
+TEST_CASE("frames for operations far ahead are bounded per peer (inline engine and group actors)") {
+  for (const char* engine_setting : {"", "actors"}) {
     CAPTURE(std::string(engine_setting));
     run_attack(
         engine_setting,
@@ -362,16 +363,16 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "ranks that route collectives differently (TROUPE_FABRIC): every rank refuses the world") {
+    "ranks that route collectives differently (TROUPE_ENGINE): every rank refuses the world") {
   // Frames of the group actors are dropped unread by an inline engine and
   // the other way round: without the check such a job waits for a timeout.
   const auto path = test::temp_store_path();
   auto codes = test::fork_ranks(3, [&](int r) {
     ::setenv("TROUPE_TRANSPORT", "tcp", 1);
     if (r == 2)
-      ::setenv("TROUPE_FABRIC", "off", 1);
+      ::setenv("TROUPE_ENGINE", "actors", 1);
     else
-      ::unsetenv("TROUPE_FABRIC");
+      ::unsetenv("TROUPE_ENGINE");
     auto s = std::make_shared<file_store>(path, 20s);
     const auto start = std::chrono::steady_clock::now();
     try {
@@ -380,10 +381,10 @@ TEST_CASE(
     } catch (const error& e) {
       const std::string what = e.what();
       bool ok = expect(r, e.code() == errc::invalid_argument, "not invalid_argument: " + what);
-      ok &= expect(r, what.find("TROUPE_FABRIC") != std::string::npos, "not named: " + what);
-      ok &=
-          expect(r, what.find(r == 2 ? "rank 0 has 'on'" : "rank 2 has 'off'") != std::string::npos,
-                 "the other route is not named: " + what);
+      ok &= expect(r, what.find("TROUPE_ENGINE") != std::string::npos, "not named: " + what);
+      ok &= expect(
+          r, what.find(r == 2 ? "rank 0 has 'inline'" : "rank 2 has 'actors'") != std::string::npos,
+          "the other route is not named: " + what);
       ok &= expect(r, std::chrono::steady_clock::now() - start < 10s, "found late: " + what);
       return ok;
     }

@@ -697,8 +697,8 @@ TEST_CASE("over TCP, large allreduces of different sizes fail on both ranks, nam
 }
 
 TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming it") {
-  // auto: the shared-memory fabric sees the process end through a pidfd;
-  // tcp: the message fabric through the connection's end.
+  // auto: the shared-memory inline engine sees the process end through a pidfd;
+  // tcp: the message engine through the connection's end.
   for (const char* transport : {"auto", "tcp"}) {
     CAPTURE(transport);
     auto codes = run_processes(3, 3, transport, [](world& w) {
@@ -774,7 +774,7 @@ TEST_CASE("over TCP, a small allreduce a peer never joins times out naming it; k
     auto t = tensor::from_vector<float>({1.f, 2.f});
     bool ok = true;
     // Rank 0 calls allreduce, rank 1 barrier, at the same sequence number:
-    // both run on the message fabric, and each names the other's call.
+    // both run on the message engine, and each names the other's call.
     try {
       if (w.rank() == 0)
         pg.allreduce(tensor_list{t}, {.timeout = 5000ms}).wait();

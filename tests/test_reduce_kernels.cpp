@@ -502,7 +502,7 @@ TEST_CASE("the AVX2 build of the kernels gives the baseline build's bits") {
       CAPTURE(to_string(k));
       // NaN payloads compare by bits too: both builds must take the same path.
       CHECK(std::memcmp(a.data(), b.data(), bytes) == 0);
-      // In place (dst is the first source) as the fabric calls it.
+      // In place (dst is the first source) as the inline engine calls it.
       auto c = srcs[0], d = srcs[0];
       std::vector<const void*> pc{c.data(), srcs[1].data(), srcs[2].data()};
       std::vector<const void*> pd{d.data(), srcs[1].data(), srcs[2].data()};

@@ -442,10 +442,10 @@ TEST_CASE("an exception from an on_complete callback stays with the callback") {
 }
 
 TEST_CASE("waiting on a then() continuation drives the operation it continues") {
-  // A fabric operation moves in the thread that waits for it: the
+  // An inline operation moves in the thread that waits for it: the
   // continuation's wait must drive it (else it moves on the watchdog's tick).
-  // About the fabric: it runs with the fabric whatever TROUPE_FABRIC says.
-  troupe::test::scoped_env fabric{"TROUPE_FABRIC", nullptr};
+  // About the inline engine: it runs on it whatever TROUPE_ENGINE says.
+  troupe::test::scoped_env engine{"TROUPE_ENGINE", nullptr};
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
     for (int i = 0; i < 10; ++i) {

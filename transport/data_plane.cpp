@@ -180,10 +180,10 @@ void data_plane::connect(store& s, rendezvous& rdv) {
   // wait for a timeout. Every rank read the same entries: all of them say it.
   if (!differ.empty())
     throw error(errc::invalid_argument,
-                "world: rank " + std::to_string(me) + " runs collectives with TROUPE_FABRIC '" +
+                "world: rank " + std::to_string(me) + " runs collectives with TROUPE_ENGINE '" +
                     opts_.route + "' but " + differ +
                     (differing > 4 ? " (and " + std::to_string(differing - 4) + " more)" : "") +
-                    "; every rank of a job must use the same TROUPE_FABRIC");
+                    "; every rank of a job must use the same TROUPE_ENGINE");
   // Ring readers linger only while every rank of this host may have a CPU
   // of its own (as waits spin only then): with more ranks than CPUs the
   // readers' yields take turns with the ranks' own (7 processes on 2 CPUs,

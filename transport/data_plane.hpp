@@ -73,10 +73,10 @@ struct data_plane_options {
   /// (tcp_choose_congestion): auto, system or a name.
   std::string congestion = "auto";
   std::chrono::milliseconds timeout{30000};
-  /// How this rank's groups run collectives (TROUPE_FABRIC: on, off, staged,
-  /// messages): every rank of a job must say the same, as frames of one
-  /// route are not read by the other.
-  std::string route = "on";
+  /// How this rank's groups run collectives (TROUPE_ENGINE: inline,
+  /// messages, staged, actors): every rank of a job must say the same, as
+  /// frames of one route are not read by the other.
+  std::string route = "inline";
 };
 
 class data_plane : public std::enable_shared_from_this<data_plane> {
@@ -186,7 +186,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
     /// posted for it), asked before it is read; may be empty.
     inline_place p2p_place;
     /// What a loan needs said (p2p_envelope::lent, returned, withdrawn: the
-    /// mailbox's). Empty on the group actors' path (TROUPE_FABRIC=off in
+    /// mailbox's). Empty on the group actors' path (TROUPE_ENGINE=actors in
     /// this process only): a lent message is then copied here into a
     /// message of its own, its loan returned at once.
     std::function<void(p2p_envelope)> loan;

@@ -28,7 +28,7 @@
 /// find_failing_seed sweeps seeds for a schedule that breaks a program.
 ///
 /// Limits: the ranks live in one process on the inline engine (the default;
-/// not with TROUPE_FABRIC=off); continuations (on_complete, then) run when a
+/// not with TROUPE_ENGINE=actors); continuations (on_complete, then) run when a
 /// rank waits, not on their own; a rank must not block outside troupe calls
 /// (on a mutex another rank holds, say) or the schedule waits forever.
 

@@ -31,7 +31,7 @@ std::size_t round_up(std::size_t n, std::size_t to) {
 }
 
 /// Every segment's name starts so; open() maps nothing else.
-constexpr const char* segment_prefix = "troupe-fabric-";
+constexpr const char* segment_prefix = "troupe-segment-";
 
 std::string fresh_name() {
   std::random_device rd;

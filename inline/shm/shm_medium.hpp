@@ -21,7 +21,7 @@ class shm_medium final : public medium {
  public:
   /// Every rank must have written its pid into `seg` already. Without
   /// `allow_direct`, ranks of one process stage through the segment as ranks
-  /// of several processes do (TROUPE_FABRIC=staged, for tests and comparisons).
+  /// of several processes do (TROUPE_ENGINE=staged, for tests and comparisons).
   shm_medium(std::unique_ptr<segment> seg, int rank, std::string group,
              std::vector<std::string> names, bool allow_direct);
   ~shm_medium() override;

@@ -2,7 +2,7 @@
 // The threads that complete torch futures for troupe works.
 //
 // troupe runs on_complete callbacks on the thread that completes a work: a
-// waiting thread, a reader thread or the fabric's progress thread. Torch
+// waiting thread, a reader thread or the inline engine's progress thread. Torch
 // runs a future's callbacks in markCompleted, and those may block on other
 // futures (PowerSGD's Python hook waits on an allreduce inside a then()
 // callback) or issue new collectives. Run on troupe's threads, such a

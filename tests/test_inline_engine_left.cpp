@@ -1,4 +1,4 @@
-// The fabric and a rank that left after finishing its part: the operation
+// The inline engine and a rank that left after finishing its part: the operation
 // was blocked on it, its last message and its goodbye arrived together, and
 // the one more try that takes the message moves the operation on to wait for
 // a rank that is still there. It must wait on, not fail blaming the rank that

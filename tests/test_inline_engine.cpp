@@ -1,7 +1,7 @@
-// The shared-memory fabric (fabric/): allreduce for groups whose ranks share
+// The inline engine on the shared segment (inline/shm/): allreduce for groups whose ranks share
 // a host. Results across the small/chunked boundaries, bytes copied per byte
 // reduced, progress without a waiting thread, issue from one thread for
-// every rank, timeouts, a rank that leaves, abort, TROUPE_FABRIC=off, and
+// every rank, timeouts, a rank that leaves, abort, TROUPE_ENGINE=actors, and
 // outputs streamed past the caches (kernels/stream_copy.hpp).
 
 #include <doctest/doctest.h>
@@ -46,17 +46,17 @@ tensor filled(std::int64_t len, T v) {
 
 /// Runs the test body with ranks of one process reading each other's buffers
 /// (direct) and staging through the segment as separate processes do.
-struct fabric_mode {
-  explicit fabric_mode(bool staged) {
-    if (staged) ::setenv("TROUPE_FABRIC", "staged", 1);
+struct engine_mode {
+  explicit engine_mode(bool staged) {
+    if (staged) ::setenv("TROUPE_ENGINE", "staged", 1);
   }
-  ~fabric_mode() { ::unsetenv("TROUPE_FABRIC"); }
+  ~engine_mode() { ::unsetenv("TROUPE_ENGINE"); }
 };
 
-TEST_CASE("fabric allreduce matches the reference across the small and chunked paths") {
+TEST_CASE("inline allreduce matches the reference across the small and chunked paths") {
   for (bool staged : {false, true}) {
     CAPTURE(staged);
-    fabric_mode mode{staged};
+    engine_mode mode{staged};
     for (int n : {2, 3, 4, 7}) {
       CAPTURE(n);
       const auto shape = detail::shape_for(n);
@@ -77,21 +77,21 @@ TEST_CASE("fabric allreduce matches the reference across the small and chunked p
             pg.allreduce(x, op).wait();
             ref::check_close(
                 x, ref::reduce(inputs, op, dtype::float32),
-                ct::name("fabric allreduce", dtype::float32, len) + " " + op.to_string());
+                ct::name("inline allreduce", dtype::float32, len) + " " + op.to_string());
           }
         // Integers: exact, and MIN over a chunked buffer.
         auto ints = ct::per_rank(dtype::int64, n, chunk + 3, 5);
         auto y = ref::make(dtype::int64, ints[static_cast<std::size_t>(w.rank())]);
         pg.allreduce(y, reduce_op::MIN).wait();
         ref::check_close(y, ref::reduce(ints, reduce_op(reduce_op::MIN), dtype::int64),
-                         "fabric MIN int64");
+                         "inline MIN int64");
       });
-      CHECK(reduced_so_far() > before);  // the fabric ran them
+      CHECK(reduced_so_far() > before);  // the inline engine ran them
     }
   }
 }
 
-TEST_CASE("fabric allreduce copies one or two bytes per byte reduced, nothing more") {
+TEST_CASE("inline allreduce copies one or two bytes per byte reduced, nothing more") {
   // Staged (ranks in separate processes): stage (n-1)/n, own part 1/n, gather
   // (n-1)/n: (2n-1)/n·N per rank; with 2 ranks each stages its whole buffer
   // and reduces the other's copy in place: N. Direct (one process): each rank
@@ -99,7 +99,7 @@ TEST_CASE("fabric allreduce copies one or two bytes per byte reduced, nothing mo
   // messages, no private copies.
   for (bool staged : {false, true})
     for (int n : {2, 4}) {
-      fabric_mode mode{staged};
+      engine_mode mode{staged};
       const std::int64_t len = 4 << 20;  // 16 MiB of float32
       const auto copied0 = detail::inline_stats().copied.load();
       const auto reduced0 = detail::inline_stats().reduced.load();
@@ -121,7 +121,7 @@ TEST_CASE("fabric allreduce copies one or two bytes per byte reduced, nothing mo
     }
 }
 
-TEST_CASE("fabric allreduce completes and runs callbacks although nobody waits") {
+TEST_CASE("inline allreduce completes and runs callbacks although nobody waits") {
   testing::run_ranks(3, [](world& w) {
     auto x = filled<float>(100000, 2.0f);
     std::promise<bool> done;
@@ -155,7 +155,7 @@ TEST_CASE("one thread can issue the allreduce of every rank, then wait") {
   for (auto& x : xs) CHECK(x.to_vector<std::int32_t>()[2] == 4);
 }
 
-TEST_CASE("a fabric allreduce a peer never joins times out, and the fabric stops") {
+TEST_CASE("a inline allreduce a peer never joins times out, and the engine stops") {
   auto ws = make_worlds(2);
   auto x = filled<float>(8, 1.0f);
   auto& pg = ws[0]->default_group();
@@ -168,7 +168,7 @@ TEST_CASE("a fabric allreduce a peer never joins times out, and the fabric stops
               {"allreduce", "stopped after an earlier failure", "Timed out after 300 ms"});
 }
 
-TEST_CASE("a rank that leaves fails the fabric allreduce waiting for it, at once") {
+TEST_CASE("a rank that leaves fails the inline allreduce waiting for it, at once") {
   auto ws = make_worlds(3);
   auto x = filled<float>(200000, 1.0f);
   auto wk = ws[0]->default_group().allreduce(tensor_list{x}, {.timeout = 20s});
@@ -179,7 +179,7 @@ TEST_CASE("a rank that leaves fails the fabric allreduce waiting for it, at once
   ws[1]->abort("test over");
 }
 
-TEST_CASE("abort fails a pending fabric allreduce") {
+TEST_CASE("abort fails a pending inline allreduce") {
   auto ws = make_worlds(2);
   auto x = filled<float>(5, 1.0f);
   auto wk = ws[1]->default_group().allreduce(tensor_list{x}, {.timeout = 20s});
@@ -187,15 +187,15 @@ TEST_CASE("abort fails a pending fabric allreduce") {
   check_error([&] { wk.wait(); }, errc::aborted, {"allreduce", "stopped by the test"});
 }
 
-TEST_CASE("TROUPE_FABRIC=off keeps allreduce on the actor path") {
-  ::setenv("TROUPE_FABRIC", "off", 1);
+TEST_CASE("TROUPE_ENGINE=actors keeps allreduce on the actor path") {
+  ::setenv("TROUPE_ENGINE", "actors", 1);
   const auto before = reduced_so_far();
   testing::run_ranks(2, [](world& w) {
     auto x = filled<float>(1000, 1.0f);
     w.default_group().allreduce(x).wait();
     CHECK(x.to_vector<float>()[999] == 2.0f);
   });
-  ::unsetenv("TROUPE_FABRIC");
+  ::unsetenv("TROUPE_ENGINE");
   CHECK(reduced_so_far() == before);
 }
 
@@ -206,7 +206,7 @@ TEST_CASE("outputs streamed past the caches arrive byte for byte") {
   detail::set_stream_threshold(1);
   for (bool staged : {false, true}) {
     CAPTURE(staged);
-    fabric_mode mode{staged};
+    engine_mode mode{staged};
     for (int n : {2, 3, 4}) {
       CAPTURE(n);
       testing::run_ranks(n, [&](world& w) {
@@ -308,7 +308,7 @@ TEST_CASE("an operation that throws bad_alloc or anything else fails its work, n
   // Submitting steps the operation at once: the work fails, nothing escapes.
   auto a = submit_throwing(*f, std::bad_alloc{});
   check_error([&] { a.wait(); }, errc::internal, {"allreduce on group 'g'", "internal error"});
-  // The fabric stopped (the protocol state is unknown): later calls say why.
+  // The engine stopped (the protocol state is unknown): later calls say why.
   auto b = submit_throwing(*f, 42);
   check_error([&] { b.wait(); }, errc::aborted, {"earlier failure"});
 }
