@@ -18,7 +18,10 @@
 /// use (twice for a layer checkpointed twice), which only static_graph
 /// accepts (torch's rule). Calling autograd::grad() or passing `inputs` to
 /// backward through a checkpoint is refused, as torch refuses it. CPU
-/// tensors only (no CUDA generator state is kept).
+/// tensors only (no CUDA generator state is kept). The CPU generator is the
+/// process's: ranks that share a process and draw random numbers inside
+/// checkpointed functions at the same time disturb each other's draws (give
+/// such functions generators of their own).
 
 #include <ATen/core/Tensor.h>
 
