@@ -34,7 +34,7 @@
 #include "troupe/tensor.hpp"
 
 namespace troupe::detail {
-class transport;
+class actor_peers;
 /// One request to the store and where its answer goes (never leaves the
 /// process; defined with the store's wire types in store/store_actor.hpp).
 struct store_call;
@@ -57,7 +57,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::p2p_envelope)
 #define TROUPE_TENSOR_LIST_MESSAGE_TYPE
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::tensor_list)
 #endif
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<troupe::detail::transport>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<troupe::detail::actor_peers>)
 
 namespace troupe::detail {
 
@@ -92,7 +92,7 @@ using group_actor = caf::typed_actor<
     // Fails every pending operation with the reason; later calls fail too.
     caf::reacts_to<abort_atom, std::string>,
     // Installs the transport to the peers (once, before any call); answers when done.
-    caf::replies_to<peers_atom, std::shared_ptr<transport>>::with<bool>>;
+    caf::replies_to<peers_atom, std::shared_ptr<actor_peers>>::with<bool>>;
 
 /// The rank's work relay.
 using relay_actor = caf::typed_actor<

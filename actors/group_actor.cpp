@@ -10,8 +10,8 @@
 #include <map>
 #include <optional>
 
+#include "actors/actor_peers.hpp"
 #include "actors/thread_logger.hpp"
-#include "actors/transport.hpp"
 #include "algorithms/algorithm.hpp"
 #include "transport/frame.hpp"
 #include "troupe/error.hpp"
@@ -22,7 +22,7 @@ namespace {
 /// The op_context of a running collective: sends go through the transport.
 class actor_op_context final : public op_context {
  public:
-  actor_op_context(int rank, int size, collective_call& call, std::uint64_t seq, transport& net)
+  actor_op_context(int rank, int size, collective_call& call, std::uint64_t seq, actor_peers& net)
       : op_context(rank, size, call), seq_(seq), net_(net) {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
     net_.send(peer, envelope{seq_, step, rank(), call().code, std::move(payload), std::move(fp)});
@@ -31,7 +31,7 @@ class actor_op_context final : public op_context {
 
  private:
   std::uint64_t seq_;
-  transport& net_;
+  actor_peers& net_;
 };
 
 using clock = std::chrono::steady_clock;
@@ -54,7 +54,7 @@ struct pending_recv {
 
 struct group_state {
   group_info info;
-  std::shared_ptr<transport> net;
+  std::shared_ptr<actor_peers> net;
   std::uint64_t issued = 0;  // collectives issued; the last one has seq == issued
   std::map<std::uint64_t, running_op> ops;
   std::map<std::uint64_t, std::vector<envelope>> early;  // data for calls not made yet
@@ -68,9 +68,9 @@ struct group_state {
   std::map<std::uint64_t, pending_recv> recvs;  // by post order
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
-  std::optional<clock::time_point> next_tick;           // when the pending timeout message fires
-  std::map<int, std::string> gone;                      // peers that left -> why
-  std::vector<std::function<void()>> before_transport;  // see until_transport
+  std::optional<clock::time_point> next_tick;       // when the pending timeout message fires
+  std::map<int, std::string> gone;                  // peers that left -> why
+  std::vector<std::function<void()>> before_peers;  // see until_peers
   static inline const char* name = "troupe.group";
 };
 
@@ -353,14 +353,14 @@ void on_gone(self_ptr self, int world_rank, const std::string& why, bool crashed
     peer_left(self, peer, reason);
 }
 
-/// Whether `handle` must wait for the transport (the peers_atom message that
+/// Whether `handle` must wait for the peers (the peers_atom message that
 /// follows the actor's spawn): what the data plane or a peer in this process
 /// sends before it (a death it knew of, data of a peer that was quicker) is
-/// kept and handled in order once the transport is there.
+/// kept and handled in order once the peers are there.
 template <class F>
-bool until_transport(self_ptr self, F handle) {
+bool until_peers(self_ptr self, F handle) {
   if (self->state.net) return false;
-  self->state.before_transport.emplace_back(std::move(handle));
+  self->state.before_peers.emplace_back(std::move(handle));
   return true;
 }
 
@@ -452,20 +452,19 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           return rp;
         },
         [self](data_atom, envelope& env) {
-          if (!until_transport(self, [self, env]() mutable { on_data(self, env); }))
-            on_data(self, env);
+          if (!until_peers(self, [self, env]() mutable { on_data(self, env); })) on_data(self, env);
         },
         [self](msg_atom, p2p_envelope& msg) {
-          if (!until_transport(self, [self, msg]() mutable { on_message(self, msg); }))
+          if (!until_peers(self, [self, msg]() mutable { on_message(self, msg); }))
             on_message(self, msg);
         },
         [self](timeout_atom) { on_tick(self); },
         [self](gone_atom, int world_rank, std::string& why, bool crashed) {
-          if (!until_transport(self, [=] { on_gone(self, world_rank, why, crashed); }))
+          if (!until_peers(self, [=] { on_gone(self, world_rank, why, crashed); }))
             on_gone(self, world_rank, why, crashed);
         },
         [self](abort_atom, std::string& reason) { fail_everything(self, errc::aborted, reason); },
-        [self](peers_atom, std::shared_ptr<transport>& net) {
+        [self](peers_atom, std::shared_ptr<actor_peers>& net) {
           auto& st = self->state;
           st.net = std::move(net);
           auto peers = st.net->watch_list();
@@ -482,7 +481,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
                 if (auto a = caf::actor_cast<caf::actor>(peers[r]))
                   caf::anon_send(a, gone_atom::value, me, std::string("its world ended"), false);
           });
-          auto kept = std::move(st.before_transport);
+          auto kept = std::move(st.before_peers);
           for (auto& handle : kept) handle();
           return true;
         },

@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "actors/actor_peers.hpp"
 #include "actors/actors.hpp"
-#include "actors/transport.hpp"
 
 namespace troupe::detail {
 
-class in_process_transport final : public transport {
+class in_process_peers final : public actor_peers {
  public:
-  in_process_transport(std::vector<group_actor> peers, std::vector<int> global_ranks)
+  in_process_peers(std::vector<group_actor> peers, std::vector<int> global_ranks)
       : peers_(std::move(peers)), global_ranks_(std::move(global_ranks)) {}
   void send(int peer, envelope env) override;
   void send(int peer, p2p_envelope env) override;

@@ -7,18 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "actors/actor_peers.hpp"
 #include "actors/actors.hpp"
-#include "actors/transport.hpp"
 #include "transport/data_plane.hpp"
 
 namespace troupe::detail {
 
-class mixed_transport final : public transport {
+class mixed_peers final : public actor_peers {
  public:
   /// `local[r]` is the group actor of group rank r when it lives in this
   /// process, a null handle otherwise.
-  mixed_transport(std::vector<group_actor> local, std::vector<int> global_ranks,
-                  std::shared_ptr<data_plane> dp, std::string group)
+  mixed_peers(std::vector<group_actor> local, std::vector<int> global_ranks,
+              std::shared_ptr<data_plane> dp, std::string group)
       : local_(std::move(local)),
         global_ranks_(std::move(global_ranks)),
         dp_(std::move(dp)),

@@ -18,6 +18,7 @@
 #include "base/wait_policy.hpp"
 #include "store/watchful_store.hpp"
 #include "transport/data_plane.hpp"
+#include "transport/link.hpp"
 #include "transport/rendezvous.hpp"
 #include "transport/tcp_stream.hpp"
 #include "troupe/error.hpp"
@@ -217,9 +218,10 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   dp.bind_address = env("TROUPE_BIND_ADDR").empty() ? o.bind_address : env("TROUPE_BIND_ADDR");
   dp.transport = env("TROUPE_TRANSPORT").empty() ? o.transport : env("TROUPE_TRANSPORT");
   dp.timeout = o.timeout;
-  if (dp.transport != "auto" && dp.transport != "tcp" && dp.transport != "shm")
+  if (dp.transport != "auto" && dp.transport != "tcp" && !detail::find_transport(dp.transport))
     invalid("world: transport '" + dp.transport +
-            "' (world_options.transport or TROUPE_TRANSPORT)" + " is not one of auto, tcp, shm");
+            "' (world_options.transport or TROUPE_TRANSPORT) is not auto, tcp or a registered "
+            "transport (shm)");
   dp.congestion = congestion;
   dp.route = detail::to_string(engines);
   auto plane = std::make_shared<detail::data_plane>(dp);

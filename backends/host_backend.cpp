@@ -93,12 +93,11 @@ host_backend::host_backend(const backend_context& ctx)
     }
     peers.push_back(p);
   }
-  std::shared_ptr<transport> net;
+  std::shared_ptr<actor_peers> net;
   if (mixed)
-    net = std::make_shared<mixed_transport>(std::move(peers), ctx.global_ranks, plane,
-                                            ctx.group_name);
+    net = std::make_shared<mixed_peers>(std::move(peers), ctx.global_ranks, plane, ctx.group_name);
   else
-    net = std::make_shared<in_process_transport>(std::move(peers), ctx.global_ranks);
+    net = std::make_shared<in_process_peers>(std::move(peers), ctx.global_ranks);
   thread_logger_release release;  // after the scoped actor (actors/thread_logger.hpp)
   caf::scoped_actor self{rt_.system()};
   self->request(group_, caf::infinite, peers_atom::value, net)

@@ -70,7 +70,7 @@ std::uint64_t hash_even_counts(std::size_t n, std::int64_t count);
 std::string describe_disagreement(const std::vector<call_fingerprint>& fps,
                                   std::vector<int> ranks = {});
 /// Thrown by the agreement checks ("collective mismatch: <why>",
-/// errc::mismatch): every rank refuses the call alike, so a inline engine steps past
+/// errc::mismatch): every rank refuses the call alike, so an inline engine steps past
 /// it (another failure leaves the protocol state unknown).
 class disagreement_error : public error {
  public:

@@ -207,7 +207,7 @@ void work::on_complete(std::function<void(const work&)> fn) const {
 work work::then(std::function<tensor_list(const work&)> fn) const {
   auto& s = checked(state_);
   auto next = make(std::string(s.op) + ".then", s.group, s.seq.load());
-  // Waiting on the continuation drives the operation it continues (a inline engine
+  // Waiting on the continuation drives the operation it continues (an inline engine
   // operation moves in the thread that waits for it; without this it would
   // move only on the inline engine's watchdog tick).
   if (s.driver) next.state_->driver = std::make_shared<parent_driver>(state_);

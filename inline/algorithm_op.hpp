@@ -1,5 +1,5 @@
 #pragma once
-// algorithm_op — runs one of troupe's algorithms (algorithms/) as a inline engine
+// algorithm_op — runs one of troupe's algorithms (algorithms/) as an inline engine
 // operation over the data plane's connections (message_medium): the state machine
 // the group actor would run, driven instead by the thread that waits for it.
 // Messages leave from that thread and are taken from the group's inbox.

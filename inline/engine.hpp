@@ -189,7 +189,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   int size() const noexcept;
 
   /// Records that this rank issued collective `code` as sequence number `seq`
-  /// on engine `r`, so that a peer blocked in a inline operation of another
+  /// on engine `r`, so that a peer blocked in an inline operation of another
   /// kind, or on another engine, can tell.
   void announce(std::uint64_t seq, std::uint8_t code, route r);
   /// Operations read the peers' announcements from `m` (the shared-memory

@@ -1,5 +1,5 @@
 #pragma once
-// medium — what a inline engine's operations travel through (inline/engine.hpp):
+// medium — what an inline engine's operations travel through (inline/engine.hpp):
 // the group's shared segment (shm_medium) or the data plane's connections
 // (message_medium). The inline engine drives the operations; the medium says how to wait
 // for a peer, whether a peer is lost, and brings incoming data within reach.

@@ -155,7 +155,7 @@ TEST_CASE("one thread can issue the allreduce of every rank, then wait") {
   for (auto& x : xs) CHECK(x.to_vector<std::int32_t>()[2] == 4);
 }
 
-TEST_CASE("a inline allreduce a peer never joins times out, and the engine stops") {
+TEST_CASE("an inline allreduce a peer never joins times out, and the engine stops") {
   auto ws = make_worlds(2);
   auto x = filled<float>(8, 1.0f);
   auto& pg = ws[0]->default_group();

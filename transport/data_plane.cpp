@@ -19,6 +19,7 @@
 #include "base/wait_policy.hpp"
 #include "memory/peer_memory.hpp"
 #include "transport/data_plane_parts.hpp"
+#include "transport/link.hpp"
 #include "transport/rendezvous.hpp"
 #include "transport/shm_ring.hpp"
 #include "troupe/error.hpp"
@@ -48,8 +49,6 @@ std::string host_name() {
 }
 
 namespace {
-
-constexpr std::size_t ring_capacity = std::size_t{4} << 20;
 
 /// "host port" as the store holds it.
 std::pair<std::string, std::uint16_t> parse_address(int r, const std::string& addr) {
@@ -99,9 +98,9 @@ void data_plane::close_once() {
   {
     std::lock_guard<std::mutex> g{mtx_};
     for (auto& p : peers_) {
-      if (p->out_ring) p->out_ring->close();
+      if (p->out_link) p->out_link->close();
       if (p->out_socket) p->out_socket->close();
-      if (p->in_ring) p->in_ring->close();
+      if (p->in_link) p->in_link->close();
       if (p->in_socket) p->in_socket->close();
     }
   }
@@ -231,10 +230,11 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     p.out_socket = std::make_unique<tcp_stream>(fd);
     tcp_choose_congestion(fd, opts_.congestion);  // before its first byte
     hello h{opts_.token, me, static_cast<std::int32_t>(::getpid()), host_name(), opts_.job, {}};
-    if (p.same_host && opts_.transport != "tcp") {
-      p.out_ring = shm_ring::create(
-          std::string(ring_prefix) + std::to_string(me) + "-" + std::to_string(r), ring_capacity);
-      h.ring = p.out_ring->name();
+    // A transport's link, where one joins the pair (transport/link.hpp).
+    const auto* link = transport_for(opts_.transport, {me, r, p.same_host, 0});
+    if (link) {
+      p.out_link = link->open_out({me, r, p.same_host, 0});
+      h.link = link->name + " " + p.out_link->address();
     }
     const auto bytes = encode_hello(h);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -260,14 +260,14 @@ void data_plane::connect(store& s, rendezvous& rdv) {
                                      std::to_string(port) +
                                      " closed this rank's connection without accepting it (a "
                                      "wrong job token, or it gave up building its world)");
-    // 1: it opened the ring (nothing else may now); 2: it cannot, and reads
+    // 1: it opened the link (nothing else may now); 2: it cannot, and reads
     // this rank's frames from the socket.
-    if (ack == 2) {
-      p.out_ring.reset();
-      p.memory_closed = true;
+    if (ack == 2 && p.out_link) {
+      p.out_link.reset();
+      if (link->maps_memory) p.memory_closed = true;
     }
-    if (p.out_ring) p.out_ring->opened_by_reader();
-    p.out = p.out_ring ? static_cast<byte_stream*>(p.out_ring.get()) : p.out_socket.get();
+    if (p.out_link) p.out_link->opened();
+    p.out = p.out_link ? static_cast<byte_stream*>(p.out_link.get()) : p.out_socket.get();
   }
   // 4. Wait until every process peer connected to us.
   const std::string what = "connect to rank " + std::to_string(me);

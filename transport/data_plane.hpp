@@ -21,7 +21,7 @@
 // most) and joined as soon as its connection ends.
 // Receipt: a reader thread per incoming connection decodes frames straight
 // into tensors and hands them to the local group actor named in the frame,
-// or (inline frames) to the group's inline engine sink; a inline engine payload goes
+// or (inline frames) to the group's inline engine sink; an inline engine payload goes
 // straight into the tensor its operation posted for it, when there is one
 // (the output: the receiver then copies nothing). A thread waiting for a
 // inline operation may read a TCP connection itself (pump): a socket read by
@@ -137,7 +137,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// Where inline frames for `group` go (called on the thread that read
   /// them); answers why it refuses the frame ("": taken), which fails the peer.
   using inline_sink = std::function<std::string(received_frame&)>;
-  /// Where the payload of a inline frame for `group` may be read to (a
+  /// Where the payload of an inline frame for `group` may be read to (a
   /// receive posted in advance, frame.hpp), asked before it is read.
   using inline_place = std::function<posted_receive(const frame_header&)>;
   /// `members[r]`: the world rank of group rank r (frames are checked against them).
@@ -163,7 +163,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// Why world rank r failed (its connection ended without a goodbye or was
   /// dropped for bad frames); empty while it did not.
   std::string crash_reason(int r);
-  /// How many peers failed so far; shared, so that a inline engine checks it with
+  /// How many peers failed so far; shared, so that an inline engine checks it with
   /// one load while the data plane may already be gone.
   std::shared_ptr<const std::atomic<std::uint32_t>> crashed() const noexcept { return crashes_; }
   /// Set once this process sent or received a point-to-point message

@@ -111,15 +111,25 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
     std::lock_guard<std::mutex> g{mtx_};
     if (p.in_socket) return refuse_fd("rank " + std::to_string(r) + " is already connected");
   }
-  // The ring it offers; when this process cannot open it (a peer process
-  // that is not dumpable keeps its /proc/PID/fd to itself), its frames come
-  // over the socket instead, and the answer (2) tells it so.
-  std::unique_ptr<shm_ring> in_ring;
-  std::string no_ring;
-  try {
-    if (!h.ring.empty()) in_ring = shm_ring::open(h.ring, h.pid, ring_prefix);
-  } catch (const std::exception& e) {
-    no_ring = e.what();
+  // The link it offers (transport/link.hpp: "NAME ADDRESS"); when this
+  // process cannot open it (a transport it lacks; for shared memory, a peer
+  // process that is not dumpable keeps its /proc/PID/fd to itself), its
+  // frames come over the socket instead, and the answer (2) tells it so.
+  std::unique_ptr<link_in> in_link;
+  std::string no_link;
+  bool memory_link = false;
+  if (!h.link.empty()) {
+    const auto space = h.link.find(' ');
+    const auto name = h.link.substr(0, space);
+    try {
+      const auto* kind = find_transport(name);
+      if (!kind) throw error(errc::backend, "no transport '" + name + "' in this process");
+      memory_link = kind->maps_memory;
+      in_link = kind->open_in(space == std::string::npos ? std::string() : h.link.substr(space + 1),
+                              {r, opts_.rank, p.same_host, h.pid});
+    } catch (const std::exception& e) {
+      no_link = e.what();
+    }
   }
   // From here on it is a peer: blocking reads in its reader, no delay on its frames.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -127,36 +137,36 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   auto sock = std::make_unique<tcp_stream>(fd);
   tcp_set_read_timeout(fd, std::chrono::milliseconds(0));
-  char ack = no_ring.empty() ? 1 : 2;
-  if (!no_ring.empty()) p.memory_closed = true;  // before it hears so
+  char ack = no_link.empty() ? 1 : 2;
+  if (!no_link.empty() && memory_link) p.memory_closed = true;  // before it hears so
   if (!sock->write(&ack, 1)) return;
-  if (!no_ring.empty())
-    std::fprintf(stderr, "[troupe rank %d] reading %s over its socket, not shared memory: %s\n",
-                 opts_.rank, describe(r).c_str(), no_ring.c_str());
+  if (!no_link.empty())
+    std::fprintf(stderr, "[troupe rank %d] reading %s over its socket, not its link: %s\n",
+                 opts_.rank, describe(r).c_str(), no_link.c_str());
   auto* raw = sock.get();
   {
     std::lock_guard<std::mutex> g{mtx_};
     if (stopping_ || p.in_socket) return;  // the socket closes with `sock`
     p.in_socket = std::move(sock);
-    p.in_ring = std::move(in_ring);
+    p.in_link = std::move(in_link);
     ++connected_;
   }
   connected_cv_.notify_all();
   bool started = spawn([this, r] { reader_loop(r); });
-  if (started && p.in_ring)
-    // Data comes through the ring; the socket only tells when the peer is gone.
+  if (started && p.in_link)
+    // Data comes through the link; the socket only tells when the peer is gone.
     started = spawn([this, r, raw] {
       char byte;
       while (raw->read(&byte, 1)) {
       }
-      if (auto& pr = at(r); pr.in_ring) pr.in_ring->close();
+      if (auto& pr = at(r); pr.in_link) pr.in_link->close();
     });
   if (!started) {
     std::fprintf(stderr, "[troupe rank %d] cannot start a reader thread for %s\n", opts_.rank,
                  describe(r).c_str());
     peer_gone(r, "this rank could not start a thread to read its connection", true);
     raw->close();
-    if (p.in_ring) p.in_ring->close();
+    if (p.in_link) p.in_link->close();
   }
 }
 

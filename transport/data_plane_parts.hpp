@@ -12,15 +12,10 @@
 
 #include "base/futex_lock.hpp"
 #include "transport/data_plane.hpp"
-#include "transport/shm_ring.hpp"
+#include "transport/link.hpp"
 #include "transport/tcp_stream.hpp"
 
 namespace troupe::detail {
-
-/// The name of every ring between two ranks' processes starts so
-/// ("troupe-ring-WRITER-READER"); a peer whose hello names another ring
-/// (or one this process cannot open) is read over its socket.
-inline constexpr const char* ring_prefix = "troupe-ring-";
 
 struct data_plane::peer {
   std::string process;  // identity of the peer's process
@@ -29,20 +24,20 @@ struct data_plane::peer {
   bool local = false;      // same process
   bool same_host = false;  // same host, other process
   // Set while the world forms when one of the two could not open the other's
-  // ring (a process that is not dumpable, or one the other may not look
-  // into): nothing of either is mapped by the other then (no loans, no
-  // segment), whichever direction failed.
+  // shared-memory link (a process that is not dumpable, or one the other may
+  // not look into): nothing of either is mapped by the other then (no loans,
+  // no segment), whichever direction failed.
   std::atomic<bool> memory_closed{false};
-  // Outgoing: the stream frames are written to, and the socket that carries
-  // them or (with shared memory) only proves liveness. Taken for every frame
+  // Outgoing: the stream frames are written to (a transport's link, else
+  // the socket), and the socket, which then only proves liveness. Taken for every frame
   // written (a writer blocked on a full socket holds it: the others sleep).
   futex_lock out_mtx;
   std::unique_ptr<tcp_stream> out_socket;
-  std::unique_ptr<shm_ring> out_ring;
+  std::unique_ptr<link_out> out_link;
   byte_stream* out = nullptr;
   // Incoming.
   std::unique_ptr<tcp_stream> in_socket;
-  std::unique_ptr<shm_ring> in_ring;
+  std::unique_ptr<link_in> in_link;  // a transport's link, else frames come over in_socket
   std::atomic<bool> gone{false};
   bool crashed = false;  // gone without a goodbye (set with gone_why, under mtx_)
   std::string gone_why;  // set (under mtx_) before `gone`

@@ -45,7 +45,7 @@ void data_plane::peer_gone(int r, const std::string& why, bool crashed, int caus
   if (crashed) crashes_->fetch_add(1);
   // Sends to it fail at once (not under out_mtx: a writer blocked on the
   // full ring of a dead peer holds it until the ring closes).
-  if (p.out_ring) p.out_ring->close();
+  if (p.out_link) p.out_link->close();
   if (p.out_socket) p.out_socket->close();
   for (auto& t : targets) t(r, why, crashed);
 }
@@ -58,7 +58,7 @@ void data_plane::reject(int r, const std::string& why) {
   std::lock_guard<std::mutex> g{mtx_};
   auto& p = at(r);
   if (p.in_socket) p.in_socket->close();  // its reader ends; the peer sees the end
-  if (p.in_ring) p.in_ring->close();
+  if (p.in_link) p.in_link->close();
 }
 
 }  // namespace troupe::detail

@@ -115,10 +115,10 @@ bool data_plane::drain(int r, bool& any) {
       if (h.kind == frame_p2p && rt->actor.p2p_place) return rt->actor.p2p_place(h);
       return posted_receive{};
     };
-    if (p.in_ring) {
-      why = p.reader.drain([&](void* d, std::size_t n) { return p.in_ring->read_some(d, n); },
+    if (p.in_link) {
+      why = p.reader.drain([&](void* d, std::size_t n) { return p.in_link->read_some(d, n); },
                            on_frame, place, admit_frame);
-      p.in_ring->publish_read();  // once for the frames read: they are delivered
+      p.in_link->publish_read();  // once for the frames read: they are delivered
     } else {
       why = p.reader.drain(p.in_socket->fd(), on_frame, place, admit_frame);
     }
@@ -151,10 +151,10 @@ void data_plane::reader_loop(int r) {
   // 6-10 us; 4 processes 8 KiB 148-193 -> 134-136 us, 1 MiB 1471-1574 ->
   // 1053-1186 us. Socket readers keep their priority (TCP's large messages
   // are read by them while the waiting thread sends).
-  if (p.in_ring) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+  if (p.in_link) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
   // Waits up to 100 ms for bytes; false once nothing more can come.
   auto wait = [&]() -> bool {
-    if (p.in_ring) return p.in_ring->wait_readable(std::chrono::milliseconds(100), ring_linger_);
+    if (p.in_link) return p.in_link->wait_readable(std::chrono::milliseconds(100), ring_linger_);
     pollfd pf{p.in_socket->fd(), POLLIN, 0};
     return ::poll(&pf, 1, 100) >= 0 || errno == EINTR;
   };
@@ -169,7 +169,7 @@ void data_plane::reader_loop(int r) {
       // a barrier: a park and a wake per peer and step before).
       std::unique_lock<std::mutex> g{p.in_mtx};
       if (p.over || stopping_) return;
-      if (p.pumpers.load() > 0 && !p.in_ring) {
+      if (p.pumpers.load() > 0 && !p.in_link) {
         p.park.wait_for(g, std::chrono::milliseconds(2));
         continue;
       }
@@ -184,20 +184,20 @@ void data_plane::reader_loop(int r) {
 
 bool data_plane::reads_socket(int r) const {
   auto& p = at(r);
-  return p.in_socket && !p.in_ring;
+  return p.in_socket && !p.in_link;
 }
 
 bool data_plane::pumpable(int r) const {
   auto& p = at(r);
-  return p.in_socket || p.in_ring;
+  return p.in_socket || p.in_link;
 }
 
 bool data_plane::pump(int r) {
   auto& p = at(r);
-  if (!p.in_socket && !p.in_ring) return false;
+  if (!p.in_socket && !p.in_link) return false;
   // An empty ring has nothing to read (its end is the reader thread's to
   // see): no lock taken, as a waiting thread asks at every turn.
-  if (p.in_ring && !p.in_ring->readable()) return false;
+  if (p.in_link && !p.in_link->readable()) return false;
   std::unique_lock<std::mutex> g{p.in_mtx, std::try_to_lock};
   if (!g.owns_lock()) return false;
   bool any = false;
@@ -212,8 +212,8 @@ void data_plane::pumping(int r, int delta, bool wake) {
   // a system call and a thread that takes the CPU (4 processes on 2 CPUs,
   // halo exchange). Where another thread holds the ring meanwhile (it may
   // have looked before the bytes came), the reader is woken as before.
-  if (p.in_ring && p.in_ring->polling(delta) && !pump(r) && p.in_ring->readable())
-    p.in_ring->wake_reader();
+  if (p.in_link && p.in_link->polling(delta) && !pump(r) && p.in_link->readable())
+    p.in_link->wake_reader();
   if (p.pumpers.fetch_add(delta) + delta == 0 && wake) {
     // The caller may be the thread that reads r's frames right now (a
     // callback of a call that a frame completed waits for another one):

@@ -81,8 +81,8 @@ void data_plane::send_soon(int r, const std::string& group, const p2p_envelope& 
   {
     std::unique_lock<futex_lock> g{p.out_mtx, std::try_to_lock};
     if (g.owns_lock() && (!p.out || p.gone)) return;  // the peer is gone
-    if (g.owns_lock() && p.out_ring && p.out == p.out_ring.get() &&
-        p.out_ring->writable() >= sizeof(frame_header) + group.size() +
+    if (g.owns_lock() && p.out_link && p.out == p.out_link.get() &&
+        p.out_link->writable() >= sizeof(frame_header) + group.size() +
                                       (env.payload.defined() ? env.payload.nbytes() : 0)) {
       write_frame(*p.out, group, env);
       return;

@@ -148,7 +148,7 @@ using admit_fn =
 
 /// Reads frames piece by piece from a socket without blocking, for whichever
 /// thread holds the socket at the moment (the data plane's reader thread, or
-/// a thread waiting for a inline operation that reads the socket itself).
+/// a thread waiting for an inline operation that reads the socket itself).
 class frame_reader {
  public:
   /// Reads what `fd` has now; `on_frame` gets each complete frame (and

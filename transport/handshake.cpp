@@ -47,7 +47,7 @@ std::string encode_hello(const hello& h) {
   out.append(reinterpret_cast<const char*>(ids), sizeof(ids));
   put_string(out, h.host, "host name");
   put_string(out, h.job, "job id");
-  put_string(out, h.ring, "ring name");
+  put_string(out, h.link, "link");
   return out;
 }
 
@@ -84,14 +84,14 @@ hello_decoder::status hello_decoder::take(const char* data, std::size_t n) {
       return next(field::host_len, sizeof(std::uint16_t));
     case field::host_len:
     case field::job_len:
-    case field::ring_len: {
+    case field::link_len: {
       const auto len = load<std::uint16_t>(piece_);
       if (len > max_field)
         return refuse("malformed handshake: a field of " + std::to_string(len) + " bytes (0.." +
                       std::to_string(max_field) + " allowed)");
       const auto f = at_ == field::host_len  ? field::host
                      : at_ == field::job_len ? field::job
-                                             : field::ring;
+                                             : field::link;
       if (len > 0) return next(f, len);
       piece_.clear();
       at_ = f;
@@ -100,16 +100,16 @@ hello_decoder::status hello_decoder::take(const char* data, std::size_t n) {
     }
     case field::host:
     case field::job:
-    case field::ring:
+    case field::link:
       if (at_ == field::host) {
         h_.host = piece_;
         return next(field::job_len, sizeof(std::uint16_t));
       }
       if (at_ == field::job) {
         h_.job = piece_;
-        return next(field::ring_len, sizeof(std::uint16_t));
+        return next(field::link_len, sizeof(std::uint16_t));
       }
-      h_.ring = piece_;
+      h_.link = piece_;
       need_ = piece_.size();  // wanted() is 0 from now on
       return status::done;
   }

@@ -8,7 +8,7 @@
 //
 // The data plane's hello (host byte order: the processes of a job run one build):
 //   "TROUPEH1" | u32 token length (1..4096) | token | i32 world rank | i32 pid |
-//   u16 length + host | u16 length + job | u16 length + ring name (each 0..255)
+//   u16 length + host | u16 length + job | u16 length + link (each 0..255)
 // The store's preamble (store/store_gate.hpp):
 //   "TROUPES1" | big-endian u32 token length (1..4096) | token
 
@@ -51,7 +51,7 @@ struct hello {
   std::int32_t pid = 0;
   std::string host;
   std::string job;
-  std::string ring;  ///< the shared-memory ring it writes to (empty: TCP)
+  std::string link;  ///< the link it writes to, "NAME ADDRESS" (transport/link.hpp; empty: TCP)
 };
 
 /// The hello's bytes; throws errc::invalid_argument for fields over their limits.
@@ -65,7 +65,7 @@ class hello_decoder final : public handshake_decoder {
   const hello& result() const noexcept { return h_; }
 
  private:
-  enum class field { magic, token_len, token, ids, host_len, host, job_len, job, ring_len, ring };
+  enum class field { magic, token_len, token, ids, host_len, host, job_len, job, link_len, link };
   status next(field f, std::size_t need);
   field at_ = field::magic;
   std::size_t need_ = 8;

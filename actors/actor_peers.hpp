@@ -1,8 +1,9 @@
 #pragma once
-// transport — how a group actor's messages reach the group actors of its
-// peers. One small interface; the in-process transport hands the payload
-// tensor over by reference (zero copy). Transports between processes and
-// hosts implement the same interface.
+// actor_peers — how a group actor's messages reach the group actors of its
+// peers: in this process handed over by reference (zero copy:
+// in_process_peers), to other processes as frames of the data plane
+// (mixed_peers). Not a transport: the bytes between processes go through
+// the data plane's links (transport/link.hpp).
 
 #include <string>
 #include <vector>
@@ -13,9 +14,9 @@
 
 namespace troupe::detail {
 
-class transport {
+class actor_peers {
  public:
-  virtual ~transport() = default;
+  virtual ~actor_peers() = default;
   /// Delivers collective data to group rank `peer`.
   virtual void send(int peer, envelope env) = 0;
   /// Delivers a point-to-point message to group rank `peer`.
