@@ -7,8 +7,8 @@ namespace troupe::detail {
 
 rank_runtime::rank_runtime(int rank, std::string job, std::size_t threads)
     : rank_(rank), job_(std::move(job)) {
-  // Measured on 2 vCPUs: the default work-stealing policy naps in 50 µs
-  // sleeps; the sharing policy wakes a blocked caller in ~11 µs.
+  // The default work-stealing policy naps in 50 µs sleeps; the sharing
+  // policy's threads are woken when work is queued.
   cfg_.set("scheduler.policy", caf::atom("sharing"));
   cfg_.set("scheduler.max-threads", threads);
   sys_ = std::make_unique<caf::actor_system>(cfg_);

@@ -21,7 +21,7 @@ namespace {
 /// a tensor per rank like it, and elsewhere nothing.
 void check_rooted_lists(const validator& v, int root, std::span<const tensor> mine,
                         std::span<const tensor_list> all, bool mine_is_input) {
-  // The names as literals: a text built per call cost about 1,000
+  // The names as literals: a text built per call costs about 1,000
   // instructions of a small gather's root.
   const char* mine_name = mine_is_input ? "input_tensors" : "output_tensors";
   const char* all_name = mine_is_input ? "output_tensors" : "input_tensors";

@@ -186,8 +186,8 @@ class host_backend final : public backend {
                tensor_list outputs);
   work barrier_inline(const barrier_options& o);
   /// Whether a call runs on a message engine: every collective on CPU
-  /// tensors (measured 2–3× faster than the actor path from 1 MiB up, 10×
-  /// below 64 KiB) but monitored_barrier, which reports the ranks that did not
+  /// tensors (the waiting threads run it, without the actor path's hops)
+  /// but monitored_barrier, which reports the ranks that did not
   /// arrive (an actor's job). The choice depends on the op alone, so every
   /// rank makes the same one.
   static bool fits_inline(const collective_call& c);

@@ -232,8 +232,8 @@ work host_backend::barrier_inline(const barrier_options& o) {
 }
 
 /// Whether a call runs on a message engine: every collective on CPU
-/// tensors (measured 2–3× faster than the actor path from 1 MiB up, 10×
-/// below 64 KiB) but monitored_barrier, which reports the ranks that did not
+/// tensors (the waiting threads run it, without the actor path's hops)
+/// but monitored_barrier, which reports the ranks that did not
 /// arrive (an actor's job). The choice depends on the op alone, so every
 /// rank makes the same one.
 bool host_backend::fits_inline(const collective_call& c) {
@@ -302,9 +302,8 @@ work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
   }
   // The whole completes with every op's buffer (each part's output). A small
   // send to a rank of another process is written here and done: no work of
-  // its own (a work made, completed, joined and destroyed cost such a send
-  // about a thousand instructions, a 4-byte halo of two sends and two
-  // receives about 12,700 in all).
+  // its own (a work made, completed, joined and destroyed costs such a send
+  // about a thousand instructions).
   tensor_list outputs;
   outputs.reserve(ops.size());
   // Meanwhile the peers' frames wait in their rings for this thread (read at
@@ -315,7 +314,7 @@ work host_backend::batch_isend_irecv(std::vector<p2p_op>& ops) {
     ~issuing() { m.issuing(-1); }
   } scope{*mailbox_};
   // Receives from ranks of other processes share one work and count down
-  // together (a work per receive made, joined, completed and destroyed cost
+  // together (a work per receive made, joined, completed and destroyed costs
   // about 700 instructions each).
   work received;
   std::shared_ptr<receive_count> count;

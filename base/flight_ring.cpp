@@ -76,8 +76,8 @@ std::uint64_t flight_ring::record(const char* op, std::uint64_t seq, std::int64_
   s.state = completed ? 1 : 0;
   s.error.clear();
   // The next call's slot, for writing: a ring of 2000 calls (about 220 KiB)
-  // has left the caches by the time it comes round, and the store to a
-  // cold slot was most of record()'s time (4-byte allreduce, 2 processes).
+  // has left the caches by the time it comes round, and a store to a
+  // cold slot would be most of record()'s time in a small call.
   if (slots_.size() == capacity_) __builtin_prefetch(&slots_[at_], 1);
   return s.id;
 }

@@ -71,13 +71,13 @@ class flight_ring {
   int rank_, size_;
   std::int64_t wall_minus_steady_us_;
   /// Held for a slot's few stores (every call takes it twice: a std::mutex
-  /// cost more than the stores).
+  /// costs more than the stores).
   mutable spin_lock mtx_;
   std::size_t capacity_;
   std::vector<slot> slots_;  // grows to capacity_; call i lives in slot i % capacity_
   std::uint64_t next_ = 0;
   /// The slot of call next_ + 1 (next_ % capacity_, kept without a division:
-  /// a 64-bit division costs about 40 cycles, twice per call as it was).
+  /// a 64-bit division costs about 40 cycles, and a call would need two).
   std::size_t at_ = 0;
   std::atomic<bool> dumped_{false};
 };

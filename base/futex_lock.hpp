@@ -5,10 +5,8 @@
 // one exchange to release (std::mutex: a call into the threads library
 // each way, about 80 instructions a pair on the issue path of a 4-byte
 // collective). Contended, the taker spins briefly, then sleeps on the word
-// (a spin_lock's taker would keep yielding: measured, 4 processes on 2 CPUs,
-// allreduce of 16 MiB over TCP, alternating runs against std::mutex: a
-// spin_lock for the engine 1.06-1.09x the time, this lock 0.96x; threads
-// that ask the engine between its steps took CPU from the ranks).
+// (a spin_lock's taker would keep yielding: threads that ask the engine
+// between its steps would take CPU from the ranks).
 //
 // The word: 0 free, 1 held, 2 held with sleepers (its release wakes one).
 

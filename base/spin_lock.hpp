@@ -3,7 +3,8 @@
 // two threads enter at once often (a point-to-point sender matching in the
 // receiver's mailbox while the receiver posts its next receive). A
 // std::mutex puts the second thread to sleep at once: a futex wait and wake
-// of several microseconds, measured in most 4-byte round trips of two ranks.
+// of several microseconds, which would fall into most 4-byte round trips of
+// two ranks.
 // This one spins briefly, then yields the CPU (the holder may be waiting for
 // it when ranks outnumber cores). Never hold it across a call that may block.
 

@@ -5,27 +5,21 @@
 // one), then poll while yielding the core (a peer that shares this core — with
 // more ranks than cores, or beside other load — gets to run at once instead of
 // after a time slice), then sleep (futex or condition variable), so a long
-// wait costs nothing. Measured on 2 vCPUs (bench/RESULTS.md): pure spinning
-// made a 2-rank 4-byte allreduce take 115 µs whenever both ranks landed on
-// one core; spin-then-yield keeps it at 1–9 µs, and 4 ranks on 2 cores at
-// 10–16 µs instead of 80 µs.
+// wait costs nothing. Pure spinning would make two ranks on one core wait
+// out each other's time slices in every small call.
 //
 // A rank on a CPU of its own (bound to one CPU, as troupe-run and mpirun
 // --bind-to core bind them when the host has a CPU for every rank) spins
 // 20 µs before it yields: nothing of the job waits for that CPU, and a
-// yield is a system call that delays noticing the peer (measured, 2
-// processes: the heat simulation's step 8.4-11.6 -> 5.4-7.4 µs, the 4-byte
-// ping-pong 1.7 -> 1.5 µs one way).
+// yield is a system call that delays noticing the peer.
 //
 // A device actor (actors/device_actor.cpp) watches a job's CUDA event for up to
 // `gpu_watch` (1 ms) before it asks CUDA for a host callback, and after each
 // job polls its mailbox for the next one through the `poll` window before its
 // thread sleeps. The host callback and the actor's wake-up behind it cost
-// about 70 µs on an H100 (2 ranks sharing the GPU, allreduce of 256 MiB:
-// 519-538 µs with a 200 µs watch, 443-455 with 1 ms; the kernels alone
-// take 392): the watch covers what one job of a training step takes (a
-// bucket's allreduce, a broadcast), and a job longer than it still costs one
-// yielding thread no more than the window.
+// about 70 µs on an H100: the watch covers what one job of a training step
+// takes (a bucket's allreduce, a broadcast), and a job longer than it still
+// costs one yielding thread no more than the window.
 //
 // TROUPE_SPIN_US, TROUPE_POLL_US and TROUPE_GPU_WATCH_US (integers,
 // microseconds) override the three windows; the world checks them at start-up.
@@ -52,16 +46,13 @@ struct wait_policy {
   /// This policy for waiting on `ranks` ranks of this host: without the pure
   /// spinning when they outnumber the host's CPUs (unless TROUPE_SPIN_US
   /// set it): the rank waited for may be waiting for this CPU, and yielding
-  /// at once lets it run (measured, 4 processes on 2 CPUs: 1 KiB allreduce
-  /// 12–19 µs against 15–22, 64 KiB 33–57 against 43–86).
+  /// at once lets it run.
   wait_policy for_ranks(int ranks) const;
   /// One polling step of a wait that began polling `polled` ago: pauses
   /// once (spinning) or yields; false once the poll window is over (time to
   /// sleep). One pause, not more: a pause takes 25 ns on these AMD EPYC
-  /// machines (140 cycles on recent Intel), and the 16 per step before made
-  /// a waiting thread look at its peer every 0.4 us (2 processes, 4 B,
-  /// alternating: reduce 1.11 -> 0.70 us, barrier 0.94 -> 0.51, scatter
-  /// 1.49 -> 1.24, ping-pong one way 1.41 -> 1.25).
+  /// machines (140 cycles on recent Intel), and every pause more a step
+  /// delays noticing the peer.
   bool poll_step(std::chrono::nanoseconds polled) const;
 };
 

@@ -280,7 +280,7 @@ void finish(const work& w, work_state& s, tensor_list* outputs, tensor* sole, in
     s.relays = {};
   }
   // Published after the lock is released: a waiter polling it then takes
-  // the lock without waiting for this thread (measured: that contention put
+  // the lock without waiting for this thread (that contention would put
   // a futex wait and wake into most 4-byte point-to-point round trips).
   s.finished.store(true, std::memory_order_release);
   s.cv.notify_all();

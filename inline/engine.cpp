@@ -156,7 +156,7 @@ work inline_engine::submit_borrowed(inline_op& o) {
         // Posted, and the peers have not yet: in a loop of small calls they
         // are about to (finishing the call before), so watch for them a
         // moment rather than queue the operation and hand it to a waiting
-        // thread (bench/RESULTS.md, item 105).
+        // thread.
         const auto until = inline_clock::now() + issue_spin_;
         do {
           cpu_relax();

@@ -29,10 +29,10 @@
 //    thread in wait() drives, or one will: works still complete and
 //    deadlines pass); an engine with nothing pending costs nothing.
 //    Registering a continuation wakes the ticker. Driving beside a waiting
-//    thread would take the CPU from it (ranks bound to one CPU each:
-//    broadcast of 4 B 1.6 -> 7.3 us when it did). The ticker is a plain
-//    thread, not an actor: it sleeps on a futex (a CAF timer would wake two
-//    threads per tick, which on 2 cores steals time from polling ranks).
+//    thread would take the CPU from it (ranks bound to one CPU each). The
+//    ticker is a plain thread, not an actor: it sleeps on a futex (a CAF
+//    timer would wake two threads per tick, which on 2 cores steals time
+//    from polling ranks).
 // Failures: every operation has a deadline; the medium tells when a rank that
 // has not finished the operation is lost (it destroyed the group, or its
 // process died), so a rank that finished and left does not fail the slower
@@ -261,7 +261,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
 
   /// What every step sees, made at the first step (guarded by engine_): its
   /// medium's answers do not change, and asking them (virtual calls) at each
-  /// pass cost a small collective some tens of instructions, and a waiting
+  /// pass would cost a small collective some tens of instructions, and a waiting
   /// thread as many at each turn.
   inline_context& context();
 

@@ -80,10 +80,8 @@ class deadline_timer {
 /// Copies message `got` between ranks of this process into `buf`: from
 /// mailbox::split_bytes, between contiguous buffers, together with the
 /// threads waiting for its receive `recv` and its send `send` (they wait for
-/// this copy anyway; measured: bench/RESULTS.md), else alone. Unlike the
-/// split between processes, also with more ranks than CPUs: nothing waits
-/// for a helper that has no CPU (measured, 4 ranks on 2 CPUs, halo of 16
-/// MiB: 7.8-9.7 ms alone, 4.1-4.7 shared).
+/// this copy anyway), else alone. Unlike the split between processes, also
+/// with more ranks than CPUs: nothing waits for a helper that has no CPU.
 void copy_between_ranks(const tensor& buf, const tensor& got, const work& recv, const work& send) {
   const auto n = buf.nbytes();
   if (n < mailbox::split_bytes || !buf.is_contiguous() || !got.is_contiguous() || !buf.is_cpu() ||

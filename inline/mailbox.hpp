@@ -1,8 +1,8 @@
 #pragma once
 // mailbox — point to point beside the inline engine: send, recv and
 // recv_any_source run in the threads that issue and wait for them, without
-// an actor hop (through the group actors a 4-byte message took 43 µs one
-// way in one process: the hops to the actors and back to the work).
+// an actor hop (the hops to the group actors and back to the work would cost
+// a 4-byte message tens of microseconds).
 //  - Matching is c10d's: per (source, tag) in the order sent; recv_any_source
 //    takes the first message with its tag from any rank and reports the
 //    sender. A receive posted first is matched by the message when it
@@ -92,12 +92,9 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   /// Lent messages from this size are copied by both ends (above), when the
   /// receive buffer is contiguous and can be shared, and the job's ranks on
   /// this host do not outnumber its CPUs (a lender waiting for a CPU would
-  /// hold the receive up; measured, 4 processes on 2 CPUs, halo of 16 MiB:
-  /// 5.0-5.5 ms copied by the receiver alone, 5.3-6.6 split). Measured, 2
-  /// processes, ping-pong one way, alternating builds: 512 KiB 15.6-16.2 us
-  /// alone against 18.6-19.4 split (in cache: the extra round trip shows),
-  /// 1 MiB 70-86 against 33-42, 2 MiB 116-133 against 47-49, 16 MiB
-  /// 1043-1451 against 608-1090, 64 MiB 4.6-5.5 ms against 2.9-3.6.
+  /// hold the receive up). Below this size a message is in cache and one
+  /// copy is quick: the extra round trip to the lender costs more than the
+  /// split saves. From it on, the split takes about half the time.
   static constexpr std::size_t split_bytes = 1 << 20;
 
   /// `key` names this group of this job in the process (ranks of one process

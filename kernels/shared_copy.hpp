@@ -2,15 +2,15 @@
 // shared_copy — one large copy that several threads take part in, chunk by
 // chunk.
 //
-// A copy of many megabytes is bound by the core that runs it (measured, a
-// 16 MiB copy: one thread 643-1314 us, two threads 302-736 us), while the
-// thread waiting for it has nothing to do. The thread that copies offers the
-// copy to the threads waiting for the operations it completes (a work's
-// help, base/work.cpp); each of them, and the copying thread itself, claims
-// the next chunk nobody took until none is left. Nobody depends on a helper:
-// the copying thread takes whatever chunk is left, so a waiter that never
-// runs costs nothing, and the copy ends when the copying thread has waited
-// for the chunks a helper claimed (at most one each).
+// A copy of many megabytes is bound by the core that runs it (two threads
+// copy it in about half the time), while the thread waiting for it has
+// nothing to do. The thread that copies offers the copy to the threads
+// waiting for the operations it completes (a work's help, base/work.cpp);
+// each of them, and the copying thread itself, claims the next chunk nobody
+// took until none is left. Nobody depends on a helper: the copying thread
+// takes whatever chunk is left, so a waiter that never runs costs nothing,
+// and the copy ends when the copying thread has waited for the chunks a
+// helper claimed (at most one each).
 
 #include <atomic>
 #include <cstddef>

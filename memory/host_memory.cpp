@@ -105,13 +105,11 @@ void unmap_mapping(void* p, std::size_t size) {
 /// Buffers from 64 KiB up to 2 MiB (segments of pipelined collectives,
 /// received frames, middle-sized tensors) come from a small cache of freed
 /// ones, one list per power of two: each fresh buffer pays its page faults
-/// and zeroing (measured: a sixth of a 64 MiB TCP allreduce; a 16 MiB TCP
-/// broadcast, whose receiver holds 16 segments at once, spent 15 % of its
-/// samples zeroing pages with 8 kept). Up to 64 MiB of them are kept in all,
-/// and at least 8 of each size: a 4-rank TCP allreduce of 64 MiB holds up to
-/// 48 of its 1 MiB segments received ahead of their reduction, and with
-/// 16 MiB kept per size each rank faulted in 4.5 MiB per operation (4.5x
-/// the page faults, 17 % more CPU time). Each is a mapping of its own
+/// and zeroing (a sixth of a 64 MiB TCP allreduce's time). Up to 64 MiB of
+/// them are kept in all, and at least 8 of each size: a 16 MiB TCP
+/// broadcast's receiver holds 16 segments at once, and a 4-rank TCP
+/// allreduce of 64 MiB holds up to 48 of its 1 MiB segments received ahead
+/// of their reduction. Each is a mapping of its own
 /// (registered, so that share_in_place can move it into shared memory; a
 /// buffer shared so stays shared when it is handed out again).
 constexpr std::size_t pooled_min = own_mapping_bytes;
@@ -123,8 +121,8 @@ constexpr std::size_t pool_min_depth = 8;
 /// and by exact size (one shared in place is unmapped, giving its
 /// descriptor back): a fresh one pays its page faults and zeroing every time (a
 /// halo exchange of 16 MiB rows between 2 processes, whose messages often
-/// arrive before their receives and wait in fresh buffers, spent 29 % of its
-/// samples zeroing pages: 13.7-25.9 ms per exchange against OpenMPI's 2.7).
+/// arrive before their receives and wait in fresh buffers, would spend
+/// over a quarter of its time zeroing pages).
 constexpr std::size_t large_kept = 4;
 constexpr std::size_t large_kept_bytes = std::size_t{128} << 20;
 
@@ -278,11 +276,11 @@ std::shared_ptr<void> pooled(std::size_t bytes) {
 
 /// Below pooled_min: a block with room to align its start to 64 bytes, from
 /// the thread's shelf up to 2 KiB (base/recycled.hpp; operator new above),
-/// and the owner count from the shelf too. The aligned operator new took about
+/// and the owner count from the shelf too. The aligned operator new takes about
 /// 1,000 instructions to allocate and free a 4-byte tensor's buffer
 /// (memalign splits a chunk to align it, and free merges it back), and its
 /// owner count another trip through operator new: a received message's
-/// early payload, a result, a staging buffer each paid them.
+/// early payload, a result, a staging buffer would each pay them.
 std::shared_ptr<void> small_buffer(std::size_t bytes) {
   constexpr std::size_t align = 64;
   // What the allocator guarantees already (operator new's and malloc's

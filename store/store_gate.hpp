@@ -1,13 +1,13 @@
 #pragma once
 // store_gate — the one door of a tcp_store server, and the wire behind it.
 //
-// Why it exists: the store server used to be a CAF actor reached over BASP
-// (CAF 0.17's binary protocol), which reads a 32-byte header and then
-// allocates (and zeroes) whatever payload size the header announces, before
-// any handshake. One connection announcing 0xfffffff0 bytes made the server
-// allocate ~4 GiB; a gate in front of it left the loopback CAF port open to
-// any local process (1 GiB per header). So the store actor is no longer
-// published at all: no CAF port is open, and this gate is the only socket.
+// Why it exists: a CAF actor reached over BASP (CAF 0.17's binary protocol)
+// reads a 32-byte header and then allocates (and zeroes) whatever payload
+// size the header announces, before any handshake. One connection announcing
+// 0xfffffff0 bytes would make a server allocate ~4 GiB, and a gate in front
+// of a published actor would leave its loopback CAF port open to any local
+// process. So the store actor is not published at all: no CAF port is open,
+// and this gate is the only socket.
 //
 // One thread serves everything with poll():
 //  - strangers: each connection must first send the preamble "TROUPES1", a

@@ -185,8 +185,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
                     "; every rank of a job must use the same TROUPE_ENGINE");
   // Ring readers linger only while every rank of this host may have a CPU
   // of its own (as waits spin only then): with more ranks than CPUs the
-  // readers' yields take turns with the ranks' own (7 processes on 2 CPUs,
-  // halo of 4 B: 56 -> 150-180 us with lingering readers).
+  // readers' yields would take turns with the ranks' own.
   ring_linger_ = wait_policy::get().for_ranks(host_ranks).spin > std::chrono::nanoseconds{0}
                      ? shm_ring::linger
                      : std::chrono::microseconds{0};

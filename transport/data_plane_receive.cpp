@@ -144,13 +144,11 @@ void data_plane::reader_loop(int r) {
   auto& p = at(r);
   // A shared-memory ring's reader thread runs at the lowest priority: the
   // rank's own threads read its ring while they wait (pump), and a woken
-  // reader on the rank's CPU only took that CPU from the waiting thread
-  // (troupe-run binds a rank's threads to one CPU). It still delivers when
-  // nobody waits: the waiting thread yields, then sleeps. Measured, halo by
-  // batch_isend_irecv, 3 alternating runs each: 2 processes 4 B 6-49 ->
-  // 6-10 us; 4 processes 8 KiB 148-193 -> 134-136 us, 1 MiB 1471-1574 ->
-  // 1053-1186 us. Socket readers keep their priority (TCP's large messages
-  // are read by them while the waiting thread sends).
+  // reader on the rank's CPU would only take that CPU from the waiting
+  // thread (troupe-run binds a rank's threads to one CPU). It still delivers
+  // when nobody waits: the waiting thread yields, then sleeps. Socket
+  // readers keep their priority (TCP's large messages are read by them
+  // while the waiting thread sends).
   if (p.in_link) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
   // Waits up to 100 ms for bytes; false once nothing more can come.
   auto wait = [&]() -> bool {
@@ -165,8 +163,8 @@ void data_plane::reader_loop(int r) {
       // A ring's reader sleeps on the ring instead: its writer does not wake
       // it while a thread here polls (shm_ring::polling), and the last
       // poller to stop wakes it when bytes wait, so a waiting thread that
-      // comes and goes costs no wake-up (4 processes on 2 CPUs, halo after
-      // a barrier: a park and a wake per peer and step before).
+      // comes and goes costs no wake-up (else a park and a wake per peer
+      // and step).
       std::unique_lock<std::mutex> g{p.in_mtx};
       if (p.over || stopping_) return;
       if (p.pumpers.load() > 0 && !p.in_link) {
@@ -211,7 +209,7 @@ void data_plane::pumping(int r, int delta, bool wake) {
   // (those writers woke nobody) instead of waking the reader thread for it:
   // a system call and a thread that takes the CPU (4 processes on 2 CPUs,
   // halo exchange). Where another thread holds the ring meanwhile (it may
-  // have looked before the bytes came), the reader is woken as before.
+  // have looked before the bytes came), the reader is woken.
   if (p.in_link && p.in_link->polling(delta) && !pump(r) && p.in_link->readable())
     p.in_link->wake_reader();
   if (p.pumpers.fetch_add(delta) + delta == 0 && wake) {

@@ -31,7 +31,7 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
   h.dtype = static_cast<std::uint8_t>(payload.defined() ? payload.scalar_type() : dtype::uint8);
   h.payload_bytes = payload.defined() ? payload.nbytes() : 0;
   // Each thread assembles its frames in one buffer, kept between frames
-  // and filled by plain copies (std::string's appends cost a small
+  // and filled by plain copies (std::string's appends would cost a small
   // point-to-point frame 175 instructions of its 400).
   thread_local std::vector<char> buf;
   const bool whole = h.payload_bytes <= (out.writes_by_copy() ? ring_assembled : small_frame);

@@ -128,9 +128,9 @@ namespace {
 
 /// The most bytes of a copy of `n` the other side waits for before it hears
 /// of them: a large message streams through the ring, the reader copying
-/// one piece out while the writer copies the next in (2 processes, one-way
-/// 16 MiB: 1.9 ms in pieces as large as the free space, 1.0-1.4 ms in
-/// pieces of 256 KiB-1 MiB; 1 MiB messages go fastest in quarters).
+/// one piece out while the writer copies the next in: pieces of 256 KiB to
+/// 1 MiB keep both sides copying, where pieces as large as the free space
+/// leave one side waiting; a 1 MiB message goes fastest in quarters.
 std::uint64_t publish_step(std::size_t n) {
   return std::clamp<std::uint64_t>(n / 4, std::uint64_t{256} << 10, std::uint64_t{1} << 20);
 }
@@ -138,11 +138,11 @@ std::uint64_t publish_step(std::size_t n) {
 }  // namespace
 
 // A ring's pages are mapped (the writer's allocated) at once, when its side
-// first uses it: faulted one at a time they cost each side a fault per 4 KiB
-// until the ring had gone round once (4 processes on 2 CPUs, halo of 8 KiB:
-// the first 500-700 exchanges took 85-143 us instead of 33-45; 16 k faults).
-// Only rings in use: every pair of a host has one, most may never carry a
-// byte. A kernel without the advice (before 5.14) faults them as before.
+// first uses it: faulted one at a time they would cost each side a fault
+// per 4 KiB until the ring had gone round once, slowing its first hundreds
+// of exchanges. Only rings in use: every pair of a host has one, most may
+// never carry a byte. A kernel without the advice (older than 5.14) faults
+// them one at a time.
 void shm_ring::populate() {
   populated_ = true;
   ::madvise(data_, static_cast<std::size_t>(capacity_),

@@ -4,9 +4,9 @@
 //
 // Single producer, single consumer. Positions are monotonically growing byte
 // counts (head: written, tail: read). A waiting side polls briefly, then
-// sleeps on a futex in the shared segment (measured on 2 vCPUs: pure
-// spinning collapses when ranks outnumber cores, pure blocking costs 10–20 µs
-// per wake-up), so waits never burn a core for long.
+// sleeps on a futex in the shared segment (pure spinning collapses when
+// ranks outnumber cores, pure blocking costs 10–20 µs per wake-up), so
+// waits never burn a core for long.
 
 #include <atomic>
 #include <chrono>

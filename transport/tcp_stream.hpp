@@ -50,9 +50,9 @@ void tcp_check_congestion(const std::string& choice);
 /// set it) and leaves others at the default; a name sets that one. Within a
 /// host nothing is lost, so a loss-based congestion control never slows a
 /// connection, while a pacing one (BBR, the default of some hosts) does:
-/// moving a 4-process ring's bytes on loopback measured 1.5 GB/s with BBR
-/// against 2.2-2.3 with reno or cubic. Throws errc::invalid_argument naming
-/// a name the kernel refuses, with what it allows.
+/// it moves a 4-process ring's bytes on loopback a third slower than reno
+/// or cubic. Throws errc::invalid_argument naming a name the kernel
+/// refuses, with what it allows.
 void tcp_choose_congestion(int fd, const std::string& choice);
 
 }  // namespace troupe::detail

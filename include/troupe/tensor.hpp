@@ -43,12 +43,12 @@ class tensor {
   /// that uses such a tensor whole moves its pages into shared memory in
   /// place (same address, same contents; as MPI libraries register reused
   /// user buffers), so that this and later collectives read the peers'
-  /// buffers directly instead of staging every byte (16 MiB, 2 ranks: about
-  /// 40 % less time). The memory then behaves as empty_shared's: a child
-  /// forked later shares a live tensor's buffer rather than copying it (and
-  /// drops such buffers that wait in the pool for reuse). Each such buffer
-  /// holds a file descriptor (at most 256, and a quarter of the process's
-  /// limit). Set TROUPE_SHARE_IN_PLACE=off to keep such tensors private.
+  /// buffers directly instead of staging every byte. The memory then
+  /// behaves as empty_shared's: a child forked later shares a live tensor's
+  /// buffer rather than copying it (and drops such buffers that wait in the
+  /// pool for reuse). Each such buffer holds a file descriptor (at most 256,
+  /// and a quarter of the process's limit). Set TROUPE_SHARE_IN_PLACE=off to
+  /// keep such tensors private.
   static tensor empty(shape_t shape, dtype t, device d = device::cpu());
   /// Allocates uninitialised host memory that ranks in other processes of this
   /// host can map (like MPI_Alloc_mem): an allreduce between processes on

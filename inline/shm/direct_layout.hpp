@@ -27,7 +27,7 @@ struct direct_view {
   /// alltoall: rank r's send counts, or (receive) its receive counts, as it
   /// posted them in its small slot: splits(r, receive). A plain function and
   /// its arguments: a step makes several views, and building a std::function
-  /// for each cost more than the lookups.
+  /// for each costs more than the lookups.
   struct counts_source {
     const void* owner;
     void* context;
@@ -59,17 +59,15 @@ class direct_layout {
   virtual bool reduces() const { return false; }
   /// Whether ranks of several processes read straight from each other's
   /// shared inputs rather than through the staging slots: where every rank
-  /// reads bytes no other rank reads (measured, 2 ranks, 64 MiB: alltoall
-  /// 12.2-15.7 ms staged against 9.3-12.0 pulled, reduce_scatter 10.6-11.6
-  /// against 6.9-7.4, scatter 6.0 against 2.4, gather 3.7 against 3.3 (4
-  /// ranks, 1 MiB: 108 against 40 us) — the root reads every block once
-  /// instead of each being copied twice; broadcast, read by all from one
-  /// root, 4.6-5.3 staged against 7.1-8.0 pulled).
+  /// reads bytes no other rank reads (alltoall, reduce_scatter, scatter,
+  /// gather: a gather's root reads every block once instead of each being
+  /// copied twice). A broadcast, read by all from one root, goes faster
+  /// staged.
   virtual bool pulls_between_processes() const { return false; }
   /// Whether the others write what the root needs straight into its output
   /// (shared by the root between processes) instead of the root reading
   /// every block one after the other: a gather, whose root alone needs
-  /// anything (measured: see bench/RESULTS.md, item 26).
+  /// anything.
   virtual bool pushes_to_root() const { return false; }
 };
 

@@ -143,11 +143,8 @@ bool direct_shm::post(inline_context& ctx, bool& moved) {
                    "finish its previous operation"))
     return false;
   // Outputs larger than the caches together go out streaming, except
-  // a broadcast's between processes: its readers copy from slots one
-  // root fills (measured, 2 ranks, alternating: 16 MiB 1.0-1.3 ms
-  // stored as usual against 1.5-1.6 streamed, 64 MiB 4.2-4.9 against
-  // 5.9-6.1; allgather and alltoall streamed: 16 MiB 1.5-2.9 ->
-  // 0.8-1.2 ms, 64 MiB 8.3-11.4 -> 5.0-6.0).
+  // a broadcast's between processes, where streaming stores are slower:
+  // its readers copy from slots one root fills.
   stream_output_ = outgrows_cache(c.output.defined() ? c.output.nbytes() : 0, ctx.size) &&
                    !(c.code == op_code::broadcast && !ctx.one_process);
   auto& d = ctx.seg->descriptor(ctx.rank, op);

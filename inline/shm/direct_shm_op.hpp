@@ -179,9 +179,8 @@ class direct_shm final : public shm_op {
   /// Whether the others read rank r's small source where it is (its rank
   /// then waits until they did) rather than from its slot: between
   /// processes when it is shared; in one process from in_place_min bytes
-  /// (copying it into the slot first cost more than the wait: 2 ranks,
-  /// scatter and reduce_scatter of 64 KiB 6.5 us against 2.0 between
-  /// processes, where inputs are shared). The same answer on every rank.
+  /// (copying it into the slot first costs more than the wait). The same
+  /// answer on every rank.
   bool read_in_place(inline_context& ctx, int r) const {
     return ctx.one_process ? source_bytes(ctx, r) >= in_place_min
                            : ctx.seg->descriptor(r, op).share_id != 0;

@@ -74,7 +74,7 @@ std::size_t segment::plan(const segment_shape& shape, offsets& off) {
   // The data slots start half a page in: buffers are often page aligned
   // (troupe's own from 64 KiB on), and a slot at the same offset in its page
   // makes a loop that reads one and writes the other stall on 4 KiB
-  // aliasing (measured, 2 ranks, 1 MiB: 81-84 µs against 48-49).
+  // aliasing.
   off.small = round_up(at, page) + page / 2;
   off.stage = off.small + round_up(n * 2 * shape.small_bytes, page);
   off.result = off.stage + n * slots * shape.chunk_bytes;

@@ -40,8 +40,8 @@ struct segment_shape {
 };
 
 /// The shape a group of `size` ranks uses. Two ranks take private buffers up
-/// to 1 MiB through the slots (measured 45–51 µs at 1 MiB against 59–60 µs
-/// staged in chunks); more ranks read n slots each, so only up to 32 KiB.
+/// to 1 MiB through the slots (faster than staging them in chunks); more
+/// ranks read n slots each, so only up to 32 KiB.
 /// Shared buffers above 32 KiB skip the slots (inline/shm/allreduce_shm).
 segment_shape shape_for(int size);
 

@@ -17,7 +17,7 @@ namespace {
 constexpr auto liveness_period = std::chrono::milliseconds(5);
 /// How often it reads every rank's counters to see who left: the scan costs
 /// a cache line per rank, and every polling step of every waiting rank asks
-/// (a simulation of 512 ranks in one process spent most of its time there).
+/// (a simulation of 512 ranks in one process would spend most of its time there).
 constexpr auto scan_period = std::chrono::milliseconds(1);
 /// How long a rank that left waits to be named while no process is gone.
 constexpr auto left_grace = std::chrono::milliseconds(20);

@@ -29,8 +29,7 @@ class shm_medium final : public medium {
   /// processes, a thread waiting for this group's collectives reads them
   /// too, through `rings` (the group's message medium), as a thread
   /// waiting for a receive does (inline/mailbox.cpp): a frame that arrives
-  /// meanwhile wakes no reader thread (measured, 4 processes on 2 CPUs,
-  /// halo after a barrier: see bench/RESULTS.md).
+  /// meanwhile wakes no reader thread.
   void read_rings_of(std::shared_ptr<message_medium> rings) { rings_ = std::move(rings); }
 
   int size() const noexcept override;
@@ -38,12 +37,10 @@ class shm_medium final : public medium {
   bool reads_while_waiting() override { return rings_ && rings_->carries_p2p(); }
   bool pump() override { return rings_ && rings_->pump(); }
   /// 2 us: the two ranks of a small collective on two CPUs find each other
-  /// within one (starting to read the rings cost them 5 %, 0.70 -> 0.73 us).
+  /// within one, and reading the rings from the start would slow them.
   /// With more ranks than CPUs the engine reads from the first turn (its
   /// wait policy does not spin): a rank that yields its CPU may be away
-  /// long, and a frame that comes meanwhile would wake a reader thread (4
-  /// processes on 2 CPUs, halo of 8 KiB after a barrier: 41-46 us a step
-  /// against 53-61).
+  /// long, and a frame that comes meanwhile would wake a reader thread.
   std::chrono::nanoseconds read_after() override { return std::chrono::microseconds(2); }
   void begin_wait(bool reads) override {
     if (reads) rings_->pumping(+1, false);

@@ -226,9 +226,9 @@ std::vector<call_fingerprint> shm_op::posted_calls(inline_context& ctx, bool tin
 }
 
 bool shm_op::splits_agree(inline_context& ctx, bool tiny) const {
-  // Read in place: building every rank's split lists cost each of n ranks
-  // n lists of 2n counts (1024 ranks in one process: 16 MiB per rank per
-  // call, 9 GiB resident after one alltoall).
+  // Read in place: building every rank's split lists would cost each of n
+  // ranks n lists of 2n counts (1024 ranks in one process: 16 MiB per rank
+  // per call).
   const int n = ctx.size;
   for (int r = 0; r < n; ++r) {
     const auto* sends = posted_counts(ctx, r, tiny);

@@ -29,10 +29,9 @@
 // there and fails alike (check_posts), so every post here is the one
 // direct_shm makes for the same call (the header: size, dtype, reduce op,
 // root, the hash of the counts per rank; the same data at the same place).
-// Measured, 2 processes over shm: a broadcast's non-root that arrives last
-// paid 4,101 instructions per call through direct_shm, about 1,100 of them
-// for the planned call (built, moved into the operation, destroyed twice)
-// and its layout's lookups; see bench/RESULTS.md, items 68-70.
+// Through direct_shm, a small broadcast's non-root that arrives last spends
+// about a quarter of its instructions on the planned call (built, moved
+// into the operation, destroyed twice) and its layout's lookups.
 // The operation borrows the caller's tensors and lives on its stack until it
 // has to wait (inline_engine::submit_borrowed): a rank whose peers posted
 // first ends the call in its first step with no operation on the heap and
