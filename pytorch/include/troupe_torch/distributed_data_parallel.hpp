@@ -30,11 +30,12 @@
 /// troupe_torch/apply_to_tensors.hpp walks (tensors, vectors, maps, optionals,
 /// tuples, variants, their nestings, and your own types through an inspect
 /// overload): find_unused_parameters sees every tensor in it. In a
-/// synchronised forward the output's tensors that require a gradient pass
-/// through a node of DDP's (torch's _DDPSink), whose backward queues the end
-/// of the step on the outermost backward, so that a reentrant backward inside
-/// the module (activation checkpointing, troupe_torch/checkpoint.hpp) does not
-/// end it early; they are copies of the module's, as torch's.
+/// synchronised forward the output's tensors that autograd computed (those
+/// with a grad_fn) pass through a node of DDP's (torch's _DDPSink), whose
+/// backward queues the end of the step on the outermost backward, so that a
+/// reentrant backward inside the module (activation checkpointing,
+/// troupe_torch/checkpoint.hpp) does not end it early; they are copies of the
+/// module's, as torch's.
 ///
 /// logging_data() is torch's _get_ddp_logging_data() (ddp_logging.hpp).
 /// join() trains with uneven inputs across ranks as torch's Join context with
@@ -158,8 +159,8 @@ class ddp_engine {
   void before_forward();
   /// After a forward, given the output's tensors in walking order: with
   /// find_unused_parameters, finds what they depend on; in a synchronised
-  /// forward returns them with those that require a gradient replaced by
-  /// DDP's pass-through copies (see the header comment).
+  /// forward returns them with those autograd computed (with a grad_fn)
+  /// replaced by DDP's pass-through copies (see the header comment).
   std::vector<at::Tensor> after_forward(std::vector<at::Tensor> outputs);
 
   /// The parameters the reducer synchronises, in its order.
@@ -170,6 +171,7 @@ class ddp_engine {
   troupe::reducer& reducer();
   troupe::process_group& group() const;
 
+  /// The state (pytorch/src/ddp_state.hpp; named here for its autograd nodes).
   struct impl;
 
  private:
