@@ -4,7 +4,7 @@
 //
 // Terms: the buffer is cut into segments of about 1 MiB (one for small
 // buffers); "mine" is this rank's contribution (pre-scaled for PREMUL_SUM).
-// Send: segment j of mine goes to the peer as message j, up to `window`
+// Send: segment j of mine goes to the peer as message j, up to `pair_window`
 //   segments ahead of the ones reduced.
 // Reduce: when the peer's segment j arrived, reduce rank 0's and rank 1's
 //   segment j in rank order (both ranks, so both get the same bits), finish
@@ -22,7 +22,7 @@
 namespace troupe::detail {
 namespace {
 
-constexpr int window = 8;  // segments in flight
+constexpr int pair_window = 8;  // segments in flight
 
 class allreduce_pair final : public algorithm {
  public:
@@ -38,7 +38,7 @@ class allreduce_pair final : public algorithm {
                           ? reduce_op::SUM
                           : call.op.op();
     for (;;) {
-      while (sent_ < segs_ && sent_ < reduced_ + window) {
+      while (sent_ < segs_ && sent_ < reduced_ + pair_window) {
         auto part = segment(mine_, sent_);
         ctx.send(peer, static_cast<std::uint32_t>(sent_), to_send(ctx, peer, part));
         ++sent_;

@@ -29,7 +29,7 @@
 namespace troupe::detail {
 namespace {
 
-constexpr int window = 4;  // step-0 segments in flight
+constexpr int ring_window = 4;  // step-0 segments in flight
 
 class allreduce_ring final : public algorithm {
  public:
@@ -67,7 +67,7 @@ class allreduce_ring final : public algorithm {
       // Step 0: our own contribution to chunk r, a few segments ahead of the
       // ones received (so the send never runs far ahead of the reduction).
       const int received0 = step_ > 0 ? segs_ : seg_;
-      while (sent0_ < segs_ && sent0_ < received0 + window) {
+      while (sent0_ < segs_ && sent0_ < received0 + ring_window) {
         auto part = segment(mine_, r, sent0_, n);
         ctx.send(right, id(0, sent0_), to_send(ctx, right, part));
         ++sent0_;

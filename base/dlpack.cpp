@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/texts.hpp"
 #include "tensor_util.hpp"
 #include "troupe/error.hpp"
 #include "troupe/tensor.hpp"
@@ -17,14 +18,10 @@ namespace {
 // DLPack 0.6 has no bool code; later versions define kDLBool = 6 (bits 8).
 constexpr std::uint8_t dl_bool_code = 6;
 
-[[noreturn]] void invalid(const char* op, const std::string& rest) {
-  throw error(errc::invalid_argument, std::string(op) + ": " + rest);
-}
-
 [[noreturn]] void bad_dtype(DLDataType t) {
-  invalid("tensor.from_dlpack", "unsupported DLPack dtype code " + std::to_string(t.code) +
-                                    " bits " + std::to_string(t.bits) + " lanes " +
-                                    std::to_string(t.lanes));
+  detail::throw_invalid("tensor.from_dlpack",
+                        "unsupported DLPack dtype code " + std::to_string(t.code) + " bits " +
+                            std::to_string(t.bits) + " lanes " + std::to_string(t.lanes));
 }
 
 dtype from_dl_dtype(DLDataType t) {
@@ -91,7 +88,7 @@ DLDataType to_dl_dtype(dtype t) {
     case dtype::complex128:
       return {kDLComplex, bits, 1};
   }
-  invalid("tensor.to_dlpack", "unknown dtype");
+  detail::throw_invalid("tensor.to_dlpack", "unknown dtype");
 }
 
 device from_dl_device(DLDevice d) {
@@ -105,9 +102,9 @@ device from_dl_device(DLDevice d) {
     default:
       break;
   }
-  invalid("tensor.from_dlpack", "unsupported DLPack device type " +
-                                    std::to_string(static_cast<int>(d.device_type)) + " (id " +
-                                    std::to_string(d.device_id) + ")");
+  detail::throw_invalid("tensor.from_dlpack", "unsupported DLPack device type " +
+                                                  std::to_string(static_cast<int>(d.device_type)) +
+                                                  " (id " + std::to_string(d.device_id) + ")");
 }
 
 // Owns everything an exported DLManagedTensor points into.
@@ -122,17 +119,19 @@ struct export_context {
 
 tensor tensor::from_dlpack(DLManagedTensor* managed) {
   // Validate everything before taking ownership: on error the caller still owns `managed`.
-  if (!managed) invalid("tensor.from_dlpack", "null DLManagedTensor");
+  if (!managed) detail::throw_invalid("tensor.from_dlpack", "null DLManagedTensor");
   const DLTensor& dl = managed->dl_tensor;
-  if (dl.ndim < 0) invalid("tensor.from_dlpack", "negative ndim " + std::to_string(dl.ndim));
+  if (dl.ndim < 0)
+    detail::throw_invalid("tensor.from_dlpack", "negative ndim " + std::to_string(dl.ndim));
   if (dl.ndim > 0 && !dl.shape)
-    invalid("tensor.from_dlpack", "null shape for ndim " + std::to_string(dl.ndim));
+    detail::throw_invalid("tensor.from_dlpack", "null shape for ndim " + std::to_string(dl.ndim));
   const dtype t = from_dl_dtype(dl.dtype);
   const device d = from_dl_device(dl.device);
   shape_t shape(dl.shape, dl.shape + dl.ndim);
   const auto n = detail::checked_numel("tensor.from_dlpack", shape);
   if (!dl.data && n > 0)
-    invalid("tensor.from_dlpack", "null data pointer for " + std::to_string(n) + " elements");
+    detail::throw_invalid("tensor.from_dlpack",
+                          "null data pointer for " + std::to_string(n) + " elements");
   shape_t strides =
       dl.strides ? shape_t(dl.strides, dl.strides + dl.ndim) : detail::contiguous_strides(shape);
 
@@ -147,7 +146,7 @@ tensor tensor::from_dlpack(DLManagedTensor* managed) {
 }
 
 DLManagedTensor* tensor::to_dlpack() const {
-  if (!defined()) invalid("tensor.to_dlpack", "undefined tensor");
+  if (!defined()) detail::throw_invalid("tensor.to_dlpack", "undefined tensor");
   auto ctx = std::make_unique<export_context>();
   ctx->keep_alive = *this;
   ctx->shape = shape();

@@ -1,6 +1,8 @@
 /// troupe::to_string(errc): short names for error codes.
 #include "troupe/error.hpp"
 
+#include "base/texts.hpp"
+
 namespace troupe {
 
 const char* to_string(errc code) noexcept {
@@ -27,4 +29,11 @@ const char* to_string(errc code) noexcept {
   return "unknown";
 }
 
+namespace detail {
+
+void throw_invalid(const char* op, const std::string& why) {
+  throw error(errc::invalid_argument, std::string(op) + ": " + why);
+}
+
+}  // namespace detail
 }  // namespace troupe

@@ -7,14 +7,11 @@
 #include <cstring>
 #include <string>
 
+#include "base/texts.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
 namespace {
-
-[[noreturn]] void invalid(const char* op, const std::string& rest) {
-  throw error(errc::invalid_argument, std::string(op) + ": " + rest);
-}
 
 // Scale kinds in the serialised form.
 enum scale_tag : std::uint8_t { no_scale = 0, double_scale = 1, tensor_scale = 2 };
@@ -39,7 +36,8 @@ double read_scale_tensor(const tensor& t) {
     default:
       break;
   }
-  invalid("reduce_op.scale", "scale tensor has dtype " + std::string(to_string(t.scalar_type())));
+  detail::throw_invalid("reduce_op.scale",
+                        "scale tensor has dtype " + std::string(to_string(t.scalar_type())));
 }
 
 }  // namespace
@@ -69,9 +67,11 @@ const char* to_string(reduce_op::kind k) noexcept {
 }
 
 reduce_op::reduce_op(kind k) : kind_(k) {
-  if (k > PREMUL_SUM) invalid("reduce_op", "unknown kind " + std::to_string(static_cast<int>(k)));
+  if (k > PREMUL_SUM)
+    detail::throw_invalid("reduce_op", "unknown kind " + std::to_string(static_cast<int>(k)));
   if (k == PREMUL_SUM)
-    invalid("reduce_op", "PREMUL_SUM needs a scale: use reduce_op::premul_sum(scale)");
+    detail::throw_invalid("reduce_op",
+                          "PREMUL_SUM needs a scale: use reduce_op::premul_sum(scale)");
 }
 
 reduce_op reduce_op::premul_sum(double scale) {
@@ -83,14 +83,16 @@ reduce_op reduce_op::premul_sum(double scale) {
 
 reduce_op reduce_op::premul_sum(const tensor& scale) {
   const char* op = "reduce_op.premul_sum";
-  if (!scale.defined()) invalid(op, "scale tensor is undefined");
+  if (!scale.defined()) detail::throw_invalid(op, "scale tensor is undefined");
   if (!is_floating_point(scale.scalar_type()))
-    invalid(op, "scale tensor must be float16, bfloat16, float32 or float64, got " +
-                    std::string(troupe::to_string(scale.scalar_type())));
+    detail::throw_invalid(op, "scale tensor must be float16, bfloat16, float32 or float64, got " +
+                                  std::string(troupe::to_string(scale.scalar_type())));
   if (scale.numel() != 1)
-    invalid(op, "scale tensor must have one element, got " + std::to_string(scale.numel()));
+    detail::throw_invalid(
+        op, "scale tensor must have one element, got " + std::to_string(scale.numel()));
   if (!scale.is_cpu())
-    invalid(op, "scale tensor must be on cpu, got " + troupe::to_string(scale.get_device()));
+    detail::throw_invalid(
+        op, "scale tensor must be on cpu, got " + troupe::to_string(scale.get_device()));
   reduce_op r;
   r.kind_ = PREMUL_SUM;
   r.scale_ = scale;
@@ -120,21 +122,23 @@ std::vector<std::uint8_t> reduce_op::serialize() const {
 
 reduce_op reduce_op::deserialize(const std::vector<std::uint8_t>& bytes) {
   const char* op = "reduce_op.deserialize";
-  if (bytes.size() < 2) invalid(op, "need at least 2 bytes, got " + std::to_string(bytes.size()));
+  if (bytes.size() < 2)
+    detail::throw_invalid(op, "need at least 2 bytes, got " + std::to_string(bytes.size()));
   const auto k = bytes[0];
   const auto tag = bytes[1];
-  if (k > PREMUL_SUM) invalid(op, "bad kind byte " + std::to_string(k));
-  if (tag > tensor_scale) invalid(op, "bad scale kind byte " + std::to_string(tag));
+  if (k > PREMUL_SUM) detail::throw_invalid(op, "bad kind byte " + std::to_string(k));
+  if (tag > tensor_scale) detail::throw_invalid(op, "bad scale kind byte " + std::to_string(tag));
   if (k != PREMUL_SUM) {
     if (tag != no_scale || bytes.size() != 2)
-      invalid(op, std::string(troupe::to_string(static_cast<kind>(k))) + " takes no scale, got " +
-                      std::to_string(bytes.size()) + " bytes with scale kind " +
-                      std::to_string(tag));
+      detail::throw_invalid(op, std::string(troupe::to_string(static_cast<kind>(k))) +
+                                    " takes no scale, got " + std::to_string(bytes.size()) +
+                                    " bytes with scale kind " + std::to_string(tag));
     return reduce_op(static_cast<kind>(k));
   }
   if (tag == no_scale || bytes.size() != 10)
-    invalid(op, "PREMUL_SUM needs scale kind 1 or 2 and 10 bytes, got scale kind " +
-                    std::to_string(tag) + " and " + std::to_string(bytes.size()) + " bytes");
+    detail::throw_invalid(op, "PREMUL_SUM needs scale kind 1 or 2 and 10 bytes, got scale kind " +
+                                  std::to_string(tag) + " and " + std::to_string(bytes.size()) +
+                                  " bytes");
   std::uint64_t bits = 0;
   for (int i = 0; i < 8; ++i) bits |= static_cast<std::uint64_t>(bytes[2 + i]) << (8 * i);
   const double v = std::bit_cast<double>(bits);

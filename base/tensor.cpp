@@ -10,6 +10,7 @@
 #include <limits>
 #include <utility>
 
+#include "base/texts.hpp"
 #include "memory/device_memory.hpp"
 #include "tensor_util.hpp"
 #include "troupe/error.hpp"
@@ -98,17 +99,9 @@ std::shared_ptr<void> non_null_base(std::shared_ptr<void> owner, void* data) {
 
 namespace {
 
-std::string fmt(const char* op, const std::string& rest) {
-  return std::string(op) + ": " + rest;
-}
-
-[[noreturn]] void invalid(const char* op, const std::string& rest) {
-  throw error(errc::invalid_argument, fmt(op, rest));
-}
-
 void check_data(const char* op, const void* data, std::int64_t numel) {
   if (!data && numel > 0)
-    invalid(op, "null data pointer for " + std::to_string(numel) + " elements");
+    detail::throw_invalid(op, "null data pointer for " + std::to_string(numel) + " elements");
 }
 
 }  // namespace
@@ -174,7 +167,7 @@ std::size_t storage_bytes(const char* op, const shape_t& shape, dtype t) {
   const auto n = detail::checked_numel(op, shape);
   const auto elem = troupe::element_size(t);
   if (static_cast<std::uint64_t>(n) > std::numeric_limits<std::size_t>::max() / 2 / elem)
-    invalid(op, "shape " + detail::format_shape(shape) + " is too large");
+    detail::throw_invalid(op, "shape " + detail::format_shape(shape) + " is too large");
   return (static_cast<std::size_t>(n) * elem + 63) / 64 * 64;
 }
 
@@ -226,8 +219,9 @@ tensor tensor::from_blob(void* data, shape_t shape, shape_t strides, dtype t, de
   const auto n = detail::checked_numel("tensor.from_blob", shape);
   check_data("tensor.from_blob", data, n);
   if (strides.size() != shape.size())
-    invalid("tensor.from_blob", "strides " + detail::format_shape(strides) +
-                                    " do not match shape " + detail::format_shape(shape));
+    detail::throw_invalid("tensor.from_blob", "strides " + detail::format_shape(strides) +
+                                                  " do not match shape " +
+                                                  detail::format_shape(shape));
   return make(detail::non_null_base(nullptr, data), 0, std::move(shape), std::move(strides), t, d);
 }
 
@@ -253,9 +247,9 @@ void* tensor::data() const noexcept {
 }
 
 tensor tensor::clone() const {
-  if (!defined()) invalid("tensor.clone", "undefined tensor");
+  if (!defined()) detail::throw_invalid("tensor.clone", "undefined tensor");
   if (!is_cpu() && !is_contiguous())
-    invalid("tensor.clone", describe() + ": strided CUDA tensors cannot be cloned");
+    detail::throw_invalid("tensor.clone", describe() + ": strided CUDA tensors cannot be cloned");
   auto r = empty(shape(), dtype_, device_);
   if (!is_cpu()) {
     detail::gpu::copy("tensor.clone", r.data(), data(), nbytes());
@@ -274,17 +268,17 @@ tensor tensor::clone() const {
 }
 
 void tensor::copy_from(const tensor& src) {
-  if (!defined() || !src.defined()) invalid("tensor.copy_from", "undefined tensor");
+  if (!defined() || !src.defined()) detail::throw_invalid("tensor.copy_from", "undefined tensor");
   if (src.dtype_ != dtype_)
-    invalid("tensor.copy_from", "dtype mismatch " + std::string(to_string(dtype_)) + " vs " +
-                                    std::string(to_string(src.dtype_)));
+    detail::throw_invalid("tensor.copy_from", "dtype mismatch " + std::string(to_string(dtype_)) +
+                                                  " vs " + std::string(to_string(src.dtype_)));
   if (src.numel() != numel())
-    invalid("tensor.copy_from",
-            "numel mismatch " + std::to_string(numel()) + " vs " + std::to_string(src.numel()));
+    detail::throw_invalid("tensor.copy_from", "numel mismatch " + std::to_string(numel()) + " vs " +
+                                                  std::to_string(src.numel()));
   if (!is_contiguous())
-    invalid("tensor.copy_from", "destination " + describe() + " is not contiguous");
+    detail::throw_invalid("tensor.copy_from", "destination " + describe() + " is not contiguous");
   if (!src.is_contiguous())
-    invalid("tensor.copy_from", "source " + src.describe() + " is not contiguous");
+    detail::throw_invalid("tensor.copy_from", "source " + src.describe() + " is not contiguous");
   if (data() == src.data()) return;
   if (is_cpu() && src.is_cpu())
     std::memmove(data(), src.data(), nbytes());
@@ -293,10 +287,10 @@ void tensor::copy_from(const tensor& src) {
 }
 
 void tensor::zero_() {
-  if (!defined()) invalid("tensor.zero_", "undefined tensor");
+  if (!defined()) detail::throw_invalid("tensor.zero_", "undefined tensor");
   if (!is_cpu()) {
     if (!is_contiguous())
-      invalid("tensor.zero_", describe() + ": strided CUDA tensors cannot be zeroed");
+      detail::throw_invalid("tensor.zero_", describe() + ": strided CUDA tensors cannot be zeroed");
     detail::gpu::zero("tensor.zero_", device_, data(), nbytes());
     return;
   }
@@ -311,13 +305,14 @@ void tensor::zero_() {
 }
 
 tensor tensor::flat_slice(std::int64_t offset, std::int64_t count) const {
-  if (!defined()) invalid("tensor.flat_slice", "undefined tensor");
-  if (!is_contiguous()) invalid("tensor.flat_slice", describe() + " is not contiguous");
+  if (!defined()) detail::throw_invalid("tensor.flat_slice", "undefined tensor");
+  if (!is_contiguous())
+    detail::throw_invalid("tensor.flat_slice", describe() + " is not contiguous");
   const auto n = numel();
   if (offset < 0 || count < 0 || offset > n || count > n - offset)
-    invalid("tensor.flat_slice", "range [" + std::to_string(offset) + ", " +
-                                     std::to_string(offset + count) + ") outside " +
-                                     std::to_string(n) + " elements");
+    detail::throw_invalid("tensor.flat_slice", "range [" + std::to_string(offset) + ", " +
+                                                   std::to_string(offset + count) + ") outside " +
+                                                   std::to_string(n) + " elements");
   auto r = *this;
   r.offset_ += static_cast<std::size_t>(offset) * element_size();
   detail::tensor_access::set_flat(r, count);
@@ -325,8 +320,8 @@ tensor tensor::flat_slice(std::int64_t offset, std::int64_t count) const {
 }
 
 tensor tensor::view(shape_t shape) const {
-  if (!defined()) invalid("tensor.view", "undefined tensor");
-  if (!is_contiguous()) invalid("tensor.view", describe() + " is not contiguous");
+  if (!defined()) detail::throw_invalid("tensor.view", "undefined tensor");
+  if (!is_contiguous()) detail::throw_invalid("tensor.view", describe() + " is not contiguous");
   const auto n = numel();
   // One dimension may be -1: inferred from the others.
   int inferred = -1;
@@ -335,22 +330,24 @@ tensor tensor::view(shape_t shape) const {
     if (shape[i] == -1 && inferred < 0) {
       inferred = static_cast<int>(i);
     } else if (shape[i] < 0) {
-      invalid("tensor.view", "invalid dimension " + std::to_string(shape[i]) + " in shape " +
-                                 detail::format_shape(shape));
+      detail::throw_invalid("tensor.view", "invalid dimension " + std::to_string(shape[i]) +
+                                               " in shape " + detail::format_shape(shape));
     } else {
       known *= shape[i];
     }
   }
   if (inferred >= 0) {
     if (known == 0 || n % known != 0)
-      invalid("tensor.view", "shape " + detail::format_shape(shape) + " is invalid for " +
-                                 std::to_string(n) + " elements");
+      detail::throw_invalid("tensor.view", "shape " + detail::format_shape(shape) +
+                                               " is invalid for " + std::to_string(n) +
+                                               " elements");
     shape[static_cast<std::size_t>(inferred)] = n / known;
   }
   const auto m = detail::checked_numel("tensor.view", shape);
   if (m != n)
-    invalid("tensor.view", "shape " + detail::format_shape(shape) + " has " + std::to_string(m) +
-                               " elements, tensor has " + std::to_string(n));
+    detail::throw_invalid("tensor.view", "shape " + detail::format_shape(shape) + " has " +
+                                             std::to_string(m) + " elements, tensor has " +
+                                             std::to_string(n));
   auto r = *this;
   if (shape.size() == 1) {
     detail::tensor_access::set_flat(r, m);
@@ -379,11 +376,12 @@ void tensor::copy_bytes(void* dst, const void* src, std::size_t n) {
 }
 
 void tensor::check_element_type(dtype t) const {
-  if (!defined()) invalid("tensor.to_vector", "undefined tensor");
+  if (!defined()) detail::throw_invalid("tensor.to_vector", "undefined tensor");
   if (t != dtype_)
-    invalid("tensor.to_vector", "dtype mismatch " + std::string(to_string(dtype_)) + " vs " +
-                                    std::string(to_string(t)));
-  if (!is_contiguous()) invalid("tensor.to_vector", describe() + " is not contiguous");
+    detail::throw_invalid("tensor.to_vector", "dtype mismatch " + std::string(to_string(dtype_)) +
+                                                  " vs " + std::string(to_string(t)));
+  if (!is_contiguous())
+    detail::throw_invalid("tensor.to_vector", describe() + " is not contiguous");
 }
 
 void tensor::read_into(void* host, std::size_t n) const {

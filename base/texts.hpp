@@ -27,6 +27,9 @@ inline std::string timeout_after(std::chrono::milliseconds t) {
   return "Timed out after " + std::to_string(t.count() > 0 ? t.count() : 0) + " ms";
 }
 
+/// Throws errc::invalid_argument "OP: WHY", the form of every validation error.
+[[noreturn]] void throw_invalid(const char* op, const std::string& why);
+
 /// "collective mismatch: <why>": how every disagreement between ranks reads.
 inline std::string mismatch_text(const std::string& why) {
   return "collective mismatch: " + why;

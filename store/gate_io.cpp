@@ -124,12 +124,4 @@ std::string gate_read(int fd, void* data, std::size_t n, gate_clock::time_point 
   return "";
 }
 
-bool same_token(const std::string& given, const std::string& expected) {
-  if (expected.empty()) return false;
-  unsigned diff = given.size() != expected.size();
-  for (std::size_t i = 0; i < given.size(); ++i)
-    diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
-  return diff == 0;
-}
-
 }  // namespace troupe::detail

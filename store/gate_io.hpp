@@ -22,6 +22,5 @@ bool gate_write(int fd, const void* data, std::size_t n, gate_clock::time_point 
 /// Reads exactly n bytes by the deadline: "" when done, else "timed out" or "closed".
 std::string gate_read(int fd, void* data, std::size_t n, gate_clock::time_point deadline);
 /// Compares without an early exit, so that timing does not reveal the token's content.
-bool same_token(const std::string& given, const std::string& expected);
 
 }  // namespace troupe::detail

@@ -8,6 +8,8 @@
 
 #include "store/store_actor.hpp"
 
+#include "transport/handshake.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -41,14 +43,6 @@ struct store_state {
 
 using store_ptr = store_actor::stateful_pointer<store_state>;
 using wait_result = caf::result<std::vector<std::string>, std::vector<bytes>>;
-
-/// Compares without an early exit, so timing does not reveal the token's content.
-bool same_token(const std::string& given, const std::string& expected) {
-  if (expected.empty() || given.size() != expected.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < given.size(); ++i) diff |= given[i] ^ expected[i];
-  return diff == 0;
-}
 
 /// Whether the request carries the job's token; counts and logs a refusal.
 bool admitted(store_ptr self, const std::string& token) {

@@ -15,19 +15,13 @@
 #include <cstdio>
 
 #include "transport/data_plane_parts.hpp"
+#include "transport/handshake.hpp"
 #include "transport/pending_handshakes.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
 
 namespace {
-
-bool same_secret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 /// Accepted per round of the loop at most, so pending handshakes keep moving during a flood.
 constexpr int accepts_per_round = 64;
@@ -101,7 +95,7 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
     ::close(fd);
     refuse(who, why);
   };
-  if (!same_secret(h.token, opts_.token)) return refuse_fd("wrong job token");
+  if (!same_token(h.token, opts_.token)) return refuse_fd("wrong job token");
   if (h.job != opts_.job) return refuse_fd("wrong job");
   const int r = h.rank;
   if (r < 0 || r >= opts_.world_size || at(r).local)

@@ -34,6 +34,14 @@ void put_string(std::string& out, const std::string& s, const char* what) {
 
 }  // namespace
 
+bool same_token(const std::string& given, const std::string& expected) {
+  if (expected.empty()) return false;
+  unsigned diff = given.size() != expected.size();
+  for (std::size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
+  return diff == 0;
+}
+
 std::string encode_hello(const hello& h) {
   if (h.token.empty() || h.token.size() > max_handshake_token)
     throw error(errc::invalid_argument, "data plane hello: the job token must have 1.." +

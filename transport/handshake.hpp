@@ -41,6 +41,10 @@ class handshake_decoder {
   std::string why_;
 };
 
+/// Whether `given` is the job token `expected` (never when `expected` is
+/// empty), compared without an early exit so that timing tells nothing of it.
+bool same_token(const std::string& given, const std::string& expected);
+
 /// The longest job token either handshake carries.
 inline constexpr std::size_t max_handshake_token = 4096;
 
