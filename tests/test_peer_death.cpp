@@ -104,6 +104,12 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
         ok &=
             expect(r, what.find("world rank " + std::to_string(q) + " (host") == std::string::npos,
                    "a live rank is named: " + what);
+    // Found long before the calls' 20 s timeout: no write to it can have timed out
+    // (a write that failed says the peer closed or reset the connection).
+    ok &= expect(r,
+                 what.find("timed out") == std::string::npos &&
+                     what.find("took no data") == std::string::npos,
+                 "a failure found at once is worded as a timeout: " + what);
     if (p.leaver >= 0 &&
         what.find("world rank " + std::to_string(p.leaver) + " (host") != std::string::npos)
       ok &=
@@ -396,4 +402,57 @@ TEST_CASE(
     ::unlink(path.c_str());
     CHECK(codes == std::vector<int>{128 + SIGKILL, 0});
   }
+}
+
+TEST_CASE("a write to a stopped peer fails at the operation's timeout, saying how long it ran") {
+  // Over TCP on the message engine, rank 1 stops (SIGSTOP) and reads
+  // nothing: rank 0's allreduce of 64 MiB fills the connection and its write
+  // gives up at the call's 1 s timeout, failing rank 1 with what happened
+  // and after how long (not a timeout it never waited for).
+  const auto path = test::temp_store_path();
+  auto& b = *test::shared_page<split_board>();
+  auto codes = test::fork_ranks(2, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", "tcp", 1);
+    ::setenv("TROUPE_ENGINE", "messages", 1);
+    auto s = std::make_shared<file_store>(path, 20s);
+    world w{test::child_world(s, r, 2, 20s)};
+    auto& pg = w.default_group();
+    pg.barrier().wait();
+    if (r == 1) {
+      b.lender_pid = ::getpid();
+      b.stopping = 1;
+      ::raise(SIGSTOP);
+      return false;  // not reached: rank 0 kills this process
+    }
+    while (b.stopping.load() == 0 || !is_stopped(b.lender_pid.load()))
+      std::this_thread::sleep_for(1ms);
+    bool ok = true;
+    auto big = tensor::zeros({16 << 20}, dtype::float32);
+    const auto start = test::now_ns();
+    try {
+      pg.allreduce(tensor_list{big}, {.timeout = 1000ms}).wait(30s);
+      ok &= expect(r, false, "the allreduce with a stopped peer succeeded");
+    } catch (const error& e) {
+      const std::string what = e.what();
+      const auto took_ms = (test::now_ns() - start) / 1000000;
+      ok &= expect(r, what.find("world rank 1 (host") != std::string::npos,
+                   "the stopped rank is not named: " + what);
+      ok &= expect(r, took_ms >= 900 && took_ms < 10000,
+                   "it failed " + std::to_string(took_ms) + " ms after the call (timeout: 1 s)");
+      // Either the write gave up (saying after how long) or a receive did.
+      const auto at = what.find("writing to it timed out after ");
+      if (at != std::string::npos) {
+        const auto ms = std::atol(what.c_str() + at + 30);
+        ok &= expect(r, ms >= 500 && ms <= took_ms,
+                     "the write says it ran " + std::to_string(ms) + " ms: " + what);
+      } else {
+        ok &= expect(r, e.code() == errc::timeout, "neither a write nor a timeout: " + what);
+      }
+      MESSAGE("a write to a stopped peer: " << what);
+    }
+    ::kill(b.lender_pid.load(), SIGKILL);
+    return ok;
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 128 + SIGKILL});
 }

@@ -21,12 +21,14 @@ namespace troupe::detail {
 namespace {
 
 /// Writes to a socket without blocking; while the socket is full it calls
-/// `while_full` and waits briefly for room.
+/// `while_full` and waits briefly for room. After a failed write, why() says
+/// what happened and how long the write had run.
 class nonblocking_stream final : public byte_stream {
  public:
   nonblocking_stream(int fd, const std::function<void()>& while_full,
                      std::chrono::steady_clock::time_point deadline)
       : fd_(fd), while_full_(while_full), deadline_(deadline) {}
+  std::string why() const { return why_; }
   bool write(const void* data, std::size_t n) override {
     auto* p = static_cast<const char*>(data);
     while (n > 0) {
@@ -38,13 +40,19 @@ class nonblocking_stream final : public byte_stream {
       }
       if (w < 0 && errno == EINTR) continue;
       if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (std::chrono::steady_clock::now() >= deadline_) return false;
+        if (std::chrono::steady_clock::now() >= deadline_)
+          return fail("writing to it timed out after " + elapsed() +
+                      ": its connection took no more data before the operation's deadline "
+                      "(connection closed)");
         if (while_full_) while_full_();
         pollfd pf{fd_, POLLOUT, 0};
         ::poll(&pf, 1, 1);
         continue;
       }
-      return false;
+      const int e = w < 0 ? errno : EPIPE;
+      return fail(std::string(e == ECONNRESET || e == EPIPE ? "it closed or reset the connection"
+                                                            : "writing to its connection failed") +
+                  " (" + std::strerror(e) + ", " + elapsed() + " into a write)");
     }
     return true;
   }
@@ -52,9 +60,20 @@ class nonblocking_stream final : public byte_stream {
   void close() override {}
 
  private:
+  bool fail(std::string why) {
+    why_ = std::move(why);
+    return false;
+  }
+  std::string elapsed() const {
+    const auto t = std::chrono::steady_clock::now() - start_;
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()) + " ms";
+  }
+
   int fd_;
   const std::function<void()>& while_full_;
   std::chrono::steady_clock::time_point deadline_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::string why_;
 };
 
 }  // namespace
@@ -98,6 +117,7 @@ void data_plane::send_inline(int r, const std::string& group, const envelope& en
                              const std::function<void()>& while_full,
                              std::chrono::steady_clock::time_point deadline) {
   auto& p = at(r);
+  std::string why;
   {
     std::lock_guard<futex_lock> g{p.out_mtx};
     if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
@@ -107,10 +127,10 @@ void data_plane::send_inline(int r, const std::string& group, const envelope& en
     }
     nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
     if (write_frame(out, group, env, frame_inline)) return;
+    why = out.why();
     p.out_socket->close();
   }
-  peer_gone(r, "it took no data for the length of an operation's timeout (connection closed)",
-            true);
+  peer_gone(r, why.empty() ? "writing to its connection failed (connection closed)" : why, true);
 }
 
 bool data_plane::send_raw(int r, const void* data, std::size_t n) {
