@@ -125,7 +125,8 @@ std::pair<std::string, std::uint16_t> parse_host_port(const std::string& method,
   return {host, static_cast<std::uint16_t>(*port)};
 }
 
-/// Whether an external troupe-store serves (TROUPE_STORE_EXTERNAL=1) rather than rank 0.
+/// Whether another process serves the store (TROUPE_STORE_EXTERNAL=1: troupe-run,
+/// which sets it for the ranks it starts, or troupe-store) rather than rank 0.
 bool external_store() {
   auto v = env_var("TROUPE_STORE_EXTERNAL");
   if (!v || *v == "0" || v->empty()) return false;
@@ -147,6 +148,7 @@ std::shared_ptr<store> make_tcp_store(const std::string& method, const std::stri
   opts.bind_address = env_var("TROUPE_BIND_ADDR").value_or(host);
   opts.token = env.token;
   opts.timeout = timeout;
+  opts.server_name = "rank " + std::to_string(env.rank);
   return std::make_shared<tcp_store>(host, port, opts);
 }
 

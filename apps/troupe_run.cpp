@@ -8,7 +8,9 @@
 // MASTER_ADDR, MASTER_PORT and TROUPE_JOB_TOKEN (see <troupe/launch.hpp>); its
 // output lines come out prefixed with "[RANK] "; SIGINT/SIGTERM are forwarded;
 // when one rank fails the others are stopped and troupe-run exits with the
-// failing rank's status. `troupe-run --help` says it all.
+// failing rank's status. troupe-run serves the job's store itself (node 0),
+// so that no rank's death takes it along (run/job_store.hpp). `troupe-run
+// --help` says it all.
 
 #include <unistd.h>
 
@@ -16,11 +18,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "run/job.hpp"
+#include "run/job_store.hpp"
 #include "run/options.hpp"
 #include "run/output.hpp"
 #include "run/supervisor.hpp"
@@ -71,6 +76,20 @@ int main(int argc, char** argv) {
   j.nnodes = o.nnodes;
   j.node_rank = o.node_rank;
   j.master_addr = o.master_addr;
+  store_host host = store_host::launcher;
+  try {
+    host = choose_store_host(o.node_rank);
+  } catch (const std::invalid_argument& e) {
+    say(e.what());
+    return 2;
+  }
+  if (host == store_host::elsewhere && o.nnodes == 1 && o.master_port == 0) {
+    say("TROUPE_STORE_EXTERNAL=1: the job's store is served by a process you run (troupe-store); "
+        "pass its port with --master-port (and its host with --master-addr)");
+    return 2;
+  }
+  j.store_external = store_external_value(host);
+  std::unique_ptr<job_store> store;  // served until every rank is done with it
   try {
     if (const char* token = std::getenv("TROUPE_JOB_TOKEN"); token != nullptr && *token != 0) {
       j.token = token;
@@ -82,7 +101,15 @@ int main(int argc, char** argv) {
     } else {
       j.token = make_token();
     }
-    j.master_port = o.master_port != 0 ? o.master_port : pick_free_port(o.master_addr);
+    if (host == store_host::launcher) {
+      // It listens where the ranks will connect, unless TROUPE_BIND_ADDR says otherwise.
+      const char* bind = std::getenv("TROUPE_BIND_ADDR");
+      store = std::make_unique<job_store>(bind != nullptr && *bind != 0 ? bind : o.master_addr,
+                                          o.master_port, j.token);
+      j.master_port = store->port();
+    } else {
+      j.master_port = o.master_port != 0 ? o.master_port : pick_free_port(o.master_addr);
+    }
   } catch (const std::exception& e) {
     say(e.what());
     return 1;
@@ -94,5 +121,8 @@ int main(int argc, char** argv) {
     ranks.push_back(rank_spec{global_rank(j, local), o.program, rank_environment(j, local),
                               cpus[static_cast<std::size_t>(local)]});
   }
-  return supervise(ranks, o.grace_seconds, o.keep_going);
+  // With other nodes, their ranks may still use the store after this node's ended.
+  std::function<std::size_t()> store_users;
+  if (store && o.nnodes > 1) store_users = [&store] { return store->clients(); };
+  return supervise(ranks, o.grace_seconds, o.keep_going, store_users);
 }

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   try {
-    troupe::tcp_store_server server(host, static_cast<std::uint16_t>(port), token);
+    troupe::tcp_store_server server(host, static_cast<std::uint16_t>(port), token, "troupe-store");
     std::printf("troupe-store listening on %s:%u\n", host.c_str(), unsigned{server.port()});
     std::fflush(stdout);
     int sig = 0;

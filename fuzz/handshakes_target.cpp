@@ -30,7 +30,7 @@ const char* name() {
 
 std::vector<std::string> seeds() {
   hello h{"0123456789abcdef", 3, 4711, "host", "job-1", "troupe-ring-3-0@4711:5"};
-  std::string preamble = "TROUPES1";
+  std::string preamble = "TROUPES2";
   preamble += std::string("\0\0\0\x05", 4) + "token";
   std::vector<std::string> out = {std::string(1, '\x00') + encode_hello(h),
                                   std::string(1, '\x01') + preamble};

@@ -32,29 +32,47 @@ store_client::store_client(std::string host, std::uint16_t port, std::string tok
                            std::chrono::milliseconds timeout)
     : where_(host + ":" + std::to_string(port)) {
   const auto deadline = after(timeout);
-  std::string preamble = "TROUPES1";
+  std::string preamble = "TROUPES2";
   const auto n = static_cast<std::uint32_t>(token.size());
   for (int shift : {24, 16, 8, 0}) preamble.push_back(static_cast<char>((n >> shift) & 0xff));
   preamble += token;
+  // One attempt on a connected socket: true once admitted (who serves read).
+  auto admitted = [&](int fd, std::string& why) {
+    // The gate answers a well-formed preamble as soon as it has read it.
+    const auto answer = std::min(deadline, gate_clock::now() + ms(10000));
+    if (!gate_write(fd, preamble.data(), preamble.size(), deadline)) {
+      why = "the store at " + where_ + " closed the connection before the job token was sent";
+      return false;
+    }
+    unsigned char ack = 0;
+    // A store flooded by strangers may drop a connection to make room: it is tried again.
+    if (auto r = gate_read(fd, &ack, 1, answer); !r.empty()) {
+      why = "the store at " + where_ + " did not admit this process (" + r +
+            " before answering its job token; is it a troupe store?)";
+      return false;
+    }
+    if (ack != 1) {
+      ::close(fd);
+      throw error(errc::store, "tcp_store: the store at " + where_ +
+                                   " refused this process's job token (TROUPE_JOB_TOKEN is "
+                                   "not the one the store expects)");
+    }
+    unsigned char len = 0;
+    auto r = gate_read(fd, &len, 1, answer);
+    if (r.empty()) {
+      served_by_.assign(len, '\0');
+      r = gate_read(fd, served_by_.data(), served_by_.size(), answer);
+    }
+    if (!r.empty())
+      why = "the store at " + where_ + " admitted this process but did not say who serves (" + r +
+            ")";
+    return r.empty();
+  };
   std::string reason = "no attempt within the timeout";
-  for (auto pause = ms(10); gate_clock::now() < deadline; pause = std::min(pause * 2, ms(500))) {
+  for (auto pause = ms(10); gate_clock::now() < deadline; pause = std::min(pause * 2, ms(200))) {
     std::string why;
-    const int fd = gate_connect(host, port, deadline, why);
-    if (fd >= 0) {
-      char ack = 0;
-      // The gate answers a well-formed preamble within its 5 s handshake deadline.
-      const auto answer = std::min(deadline, gate_clock::now() + ms(10000));
-      if (!gate_write(fd, preamble.data(), preamble.size(), deadline)) {
-        why = "the store at " + where_ + " closed the connection before the job token was sent";
-      } else if (auto r = gate_read(fd, &ack, 1, answer); !r.empty()) {
-        why = "the store at " + where_ + " did not admit this process (" + r +
-              " before answering its job token; is it a troupe store?)";
-      } else if (ack != 1) {
-        ::close(fd);
-        throw error(errc::store, "tcp_store: the store at " + where_ +
-                                     " refused this process's job token (TROUPE_JOB_TOKEN is "
-                                     "not the one the store expects)");
-      } else {
+    if (const int fd = gate_connect(host, port, deadline, why); fd >= 0) {
+      if (admitted(fd, why)) {
         fd_ = fd;
         reader_ = std::thread([this] { read_loop(); });
         return;

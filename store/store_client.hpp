@@ -28,8 +28,10 @@ class store_client {
   };
 
   /// Connects to host:port and presents `token`, retrying until `timeout`
-  /// passes. Throws errc::store: "tcp_store: cannot reach store at host:port
-  /// within T ms: why", or at once when the store refuses the token.
+  /// passes (also when the store dropped the connection before it answered:
+  /// a store under a flood of strangers makes room so). Throws errc::store:
+  /// "tcp_store: cannot reach store at host:port within T ms: why", or at
+  /// once when the store refuses the token.
   store_client(std::string host, std::uint16_t port, std::string token,
                std::chrono::milliseconds timeout);
   /// Says goodbye (the server then takes the end for a normal one), closes
@@ -40,6 +42,8 @@ class store_client {
 
   /// Sends `r` and waits up to `limit` for its answer.
   outcome call(const store_request& r, std::chrono::milliseconds limit);
+  /// Who serves, as the store said when it admitted this client.
+  const std::string& served_by() const noexcept { return served_by_; }
 
  private:
   struct slot {
@@ -51,6 +55,7 @@ class store_client {
   void lose(const std::string& why);
 
   std::string where_;
+  std::string served_by_;
   int fd_ = -1;
   std::mutex write_mtx_;
   std::mutex mtx_;  // guards open_, next_, lost_

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -50,6 +51,7 @@ struct session {
 
 struct store_gate::impl {
   std::string token;
+  std::string welcome;  // byte 1, then who serves (u8 length + text)
   int listen_fd = -1;
   std::uint16_t port = 0;
   int wake[2] = {-1, -1};
@@ -124,7 +126,8 @@ struct store_gate::impl {
       ::close(fd);
       return;
     }
-    if (::send(fd, "\1", 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+    if (::send(fd, welcome.data(), welcome.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+        static_cast<ssize_t>(welcome.size())) {
       ::close(fd);
       return;
     }
@@ -267,9 +270,12 @@ struct store_gate::impl {
   }
 };
 
-store_gate::store_gate(const std::string& bind_address, std::uint16_t port, std::string token)
+store_gate::store_gate(const std::string& bind_address, std::uint16_t port, std::string token,
+                       std::string served_by)
     : impl_(std::make_unique<impl>()) {
   impl_->token = std::move(token);
+  served_by.resize(std::min<std::size_t>(served_by.size(), 255));
+  impl_->welcome = std::string(1, '\1') + static_cast<char>(served_by.size()) + served_by;
   std::string why;
   impl_->listen_fd = gate_listen(bind_address, port, why);
   if (impl_->listen_fd < 0)

@@ -10,14 +10,16 @@
 // and this gate is the only socket.
 //
 // One thread serves everything with poll():
-//  - strangers: each connection must first send the preamble "TROUPES1", a
+//  - strangers: each connection must first send the preamble "TROUPES2", a
 //    big-endian u32 token length (1..4096) and the token, within 5 s of
 //    connecting; at most 64 may be at it at once (more are refused at once),
 //    and none gets a thread or more than its 4 KiB of token
 //    (transport/pending_handshakes.hpp). A wrong, short, slow or garbled
 //    preamble is refused (logged "[troupe store] refused connection from
 //    <peer>: <reason>", at most 10 lines a second, counted, closed; a wrong
-//    token is answered with byte 0 first). A right one is answered with byte 1;
+//    token is answered with byte 0 first). A right one is answered with byte 1
+//    and who serves (a u8 length, then "troupe-run (pid 7) on host h"), so
+//    that a client that loses the store can name the process that died;
 //  - admitted connections: requests (store/store_wire.hpp, at most 1 GiB each,
 //    buffered as their bytes arrive) go to a session actor of the connection
 //    (store/store_actor.hpp), whose answers are written back at once or,
@@ -38,7 +40,10 @@ class store_gate {
  public:
   /// Listens on bind_address:port (0: a free port); throws errc::store
   /// "tcp_store_server: cannot listen on host:port: why" when it cannot.
-  store_gate(const std::string& bind_address, std::uint16_t port, std::string token);
+  /// `served_by` (at most 255 bytes) is what every admitted client is told
+  /// of this process: "troupe-run (pid 7) on host h".
+  store_gate(const std::string& bind_address, std::uint16_t port, std::string token,
+             std::string served_by);
   /// Stops serving, closes every connection, ends their sessions and joins the thread.
   ~store_gate();
   store_gate(const store_gate&) = delete;

@@ -9,12 +9,16 @@
 // ("tcp_store: cannot reach store at host:port ..."), a refused token is
 // errc::store naming the token problem, a store answer that does not come in
 // time is errc::timeout ("Timeout", the key(s), the ms), a lost server is
-// errc::store. Blocking reads send their timeout to the server, which answers
-// with the keys still missing when it passes; the client's own limit (the
-// same plus a grace period) covers a server that does not answer at all.
+// errc::store naming the process that served ("lost the store at host:port
+// served by troupe-run (pid 7) on host h: the connection closed"), which the
+// server tells every client it admits. Blocking reads send their timeout to the server, which
+// answers with the keys still missing when it passes; the client's own limit (the same plus a grace
+// period) covers a server that does not answer at all.
 
 #include "troupe/tcp_store.hpp"
 #include "base/texts.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -50,6 +54,15 @@ std::string endpoint(const std::string& host, std::uint16_t port) {
   return host + ":" + std::to_string(port);
 }
 
+/// How a server's process is named to its clients: "NAME (pid N) on host H".
+std::string identity(const std::string& name) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = 0;
+  const auto pid = std::to_string(::getpid());
+  return (name.empty() ? "pid " + pid : name + " (pid " + pid + ")") + " on host " +
+         (host[0] ? host : "(unknown)");
+}
+
 std::string quoted(const std::vector<std::string>& keys) {
   if (keys.empty()) return "no key";
   if (keys.size() == 1) return "key '" + keys.front() + "'";
@@ -70,12 +83,14 @@ struct server_core {
   std::unique_ptr<caf::actor_system> sys;
   store_actor actor;
   std::string token;
+  std::string served_by;  // this process, as clients are told
   std::uint16_t port = 0;
   std::shared_ptr<std::atomic<std::uint64_t>> refused =
       std::make_shared<std::atomic<std::uint64_t>>(0);
 
-  server_core(const std::string& bind_address, std::uint16_t want_port, std::string tok)
-      : token(std::move(tok)) {
+  server_core(const std::string& bind_address, std::uint16_t want_port, std::string tok,
+              const std::string& name)
+      : token(std::move(tok)), served_by(identity(name)) {
     if (token.empty())
       throw error(errc::invalid_argument,
                   "tcp_store_server(" + endpoint(bind_address, want_port) +
@@ -87,7 +102,7 @@ struct server_core {
                       "): the job token has " + std::to_string(token.size()) + " bytes; at most " +
                       std::to_string(detail::max_handshake_token) + " are allowed");
     // The public address is the gate's (its constructor throws naming the address).
-    gate = std::make_unique<store_gate>(bind_address, want_port, token);
+    gate = std::make_unique<store_gate>(bind_address, want_port, token, served_by);
     detail::configure_store_system(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     actor = detail::spawn_store_actor(*sys, token, refused);
@@ -107,13 +122,14 @@ struct server_core {
 
 struct tcp_store_server::impl {
   detail::server_core core;
-  impl(const std::string& bind_address, std::uint16_t port, std::string token)
-      : core(bind_address, port, std::move(token)) {}
+  impl(const std::string& bind_address, std::uint16_t port, std::string token,
+       const std::string& name)
+      : core(bind_address, port, std::move(token), name) {}
 };
 
 tcp_store_server::tcp_store_server(const std::string& bind_address, std::uint16_t port,
-                                   std::string token)
-    : impl_(std::make_unique<impl>(bind_address, port, std::move(token))) {}
+                                   std::string token, std::string name)
+    : impl_(std::make_unique<impl>(bind_address, port, std::move(token), name)) {}
 
 tcp_store_server::~tcp_store_server() = default;
 
@@ -129,10 +145,19 @@ std::uint64_t tcp_store_server::refused_connections() const {
   return impl_->core.gate ? impl_->core.gate->refused() : 0;
 }
 
+std::size_t tcp_store_server::clients() const {
+  return impl_->core.gate ? impl_->core.gate->connections() : 0;
+}
+
+std::string tcp_store_server::served_by() const {
+  return impl_->core.served_by;
+}
+
 struct tcp_store::impl {
   std::string host;
   std::uint16_t port = 0;
   std::string token;
+  std::string served_by;                        // as the server said
   std::unique_ptr<detail::server_core> server;  // when is_server
   caf::actor session;                           // this client's, with the server in this process
   std::unique_ptr<store_client> client;         // when the server is elsewhere
@@ -179,7 +204,7 @@ struct tcp_store::impl {
                                      " to answer (" + quoted(keys) + ")");
     if (o.kind == store_client::outcome::lost)
       throw error(errc::store, std::string(op) + "(" + quoted(keys) + "): lost the store at " +
-                                   endpoint(host, port) + ": " + o.why);
+                                   endpoint(host, port) + " served by " + served_by + ": " + o.why);
     auto& reply = o.reply;
     if (!reply.failed) return std::move(reply);
     if (reply.message == detail::refused_token_message)
@@ -219,8 +244,10 @@ tcp_store::tcp_store(const std::string& host, std::uint16_t port, tcp_store_opti
   impl_->token = opts.token;
   if (opts.is_server) {
     // The store actor lives in this process: talk to it directly, not through a socket.
-    impl_->server = std::make_unique<detail::server_core>(opts.bind_address, port, opts.token);
+    impl_->server = std::make_unique<detail::server_core>(opts.bind_address, port, opts.token,
+                                                          opts.server_name);
     impl_->port = impl_->server->port;
+    impl_->served_by = impl_->server->served_by;
     impl_->session =
         detail::spawn_store_session(*impl_->server->sys, impl_->server->actor, opts.token);
   } else {
@@ -231,6 +258,7 @@ tcp_store::tcp_store(const std::string& host, std::uint16_t port, tcp_store_opti
                                               " bytes, not " + std::to_string(opts.token.size()));
     impl_->client = std::make_unique<store_client>(host, port, opts.token,
                                                    std::clamp(opts.timeout, ms(1), max_timeout));
+    impl_->served_by = impl_->client->served_by();
   }
 }
 
@@ -238,6 +266,10 @@ tcp_store::~tcp_store() = default;
 
 std::uint16_t tcp_store::port() const noexcept {
   return impl_->port;
+}
+
+std::string tcp_store::served_by() const {
+  return impl_->served_by;
 }
 
 void tcp_store::append_on_disconnect(const std::string& key, const bytes& value) {

@@ -268,6 +268,10 @@ TEST_CASE("make_store: env:// and tcp:// — rank 0 serves, the others connect")
   s0->set("hello", "from rank 0");
   CHECK(s1->get_string("hello") == "from rank 0");
   CHECK(s1->timeout() == 5s);
+  // Rank 1 learned who serves: rank 0's process (here, this one).
+  const auto by = dynamic_cast<troupe::tcp_store*>(s1.get())->served_by();
+  CHECK(by.rfind("rank 0 (pid " + std::to_string(::getpid()) + ") on host ", 0) == 0);
+  CHECK(dynamic_cast<troupe::tcp_store*>(s0.get())->served_by() == by);
 
   const std::string method = "tcp://127.0.0.1:" + std::to_string(free_port());
   auto t0 = troupe::make_store(method, env_of(0, 2), 5s);
@@ -280,11 +284,14 @@ TEST_CASE("make_store: TROUPE_STORE_EXTERNAL=1 — rank 0 connects to troupe-sto
   env_guard g;
   g.set("TROUPE_STORE_EXTERNAL", "1");
   {
-    troupe::tcp_store_server server("127.0.0.1", 0, "tok");
+    troupe::tcp_store_server server("127.0.0.1", 0, "tok", "troupe-store");
     const std::string method = "tcp://127.0.0.1:" + std::to_string(server.port());
     auto s0 = troupe::make_store(method, env_of(0, 1), 5s);
     s0->set("k", "v");
     CHECK(s0->get_string("k") == "v");
+    CHECK(dynamic_cast<troupe::tcp_store*>(s0.get())->served_by() == server.served_by());
+    CHECK(server.served_by().rfind("troupe-store (pid " + std::to_string(::getpid()) + ")", 0) ==
+          0);
   }
   const auto port = std::to_string(free_port());
   check_error([&] { troupe::make_store("tcp://127.0.0.1:" + port, env_of(0, 1), 200ms); },

@@ -11,9 +11,11 @@ TEST_CASE("troupe-run is not built (TROUPE_BUILD_EXAMPLES=OFF): launcher tests s
 
 #else
 
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,7 +28,11 @@ TEST_CASE("troupe-run is not built (TROUPE_BUILD_EXAMPLES=OFF): launcher tests s
 #include <string>
 #include <vector>
 
+#include "troupe/tcp_store.hpp"
+
 extern char** environ;
+
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -183,6 +189,19 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+/// A port that was free on loopback a moment ago.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
 }  // namespace
 
 TEST_CASE("one node: ranks 0..N-1 share a free port and a generated 32-hex-char token") {
@@ -262,6 +281,74 @@ TEST_CASE("several nodes: RANK = node_rank*N + local rank, WORLD_SIZE = N*nnodes
     CHECK(m.status == 2);
     CHECK(contains(m.err, "--node-rank"));
   }
+}
+
+TEST_CASE("troupe-run serves the job's store; its ranks are told TROUPE_STORE_EXTERNAL=1") {
+  launched l = run({"-n", "2", child, "store"});
+  SHOW_OUTPUT(l);
+  CHECK(l.status == 0);
+  const auto ranks = env_lines(l.out);
+  REQUIRE(ranks.size() == 2);
+  for (const auto& [rank, e] : ranks) {
+    CHECK(e.at("STORE_EXTERNAL") == "1");
+    CHECK(e.at("ACK") == "1");  // it admitted the job's token
+  }
+  // Who serves, as the store tells its clients: troupe-run's own process.
+  const auto served_by = "served by troupe-run (pid " + std::to_string(l.pid) + ") on host ";
+  CHECK(contains(l.out, "[0] " + served_by));
+  CHECK(contains(l.out, "[1] " + served_by));
+}
+
+TEST_CASE("TROUPE_STORE_EXTERNAL: 0 lets rank 0 host the store, 1 a store of one's own") {
+  SUBCASE("0: rank 0 hosts it, nothing listens before it does") {
+    launched l = run({"-n", "2", child, "store"}, {{"TROUPE_STORE_EXTERNAL", "0"}});
+    SHOW_OUTPUT(l);
+    CHECK(l.status == 0);
+    for (const auto& [rank, e] : env_lines(l.out)) {
+      CHECK(e.at("STORE_EXTERNAL") == "0");
+      CHECK(e.at("ACK") == "refused");
+    }
+  }
+  SUBCASE("1 without --master-port: a usage error") {
+    launched l = run({"-n", "2", child, "env"}, {{"TROUPE_STORE_EXTERNAL", "1"}});
+    SHOW_OUTPUT(l);
+    CHECK(l.status == 2);
+    CHECK(contains(l.err, "TROUPE_STORE_EXTERNAL=1"));
+    CHECK(contains(l.err, "--master-port"));
+    CHECK(l.out.empty());
+  }
+  SUBCASE("another value: a usage error naming it") {
+    launched l = run({"-n", "1", child, "env"}, {{"TROUPE_STORE_EXTERNAL", "yes"}});
+    SHOW_OUTPUT(l);
+    CHECK(l.status == 2);
+    CHECK(contains(l.err, "TROUPE_STORE_EXTERNAL='yes'"));
+  }
+}
+
+TEST_CASE("node 0 serves the store on while other nodes' ranks still use it") {
+  const int port = free_port();
+  launched l = start({"--nnodes", "2", "--node-rank", "0", "-n", "1", "--master-port",
+                      std::to_string(port), child, "pause", "300"},
+                     {{"TROUPE_JOB_TOKEN", "0123456789abcdef"}});
+  {
+    // A rank of node 1, as far as node 0 can tell.
+    troupe::tcp_store_options o;
+    o.token = "0123456789abcdef";
+    o.timeout = 5s;
+    troupe::tcp_store other("127.0.0.1", static_cast<std::uint16_t>(port), o);
+    other.set("k", "v");
+    const bool said = read_until(
+        l, [](const launched& x) { return contains(x.err, "serving the job's store while"); }, 5s);
+    SHOW_OUTPUT(l);
+    CHECK(said);
+    CHECK(contains(l.out, "[0] done 0"));
+    CHECK(::waitpid(l.pid, nullptr, WNOHANG) == 0);  // still serving
+    CHECK(other.get_string("k") == "v");
+  }
+  finish(l);
+  SHOW_OUTPUT(l);
+  CHECK(l.status == 0);  // it ended once the other node's connection did
+  CHECK(contains(l.err, "still use it (1 connection; SIGTERM stops it)"));
 }
 
 TEST_CASE("every line is prefixed with the rank, stdout to stdout and stderr to stderr") {

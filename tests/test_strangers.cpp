@@ -252,7 +252,7 @@ TEST_CASE("rank 0's store: one listening port; a slowloris and a flood cost boun
   const usage before;
   usage during;
   const int n = 200;
-  const std::string preamble = std::string("TROUPES1\0\0\0\x10", 12) + "0123456789abcdef";
+  const std::string preamble = std::string("TROUPES2\0\0\0\x10", 12) + "0123456789abcdef";
   const auto slow = slowloris(server.port(), n, preamble, 10s, [&] {
     during = usage{};
     CHECK(client.get_string("before") == "1");  // serving meanwhile
@@ -278,11 +278,15 @@ TEST_CASE("rank 0's store: a client with the token that sends malformed requests
   auto after_preamble = [&](const std::string& bytes, time_t wait_s = 5) {
     const int fd = connect_to(server.port());
     REQUIRE(fd >= 0);
-    const auto preamble = std::string("TROUPES1\0\0\0\x10", 12) + "0123456789abcdef";
+    const auto preamble = std::string("TROUPES2\0\0\0\x10", 12) + "0123456789abcdef";
     ::send(fd, preamble.data(), preamble.size(), MSG_NOSIGNAL);
     char ack = 0;
     CHECK(::recv(fd, &ack, 1, 0) == 1);
     CHECK(ack == 1);
+    unsigned char len = 0;  // then who serves
+    CHECK(::recv(fd, &len, 1, 0) == 1);
+    std::string served_by(len, '\0');
+    CHECK(::recv(fd, served_by.data(), len, MSG_WAITALL) == len);
     ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     timeval tv{wait_s, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));

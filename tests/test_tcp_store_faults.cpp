@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -109,7 +110,7 @@ std::string exchange_raw(std::uint16_t port, const std::vector<std::uint8_t>& da
 
 /// A gate preamble: the magic, a big-endian token length and the token bytes.
 std::vector<std::uint8_t> preamble(std::uint32_t announced, const std::string& tok) {
-  std::vector<std::uint8_t> p = {'T', 'R', 'O', 'U', 'P', 'E', 'S', '1'};
+  std::vector<std::uint8_t> p = {'T', 'R', 'O', 'U', 'P', 'E', 'S', '2'};
   for (int shift : {24, 16, 8, 0}) p.push_back(static_cast<std::uint8_t>(announced >> shift));
   p.insert(p.end(), tok.begin(), tok.end());
   return p;
@@ -179,6 +180,66 @@ TEST_CASE("tcp_store_server: a client killed with SIGKILL mid-wait does not stop
   CHECK(parent.get_string("never_set") == "now");
   check_serving(port, "after_kill");
   CHECK(server.refused_requests() == 0);
+}
+
+TEST_CASE("tcp_store: a store whose process died is named by that process in every failure") {
+  // The server tells each client who it is when it admits it (troupe-run,
+  // troupe-store, rank 0): a client that loses it says which process died.
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof(host) - 1) == 0);
+  for (const std::string who : {"troupe-store", "rank 0"}) {
+    CAPTURE(who);
+    int from_child[2];
+    REQUIRE(::pipe(from_child) == 0);
+    const pid_t pid = ::fork();  // before this process starts any thread of this case
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(from_child[0]);
+      try {
+        // A standalone server (troupe-store's), or rank 0's (is_server, as make_store names it).
+        std::unique_ptr<troupe::tcp_store_server> server;
+        std::unique_ptr<troupe::tcp_store> rank0;
+        std::uint16_t port = 0;
+        if (who == "troupe-store") {
+          server = std::make_unique<troupe::tcp_store_server>("127.0.0.1", 0, token, who);
+          port = server->port();
+        } else {
+          auto o = client_options();
+          o.is_server = true;
+          o.server_name = who;
+          rank0 = std::make_unique<troupe::tcp_store>("127.0.0.1", 0, o);
+          port = rank0->port();
+        }
+        if (::write(from_child[1], &port, sizeof(port)) == sizeof(port))
+          std::this_thread::sleep_for(60s);  // killed long before
+      } catch (...) {
+      }
+      ::_exit(1);  // never return into doctest
+    }
+    ::close(from_child[1]);
+    std::uint16_t port = 0;
+    REQUIRE(::read(from_child[0], &port, sizeof(port)) == sizeof(port));
+    ::close(from_child[0]);
+    const std::string served_by =
+        who + " (pid " + std::to_string(pid) + ") on host " + std::string(host);
+    {
+      troupe::tcp_store client("127.0.0.1", port, client_options());
+      client.set("k", "v");
+      CHECK(client.served_by() == served_by);
+      REQUIRE(::kill(pid, SIGKILL) == 0);
+      REQUIRE(::waitpid(pid, nullptr, 0) == pid);
+      std::string what = "no error";
+      try {
+        client.get("k");
+      } catch (const troupe::error& e) {
+        CHECK(e.code() == troupe::errc::store);
+        what = e.what();
+      }
+      INFO(what);
+      CHECK(what.find("lost the store at 127.0.0.1:" + std::to_string(port) + " served by " +
+                      served_by + ": ") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("tcp_store_server: garbage and truncated BASP headers leave the server working") {

@@ -12,7 +12,7 @@ namespace troupe::detail {
 namespace {
 
 constexpr char hello_magic[8] = {'T', 'R', 'O', 'U', 'P', 'E', 'H', '1'};
-constexpr char preamble_magic[8] = {'T', 'R', 'O', 'U', 'P', 'E', 'S', '1'};
+constexpr char preamble_magic[8] = {'T', 'R', 'O', 'U', 'P', 'E', 'S', '2'};
 constexpr std::size_t max_field = 255;
 
 template <class T>
@@ -130,7 +130,7 @@ preamble_decoder::status preamble_decoder::take(const char* data, std::size_t n)
   if (piece_.size() < need_) return status::more;
   if (field_ == 0) {
     if (std::memcmp(piece_.data(), preamble_magic, sizeof(preamble_magic)) != 0)
-      return refuse("not a troupe store client (no TROUPES1 preamble)");
+      return refuse("not a troupe store client (no TROUPES2 preamble)");
     field_ = 1;
     need_ = 4;
     piece_.clear();

@@ -10,7 +10,9 @@
 //   "TROUPEH1" | u32 token length (1..4096) | token | i32 world rank | i32 pid |
 //   u16 length + host | u16 length + job | u16 length + link (each 0..255)
 // The store's preamble (store/store_gate.hpp):
-//   "TROUPES1" | big-endian u32 token length (1..4096) | token
+//   "TROUPES2" | big-endian u32 token length (1..4096) | token
+// and the store's answer to it: byte 0 (refused), or byte 1 | u8 length +
+// who serves ("troupe-run (pid 7) on host h"), read by the client only.
 
 #include <cstddef>
 #include <cstdint>

@@ -60,8 +60,9 @@ int pick_free_port(const std::string& addr) {
       continue;
     }
     // Keep the port bound (SO_REUSEADDR, never listening) while the job runs:
-    // rank 0 can still bind and listen on it, but no other bind(0) on this
-    // host — another troupe-run starting at the same time — is handed it.
+    // rank 0 (TROUPE_STORE_EXTERNAL=0) can still bind and listen on it, but no
+    // other bind(0) on this host — another troupe-run starting at the same
+    // time — is handed it.
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_storage bound{};
@@ -104,6 +105,7 @@ std::vector<std::string> rank_environment(const job& j, int local_rank) {
       {"MASTER_ADDR", j.master_addr},
       {"MASTER_PORT", std::to_string(j.master_port)},
       {"TROUPE_JOB_TOKEN", j.token},
+      {"TROUPE_STORE_EXTERNAL", j.store_external},
   };
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {

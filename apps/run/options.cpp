@@ -103,7 +103,7 @@ options parse_options(const std::vector<std::string>& args) {
   }
   if (o.nnodes > 1 && o.master_port == 0) {
     throw usage_error("--master-port is required with --nnodes " + std::to_string(o.nnodes) +
-                      ": every node must be given the same port of rank 0's store");
+                      ": every node must be given the same port of the job's store");
   }
   return o;
 }
@@ -128,8 +128,8 @@ Options:
   --nnodes M              nodes in the job (default 1): run troupe-run once on
                           each node with the same N, --master-addr, --master-port
   --node-rank K           this node's index, 0 <= K < M (default 0)
-  --master-addr A         host of rank 0's store (default 127.0.0.1)
-  --master-port P         port of rank 0's store; by default a free port is
+  --master-addr A         host of the job's store, node 0 (default 127.0.0.1)
+  --master-port P         port of the job's store; by default a free port is
                           picked, which needs --nnodes 1: with more nodes
                           --master-port is required
   --grace-seconds S       seconds the ranks get to exit after SIGTERM before
@@ -149,9 +149,19 @@ Options:
 
 Environment of each rank (what troupe::init_world() reads):
   RANK = K*N + local index, WORLD_SIZE = N*M, LOCAL_RANK = local index,
-  LOCAL_WORLD_SIZE = N, MASTER_ADDR, MASTER_PORT, and TROUPE_JOB_TOKEN: kept
-  when already set, else 32 random hex characters. With --nnodes > 1 set the
-  same TROUPE_JOB_TOKEN on every node before starting troupe-run.
+  LOCAL_WORLD_SIZE = N, MASTER_ADDR, MASTER_PORT, TROUPE_STORE_EXTERNAL=1,
+  and TROUPE_JOB_TOKEN: kept when already set, else 32 random hex
+  characters. With --nnodes > 1 set the same TROUPE_JOB_TOKEN on every node
+  before starting troupe-run.
+
+The job's store: troupe-run on node 0 serves it (at --master-addr, or
+TROUPE_BIND_ADDR when set, and --master-port), so that the job's shared
+state outlives any rank: with --keep-going the survivors of a killed rank,
+rank 0 included, can still agree (world::shrink). When its own ranks have
+ended, troupe-run on node 0 serves on while other nodes' ranks still use it.
+TROUPE_STORE_EXTERNAL in troupe-run's environment chooses otherwise: 1, a
+store you run (troupe-store) at --master-addr:--master-port serves it;
+0, rank 0 hosts it (the ranks then get TROUPE_STORE_EXTERNAL=0).
 
 Output: each line a rank writes is printed as "[RANK] line", its stdout to
 stdout and its stderr to stderr.

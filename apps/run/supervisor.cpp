@@ -92,8 +92,10 @@ struct child {
 
 class supervisor {
  public:
-  supervisor(double grace_seconds, bool keep_going)
-      : grace_seconds_(grace_seconds), keep_going_(keep_going) {}
+  supervisor(double grace_seconds, bool keep_going, std::function<std::size_t()> store_users)
+      : grace_seconds_(grace_seconds),
+        keep_going_(keep_going),
+        store_users_(std::move(store_users)) {}
 
   int run(const std::vector<rank_spec>& ranks) {
     if (!install_handlers()) {
@@ -114,7 +116,37 @@ class supervisor {
     if (stdin_fd >= 0) ::close(stdin_fd);
     while (running_ > 0) wait_once();
     drain_leftovers();
+    if (store_users_ && !stopping_) serve_others();
     return stopping_ ? exit_code_ : first_failure_;
+  }
+
+  /// After this node's ranks ended: serves the store while other nodes'
+  /// ranks still use it, until they are gone or a signal says stop.
+  void serve_others() {
+    bool said = false;
+    for (;;) {
+      pollfd p{signal_pipe[0], POLLIN, 0};
+      if (::poll(&p, 1, 200) > 0) {
+        unsigned char sigs[64];
+        const ssize_t n = ::read(signal_pipe[0], sigs, sizeof sigs);
+        for (ssize_t i = 0; i < n; ++i) {
+          if (sigs[i] == SIGCHLD) continue;
+          message("received " + signal_name(sigs[i]) + "; no longer serving the job's store");
+          stopping_ = true;
+          exit_code_ = 128 + sigs[i];
+          return;
+        }
+      }
+      const std::size_t users = store_users_();
+      if (users == 0) return;
+      if (!said)
+        message(
+            "the ranks of this node have ended; serving the job's store while other nodes' "
+            "ranks still use it (" +
+            std::to_string(users) + (users == 1 ? " connection" : " connections") +
+            "; SIGTERM stops it)");
+      said = true;
+    }
   }
 
  private:
@@ -383,14 +415,16 @@ class supervisor {
   bool killed_ = false;
   int exit_code_ = 0;
   bool keep_going_ = false;
-  int first_failure_ = 0;  // --keep-going: the first rank that exited non-zero
+  int first_failure_ = 0;                     // --keep-going: the first rank that exited non-zero
+  std::function<std::size_t()> store_users_;  // see supervise()
   std::optional<steady::time_point> deadline_;
 };
 
 }  // namespace
 
-int supervise(const std::vector<rank_spec>& ranks, double grace_seconds, bool keep_going) {
-  return supervisor(grace_seconds, keep_going).run(ranks);
+int supervise(const std::vector<rank_spec>& ranks, double grace_seconds, bool keep_going,
+              const std::function<std::size_t()>& store_users) {
+  return supervisor(grace_seconds, keep_going, store_users).run(ranks);
 }
 
 }  // namespace troupe_run

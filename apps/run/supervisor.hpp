@@ -2,6 +2,8 @@
 /// Running the ranks of one node: starting them, prefixing their output,
 /// forwarding signals to them and stopping them all when one fails.
 
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,10 @@ struct rank_spec {
 /// `grace_seconds` after being told to stop get SIGKILL.
 /// With `keep_going`, a failing rank does not stop the others, and ranks
 /// killed by a signal do not set the status (the job recovered without them).
-int supervise(const std::vector<rank_spec>& ranks, double grace_seconds, bool keep_going = false);
+/// With `store_users` (the connections to the store this troupe-run serves),
+/// it returns only once they are gone too, or on SIGINT/SIGTERM/SIGHUP:
+/// ranks of other nodes may still use the store after this node's ended.
+int supervise(const std::vector<rank_spec>& ranks, double grace_seconds, bool keep_going = false,
+              const std::function<std::size_t()>& store_users = {});
 
 }  // namespace troupe_run

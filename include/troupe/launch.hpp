@@ -34,7 +34,8 @@ struct launch_env {
 launch_env read_launch_env();
 
 /// A store from an init method: "env://" (TCP store at MASTER_ADDR:MASTER_PORT,
-/// served by rank 0 unless TROUPE_STORE_EXTERNAL=1), "tcp://host:port"
+/// served by rank 0 unless TROUPE_STORE_EXTERNAL=1: troupe-run sets it, as it
+/// serves the store of the ranks it starts), "tcp://host:port"
 /// (served by rank 0 likewise), "file:///path" (file_store). Anything else is
 /// errc::invalid_argument naming the method.
 std::shared_ptr<store> make_store(const std::string& init_method, const launch_env& env,

@@ -2,16 +2,20 @@
 /// troupe::tcp_store — a store served over TCP, for ranks in several
 /// processes or on several hosts.
 ///
-/// The server is a CAF actor (rank 0 hosts it by default; `troupe-store` runs
-/// it standalone) behind one socket, host:port, and no other: every
-/// connection must first present the job's secret token within 5 s (at most
-/// 64 connections may be at it at once), and only then are its requests read
+/// The server is a CAF actor (troupe-run serves it for the jobs it starts;
+/// under other launchers rank 0 hosts it; `troupe-store` runs it standalone)
+/// behind one socket, host:port, and no other: every connection must first
+/// present the job's secret token (strangers' connections cost bounded work:
+/// transport/pending_handshakes.hpp), and only then are its requests read
 /// (troupe's own length-prefixed messages, at most 1 GiB each) and passed to
 /// the actor. A connection with a wrong token, garbage or nothing in time is
 /// refused, logged and counted, and a client with a wrong token fails to
 /// connect. Clients get the full store interface with the same timeouts and
-/// errors. The server keeps serving when a client disconnects or dies.
+/// errors. The server keeps serving when a client disconnects or dies; when
+/// the server's process dies, its clients' calls fail naming that process
+/// (the server tells each client who it is when it admits it).
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,14 +33,19 @@ struct tcp_store_options {
   std::string token;
   /// Timeout of blocking calls and of connecting.
   store::duration timeout = store::default_timeout;
+  /// With is_server: how the server names its process to clients ("rank 0");
+  /// they say "served by NAME (pid N) on host H" when it is lost.
+  std::string server_name;
 };
 
 /// Runs a store server until stop() or destruction (what troupe-store does).
 class tcp_store_server {
  public:
   /// Binds host:port (port 0 picks a free port); throws errc::store naming the
-  /// address when it cannot.
-  tcp_store_server(const std::string& bind_address, std::uint16_t port, std::string token);
+  /// address when it cannot. `name` is how clients name this process when
+  /// they lose it ("troupe-run", "troupe-store"), with its pid and host.
+  tcp_store_server(const std::string& bind_address, std::uint16_t port, std::string token,
+                   std::string name = {});
   ~tcp_store_server();
   tcp_store_server(const tcp_store_server&) = delete;
   tcp_store_server& operator=(const tcp_store_server&) = delete;
@@ -45,8 +54,12 @@ class tcp_store_server {
   /// behind the gate).
   std::uint64_t refused_requests() const;
   /// Connections the gate refused so far: wrong token, not a troupe store
-  /// client, truncated, no token within 5 s, or too many awaiting theirs.
+  /// client, garbled, silent or slow, or dropped to make room for newer ones.
   std::uint64_t refused_connections() const;
+  /// Clients connected now (connections that proved the token and are open).
+  std::size_t clients() const;
+  /// Who serves, as clients are told: "NAME (pid N) on host H".
+  std::string served_by() const;
 
  private:
   struct impl;
@@ -73,6 +86,9 @@ class tcp_store final : public store {
   using store::wait;
   /// The server's port (useful with port 0 and is_server).
   std::uint16_t port() const noexcept;
+  /// Who serves the store, as the server said when it admitted this client:
+  /// "NAME (pid N) on host H" ("pid N on host H" for a server without a name).
+  std::string served_by() const;
   /// Asks the server to append `value` to `key` should this client's
   /// connection end without the client closing it (its process died), so
   /// that others can tell (like an ephemeral node). Does nothing when this
