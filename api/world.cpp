@@ -3,6 +3,7 @@
 #include "troupe/world.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -50,6 +51,20 @@ struct world::impl {
 };
 
 namespace {
+
+/// A duration in whole milliseconds from `name` (0 or more), else `fallback`.
+std::chrono::milliseconds milliseconds_from_env(const char* name,
+                                                std::chrono::milliseconds fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long ms = std::strtoll(v, &end, 10);
+  if (errno != 0 || *end != '\0' || ms < 0)
+    throw error(errc::invalid_argument, std::string("world: ") + name + " '" + v +
+                                            "' is not a number of milliseconds (0 or more)");
+  return std::chrono::milliseconds(ms);
+}
 
 std::string random_job_id() {
   std::random_device rd;
@@ -224,6 +239,8 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
             "transport (shm)");
   dp.congestion = congestion;
   dp.route = detail::to_string(engines);
+  dp.heartbeat = milliseconds_from_env("TROUPE_HEARTBEAT_MS", dp.heartbeat);
+  dp.unresponsive = milliseconds_from_env("TROUPE_UNRESPONSIVE_MS", dp.unresponsive);
   auto plane = std::make_shared<detail::data_plane>(dp);
   plane->connect(*o.store, rdv);
   impl_->rt->set_plane(std::move(plane));

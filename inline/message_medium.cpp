@@ -255,7 +255,7 @@ std::string message_medium::crashed_members() {
       why += (why.empty() ? "" : "; ") + names_[static_cast<std::size_t>(r)] + " left group '" +
              group_ + "' (" + c + ")";
   }
-  if (why.empty()) crashes_seen_ = seen;  // failures of ranks outside this group
+  if (why.empty()) crashes_seen_.store(seen, std::memory_order_relaxed);  // ranks outside it
   return why;
 }
 
@@ -263,8 +263,7 @@ std::string message_medium::lost(std::uint64_t, int blocker,
                                  std::chrono::steady_clock::time_point) {
   // A member whose process died (or was dropped for bad frames) fails every
   // operation, whichever rank it waits for: one load while no peer failed.
-  if (crashes_ && crashes_->load(std::memory_order_relaxed) != crashes_seen_)
-    if (auto why = crashed_members(); !why.empty()) return why;
+  if (auto why = crashed(); !why.empty()) return why;
   // A member that left on purpose: only the rank the operation waits for.
   // One that finished its part and left (what it sent came before it left)
   // is not missed.

@@ -88,6 +88,15 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   void end_wait(bool reads) override;
   void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
              bool reads) override;
+  /// Members in other processes the data plane found crashed, dead or
+  /// unresponsive, as lost() names them ("" while none): one load while no
+  /// peer failed. The shared-memory engine beside this one asks it too.
+  std::string crashed() {
+    if (!crashes_ ||
+        crashes_->load(std::memory_order_relaxed) == crashes_seen_.load(std::memory_order_relaxed))
+      return {};
+    return crashed_members();
+  }
   std::string lost(std::uint64_t op, int blocker,
                    std::chrono::steady_clock::time_point now) override;
   void wake_all() override;
@@ -179,7 +188,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   // The data plane's count of failed peers, and the count at the last
   // look that found no member among them (lost() runs under the inline engine's lock).
   std::shared_ptr<const std::atomic<std::uint32_t>> crashes_;
-  std::uint32_t crashes_seen_ = 0;
+  std::atomic<std::uint32_t> crashes_seen_{0};         // asked by the engines beside it too
   std::shared_ptr<const std::atomic<bool>> p2p_seen_;  // the data plane's carried_p2p()
   std::atomic<std::uint32_t> bell_{0};
   std::atomic<std::uint32_t> sleepers_{0};

@@ -96,6 +96,11 @@ void data_plane::close_once() {
     auto n = ::write(wake_[1], "x", 1);
   if (acceptor_.joinable()) acceptor_.join();  // no thread starts from here on
   {
+    std::lock_guard<std::mutex> h{heart_mtx_};  // stopping_ is seen, or it waits
+  }
+  heart_cv_.notify_all();
+  if (heart_.joinable()) heart_.join();
+  {
     std::lock_guard<std::mutex> g{mtx_};
     for (auto& p : peers_) {
       if (p->out_link) p->out_link->close();
@@ -282,6 +287,9 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     if (std::chrono::steady_clock::now() >= rdv.deadline()) rdv.timed_out(missing, what);
     g.lock();
   }
+  // 5. The failure detector, once every connection is there.
+  if ((opts_.heartbeat.count() > 0 || opts_.unresponsive.count() > 0) && !stopping_)
+    heart_ = std::thread([this] { heartbeat_loop(); });
 }
 
 bool data_plane::is_local(int r) const {

@@ -14,9 +14,11 @@
 // that the peer's process is gone, which fails every call still waiting for
 // that peer at once.
 // Strangers (transport/data_plane_accept.cpp): one thread accepts and reads
-// every handshake with poll() (transport/pending_handshakes.hpp): at most 64
-// connections await authentication at once, each has 5 s for its whole
-// handshake, and none gets a thread before it proved the job's token. A
+// every handshake with poll() (transport/pending_handshakes.hpp): silent
+// connections stay with the kernel, at most 256 await authentication at
+// once (the oldest of the busiest source dropped for a newcomer), each has
+// 500 ms for its first bytes and 2 s for its whole handshake, and none gets
+// a thread before it proved the job's token. A
 // reader thread is started per authenticated peer (one per world rank at
 // most) and joined as soon as its connection ends.
 // Receipt: a reader thread per incoming connection decodes frames straight
@@ -77,6 +79,14 @@ struct data_plane_options {
   /// messages, staged, actors): every rank of a job must say the same, as
   /// frames of one route are not read by the other.
   std::string route = "inline";
+  /// The failure detector (data_plane_heartbeat.cpp): the ranks of a peer
+  /// process that stopped answering are failed within `unresponsive`
+  /// (TROUPE_UNRESPONSIVE_MS; 0: never), this process telling each peer
+  /// process that it runs every `heartbeat` (TROUPE_HEARTBEAT_MS; default a
+  /// sixth of the bound). A busy or slow rank keeps beating: only a stopped
+  /// or frozen process, or a host cut off, is silent that long.
+  std::chrono::milliseconds unresponsive{3000};
+  std::chrono::milliseconds heartbeat{0};
 };
 
 class data_plane : public std::enable_shared_from_this<data_plane> {
@@ -223,6 +233,12 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   static std::shared_ptr<data_plane>* detach_reader(const data_plane* plane);
   /// The reader thread of `rank`'s incoming connection (socket or ring).
   void reader_loop(int rank);
+  /// The failure detector (data_plane_heartbeat.cpp): every opts_.heartbeat,
+  /// a heartbeat to every peer process, and the ranks of a peer process
+  /// silent for opts_.unresponsive failed.
+  void heartbeat_loop();
+  /// Writes a heartbeat to `p` unless that would wait; whether it did.
+  bool beat(peer& p);
   /// Checks a frame from rank r before its payload is read (frame.hpp's admit_fn).
   std::string admit(int r, const frame_header& h, const std::string& group, bool& skip);
   /// Hands a frame from rank r to its group; false after a goodbye or when
@@ -267,6 +283,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::map<std::string, std::shared_ptr<const route>> routes_;
   std::atomic<std::uint64_t> routes_version_{1};  // bumped by every change of routes_
   std::thread acceptor_;
+  std::thread heart_;  // heartbeat_loop
+  std::mutex heart_mtx_;
+  std::condition_variable heart_cv_;              // wakes heartbeat_loop when the plane stops
   std::map<std::uint64_t, std::thread> readers_;  // running or finished, not yet joined
   std::vector<std::uint64_t> finished_;           // readers that ended
   std::uint64_t next_reader_ = 0;

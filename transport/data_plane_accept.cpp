@@ -143,6 +143,7 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
     if (stopping_ || p.in_socket) return;  // the socket closes with `sock`
     p.in_socket = std::move(sock);
     p.in_link = std::move(in_link);
+    p.heard_ns.store(std::chrono::steady_clock::now().time_since_epoch().count());
     ++connected_;
   }
   connected_cv_.notify_all();

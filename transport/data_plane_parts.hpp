@@ -39,6 +39,9 @@ struct data_plane::peer {
   std::unique_ptr<tcp_stream> in_socket;
   std::unique_ptr<link_in> in_link;  // a transport's link, else frames come over in_socket
   std::atomic<bool> gone{false};
+  // When bytes last came from it (steady clock, ns; 0: not connected yet):
+  // the failure detector's evidence that its process runs.
+  std::atomic<std::int64_t> heard_ns{0};
   bool crashed = false;  // gone without a goodbye (set with gone_why, under mtx_)
   std::string gone_why;  // set (under mtx_) before `gone`
   // Reading the socket: whoever holds in_mtx (reader thread or a pumping waiter).

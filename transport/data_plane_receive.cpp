@@ -45,6 +45,7 @@ std::string data_plane::admit(int r, const frame_header& h, const std::string& g
 }
 
 bool data_plane::dispatch(int r, received_frame& f, std::string& refusal) {
+  if (f.header.kind == frame_heartbeat) return true;  // its bytes were heard (drain)
   auto& p = at(r);
   if (f.header.kind == frame_goodbye) {
     // A rank that left on purpose: only calls still waiting for it fail
@@ -101,7 +102,7 @@ bool data_plane::drain(int r, bool& any) {
       std::string& refusal;
     } rd{*this, r, any, refusal};
     auto on_frame = [&rd](received_frame& f) {
-      rd.any = true;
+      rd.any = rd.any || f.header.kind != frame_heartbeat;
       return rd.plane.dispatch(rd.r, f, rd.refusal);
     };
     auto admit_frame = [&](const frame_header& h, const std::string& group, bool& skip) {
@@ -115,6 +116,7 @@ bool data_plane::drain(int r, bool& any) {
       if (h.kind == frame_p2p && rt->actor.p2p_place) return rt->actor.p2p_place(h);
       return posted_receive{};
     };
+    const auto before = p.reader.bytes_read();
     if (p.in_link) {
       why = p.reader.drain([&](void* d, std::size_t n) { return p.in_link->read_some(d, n); },
                            on_frame, place, admit_frame);
@@ -122,6 +124,10 @@ bool data_plane::drain(int r, bool& any) {
     } else {
       why = p.reader.drain(p.in_socket->fd(), on_frame, place, admit_frame);
     }
+    // Anything from the peer, a frame in progress too, says its process runs.
+    if (p.reader.bytes_read() != before)
+      p.heard_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                       std::memory_order_relaxed);
   } catch (const std::exception& e) {
     why = std::string("reading its frames failed: ") + e.what();
   } catch (...) {

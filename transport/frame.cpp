@@ -60,7 +60,10 @@ bool write_common(byte_stream& out, frame_header& h, const std::string& group,
 /// Why a header is malformed (empty: it is not).
 std::string check_header(const frame_header& h) {
   if (h.magic != frame_magic) return "bad frame magic";
-  if (h.kind == frame_goodbye) return {};
+  if (h.kind == frame_goodbye || h.kind == frame_heartbeat)
+    return h.name_len == 0 && h.payload_bytes == 0 && h.fp_bytes == 0
+               ? std::string()
+               : "a goodbye or heartbeat with a body";
   if (h.kind > frame_loan) return "bad frame kind " + std::to_string(h.kind);
   if (h.kind == frame_loan) {
     // Lent and help: exactly a loan's bytes; the others: at most a text.
@@ -165,6 +168,12 @@ std::string loan_refusal(const p2p_envelope& answer) {
           static_cast<std::size_t>(answer.payload.nbytes())};
 }
 
+bool write_heartbeat(byte_stream& out) {
+  frame_header h;
+  h.kind = frame_heartbeat;
+  return out.write(&h, sizeof(h));
+}
+
 bool write_goodbye(byte_stream& out, std::int32_t cause) {
   frame_header h;
   h.kind = frame_goodbye;
@@ -239,6 +248,7 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
       const auto k = read_some(scratch, std::min(sizeof(scratch), h.payload_bytes - got_));
       if (k < 0) return "connection closed";
       if (k == 0) return {};
+      bytes_read_ += static_cast<std::uint64_t>(k);
       got_ += static_cast<std::size_t>(k);
       if (got_ < h.payload_bytes) continue;
       got_ = 0;
@@ -272,6 +282,7 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
                                                      : read_some(dst + got_, need - got_);
       if (k < 0) return "connection closed";
       if (k == 0) return {};
+      bytes_read_ += static_cast<std::uint64_t>(k);
       got_ += static_cast<std::size_t>(k);
       if (got_ < need) continue;
     }
@@ -280,7 +291,7 @@ std::string frame_reader::drain(const std::function<long(void*, std::size_t)>& r
     bool complete = false;
     if (at_ == piece::header) {
       if (auto why = check_header(h); !why.empty()) return why;
-      if (h.kind == frame_goodbye) {
+      if (h.kind == frame_goodbye || h.kind == frame_heartbeat) {
         complete = true;
       } else {
         f_.group.resize(h.name_len);

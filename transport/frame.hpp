@@ -44,8 +44,7 @@ inline constexpr std::uint64_t max_early_bytes = std::uint64_t{1} << 30;
 
 struct frame_header {
   std::uint32_t magic = frame_magic;
-  std::uint8_t kind =
-      0;  ///< 0: collective envelope, 1: p2p envelope, 2: goodbye, 3: inline envelope
+  std::uint8_t kind = 0;  ///< 0: collective, 1: p2p, 2: goodbye, 3: inline, 4: loan, 5: heartbeat
   std::uint8_t code = 0;  ///< op_code (collective)
   std::uint8_t dtype = 0;
   std::uint8_t has_payload = 0;  ///< 0 for an undefined payload tensor (barriers)
@@ -77,7 +76,7 @@ class byte_stream {
 };
 
 inline constexpr std::uint8_t frame_collective = 0, frame_p2p = 1, frame_goodbye = 2,
-                              frame_inline = 3, frame_loan = 4;
+                              frame_inline = 3, frame_loan = 4, frame_heartbeat = 5;
 /// The most text a loan's refusal carries (frame_loan, p2p_envelope::returned).
 inline constexpr std::size_t max_loan_text = 4096;
 
@@ -98,6 +97,10 @@ p2p_envelope loan_answer(std::int32_t src, std::uint64_t id, const std::string& 
                          p2p_envelope::kind_t kind = p2p_envelope::returned);
 /// Why a returned loan was not taken, or why a lender did not help ("": it was, it did).
 std::string loan_refusal(const p2p_envelope& answer);
+
+/// Writes a heartbeat: a header alone, that says the writer's process runs
+/// (transport/data_plane_heartbeat.cpp).
+bool write_heartbeat(byte_stream& out);
 
 /// Writes the last frame of a rank that leaves on purpose (its world ends);
 /// `cause`: the world rank whose failure made it leave, or -1.
@@ -165,6 +168,8 @@ class frame_reader {
   std::string drain(const std::function<long(void*, std::size_t)>& read_some,
                     const std::function<bool(received_frame&)>& on_frame,
                     const place_fn& place = {}, const admit_fn& admit = {});
+  /// Bytes read so far (the peer's liveness: a frame in progress counts).
+  std::uint64_t bytes_read() const noexcept { return bytes_read_; }
 
  private:
   /// Reads the next bytes of a payload that goes where it was posted, or,
@@ -177,6 +182,7 @@ class frame_reader {
   std::string fp_;                        // the fingerprint's bytes as they arrive
   std::shared_ptr<receive_guard> guard_;  // the payload is read into a posted tensor
   bool skip_ = false;                     // the payload is read into nothing
+  std::uint64_t bytes_read_ = 0;
 };
 
 }  // namespace troupe::detail

@@ -1,0 +1,190 @@
+// The failure detector (transport/data_plane_heartbeat.cpp): a rank whose
+// process is stopped (SIGSTOP) is named by every survivor within the bound
+// (TROUPE_UNRESPONSIVE_MS, 3 s by default), over shared memory and TCP, with
+// 2 and 4 processes; a rank busy computing for 20 s between calls is not.
+// Times are printed, and asserted only with generous margins.
+
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "children.hpp"
+#include "forked_ranks.hpp"
+#include "troupe/troupe.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct verdicts {
+  double seconds[8];  // when each survivor's call failed, from the freeze
+  int named[8];       // 1: its error named the frozen rank as unresponsive
+};
+
+/// n ranks in forked processes over `transport`; rank `frozen` stops itself
+/// after a barrier, the others call an allreduce with a long timeout.
+void freeze_one(int n, int frozen, const char* transport) {
+  CAPTURE(n);
+  CAPTURE(frozen);
+  CAPTURE(std::string(transport));
+  const auto path = test::temp_store_path();
+  auto* out = test::shared_page<verdicts>();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("TROUPE_TRANSPORT", transport, 1);
+      bool ok = false;
+      try {
+        auto s = std::make_shared<file_store>(path, 30s);
+        world w{test::child_world(s, r, n, 30s)};
+        auto& pg = w.default_group();
+        pg.barrier().wait();
+        if (r == frozen) ::raise(SIGSTOP);  // stays here until killed
+        std::this_thread::sleep_for(50ms);  // the frozen rank stops first
+        const auto t0 = clock_type::now();
+        auto t = tensor::from_vector<float>({1.f});
+        try {
+          pg.allreduce(t, {.timeout = 60s}).wait();
+          std::fprintf(stderr, "rank %d: the allreduce succeeded\n", r);
+        } catch (const error& e) {
+          const std::string what = e.what();
+          out->seconds[r] = std::chrono::duration<double>(clock_type::now() - t0).count();
+          out->named[r] = e.code() == errc::peer_failure &&
+                          what.find("rank " + std::to_string(frozen)) != std::string::npos &&
+                          what.find("unresponsive") != std::string::npos;
+          if (!out->named[r]) std::fprintf(stderr, "rank %d: %s\n", r, what.c_str());
+          ok = out->named[r] == 1;
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      std::fflush(stderr);
+      ::_exit(ok ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  // The survivors end on their own; then the frozen rank is killed.
+  std::vector<int> codes(static_cast<std::size_t>(n), 0);
+  for (int r = 0; r < n; ++r) {
+    if (r == frozen) continue;
+    int status = 0;
+    ::waitpid(pids[static_cast<std::size_t>(r)], &status, 0);
+    codes[static_cast<std::size_t>(r)] = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  }
+  ::kill(pids[static_cast<std::size_t>(frozen)], SIGKILL);
+  ::waitpid(pids[static_cast<std::size_t>(frozen)], nullptr, 0);
+  ::unlink(path.c_str());
+  std::string times;
+  for (int r = 0; r < n; ++r) {
+    if (r == frozen) continue;
+    times += " " + std::to_string(out->seconds[r]).substr(0, 4) + " s";
+    CHECK(codes[static_cast<std::size_t>(r)] == 0);
+    CHECK(out->named[r] == 1);
+    // Named within the bound (3 s by default): a generous margin here.
+    CHECK(out->seconds[r] < 6.0);
+  }
+  MESSAGE("frozen rank " << frozen << " of " << n << " over " << std::string(transport)
+                         << ", named by the survivors after:" << times);
+}
+
+}  // namespace
+
+TEST_CASE("a stopped rank is named unresponsive by every survivor, over shared memory and TCP") {
+  for (const char* transport : {"shm", "tcp"}) {
+    freeze_one(2, 1, transport);
+    freeze_one(4, 1, transport);
+    freeze_one(4, 0, transport);
+  }
+}
+
+TEST_CASE("a rank busy for 20 s between calls is not declared failed") {
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(4, [&](int r) {
+    auto s = std::make_shared<file_store>(path, 30s);
+    world w{test::child_world(s, r, 4, 30s)};
+    auto& pg = w.default_group();
+    auto t = tensor::from_vector<float>({1.f});
+    pg.allreduce(t).wait();
+    if (r == 2) {
+      // Computing, not waiting: the rank's threads never enter troupe.
+      volatile double x = 0;
+      const auto until = clock_type::now() + 20s;
+      while (clock_type::now() < until)
+        for (int i = 0; i < 100000; ++i) x = x + 1e-9 * i;
+    }
+    pg.allreduce(t, {.timeout = 60s}).wait();
+    return test::expect(r, t.to_vector<float>()[0] == 16.f, "the sum after the busy rank");
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 0, 0, 0});
+}
+
+namespace {
+
+/// n ranks in forked processes over `transport`; rank `missing` never calls
+/// the allreduce the others call (it stays alive, beating): every survivor
+/// names it at the timeout, not the neighbour it waits for.
+void miss_one(int n, int missing, const char* transport) {
+  CAPTURE(n);
+  CAPTURE(missing);
+  CAPTURE(std::string(transport));
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(n, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", transport, 1);
+    auto s = std::make_shared<file_store>(path, 30s);
+    world w{test::child_world(s, r, n, 30s)};
+    auto& pg = w.default_group();
+    pg.barrier().wait();
+    bool ok = true;
+    if (r != missing) {
+      auto t = tensor::empty({1 << 16}, dtype::float32);  // a ring's worth of steps
+      try {
+        pg.allreduce(t, {.timeout = 2s}).wait();
+        ok = test::expect(r, false, "the allreduce succeeded");
+      } catch (const error& e) {
+        const std::string what = e.what();
+        ok =
+            test::expect(r, e.code() == errc::timeout, "not a timeout: " + what) &&
+            test::expect(r, what.find("rank " + std::to_string(missing) + " ") != std::string::npos,
+                         "the missing rank is not named: " + what);
+        for (int other = 0; other < n; ++other)
+          if (other != missing && other != r)
+            ok &= test::expect(
+                r,
+                what.find("waiting for rank " + std::to_string(other) + " ") == std::string::npos,
+                "a live rank is blamed: " + what);
+      }
+    }
+    // Everyone leaves together (the missing rank would otherwise end first).
+    s->add("done", 1);
+    s->wait({"done"}, 30s);
+    while (s->add("done", 0) < n) std::this_thread::sleep_for(10ms);
+    return ok;
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
+}
+
+}  // namespace
+
+TEST_CASE("the rank that never joins a call is the one named, with 4 and 7 ranks") {
+  for (const char* transport : {"shm", "tcp"}) {
+    miss_one(4, 2, transport);
+    miss_one(7, 5, transport);
+  }
+}
+
+TEST_CASE("a stopped rank among 7 is the one named by every survivor") {
+  freeze_one(7, 3, "tcp");
+  freeze_one(7, 3, "shm");
+}
