@@ -434,7 +434,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::alltoall(std::vector<at::Tens
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTroupe::barrier(const c10d::BarrierOptions& opts) {
-  auto w = group_->barrier({.timeout = to_timeout(opts.timeout)});
+  auto w = group_->barrier({.timeout = to_timeout(opts.timeout), .device_ids = opts.device_ids});
   return make_work(std::move(w), c10d::OpType::BARRIER, {}, rank_, "troupe:barrier");
 }
 
