@@ -6,6 +6,14 @@
 // allgather, checks the results, and checks in /proc/self/net/tcp (its own
 // namespace) that a connection was accepted on its address and one reaches
 // the other child's address.
+//
+// Run under scripts/hosts.sh and troupe-run (the ctests test_hosts_<H>x<R>,
+// label hosts), the case "across emulated hosts" runs instead: every rank
+// checks that its host is one of its own (host name, /dev/shm shared only
+// with the ranks of its host), runs the collectives at sizes on both sides of
+// the thresholds, on the world and on groups that span hosts or stay inside
+// one, checks every result exactly, and checks that its process reached
+// every other host over TCP.
 
 #include <doctest/doctest.h>
 
@@ -18,7 +26,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -174,4 +184,147 @@ TEST_CASE("ranks in two network namespaces joined by a veth pair talk over TCP")
   auto codes = run_hosts({{"10.77.0.1", ns.a}, {"10.77.0.2", ns.b}});
   CHECK(codes[0] == 0);
   CHECK(codes[1] == 0);
+}
+
+namespace {
+
+/// Where this process runs, from scripts/hosts.sh's and troupe-run's environment.
+struct emulated_host {
+  int index = 0;       ///< HOST_INDEX
+  int count = 1;       ///< HOST_COUNT
+  int local_size = 1;  ///< LOCAL_WORLD_SIZE: ranks (processes) on each host
+  int world_size = 1;  ///< WORLD_SIZE
+  std::string name;    ///< HOST_NAME
+  std::string master;  ///< HOST_MASTER_ADDR: host 0's address
+};
+
+std::optional<emulated_host> emulated_host_of_env() {
+  const char* keys[] = {"HOST_INDEX", "HOST_COUNT", "HOST_NAME", "HOST_MASTER_ADDR",
+                        "LOCAL_WORLD_SIZE", "WORLD_SIZE"};
+  for (const char* k : keys)
+    if (!std::getenv(k)) return std::nullopt;
+  emulated_host h;
+  h.index = std::atoi(std::getenv("HOST_INDEX"));
+  h.count = std::atoi(std::getenv("HOST_COUNT"));
+  h.name = std::getenv("HOST_NAME");
+  h.master = std::getenv("HOST_MASTER_ADDR");
+  h.local_size = std::atoi(std::getenv("LOCAL_WORLD_SIZE"));
+  h.world_size = std::atoi(std::getenv("WORLD_SIZE"));
+  return h;
+}
+
+/// Host k's address: scripts/hosts.sh gives host k the address A.B.C.(k+1).
+std::string host_address(const std::string& master, int k) {
+  return master.substr(0, master.rfind('.') + 1) + std::to_string(k + 1);
+}
+
+tensor floats(std::int64_t n) { return tensor::empty({n}, dtype::float32); }
+
+/// Number of elements of `t` that differ from want(i).
+template <class F>
+std::int64_t wrong(const tensor& t, F want) {
+  std::int64_t bad = 0;
+  const float* p = t.data_as<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i) bad += p[i] != want(i);
+  return bad;
+}
+
+/// allreduce of `count` floats, then allgather, reduce_scatter, broadcast (from
+/// the group's last rank: on the last host) and alltoall of about as many, on
+/// `pg`, each checked exactly.
+void collectives(process_group& pg, std::int64_t count) {
+  const int me = pg.rank(), n = pg.size();
+  CAPTURE(count);
+  CAPTURE(n);
+  auto x = floats(count);
+  for (std::int64_t i = 0; i < count; ++i) x.data_as<float>()[i] = float((me + 1) * (i % 13));
+  pg.allreduce(x).wait();
+  CHECK(wrong(x, [&](std::int64_t i) { return float(n * (n + 1) / 2 * (i % 13)); }) == 0);
+
+  const std::int64_t block = count / n + 1;
+  auto in = floats(block), all = floats(block * n);
+  for (std::int64_t i = 0; i < block; ++i) in.data_as<float>()[i] = float(me * 1000 + i % 7);
+  pg.allgather_into_tensor(all, in).wait();
+  CHECK(wrong(all, [&](std::int64_t i) { return float(i / block * 1000 + i % block % 7); }) == 0);
+
+  for (std::int64_t i = 0; i < block * n; ++i) all.data_as<float>()[i] = float((me + 1) * (i % 7));
+  pg.reduce_scatter_tensor(in, all).wait();
+  CHECK(wrong(in, [&](std::int64_t i) {
+          return float(n * (n + 1) / 2 * ((me * block + i) % 7));
+        }) == 0);
+
+  const int root = n - 1;
+  for (std::int64_t i = 0; i < count; ++i) x.data_as<float>()[i] = me == root ? float(i % 11) : -1;
+  pg.broadcast(x, root).wait();
+  CHECK(wrong(x, [](std::int64_t i) { return float(i % 11); }) == 0);
+
+  // Block r of my input goes to rank r; block s of my output came from rank s.
+  auto out = floats(block * n);
+  for (std::int64_t i = 0; i < block * n; ++i)
+    all.data_as<float>()[i] = float(me * 1000 + i / block * 10 + i % block % 5);
+  pg.alltoall_single(out, all).wait();
+  CHECK(wrong(out, [&](std::int64_t i) {
+          return float(i / block * 1000 + me * 10 + i % block % 5);
+        }) == 0);
+}
+
+/// Whether this process has an established TCP connection to every other host.
+bool reached_every_host(const emulated_host& h) {
+  bool all = true;
+  for (int k = 0; k < h.count; ++k)
+    if (k != h.index && !established("", host_address(h.master, k)) &&
+        !established(host_address(h.master, k), "")) {
+      std::fprintf(stderr, "%s: no TCP connection with host%d (%s)\n", h.name.c_str(), k,
+                   host_address(h.master, k).c_str());
+      all = false;
+    }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("across emulated hosts: each host apart, collectives exact at every size") {
+  const auto h = emulated_host_of_env();
+  if (!h || !launched_by_launcher()) {
+    MESSAGE("skipped: runs under scripts/hosts.sh and troupe-run (ctests test_hosts_*, label hosts)");
+    return;
+  }
+  testing::run_ranks(h->world_size, [&](world& w) {
+    auto& pg = w.default_group();
+    // The host is one of its own: its name, and a /dev/shm that only the
+    // ranks of this host share.
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    CHECK(std::string(name) == h->name);
+    const std::filesystem::path mark = "/dev/shm/troupe-test-hosts-" + std::to_string(w.rank());
+    std::ofstream{mark} << w.rank();
+    pg.barrier().wait();
+    int marks = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+      marks += e.path().filename().string().rfind("troupe-test-hosts-", 0) == 0;
+    CHECK(marks == h->local_size);
+    pg.barrier().wait();
+    std::filesystem::remove(mark);
+
+    // The world, at sizes below and above the small-message paths.
+    for (std::int64_t count : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{70001},
+                               std::int64_t{(1 << 20) + 3}})
+      collectives(pg, count);
+
+    // One rank of every host (the local rank 0s), and each host's own ranks:
+    // every rank creates every group, in the same order.
+    std::vector<int> leaders;
+    for (int k = 0; k < h->count; ++k) leaders.push_back(k * h->local_size);
+    auto across = w.new_group(leaders);
+    if (w.rank() % h->local_size == 0) collectives(*across, 70001);
+    for (int k = 0; k < h->count; ++k) {
+      std::vector<int> local;
+      for (int i = 0; i < h->local_size; ++i) local.push_back(k * h->local_size + i);
+      auto inside = w.new_group(local);
+      if (k == h->index) collectives(*inside, 70001);
+    }
+    pg.barrier().wait();
+    CHECK(reached_every_host(*h));
+    pg.barrier().wait();  // keep this world until every rank checked
+  });
 }
