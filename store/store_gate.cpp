@@ -282,6 +282,7 @@ store_gate::store_gate(const std::string& bind_address, std::uint16_t port, std:
     throw error(errc::store, "tcp_store_server: cannot listen on " + bind_address + ":" +
                                  std::to_string(port) + ": " + why);
   impl_->port = tcp_local_port(impl_->listen_fd);
+  pending_handshakes::defer_accept(impl_->listen_fd);
   if (::pipe2(impl_->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(impl_->listen_fd);
     throw error(errc::store, std::string("tcp_store_server: pipe: ") + std::strerror(errno));

@@ -11,9 +11,11 @@
 //
 // One thread serves everything with poll():
 //  - strangers: each connection must first send the preamble "TROUPES2", a
-//    big-endian u32 token length (1..4096) and the token, within 5 s of
-//    connecting; at most 64 may be at it at once (more are refused at once),
-//    and none gets a thread or more than its 4 KiB of token
+//    big-endian u32 token length (1..4096) and the token: its first bytes
+//    within 500 ms of being accepted (silent connections stay with the
+//    kernel meanwhile), the whole within 2 s; at most 256 may be at it at
+//    once (for a newcomer the oldest of the busiest source is dropped), and
+//    none gets a thread or more than its 4 KiB of token
 //    (transport/pending_handshakes.hpp). A wrong, short, slow or garbled
 //    preamble is refused (logged "[troupe store] refused connection from
 //    <peer>: <reason>", at most 10 lines a second, counted, closed; a wrong

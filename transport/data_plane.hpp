@@ -18,9 +18,9 @@
 // connections stay with the kernel, at most 256 await authentication at
 // once (the oldest of the busiest source dropped for a newcomer), each has
 // 500 ms for its first bytes and 2 s for its whole handshake, and none gets
-// a thread before it proved the job's token. A
-// reader thread is started per authenticated peer (one per world rank at
-// most) and joined as soon as its connection ends.
+// a thread before it proved the job's token. A reader thread is started per
+// authenticated peer (one per world rank at most) and joined as soon as its
+// connection ends.
 // Receipt: a reader thread per incoming connection decodes frames straight
 // into tensors and hands them to the local group actor named in the frame,
 // or (inline frames) to the group's inline engine sink; an inline engine payload goes

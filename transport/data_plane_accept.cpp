@@ -49,6 +49,7 @@ void data_plane::refuse(const std::string& who, const std::string& why) {
 
 void data_plane::accept_loop() {
   try {
+    pending_handshakes::defer_accept(listen_fd_);
     pending_handshakes pending(
         [] { return std::make_unique<hello_decoder>(); },
         [this](int fd, const std::string& who, handshake_decoder& d) {

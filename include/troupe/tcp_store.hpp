@@ -5,12 +5,12 @@
 /// The server is a CAF actor (troupe-run serves it for the jobs it starts;
 /// under other launchers rank 0 hosts it; `troupe-store` runs it standalone)
 /// behind one socket, host:port, and no other: every connection must first
-/// present the job's secret token (strangers' connections cost bounded work:
-/// transport/pending_handshakes.hpp), and only then are its requests read
-/// (troupe's own length-prefixed messages, at most 1 GiB each) and passed to
-/// the actor. A connection with a wrong token, garbage or nothing in time is
-/// refused, logged and counted, and a client with a wrong token fails to
-/// connect. Clients get the full store interface with the same timeouts and
+/// present the job's secret token (strangers' connections cost bounded work
+/// and cannot crowd out the job's own: transport/pending_handshakes.hpp),
+/// and only then are its requests read (troupe's own length-prefixed
+/// messages, at most 1 GiB each) and passed to the actor. A connection with
+/// a wrong token, garbage or nothing in time is refused, logged and counted,
+/// and a client with a wrong token fails to connect. Clients get the full store interface with the same timeouts and
 /// errors. The server keeps serving when a client disconnects or dies; when
 /// the server's process dies, its clients' calls fail naming that process
 /// (the server tells each client who it is when it admits it).
