@@ -3,10 +3,16 @@
 // checks and timing as troupe_bench_worker (bench_common.cpp drives them).
 //
 //   gloo_bench_worker --ranks N [--csv F] [--quick] [--check-only] [--iters K]
-//                     [--ops allreduce,broadcast,...|all] [--rss]
+//                     [--ops allreduce,broadcast,...|all] [--rss] [--transport LABEL]
+//                     [--local L --node-rank K --store DIR --address A]
 //
 // Forks N rank processes that rendezvous through a gloo::rendezvous::FileStore
-// in a fresh temporary directory and connect a full mesh of TCP pairs.
+// in a fresh temporary directory and connect a full mesh of TCP pairs on
+// 127.0.0.1. Across hosts (bench/hosts_bench.sh runs it on every emulated
+// host), each host's worker forks only its L ranks, K*L to K*L+L-1 of N, whose
+// pairs listen on A (this host's address), and every host's ranks rendezvous
+// in DIR, a folder of a file system the hosts share (empty, made before).
+// --transport labels the records (default tcp).
 // allreduce, broadcast, allgather and alltoall use Gloo's options API (what
 // PyTorch's ProcessGroupGloo calls); Gloo has no reduce_scatter there, so
 // reduce_scatter is the older ReduceScatterHalvingDoubling algorithm object
@@ -225,10 +231,57 @@ bench::prepared_op prepare(const context_ptr& ctx, tags& tag, bench::op_kind op,
   return {i, o_ptr, std::move(run), keep};
 }
 
+/// Where this worker's ranks are: all N of them on this host (the default),
+/// or L of them on host K of several (--local, --node-rank, --store, --address).
+struct placement {
+  int local = 0;  ///< ranks this worker forks; 0: all
+  int node_rank = 0;
+  std::string store;                 ///< the shared rendezvous folder; empty: a fresh temporary one
+  std::string address = "127.0.0.1";  ///< where this host's ranks listen
+};
+
+/// Takes the placement options out of argv (the rest goes to parse_worker_args).
+placement take_placement(int& argc, char** argv) {
+  placement p;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f != "--local" && f != "--node-rank" && f != "--store" && f != "--address") {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    if (i + 1 >= argc) throw std::invalid_argument(f + " expects a value");
+    const std::string v = argv[++i];
+    auto number = [&](int least) {
+      std::size_t used = 0;
+      int n = -1;
+      try {
+        n = std::stoi(v, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != v.size() || n < least)
+        throw std::invalid_argument(f + " expects an integer >= " + std::to_string(least) +
+                                    ", got '" + v + "'");
+      return n;
+    };
+    if (f == "--local")
+      p.local = number(1);
+    else if (f == "--node-rank")
+      p.node_rank = number(0);
+    else if (f == "--store")
+      p.store = v;
+    else
+      p.address = v;
+  }
+  argc = kept;
+  return p;
+}
+
 /// One rank process: connect, then run everything.
-int run_rank_process(int rank, const std::string& dir, const bench::worker_args& a) {
+int run_rank_process(int rank, const std::string& dir, const std::string& address,
+                     const bench::worker_args& a) {
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
+  attr.hostname = address;
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(dir);
   auto rctx = std::make_shared<gloo::rendezvous::Context>(rank, a.ranks);
@@ -254,7 +307,8 @@ int run_rank_process(int rank, const std::string& dir, const bench::worker_args&
   };
   rt.prepare = [&](bench::op_kind op, const bench::layout& l) { return prepare(ctx, tag, op, l); };
 
-  const bench::run_config c = bench::config_of(a, "gloo", "tcp");
+  const bench::run_config c =
+      bench::config_of(a, "gloo", a.transport.empty() ? "tcp" : a.transport);
   if (a.rss) {
     bench::report_rss(rt, c, a.csv);
     return 0;
@@ -262,7 +316,8 @@ int run_rank_process(int rank, const std::string& dir, const bench::worker_args&
   auto rows = bench::run_rank(rt, c);
   if (rank != 0) return 0;
   if (a.check_only) {
-    std::printf("gloo/tcp, %d ranks: every collective and size correct\n", a.ranks);
+    std::printf("gloo/%s, %d ranks: every collective and size correct\n", c.transport.c_str(),
+                a.ranks);
   } else {
     bench::print_records(rows);
     if (!a.csv.empty()) bench::append_csv(a.csv, rows);
@@ -292,28 +347,41 @@ int wait_all(std::vector<pid_t> pids) {
 
 int main(int argc, char** argv) {
   bench::worker_args a;
+  placement where;
   try {
+    where = take_placement(argc, argv);
     a = bench::parse_worker_args(argc, argv);
     if (a.ranks < 2) throw std::invalid_argument("give --ranks N with N >= 2");
     if (a.memcpy) throw std::invalid_argument("--memcpy is troupe_bench_worker's");
+    if (where.local == 0) where.local = a.ranks;
+    if ((where.node_rank + 1) * where.local > a.ranks)
+      throw std::invalid_argument("--node-rank " + std::to_string(where.node_rank) + " of " +
+                                  std::to_string(where.local) + " ranks is beyond --ranks " +
+                                  std::to_string(a.ranks));
+    if (where.local < a.ranks && where.store.empty())
+      throw std::invalid_argument("--local needs --store DIR, a folder every host shares");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gloo_bench_worker: %s\n", e.what());
     return 2;
   }
-  char tmpl[] = "/tmp/gloo-bench-XXXXXX";
-  if (!::mkdtemp(tmpl)) {
-    std::perror("gloo_bench_worker: mkdtemp");
-    return 1;
+  std::string dir = where.store;
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/gloo-bench-XXXXXX";
+    if (!::mkdtemp(tmpl)) {
+      std::perror("gloo_bench_worker: mkdtemp");
+      return 1;
+    }
+    dir = tmpl;
   }
-  const std::string dir = tmpl;
   std::fflush(stdout);
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < a.ranks; ++rank) {
+  for (int i = 0; i < where.local; ++i) {
+    const int rank = where.node_rank * where.local + i;
     const pid_t pid = ::fork();
     if (pid == 0) {
       int code = 1;
       try {
-        code = run_rank_process(rank, dir, a);
+        code = run_rank_process(rank, dir, where.address, a);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "gloo_bench_worker rank %d: %s\n", rank, e.what());
       }
@@ -324,6 +392,6 @@ int main(int argc, char** argv) {
   }
   const int status = wait_all(pids);
   std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  if (where.store.empty()) std::filesystem::remove_all(dir, ec);  // the shared one is its maker's
   return status;
 }

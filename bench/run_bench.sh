@@ -14,6 +14,14 @@
 #                           [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall,
 #                                 reduce,gather,scatter,barrier,pingpong,halo,heat | all]
 #                           [--heat-cells C] [--no-rss] [--repeat K]
+#   bash bench/run_bench.sh --hosts H [--link RATE|none] [--ranks-per-host R] [--quick]
+#                           [--ops ...] [--iters K] [--repeat K] [--build-dir DIR] [--no-build]
+#
+# --hosts H measures across H emulated hosts instead (bench/hosts_bench.sh: as
+# root, each host its own network namespace, host name and /dev/shm, its link
+# shaped to --link, default 1gbit): troupe, Gloo and OpenMPI over TCP in the
+# same topology, with the bound each host's link sets, and the targets across
+# hosts. Skipped (exit 77) where namespaces cannot be made.
 #
 # --quick stops at 1 MiB (whole run well under 3 minutes on 2 cores; the TCP
 # exchange only at 16 MiB, under a second); the full run goes to 64 MiB. --ops picks the
@@ -53,8 +61,11 @@ rss=1
 repeat=2
 heat=0
 heat_cells=1024
+hosts_args=()  # --hosts and what goes with it: bench/hosts_bench.sh runs instead
 while [ $# -gt 0 ]; do
   case "$1" in
+    --hosts | --link | --ranks-per-host) hosts_args+=("$1" "$2"); shift ;;
+    --no-build) hosts_args+=("$1") ;;  # across hosts only: use the build as it is
     --quick) quick=(--quick) ;;
     --ranks) ranks="$2"; shift ;;
     --iters) iters=(--iters "$2"); shift ;;
@@ -69,11 +80,17 @@ while [ $# -gt 0 ]; do
       repeat="$2"
       [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "run_bench.sh: --repeat: expected a positive integer, got '$repeat'" >&2; exit 2; }
       shift ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
     *) echo "run_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
 done
+if [ ${#hosts_args[@]} -gt 0 ]; then
+  [[ " ${hosts_args[*]} " == *" --hosts "* ]] ||
+    { echo "run_bench.sh: --link and --ranks-per-host go with --hosts H" >&2; exit 2; }
+  exec bash bench/hosts_bench.sh "${hosts_args[@]}" "${quick[@]}" "${iters[@]}" "${ops[@]}" \
+    --repeat "$repeat" --build-dir "$build"
+fi
 collectives=1                            # whether the workers run (not for --ops heat alone)
 [ ${#ops[@]} -gt 0 ] || ops=(--ops all)  # the default: every op and heat
 # The workers check too; fail before building.

@@ -8,13 +8,15 @@
 # and removes everything it made, whatever happens.
 #
 #   scripts/hosts.sh --hosts H [--link RATE|none] [--prefix NAME] [--subnet A.B.C]
-#                    [--timeout SEC] [--grace SEC] [--slots S] [--launcher] [--raw]
-#                    -- command [args...]
+#                    [--timeout SEC] [--grace SEC] [--slots S] [--split-cpus]
+#                    [--launcher] [--raw] -- command [args...]
 #   scripts/hosts.sh --cleanup [PREFIX]
 #
 #   --hosts H      hosts to make (1 to 200)
 #   --link RATE    each host's link rate, as tc writes it: 100mbit, 1gbit,
-#                  10gbit (decimal: 1gbit = 1e9 bit/s); none (default): unshaped
+#                  10gbit (decimal: 1gbit = 1e9 bit/s), shaped both ways with
+#                  tbf (a burst of 1 ms at the rate passes at once); none
+#                  (default): unshaped
 #   --prefix NAME  the prefix of every name made (namespaces, the state folder
 #                  /run/troupe-hosts/NAME); default troupe-hosts-<pid>
 #   --subnet A.B.C the hosts' /24 (default 10.77.1): host k is A.B.C.(k+1),
@@ -23,6 +25,9 @@
 #   --grace SEC    after a host's command failed, the others get SEC seconds
 #                  to end on their own before they are stopped (default 10)
 #   --slots S      slots per host in the hostfile (default 1)
+#   --split-cpus   each host runs on its own share of the CPUs (taskset): with
+#                  C CPUs, host k gets CPUs k*C/H to (k+1)*C/H-1 (CPU k mod C
+#                  when there are fewer CPUs than hosts); default: all share all
 #   --launcher     run the command once, on a launcher host on the same bridge
 #                  (host name "launcher", unshaped), not on every host: for
 #                  mpirun with {hostfile} and {agent}
@@ -57,7 +62,7 @@ set -euo pipefail
 me=hosts.sh
 state_root=/run/troupe-hosts
 
-usage() { sed -n '2,54p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,59p' "$0" | sed 's/^# \{0,1\}//'; }
 fail() { echo "$me: $*" >&2; exit 2; }
 skip() { echo "$me: cannot make hosts here: $*" >&2; exit 77; }
 quiet() { "$@" >/dev/null 2>&1; }
@@ -124,6 +129,7 @@ timeout=0
 grace=10
 slots=1
 launcher=0
+split=0
 raw=0
 cleanup=0
 while [ $# -gt 0 ]; do
@@ -136,6 +142,7 @@ while [ $# -gt 0 ]; do
     --grace) grace=${2-}; shift ;;
     --slots) slots=${2-}; shift ;;
     --launcher) launcher=1 ;;
+    --split-cpus) split=1 ;;
     --raw) raw=1 ;;
     --cleanup) cleanup=1; [ $# -lt 2 ] || { prefix=$2; shift; } ;;
     -h | --help) usage; exit 0 ;;
@@ -169,7 +176,7 @@ command=("$@")
 # --- can hosts be made here? -----------------------------------------------------
 
 [ "$(id -u)" -eq 0 ] || skip "network namespaces need root (running as uid $(id -u))"
-for tool in ip unshare nsenter mount umount; do
+for tool in ip unshare nsenter mount umount taskset; do
   command -v "$tool" >/dev/null || skip "'$tool' is not installed"
 done
 [ "$link" = none ] || command -v tc >/dev/null || skip "'tc' is not installed (needed by --link)"
@@ -225,7 +232,10 @@ quiet ip -n "$switch" link set br0 up
 for ((k = 0; k < hosts; k++)); do echo "$(name_of "$k") slots=$slots"; done >"$state/hostfile"
 
 # tbf on one interface of a namespace: the link's rate in that direction.
-# The bucket holds 1 ms at the rate (at least 64 KiB), the queue 10 ms.
+# The bucket holds 1 ms at the rate (at least 64 KiB), the queue 10 ms: with a
+# smaller bucket the shaper fell well short of the rate here (a 16 KiB bucket
+# at 1gbit: 0.66 Gbit/s), as its timer wakes late; the price is that a burst
+# of up to the bucket passes at once.
 shape() {
   local ns=$1 dev=$2 burst
   burst=$(awk -v r="$link" 'BEGIN {
@@ -238,7 +248,11 @@ shape() {
 }
 
 # One host: namespaces, a port on the bridge, the address, the shaping.
-# $1 = the short name of its files and bridge port, $2 = host name, $3 = address.
+# make_host SHORT NAME ADDRESS SHAPED: SHORT names its files and its port on
+# the bridge; SHAPED 1: its link is shaped (--link), and it gets a mount
+# namespace of its own. The launcher stays in this mount namespace: a mount
+# namespace's file is not copied into another one, and mpirun's agent must
+# reach the hosts' files from there.
 make_host() {
   local short=$1 name=$2 addr=$3 shaped=$4 ns="$prefix-$1"
   quiet ip netns add "$ns" || skip "cannot create network namespace $ns"
@@ -252,7 +266,12 @@ make_host() {
     shape "$ns" eth0          # what the host sends
     shape "$switch" "$short"  # what it receives
   fi
-  touch "$state/$short.uts" "$state/$short.mnt"
+  touch "$state/$short.uts"
+  if [ "$shaped" -eq 0 ]; then
+    unshare --uts="$state/$short.uts" hostname "$name" || skip "cannot make a UTS namespace (unshare)"
+    return
+  fi
+  touch "$state/$short.mnt"
   # shellcheck disable=SC2016 # $1 and $2 are the inner shell's
   unshare --uts="$state/$short.uts" --mount="$state/$short.mnt" --propagation private \
     sh -c 'hostname "$1" && mount -t tmpfs -o mode=1777 tmpfs /dev/shm &&
@@ -261,6 +280,23 @@ make_host() {
 }
 for ((k = 0; k < hosts; k++)); do make_host "h$k" "$(name_of "$k")" "$(addr_of "$k")" 1; done
 [ "$launcher" -eq 0 ] || make_host launcher launcher "$launcher_addr" 0
+
+# The CPUs of each host: all of ours, or with --split-cpus its share of them.
+all_cpus=$(awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)
+mapfile -t ours < <(echo "$all_cpus" | tr ',' '\n' |
+  awk -F- '{ for (c = $1; c <= ($2 == "" ? $1 : $2); c++) print c }')
+cpus_of=()
+for ((k = 0; k < hosts; k++)); do
+  if [ "$split" -eq 0 ]; then
+    cpus_of+=("$all_cpus")
+  elif [ "${#ours[@]}" -lt "$hosts" ]; then
+    cpus_of+=("${ours[k % ${#ours[@]}]}")
+  else
+    first=$((k * ${#ours[@]} / hosts)) last=$(((k + 1) * ${#ours[@]} / hosts - 1))
+    share=("${ours[@]:first:last-first+1}")
+    cpus_of+=("$(IFS=,; echo "${share[*]}")")
+  fi
+done
 
 # enter HOST COMMAND-LINE: what ssh would do, into a host's namespaces.
 {
@@ -273,15 +309,19 @@ host=${1-}
 [ $# -gt 0 ] && shift
 case "$host" in
 END
-  for ((k = 0; k < hosts; k++)); do echo "  $(name_of "$k") | $(addr_of "$k")) h=h$k ;;"; done
-  echo "  launcher | $launcher_addr) h=launcher ;;"
+  for ((k = 0; k < hosts; k++)); do
+    echo "  $(name_of "$k") | $(addr_of "$k")) h=h$k cpus=${cpus_of[k]} ;;"
+  done
+  echo "  launcher | $launcher_addr) h=launcher cpus=$all_cpus ;;"
   cat <<'END'
   *) echo "enter: no emulated host '$host'" >&2; exit 255 ;;
 esac
 END
   echo "state=$state netns=/run/netns/$prefix"
   cat <<'END'
-exec nsenter --net="$netns-$h" --uts="$state/$h.uts" --mount="$state/$h.mnt" --wd=/ \
+mnt=
+[ ! -e "$state/$h.mnt" ] || mnt=--mount="$state/$h.mnt"
+exec taskset -c "$cpus" nsenter --net="$netns-$h" --uts="$state/$h.uts" ${mnt:+"$mnt"} --wd=/ \
   -- /bin/sh -c "$*"
 END
 } >"$state/enter"
@@ -313,10 +353,14 @@ substitute() {
 # Runs the command in one host's namespaces; its status lands in rc.<short>.
 run_on() {
   local k=$1 short=$2 name=$3 addr=$4
+  local mnt=()
+  [ ! -e "$state/$short.mnt" ] || mnt=(--mount="$state/$short.mnt")
   substitute "$k" "$addr" "$name"
   set +e
-  nsenter --net="/run/netns/$prefix-$short" --uts="$state/$short.uts" \
-    --mount="$state/$short.mnt" --wd="$PWD" -- env HOST_INDEX="$k" HOST_COUNT="$hosts" \
+  local cpus=$all_cpus
+  [ "$k" -lt 0 ] || cpus=${cpus_of[k]}
+  taskset -c "$cpus" nsenter --net="/run/netns/$prefix-$short" --uts="$state/$short.uts" "${mnt[@]}" \
+    --wd="$PWD" -- env HOST_INDEX="$k" HOST_COUNT="$hosts" \
     HOST_NAME="$name" HOST_ADDR="$addr" HOST_MASTER_ADDR="$master" TROUPE_BIND_ADDR="$addr" \
     TROUPE_JOB_TOKEN="$token" "${line[@]}" </dev/null
   echo $? >"$state/rc.$short.new"

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# The collectives benchmark across emulated hosts (scripts/hosts.sh: a network,
+# UTS and mount namespace per host, joined through a bridge, each host's link
+# shaped to --link): troupe (troupe-run on every host), Gloo (its ranks on
+# every host, meeting in a file store on the shared file system) and OpenMPI
+# (mpirun on a launcher host, starting its daemons on the hosts through
+# hosts.sh's agent; TCP alone, and shared memory inside a host + TCP across)
+# in the same topology, 4 B to 64 MiB, each result checked before it is timed.
+# Prints one table per collective with the link's bound, then the targets.
+# run_bench.sh --hosts H runs this.
+#
+#   bash bench/hosts_bench.sh --hosts H [--ranks-per-host R] [--link RATE|none]
+#                             [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall]
+#                             [--quick] [--iters K] [--repeat K] [--build-dir DIR] [--no-build]
+#
+# --hosts H (default 2) hosts of --ranks-per-host R (default 2) ranks each;
+# --link: each host's link rate, as tc writes it (1gbit, 100mbit; default
+# 1gbit), or none (unshaped veth pairs through a bridge: the CPUs are the
+# limit). --ops: the collectives (default the five above; every worker's op
+# runs, but the link's bound is printed for these five). --quick stops at
+# 1 MiB. --repeat K (default 2): every system K times, one round after
+# another; the report keeps each cell's lower median. --no-build uses the
+# build as it is (default: configure and build what is missing, as
+# run_bench.sh does).
+#
+# Placement: the hosts share this machine's CPUs, so each host runs on its own
+# share of them (hosts.sh --split-cpus) when there are at least as many CPUs as
+# hosts, and no launcher binds ranks (troupe-run --bind none, mpirun
+# --bind-to none, and OpenMPI yields when idle when a host has more ranks than
+# CPUs): every system alike, as on hosts with fewer cores than ranks.
+#
+# Writes bench/out/hosts_<H>x<R>_<link>.csv (every record), .txt (what is
+# printed) and logs/hosts_*.log (each run's output). Exits 77 where hosts
+# cannot be made (hosts.sh: not root, no namespaces); a peer that is not
+# installed is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+hosts=2
+per_host=2
+link=1gbit
+ops=allreduce,broadcast,allgather,reduce_scatter,alltoall
+quick=()
+iters=()
+repeat=2
+build=build
+do_build=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --hosts) hosts=$2; shift ;;
+    --ranks-per-host) per_host=$2; shift ;;
+    --link) link=$2; shift ;;
+    --ops) ops=$2; shift ;;
+    --quick) quick=(--quick) ;;
+    --iters) iters=(--iters "$2"); shift ;;
+    --repeat) repeat=$2; shift ;;
+    --build-dir) build=$2; shift ;;
+    --no-build) do_build=0 ;;
+    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
+    *) echo "hosts_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+for v in hosts per_host repeat; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || {
+    echo "hosts_bench.sh: --${v//_/-}: expected a positive integer, got '${!v}'" >&2
+    exit 2
+  }
+done
+[ "$hosts" -ge 2 ] || { echo "hosts_bench.sh: --hosts: at least 2" >&2; exit 2; }
+ranks=$((hosts * per_host))
+start=$(date +%s)
+
+# 1. Build what is missing.
+if [ "$do_build" -eq 1 ]; then
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  else
+    cmake -S . -B "$build" >/dev/null
+  fi
+  has_target() { grep -qs "$1" "$build/build.ninja" "$build/bench/Makefile"; }
+  targets=(troupe_bench_worker troupe-run bench_hosts_report)
+  has_target gloo_bench_worker && targets+=(gloo_bench_worker)
+  has_target mpi_bench_worker && targets+=(mpi_bench_worker)
+  cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >/dev/null
+fi
+
+# 2. Can hosts be made here? (hosts.sh says why not, and exits 77.)
+bash scripts/hosts.sh --hosts 1 -- true >/dev/null
+
+out=bench/out
+name="hosts_${hosts}x${per_host}_${link}"
+csv="$out/$name.csv"
+mkdir -p "$out/logs"
+rm -f "$csv" "$out/logs/$name"-*.log
+limit=$([ ${#quick[@]} -gt 0 ] && echo 300 || echo 1800)  # seconds per run
+common=(--csv "$PWD/$csv" --ops "$ops" "${quick[@]}" "${iters[@]}")
+
+cpus=$(nproc)
+place=()
+per_host_cpus=$cpus
+if [ "$cpus" -ge "$hosts" ]; then
+  place=(--split-cpus)
+  per_host_cpus=$((cpus / hosts))
+fi
+mpi_place=(--bind-to none)
+[ "$per_host" -le "$per_host_cpus" ] || mpi_place+=(--mca mpi_yield_when_idle 1)
+echo "hosts_bench: $hosts hosts x $per_host ranks, link $link, $cpus CPUs:" \
+  "$([ ${#place[@]} -gt 0 ] && echo "$per_host_cpus of them per host" || echo "shared by all hosts"),"\
+  "no rank bound"
+hosts_sh=(bash scripts/hosts.sh --hosts "$hosts" --link "$link" --timeout "$limit" "${place[@]}")
+failed=()
+
+run() {  # run NAME COMMAND...: one system, logged
+  local label=$1 t0=$SECONDS log="$out/logs/$name-$1.log"
+  shift
+  printf 'hosts_bench: %-22s ' "$label"
+  if "$@" >"$log" 2>&1; then
+    echo "ok ($((SECONDS - t0)) s)"
+  else
+    echo "FAILED (exit $?, see $log)"
+    failed+=("$label")
+  fi
+}
+
+for round in $(seq 1 "$repeat"); do
+  tag=""
+  [ "$repeat" -eq 1 ] || tag="-r$round"
+  run "troupe$tag" "${hosts_sh[@]}" -- "$build/apps/troupe-run" -n "$per_host" --bind none \
+    --nnodes "$hosts" --node-rank '{host}' --master-addr '{master}' --master-port '{port}' \
+    "$build/bench/troupe_bench_worker" --transport shm+tcp "${common[@]}"
+  if [ -x "$build/bench/gloo_bench_worker" ]; then
+    store=$(mktemp -d /tmp/gloo-hosts-XXXXXX)
+    run "gloo$tag" "${hosts_sh[@]}" -- "$build/bench/gloo_bench_worker" --ranks "$ranks" \
+      --local "$per_host" --node-rank '{host}' --store "$store" --address '{addr}' "${common[@]}"
+    rm -rf "$store"
+  else
+    echo "hosts_bench: gloo skipped (not built: apt-get install libgloo-dev, then rebuild)"
+  fi
+  if [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; then
+    mpirun=(mpirun --hostfile '{hostfile}' --mca plm_rsh_agent '{agent}' -n "$ranks"
+      "${mpi_place[@]}" --mca pml ob1 --mca btl_tcp_if_include '{subnet}'
+      --mca oob_tcp_if_include '{subnet}')
+    [ "$(id -u)" -ne 0 ] || mpirun+=(--allow-run-as-root)
+    for btl in tcp shm+tcp; do
+      run "mpi-$btl$tag" "${hosts_sh[@]}" --launcher --slots "$per_host" -- "${mpirun[@]}" \
+        --mca btl "$([ $btl = tcp ] && echo self,tcp || echo self,vader,tcp)" \
+        "$build/bench/mpi_bench_worker" --transport "$btl" "${common[@]}"
+    done
+  else
+    echo "hosts_bench: mpi skipped (not built: apt-get install libopenmpi-dev openmpi-bin)"
+  fi
+done
+
+# 3. Tables and targets.
+if [ -f "$csv" ]; then
+  "$build/bench/bench_hosts_report" "$csv" --hosts "$hosts" --ranks-per-host "$per_host" \
+    --link "$link" | tee "$out/$name.txt"
+fi
+echo "hosts_bench: results in $csv; $(($(date +%s) - start)) s in all"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "hosts_bench: FAILED: ${failed[*]}" >&2
+  exit 1
+fi

@@ -1,0 +1,282 @@
+// bench_hosts_report — the collectives benchmark across emulated hosts
+// (bench/hosts_bench.sh): reads the CSV its workers wrote and prints, per
+// collective, the time of troupe, Gloo and OpenMPI (TCP alone, and shared
+// memory inside a host + TCP across) in the same topology, the bound the
+// hosts' links set, the ratios, the bus bandwidths, then the targets.
+//
+//   bench_hosts_report hosts.csv --hosts H --ranks-per-host R --link RATE|none
+//
+// The link's bound of a collective: the bytes a host must send (or receive)
+// across its link when the algorithm moves each host's data across once
+// (reduced or gathered inside the host first), at the link's rate; links are
+// full duplex, so sending and receiving overlap. For N bytes (nccl-tests'
+// size: allgather's output, reduce_scatter's input, alltoall's input of one
+// rank) over H hosts of R ranks:
+//   allreduce       2(H-1)/H x N  (reduce-scatter + allgather between hosts)
+//   broadcast       N             (every other host receives the whole buffer)
+//   allgather       (H-1)/H x N   (each host receives the other hosts' blocks)
+//   reduce_scatter  (H-1)/H x N   (each host receives its blocks' partial sums)
+//   alltoall        R(H-1)/H x N  (every rank's blocks for other hosts; nothing combines)
+// Bytes are the payload: TCP/IP and Ethernet headers (1500-byte MTU) leave at
+// most about 95% of the rate to it, so 0.95 of the bound is about the most a
+// system can reach in the long run. tbf's bucket (1 ms at the rate, at least
+// 64 KiB: less and tbf falls short of the rate) lets a burst that size pass at
+// once, so small transfers can beat the bound.
+
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+
+namespace {
+
+/// Columns: CSV system-transport -> label.
+const std::vector<std::pair<std::string, std::string>> columns = {
+    {"troupe-shm+tcp", "troupe"},
+    {"gloo-tcp", "gloo tcp"},
+    {"mpi-tcp", "mpi tcp"},
+    {"mpi-shm+tcp", "mpi shm+tcp"}};
+
+constexpr std::size_t MiB = 1024 * 1024;
+
+struct topology {
+  int hosts = 0, per_host = 0;
+  std::string link = "none";
+  double bits_per_s = 0;  ///< 0: unshaped
+  int ranks() const { return hosts * per_host; }
+};
+
+/// "1gbit" -> 1e9 (tc's decimal units); throws on anything else.
+double parse_rate(const std::string& s) {
+  std::size_t used = 0;
+  const double v = std::stod(s, &used);
+  const std::string unit = s.substr(used);
+  const std::map<std::string, double> units = {
+      {"bit", 1}, {"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12}};
+  auto u = units.find(unit);
+  if (u == units.end() || !(v > 0))
+    throw std::invalid_argument("--link: expected a rate such as 1gbit, or none; got '" + s + "'");
+  return v * u->second;
+}
+
+/// Bytes each host's link carries for `op` of `bytes` (see the header); 0: no bound.
+double link_bytes(const std::string& op, std::size_t bytes, const topology& t) {
+  const double n = double(bytes), h = t.hosts;
+  if (op == "allreduce") return 2 * (h - 1) / h * n;
+  if (op == "broadcast") return n;
+  if (op == "allgather" || op == "reduce_scatter") return (h - 1) / h * n;
+  if (op == "alltoall") return t.per_host * (h - 1) / h * n;
+  return 0;
+}
+
+/// The link's bound in µs; NaN where there is none (unshaped, one host, other ops).
+double bound_us(const std::string& op, std::size_t bytes, const topology& t) {
+  const double b = link_bytes(op, bytes, t);
+  if (t.bits_per_s <= 0 || b <= 0) return NAN;
+  return b * 8 / t.bits_per_s * 1e6;
+}
+
+std::string fmt(const char* f, double v) {
+  if (std::isnan(v)) return "-";
+  char b[48];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+using row_map = std::map<std::string, bench::record>;             // system -> record
+using op_rows = std::map<std::size_t, row_map>;                   // bytes -> row
+std::map<std::string, op_rows> cells;                             // op -> rows
+
+double time_of(const row_map& row, const std::string& sys) {
+  auto it = row.find(sys);
+  return it == row.end() ? NAN : it->second.median_us;
+}
+
+void print_table(const std::string& op, const topology& t) {
+  auto rows = cells.find(op);
+  if (rows == cells.end()) return;
+  std::printf("\n### %s (float32), %d hosts x %d ranks, link %s: time per op (us), ratios troupe / peer\n\n",
+              op.c_str(), t.hosts, t.per_host, t.link.c_str());
+  std::printf("%8s |", "size");
+  for (auto& c : columns) std::printf(" %12s", c.second.c_str());
+  std::printf(" | %11s | %9s %9s %11s | %8s\n", "link bound", "/gloo", "/mpi tcp", "/mpi shm+tcp",
+              "of bound");
+  for (const auto& [bytes, row] : rows->second) {
+    std::printf("%8s |", bench::size_label(bytes).c_str());
+    for (auto& c : columns) std::printf(" %12s", fmt("%.1f", time_of(row, c.first)).c_str());
+    const double mine = time_of(row, "troupe-shm+tcp"), bound = bound_us(op, bytes, t);
+    std::printf(" | %11s | %9s %9s %11s | %8s\n", fmt("%.1f", bound).c_str(),
+                fmt("%.2f", mine / time_of(row, "gloo-tcp")).c_str(),
+                fmt("%.2f", mine / time_of(row, "mpi-tcp")).c_str(),
+                fmt("%.2f", mine / time_of(row, "mpi-shm+tcp")).c_str(),
+                fmt("%.2f", bound / mine).c_str());
+  }
+  std::printf("\n%s bus bandwidth (GB/s), and the fraction of the link's bound reached:\n\n",
+              op.c_str());
+  std::printf("%8s |", "size");
+  for (auto& c : columns) std::printf(" %12s", c.second.c_str());
+  std::printf(" | %11s |", "link allows");
+  for (auto& c : columns) std::printf(" %12s", c.second.c_str());
+  std::printf("\n");
+  const double factor = [&] {
+    for (bench::op_kind k : bench::all_ops())
+      if (op == bench::op_name(k)) return bench::bus_factor(k, t.ranks());
+    return 1.0;
+  }();
+  for (const auto& [bytes, row] : rows->second) {
+    std::printf("%8s |", bench::size_label(bytes).c_str());
+    for (auto& c : columns) {
+      auto it = row.find(c.first);
+      std::printf(" %12s", fmt("%.3f", it == row.end() ? NAN : it->second.busbw).c_str());
+    }
+    const double bound = bound_us(op, bytes, t);
+    std::printf(" | %11s |", fmt("%.3f", double(bytes) * factor / (bound * 1e-6) / 1e9).c_str());
+    for (auto& c : columns)
+      std::printf(" %12s", fmt("%.2f", bound / time_of(row, c.first)).c_str());
+    std::printf("\n");
+  }
+}
+
+void print_legend(const topology& t) {
+  std::printf(
+      "\nsystems: troupe = troupe-run on every host (ranks of a host over shared memory,\n"
+      "  hosts over TCP); gloo tcp = Gloo's TCP pairs between every two ranks; mpi tcp =\n"
+      "  OpenMPI with btl self,tcp (TCP inside a host too); mpi shm+tcp = btl self,vader,tcp.\n"
+      "times: the slowest rank's time, median over the timed iterations after warm-up (the\n"
+      "  lower median of the rounds); every result checked before timing. ratios: TIME\n"
+      "  ratios troupe / peer (below 1: troupe is faster). busbw as nccl-tests over all %d\n"
+      "  ranks.\n",
+      t.ranks());
+  if (t.bits_per_s > 0)
+    std::printf(
+        "link bound: the bytes each host must move across its link (%s, full duplex) when\n"
+        "  each host's data crosses once, at the link's rate: allreduce 2(H-1)/H x N (a\n"
+        "  reduce-scatter + allgather between hosts, done once per host), broadcast N,\n"
+        "  allgather and reduce_scatter (H-1)/H x N, alltoall R(H-1)/H x N (H hosts, R\n"
+        "  ranks each, N the size). 'of bound' = bound / time: 1 is the link's rate;\n"
+        "  TCP/IP headers over a 1500-byte MTU leave about 0.95 of it to the payload.\n"
+        "  The shaper's bucket holds 1 ms at the rate (at least 64 KiB): a burst that size\n"
+        "  passes at once, so below about 1 MiB a transfer can beat the bound.\n",
+        t.link.c_str());
+  else
+    std::printf("link: unshaped (veth through a bridge; no bound: the CPUs are the limit).\n");
+}
+
+struct target {
+  std::string what, measured, goal, status;
+};
+
+void print_targets(const topology& t) {
+  std::vector<target> rows;
+  const std::string na = "not measured";
+  auto find = [&](const std::string& op, std::size_t bytes,
+                  const std::string& sys) -> std::optional<bench::record> {
+    auto o = cells.find(op);
+    if (o == cells.end()) return std::nullopt;
+    auto r = o->second.find(bytes);
+    if (r == o->second.end()) return std::nullopt;
+    auto s = r->second.find(sys);
+    if (s == r->second.end()) return std::nullopt;
+    return s->second;
+  };
+  const bool shaped = t.bits_per_s > 0;
+  const bool topo = t.hosts == 2 && t.per_host == 2;
+  auto busbw_vs = [&](std::size_t bytes, const char* peer, const char* name, double k) {
+    target r{"allreduce " + bench::size_label(bytes) + ": busbw / " + name, na,
+             fmt(">= %gx", k), na};
+    auto a = find("allreduce", bytes, "troupe-shm+tcp"), b = find("allreduce", bytes, peer);
+    if (topo && a && b) {
+      const double q = a->busbw / b->busbw;
+      r.measured = fmt("%.3fx", q) + fmt(" (%.3g / ", a->busbw) + fmt("%.3g GB/s)", b->busbw);
+      r.status = q >= k ? "met" : "MISSED";
+    }
+    rows.push_back(r);
+  };
+  if (shaped) {
+    {
+      target r{"allreduce 64 MiB: of the link's bound", na, ">= 0.85", na};
+      auto a = find("allreduce", 64 * MiB, "troupe-shm+tcp");
+      if (topo && a) {
+        const double q = bound_us("allreduce", 64 * MiB, t) / a->median_us;
+        r.measured = fmt("%.3f", q) + fmt(" (bound %.4g ms / ", bound_us("allreduce", 64 * MiB, t) / 1e3) +
+                     fmt("%.4g ms)", a->median_us / 1e3);
+        r.status = q >= 0.85 ? "met" : "MISSED";
+      }
+      rows.push_back(r);
+    }
+    busbw_vs(64 * MiB, "gloo-tcp", "gloo", 1.3);
+    {
+      target r{"allreduce 4 B: time / gloo", na, "<= 0.25x", na};
+      auto a = find("allreduce", 4, "troupe-shm+tcp"), b = find("allreduce", 4, "gloo-tcp");
+      if (topo && a && b) {
+        const double q = a->median_us / b->median_us;
+        r.measured = fmt("%.3fx", q) + fmt(" (%.3g / ", a->median_us) + fmt("%.3g us)", b->median_us);
+        r.status = q <= 0.25 ? "met" : "MISSED";
+      }
+      rows.push_back(r);
+    }
+  } else {
+    busbw_vs(64 * MiB, "gloo-tcp", "gloo", 1.5);
+    busbw_vs(64 * MiB, "mpi-tcp", "mpi tcp", 1.0);
+  }
+  std::printf("\n### targets across hosts (troupe, 2 hosts x 2 ranks, link %s%s)\n\n",
+              shaped ? t.link.c_str() : "unshaped",
+              shaped && t.bits_per_s != 1e9 ? "; set for 1gbit" : "");
+  std::printf("%-42s %-40s %-10s %s\n", "target", "measured", "goal", "status");
+  int met = 0, missed = 0, unmeasured = 0;
+  for (const auto& r : rows) {
+    std::printf("%-42s %-40s %-10s %s\n", r.what.c_str(), r.measured.c_str(), r.goal.c_str(),
+                r.status.c_str());
+    met += r.status == "met";
+    missed += r.status == "MISSED";
+    unmeasured += r.status == na;
+  }
+  std::printf("\n%d met, %d missed, %d not measured%s.\n", met, missed, unmeasured,
+              topo ? "" : " (the targets are set for 2 hosts x 2 ranks)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc < 2) throw std::invalid_argument("give the CSV file");
+    topology t;
+    for (int i = 2; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (i + 1 >= argc) throw std::invalid_argument(a + " expects a value");
+      const std::string v = argv[++i];
+      if (a == "--hosts")
+        t.hosts = std::stoi(v);
+      else if (a == "--ranks-per-host")
+        t.per_host = std::stoi(v);
+      else if (a == "--link")
+        t.link = v;
+      else
+        throw std::invalid_argument("unknown argument '" + a + "'");
+    }
+    if (t.hosts < 1 || t.per_host < 1)
+      throw std::invalid_argument("give --hosts H and --ranks-per-host R");
+    if (t.link != "none") t.bits_per_s = parse_rate(t.link);
+    for (auto& r : bench::read_csv(argv[1])) {
+      if (r.ranks != t.ranks()) continue;
+      auto [it, fresh] = cells[r.op][r.bytes].try_emplace(r.system + "-" + r.transport, r);
+      if (!fresh && r.median_us < it->second.median_us) it->second = r;  // the lower median
+    }
+    for (bench::op_kind op : bench::every_op()) print_table(bench::op_name(op), t);
+    print_legend(t);
+    print_targets(t);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "bench_hosts_report: %s\nusage: bench_hosts_report hosts.csv --hosts H "
+                 "--ranks-per-host R --link RATE|none\n",
+                 e.what());
+    return 2;
+  }
+}
