@@ -7,8 +7,12 @@
 // newcomers), and the rank keeps working. The store's process listens on its
 // store port only (no CAF endpoint behind it), and a client that proved the
 // token but sends malformed or oversized requests is dropped without the
-// server holding more than what it sent.
+// server holding more than what it sent. The doors' rules by hand: a
+// newcomer pushes out the busiest source's oldest pending connection
+// (silent ones first), never another source's nor a real client, and the
+// deadlines for the first bytes and the whole handshake.
 
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -311,4 +315,151 @@ TEST_CASE("rank 0's store: a client with the token that sends malformed requests
                                                 << " MiB");
   CHECK(after.rss - before.rss < 64 * 1024);
   CHECK(client.get_string("k") == "v");  // the store and its other clients go on
+}
+
+namespace {
+
+/// A connection to `port` on 127.0.0.1 from `source` (any 127.x.y.z), having sent `first`.
+int connect_from(const char* source, std::uint16_t port, const std::string& first) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) == 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0);
+  if (!first.empty()) REQUIRE(::send(fd, first.data(), first.size(), MSG_NOSIGNAL) > 0);
+  return fd;
+}
+
+/// Whether the server closed `fd` (its end read as 0 or a reset), waiting up to `wait`.
+bool closed_by_server(int fd, std::chrono::milliseconds wait = 200ms) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
+  char c;
+  return ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+}  // namespace
+
+TEST_CASE("pending handshakes: a newcomer pushes out the busiest source's oldest, silent first") {
+  // The door of the store and the data plane, driven by hand: 8 may be
+  // pending; a stranger at 127.0.0.1 fills them, another source (127.0.0.2)
+  // holds two with half a preamble, and a real client comes last.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  REQUIRE(::listen(listener, 64) == 0);
+  const auto port = ntohs(a.sin_port);
+  std::vector<std::string> refused, admitted;
+  detail::pending_handshakes::limits limits;
+  limits.max_pending = 8;
+  limits.first_bytes = 10s;  // no deadline interferes here
+  limits.deadline = 10s;
+  detail::pending_handshakes pending(
+      [] { return std::make_unique<detail::preamble_decoder>(); },
+      [&](int fd, const std::string& peer, detail::handshake_decoder&) {
+        admitted.push_back(peer);
+        ::close(fd);
+      },
+      [&](const std::string& peer, const std::string& why) {
+        refused.push_back(peer + ": " + why);
+      },
+      limits);
+  // Connects (from `source`, having sent `first`) and hands the accepted socket to `pending`.
+  auto arrive = [&](const char* source, const std::string& first) {
+    const int fd = connect_from(source, port, first);
+    if (!first.empty()) std::this_thread::sleep_for(5ms);  // its bytes are there to read
+    const int accepted = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    REQUIRE(accepted >= 0);
+    pending.add(accepted);
+    return fd;
+  };
+  const std::string half = "TROUPES2";
+  std::vector<int> other = {arrive("127.0.0.2", half), arrive("127.0.0.2", half)};
+  std::vector<int> silent, heard;
+  for (int i = 0; i < 6; ++i) silent.push_back(arrive("127.0.0.1", ""));
+  CHECK(pending.size() == 8);
+  CHECK(refused.empty());
+  // A newcomer: the busiest source's oldest silent connection makes room.
+  heard.push_back(arrive("127.0.0.1", half));
+  CHECK(pending.size() == 8);
+  CHECK(pending.dropped() == 1);
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0].find("dropped to make room for a newer connection (8 awaiting "
+                        "authentication, 6 from 127.0.0.1)") != std::string::npos);
+  CHECK(closed_by_server(silent[0]));
+  for (std::size_t i = 1; i < silent.size(); ++i) CHECK_FALSE(closed_by_server(silent[i], 0ms));
+  // Six more: the silent go first, then the oldest that sent something.
+  for (int i = 0; i < 6; ++i) heard.push_back(arrive("127.0.0.1", half));
+  CHECK(pending.dropped() == 7);
+  for (int fd : silent) CHECK(closed_by_server(fd));
+  CHECK(closed_by_server(heard[0]));
+  for (std::size_t i = 1; i < heard.size(); ++i) CHECK_FALSE(closed_by_server(heard[i], 0ms));
+  for (int fd : other) CHECK_FALSE(closed_by_server(fd, 0ms));  // the other source keeps its own
+  // A real client while all 8 are taken: its preamble is read at once, nobody is dropped.
+  const auto preamble = std::string("TROUPES2\0\0\0\x10", 12) + "0123456789abcdef";
+  const int real = arrive("127.0.0.1", preamble);
+  CHECK(admitted.size() == 1);
+  CHECK(pending.dropped() == 7);
+  CHECK(pending.size() == 8);
+  for (int fd : other) CHECK_FALSE(closed_by_server(fd, 0ms));
+  for (int fd : other) ::close(fd);
+  for (int fd : silent) ::close(fd);
+  for (int fd : heard) ::close(fd);
+  ::close(real);
+  ::close(listener);
+}
+
+TEST_CASE("pending handshakes: a silent connection has 500 ms, a handshake 2 s") {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  REQUIRE(::listen(listener, 64) == 0);
+  const auto port = ntohs(a.sin_port);
+  std::vector<std::pair<double, std::string>> refused;
+  const auto start = std::chrono::steady_clock::now();
+  detail::pending_handshakes pending(
+      [] { return std::make_unique<detail::preamble_decoder>(); },
+      [](int fd, const std::string&, detail::handshake_decoder&) { ::close(fd); },
+      [&](const std::string&, const std::string& why) {
+        refused.emplace_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), why);
+      });
+  const int silent = connect_from("127.0.0.1", port, "");
+  const int slow = connect_from("127.0.0.1", port, "TROUPES2");
+  std::this_thread::sleep_for(5ms);
+  for (int i = 0; i < 2; ++i) pending.add(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+  // The door's loop: poll the pending ones until their deadlines passed.
+  while (pending.size() > 0 && std::chrono::steady_clock::now() - start < 10s) {
+    std::vector<pollfd> fds;
+    pending.poll_set(fds);
+    ::poll(fds.data(), fds.size(), pending.timeout_ms());
+    pending.advance(fds.data(), fds.size());
+  }
+  REQUIRE(refused.size() == 2);
+  MESSAGE("refused after " << refused[0].first << " s: " << refused[0].second << "; after "
+                           << refused[1].first << " s: " << refused[1].second);
+  CHECK(refused[0].second == "sent nothing within 500 ms of being accepted");
+  CHECK(refused[0].first >= 0.45);
+  CHECK(refused[0].first < 1.5);
+  CHECK(refused[1].second == "no complete handshake within 2000 ms");
+  CHECK(refused[1].first >= 1.9);
+  CHECK(refused[1].first < 4);
+  CHECK(closed_by_server(silent));
+  CHECK(closed_by_server(slow));
+  ::close(silent);
+  ::close(slow);
+  ::close(listener);
 }
