@@ -14,6 +14,7 @@
 #include "actors/rank_runtime.hpp"
 #include "actors/thread_logger.hpp"
 #include "backends/device_exchange.hpp"
+#include "base/count_in.hpp"
 #include "base/process_directory.hpp"
 #include "base/work_state.hpp"
 #include "inline/mailbox.hpp"
@@ -105,9 +106,14 @@ host_backend::host_backend(const backend_context& ctx)
   // Return only once every member found every other: a member that returns
   // early could otherwise leave (destroy the group) before a peer found it.
   try {
-    store_based_barrier(*ctx.store, ctx.rank, ctx.size, "created", ctx.timeout);
-    std::vector<std::string> names;
-    for (int r = 0; r < ctx.size; ++r) names.push_back(net->describe_peer(r));
+    count_in(*ctx.store, "created", ctx.rank, ctx.size, ctx.timeout, "new_group",
+             "create group '" + ctx.group_name + "'");
+    // Errors name a peer as the group actor's transport does, when they ask.
+    net_ = net;
+    const rank_names names(ctx.size, [net = std::weak_ptr<actor_peers>(net)](int r) {
+      auto n = net.lock();
+      return n ? n->describe_peer(r) : "rank " + std::to_string(r);
+    });
     if (mailbox_) mailbox_->set_names(names);
     auto f = open_inline_engines(ctx, names, plane, key_prefix_ + "engines/",
                                  debug_ != debug_level::off);

@@ -31,6 +31,7 @@ namespace troupe::detail {
 
 class rank_runtime;
 class mailbox;
+class actor_peers;
 struct tiny_call;
 struct work_state;
 namespace gpu {
@@ -208,6 +209,7 @@ class host_backend final : public backend {
   debug_level debug_;
   std::string key_prefix_;
   group_actor group_;
+  std::shared_ptr<actor_peers> net_;  // how the group actor reaches its peers (names them)
   std::mutex mtx_;
   std::vector<std::weak_ptr<work_state>> pending_;
   futex_lock issue_mtx_;  // numbering and submission happen in one order

@@ -54,7 +54,8 @@ class algorithm_op final : public inline_op {
     if (!ctx_) {
       call_->seq = seq;
       ctx_ = std::make_unique<message_context>(net, op, *call_, deadline, reads_itself);
-      alg_ = make_algorithm(*call_, fc.rank, fc.size);
+      ctx_->set_topology(net.topology());
+      alg_ = make_algorithm(*call_, fc.rank, ctx_->topology(), fc.size);
       moved = true;
       // Send first: a peer must get this rank's fingerprint (with its
       // first message, or alone) to tell whether the calls agree.

@@ -62,7 +62,7 @@ inline_counters* inline_counting() noexcept {
 }
 
 inline_engine::inline_engine(std::shared_ptr<medium> med, int rank, std::string group,
-                             std::vector<std::string> names)
+                             rank_names names)
     : med_(std::move(med)),
       rank_(rank),
       group_(std::move(group)),

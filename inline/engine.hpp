@@ -55,6 +55,7 @@
 
 #include "base/futex_lock.hpp"
 #include "base/one_or_more.hpp"
+#include "base/rank_names.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_driver.hpp"
 #include "memory/recycled.hpp"
@@ -97,7 +98,7 @@ struct inline_context {
   segment* seg;  ///< the shared segment (shm_medium), else null
   int rank;
   int size;
-  const std::vector<std::string>& names;  ///< describe(group rank)
+  const rank_names& names;  ///< describe(group rank)
   /// Chunks staged by finished operations (chunk numbers are never reused;
   /// an operation takes its numbers once every rank agreed on its size).
   std::uint64_t& chunks;
@@ -180,7 +181,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
  public:
   /// `names[r]` describes group rank r in messages.
   inline_engine(std::shared_ptr<medium> med, int rank, std::string group,
-                std::vector<std::string> names);
+                rank_names names);
   ~inline_engine();
 
   medium& med() noexcept { return *med_; }
@@ -270,7 +271,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   std::optional<inline_context> context_;  // guarded by engine_
   int rank_;
   std::string group_;
-  std::vector<std::string> names_;
+  rank_names names_;
   wait_policy policy_;  ///< how drive() waits (no pure spin when ranks outnumber CPUs)
   /// How long submit_borrowed watches for the peers of a call it posted
   /// before it queues it: the policy's spinning (none when ranks outnumber

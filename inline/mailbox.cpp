@@ -133,7 +133,7 @@ mailbox::mailbox(std::string key, std::string group, int rank, std::vector<int> 
   // rank would cost each of n ranks of a simulation n records).
   for (std::size_t r = 0; r < n; ++r)
     placed_.push_back(local_[r] ? nullptr : std::make_unique<placed>());
-  for (std::size_t r = 0; r < n; ++r) names_.push_back("rank " + std::to_string(r));
+  names_ = rank_names(static_cast<int>(n));
   may_split_ = plane && plane->ranks_on_host() <= ::sysconf(_SC_NPROCESSORS_ONLN);
 }
 
@@ -150,7 +150,7 @@ void mailbox::attach() {
   attached_ = true;
 }
 
-void mailbox::set_names(std::vector<std::string> names) {
+void mailbox::set_names(rank_names names) {
   std::lock_guard<spin_lock> g{mtx_};
   if (names.size() == names_.size()) names_ = std::move(names);
 }

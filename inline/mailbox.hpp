@@ -71,6 +71,7 @@
 #include "base/arrival_queue.hpp"
 #include "base/call.hpp"
 #include "base/one_or_more.hpp"
+#include "base/rank_names.hpp"
 #include "base/spin_lock.hpp"
 #include "base/work_driver.hpp"
 #include "transport/frame.hpp"
@@ -106,7 +107,7 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   /// Publishes this mailbox for the ranks of this process (before any peer may send).
   void attach();
   /// How the errors name each group rank ("rank 1 (world rank 1)").
-  void set_names(std::vector<std::string> names);
+  void set_names(rank_names names);
 
   /// Issues a send or a receive; `c.handle` completes when it is done (a
   /// receive with `c.count`: when it and the others counted with it are).
@@ -288,7 +289,7 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   std::weak_ptr<data_plane> plane_;  // not owned: a reader thread may hold the last reference
   std::vector<bool> local_;
   spin_lock mtx_;  // guards everything below (held for short steps only)
-  std::vector<std::string> names_;
+  rank_names names_;
   std::vector<std::weak_ptr<mailbox>> peers_;  // local ranks' mailboxes, found once
   // Taken mostly from the front, in O(1) however long (base/arrival_queue.hpp);
   // their memory is kept between calls.

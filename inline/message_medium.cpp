@@ -9,7 +9,7 @@ namespace troupe::detail {
 
 message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string key,
                                std::vector<bool> local, std::vector<int> global_ranks, int rank,
-                               std::string group, std::vector<std::string> names)
+                               std::string group, rank_names names)
     : plane_(std::move(plane)),
       key_(std::move(key)),
       local_(std::move(local)),
@@ -22,6 +22,11 @@ message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string ke
   if (auto p = plane_.lock()) {
     crashes_ = p->crashed();
     p2p_seen_ = p->carried_p2p();
+    std::vector<std::string> hosts;
+    for (int w : global_ranks_) hosts.push_back(p->host_of(w));
+    topology_ = group_topology::of_hosts(hosts);
+  } else {
+    topology_ = group_topology::flat(size());
   }
   for (int r = 0; r < size(); ++r)
     if (r != rank_ && !is_local(r)) remote_.push_back(global_ranks_[static_cast<std::size_t>(r)]);

@@ -40,6 +40,8 @@
 #include <tuple>
 #include <vector>
 
+#include "algorithms/topology.hpp"
+#include "base/rank_names.hpp"
 #include "inline/medium.hpp"
 #include "transport/frame.hpp"
 #include "troupe/tensor.hpp"
@@ -67,7 +69,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   /// this process. `plane` may be null when every rank is local.
   message_medium(std::shared_ptr<data_plane> plane, std::string key, std::vector<bool> local,
                  std::vector<int> global_ranks, int rank, std::string group,
-                 std::vector<std::string> names);
+                 rank_names names);
   ~message_medium() override;
   /// Starts receiving (before any peer may send).
   void attach();
@@ -75,6 +77,8 @@ class message_medium final : public medium, public std::enable_shared_from_this<
 
   int size() const noexcept override { return static_cast<int>(global_ranks_.size()); }
   int rank() const noexcept { return rank_; }
+  /// Where the group's ranks live (their hosts, from the data plane).
+  const std::shared_ptr<const group_topology>& topology() const noexcept { return topology_; }
   bool pump() override;
   /// Whether this process sends or receives point-to-point messages
   /// through the data plane (data_plane::carried_p2p).
@@ -163,9 +167,10 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   std::vector<bool> local_;
   std::vector<std::weak_ptr<message_medium>> peers_;  // local ranks' media, found once
   std::vector<int> global_ranks_;
+  std::shared_ptr<const group_topology> topology_;
   int rank_;
   std::string group_;
-  std::vector<std::string> names_;
+  rank_names names_;
   std::vector<int> remote_;  // world ranks of the peers in other processes
   using key = std::tuple<std::uint64_t, std::uint32_t, int>;  // (op, step, src)
   std::mutex mtx_;                                            // guards inbox_, handlers_, running_

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/count_in.hpp"
 #include "base/engine_setting.hpp"
 #include "inline/engine.hpp"
 #include "inline/message_medium.hpp"
@@ -21,7 +22,7 @@ bool inline_engines_off() {
 }
 
 inline_engines open_inline_engines(const backend_context& ctx,
-                                   const std::vector<std::string>& names,
+                                   const rank_names& names,
                                    const std::shared_ptr<data_plane>& plane, const std::string& key,
                                    bool verbose) {
   inline_engines out;
@@ -58,11 +59,12 @@ inline_engines open_inline_engines(const backend_context& ctx,
     msg_med->attach();
     mode = seg ? "shm+net" : "net";
   }
-  st.set("engines/mode/" + std::to_string(ctx.rank), to_bytes(mode));
-  std::vector<std::string> keys;
-  for (int r = 0; r < ctx.size; ++r) keys.push_back("engines/mode/" + std::to_string(r));
-  bool agreed = mode != "none";
-  for (auto& v : st.multi_get(keys)) agreed = agreed && troupe::to_string(v) == mode;
+  // Every rank counts itself in under its mode: they agree when the count
+  // of this rank's mode is everyone (one counter each, not n keys read).
+  st.add("engines/mode/" + mode, 1);
+  count_in(st, "engines/arrived", ctx.rank, ctx.size, ctx.timeout, "new_group",
+           "open the engines of group '" + ctx.group_name + "'");
+  const bool agreed = mode != "none" && st.add("engines/mode/" + mode, 0) == ctx.size;
   if (seg && ctx.rank == 0) seg->close_descriptor();
   if (!why.empty() && verbose)
     std::fprintf(stderr, "[troupe group '%s' rank %d] no shared-memory collectives: %s\n",

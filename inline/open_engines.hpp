@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/rank_names.hpp"
 #include "troupe/backend.hpp"
 
 namespace troupe::detail {
@@ -42,7 +43,7 @@ struct inline_engines {
 bool inline_engines_off();
 
 inline_engines open_inline_engines(const backend_context& ctx,
-                                   const std::vector<std::string>& names,
+                                   const rank_names& names,
                                    const std::shared_ptr<data_plane>& plane, const std::string& key,
                                    bool verbose);
 

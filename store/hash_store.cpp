@@ -1,8 +1,13 @@
-/// hash_store: an in-process store (a map under a mutex; waiters use a condition variable).
+/// hash_store: an in-process store (a map under a mutex). A waiter sleeps on
+/// a condition of its own, registered under the one key it misses next, so
+/// that a write wakes only the waiters of its key: n ranks of a simulation
+/// waiting for n keys each would otherwise wake n^2 times, each rereading
+/// its keys.
 #include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include "troupe/error.hpp"
 #include "troupe/store.hpp"
@@ -10,11 +15,26 @@
 namespace troupe {
 
 struct hash_store::impl {
+  struct waiter {
+    std::condition_variable cv;
+    bool woken = false;
+  };
   std::mutex mu;
-  std::condition_variable cv;
   std::map<std::string, bytes> data;
+  std::unordered_map<std::string, std::vector<waiter*>> waiters;  // by the key they miss
 
   bool has(const std::string& key) const { return data.count(key) != 0; }
+
+  /// With `mu` held: `key` was written; wakes its waiters.
+  void wrote(const std::string& key) {
+    auto it = waiters.find(key);
+    if (it == waiters.end()) return;
+    for (auto* w : it->second) {
+      w->woken = true;
+      w->cv.notify_one();  // under mu: the waiter (on its stack) cannot be gone yet
+    }
+    waiters.erase(it);
+  }
 
   /// With `lock` held: waits until all `keys` exist; returns their values in order.
   std::vector<bytes> wait_for(std::unique_lock<std::mutex>& lock, const char* op,
@@ -25,12 +45,31 @@ struct hash_store::impl {
     auto all_present = [&] {
       return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return has(k); });
     };
-    if (!cv.wait_until(lock, deadline, all_present)) {
-      std::vector<std::string> missing;
-      for (const auto& k : keys) {
-        if (!has(k)) missing.push_back(k);
+    std::size_t next = 0;  // keys before it were there when last looked at
+    for (;;) {
+      while (next < keys.size() && has(keys[next])) ++next;
+      if (next == keys.size()) {
+        if (all_present()) break;  // none deleted meanwhile
+        next = 0;
+        continue;
       }
-      throw_timeout(op, missing, timeout);
+      waiter w;
+      auto& list = waiters[keys[next]];
+      list.push_back(&w);
+      const bool woken = w.cv.wait_until(lock, deadline, [&] { return w.woken; });
+      if (!woken) {
+        // Still registered (a write unregisters whom it wakes).
+        if (auto it = waiters.find(keys[next]); it != waiters.end()) {
+          std::erase(it->second, &w);
+          if (it->second.empty()) waiters.erase(it);
+        }
+        if (all_present()) break;
+        std::vector<std::string> missing;
+        for (const auto& k : keys) {
+          if (!has(k)) missing.push_back(k);
+        }
+        throw_timeout(op, missing, timeout);
+      }
     }
     std::vector<bytes> values;
     values.reserve(keys.size());
@@ -44,11 +83,9 @@ hash_store::hash_store(duration timeout) : store(timeout), impl_(std::make_uniqu
 hash_store::~hash_store() = default;
 
 void hash_store::set(const std::string& key, const bytes& value) {
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->data[key] = value;
-  }
-  impl_->cv.notify_all();
+  std::lock_guard lock(impl_->mu);
+  impl_->data[key] = value;
+  impl_->wrote(key);
 }
 
 bytes hash_store::get(const std::string& key) {
@@ -57,15 +94,12 @@ bytes hash_store::get(const std::string& key) {
 }
 
 std::int64_t hash_store::add(const std::string& key, std::int64_t delta) {
-  std::int64_t value = 0;
-  {
-    std::lock_guard lock(impl_->mu);
-    auto it = impl_->data.find(key);
-    value = add_to_counter("hash_store.add", key, it == impl_->data.end() ? nullptr : &it->second,
-                           delta);
-    impl_->data[key] = to_bytes(std::to_string(value));
-  }
-  impl_->cv.notify_all();
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->data.find(key);
+  const auto value = add_to_counter("hash_store.add", key,
+                                    it == impl_->data.end() ? nullptr : &it->second, delta);
+  impl_->data[key] = to_bytes(std::to_string(value));
+  impl_->wrote(key);
   return value;
 }
 
@@ -75,8 +109,7 @@ bytes hash_store::compare_set(const std::string& key, const bytes& expected, con
   if (it == impl_->data.end() && !expected.empty()) return expected;
   if (it != impl_->data.end() && it->second != expected) return it->second;
   impl_->data[key] = desired;
-  lock.unlock();
-  impl_->cv.notify_all();
+  impl_->wrote(key);
   return desired;
 }
 
@@ -101,12 +134,10 @@ std::int64_t hash_store::num_keys() {
 }
 
 void hash_store::append(const std::string& key, const bytes& value) {
-  {
-    std::lock_guard lock(impl_->mu);
-    auto& v = impl_->data[key];
-    v.insert(v.end(), value.begin(), value.end());
-  }
-  impl_->cv.notify_all();
+  std::lock_guard lock(impl_->mu);
+  auto& v = impl_->data[key];
+  v.insert(v.end(), value.begin(), value.end());
+  impl_->wrote(key);
 }
 
 std::vector<bytes> hash_store::multi_get(const std::vector<std::string>& keys) {
@@ -116,11 +147,11 @@ std::vector<bytes> hash_store::multi_get(const std::vector<std::string>& keys) {
 
 void hash_store::multi_set(const std::vector<std::string>& keys, const std::vector<bytes>& values) {
   check_multi_set("hash_store.multi_set", keys.size(), values.size());
-  {
-    std::lock_guard lock(impl_->mu);
-    for (std::size_t i = 0; i < keys.size(); ++i) impl_->data[keys[i]] = values[i];
+  std::lock_guard lock(impl_->mu);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    impl_->data[keys[i]] = values[i];
+    impl_->wrote(keys[i]);
   }
-  impl_->cv.notify_all();
 }
 
 }  // namespace troupe

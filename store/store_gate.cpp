@@ -253,7 +253,7 @@ struct store_gate::impl {
       }
       std::erase_if(sessions, [](const session& s) { return s.fd < 0; });
       if (n > 0 && (fds[0].revents & POLLIN))
-        for (int i = 0; i < 64; ++i) {  // at most 64 per round: handshakes keep moving
+        for (int i = 0; i < 256; ++i) {  // at most 256 per round: handshakes keep moving
           const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
           if (fd >= 0) {
             pending.add(fd);

@@ -24,7 +24,7 @@ namespace troupe::detail {
 namespace {
 
 /// Accepted per round of the loop at most, so pending handshakes keep moving during a flood.
-constexpr int accepts_per_round = 64;
+constexpr int accepts_per_round = 256;
 
 }  // namespace
 

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <map>
 
 #include "transport/tcp_stream.hpp"
 
@@ -59,24 +58,37 @@ void pending_handshakes::add(int fd) {
   e.source = e.peer.substr(0, e.peer.rfind(':'));
   if (!read(e)) return;  // a real client's handshake is usually all there
   if (pending_.size() >= limits_.max_pending) make_room();
+  ++held_[e.source];
   pending_.push_back(std::move(e));
 }
 
 void pending_handshakes::make_room() {
-  std::map<std::string, std::size_t> held;
-  for (const auto& e : pending_) ++held[e.source];
-  const auto most = std::max_element(held.begin(), held.end(), [](auto& a, auto& b) {
+  const auto most = std::max_element(held_.begin(), held_.end(), [](auto& a, auto& b) {
                       return a.second < b.second;
                     })->first;
   // Silent before heard, then the oldest (add() appends: the first found).
   auto victim = pending_.end();
   for (auto i = pending_.begin(); i != pending_.end(); ++i)
-    if (i->source == most && (victim == pending_.end() || (victim->heard && !i->heard))) victim = i;
+    if (i->source == most && (victim == pending_.end() || (victim->heard && !i->heard))) {
+      victim = i;
+      if (!i->heard) break;
+    }
+  if (victim == pending_.end()) return;  // cannot be: `most` holds one
   ++dropped_;
   refuse(*victim, std::string("dropped to make room for a newer connection (") +
                       std::to_string(limits_.max_pending) + " awaiting authentication, " +
-                      std::to_string(held[most]) + " from " + most + ")");
-  pending_.erase(victim);
+                      std::to_string(held_[most]) + " from " + most + ")");
+  sweep();
+}
+
+void pending_handshakes::sweep() {
+  for (const auto& e : pending_)
+    if (e.fd < 0) {
+      auto h = held_.find(e.source);
+      if (h != held_.end() && --h->second == 0) held_.erase(h);
+    }
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](auto& e) { return e.fd < 0; }),
+                 pending_.end());
 }
 
 void pending_handshakes::poll_set(std::vector<pollfd>& fds) const {
@@ -138,8 +150,7 @@ void pending_handshakes::advance(const pollfd* fds, std::size_t n) {
                       : "sent nothing within " + std::to_string(limits_.first_bytes.count()) +
                             " ms of being accepted");
   }
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [](auto& e) { return e.fd < 0; }),
-                 pending_.end());
+  sweep();
 }
 
 int pending_handshakes::timeout_ms() const {

@@ -36,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/handshake.hpp"
@@ -109,12 +110,15 @@ class pending_handshakes {
   clock::time_point due(const entry& e) const;
   /// Drops one pending connection: the oldest of the source holding the most, silent first.
   void make_room();
+  /// Removes the entries that left (fd < 0), keeping the others' order.
+  void sweep();
 
   make_decoder make_;
   done_fn done_;
   refused_fn refused_;
   limits limits_;
   std::vector<entry> pending_;
+  std::unordered_map<std::string, std::size_t> held_;  // pending connections per source
   std::size_t dropped_ = 0;
 };
 

@@ -2,7 +2,10 @@
 // (transport/rendezvous.hpp).
 
 #include "transport/rendezvous.hpp"
+
 #include "base/texts.hpp"
+#include "transport/data_plane.hpp"
+#include "transport/rank_places.hpp"
 
 #include <poll.h>
 #include <sys/syscall.h>
@@ -17,12 +20,6 @@
 namespace troupe::detail {
 
 namespace {
-
-std::string this_host() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
 
 bool process_ended(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
@@ -41,34 +38,40 @@ rendezvous::rendezvous(store& s, int rank, int world_size, std::chrono::millisec
                        std::string gone_key)
     : store_(s),
       rank_(rank),
+      world_size_(world_size),
       timeout_(timeout),
       deadline_(clock::now() + timeout),
       gone_key_(std::move(gone_key)),
-      host_(this_host()),
-      known_(static_cast<std::size_t>(world_size)),
-      gone_(static_cast<std::size_t>(world_size)) {}
+      host_(host_name()) {}
 
 rendezvous::~rendezvous() {
-  for (auto& k : known_)
-    if (k.pidfd >= 0) ::close(k.pidfd);
+  for (auto& w : watched_)
+    if (w.pidfd >= 0) ::close(w.pidfd);
 }
 
-void rendezvous::learn(int r, const std::string& host, int pid) {
+void rendezvous::learn(std::shared_ptr<const rank_places> places) {
   std::lock_guard<std::mutex> g{mtx_};
-  auto& k = known_.at(static_cast<std::size_t>(r));
-  k.host = host;
-  k.pid = pid;
+  places_ = std::move(places);
+  // One pidfd per process of the job on this host, not per rank.
+  for (std::size_t i = 0; i < places_->processes.size(); ++i) {
+    const auto& p = places_->processes[i];
+    if (static_cast<int>(i) == places_->here || p.host != host_ || p.pid <= 0 ||
+        p.pid == ::getpid())
+      continue;
 #ifdef SYS_pidfd_open
-  if (k.pidfd < 0 && host == host_ && pid > 0 && pid != ::getpid())
-    k.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, p.pid, 0));
+    if (fd >= 0) watched_.push_back({static_cast<int>(i), fd, false});
 #endif
+  }
 }
 
 std::string rendezvous::describe(int r) const {
-  // known_[r] changes only in learn(), which runs before any reader of it.
-  const auto& k = known_.at(static_cast<std::size_t>(r));
+  // places_ is set only in learn(), which runs before any reader of it.
   auto s = "world rank " + std::to_string(r);
-  if (k.pid != 0) s += " (host " + k.host + ", pid " + std::to_string(k.pid) + ")";
+  if (places_ && r >= 0 && r < places_->size()) {
+    const auto& p = places_->of(r);
+    if (p.pid != 0) s += " (host " + p.host + ", pid " + std::to_string(p.pid) + ")";
+  }
   return s;
 }
 
@@ -80,35 +83,53 @@ void rendezvous::read_gone_key() {
     std::istringstream in(line);
     int r = -1, pid = 0;
     std::string host;
-    if (!(in >> r >> host >> pid) || r < 0 || r >= static_cast<int>(gone_.size())) continue;
-    auto& why = gone_[static_cast<std::size_t>(r)];
+    if (!(in >> r >> host >> pid) || r < 0 || r >= world_size_) continue;
+    auto& why = gone_[r];
     if (why.empty())
       why = "world rank " + std::to_string(r) + " (host " + host + ", pid " + std::to_string(pid) +
             ") is gone: its connection to the store ended without a goodbye";
   }
 }
 
+bool rendezvous::look_at_processes() {
+  bool any = false;
+  for (auto& w : watched_) {
+    if (!w.ended) w.ended = process_ended(w.pidfd);
+    any = any || w.ended;
+  }
+  return any;
+}
+
 std::string rendezvous::gone(int r) {
   std::lock_guard<std::mutex> g{mtx_};
+  look_at_processes();
   return gone_locked(r);
 }
 
 std::string rendezvous::gone_locked(int r) {
-  auto& why = gone_.at(static_cast<std::size_t>(r));
-  if (!why.empty()) return why;
-  auto& k = known_[static_cast<std::size_t>(r)];
-  if (k.pidfd >= 0 && process_ended(k.pidfd)) why = describe(r) + " is gone: its process ended";
+  if (auto i = gone_.find(r); i != gone_.end()) return i->second;
+  if (!places_ || r < 0 || r >= places_->size()) return {};
+  const int proc = places_->process_of[static_cast<std::size_t>(r)];
+  for (auto& w : watched_)
+    if (w.process == proc && w.ended) return gone_[r] = describe(r) + " is gone: its process ended";
+  return {};
+}
+
+std::string rendezvous::gone_of(int count, const std::function<int(int)>& rank_at) {
+  std::lock_guard<std::mutex> g{mtx_};
+  read_gone_key();
+  // Nobody gone (the common case): no rank to look at.
+  if (!look_at_processes() && gone_.empty()) return {};
+  std::string why;
+  for (int i = 0; i < count; ++i)
+    if (const int r = rank_at(i); r != rank_)
+      if (auto w = gone_locked(r); !w.empty()) why += (why.empty() ? "" : "; ") + w;
   return why;
 }
 
 std::string rendezvous::gone_among(const std::vector<int>& ranks) {
-  std::lock_guard<std::mutex> g{mtx_};
-  read_gone_key();
-  std::string why;
-  for (int r : ranks)
-    if (r != rank_)
-      if (auto w = gone_locked(r); !w.empty()) why += (why.empty() ? "" : "; ") + w;
-  return why;
+  return gone_of(static_cast<int>(ranks.size()),
+                 [&](int i) { return ranks[static_cast<std::size_t>(i)]; });
 }
 
 void rendezvous::check(const std::vector<int>& ranks, const std::string& waiting_for) {
@@ -127,10 +148,20 @@ void rendezvous::check(const std::vector<int>& ranks, const std::string& waiting
                                         "): " + why);
 }
 
-std::vector<int> rendezvous::everyone() const {
-  std::vector<int> all(known_.size());
-  for (std::size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
-  return all;
+void rendezvous::check_everyone(const std::string& waiting_for) {
+  std::string why;
+  try {
+    why = gone_of(world_size_, [](int i) { return i; });
+  } catch (const error& e) {
+    if (e.code() != errc::store) throw;
+    throw error(errc::store, "world: rank " + std::to_string(rank_) +
+                                 " lost the store while waiting for " + waiting_for + ": " +
+                                 e.what());
+  }
+  if (!why.empty())
+    throw error(errc::peer_failure, "world: rank " + std::to_string(rank_) +
+                                        " gave up building its world (waiting for " + waiting_for +
+                                        "): " + why);
 }
 
 void rendezvous::timed_out(const std::vector<int>& ranks, const std::string& what) const {
@@ -139,11 +170,8 @@ void rendezvous::timed_out(const std::vector<int>& ranks, const std::string& wha
                                  " to " + what);
 }
 
-void rendezvous::wait_for(const std::vector<int>& ranks,
-                          const std::function<std::string(int)>& key_of, const std::string& what) {
-  std::vector<std::string> keys;
-  for (int r : ranks) keys.push_back(key_of(r));
-  const auto waiting_for = rank_list(ranks) + " to " + what;
+void rendezvous::wait_keys(const std::vector<std::string>& keys, const std::string& waiting_for,
+                           const std::function<void()>& at_deadline) {
   // The process serving the store (often rank 0) may end: every store call
   // here then says what this rank waited for.
   auto lost_store = [&](const error& e) {
@@ -162,19 +190,51 @@ void rendezvous::wait_for(const std::vector<int>& ranks,
       if (e.code() != errc::timeout) throw;
     }
     // Any rank gone dooms the world, not only those waited for here.
-    check(everyone(), waiting_for);
+    check_everyone(waiting_for);
     if (clock::now() < deadline_) continue;
-    std::vector<int> missing;
     try {
-      for (std::size_t i = 0; i < ranks.size(); ++i)
-        if (!store_.check({keys[i]})) missing.push_back(ranks[i]);
+      at_deadline();
     } catch (const error& e) {
       if (e.code() == errc::store) throw lost_store(e);
       throw;
     }
-    if (missing.empty()) return;  // they came at the last moment
-    timed_out(missing, what);
+    return;  // they came at the last moment
   }
+}
+
+void rendezvous::wait_for(const std::vector<int>& ranks,
+                          const std::function<std::string(int)>& key_of, const std::string& what) {
+  std::vector<std::string> keys;
+  for (int r : ranks) keys.push_back(key_of(r));
+  wait_keys(keys, rank_list(ranks) + " to " + what, [&] {
+    std::vector<int> missing;
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      if (!store_.check({keys[i]})) missing.push_back(ranks[i]);
+    if (!missing.empty()) timed_out(missing, what);
+  });
+}
+
+void rendezvous::wait_for_everyone(const std::string& counter,
+                                   const std::function<std::string(int)>& key_of,
+                                   const std::string& what) {
+  const auto all_key = counter + "/all";
+  const auto waiting_for = "every rank to " + what;
+  try {
+    if (store_.add(counter, 1) == world_size_) store_.set(all_key, to_bytes("1"));
+  } catch (const error& e) {
+    if (e.code() != errc::store) throw;
+    throw error(errc::store, "world: rank " + std::to_string(rank_) +
+                                 " lost the store while waiting for " + waiting_for + ": " +
+                                 e.what());
+  }
+  wait_keys({all_key}, waiting_for, [&] {
+    std::vector<int> missing;
+    for (int r = 0; r < world_size_; ++r)
+      if (!store_.check({key_of(r)})) missing.push_back(r);
+    // Every key there (the last to count itself in may not have written
+    // all_key yet): what the caller reads is there.
+    if (!missing.empty()) timed_out(missing, what);
+  });
 }
 
 }  // namespace troupe::detail

@@ -17,6 +17,8 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -26,6 +28,8 @@ class store;
 }
 
 namespace troupe::detail {
+
+struct rank_places;
 
 class rendezvous {
  public:
@@ -44,8 +48,15 @@ class rendezvous {
   /// says what they were to do ("publish their address").
   void wait_for(const std::vector<int>& ranks, const std::function<std::string(int)>& key_of,
                 const std::string& what);
-  /// Records where world rank r runs (its process can then be watched on this host).
-  void learn(int r, const std::string& host, int pid);
+  /// This rank wrote `key_of(its rank)`: counts it in under `counter` and
+  /// waits until every world rank did. The last to count itself in writes
+  /// `counter`/all, the one key every rank waits for (waiting for n keys
+  /// each, n ranks would read n^2 keys). Fails as wait_for does, naming the
+  /// ranks whose key is missing at the deadline.
+  void wait_for_everyone(const std::string& counter, const std::function<std::string(int)>& key_of,
+                         const std::string& what);
+  /// Records where every world rank runs (its process can then be watched on this host).
+  void learn(std::shared_ptr<const rank_places> places);
   /// How errors name world rank r: "world rank 2 (host h, pid 7)" once known.
   std::string describe(int r) const;
   /// Why world rank r is known to be gone ("" while it is not).
@@ -55,8 +66,8 @@ class rendezvous {
   /// Throws errc::peer_failure when a rank of `ranks` is known to be gone,
   /// saying what this rank was `waiting_for` ("rank 2 to publish its address").
   void check(const std::vector<int>& ranks, const std::string& waiting_for);
-  /// Every world rank.
-  std::vector<int> everyone() const;
+  /// check() of every world rank.
+  void check_everyone(const std::string& waiting_for);
   /// Throws errc::timeout: `ranks` did not `what` by the deadline.
   [[noreturn]] void timed_out(const std::vector<int>& ranks, const std::string& what) const;
   clock::time_point deadline() const noexcept { return deadline_; }
@@ -64,24 +75,35 @@ class rendezvous {
   static constexpr std::chrono::milliseconds slice{100};
 
  private:
-  struct known {
-    std::string host;
-    int pid = 0;
-    int pidfd = -1;
-  };
   /// Reads the gone key (one store round trip) into gone_ (under mtx_).
   void read_gone_key();
+  /// Polls the watched processes (under mtx_); true when one has ended.
+  bool look_at_processes();
+  /// Why world rank r is gone, after a look (under mtx_).
   std::string gone_locked(int r);
+  /// Why ranks are gone, for each r of [0, count) `rank_at(i)` other than this one.
+  std::string gone_of(int count, const std::function<int(int)>& rank_at);
+  /// Waits for `keys` in slices, checking that nobody is gone; `at_deadline`
+  /// runs when the time is up and some are still missing.
+  void wait_keys(const std::vector<std::string>& keys, const std::string& waiting_for,
+                 const std::function<void()>& at_deadline);
 
   store& store_;
   int rank_;
+  int world_size_;
   std::chrono::milliseconds timeout_;
   clock::time_point deadline_;
   std::string gone_key_;
   std::string host_;
-  std::mutex mtx_;                 // guards known_ and gone_ (groups are made from any thread)
-  std::vector<known> known_;       // by world rank
-  std::vector<std::string> gone_;  // by world rank: why it is gone
+  std::mutex mtx_;  // guards watched_ and gone_ (groups are made from any thread)
+  std::shared_ptr<const rank_places> places_;  // set once by learn(), before any reader
+  struct watched {
+    int process = -1;  // index in places_->processes
+    int pidfd = -1;
+    bool ended = false;
+  };
+  std::vector<watched> watched_;     // the job's other processes on this host
+  std::map<int, std::string> gone_;  // world rank -> why it is gone
 };
 
 /// "ranks 2, 3" / "rank 2".

@@ -1,12 +1,9 @@
 #include "inline/shm/direct_layout.hpp"
 
-#include <numeric>
-
 namespace troupe::detail {
 
 std::int64_t direct_view::offset(int r) const {
-  const auto& k = call.counts;
-  return std::accumulate(k.begin(), k.begin() + r, std::int64_t{0}) * element_bytes;
+  return prefix[r] * element_bytes;
 }
 
 std::int64_t direct_view::length(int r) const {
@@ -14,7 +11,13 @@ std::int64_t direct_view::length(int r) const {
 }
 
 std::int64_t direct_view::total() const {
-  return std::accumulate(call.counts.begin(), call.counts.end(), std::int64_t{0}) * element_bytes;
+  return prefix[size] * element_bytes;
+}
+
+std::vector<std::int64_t> count_prefix(const std::vector<std::int64_t>& counts) {
+  std::vector<std::int64_t> p(counts.size() + 1, 0);
+  for (std::size_t i = 0; i < counts.size(); ++i) p[i + 1] = p[i] + counts[i];
+  return p;
 }
 
 }  // namespace troupe::detail

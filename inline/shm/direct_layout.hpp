@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "base/call.hpp"
 
@@ -36,6 +37,13 @@ struct direct_view {
       return fn(owner, context, r, receive);
     }
   } splits;
+  /// The counts summed up to each rank (size + 1 of them, from 0): made once
+  /// per call, so that a rank's offset costs one load (summing the counts
+  /// before each of n blocks, for n ranks, costs n^2 per call).
+  const std::int64_t* prefix;
+  /// alltoall: the one count of every rank's every send and receive, when
+  /// each rank posted such even splits (splits_mark); else -1.
+  std::int64_t even = -1;
 
   /// Block r of the counts, in bytes: its offset and its length.
   std::int64_t offset(int r) const;
@@ -70,6 +78,9 @@ class direct_layout {
   /// anything.
   virtual bool pushes_to_root() const { return false; }
 };
+
+/// `counts` summed up to each index: counts.size() + 1 sums, from 0.
+std::vector<std::int64_t> count_prefix(const std::vector<std::int64_t>& counts);
 
 /// The layouts: one immutable instance each, shared by every call.
 const direct_layout& make_direct_broadcast();

@@ -158,11 +158,18 @@ bool direct_shm::post(inline_context& ctx, bool& moved) {
   d.root = rooted(c.code) ? c.root : 0;
   d.addr = c.input.defined() ? reinterpret_cast<std::uint64_t>(c.input.data()) : 0;
   if (c.code == op_code::alltoallv) {
-    // Each rank's own send and receive counts, in its small slot, read
-    // by the others.
-    auto* slot = reinterpret_cast<std::int64_t*>(ctx.seg->small_slot(ctx.rank, op));
+    // Each rank's own send and receive counts, read by the others, and
+    // whether they are even (splits_mark): ranks whose marks are alike
+    // agree without reading each other's counts.
+    auto* slot = ctx.seg->counts(ctx.rank, op);
     std::copy(c.counts.begin(), c.counts.end(), slot);
     std::copy(c.recv_counts.begin(), c.recv_counts.end(), slot + ctx.size);
+    const auto first = c.counts.empty() ? 0 : c.counts.front();
+    auto is_first = [&](std::int64_t k) { return k == first; };
+    const bool even = std::all_of(c.counts.begin(), c.counts.end(), is_first) &&
+                      std::all_of(c.recv_counts.begin(), c.recv_counts.end(), is_first) &&
+                      static_cast<std::int64_t>(d.nbytes) == ctx.size * first * element_bytes();
+    d.counts_hash = splits_mark(even, first);
   } else {
     d.counts_hash = hash_counts(c.counts);
   }
@@ -203,7 +210,15 @@ bool direct_shm::post(inline_context& ctx, bool& moved) {
 
 void direct_shm::check(inline_context& ctx, bool& moved) {
   // What every rank called (collective, dtype, root, op, counts, splits).
-  if (auto why = disagreement(ctx); !why.empty()) {
+  auto why = disagreement(ctx);
+  if (why.empty() && call_.code == op_code::alltoallv) {
+    const auto mark = ctx.seg->descriptor(ctx.rank, op).counts_hash;
+    bool alike = mark != 0;
+    for (int r = 0; r < ctx.size && alike; ++r)
+      alike = ctx.seg->descriptor(r, op).counts_hash == mark;
+    if (alike) even_ = static_cast<std::int64_t>(mark) - 1;
+  }
+  if (!why.empty()) {
     refuse(why);
     // Another collective: its protocol on this segment differs; done here.
     if (ctx.seg->descriptor(ctx.rank, op).code != code_ || !same_codes(ctx)) {
@@ -244,9 +259,9 @@ bool fits_direct_shm(const collective_call& c, int size) {
     case op_code::gatherv:
     case op_code::scatterv:
       return true;
-    case op_code::alltoallv:
-      // Every rank posts its send and receive counts in its small slot.
-      return std::size_t(size) * 2 * sizeof(std::int64_t) <= segment_shape{}.small_bytes;
+    case op_code::alltoallv:  // its counts have their own region (segment.hpp)
+      (void)size;
+      return true;
     case op_code::reduce_scatterv:
       // PREMUL_SUM scales every input before the sum: the message algorithms'.
       return c.op.op() != reduce_op::PREMUL_SUM;

@@ -37,7 +37,9 @@ class direct_shm final : public shm_op {
       : shm_op(static_cast<std::uint8_t>(call.code)),
         call_(std::move(call)),
         layout_(&layout_for(call_.code)),
-        element_bytes_(static_cast<std::int64_t>(element_size(element_type().scalar_type()))) {
+        element_bytes_(static_cast<std::int64_t>(element_size(element_type().scalar_type()))),
+        prefix_(count_prefix(call_.code == op_code::alltoallv ? std::vector<std::int64_t>{}
+                                                              : call_.counts)) {
     // alltoall in place: the others read this rank's input while its output
     // is written (and, between processes, while it is still being staged),
     // so they read a copy. (The other collectives' in-place layouts write
@@ -161,10 +163,13 @@ class direct_shm final : public shm_op {
     return {call_,
             ctx.size,
             element_bytes(),
-            {this, &ctx, [](const void* self, void* context, int r, bool receive) {
+            {this, &ctx,
+             [](const void* self, void* context, int r, bool receive) {
                return static_cast<const direct_shm*>(self)->counts_of(
                    *static_cast<inline_context*>(context), r, receive);
-             }}};
+             }},
+            prefix_.data(),
+            even_};
   }
   /// Bytes of rank r's input the others may need (its "source").
   std::int64_t source_bytes(inline_context& ctx, int r) const {
@@ -291,6 +296,8 @@ class direct_shm final : public shm_op {
   collective_call call_;  // held here: one allocation per call
   const direct_layout* layout_;
   std::int64_t element_bytes_;
+  std::vector<std::int64_t> prefix_;  // the counts summed (direct_view::prefix)
+  std::int64_t even_ = -1;            // alltoall: every rank's one split (direct_view::even)
   phase phase_ = phase::post;
   std::string refused_;
   // Between processes: the operation's chunks, mine among them, and the cursors.

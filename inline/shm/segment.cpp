@@ -30,6 +30,11 @@ std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
 }
 
+/// Bytes of one slot of alltoall counts in a group of n: 2n counts, on lines of their own.
+std::size_t counts_stride(std::size_t n) {
+  return round_up(2 * n * sizeof(std::int64_t), line);
+}
+
 /// Every segment's name starts so; open() maps nothing else.
 constexpr const char* segment_prefix = "troupe-segment-";
 
@@ -71,6 +76,8 @@ std::size_t segment::plan(const segment_shape& shape, offsets& off) {
   at += n * announce_slots * sizeof(std::uint64_t);
   off.tiny = round_up(at, line);
   at = off.tiny + n * 2 * tiny_stride;
+  off.counts = at;
+  at += n * 2 * counts_stride(n);
   // The data slots start half a page in: buffers are often page aligned
   // (troupe's own from 64 KiB on), and a slot at the same offset in its page
   // makes a loop that reads one and writes the other stall on 4 KiB
@@ -181,6 +188,13 @@ std::atomic<std::uint64_t>& segment::announced(int r, std::uint64_t seq) noexcep
       base_ + off_.announce)[static_cast<std::uint64_t>(r) * announce_slots + seq % announce_slots];
 }
 
+std::int64_t* segment::counts(int r, std::uint64_t op) noexcept {
+  const auto n = static_cast<std::size_t>(shape_.size);
+  return reinterpret_cast<std::int64_t*>(base_ + off_.counts +
+                                         (static_cast<std::size_t>(r) * 2 + op % 2) *
+                                             counts_stride(n));
+}
+
 std::byte* segment::small_slot(int r, std::uint64_t op) noexcept {
   return base_ + off_.small + (static_cast<std::size_t>(r) * 2 + op % 2) * shape_.small_bytes;
 }
@@ -209,8 +223,12 @@ void segment::ring(int r) noexcept {
 }
 
 void segment::wake_all() noexcept {
+  // As ring(): a bell nobody sleeps on costs a load, not a system call (each
+  // of n ranks leaving wakes all n bells).
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the flag's store before the loads below
   for (int r = 0; r < shape_.size; ++r) {
     auto& b = bell_of(r);
+    if (b.sleepers.load(std::memory_order_relaxed) == 0) continue;
     b.bell.fetch_add(1);
     futex_wake(b.bell);
   }

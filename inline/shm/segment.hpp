@@ -16,6 +16,9 @@
 //    whose every source fits 1 KiB posts everything a peer needs there, so
 //    that a peer reads one line to learn that it was posted and what it is;
 //    alltoall its input first, then its counts);
+//  - per rank, two slots of an alltoall's send and receive counts, 2n
+//    each (operation parity): room for any group, without taking the
+//    small-message slots (32 KiB would hold them for 2048 ranks);
 //  - per rank, two small-message slots (operation parity);
 //  - per rank, `chunk_slots` staging slots of `chunk_bytes`, and one shared
 //    ring of result slots of the same shape. Every data slot starts half a
@@ -139,6 +142,7 @@ class segment {
   op_descriptor& descriptor(int r, std::uint64_t op) noexcept;               ///< slot op % 2
   std::atomic<std::uint64_t>& announced(int r, std::uint64_t seq) noexcept;  ///< slot seq % 64
   std::byte* small_slot(int r, std::uint64_t op) noexcept;                   ///< slot op % 2
+  std::int64_t* counts(int r, std::uint64_t op) noexcept;  ///< 2 * size; slot op % 2
   tiny_header& tiny(int r, std::uint64_t op) noexcept;                       ///< lane op % 2
   std::byte* tiny_data(int r, std::uint64_t op) noexcept;                    ///< lane op % 2
   std::byte* stage(int r, std::uint64_t chunk) noexcept;                     ///< slot chunk % slots
@@ -177,7 +181,8 @@ class segment {
   segment_shape shape_;
   int fd_ = -1;  ///< the creator's memfd, until every rank opened it
   struct offsets {
-    std::size_t bells, progress, identity, descriptors, announce, tiny, small, stage, result;
+    std::size_t bells, progress, identity, descriptors, announce, tiny, counts, small, stage,
+        result;
   };
   /// Places the regions for `shape`; returns the segment's size.
   static std::size_t plan(const segment_shape& shape, offsets& off);

@@ -30,7 +30,7 @@ bool process_gone(int pidfd) {
 }  // namespace
 
 shm_medium::shm_medium(std::unique_ptr<segment> seg, int rank, std::string group,
-                       std::vector<std::string> names, bool allow_direct)
+                       rank_names names, bool allow_direct)
     : seg_(std::move(seg)), rank_(rank), group_(std::move(group)), names_(std::move(names)) {
   my_pid_ = static_cast<std::int32_t>(::getpid());
   one_process_ = allow_direct;

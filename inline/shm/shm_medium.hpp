@@ -23,7 +23,7 @@ class shm_medium final : public medium {
   /// `allow_direct`, ranks of one process stage through the segment as ranks
   /// of several processes do (TROUPE_ENGINE=staged, for tests and comparisons).
   shm_medium(std::unique_ptr<segment> seg, int rank, std::string group,
-             std::vector<std::string> names, bool allow_direct);
+             rank_names names, bool allow_direct);
   ~shm_medium() override;
   /// While this process exchanges point-to-point messages with other
   /// processes, a thread waiting for this group's collectives reads them
@@ -65,7 +65,7 @@ class shm_medium final : public medium {
   std::shared_ptr<message_medium> rings_;  // see read_rings_of (null: none)
   int rank_;
   std::string group_;
-  std::vector<std::string> names_;
+  rank_names names_;
   bool one_process_ = false;
   std::unique_ptr<peer_memory> peers_;  // between processes: the peers' shared buffers
   std::vector<int> pidfds_;             // per rank, opened when first needed

@@ -242,19 +242,23 @@ std::string shm_op::disagreement(inline_context& ctx) const {
   // The common case costs a comparison per rank (no allocation): the
   // descriptors' fields equal this rank's (alltoall's splits aside).
   const auto& mine = ctx.seg->descriptor(ctx.rank, op);
-  bool same = true;
+  const bool alltoall = mine.code == static_cast<std::uint32_t>(op_code::alltoallv);
+  // alltoall's counts_hash is its splits_mark, which ranks that agree may
+  // post differently (even splits or not).
+  bool same = true, even = alltoall && mine.counts_hash != 0;
   for (int r = 0; r < ctx.size && same; ++r) {
     const auto& d = ctx.seg->descriptor(r, op);
     same =
         d.code == mine.code && d.dtype == mine.dtype && d.reduce == mine.reduce &&
-        d.root == mine.root && d.counts_hash == mine.counts_hash &&
+        d.root == mine.root && (alltoall || d.counts_hash == mine.counts_hash) &&
         (d.nbytes == mine.nbytes || (mine.code != static_cast<std::uint32_t>(op_code::allreduce) &&
                                      mine.code != static_cast<std::uint32_t>(op_code::broadcast) &&
                                      mine.code != static_cast<std::uint32_t>(op_code::reduce)));
+    even = even && d.counts_hash == mine.counts_hash;
   }
-  // Every rank's sends to each rank equal that rank's receives from it.
-  if (same && mine.code == static_cast<std::uint32_t>(op_code::alltoallv))
-    same = splits_agree(ctx, false);
+  // Every rank's sends to each rank equal that rank's receives from it: at
+  // once where every rank posted the same even splits (splits_mark).
+  if (same && alltoall && !even) same = splits_agree(ctx, false);
   if (same) return {};
   return describe_disagreement(posted_calls(ctx));
 }

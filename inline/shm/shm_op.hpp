@@ -48,12 +48,13 @@ class shm_op : public inline_op {
   bool waiting(int r, const char* what, bool named = false);
   /// Rank r's alltoall counts as it posted them, on its tiny lane (`tiny`,
   /// after its input; never past its lane, whatever its header says) or in
-  /// its small slot: its send counts, then its receive counts.
+  /// its counts slot: its send counts, then its receive counts.
   const std::int64_t* posted_counts(inline_context& ctx, int r, bool tiny) const {
-    return reinterpret_cast<const std::int64_t*>(
-        tiny ? ctx.seg->tiny_data(r, op) +
-                   tiny_splits_at(std::min<std::uint64_t>(ctx.seg->tiny(r, op).nbytes, tiny_bytes))
-             : ctx.seg->small_slot(r, op));
+    return tiny ? reinterpret_cast<const std::int64_t*>(
+                      ctx.seg->tiny_data(r, op) +
+                      tiny_splits_at(std::min<std::uint64_t>(ctx.seg->tiny(r, op).nbytes,
+                                                             tiny_bytes)))
+                : ctx.seg->counts(r, op);
   }
   /// What an alltoall's tiny post says in its header's counts_hash (which
   /// no agreement check of alltoall hashes): `count` + 1 when every send
