@@ -71,6 +71,7 @@ struct group_state {
   std::optional<clock::time_point> next_tick;       // when the pending timeout message fires
   std::map<int, std::string> gone;                  // peers that left -> why
   std::vector<std::function<void()>> before_peers;  // see until_peers
+  std::shared_ptr<const group_topology> topology;   // the calls' algorithms see it
   static inline const char* name = "troupe.group";
 };
 
@@ -398,7 +399,11 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           op.rp = rp;
           op.ctx =
               std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq, *st.net);
-          op.alg = make_algorithm(*call, st.info.rank, st.info.size);
+          // The group actors run the algorithms for ranks on one host (they
+          // carry TROUPE_ENGINE=actors and monitored_barrier, not speed).
+          if (!st.topology) st.topology = group_topology::flat(st.info.size);
+          op.ctx->set_topology(st.topology);
+          op.alg = make_algorithm(*call, st.info.rank, *st.topology, st.info.size);
           std::vector<envelope> msgs;
           take_early(st, seq, msgs);
           if (!msgs.empty()) {

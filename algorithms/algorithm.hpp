@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/topology.hpp"
 #include "base/agreement.hpp"
 #include "base/call.hpp"
 
@@ -39,6 +40,10 @@ class op_context {
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   collective_call& call() noexcept { return call_; }
+  /// Where the group's ranks live, as the engine says (none said: one host,
+  /// an empty topology).
+  const group_topology& topology() const noexcept;
+  void set_topology(std::shared_ptr<const group_topology> t) { topology_ = std::move(t); }
 
   /// Sends `payload` to group rank `peer` as step `step` of this call. The
   /// payload is shared, so it must never be written to afterwards.
@@ -57,7 +62,7 @@ class op_context {
   /// Takes the message of step `step` from `peer`, if it arrived; otherwise
   /// remembers what the algorithm waits for (for timeout messages). An
   /// undefined tensor: consume_on_arrival's `fn` consumed it.
-  std::optional<tensor> take(int peer, std::uint32_t step);
+  virtual std::optional<tensor> take(int peer, std::uint32_t step);
 
   /// What a receiving thread does with a message as it arrives.
   using arrival_fn = std::function<void(const tensor&)>;
@@ -117,6 +122,7 @@ class op_context {
   std::map<std::pair<std::uint32_t, int>, tensor> inbox_;  // (step, src) -> payload
   int blocked_peer_ = -1;
   std::uint32_t blocked_step_ = 0;
+  std::shared_ptr<const group_topology> topology_;
 };
 
 class algorithm {
@@ -129,8 +135,11 @@ class algorithm {
   virtual std::string on_timeout(op_context& ctx);
 };
 
-/// Chooses the algorithm for a call (by op code, size and rank count).
-std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int rank, int size);
+/// Chooses the algorithm for a call of `size` ranks (by op code, bytes,
+/// rank count and where the ranks live, `topology`, when the engine knows
+/// it: algorithms/select.cpp).
+std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int rank,
+                                          const group_topology& topology, int size);
 
 // -- helpers shared by the algorithm files --------------------------------------
 
@@ -200,5 +209,25 @@ int segments_of(std::int64_t elements, dtype t);
 inline int ring(int r, int d, int size) {
   return ((r + d) % size + size) % size;
 }
+
+/// The order of a ring algorithm's ranks: host by host where the hosts are
+/// known (the ring then crosses between hosts once per host, not once per
+/// rank), else by rank.
+class ring_order {
+ public:
+  ring_order(const group_topology& t, int size);
+  /// The rank `d` places after rank `r` around the ring.
+  int shifted(int r, int d) const {
+    return identity_ ? ring(r, d, size_)
+                     : at_[static_cast<std::size_t>(ring(position(r), d, size_))];
+  }
+  /// Rank r's place on the ring.
+  int position(int r) const { return identity_ ? r : pos_[static_cast<std::size_t>(r)]; }
+
+ private:
+  int size_;
+  bool identity_ = true;
+  std::vector<int> at_, pos_;
+};
 
 }  // namespace troupe::detail

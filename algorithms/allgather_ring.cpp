@@ -25,7 +25,8 @@ class allgather_ring final : public algorithm {
     auto& call = ctx.call();
     const int n = ctx.size();
     const int r = ctx.rank();
-    const int left = ring(r, -1, n), right = ring(r, 1, n);
+    const ring_order order{ctx.topology(), n};  // host by host
+    const int left = order.shifted(r, -1), right = order.shifted(r, 1);
     const auto dt = call.output.scalar_type();
     const auto offsets = offsets_of(call.counts);
     auto block = [&](int b) { return call.output.flat_slice(offsets[b], call.counts[b]); };
@@ -39,7 +40,7 @@ class allgather_ring final : public algorithm {
       // Handlers write only into the other ranks' blocks of the output.
       if (call.input.is_same(block(r)) || !overlaps(call.input, call.output))
         for (int s = 1; s < n; ++s) {
-          const int b = ring(r, -s, n);
+          const int b = order.shifted(r, -s);
           for (int j = 0; j < segs_of(b); ++j)
             receive_into(ctx, call, left, id(s, j), segment(block(b), b, j));
         }
@@ -50,7 +51,7 @@ class allgather_ring final : public algorithm {
       step_ = 1;
     }
     for (; step_ < n; ++step_, seg_ = 0) {
-      const int b = ring(r, -step_, n);
+      const int b = order.shifted(r, -step_);
       for (; seg_ < segs_of(b); ++seg_) {
         auto in = ctx.take(left, id(step_, seg_));
         if (!in) return false;

@@ -36,9 +36,11 @@ class allreduce_ring final : public algorithm {
   bool progress(op_context& ctx) override {
     auto& call = ctx.call();
     const int n = ctx.size();
-    const int r = ctx.rank();
-    const int right = ring(r, 1, n);
-    const int left = ring(r, -1, n);
+    // Chunks are numbered by place on the ring (host by host: ring_order).
+    const ring_order order{ctx.topology(), n};
+    const int r = order.position(ctx.rank());
+    const int right = order.shifted(ctx.rank(), 1);
+    const int left = order.shifted(ctx.rank(), -1);
     if (!started_) {
       started_ = true;
       mine_ = own_contribution(call, call.input);

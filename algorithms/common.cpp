@@ -18,6 +18,20 @@ op_context::op_context(int rank, int size, collective_call& call)
       agree_(call, rank, size),
       gated_(call.code != op_code::monitored_barrier) {}
 
+ring_order::ring_order(const group_topology& t, int size) : size_(size) {
+  if (t.size() != size || t.hosts() <= 1) return;
+  at_ = t.host_order();
+  pos_.assign(static_cast<std::size_t>(size), 0);
+  for (int p = 0; p < size; ++p)
+    pos_[static_cast<std::size_t>(at_[static_cast<std::size_t>(p)])] = p;
+  for (int p = 0; p < size; ++p) identity_ = identity_ && at_[static_cast<std::size_t>(p)] == p;
+}
+
+const group_topology& op_context::topology() const noexcept {
+  static const group_topology unknown;  // no hosts known: one host
+  return topology_ ? *topology_ : unknown;
+}
+
 void op_context::deliver(int peer, std::uint32_t step, tensor payload, const fingerprint_ptr& fp) {
   if (fp) agree_.heard(peer, fp);
   if (step == describe_step) return;

@@ -20,6 +20,7 @@ class reduce_scatter_ring final : public algorithm {
     auto& call = ctx.call();
     const int n = ctx.size();
     const int r = ctx.rank();
+    const ring_order order{ctx.topology(), n};  // host by host
     const auto offsets = offsets_of(call.counts);
     if (!started_) {
       started_ = true;
@@ -31,18 +32,19 @@ class reduce_scatter_ring final : public algorithm {
         call.output.copy_from(result);
         return true;
       }
-      ctx.send(ring(r, 1, n), 0, to_send(ctx, ring(r, 1, n), own(ring(r, -1, n))));
+      const int right = order.shifted(r, 1);
+      ctx.send(right, 0, to_send(ctx, right, own(order.shifted(r, -1))));
     }
     for (; step_ < n - 1; ++step_) {
-      const int left = ring(r, -1, n);
+      const int left = order.shifted(r, -1);
       auto in = ctx.take(left, step_);
       if (!in) return false;
-      const int b = ring(r, -step_ - 2, n);
+      const int b = order.shifted(r, -step_ - 2);
       check_payload(call, *in, call.counts[b], left, step_);
       auto partial =
           combine_received(ctx, left, call.op, mine_.flat_slice(offsets[b], call.counts[b]), *in);
       if (step_ + 1 < n - 1) {
-        ctx.send(ring(r, 1, n), step_ + 1, std::move(partial));
+        ctx.send(order.shifted(r, 1), step_ + 1, std::move(partial));
       } else {
         finish_reduction(call, partial, n);
         call.output.copy_from(partial);

@@ -1,8 +1,26 @@
-// Algorithm selection: which protocol runs each op code. One place to grow
-// size- and rank-count-dependent choices (trees for small messages, rings
-// for large ones) as the performance work adds algorithms.
+// Algorithm selection: which protocol runs each call, in one place. Where a
+// collective has several algorithms, the cost model (cost_model.hpp)
+// predicts each one's time for the call's size, the group's ranks and where
+// they live, and the fastest runs; every rank asks with the same numbers
+// and so chooses the same.
+//
+//   allreduce        2 ranks: pair (<= 1 MiB), halves; else the fastest of
+//                    ring (host by host), recursive doubling, direct (<= 16
+//                    ranks) and, across hosts, hier striped / leaders
+//   broadcast        binomial, or hier across hosts
+//   allgather        ring (host by host), or Bruck (blocks of one size)
+//   reduce           binomial       gather   direct      scatter  direct
+//   reduce_scatter   ring (host by host)     alltoall    pairwise
+//   barrier          dissemination  monitored_barrier    through rank 0
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
+#include "troupe/error.hpp"
 
 namespace troupe::detail {
 
@@ -10,9 +28,13 @@ std::unique_ptr<algorithm> make_allreduce_ring();
 std::unique_ptr<algorithm> make_allreduce_direct();
 std::unique_ptr<algorithm> make_allreduce_pair();
 std::unique_ptr<algorithm> make_allreduce_halves();
+std::unique_ptr<algorithm> make_allreduce_recursive_doubling();
+std::unique_ptr<algorithm> make_allreduce_hier(bool striped);
 std::unique_ptr<algorithm> make_broadcast_binomial();
+std::unique_ptr<algorithm> make_broadcast_hier();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
+std::unique_ptr<algorithm> make_allgather_bruck();
 std::unique_ptr<algorithm> make_gather_direct();
 std::unique_ptr<algorithm> make_scatter_direct();
 std::unique_ptr<algorithm> make_reduce_scatter_ring();
@@ -20,31 +42,138 @@ std::unique_ptr<algorithm> make_alltoall_pairwise();
 std::unique_ptr<algorithm> make_barrier_dissemination();
 std::unique_ptr<algorithm> make_monitored_barrier();
 
-/// Up to this many bytes, an allreduce sends every contribution to every rank
-/// in one step (allreduce_direct) instead of running the ring: latency, not
-/// bandwidth, decides small collectives.
-constexpr std::size_t direct_allreduce_bytes = 64 * 1024;
-/// Above this many bytes, two ranks each reduce half (allreduce_halves):
-/// half the reduction work, done by the receiving thread between processes.
-constexpr std::size_t halves_allreduce_bytes = std::size_t{1} << 20;
+namespace {
 
-std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, int size) {
+std::unique_ptr<algorithm> make(algorithm_kind k) {
+  switch (k) {
+    case algorithm_kind::allreduce_direct:
+      return make_allreduce_direct();
+    case algorithm_kind::allreduce_pair:
+      return make_allreduce_pair();
+    case algorithm_kind::allreduce_halves:
+      return make_allreduce_halves();
+    case algorithm_kind::allreduce_recursive_doubling:
+      return make_allreduce_recursive_doubling();
+    case algorithm_kind::allreduce_hier_striped:
+      return make_allreduce_hier(true);
+    case algorithm_kind::allreduce_hier_leaders:
+      return make_allreduce_hier(false);
+    case algorithm_kind::broadcast_hier:
+      return make_broadcast_hier();
+    case algorithm_kind::allgather_bruck:
+      return make_allgather_bruck();
+    case algorithm_kind::broadcast_binomial:
+      return make_broadcast_binomial();
+    case algorithm_kind::allgather_ring:
+      return make_allgather_ring();
+    case algorithm_kind::allreduce_ring:
+    case algorithm_kind::other:
+      break;
+  }
+  return make_allreduce_ring();
+}
+
+/// TROUPE_ALGORITHMS="allreduce=ring,broadcast=hier": algorithms a user (or
+/// a test) asks for by name, where they can run; read once. A name that is
+/// not an algorithm of that collective throws errc::invalid_argument.
+struct forced {
+  std::optional<algorithm_kind> allreduce, broadcast, allgather;
+};
+
+const forced& forced_algorithms() {
+  static const forced f = [] {
+    forced r;
+    const char* v = std::getenv("TROUPE_ALGORITHMS");
+    if (!v || !*v) return r;
+    const std::string text = v;
+    std::size_t at = 0;
+    while (at <= text.size()) {
+      auto end = text.find(',', at);
+      if (end == std::string::npos) end = text.size();
+      const auto item = text.substr(at, end - at);
+      at = end + 1;
+      if (item.empty()) continue;
+      const auto eq = item.find('=');
+      const auto op = item.substr(0, eq), name = eq == std::string::npos ? "" : item.substr(eq + 1);
+      struct entry {
+        const char* op;
+        const char* name;
+        algorithm_kind kind;
+      };
+      static const entry known[] = {
+          {"allreduce", "direct", algorithm_kind::allreduce_direct},
+          {"allreduce", "ring", algorithm_kind::allreduce_ring},
+          {"allreduce", "recursive_doubling", algorithm_kind::allreduce_recursive_doubling},
+          {"allreduce", "hier_striped", algorithm_kind::allreduce_hier_striped},
+          {"allreduce", "hier_leaders", algorithm_kind::allreduce_hier_leaders},
+          {"broadcast", "binomial", algorithm_kind::broadcast_binomial},
+          {"broadcast", "hier", algorithm_kind::broadcast_hier},
+          {"allgather", "ring", algorithm_kind::allgather_ring},
+          {"allgather", "bruck", algorithm_kind::allgather_bruck}};
+      bool found = false;
+      for (const auto& k : known)
+        if (op == k.op && name == k.name) {
+          found = true;
+          (op == "allreduce"   ? r.allreduce
+           : op == "broadcast" ? r.broadcast
+                               : r.allgather) = k.kind;
+        }
+      if (!found)
+        throw error(errc::invalid_argument,
+                    "TROUPE_ALGORITHMS '" + text + "': '" + item +
+                        "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
+                        "hier_striped|hier_leaders, broadcast=binomial|hier, "
+                        "allgather=ring|bruck)");
+    }
+    return r;
+  }();
+  return f;
+}
+
+/// The forced algorithm where it can run on `t`, else the cost model's.
+algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint64_t bytes,
+                    const group_topology& t, const cost_model& m) {
+  if (want) {
+    const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
+    const bool runs = (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
+                      (*want != algorithm_kind::allreduce_hier_leaders || hosts) &&
+                      (*want != algorithm_kind::broadcast_hier || hosts) &&
+                      (*want != algorithm_kind::allreduce_direct || t.size() <= 16);
+    if (runs && t.size() > 2) return *want;
+  }
+  return choose(code, bytes, t, m).kind;
+}
+
+bool even_blocks(const collective_call& call) {
+  return !call.counts.empty() &&
+         std::all_of(call.counts.begin(), call.counts.end(),
+                     [&](std::int64_t c) { return c == call.counts.front(); });
+}
+
+}  // namespace
+
+std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, const group_topology& t,
+                                          int size) {
+  // An engine that knows no hosts: every rank on one.
+  std::shared_ptr<const group_topology> flat;
+  const group_topology* topo = &t;
+  if (t.size() != size) {
+    flat = group_topology::flat(size);
+    topo = flat.get();
+  }
   switch (call.code) {
     case op_code::allreduce:
-      // Two ranks: one pipelined exchange (the ring's volume in one phase)
-      // up to 1 MiB, each rank reducing half beyond; more: one step while
-      // latency decides, the ring beyond.
-      if (size == 2)
-        return call.input.nbytes() > halves_allreduce_bytes ? make_allreduce_halves()
-                                                            : make_allreduce_pair();
-      return size > 1 && call.input.nbytes() <= direct_allreduce_bytes ? make_allreduce_direct()
-                                                                       : make_allreduce_ring();
+      return make(
+          chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()));
     case op_code::broadcast:
-      return make_broadcast_binomial();
+      return make(
+          chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process()));
     case op_code::reduce:
       return make_reduce_binomial();
     case op_code::allgatherv:
-      return make_allgather_ring();
+      if (!even_blocks(call)) return make_allgather_ring();
+      return make(
+          chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process()));
     case op_code::gatherv:
       return make_gather_direct();
     case op_code::scatterv:
@@ -59,6 +188,28 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, int 
       return make_monitored_barrier();
   }
   return nullptr;
+}
+
+algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_topology& t,
+                                const cost_model& m) {
+  const auto& want = forced_algorithms();
+  switch (code) {
+    case op_code::allreduce:
+      return pick(want.allreduce, code, bytes, t, m);
+    case op_code::broadcast:
+      return pick(want.broadcast, code, bytes, t, m);
+    case op_code::allgatherv:
+      return pick(want.allgather, code, bytes, t, m);
+    default:
+      return algorithm_kind::other;
+  }
+}
+
+std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts) {
+  std::vector<std::string> names;
+  for (int h = 0; h < hosts; ++h) names.push_back(std::to_string(h));
+  const auto t = group_topology::of_hosts(names);
+  return make(choose(op_code::allreduce, part.input.nbytes(), *t, cost_model::of_process()).kind);
 }
 
 }  // namespace troupe::detail

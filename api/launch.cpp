@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "transport/local_address.hpp"
 #include "troupe/error.hpp"
 #include "troupe/tcp_store.hpp"
 
@@ -221,7 +222,12 @@ std::unique_ptr<world> init_world(const init_options& opts) {
   wo.world_size = env.world_size;
   wo.timeout = opts.timeout;
   wo.transport = env_var("TROUPE_TRANSPORT").value_or("auto");
-  wo.bind_address = env_var("TROUPE_BIND_ADDR").value_or("127.0.0.1");
+  // The data plane listens where this host reaches the store from (unless
+  // TROUPE_BIND_ADDR or TROUPE_SOCKET_IFNAME say otherwise).
+  std::string store_host = env.master_addr;
+  if (opts.init_method.rfind("tcp://", 0) == 0)
+    store_host = parse_host_port(opts.init_method, opts.init_method.substr(6)).first;
+  wo.bind_address = detail::choose_bind_address("", store_host, "init_world");
   wo.token = env.token;
   return std::make_unique<world>(std::move(wo));
 }

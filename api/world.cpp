@@ -20,6 +20,7 @@
 #include "store/watchful_store.hpp"
 #include "transport/data_plane.hpp"
 #include "transport/link.hpp"
+#include "transport/local_address.hpp"
 #include "transport/rendezvous.hpp"
 #include "transport/tcp_stream.hpp"
 #include "troupe/error.hpp"
@@ -80,17 +81,14 @@ void invalid(const std::string& what) {
 }
 
 /// Asks the server of `s` (a tcp_store, perhaps behind prefixes) to append
-/// `line` to `key` should this process's connection end without a goodbye.
-void watch_this_process(store& s, const std::string& key, const std::string& line) {
+/// `line` to `key` should this process's connection end without a goodbye;
+/// whether it can.
+bool watch_this_process(store& s, const std::string& key, const std::string& line) {
   if (auto* p = dynamic_cast<prefix_store*>(&s))
     return watch_this_process(*p->underlying(), p->prefix() + "/" + key, line);
-  if (auto* t = dynamic_cast<tcp_store*>(&s)) t->append_on_disconnect(key, to_bytes(line));
-}
-
-std::string this_host() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof(buf) - 1);
-  return buf;
+  auto* t = dynamic_cast<tcp_store*>(&s);
+  if (t) t->append_on_disconnect(key, to_bytes(line));
+  return t != nullptr;
 }
 
 }  // namespace
@@ -121,7 +119,7 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
             [rdv = rdv, plane = std::weak_ptr<detail::data_plane>(rt->plane()), ranks, name,
              me = opts.rank] {
               std::string why;
-              if (auto p = plane.lock())
+              if (auto p = plane.lock(); p && p->crashed()->load() != 0)
                 for (int w : ranks)
                   if (auto c = p->crash_reason(w); !c.empty())
                     why += (why.empty() ? "" : "; ") + p->describe(w) + " is gone: " + c;
@@ -205,11 +203,13 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   const auto joined = o.store->add("troupe/joined", 1);
   const std::string job_key = "troupe/job/" + std::to_string((joined - 1) / o.world_size);
   const std::string gone_key = job_key + "/gone";
-  watch_this_process(
+  // A store that cannot tell is not asked (each rank would read it every
+  // look while it waits).
+  const bool told = watch_this_process(
       *o.store, gone_key,
-      std::to_string(o.rank) + " " + this_host() + " " + std::to_string(::getpid()) + "\n");
-  impl_->rdv =
-      std::make_shared<detail::rendezvous>(*o.store, o.rank, o.world_size, o.timeout, gone_key);
+      std::to_string(o.rank) + " " + detail::host_name() + " " + std::to_string(::getpid()) + "\n");
+  impl_->rdv = std::make_shared<detail::rendezvous>(*o.store, o.rank, o.world_size, o.timeout,
+                                                    told ? gone_key : std::string());
   auto& rdv = *impl_->rdv;
   if (o.rank == 0) o.store->set(job_key, random_job_id());
   rdv.wait_for(
@@ -230,7 +230,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   dp.world_size = o.world_size;
   dp.job = job;
   dp.token = o.token.empty() ? env("TROUPE_JOB_TOKEN") : o.token;
-  dp.bind_address = env("TROUPE_BIND_ADDR").empty() ? o.bind_address : env("TROUPE_BIND_ADDR");
+  dp.bind_address = detail::choose_bind_address(o.bind_address, "", "world");
   dp.transport = env("TROUPE_TRANSPORT").empty() ? o.transport : env("TROUPE_TRANSPORT");
   dp.timeout = o.timeout;
   if (dp.transport != "auto" && dp.transport != "tcp" && !detail::find_transport(dp.transport))

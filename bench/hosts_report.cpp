@@ -33,15 +33,15 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "troupe/simulation.hpp"
 
 namespace {
 
 /// Columns: CSV system-transport -> label.
-const std::vector<std::pair<std::string, std::string>> columns = {
-    {"troupe-shm+tcp", "troupe"},
-    {"gloo-tcp", "gloo tcp"},
-    {"mpi-tcp", "mpi tcp"},
-    {"mpi-shm+tcp", "mpi shm+tcp"}};
+const std::vector<std::pair<std::string, std::string>> columns = {{"troupe-shm+tcp", "troupe"},
+                                                                  {"gloo-tcp", "gloo tcp"},
+                                                                  {"mpi-tcp", "mpi tcp"},
+                                                                  {"mpi-shm+tcp", "mpi shm+tcp"}};
 
 constexpr std::size_t MiB = 1024 * 1024;
 
@@ -89,9 +89,9 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-using row_map = std::map<std::string, bench::record>;             // system -> record
-using op_rows = std::map<std::size_t, row_map>;                   // bytes -> row
-std::map<std::string, op_rows> cells;                             // op -> rows
+using row_map = std::map<std::string, bench::record>;  // system -> record
+using op_rows = std::map<std::size_t, row_map>;        // bytes -> row
+std::map<std::string, op_rows> cells;                  // op -> rows
 
 double time_of(const row_map& row, const std::string& sys) {
   auto it = row.find(sys);
@@ -101,8 +101,10 @@ double time_of(const row_map& row, const std::string& sys) {
 void print_table(const std::string& op, const topology& t) {
   auto rows = cells.find(op);
   if (rows == cells.end()) return;
-  std::printf("\n### %s (float32), %d hosts x %d ranks, link %s: time per op (us), ratios troupe / peer\n\n",
-              op.c_str(), t.hosts, t.per_host, t.link.c_str());
+  std::printf(
+      "\n### %s (float32), %d hosts x %d ranks, link %s: time per op (us), ratios troupe / "
+      "peer\n\n",
+      op.c_str(), t.hosts, t.per_host, t.link.c_str());
   std::printf("%8s |", "size");
   for (auto& c : columns) std::printf(" %12s", c.second.c_str());
   std::printf(" | %11s | %9s %9s %11s | %8s\n", "link bound", "/gloo", "/mpi tcp", "/mpi shm+tcp",
@@ -172,6 +174,38 @@ struct target {
   std::string what, measured, goal, status;
 };
 
+/// troupe's measured times against testing::predict's for the same layout
+/// (the cost model the ranks choose by; the link's rate at 95% for the
+/// payload when shaped, the model's defaults otherwise): the ratio, and how
+/// many sizes fall within 25%.
+void print_model(const topology& t) {
+  const std::string costs =
+      t.bits_per_s > 0 ? "host=60us:" + fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s" : "";
+  std::printf(
+      "\n### the cost model against the measurement (troupe, %d hosts x %d ranks, link %s)\n\n",
+      t.hosts, t.per_host, t.link.c_str());
+  std::printf("%-10s %8s | %-26s %12s %12s %8s\n", "op", "size", "algorithm (model's choice)",
+              "predicted", "measured", "meas/pred");
+  int within = 0, compared = 0;
+  for (const char* op : {"allreduce", "broadcast", "allgather"}) {
+    auto rows = cells.find(op);
+    if (rows == cells.end()) continue;
+    for (const auto& [bytes, row] : rows->second) {
+      const double measured = time_of(row, "troupe-shm+tcp");
+      if (std::isnan(measured)) continue;
+      const auto p = troupe::testing::predict(op, bytes, {t.hosts, t.per_host}, costs);
+      const double predicted = p.seconds * 1e6, ratio = measured / predicted;
+      ++compared;
+      within += ratio >= 0.75 && ratio <= 1.25;
+      std::printf("%-10s %8s | %-26s %12s %12s %8s\n", op, bench::size_label(bytes).c_str(),
+                  p.algorithm.c_str(), fmt("%.1f", predicted).c_str(),
+                  fmt("%.1f", measured).c_str(), fmt("%.2f", ratio).c_str());
+    }
+  }
+  std::printf("\nmodel: %d of %d sizes within 25%% of the measurement (times in us; model: %s)\n",
+              within, compared, costs.empty() ? "the defaults" : costs.c_str());
+}
+
 void print_targets(const topology& t) {
   std::vector<target> rows;
   const std::string na = "not measured";
@@ -188,8 +222,8 @@ void print_targets(const topology& t) {
   const bool shaped = t.bits_per_s > 0;
   const bool topo = t.hosts == 2 && t.per_host == 2;
   auto busbw_vs = [&](std::size_t bytes, const char* peer, const char* name, double k) {
-    target r{"allreduce " + bench::size_label(bytes) + ": busbw / " + name, na,
-             fmt(">= %gx", k), na};
+    target r{"allreduce " + bench::size_label(bytes) + ": busbw / " + name, na, fmt(">= %gx", k),
+             na};
     auto a = find("allreduce", bytes, "troupe-shm+tcp"), b = find("allreduce", bytes, peer);
     if (topo && a && b) {
       const double q = a->busbw / b->busbw;
@@ -204,7 +238,8 @@ void print_targets(const topology& t) {
       auto a = find("allreduce", 64 * MiB, "troupe-shm+tcp");
       if (topo && a) {
         const double q = bound_us("allreduce", 64 * MiB, t) / a->median_us;
-        r.measured = fmt("%.3f", q) + fmt(" (bound %.4g ms / ", bound_us("allreduce", 64 * MiB, t) / 1e3) +
+        r.measured = fmt("%.3f", q) +
+                     fmt(" (bound %.4g ms / ", bound_us("allreduce", 64 * MiB, t) / 1e3) +
                      fmt("%.4g ms)", a->median_us / 1e3);
         r.status = q >= 0.85 ? "met" : "MISSED";
       }
@@ -216,7 +251,8 @@ void print_targets(const topology& t) {
       auto a = find("allreduce", 4, "troupe-shm+tcp"), b = find("allreduce", 4, "gloo-tcp");
       if (topo && a && b) {
         const double q = a->median_us / b->median_us;
-        r.measured = fmt("%.3fx", q) + fmt(" (%.3g / ", a->median_us) + fmt("%.3g us)", b->median_us);
+        r.measured =
+            fmt("%.3fx", q) + fmt(" (%.3g / ", a->median_us) + fmt("%.3g us)", b->median_us);
         r.status = q <= 0.25 ? "met" : "MISSED";
       }
       rows.push_back(r);
@@ -270,6 +306,7 @@ int main(int argc, char** argv) {
     }
     for (bench::op_kind op : bench::every_op()) print_table(bench::op_name(op), t);
     print_legend(t);
+    print_model(t);
     print_targets(t);
     return 0;
   } catch (const std::exception& e) {

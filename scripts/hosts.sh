@@ -44,8 +44,7 @@
 #   {agent} a script that runs a command line on a host, as ssh would:
 #           `agent hostK 'command line'` (mpirun's plm_rsh_agent)
 # and the command's environment has HOST_INDEX, HOST_COUNT, HOST_NAME,
-# HOST_ADDR, HOST_MASTER_ADDR, TROUPE_BIND_ADDR (its address: the data plane
-# listens there and publishes it) and TROUPE_JOB_TOKEN (one for all hosts,
+# HOST_ADDR, HOST_MASTER_ADDR and TROUPE_JOB_TOKEN (one for all hosts,
 # generated unless set). The working directory stays the same; the file
 # system is shared but for /dev/shm (each host its own tmpfs) and /etc/hosts.
 #
@@ -361,7 +360,7 @@ run_on() {
   [ "$k" -lt 0 ] || cpus=${cpus_of[k]}
   taskset -c "$cpus" nsenter --net="/run/netns/$prefix-$short" --uts="$state/$short.uts" "${mnt[@]}" \
     --wd="$PWD" -- env HOST_INDEX="$k" HOST_COUNT="$hosts" \
-    HOST_NAME="$name" HOST_ADDR="$addr" HOST_MASTER_ADDR="$master" TROUPE_BIND_ADDR="$addr" \
+    HOST_NAME="$name" HOST_ADDR="$addr" HOST_MASTER_ADDR="$master" \
     TROUPE_JOB_TOKEN="$token" "${line[@]}" </dev/null
   echo $? >"$state/rc.$short.new"
   mv "$state/rc.$short.new" "$state/rc.$short"

@@ -2,6 +2,8 @@
 // error naming its variable, make_store for each init method and its errors,
 // and init_world with one rank through env://, tcp:// and file://.
 #include <doctest/doctest.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "check_error.hpp"
+#include "transport/local_address.hpp"
 #include "troupe/error.hpp"
 #include "troupe/launch.hpp"
 #include "troupe/tcp_store.hpp"
@@ -56,6 +59,7 @@ class env_guard {
                                           "TROUPE_JOB_TOKEN",
                                           "TROUPE_STORE_EXTERNAL",
                                           "TROUPE_BIND_ADDR",
+                                          "TROUPE_SOCKET_IFNAME",
                                           "TROUPE_TRANSPORT"};
   std::map<std::string, std::string> saved_;
 };
@@ -345,6 +349,64 @@ TEST_CASE("init_world: one rank through env://, tcp:// and file://") {
   g.set("RANK", "1");
   g.set("WORLD_SIZE", "1");
   check_error([] { troupe::init_world(); }, errc::invalid_argument, {"RANK=1", "WORLD_SIZE=1"});
+}
+
+/// An IPv4 address of this host that is not loopback, if it has one.
+std::optional<std::string> outward_address() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<std::string> out;
+  for (auto* i = list; i && !out; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+        !(i->ifa_flags & IFF_LOOPBACK))
+      out = troupe::detail::interface_address(i->ifa_name, "test");
+  ::freeifaddrs(list);
+  return out;
+}
+
+TEST_CASE("bind address: TROUPE_BIND_ADDR, TROUPE_SOCKET_IFNAME, configured, route to the store") {
+  using troupe::detail::choose_bind_address;
+  using troupe::detail::interface_address;
+  env_guard g;
+  CHECK(interface_address("lo", "t") == "127.0.0.1");
+  CHECK(interface_address("no-such-if0,lo", "t") == "127.0.0.1");
+  check_error([] { interface_address("no-such-if0", "world"); }, errc::invalid_argument,
+              {"world: ", "TROUPE_SOCKET_IFNAME='no-such-if0'", "lo"});
+  CHECK(troupe::detail::route_address("127.0.0.1") == std::optional<std::string>("127.0.0.1"));
+  CHECK_FALSE(troupe::detail::route_address("no-such-host.invalid"));
+  CHECK(troupe::detail::is_loopback("localhost"));
+  CHECK(troupe::detail::is_loopback("127.0.1.1"));
+  CHECK_FALSE(troupe::detail::is_loopback("10.0.0.1"));
+
+  // Nothing set, or a store on this host's loopback: loopback.
+  CHECK(choose_bind_address("", "", "t") == "127.0.0.1");
+  CHECK(choose_bind_address("", "127.0.0.1", "t") == "127.0.0.1");
+  g.set("MASTER_ADDR", "localhost");
+  CHECK(choose_bind_address("", "", "t") == "127.0.0.1");
+  // A store elsewhere: the address this host reaches it from.
+  if (auto mine = outward_address()) {
+    CAPTURE(*mine);
+    CHECK(choose_bind_address("", *mine, "t") == *mine);
+    g.set("MASTER_ADDR", *mine);
+    CHECK(choose_bind_address("", "", "t") == *mine);
+  }
+  // What the code configures wins over the route; the environment over both.
+  CHECK(choose_bind_address("10.1.2.3", "", "t") == "10.1.2.3");
+  g.set("TROUPE_SOCKET_IFNAME", "lo");
+  CHECK(choose_bind_address("10.1.2.3", "", "t") == "127.0.0.1");
+  g.set("TROUPE_BIND_ADDR", "10.9.9.9");
+  CHECK(choose_bind_address("10.1.2.3", "", "t") == "10.9.9.9");
+
+  // A wrong interface stops init_world with the variable and its value.
+  ::unsetenv("TROUPE_BIND_ADDR");
+  g.set("TROUPE_SOCKET_IFNAME", "no-such-if0");
+  g.set("RANK", "0");
+  g.set("WORLD_SIZE", "1");
+  g.set("TROUPE_JOB_TOKEN", "t");
+  g.set("MASTER_ADDR", "127.0.0.1");
+  g.set("MASTER_PORT", std::to_string(free_port()));
+  check_error([] { troupe::init_world(); }, errc::invalid_argument,
+              {"init_world: TROUPE_SOCKET_IFNAME='no-such-if0'"});
 }
 
 TEST_CASE("run_job: threads of this process, or the launched job's one world") {

@@ -13,13 +13,16 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
+#include "base/process_directory.hpp"
 #include "base/wait_policy.hpp"
 #include "memory/peer_memory.hpp"
 #include "transport/data_plane_parts.hpp"
 #include "transport/link.hpp"
+#include "transport/rank_places.hpp"
 #include "transport/rendezvous.hpp"
 #include "transport/shm_ring.hpp"
 #include "troupe/error.hpp"
@@ -43,6 +46,9 @@ std::string process_identity() {
 }
 
 std::string host_name() {
+  // TROUPE_HOSTNAME names the host instead (processes that say different
+  // names are on different hosts to troupe: tests of what crosses hosts).
+  if (const char* name = std::getenv("TROUPE_HOSTNAME"); name && *name) return name;
   char buf[256] = {};
   ::gethostname(buf, sizeof(buf) - 1);
   return buf;
@@ -63,13 +69,8 @@ std::pair<std::string, std::uint16_t> parse_address(int r, const std::string& ad
 
 }  // namespace
 
-data_plane::data_plane(data_plane_options opts) : opts_(std::move(opts)) {
-  // Until connect() tells remote ranks from local ones, every rank shares one
-  // record; the ranks of this process keep sharing it (they have no
-  // connection, and a simulation of n ranks in one process would otherwise
-  // hold n records per rank: 0.5 KiB x n x n).
-  peers_.assign(static_cast<std::size_t>(opts_.world_size), std::make_shared<peer>());
-}
+data_plane::data_plane(data_plane_options opts)
+    : opts_(std::move(opts)), local_(std::make_shared<peer>()) {}
 
 data_plane::~data_plane() {
   close();
@@ -147,51 +148,76 @@ void data_plane::connect(store& s, rendezvous& rdv) {
   const auto me = opts_.rank;
   std::vector<int> all;
   for (int r = 0; r < opts_.world_size; ++r) all.push_back(r);
-  int host_ranks = 0;  // on this host, this one included
-  // 1. Where does every rank live?
+  // 1. Where does every rank live? Each writes its process and counts itself
+  // in; then one rank of each process reads every entry into the table the
+  // ranks of this process share.
   auto proc_key = [&](int r) { return prefix + "proc/" + std::to_string(r); };
   s.set(proc_key(me), process_identity() + " " + host_name() + " " + std::to_string(::getpid()) +
                           " " + opts_.route);
-  rdv.wait_for(all, proc_key, "join the world (write their process identity to the store)");
-  std::vector<std::string> keys;
-  for (int r : all) keys.push_back(proc_key(r));
-  const auto values = s.multi_get(keys);
-  std::string differ;  // the first ranks whose route is not this rank's
-  int differing = 0;
-  for (int r : all) {
-    const auto v = troupe::to_string(values[static_cast<std::size_t>(r)]);
-    const auto a = v.find(' '), c = v.rfind(' ');
-    const auto b = c == std::string::npos || c == 0 ? std::string::npos : v.rfind(' ', c - 1);
-    if (a == std::string::npos || b == std::string::npos || a >= b)
-      throw error(errc::backend, "data plane: rank " + std::to_string(r) +
-                                     "'s process identity in the store is malformed: '" + v + "'");
-    if (const auto route = v.substr(c + 1); route != opts_.route && ++differing <= 4)
-      differ += (differ.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " has '" +
-                route.substr(0, 16) + "'";
-    if (v.substr(0, a) != process_identity())
-      peers_[static_cast<std::size_t>(r)] = std::make_shared<peer>();
-    auto& p = at(r);
-    p.process = v.substr(0, a);
-    p.host = v.substr(a + 1, b - a - 1);
-    p.pid = std::atoi(v.substr(b + 1, c - b - 1).c_str());
-    p.local = p.process == process_identity();
-    p.same_host = !p.local && p.host == host_name();
-    if (!p.local) ++remote_count_;
-    if (p.local || p.same_host) ++host_ranks;
-    rdv.learn(r, p.host, p.pid);
+  rdv.wait_for_everyone(prefix + "procs", proc_key,
+                        "join the world (write their process identity to the store)");
+  struct places_slot {
+    std::mutex mtx;
+    std::shared_ptr<const rank_places> table;
+  };
+  auto slot = shared_in_process<places_slot>(
+      "rank places/" + opts_.job, [] { return std::make_unique<places_slot>(); });
+  {
+    std::lock_guard<std::mutex> g{slot->mtx};
+    if (!slot->table) {
+      std::vector<std::string> keys;
+      for (int r : all) keys.push_back(proc_key(r));
+      slot->table =
+          std::make_shared<const rank_places>(read_rank_places(s.multi_get(keys), process_identity()));
+    }
+    places_ = slot->table;
   }
+  places_slot_ = std::move(slot);  // a rank of this process that comes later finds the table
+  const auto& t = *places_;
   // Frames of one route are dropped unread by the other: such a job would
   // wait for a timeout. Every rank read the same entries: all of them say it.
-  if (!differ.empty())
+  if (std::any_of(t.processes.begin(), t.processes.end(),
+                  [&](const auto& p) { return p.route != opts_.route; })) {
+    std::string differ;  // the first ranks whose route is not this rank's
+    int differing = 0;
+    for (int r : all)
+      if (const auto& route = t.of(r).route; route != opts_.route && ++differing <= 4)
+        differ += (differ.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) +
+                  " has '" + route.substr(0, 16) + "'";
     throw error(errc::invalid_argument,
                 "world: rank " + std::to_string(me) + " runs collectives with TROUPE_ENGINE '" +
                     opts_.route + "' but " + differ +
                     (differing > 4 ? " (and " + std::to_string(differing - 4) + " more)" : "") +
                     "; every rank of a job must use the same TROUPE_ENGINE");
+  }
+  const auto& here = t.processes[static_cast<std::size_t>(t.here)];
+  local_->process = here.identity;
+  local_->host = here.host;
+  local_->pid = here.pid;
+  local_->local = true;
+  for (const auto& p : t.processes)
+    if (&p == &here || p.host == host_name()) host_ranks_ += p.ranks;
+  remote_count_ = opts_.world_size - here.ranks;
+  // The ranks of this process share one record (they have no connection);
+  // a rank of another process gets its own.
+  if (remote_count_ > 0) {
+    peers_.assign(static_cast<std::size_t>(opts_.world_size), local_);
+    for (int r : all) {
+      if (t.local(r)) continue;
+      const auto& where = t.of(r);
+      auto p = std::make_shared<peer>();
+      p->process = where.identity;
+      p->host = where.host;
+      p->pid = where.pid;
+      p->same_host = where.host == host_name();
+      peers_[static_cast<std::size_t>(r)] = std::move(p);
+    }
+  }
+  rdv.learn(places_);
   // Ring readers linger only while every rank of this host may have a CPU
   // of its own (as waits spin only then): with more ranks than CPUs the
   // readers' yields would take turns with the ranks' own.
-  ring_linger_ = wait_policy::get().for_ranks(host_ranks).spin > std::chrono::nanoseconds{0}
+  ring_linger_ = wait_policy::get().for_ranks(host_ranks_).spin > std::chrono::nanoseconds{0}
                      ? shm_ring::linger
                      : std::chrono::microseconds{0};
   if (remote_count_ == 0) return;
@@ -292,6 +318,10 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     heart_ = std::thread([this] { heartbeat_loop(); });
 }
 
+const std::string& data_plane::host_of(int r) const {
+  return at(r).host;
+}
+
 bool data_plane::is_local(int r) const {
   return at(r).local;
 }
@@ -306,9 +336,7 @@ bool data_plane::shares_memory(int r) const {
 }
 
 int data_plane::ranks_on_host() const {
-  int n = 0;
-  for (const auto& p : peers_) n += p->local || p->same_host;
-  return n;
+  return host_ranks_;
 }
 
 std::string data_plane::describe(int r) const {

@@ -63,6 +63,11 @@ namespace troupe::detail {
 
 class rendezvous;
 class peer_memory;
+struct rank_places;
+
+/// This process's host, by name: TROUPE_HOSTNAME, else gethostname().
+/// Ranks whose processes name different hosts talk over TCP.
+std::string host_name();
 
 struct data_plane_options {
   int rank = 0;
@@ -117,6 +122,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   int ranks_on_host() const;
   /// "world rank 3 (host h, pid 4711)".
   std::string describe(int r) const;
+  /// The host world rank r runs on, by name (after connect(); the ranks of
+  /// this process: this host).
+  const std::string& host_of(int r) const;
   /// The process id of world rank r (as it announced it when it joined).
   int pid_of(int r) const;
   /// Runs `use` on the bytes of world rank r that `l` names (a buffer it
@@ -219,7 +227,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
  private:
   struct peer;
   struct route;
-  peer& at(int r) const { return *peers_[static_cast<std::size_t>(r)]; }
+  peer& at(int r) const {
+    return peers_.empty() ? *local_ : *peers_[static_cast<std::size_t>(r)];
+  }
   void accept_loop();
   /// A stranger's hello is complete: adopt its connection or refuse it.
   void adopt(int fd, const std::string& who, const hello& h);
@@ -260,8 +270,16 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// How long ring readers look for bytes before sleeping (shm_ring::wait_readable);
   /// set by connect() before any reader starts.
   std::chrono::microseconds ring_linger_{0};
-  std::vector<std::shared_ptr<peer>> peers_;  // by world rank (this process's ranks share one)
+  // Every rank of this process (and, until connect() tells them apart,
+  // every rank) shares local_; peers_ is filled, by world rank, only when
+  // ranks live in other processes: n records in each of n ranks of a
+  // simulation would be n^2.
+  std::shared_ptr<peer> local_;
+  std::vector<std::shared_ptr<peer>> peers_;
+  std::shared_ptr<const rank_places> places_;  // where every rank runs (shared in this process)
+  std::shared_ptr<void> places_slot_;          // where the ranks of this process find it
   int remote_count_ = 0;
+  int host_ranks_ = 0;  // ranks on this host, this one included
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;
   int wake_[2] = {-1, -1};  // wakes the accepting thread when the plane stops

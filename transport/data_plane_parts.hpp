@@ -70,6 +70,5 @@ struct data_plane::route {
 /// Identifies this process among the ranks of a job (same value for every
 /// world in the process, different in every other process, forked ones too).
 std::string process_identity();
-std::string host_name();
 
 }  // namespace troupe::detail

@@ -66,6 +66,33 @@ struct simulation_options {
 /// Throws troupe::error "seed S: rank R: ..." with the first rank's failure.
 void simulate(int n, const std::function<void(world&)>& fn, const simulation_options& opts = {});
 
+/// Where the ranks of predict() live: `hosts` hosts of `ranks_per_host`
+/// ranks each, group rank r on host r / ranks_per_host.
+struct host_layout {
+  int hosts = 1;
+  int ranks_per_host = 1;
+};
+
+/// What troupe's ranks would run for one call, and its predicted time.
+struct prediction {
+  std::string algorithm;  ///< e.g. "allreduce_ring", "allreduce_hier (striped)"
+  double seconds = 0;     ///< the cost model's time of the call, every rank done
+};
+
+/// Predicts one collective on `layout` without running anything: the
+/// algorithm troupe's message engine would choose there (the same cost model
+/// and the same choice every rank makes, TROUPE_ALGORITHMS included) and the
+/// time the model gives it. `collective`: "allreduce", "broadcast" or
+/// "allgather"; `bytes`: the buffer (allgather: its output). `link_costs`:
+/// TROUPE_LINK_COSTS's syntax over the defaults ("": the process's model,
+/// TROUPE_LINK_COSTS or the defaults). Cheap at any scale (up to 2^20
+/// ranks): 16,384 ranks take milliseconds. On one host the ranks of one
+/// process or of several run the shared-memory engine instead (unless
+/// TROUPE_ENGINE=messages); the prediction is then the message engine's.
+/// Throws errc::invalid_argument naming a bad argument.
+prediction predict(const std::string& collective, std::uint64_t bytes, const host_layout& layout,
+                   const std::string& link_costs = "");
+
 /// Runs simulate(n, fn) with seeds first, first+1, ... (count of them) and
 /// returns the first seed whose run throws, after printing it and the error
 /// to stderr; nullopt when every run passed.

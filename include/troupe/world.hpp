@@ -31,8 +31,11 @@ struct world_options {
   /// How ranks in other processes are reached: "auto" (shared memory on one
   /// host, TCP between hosts), "tcp" or "shm". TROUPE_TRANSPORT overrides it.
   std::string transport = "auto";
-  /// Address the data plane listens on; loopback unless set (TROUPE_BIND_ADDR).
-  std::string bind_address = "127.0.0.1";
+  /// Address the data plane listens on and publishes to its peers. Empty
+  /// (default): the address this host reaches MASTER_ADDR from when that is
+  /// another host's, else loopback. TROUPE_BIND_ADDR, then TROUPE_SOCKET_IFNAME
+  /// (an interface's address), override it.
+  std::string bind_address;
   /// The job's secret, proven by every data-plane connection (TROUPE_JOB_TOKEN).
   std::string token;
 };

@@ -1,0 +1,154 @@
+// allreduce_hier — allreduce across hosts whose bytes cross each host's
+// link once per direction: reduce within the host, allreduce across hosts,
+// share within the host again (as NCCL's trees and rings between nodes,
+// MPI's HAN and Horovod do).
+//
+// Terms: H hosts, L ranks on a host, "local index" a rank's place among
+// its host's ranks, "part j" the j-th of L chunks of the buffer. A
+// "column" is the ranks with one local index, one on each host.
+// Striped (every host with the same L):
+//   Step 1 (within the host): each rank sends part j of its contribution
+//     to its host's rank j and reduces the parts it receives, in local
+//     order, into its host's sum of its own part.
+//   Step 2 (across hosts): each column allreduces its part (the algorithm
+//     select.cpp chooses for H ranks, one per host): the L columns of a
+//     host cross its link at once, each over its own connection, and each
+//     byte of the host's sum crosses once each way.
+//   Step 3 (within the host): each rank sends its reduced part (AVG
+//     divided) to every rank of its host, which writes it into its output.
+// Leaders (hosts of different L, or small buffers, where one message per
+//   host beats L of them):
+//   Step 1: each rank sends its contribution to its host's first rank (the
+//     leader), which reduces them in local order.
+//   Step 2: the leaders allreduce.
+//   Step 3: each leader sends the result to its host's ranks.
+// Every rank ends with the same bits: each element is reduced on one path,
+// and the others copy it.
+
+#include <memory>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/sub_context.hpp"
+#include "kernels/reduce_kernels.hpp"
+
+namespace troupe::detail {
+
+std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts);
+
+namespace {
+
+constexpr std::uint32_t within = 0;                         // steps 1 and 3
+constexpr std::uint32_t across = sub_context::step_span;    // step 2's messages
+constexpr std::uint32_t back = 2 * sub_context::step_span;  // step 3
+
+class allreduce_hier final : public algorithm {
+ public:
+  explicit allreduce_hier(bool striped) : striped_(striped) {}
+
+  bool progress(op_context& ctx) override {
+    auto& call = ctx.call();
+    const auto& t = ctx.topology();
+    const int r = ctx.rank();
+    const int host = t.host_of[static_cast<std::size_t>(r)];
+    const auto& mine = t.ranks_on[static_cast<std::size_t>(host)];
+    const int me = t.local_index(r);
+    const int local = static_cast<int>(mine.size());
+    const auto numel = call.input.numel();
+    const auto sum_op = call.op.op() == reduce_op::AVG || call.op.op() == reduce_op::PREMUL_SUM
+                            ? reduce_op{reduce_op::SUM}
+                            : call.op;
+    // What this rank reduces and hands on: its part (striped) or the whole
+    // buffer (a leader).
+    const auto [off, len] =
+        striped_ ? chunk_range(numel, local, me) : std::pair<std::int64_t, std::int64_t>{0, numel};
+    const bool reduces = striped_ || me == 0;
+    if (!started_) {  // Step 1: send
+      started_ = true;
+      contribution_ = own_contribution(call, call.input);
+      for (int q = 0; q < local; ++q) {
+        if (q == me || (!striped_ && q != 0)) continue;
+        const int peer = mine[static_cast<std::size_t>(q)];
+        const auto [qo, ql] = striped_ ? chunk_range(numel, local, q)
+                                       : std::pair<std::int64_t, std::int64_t>{0, numel};
+        ctx.send(peer, within, to_send(ctx, peer, contribution_.flat_slice(qo, ql)));
+      }
+      if (reduces) {
+        parts_.assign(static_cast<std::size_t>(local), tensor{});
+        parts_[static_cast<std::size_t>(me)] = contribution_.flat_slice(off, len);
+      }
+    }
+    if (reduces && !reduced_) {  // Step 1: reduce, in local order
+      for (int q = 0; q < local; ++q) {
+        auto& slot = parts_[static_cast<std::size_t>(q)];
+        if (slot.defined()) continue;
+        const int peer = mine[static_cast<std::size_t>(q)];
+        auto in = ctx.take(peer, within);
+        if (!in) return false;
+        check_payload(call, *in, len, peer, within);
+        slot = *in;
+      }
+      std::vector<const void*> srcs;
+      for (auto& p : parts_) srcs.push_back(p.data());
+      part_ = tensor::empty({len}, call.input.scalar_type());
+      reduce_many(part_.scalar_type(), sum_op.op(), part_.data(), srcs.data(), srcs.size(),
+                  static_cast<std::size_t>(len));
+      parts_.clear();
+      reduced_ = true;
+      // Step 2: this rank's column (striped) or the leaders, across hosts.
+      std::vector<int> members;
+      for (const auto& on : t.ranks_on)
+        members.push_back(on[static_cast<std::size_t>(striped_ ? me : 0)]);
+      sub_call_.code = op_code::allreduce;
+      sub_call_.name = call.name;
+      sub_call_.op = sum_op;
+      sub_call_.input = sub_call_.output = part_;
+      sub_call_.timeout = call.timeout;
+      sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(members), sub_call_, across);
+      sub_ = make_allreduce_across_hosts(sub_call_, t.hosts());
+    }
+    if (reduces && !across_done_) {
+      if (!sub_->progress(*sub_ctx_)) return false;
+      across_done_ = true;
+      // Step 3: the result, divided for AVG, to the host's ranks.
+      finish_reduction(call, part_, ctx.size());
+      for (int q = 0; q < local; ++q)
+        if (q != me) {
+          const int peer = mine[static_cast<std::size_t>(q)];
+          ctx.send(peer, back, to_send(ctx, peer, part_));
+        }
+      call.output.flat_slice(off, len).copy_from(part_);
+    }
+    // Step 3: the other parts (striped), or the whole result (leaders).
+    done_.resize(static_cast<std::size_t>(local), false);
+    for (int q = 0; q < local; ++q) {
+      if (q == me || (!striped_ && q != 0) || done_[static_cast<std::size_t>(q)]) continue;
+      const int peer = mine[static_cast<std::size_t>(q)];
+      auto in = ctx.take(peer, back);
+      if (!in) return false;
+      const auto [qo, ql] =
+          striped_ ? chunk_range(numel, local, q) : std::pair<std::int64_t, std::int64_t>{0, numel};
+      place(call, *in, call.output.flat_slice(qo, ql), peer, back);
+      done_[static_cast<std::size_t>(q)] = true;
+    }
+    return true;
+  }
+
+ private:
+  bool striped_;
+  bool started_ = false, reduced_ = false, across_done_ = false;
+  tensor contribution_, part_;
+  std::vector<tensor> parts_;
+  std::vector<bool> done_;
+  collective_call sub_call_;
+  std::unique_ptr<sub_context> sub_ctx_;
+  std::unique_ptr<algorithm> sub_;
+};
+
+}  // namespace
+
+std::unique_ptr<algorithm> make_allreduce_hier(bool striped) {
+  return std::make_unique<allreduce_hier>(striped);
+}
+
+}  // namespace troupe::detail

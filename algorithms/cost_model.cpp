@@ -1,0 +1,329 @@
+// cost_model (cost_model.hpp): the links' costs and each algorithm's
+// predicted time, step by step: a step's time is its slowest transfer, a
+// transfer over a host's link sharing it with every other transfer leaving
+// that host in the same step.
+
+#include "algorithms/cost_model.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+namespace {
+
+[[noreturn]] void bad(const std::string& text, const std::string& why) {
+  throw error(errc::invalid_argument, "TROUPE_LINK_COSTS '" + text + "': " + why);
+}
+
+/// "50us" -> 5e-5; "1.25GB/s" -> 1.25e9; "10Gbit/s" -> 1.25e9.
+double quantity(const std::string& text, const std::string& v, bool rate) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  const std::string unit = end;
+  if (end == v.c_str() || !(x > 0)) bad(text, "'" + v + "' is not a positive number with a unit");
+  struct u {
+    const char* name;
+    double factor;
+  };
+  static const u times[] = {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
+  static const u rates[] = {{"B/s", 1},          {"KB/s", 1e3},      {"MB/s", 1e6},
+                            {"GB/s", 1e9},       {"bit/s", 1.0 / 8}, {"Kbit/s", 1e3 / 8},
+                            {"Mbit/s", 1e6 / 8}, {"Gbit/s", 1e9 / 8}};
+  for (const auto& [name, factor] : rate ? std::vector<u>(std::begin(rates), std::end(rates))
+                                         : std::vector<u>(std::begin(times), std::end(times)))
+    if (unit == name) return x * factor;
+  bad(text,
+      "'" + v + "' has no " + (rate ? "rate unit (GB/s, Gbit/s, ...)" : "time unit (us, ...)"));
+}
+
+/// A flat algorithm's step: every rank r sends `bytes(r)` to `to(r)` (or
+/// nothing: -1); its time is the slowest transfer, a host's outgoing
+/// transfers sharing its link.
+template <class To, class Bytes>
+double step_time(const group_topology& t, const cost_model& m, const To& to, const Bytes& bytes) {
+  const int n = t.size();
+  std::vector<double> out(static_cast<std::size_t>(std::max(t.hosts(), 1)), 0);
+  std::vector<int> flows(out.size(), 0);
+  double local = 0;
+  for (int r = 0; r < n; ++r) {
+    const int d = to(r);
+    if (d < 0 || d == r) continue;
+    const double b = bytes(r);
+    const int h = t.host_of[static_cast<std::size_t>(r)];
+    if (h == t.host_of[static_cast<std::size_t>(d)]) {
+      local = std::max(local, m.local.time(b));
+    } else {
+      out[static_cast<std::size_t>(h)] += b;
+      ++flows[static_cast<std::size_t>(h)];
+    }
+  }
+  double worst = local;
+  for (std::size_t h = 0; h < out.size(); ++h)
+    if (flows[h] > 0)
+      worst = std::max(
+          worst, m.host.latency + (flows[h] - 1) * m.host.overhead + out[h] / m.host.bandwidth);
+  return worst;
+}
+
+int log2_ceil(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+double ring_allreduce(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  if (n < 2) return 0;
+  const auto order = t.hosts() > 1 ? t.host_order() : std::vector<int>{};
+  std::vector<int> next(static_cast<std::size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    const int r = order.empty() ? p : order[static_cast<std::size_t>(p)];
+    next[static_cast<std::size_t>(r)] =
+        order.empty() ? (p + 1) % n : order[static_cast<std::size_t>((p + 1) % n)];
+  }
+  const double one = step_time(
+      t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; },
+      [&](int) { return bytes / n; });
+  return 2.0 * (n - 1) * one;
+}
+
+double recursive_doubling(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  if (n < 2) return 0;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int extra = n - p;
+  auto rank_of = [&](int v) { return v < extra ? 2 * v : v + extra; };
+  double total = 0;
+  if (extra > 0) {  // the fold and the unfold
+    const double fold = step_time(
+        t, m, [&](int r) { return r < 2 * extra && r % 2 == 1 ? r - 1 : -1; },
+        [&](int) { return bytes; });
+    total += 2 * fold;
+  }
+  for (int mask = 1; mask < p; mask <<= 1) {
+    total += step_time(
+        t, m,
+        [&](int r) {
+          if (r < 2 * extra && r % 2 == 1) return -1;
+          const int v = r < 2 * extra ? r / 2 : r - extra;
+          return rank_of(v ^ mask);
+        },
+        [&](int) { return bytes; });
+  }
+  return total;
+}
+
+double direct_allreduce(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  if (n < 2) return 0;
+  // Every rank sends its buffer to every other: n-1 steps' worth of bytes at once.
+  double worst = 0;
+  for (int d = 1; d < n; ++d)
+    worst += step_time(
+        t, m, [&](int r) { return (r + d) % n; }, [&](int) { return bytes; });
+  // One round of latency, not n-1.
+  const double latency = t.hosts() > 1 ? m.host.latency : m.local.latency;
+  return worst - (n - 2) * latency;
+}
+
+/// The best flat allreduce among `hosts` ranks, one per host, each host's
+/// link shared by `sharing` such allreduces at once.
+double across_hosts(int hosts, int sharing, const cost_model& m, double bytes) {
+  if (hosts < 2) return 0;
+  std::vector<std::string> names;
+  for (int h = 0; h < hosts; ++h) names.push_back(std::to_string(h));
+  const auto t = group_topology::of_hosts(names);
+  cost_model shared = m;  // the other columns' messages cross the same links
+  shared.host.bandwidth /= sharing;
+  shared.host.latency += (sharing - 1) * m.host.overhead;
+  if (hosts == 2) return shared.host.time(bytes);  // one exchange (pair)
+  return std::min({ring_allreduce(*t, shared, bytes), recursive_doubling(*t, shared, bytes),
+                   hosts <= 16 ? direct_allreduce(*t, shared, bytes)
+                               : std::numeric_limits<double>::infinity()});
+}
+
+double binomial_broadcast(const group_topology& t, const cost_model& m, double bytes, int root) {
+  const int n = t.size();
+  double total = 0;
+  for (int mask = 1; mask < n; mask <<= 1)
+    total += step_time(
+        t, m,
+        [&](int r) {
+          const int v = (r - root + n) % n;
+          return v < mask && v + mask < n ? (v + mask + root) % n : -1;
+        },
+        [&](int) { return bytes; });
+  return total;
+}
+
+}  // namespace
+
+const cost_model& cost_model::of_process() {
+  static std::once_flag once;
+  static cost_model m;
+  std::call_once(once, [] {
+    if (const char* v = std::getenv("TROUPE_LINK_COSTS"); v && *v) m = parse(v);
+  });
+  return m;
+}
+
+cost_model cost_model::parse(const std::string& text) {
+  cost_model m;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    auto end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const auto item = text.substr(at, end - at);
+    at = end + 1;
+    const auto eq = item.find('='), colon = item.find(':');
+    if (eq == std::string::npos || colon == std::string::npos || colon < eq)
+      bad(text, "'" + item + "' is not NAME=LATENCY:BANDWIDTH");
+    const auto name = item.substr(0, eq);
+    link_cost c{quantity(text, item.substr(eq + 1, colon - eq - 1), false),
+                quantity(text, item.substr(colon + 1), true), 0};
+    if (name == "host")
+      m.host = {c.latency, c.bandwidth, m.host.overhead};
+    else if (name == "local")
+      m.local = {c.latency, c.bandwidth, m.local.overhead};
+    else
+      bad(text, "'" + name + "' is not a link class (host, local)");
+  }
+  return m;
+}
+
+const char* to_string(algorithm_kind k) noexcept {
+  switch (k) {
+    case algorithm_kind::allreduce_direct:
+      return "allreduce_direct";
+    case algorithm_kind::allreduce_pair:
+      return "allreduce_pair";
+    case algorithm_kind::allreduce_halves:
+      return "allreduce_halves";
+    case algorithm_kind::allreduce_ring:
+      return "allreduce_ring";
+    case algorithm_kind::allreduce_recursive_doubling:
+      return "allreduce_recursive_doubling";
+    case algorithm_kind::allreduce_hier_striped:
+      return "allreduce_hier (striped)";
+    case algorithm_kind::allreduce_hier_leaders:
+      return "allreduce_hier (leaders)";
+    case algorithm_kind::broadcast_binomial:
+      return "broadcast_binomial";
+    case algorithm_kind::broadcast_hier:
+      return "broadcast_hier";
+    case algorithm_kind::allgather_ring:
+      return "allgather_ring";
+    case algorithm_kind::allgather_bruck:
+      return "allgather_bruck";
+    case algorithm_kind::other:
+      return "other";
+  }
+  return "?";
+}
+
+double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology& t,
+               const cost_model& m) {
+  const double bytes = static_cast<double>(bytes_in);
+  const int n = t.size();
+  const int hosts = t.hosts();
+  const int per_host = t.most_on_a_host();
+  const auto& pair_link = hosts > 1 ? m.host : m.local;
+  switch (kind) {
+    case algorithm_kind::allreduce_direct:
+      return direct_allreduce(t, m, bytes);
+    case algorithm_kind::allreduce_pair:
+      return pair_link.time(bytes);
+    case algorithm_kind::allreduce_halves:
+      return 2 * pair_link.time(bytes / 2);
+    case algorithm_kind::allreduce_ring:
+      return ring_allreduce(t, m, bytes);
+    case algorithm_kind::allreduce_recursive_doubling:
+      return recursive_doubling(t, m, bytes);
+    case algorithm_kind::allreduce_hier_striped:
+      // Reduce-scatter and allgather within each host, and the hosts' part
+      // allreduces, one per rank of a host, sharing the host's link.
+      return 2 * m.local.time(bytes * (per_host - 1) / per_host) +
+             across_hosts(hosts, per_host, m, bytes / per_host);
+    case algorithm_kind::allreduce_hier_leaders:
+      // Reduce to each host's first rank, allreduce among them, send back.
+      return 2 * (m.local.time(bytes * (per_host - 1)) + (per_host - 2) * m.local.overhead) +
+             across_hosts(hosts, 1, m, bytes);
+    case algorithm_kind::broadcast_binomial:
+      return binomial_broadcast(t, m, bytes, 0);
+    case algorithm_kind::broadcast_hier: {
+      std::vector<std::string> one_each, one_host(static_cast<std::size_t>(per_host), "h");
+      for (int h = 0; h < hosts; ++h) one_each.push_back(std::to_string(h));
+      return binomial_broadcast(*group_topology::of_hosts(one_each), m, bytes, 0) +
+             binomial_broadcast(*group_topology::of_hosts(one_host), m, bytes, 0);
+    }
+    case algorithm_kind::allgather_ring: {
+      const auto order = hosts > 1 ? t.host_order() : std::vector<int>{};
+      std::vector<int> next(static_cast<std::size_t>(n));
+      for (int p = 0; p < n; ++p) {
+        const int r = order.empty() ? p : order[static_cast<std::size_t>(p)];
+        next[static_cast<std::size_t>(r)] =
+            order.empty() ? (p + 1) % n : order[static_cast<std::size_t>((p + 1) % n)];
+      }
+      return (n - 1) * step_time(
+                           t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; },
+                           [&](int) { return bytes / n; });
+    }
+    case algorithm_kind::allgather_bruck: {
+      // Its slots are copied out in a rotation at the end.
+      double total = bytes / m.local.bandwidth;
+      for (int k = 1; k < n; k <<= 1)
+        total += step_time(
+            t, m, [&](int r) { return (r - k + n) % n; },
+            [&](int) { return bytes / n * std::min(k, n - k); });
+      return total;
+    }
+    case algorithm_kind::other:
+      return 0;
+  }
+  return 0;
+}
+
+choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m) {
+  const int n = t.size();
+  const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
+  std::vector<algorithm_kind> candidates;
+  switch (code) {
+    case op_code::allreduce:
+      if (n == 2) {
+        // Two ranks: one exchange of the buffers up to 1 MiB; beyond, each
+        // reduces a half (the receiving thread reduces while this one sends).
+        const auto k = bytes > (std::uint64_t{1} << 20) ? algorithm_kind::allreduce_halves
+                                                        : algorithm_kind::allreduce_pair;
+        return {k, predict(k, bytes, t, m)};
+      }
+      candidates = {algorithm_kind::allreduce_ring, algorithm_kind::allreduce_recursive_doubling};
+      if (n <= 16) candidates.push_back(algorithm_kind::allreduce_direct);
+      if (hosts) {
+        candidates.push_back(algorithm_kind::allreduce_hier_leaders);
+        if (t.uniform()) candidates.push_back(algorithm_kind::allreduce_hier_striped);
+      }
+      break;
+    case op_code::broadcast:
+      candidates = {algorithm_kind::broadcast_binomial};
+      if (hosts) candidates.push_back(algorithm_kind::broadcast_hier);
+      break;
+    case op_code::allgatherv:
+      candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};
+      break;
+    default:
+      return {algorithm_kind::other, 0};
+  }
+  choice best{candidates.front(), std::numeric_limits<double>::infinity()};
+  for (auto k : candidates)
+    if (const double s = predict(k, bytes, t, m); s < best.seconds) best = {k, s};
+  return best;
+}
+
+}  // namespace troupe::detail

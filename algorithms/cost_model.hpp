@@ -1,0 +1,79 @@
+#pragma once
+// cost_model — what moving bytes costs between two ranks, by the class of
+// link between them, and what each algorithm therefore costs: the
+// latency-bandwidth (alpha-beta) model. algorithms/select.cpp runs the
+// algorithm it predicts fastest; testing::predict asks the same of any
+// layout of hosts and ranks, at any scale, without running anything.
+//
+// A message of m bytes on a link costs latency + m / bandwidth. Where k
+// messages leave a host at once over its link, each gets a k-th of the
+// link's bandwidth. The defaults are measured on the machines troupe is
+// developed on (2 vCPUs; TCP between network namespaces for "other host");
+// TROUPE_LINK_COSTS overrides them:
+//   TROUPE_LINK_COSTS="host=50us:1.25GB/s,local=5us:5GB/s"
+// (host: between hosts; local: between processes of a host; units s, ms,
+// us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/topology.hpp"
+#include "base/call.hpp"
+
+namespace troupe::detail {
+
+struct link_cost {
+  double latency;    ///< seconds per message
+  double bandwidth;  ///< bytes per second
+  /// Seconds each further message that leaves a host in the same step adds
+  /// (the sending and receiving processes' work per message).
+  double overhead = 0;
+  double time(double bytes) const { return latency + bytes / bandwidth; }
+};
+
+struct cost_model {
+  link_cost local{5e-6, 5e9, 1e-6};     ///< between ranks of one host
+  link_cost host{60e-6, 1.0e9, 10e-6};  ///< between hosts
+  /// The process's model: the defaults, or TROUPE_LINK_COSTS (read once;
+  /// a malformed value throws errc::invalid_argument naming it).
+  static const cost_model& of_process();
+  /// Parses TROUPE_LINK_COSTS's syntax over the defaults.
+  static cost_model parse(const std::string& text);
+};
+
+/// The algorithms select.cpp chooses among, by collective.
+enum class algorithm_kind : std::uint8_t {
+  allreduce_direct,
+  allreduce_pair,
+  allreduce_halves,
+  allreduce_ring,
+  allreduce_recursive_doubling,
+  allreduce_hier_striped,
+  allreduce_hier_leaders,
+  broadcast_binomial,
+  broadcast_hier,
+  allgather_ring,
+  allgather_bruck,
+  other,  ///< the collective's one algorithm
+};
+const char* to_string(algorithm_kind k) noexcept;
+
+/// Predicted seconds of `kind` for a call of `bytes` (an allreduce's buffer,
+/// a broadcast's buffer, an allgather's output) on `t`.
+double predict(algorithm_kind kind, std::uint64_t bytes, const group_topology& t,
+               const cost_model& m);
+/// The fastest algorithm for `code` over `bytes` on `t` (the same answer on
+/// every rank that asks with the same arguments), and its predicted time.
+struct choice {
+  algorithm_kind kind;
+  double seconds;
+};
+choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m);
+
+/// What select.cpp runs for `code` over `bytes` on `t`: the algorithm
+/// TROUPE_ALGORITHMS forces where it can run there, else choose()'s.
+algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_topology& t,
+                                const cost_model& m);
+
+}  // namespace troupe::detail

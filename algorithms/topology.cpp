@@ -1,0 +1,51 @@
+#include "algorithms/topology.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace troupe::detail {
+
+std::shared_ptr<const group_topology> group_topology::flat(int size) {
+  auto t = std::make_shared<group_topology>();
+  t->host_of.assign(static_cast<std::size_t>(size), 0);
+  t->ranks_on.resize(1);
+  for (int r = 0; r < size; ++r) t->ranks_on[0].push_back(r);
+  return t;
+}
+
+std::shared_ptr<const group_topology> group_topology::of_hosts(
+    const std::vector<std::string>& names) {
+  auto t = std::make_shared<group_topology>();
+  std::map<std::string, int> index;
+  for (std::size_t r = 0; r < names.size(); ++r) {
+    auto [it, fresh] = index.emplace(names[r], static_cast<int>(index.size()));
+    if (fresh) t->ranks_on.emplace_back();
+    t->host_of.push_back(it->second);
+    t->ranks_on[static_cast<std::size_t>(it->second)].push_back(static_cast<int>(r));
+  }
+  return t;
+}
+
+bool group_topology::uniform() const noexcept {
+  return std::all_of(ranks_on.begin(), ranks_on.end(),
+                     [&](const auto& v) { return v.size() == ranks_on.front().size(); });
+}
+
+int group_topology::most_on_a_host() const noexcept {
+  std::size_t m = 0;
+  for (const auto& v : ranks_on) m = std::max(m, v.size());
+  return static_cast<int>(m);
+}
+
+int group_topology::local_index(int r) const {
+  const auto& mine = ranks_on[static_cast<std::size_t>(host_of[static_cast<std::size_t>(r)])];
+  return static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
+}
+
+std::vector<int> group_topology::host_order() const {
+  std::vector<int> order;
+  for (const auto& v : ranks_on) order.insert(order.end(), v.begin(), v.end());
+  return order;
+}
+
+}  // namespace troupe::detail

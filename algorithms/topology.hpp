@@ -1,0 +1,35 @@
+#pragma once
+// group_topology — where the ranks of a group live: the host of each group
+// rank, as the engines learn it from the data plane (the same answer on
+// every rank, so every rank chooses the same algorithm). Hosts are numbered
+// in the order of their first rank.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace troupe::detail {
+
+struct group_topology {
+  std::vector<int> host_of;                // group rank -> host index
+  std::vector<std::vector<int>> ranks_on;  // host index -> its group ranks, ascending
+
+  /// Every rank on one host (what an engine that knows no hosts assumes).
+  static std::shared_ptr<const group_topology> flat(int size);
+  /// From each group rank's host name.
+  static std::shared_ptr<const group_topology> of_hosts(const std::vector<std::string>& names);
+
+  int size() const noexcept { return static_cast<int>(host_of.size()); }
+  int hosts() const noexcept { return static_cast<int>(ranks_on.size()); }
+  /// Every host holds the same number of the group's ranks.
+  bool uniform() const noexcept;
+  /// The ranks of the busiest host.
+  int most_on_a_host() const noexcept;
+  /// Rank r's place among the ranks of its host.
+  int local_index(int r) const;
+  /// The group's ranks host by host (a ring in this order crosses between
+  /// hosts once per host, not once per rank).
+  std::vector<int> host_order() const;
+};
+
+}  // namespace troupe::detail

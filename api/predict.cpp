@@ -1,0 +1,48 @@
+// troupe::testing::predict (include/troupe/simulation.hpp): the algorithm the
+// ranks of a layout of hosts would choose for one call, and its time, from
+// the same cost model and choice the message engine makes (algorithms/).
+
+#include <string>
+#include <vector>
+
+#include "algorithms/cost_model.hpp"
+#include "troupe/error.hpp"
+#include "troupe/simulation.hpp"
+
+namespace troupe::testing {
+
+prediction predict(const std::string& collective, std::uint64_t bytes, const host_layout& layout,
+                   const std::string& link_costs) {
+  using detail::op_code;
+  auto bad = [](const std::string& what) {
+    throw error(errc::invalid_argument, "predict: " + what);
+  };
+  op_code code = op_code::allreduce;
+  if (collective == "allreduce")
+    code = op_code::allreduce;
+  else if (collective == "broadcast")
+    code = op_code::broadcast;
+  else if (collective == "allgather")
+    code = op_code::allgatherv;
+  else
+    bad("collective '" + collective + "' is not one of allreduce, broadcast, allgather");
+  if (layout.hosts < 1) bad("hosts " + std::to_string(layout.hosts) + " must be at least 1");
+  if (layout.ranks_per_host < 1)
+    bad("ranks_per_host " + std::to_string(layout.ranks_per_host) + " must be at least 1");
+  constexpr long long most = 1LL << 20;
+  const long long ranks = static_cast<long long>(layout.hosts) * layout.ranks_per_host;
+  if (ranks > most)
+    bad(std::to_string(layout.hosts) + " hosts x " + std::to_string(layout.ranks_per_host) +
+        " ranks = " + std::to_string(ranks) + " ranks; at most " + std::to_string(most));
+  const auto model =
+      link_costs.empty() ? detail::cost_model::of_process() : detail::cost_model::parse(link_costs);
+  std::vector<std::string> hosts;
+  hosts.reserve(static_cast<std::size_t>(ranks));
+  for (long long r = 0; r < ranks; ++r) hosts.push_back(std::to_string(r / layout.ranks_per_host));
+  const auto t = detail::group_topology::of_hosts(hosts);
+  if (ranks == 1) return {"none (one rank)", 0};
+  const auto kind = detail::chosen_algorithm(code, bytes, *t, model);
+  return {detail::to_string(kind), detail::predict(kind, bytes, *t, model)};
+}
+
+}  // namespace troupe::testing

@@ -1,0 +1,238 @@
+// Collectives that know where the ranks live: the cost model's choices
+// (algorithms/cost_model.hpp, select.cpp) and the algorithms across hosts —
+// hierarchical allreduce (striped and leaders), hierarchical broadcast,
+// recursive doubling, Bruck's allgather and the rings ordered by host — run
+// in forked processes that name different hosts (TROUPE_HOSTNAME), over
+// TCP between them and shared memory within each, checked against values
+// computed here.
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "algorithms/cost_model.hpp"
+#include "check_error.hpp"
+#include "forked_ranks.hpp"
+#include "troupe/troupe.hpp"
+
+using namespace troupe;
+using namespace troupe::detail;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::shared_ptr<const group_topology> layout(int hosts, int per_host) {
+  std::vector<std::string> names;
+  for (int h = 0; h < hosts; ++h)
+    for (int i = 0; i < per_host; ++i) names.push_back("host" + std::to_string(h));
+  return group_topology::of_hosts(names);
+}
+
+algorithm_kind chosen(op_code code, std::uint64_t bytes, int hosts, int per_host) {
+  return choose(code, bytes, *layout(hosts, per_host), cost_model{}).kind;
+}
+
+}  // namespace
+
+TEST_CASE("the cost model chooses by size, rank count and hosts") {
+  // One host: one step while latency decides, the ring for large buffers.
+  CHECK(chosen(op_code::allreduce, 4, 1, 4) == algorithm_kind::allreduce_direct);
+  CHECK(chosen(op_code::allreduce, 64 << 20, 1, 4) == algorithm_kind::allreduce_ring);
+  // Two ranks: the pair, then halves.
+  CHECK(chosen(op_code::allreduce, 4, 2, 1) == algorithm_kind::allreduce_pair);
+  CHECK(chosen(op_code::allreduce, 64 << 20, 2, 1) == algorithm_kind::allreduce_halves);
+  // Across hosts with several ranks each: the hierarchical algorithms.
+  CHECK(chosen(op_code::allreduce, 64 << 20, 2, 2) == algorithm_kind::allreduce_hier_striped);
+  CHECK(chosen(op_code::allreduce, 4, 4, 8) == algorithm_kind::allreduce_hier_leaders);
+  CHECK(chosen(op_code::broadcast, 1 << 20, 4, 4) == algorithm_kind::broadcast_hier);
+  // Many ranks: nothing of n² messages; log n steps for small buffers.
+  CHECK(chosen(op_code::allreduce, 4, 1, 4096) == algorithm_kind::allreduce_recursive_doubling);
+  CHECK(chosen(op_code::allgatherv, 4096 * 4, 1, 4096) == algorithm_kind::allgather_bruck);
+  CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 1, 16) ==
+        algorithm_kind::allgather_ring);
+  // Hosts of different sizes cannot stripe.
+  const auto uneven = group_topology::of_hosts({"a", "a", "a", "b", "b"});
+  CHECK(choose(op_code::allreduce, 64 << 20, *uneven, cost_model{}).kind !=
+        algorithm_kind::allreduce_hier_striped);
+}
+
+TEST_CASE("the hierarchical allreduce crosses a host's link once: its prediction is the bound") {
+  // 2 hosts x 2 ranks, 64 MiB, 1 Gbit/s between the hosts: each host must
+  // send 64 MiB (2·(H-1)/H·N) across its link.
+  cost_model m;
+  m.host = {50e-6, 125e6};
+  const double bound = 64.0 * (1 << 20) / 125e6;
+  const auto t = layout(2, 2);
+  const double striped = predict(algorithm_kind::allreduce_hier_striped, 64 << 20, *t, m);
+  const double ring = predict(algorithm_kind::allreduce_ring, 64 << 20, *t, m);
+  CHECK(striped >= bound);
+  CHECK(striped < 1.1 * bound);
+  CHECK(ring > 1.4 * bound);  // a flat ring sends 1.5 times the bytes over the link
+}
+
+TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
+  const auto m = cost_model::parse("host=50us:10Gbit/s,local=2us:8GB/s");
+  CHECK(m.host.latency == doctest::Approx(50e-6));
+  CHECK(m.host.bandwidth == doctest::Approx(1.25e9));
+  CHECK(m.local.bandwidth == doctest::Approx(8e9));
+  test::check_error([] { cost_model::parse("wan=1ms:1GB/s"); }, errc::invalid_argument,
+                    {"TROUPE_LINK_COSTS", "'wan' is not a link class"});
+  test::check_error([] { cost_model::parse("host=fast:1GB/s"); }, errc::invalid_argument,
+                    {"'fast'"});
+}
+
+TEST_CASE("testing::predict: the choice and time of a layout of hosts, at any scale") {
+  using testing::predict;
+  const std::string gbit = "host=60us:125MB/s";
+  // 2 hosts x 2 ranks over 1 Gbit/s: the striped hierarchy, at the link's bound.
+  const auto big = predict("allreduce", 64 << 20, {2, 2}, gbit);
+  CHECK(big.algorithm == "allreduce_hier (striped)");
+  CHECK(big.seconds > 64.0 * (1 << 20) / 125e6);
+  CHECK(big.seconds < 1.1 * 64.0 * (1 << 20) / 125e6);
+  // The same as the model the ranks consult.
+  CHECK(big.seconds == doctest::Approx(predict(algorithm_kind::allreduce_hier_striped, 64 << 20,
+                                               *layout(2, 2), cost_model::parse(gbit))));
+  // 4096 and 16384 ranks: no n² algorithm; more bytes never take less time.
+  for (int hosts : {512, 2048}) {
+    double before = 0;
+    for (std::uint64_t bytes :
+         {std::uint64_t{4}, std::uint64_t{1} << 20, std::uint64_t{64} << 20}) {
+      for (const char* op : {"allreduce", "broadcast"}) {
+        const auto p = predict(op, bytes, {hosts, 8});
+        CHECK_MESSAGE(p.algorithm.find("direct") == std::string::npos, p.algorithm);
+        CHECK(p.seconds > 0);
+        CHECK(std::isfinite(p.seconds));
+      }
+      const auto a = predict("allreduce", bytes, {hosts, 8});
+      CHECK(a.seconds >= before);
+      before = a.seconds;
+    }
+  }
+  CHECK(predict("allreduce", 4, {1, 1}).seconds == 0);
+  // Bad arguments name the call and the value.
+  test::check_error(
+      [] {
+        predict("alltoall", 4, {2, 2});
+      },
+      errc::invalid_argument, {"predict", "'alltoall'"});
+  test::check_error(
+      [] {
+        predict("allreduce", 4, {0, 2});
+      },
+      errc::invalid_argument, {"predict", "hosts 0"});
+  test::check_error(
+      [] {
+        predict("allreduce", 4, {2, -1});
+      },
+      errc::invalid_argument, {"predict", "ranks_per_host -1"});
+  test::check_error(
+      [] {
+        predict("allreduce", 4, {1 << 20, 2});
+      },
+      errc::invalid_argument, {"predict", "2097152 ranks"});
+  test::check_error(
+      [] {
+        predict("allreduce", 4, {2, 2}, "wan=1ms:1GB/s");
+      },
+      errc::invalid_argument, {"TROUPE_LINK_COSTS", "'wan'"});
+}
+
+namespace {
+
+/// Forks one process per entry of `hosts` (its host's name), each rank
+/// running `body`; every process sets `env` first.
+void across_hosts(const std::vector<std::string>& hosts, const char* algorithms,
+                  const std::function<bool(world&)>& body) {
+  const int n = static_cast<int>(hosts.size());
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(n, [&](int r) {
+    ::setenv("TROUPE_HOSTNAME", hosts[static_cast<std::size_t>(r)].c_str(), 1);
+    if (algorithms) ::setenv("TROUPE_ALGORITHMS", algorithms, 1);
+    auto s = std::make_shared<file_store>(path, 30s);
+    world w{test::child_world(s, r, n, 30s)};
+    const bool ok = body(w);
+    w.default_group().barrier().wait();
+    return ok;
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
+}
+
+bool allreduces_right(world& w) {
+  auto& pg = w.default_group();
+  const int n = w.size(), r = w.rank();
+  bool ok = true;
+  for (std::int64_t len : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{300001}}) {
+    auto t = tensor::empty({len}, dtype::float32);
+    for (std::int64_t i = 0; i < len; ++i) t.data_as<float>()[i] = float((r + 1) * (i % 13));
+    pg.allreduce(t).wait();
+    const float ranks = float(n * (n + 1) / 2);
+    for (std::int64_t i = 0; i < len; i += 997)
+      ok &= test::expect(r, t.data_as<float>()[i] == ranks * float(i % 13),
+                         "allreduce SUM of " + std::to_string(len) + " at " + std::to_string(i));
+    auto m = tensor::from_vector<std::int64_t>({r, -r});
+    pg.allreduce(m, reduce_op::MAX).wait();
+    ok &= test::expect(r, m.to_vector<std::int64_t>() == std::vector<std::int64_t>{n - 1, 0},
+                       "allreduce MAX");
+    auto a = tensor::from_vector<double>({double(r), 1.0});
+    pg.allreduce(a, reduce_op::AVG).wait();
+    ok &= test::expect(r, std::abs(a.to_vector<double>()[0] - (n - 1) / 2.0) < 1e-12, "AVG");
+  }
+  return ok;
+}
+
+bool broadcasts_and_gathers_right(world& w) {
+  auto& pg = w.default_group();
+  const int n = w.size(), r = w.rank();
+  bool ok = true;
+  for (int root = 0; root < n; ++root) {
+    auto t = tensor::from_vector<int>({r == root ? 7 * root + 1 : -1, r == root ? 3 : -1});
+    pg.broadcast(t, root).wait();
+    ok &= test::expect(r, t.to_vector<int>() == std::vector<int>{7 * root + 1, 3},
+                       "broadcast from " + std::to_string(root));
+  }
+  auto out = tensor::empty({2 * n}, dtype::int32);
+  pg.allgather_into_tensor(out, tensor::from_vector<int>({r, 10 * r})).wait();
+  for (int q = 0; q < n; ++q)
+    ok &= test::expect(r,
+                       out.to_vector<int>()[static_cast<std::size_t>(2 * q)] == q &&
+                           out.to_vector<int>()[static_cast<std::size_t>(2 * q + 1)] == 10 * q,
+                       "allgather block " + std::to_string(q));
+  auto rs_in = tensor::empty({n}, dtype::int64);
+  for (int q = 0; q < n; ++q) rs_in.data_as<std::int64_t>()[q] = r + 100 * q;
+  auto rs_out = tensor::empty({1}, dtype::int64);
+  pg.reduce_scatter_tensor(rs_out, rs_in).wait();
+  ok &= test::expect(r, rs_out.to_vector<std::int64_t>()[0] == n * (n - 1) / 2 + 100 * r * n,
+                     "reduce_scatter block");
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("allreduce across emulated hosts, every algorithm") {
+  const std::vector<std::vector<std::string>> layouts = {
+      {"a", "a", "b", "b"}, {"a", "a", "a", "b", "b"}, {"a", "b", "c"}, {"a", "b", "a", "b"}};
+  for (const char* algorithm : std::initializer_list<const char*>{
+           "allreduce=hier_striped", "allreduce=hier_leaders", "allreduce=recursive_doubling",
+           "allreduce=ring", nullptr}) {
+    for (const auto& hosts : layouts) {
+      CAPTURE(std::string(algorithm ? algorithm : "chosen"));
+      CAPTURE(hosts.size());
+      across_hosts(hosts, algorithm, allreduces_right);
+    }
+  }
+}
+
+TEST_CASE("broadcast, allgather and reduce_scatter across emulated hosts") {
+  for (const char* algorithm : std::initializer_list<const char*>{"broadcast=hier,allgather=bruck",
+                                                                  "allgather=ring", nullptr})
+    for (const auto& hosts : std::vector<std::vector<std::string>>{
+             {"a", "a", "b", "b"}, {"a", "b", "b", "c", "c", "c"}}) {
+      CAPTURE(std::string(algorithm ? algorithm : "chosen"));
+      across_hosts(hosts, algorithm, broadcasts_and_gathers_right);
+    }
+}
