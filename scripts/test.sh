@@ -10,4 +10,6 @@ if [ ! -f build/build.ninja ]; then
 else
   cmake --build build -j"$(nproc)"   # bring an existing build up to date
 fi
-ctest --test-dir build --output-on-failure -j2 --timeout 600
+# Three at a time on two cores: many tests wait (on peers, timeouts, forked
+# processes starting) as much as they compute.
+ctest --test-dir build --output-on-failure -j3 --timeout 600
