@@ -62,8 +62,13 @@
 #include "troupe/error.hpp"
 #include "troupe/work.hpp"
 
+namespace troupe {
+class store;
+}
+
 namespace troupe::detail {
 
+using troupe::store;
 class medium;
 class segment;
 class peer_memory;
@@ -180,8 +185,7 @@ inline_counters* inline_counting() noexcept;
 class inline_engine : public std::enable_shared_from_this<inline_engine> {
  public:
   /// `names[r]` describes group rank r in messages.
-  inline_engine(std::shared_ptr<medium> med, int rank, std::string group,
-                rank_names names);
+  inline_engine(std::shared_ptr<medium> med, int rank, std::string group, rank_names names);
   ~inline_engine();
 
   medium& med() noexcept { return *med_; }
@@ -215,6 +219,10 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   void continued();
   /// Fails what is queued and everything later with `reason`.
   void abort(const std::string& reason);
+  /// Where the ranks tell each other whom they waited for when a call of
+  /// theirs timed out (the group's store): a timeout then names the rank
+  /// the wait starts at, not only a neighbour that waited as this one did.
+  void tell_waits_through(std::shared_ptr<store> s) { waits_ = std::move(s); }
 
   // What the progress service (inline/progress.cpp) reads and marks.
   std::atomic<bool>& progress_watched() noexcept { return watched_; }
@@ -257,6 +265,12 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   static void end_work(const work& w, inline_op& op, const std::exception_ptr& failure,
                        bool unseen);
   int blocker();
+  /// After `op` timed out waiting for group rank `peer` to `what`: tells
+  /// the others so, and follows whom `peer` (and whom that one) waited for,
+  /// as they tell it, until a rank that waits for nobody on this call: "; X
+  /// was itself waiting for Y to ...; ... the wait starts there" ("" when
+  /// `peer` waited for nobody: the message names it already).
+  std::string wait_chain(const inline_op& op, int peer, const std::string& what);
   bool head_reads_itself();
   void stop(const std::string& reason);
 
@@ -267,6 +281,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   inline_context& context();
 
   std::shared_ptr<medium> med_;
+  std::shared_ptr<store> waits_;           // tell_waits_through (null: no chain)
   std::shared_ptr<medium> announcer_;      // null: med_
   std::optional<inline_context> context_;  // guarded by engine_
   int rank_;

@@ -21,8 +21,7 @@ bool inline_engines_off() {
   return read_engine_setting() == engine_setting::actors;
 }
 
-inline_engines open_inline_engines(const backend_context& ctx,
-                                   const rank_names& names,
+inline_engines open_inline_engines(const backend_context& ctx, const rank_names& names,
                                    const std::shared_ptr<data_plane>& plane, const std::string& key,
                                    bool verbose) {
   inline_engines out;
@@ -81,6 +80,8 @@ inline_engines open_inline_engines(const backend_context& ctx,
         std::make_shared<inline_engine>(std::move(msg_med), ctx.rank, ctx.group_name, names);
   }
   out.main = std::make_shared<inline_engine>(std::move(med), ctx.rank, ctx.group_name, names);
+  for (auto* e : {&out.main, &out.messages})
+    if (*e) (*e)->tell_waits_through(ctx.store);
   return out;
 }
 

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -187,4 +188,74 @@ TEST_CASE("the rank that never joins a call is the one named, with 4 and 7 ranks
 TEST_CASE("a stopped rank among 7 is the one named by every survivor") {
   freeze_one(7, 3, "tcp");
   freeze_one(7, 3, "shm");
+}
+
+namespace {
+
+/// n ranks in forked processes on the message engine's ring, the failure
+/// detector off: rank `stuck` issues the allreduce and stops (SIGSTOP), so
+/// each survivor waits for its neighbour in the ring, and that one for its
+/// own. Every survivor's timeout names the stopped rank as where the wait
+/// starts, not only the live neighbour it waited for. The last survivor to
+/// finish kills it.
+void stick_one(int n, int stuck, const char* transport) {
+  CAPTURE(n);
+  CAPTURE(stuck);
+  CAPTURE(std::string(transport));
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(n, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", transport, 1);
+    ::setenv("TROUPE_ENGINE", "messages", 1);
+    ::setenv("TROUPE_ALGORITHMS", "allreduce=ring", 1);
+    ::setenv("TROUPE_UNRESPONSIVE_MS", "0", 1);
+    auto s = std::make_shared<file_store>(path, 30s);
+    world w{test::child_world(s, r, n, 30s)};
+    auto& pg = w.default_group();
+    pg.barrier().wait();
+    bool ok = true;
+    auto t = tensor::empty({1 << 16}, dtype::float32);  // a ring's worth of steps
+    if (r == stuck) {
+      s->set("stuck_pid", to_bytes(std::to_string(::getpid())));
+      auto pending = pg.allreduce(t, {.timeout = 2s});
+      ::raise(SIGSTOP);  // until killed
+      return false;
+    }
+    try {
+      pg.allreduce(t, {.timeout = 2s}).wait();
+      ok = test::expect(r, false, "the allreduce succeeded");
+    } catch (const error& e) {
+      const std::string what = e.what();
+      const std::string named = "rank " + std::to_string(stuck) + " ";
+      ok = test::expect(r, e.code() == errc::timeout, "not a timeout: " + what) &&
+           test::expect(r, what.find(named) != std::string::npos,
+                        "the stuck rank is not named: " + what);
+      if (r == (stuck + 2) % n) std::fprintf(stderr, "rank %d of %d: %s\n", r, n, what.c_str());
+      // Where a chain is told, it ends at the stuck rank.
+      if (const auto end = what.find(", which has not timed out"); end != std::string::npos)
+        ok &= test::expect(r, what.rfind("world rank ", end) == what.rfind("world " + named, end),
+                           "the wait starts elsewhere: " + what);
+      else
+        ok &= test::expect(r, what.find("waiting for " + named) != std::string::npos,
+                           "a live rank is blamed: " + what);
+    }
+    // The survivors leave together (one that left first would be a peer
+    // gone to the others still waiting); the last kills the stopped rank.
+    if (s->add("done", 1) == n - 1)
+      ::kill(std::atoi(to_string(s->get("stuck_pid")).c_str()), SIGKILL);
+    while (s->add("done", 0) < n - 1) std::this_thread::sleep_for(10ms);
+    return ok;
+  });
+  ::unlink(path.c_str());
+  for (int r = 0; r < n; ++r)
+    if (r != stuck) CHECK(codes[static_cast<std::size_t>(r)] == 0);
+  CHECK(codes[static_cast<std::size_t>(stuck)] == 128 + SIGKILL);
+}
+
+}  // namespace
+
+TEST_CASE("with the detector off, a stopped rank is named where the wait starts, 4 and 7 ranks") {
+  for (const char* transport : {"shm", "tcp"}) {
+    stick_one(4, 2, transport);
+    stick_one(7, 3, transport);
+  }
 }
