@@ -133,25 +133,21 @@ std::string rendezvous::gone_among(const std::vector<int>& ranks) {
 }
 
 void rendezvous::check(const std::vector<int>& ranks, const std::string& waiting_for) {
-  std::string why;
-  try {
-    why = gone_among(ranks);
-  } catch (const error& e) {
-    if (e.code() != errc::store) throw;
-    throw error(errc::store, "world: rank " + std::to_string(rank_) +
-                                 " lost the store while waiting for " + waiting_for + ": " +
-                                 e.what());
-  }
-  if (!why.empty())
-    throw error(errc::peer_failure, "world: rank " + std::to_string(rank_) +
-                                        " gave up building its world (waiting for " + waiting_for +
-                                        "): " + why);
+  check_of(
+      static_cast<int>(ranks.size()), [&](int i) { return ranks[static_cast<std::size_t>(i)]; },
+      waiting_for);
 }
 
 void rendezvous::check_everyone(const std::string& waiting_for) {
+  check_of(
+      world_size_, [](int i) { return i; }, waiting_for);
+}
+
+void rendezvous::check_of(int count, const std::function<int(int)>& rank_at,
+                          const std::string& waiting_for) {
   std::string why;
   try {
-    why = gone_of(world_size_, [](int i) { return i; });
+    why = gone_of(count, rank_at);
   } catch (const error& e) {
     if (e.code() != errc::store) throw;
     throw error(errc::store, "world: rank " + std::to_string(rank_) +

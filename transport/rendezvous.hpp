@@ -81,6 +81,8 @@ class rendezvous {
   bool look_at_processes();
   /// Why world rank r is gone, after a look (under mtx_).
   std::string gone_locked(int r);
+  /// check() of the ranks `rank_at(i)`, i in [0, count).
+  void check_of(int count, const std::function<int(int)>& rank_at, const std::string& waiting_for);
   /// Why ranks are gone, for each r of [0, count) `rank_at(i)` other than this one.
   std::string gone_of(int count, const std::function<int(int)>& rank_at);
   /// Waits for `keys` in slices, checking that nobody is gone; `at_deadline`
