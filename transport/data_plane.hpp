@@ -247,8 +247,6 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   void heartbeat_loop();
   /// Writes a heartbeat to `p` unless that would wait; whether it did.
   bool beat(peer& p);
-  /// Bytes of `p` wait unread in its incoming link or socket.
-  static bool unread_bytes_from(peer& p);
   /// Checks a frame from rank r before its payload is read (frame.hpp's admit_fn).
   std::string admit(int r, const frame_header& h, const std::string& group, bool& skip);
   /// Hands a frame from rank r to its group; false after a goodbye or when

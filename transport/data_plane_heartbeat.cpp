@@ -16,11 +16,9 @@
 //      (a writer that holds it is sending bytes the peer hears anyway) and
 //      would take the few bytes without waiting;
 //   2. listen: the ranks of a peer process not heard for the bound less two
-//      intervals, with none of its bytes waiting unread here, are gone
-//      (crashed: what waits for them fails at once, naming them). Bytes
-//      waiting unread count: a sender blocked on a full ring or socket
-//      because this process's readers were starved is not silent. Its last bytes came at most an
-//      interval before it stopped, and the check comes at most an interval after the silence
+//      intervals are gone (crashed: what waits for them fails at once,
+//      naming them). Its last bytes came at most an interval before it
+//      stopped, and the check comes at most an interval after the silence
 //      passed: a stopped process is named within the bound.
 // Trade-off: a short bound finds a frozen process soon but may fail one
 // that the machine starved of CPU for that long; a long one waits longer.
@@ -52,13 +50,6 @@ bool data_plane::beat(peer& p) {
   return write_heartbeat(*p.out);
 }
 
-bool data_plane::unread_bytes_from(peer& p) {
-  if (p.in_link) return p.in_link->readable();
-  if (!p.in_socket) return false;
-  pollfd pf{p.in_socket->fd(), POLLIN, 0};
-  return ::poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN);
-}
-
 void data_plane::heartbeat_loop() {
   using clock = std::chrono::steady_clock;
   const auto every = opts_.heartbeat.count() > 0 ? opts_.heartbeat : opts_.unresponsive / 6;
@@ -76,12 +67,6 @@ void data_plane::heartbeat_loop() {
       beat(p);
       const auto heard = p.heard_ns.load(std::memory_order_relaxed);
       if (opts_.unresponsive.count() <= 0 || heard == 0 || now - heard <= silence.count()) continue;
-      if (unread_bytes_from(p)) {
-        // It spoke and nobody here read it yet (this process's readers were
-        // starved, or wait for room to deliver): not silent.
-        p.heard_ns.store(now, std::memory_order_relaxed);
-        continue;
-      }
       const auto ms = (now - heard) / 1000000;
       peer_gone(r,
                 "it is unresponsive: its process sent nothing for " + std::to_string(ms) +
