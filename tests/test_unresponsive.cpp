@@ -66,6 +66,14 @@ void freeze_one(int n, int frozen, const char* transport) {
           if (!out->named[r]) std::fprintf(stderr, "rank %d: %s\n", r, what.c_str());
           ok = out->named[r] == 1;
         }
+        // The survivors leave together: one that leaves first is, to a
+        // survivor whose verdict comes later (a loaded machine spreads
+        // them), a rank that left before the call finished, and that
+        // goodbye does not yet carry the unresponsive rank as its cause.
+        s->add("judged", 1);
+        const auto until = clock_type::now() + 20s;
+        while (s->add("judged", 0) < n - 1 && clock_type::now() < until)
+          std::this_thread::sleep_for(10ms);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
