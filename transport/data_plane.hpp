@@ -254,6 +254,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   bool dispatch(int r, received_frame& f, std::string& refusal);
   /// Reads r's socket until it has nothing more (the caller holds in_mtx).
   bool drain(int r, bool& any);
+  /// The detector's look at a peer it has not heard for a while: reads the
+  /// bytes that wait on r's connection (a reader thread starved of CPU
+  /// leaves them there). False when another thread reads them right now.
+  bool read_for_detector(int r);
   /// Rank r is gone: `crashed` (died, broke its connection, sent bad frames:
   /// its groups fail) or left with a goodbye; `cause`: the world rank it
   /// blamed (-1: none).

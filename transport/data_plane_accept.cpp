@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "base/thread_name.hpp"
 #include "transport/data_plane_parts.hpp"
 #include "transport/handshake.hpp"
 #include "transport/pending_handshakes.hpp"
@@ -48,6 +49,7 @@ void data_plane::refuse(const std::string& who, const std::string& why) {
 }
 
 void data_plane::accept_loop() {
+  name_this_thread("trp-accept");
   try {
     pending_handshakes::defer_accept(listen_fd_);
     pending_handshakes pending(

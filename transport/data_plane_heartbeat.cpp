@@ -19,7 +19,12 @@
 //      intervals are gone (crashed: what waits for them fails at once,
 //      naming them). Its last bytes came at most an interval before it
 //      stopped, and the check comes at most an interval after the silence
-//      passed: a stopped process is named within the bound.
+//      passed: a stopped process is named within the bound. Before that
+//      verdict this thread reads what waits on the peer's connection
+//      itself: on a loaded host the reader thread (a ring's runs at the
+//      lowest priority) may not have run for that long while the peer's
+//      heartbeats sat unread. Where another thread holds the connection,
+//      reading it right now, the verdict waits up to two more intervals.
 // Trade-off: a short bound finds a frozen process soon but may fail one
 // that the machine starved of CPU for that long; a long one waits longer.
 // The default (3 s, a heartbeat each 0.5 s) is well under an operation's
@@ -31,6 +36,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "base/thread_name.hpp"
 #include "transport/data_plane.hpp"
 #include "transport/data_plane_parts.hpp"
 
@@ -51,6 +57,7 @@ bool data_plane::beat(peer& p) {
 }
 
 void data_plane::heartbeat_loop() {
+  name_this_thread("trp-heartbeat");
   using clock = std::chrono::steady_clock;
   const auto every = opts_.heartbeat.count() > 0 ? opts_.heartbeat : opts_.unresponsive / 6;
   const auto silence =
@@ -65,8 +72,12 @@ void data_plane::heartbeat_loop() {
       auto& p = at(r);
       if (p.local || p.gone.load()) continue;
       beat(p);
-      const auto heard = p.heard_ns.load(std::memory_order_relaxed);
+      auto heard = p.heard_ns.load(std::memory_order_relaxed);
       if (opts_.unresponsive.count() <= 0 || heard == 0 || now - heard <= silence.count()) continue;
+      const bool read = read_for_detector(r);
+      heard = p.heard_ns.load(std::memory_order_relaxed);
+      const auto grace = read ? clock::duration::zero() : clock::duration(2 * every);
+      if (p.gone.load() || now - heard <= (silence + grace).count()) continue;
       const auto ms = (now - heard) / 1000000;
       peer_gone(r,
                 "it is unresponsive: its process sent nothing for " + std::to_string(ms) +

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/thread_name.hpp"
 #include "memory/peer_memory.hpp"
 #include "transport/data_plane_parts.hpp"
 #include "troupe/error.hpp"
@@ -156,6 +157,7 @@ void data_plane::reader_loop(int r) {
   // readers keep their priority (TCP's large messages are read by them
   // while the waiting thread sends).
   if (p.in_link) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+  name_this_thread("trp-read-" + std::to_string(r));
   // Waits up to 100 ms for bytes; false once nothing more can come.
   auto wait = [&]() -> bool {
     if (p.in_link) return p.in_link->wait_readable(std::chrono::milliseconds(100), ring_linger_);
@@ -207,6 +209,16 @@ bool data_plane::pump(int r) {
   bool any = false;
   drain(r, any);
   return any;
+}
+
+bool data_plane::read_for_detector(int r) {
+  auto& p = at(r);
+  std::unique_lock<std::mutex> g{p.in_mtx, std::try_to_lock};
+  if (!g.owns_lock()) return false;
+  if (!p.in_socket && !p.in_link) return true;
+  bool any = false;
+  drain(r, any);  // reads what waits, without waiting; sets heard_ns when it read bytes
+  return true;
 }
 
 void data_plane::pumping(int r, int delta, bool wake) {
