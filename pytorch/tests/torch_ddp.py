@@ -3,7 +3,8 @@ model to the same parameters as on gloo: bit for bit with 2 processes (a sum
 of two terms does not depend on the order), within a tolerance with more.
 With and without gradient_as_bucket_view, with several buckets, with
 find_unused_parameters, no_sync, and the comm hooks fp16_compress_hook and
-PowerSGD (whose Python hook waits on an allreduce inside a future callback).
+PowerSGD (whose Python hook waits on an allreduce inside a future callback),
+and troupe's own allreduce_avg_hook (ReduceOp.AVG).
 """
 
 import copy
@@ -122,6 +123,32 @@ def ddp_powersgd_hook():
             hook_state=state, gradient_as_bucket_view=True)
     # (torch 1.13's batched_powerSGD_hook hands a 2-D tensor to _orthogonalize,
     # which asserts 3-D: it fails on every backend, gloo included.)
+
+
+@cases
+def ddp_troupe_avg_hook():
+    # troupe's hook divides inside the allreduce (ReduceOp.AVG, which gloo
+    # lacks): the reference is gloo with torch's default, divided per term.
+    from troupe_torch.hooks import allreduce_avg_hook
+    for view in (False, True):
+        mine = train(None, hook=allreduce_avg_hook, gradient_as_bucket_view=view)
+        theirs = train(gloo)
+        for i, (a, b) in enumerate(zip(mine, theirs)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6,
+                                       msg=lambda m: f"avg hook, view {view}: tensor {i}: {m}")
+    # A group of its own as the hook's state: the average is over that group.
+    evens = dist.new_group([r for r in range(n) if r % 2 == 0])
+    if rank % 2 == 0:
+        torch.manual_seed(0)
+        ddp = DDP(Net(), process_group=evens, bucket_cap_mb=0.0005)
+        ddp.register_comm_hook(evens, allreduce_avg_hook)
+        x, y = batch(rank)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        grads = [p.grad.clone() for p in ddp.parameters()]
+        for g in grads:
+            ref = g.clone()
+            dist.broadcast(ref, 0, group=evens)
+            assert torch.equal(g, ref), "avg hook on a subgroup: ranks disagree"
 
 
 if __name__ == "__main__":
