@@ -283,6 +283,11 @@ std::string message_medium::lost(std::uint64_t, int blocker,
   return {};
 }
 
+std::string message_medium::left_reason(int r) {
+  auto plane = plane_.lock();
+  return plane ? plane->gone_reason(global_ranks_[static_cast<std::size_t>(r)]) : std::string();
+}
+
 void message_medium::wake_all() {
   bell_.fetch_add(1);
   futex_wake(bell_);

@@ -68,8 +68,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   /// find each other's inbox under key + rank); `local[r]`: rank r lives in
   /// this process. `plane` may be null when every rank is local.
   message_medium(std::shared_ptr<data_plane> plane, std::string key, std::vector<bool> local,
-                 std::vector<int> global_ranks, int rank, std::string group,
-                 rank_names names);
+                 std::vector<int> global_ranks, int rank, std::string group, rank_names names);
   ~message_medium() override;
   /// Starts receiving (before any peer may send).
   void attach();
@@ -103,6 +102,10 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   }
   std::string lost(std::uint64_t op, int blocker,
                    std::chrono::steady_clock::time_point now) override;
+  /// Why group rank r left, as its goodbye told the data plane ("it left
+  /// the job after rank 2 (...) was found unresponsive ..."); "" when not
+  /// known (yet).
+  std::string left_reason(int r);
   void wake_all() override;
   void leave() override;
 

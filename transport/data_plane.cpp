@@ -83,10 +83,12 @@ void data_plane::close() {
 void data_plane::close_once() {
   // Say goodbye first, so peers tell a rank that left from one that crashed,
   // and name the rank whose failure made this one leave, if any.
-  const int cause = first_cause_.load();
+  const int first = first_cause_.load();
+  const int cause = first < 0 ? -1 : first / 256;
+  const auto kind = first < 0 ? failure_kind::failed : static_cast<failure_kind>(first % 256);
   for (auto& p : peers_) {
     std::lock_guard<futex_lock> g{p->out_mtx};
-    if (p->out && !p->gone) write_goodbye(*p->out, cause);
+    if (p->out && !p->gone) write_goodbye(*p->out, cause, kind);
   }
   {
     // From here on no connection is adopted (that happens under mtx_).
@@ -160,15 +162,15 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     std::mutex mtx;
     std::shared_ptr<const rank_places> table;
   };
-  auto slot = shared_in_process<places_slot>(
-      "rank places/" + opts_.job, [] { return std::make_unique<places_slot>(); });
+  auto slot = shared_in_process<places_slot>("rank places/" + opts_.job,
+                                             [] { return std::make_unique<places_slot>(); });
   {
     std::lock_guard<std::mutex> g{slot->mtx};
     if (!slot->table) {
       std::vector<std::string> keys;
       for (int r : all) keys.push_back(proc_key(r));
-      slot->table =
-          std::make_shared<const rank_places>(read_rank_places(s.multi_get(keys), process_identity()));
+      slot->table = std::make_shared<const rank_places>(
+          read_rank_places(s.multi_get(keys), process_identity()));
     }
     places_ = slot->table;
   }

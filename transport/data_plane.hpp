@@ -260,8 +260,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   bool read_for_detector(int r);
   /// Rank r is gone: `crashed` (died, broke its connection, sent bad frames:
   /// its groups fail) or left with a goodbye; `cause`: the world rank it
-  /// blamed (-1: none).
-  void peer_gone(int rank, const std::string& why, bool crashed, int cause = -1);
+  /// blamed (-1: none); `kind`: how the rank this one's goodbye will blame
+  /// failed (r itself when crashed, else `cause`).
+  void peer_gone(int rank, const std::string& why, bool crashed, int cause = -1,
+                 failure_kind kind = failure_kind::failed);
   void set_route(const std::string& group, const std::function<void(route&)>& change);
   template <class Envelope>
   void send_frame(int world_rank, const std::string& group, const Envelope& env);
@@ -296,8 +298,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
     if (!p2p_seen_->load(std::memory_order_relaxed))
       p2p_seen_->store(true, std::memory_order_relaxed);
   }
-  std::atomic<int> first_cause_{-1};  // the first rank known to have failed, blamed in goodbyes
-  std::mutex mtx_;                    // guards routes_, threads, connected_, gone_why
+  // The first rank known to have failed, blamed in goodbyes: its world rank
+  // times 256 plus how it failed (a failure_kind); -1: none.
+  std::atomic<int> first_cause_{-1};
+  std::mutex mtx_;  // guards routes_, threads, connected_, gone_why
   std::condition_variable connected_cv_;
   int connected_ = 0;
   std::map<std::string, std::shared_ptr<const route>> routes_;

@@ -84,7 +84,7 @@ void data_plane::heartbeat_loop() {
                     " ms, not even a heartbeat (stopped, frozen or cut off; "
                     "TROUPE_UNRESPONSIVE_MS=" +
                     std::to_string(opts_.unresponsive.count()) + ")",
-                true);
+                true, -1, failure_kind::unresponsive);
     }
     g.lock();
   }

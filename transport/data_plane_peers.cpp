@@ -24,7 +24,8 @@ std::string data_plane::crash_reason(int r) {
   return p.crashed ? p.gone_why : std::string();
 }
 
-void data_plane::peer_gone(int r, const std::string& why, bool crashed, int cause) {
+void data_plane::peer_gone(int r, const std::string& why, bool crashed, int cause,
+                           failure_kind kind) {
   auto& p = at(r);
   if (stopping_) return;
   std::vector<std::function<void(int, const std::string&, bool)>> targets;
@@ -40,7 +41,7 @@ void data_plane::peer_gone(int r, const std::string& why, bool crashed, int caus
   // Whom this rank's own goodbye will blame: the first failure it learned of.
   if (const int blame = cause >= 0 ? cause : crashed ? r : -1; blame >= 0) {
     int none = -1;
-    first_cause_.compare_exchange_strong(none, blame);
+    first_cause_.compare_exchange_strong(none, blame * 256 + static_cast<int>(kind));
   }
   if (crashed) crashes_->fetch_add(1);
   // Sends to it fail at once (not under out_mtx: a writer blocked on the
@@ -54,7 +55,7 @@ void data_plane::reject(int r, const std::string& why) {
   if (stopping_ || at(r).gone.load()) return;  // dropped once
   std::fprintf(stderr, "[troupe rank %d] dropping the connection of %s: %s\n", opts_.rank,
                describe(r).c_str(), why.c_str());
-  peer_gone(r, "its connection was dropped: it sent " + why, true);
+  peer_gone(r, "its connection was dropped: it sent " + why, true, -1, failure_kind::dropped);
   std::lock_guard<std::mutex> g{mtx_};
   auto& p = at(r);
   if (p.in_socket) p.in_socket->close();  // its reader ends; the peer sees the end

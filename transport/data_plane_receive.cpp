@@ -53,9 +53,13 @@ bool data_plane::dispatch(int r, received_frame& f, std::string& refusal) {
     // (what it sent before it left still counts), naming the rank it blames.
     const int cause = f.header.src;
     const bool blames = cause >= 0 && cause < opts_.world_size && cause != r;
+    const auto kind = f.header.code <= static_cast<std::uint8_t>(failure_kind::dropped)
+                          ? static_cast<failure_kind>(f.header.code)
+                          : failure_kind::failed;
     peer_gone(r,
-              blames ? "it left the job after " + describe(cause) + " failed" : "it left the job",
-              false, blames ? cause : -1);
+              blames ? "it left the job after " + describe(cause) + " " + failure_words(kind)
+                     : "it left the job",
+              false, blames ? cause : -1, kind);
     return false;
   }
   const auto rt = std::move(p.current);  // checked by admit()
@@ -140,7 +144,8 @@ bool data_plane::drain(int r, bool& any) {
   if (why == "stopped" && refusal.empty()) return false;  // a goodbye, already handled
   if (!refusal.empty()) why = refusal;
   if (why == "connection closed" || why.rfind("connection broke", 0) == 0) {
-    peer_gone(r, "its process died or its connection broke (" + why + ")", true);
+    peer_gone(r, "its process died or its connection broke (" + why + ")", true, -1,
+              failure_kind::died);
     return false;
   }
   reject(r, why);  // a frame broke the rules: the peer fails, the process goes on

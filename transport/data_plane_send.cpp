@@ -130,7 +130,8 @@ void data_plane::send_inline(int r, const std::string& group, const envelope& en
     why = out.why();
     p.out_socket->close();
   }
-  peer_gone(r, why.empty() ? "writing to its connection failed (connection closed)" : why, true);
+  peer_gone(r, why.empty() ? "writing to its connection failed (connection closed)" : why, true, -1,
+            failure_kind::died);
 }
 
 bool data_plane::send_raw(int r, const void* data, std::size_t n) {

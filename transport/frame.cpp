@@ -174,10 +174,26 @@ bool write_heartbeat(byte_stream& out) {
   return out.write(&h, sizeof(h));
 }
 
-bool write_goodbye(byte_stream& out, std::int32_t cause) {
+const char* failure_words(failure_kind kind) {
+  switch (kind) {
+    case failure_kind::died:
+      return "died or broke its connection";
+    case failure_kind::unresponsive:
+      return "was found unresponsive (it sent nothing, not even a heartbeat, for the "
+             "detector's bound)";
+    case failure_kind::dropped:
+      return "was dropped for the frames it sent";
+    case failure_kind::failed:
+      break;
+  }
+  return "failed";
+}
+
+bool write_goodbye(byte_stream& out, std::int32_t cause, failure_kind kind) {
   frame_header h;
   h.kind = frame_goodbye;
   h.src = cause;
+  h.code = static_cast<std::uint8_t>(kind);
   return out.write(&h, sizeof(h));
 }
 

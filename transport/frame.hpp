@@ -51,6 +51,7 @@ struct frame_header {
   std::uint16_t name_len = 0;
   std::uint16_t reserved = 0;
   std::int32_t src = 0;  ///< group rank of the sender (goodbye: the world rank it blames, or -1)
+                         ///< (a goodbye's code: how that rank failed, a failure_kind)
   std::int32_t tag = 0;  ///< p2p tag
   std::uint32_t step = 0;
   std::uint32_t fp_bytes = 0;  ///< the serialized call fingerprint after the name (0: none)
@@ -77,6 +78,12 @@ class byte_stream {
 
 inline constexpr std::uint8_t frame_collective = 0, frame_p2p = 1, frame_goodbye = 2,
                               frame_inline = 3, frame_loan = 4, frame_heartbeat = 5;
+
+/// How the rank a goodbye blames failed (the goodbye's `code`), so that a
+/// rank hearing the goodbye first names the cause as the one that judged it.
+enum class failure_kind : std::uint8_t { failed = 0, died = 1, unresponsive = 2, dropped = 3 };
+/// "failed", "died or broke its connection", "was found unresponsive", ...
+const char* failure_words(failure_kind kind);
 /// The most text a loan's refusal carries (frame_loan, p2p_envelope::returned).
 inline constexpr std::size_t max_loan_text = 4096;
 
@@ -104,7 +111,8 @@ bool write_heartbeat(byte_stream& out);
 
 /// Writes the last frame of a rank that leaves on purpose (its world ends);
 /// `cause`: the world rank whose failure made it leave, or -1.
-bool write_goodbye(byte_stream& out, std::int32_t cause = -1);
+bool write_goodbye(byte_stream& out, std::int32_t cause = -1,
+                   failure_kind kind = failure_kind::failed);
 
 /// Why a frame from world rank `peer` for `group`, whose group ranks are the
 /// world ranks `members`, is refused ("": it is not): the sender must be a

@@ -29,8 +29,8 @@ bool process_gone(int pidfd) {
 
 }  // namespace
 
-shm_medium::shm_medium(std::unique_ptr<segment> seg, int rank, std::string group,
-                       rank_names names, bool allow_direct)
+shm_medium::shm_medium(std::unique_ptr<segment> seg, int rank, std::string group, rank_names names,
+                       bool allow_direct)
     : seg_(std::move(seg)), rank_(rank), group_(std::move(group)), names_(std::move(names)) {
   my_pid_ = static_cast<std::int32_t>(::getpid());
   one_process_ = allow_direct;
@@ -95,9 +95,12 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
     // A rank that finished this operation owes nothing more to it.
     if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
     // One that left said goodbye: that its process ended since is no crash.
-    if (seg_->identity(r).left.load(std::memory_order_acquire))
-      add(left, names_[static_cast<std::size_t>(r)] + " left group '" + group_ + "'");
-    else
+    // Its goodbye to the data plane says why, e.g. after which rank failed.
+    if (seg_->identity(r).left.load(std::memory_order_acquire)) {
+      const auto why = rings_ ? rings_->left_reason(r) : std::string();
+      add(left, names_[static_cast<std::size_t>(r)] + " left group '" + group_ + "'" +
+                    (why.empty() ? "" : " (" + why + ")"));
+    } else
       unfinished.push_back(r);
   }
   const bool check_processes = now >= next_liveness_check_ || !left.empty();
