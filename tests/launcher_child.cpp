@@ -11,6 +11,8 @@
 //   kill K         rank K raises SIGUSR1 after 200 ms; the others sleep 30 s
 //   outlive K kill|fail  rank K raises SIGUSR1 or exits 3 after 100 ms; the
 //                  others print "done R" after 600 ms and exit 0 (--keep-going)
+//   freeze K       rank K stops itself (SIGSTOP) after 100 ms; the others exit 3
+//                  after 1 s
 //   sleep          prints "ready R", waits for SIGTERM, prints "term R", exits 0
 //   lines          prints lines to stdout and stderr, one written in two
 //                  pieces, and a last line without newline
@@ -140,6 +142,18 @@ int main(int argc, char** argv) {
     }
     sleep_long();
     return 0;
+  }
+  if (mode == "freeze" && argc > 2) {
+    // Rank K stops itself (SIGSTOP); the others fail after 1 s, as their
+    // calls would, and exit 3. SIGTERM ends rank K once it is continued.
+    if (rank() == std::atoi(argv[2])) {
+      std::this_thread::sleep_for(100ms);
+      ::raise(SIGSTOP);
+      sleep_long();
+      return 0;
+    }
+    std::this_thread::sleep_for(1s);
+    return 3;
   }
   if (mode == "outlive" && argc > 3) {
     if (rank() == std::atoi(argv[2])) {

@@ -398,6 +398,18 @@ TEST_CASE("--keep-going: a rank exiting with an error still fails the job, after
   CHECK(contains(l.err, "failed with exit code 3; the other ranks go on (--keep-going)"));
 }
 
+TEST_CASE("a stopped rank is reported, named when the others fail, and ended by SIGTERM") {
+  launched l = run({"-n", "3", child, "freeze", "2"});
+  SHOW_OUTPUT(l);
+  CHECK(l.status == 3);
+  CHECK(l.seconds < 5);  // the stopped rank ends on SIGTERM (continued), not at the grace's SIGKILL
+  CHECK(contains(l.err, "troupe-run: rank 2 (pid "));
+  CHECK(contains(l.err, "was stopped by signal " + std::to_string(SIGSTOP)));
+  CHECK(contains(l.err, "failed with exit code 3; rank 2 (pid "));
+  CHECK(contains(l.err, "has been stopped for "));
+  CHECK(!contains(l.err, "sending SIGKILL"));
+}
+
 TEST_CASE("ranks that ignore SIGTERM are killed after --grace-seconds") {
   launched l = run({"-n", "2", "--grace-seconds", "0.5", child, "fail", "0", "stubborn"});
   SHOW_OUTPUT(l);

@@ -69,7 +69,7 @@ bool install_handlers() {
   sigset_t unblock;
   sigemptyset(&unblock);
   for (int sig : handled_signals) {
-    sa.sa_flags = SA_RESTART | (sig == SIGCHLD ? SA_NOCLDSTOP : 0);
+    sa.sa_flags = SA_RESTART;  // SIGCHLD for stopped and continued children too
     ::sigaction(sig, &sa, nullptr);
     sigaddset(&unblock, sig);
   }
@@ -87,7 +87,8 @@ struct child {
   int rank = 0;
   pid_t pid = -1;
   bool running = false;
-  stream streams[2];  // the rank's stdout, stderr
+  stream streams[2];                          // the rank's stdout, stderr
+  std::optional<steady::time_point> stopped;  // since when it is stopped (SIGSTOP, SIGTSTP, ...)
 };
 
 class supervisor {
@@ -301,7 +302,9 @@ class supervisor {
   void reap() {
     while (running_ > 0) {
       int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      // Stopped and continued children too: a stopped rank runs nothing and
+      // answers no one, which its peers see only as silence.
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
       if (pid == 0) return;
       if (pid < 0) {
         if (errno == EINTR) continue;
@@ -313,12 +316,45 @@ class supervisor {
       }
       for (child& c : children_) {
         if (!c.running || c.pid != pid) continue;
+        if (WIFSTOPPED(status) || WIFCONTINUED(status)) {
+          on_stop(c, status);
+          continue;
+        }
         for (stream& s : c.streams) read_stream(s, true);  // its last words first
         c.running = false;
         --running_;
         on_exit(c, status);
       }
     }
+  }
+
+  void on_stop(child& c, int status) {
+    const std::string who =
+        "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) + ")";
+    if (WIFCONTINUED(status)) {
+      c.stopped.reset();
+      message(who + " continued");
+      return;
+    }
+    const int sig = WSTOPSIG(status);
+    c.stopped = steady::now();
+    message(who + " was stopped by signal " + std::to_string(sig) + " (" + strsignal(sig) +
+            "): it runs nothing until it gets SIGCONT, and its peers will find it unresponsive");
+  }
+
+  /// "; rank 2 (pid 123) has been stopped for 3.1 s" for each stopped rank:
+  /// the likely cause of what failed.
+  std::string stopped_ranks() const {
+    std::string out;
+    for (const child& c : children_) {
+      if (!c.running || !c.stopped) continue;
+      char since[32];
+      std::snprintf(since, sizeof since, "%.1f",
+                    std::chrono::duration<double>(steady::now() - *c.stopped).count());
+      out += "; rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
+             ") has been stopped for " + since + " s";
+    }
+    return out;
   }
 
   void on_exit(const child& c, int status) {
@@ -334,6 +370,7 @@ class supervisor {
       code = WEXITSTATUS(status);
       text += "failed with exit code " + std::to_string(code);
     }
+    text += stopped_ranks();
     if (keep_going_) {
       if (running_ > 0) text += "; the other ranks go on (--keep-going)";
       message(text);
@@ -371,6 +408,10 @@ class supervisor {
   void signal_running(int sig) {
     for (const child& c : children_) {
       if (c.running && ::kill(-c.pid, sig) != 0) ::kill(c.pid, sig);
+      // A stopped rank acts on a signal only once continued (SIGKILL aside).
+      if (c.running && c.stopped && sig != SIGKILL && sig != SIGCONT &&
+          ::kill(-c.pid, SIGCONT) != 0)
+        ::kill(c.pid, SIGCONT);
     }
   }
 
