@@ -157,7 +157,16 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
       char byte;
       while (raw->read(&byte, 1)) {
       }
-      if (auto& pr = at(r); pr.in_link) pr.in_link->close();
+      // The peer closes its socket after its last frames and its goodbye
+      // went into the link: read them before the link closes (closing first
+      // lost them, and the goodbye made a rank that left look crashed).
+      auto& pr = at(r);
+      {
+        std::lock_guard<std::mutex> g{pr.in_mtx};
+        bool any = false;
+        if (pr.in_link && !pr.over) drain(r, any);
+      }
+      if (pr.in_link) pr.in_link->close();
     });
   if (!started) {
     std::fprintf(stderr, "[troupe rank %d] cannot start a reader thread for %s\n", opts_.rank,
