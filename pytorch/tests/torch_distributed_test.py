@@ -98,6 +98,44 @@ def route_gloo_to_troupe():
     c10d._new_process_group_helper = new_group_helper
 
 
+def poll_sooner(dt):
+    """torch's harness polls every 0.1 s: for its file barrier between a
+    test's processes (at least two per test) and for their exit; most tests
+    here take less than that. Poll every 5 ms instead (the same files, lock
+    and timeouts): a run takes a third to a quarter of the time."""
+    import types
+
+    from torch.testing._internal import common_distributed as cd
+
+    def sync(cls, wait_for=None, timeout=10):
+        import torch.distributed as dist
+
+        wait_for = dist.get_world_size() if wait_for is None else wait_for
+        cls.barrier_id += 1
+        barrier_dir = os.path.join(os.environ["TEMP_DIR"], "barrier")
+        with dt._lock():
+            with open(os.path.join(barrier_dir, str(os.getpid())), "w") as f:
+                f.write(str(cls.barrier_id))
+        start = time.time()
+        while True:
+            with dt._lock():
+                arrived = 0
+                for name in os.listdir(barrier_dir):
+                    with open(os.path.join(barrier_dir, name)) as f:
+                        arrived += int(f.read()) >= cls.barrier_id
+            if arrived == wait_for:
+                return
+            if time.time() - start > timeout:
+                raise RuntimeError("barrier timeout")
+            time.sleep(0.005)
+
+    dt.Barrier.sync = classmethod(sync)
+    # _join_processes is the one sleeper of common_distributed.
+    clock = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("_")})
+    clock.sleep = lambda seconds: time.sleep(min(seconds, 0.005))
+    cd.time = clock
+
+
 def read_troupe_events_as_gloo(dt):
     """troupe's calls show in a profile as "troupe:all_reduce", ...; the
     gloo tests look for "gloo:all_reduce": give them troupe's events under
@@ -148,6 +186,7 @@ def main():
     from torch.testing._internal.common_distributed import DistTestCases
     from torch.testing._internal.distributed import distributed_test as dt
 
+    poll_sooner(dt)
     if args.mode == "gloo":
         read_troupe_events_as_gloo(dt)
     if args.mode == "troupe":
