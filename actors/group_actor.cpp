@@ -13,6 +13,7 @@
 #include "actors/actor_peers.hpp"
 #include "actors/thread_logger.hpp"
 #include "algorithms/algorithm.hpp"
+#include "base/group_ranks.hpp"
 #include "transport/frame.hpp"
 #include "troupe/error.hpp"
 
@@ -68,8 +69,14 @@ struct group_state {
   std::map<std::uint64_t, pending_recv> recvs;  // by post order
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
-  std::optional<clock::time_point> next_tick;       // when the pending timeout message fires
-  std::map<int, std::string> gone;                  // peers that left -> why
+  std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
+  // Peers that left, and how ("its world ended"): the index of that text in
+  // gone_whys, -1 while a peer is here (sized at the first that leaves).
+  // Every rank of a large world leaving tells every other: one small entry
+  // per pair, the text naming a peer made only when a call needs it.
+  std::vector<std::int16_t> gone;
+  std::vector<std::string> gone_whys;
+  bool ranks_sorted = false;  // info.global_ranks ascending: a binary search finds a world rank
   std::vector<std::function<void()>> before_peers;  // see until_peers
   std::shared_ptr<const group_topology> topology;   // the calls' algorithms see it
   static inline const char* name = "troupe.group";
@@ -79,6 +86,19 @@ using self_ptr = group_actor::stateful_pointer<group_state>;
 
 std::string where(const group_state& st, const std::string& op, std::uint64_t seq) {
   return call_location(op, st.info.name, st.info.rank, seq);
+}
+
+/// "rank 3 (...) left group 'g' (why)": the error of a call that needs a
+/// peer that left.
+std::string left_text(const group_state& st, int peer, const std::string& why) {
+  return st.net->describe_peer(peer) + " left group '" + st.info.name + "' (" + why + ")";
+}
+
+/// How group rank `peer` left, or null while it is here.
+const std::string* gone_why(const group_state& st, int peer) {
+  if (peer < 0 || static_cast<std::size_t>(peer) >= st.gone.size()) return nullptr;
+  const auto k = st.gone[static_cast<std::size_t>(peer)];
+  return k < 0 ? nullptr : &st.gone_whys[static_cast<std::size_t>(k)];
 }
 
 void fail_op(self_ptr self, std::uint64_t seq, errc code, const std::string& cause) {
@@ -158,8 +178,9 @@ void advance(self_ptr self, std::uint64_t seq) {
     if (!op.finished || !agreed) {
       // Everything a peer sent arrives before the news that it left, so a call
       // that waits for a peer that left can never finish.
-      auto g = st.gone.find(ctx.blocked_peer());
-      if (g != st.gone.end()) fail_op(self, seq, errc::peer_failure, g->second);
+      const int blocked = ctx.blocked_peer();
+      if (const auto* why = gone_why(st, blocked))
+        fail_op(self, seq, errc::peer_failure, left_text(st, blocked, *why));
       return;
     }
     if (op.call->on_success) op.call->on_success();
@@ -247,18 +268,26 @@ bool refused(const group_state& st, const std::string& op,
 }
 
 /// Group rank `peer` is gone: fail every call that waits for it.
-void peer_left(self_ptr self, int peer, const std::string& reason) {
+void peer_left(self_ptr self, int peer, const std::string& why) {
   auto& st = self->state;
-  if (st.gone.count(peer)) return;
-  st.gone[peer] = reason;
+  if (gone_why(st, peer) || peer < 0 || peer >= st.info.size) return;
+  auto k = std::find(st.gone_whys.begin(), st.gone_whys.end(), why) - st.gone_whys.begin();
+  if (static_cast<std::size_t>(k) == st.gone_whys.size()) {
+    if (k >= 32767)
+      k = 0;  // more distinct texts than fit: the first stands in
+    else
+      st.gone_whys.push_back(why);
+  }
+  st.gone.resize(static_cast<std::size_t>(st.info.size), -1);
+  st.gone[static_cast<std::size_t>(peer)] = static_cast<std::int16_t>(k);
   std::vector<std::uint64_t> seqs;
   for (auto& kv : st.ops) seqs.push_back(kv.first);
   for (auto s : seqs) advance(self, s);
   for (auto r = st.recvs.begin(); r != st.recvs.end();) {
     if (r->second.call->kind == p2p_call::recv && r->second.call->peer == peer) {
-      r->second.rp.deliver(
-          make_troupe_error(static_cast<int>(errc::peer_failure),
-                            where(st, r->second.call->name, 0) + " failed: " + reason));
+      r->second.rp.deliver(make_troupe_error(
+          static_cast<int>(errc::peer_failure),
+          where(st, r->second.call->name, 0) + " failed: " + left_text(st, peer, why)));
       r = st.recvs.erase(r);
     } else {
       ++r;
@@ -342,16 +371,13 @@ void on_message(self_ptr self, p2p_envelope& msg) {
 
 /// World rank `world_rank` is gone: left with a goodbye, or crashed.
 void on_gone(self_ptr self, int world_rank, const std::string& why, bool crashed) {
-  auto& rs = self->state.info.global_ranks;
-  auto i = std::find(rs.begin(), rs.end(), world_rank);
-  if (i == rs.end()) return;
-  const int peer = static_cast<int>(i - rs.begin());
-  const auto reason = self->state.net->describe_peer(peer) + " left group '" +
-                      self->state.info.name + "' (" + why + ")";
+  const int peer =
+      group_rank_of(self->state.info.global_ranks, self->state.ranks_sorted, world_rank);
+  if (peer < 0) return;
   if (crashed)
-    fail_everything(self, errc::peer_failure, reason);
+    fail_everything(self, errc::peer_failure, left_text(self->state, peer, why));
   else
-    peer_left(self, peer, reason);
+    peer_left(self, peer, why);
 }
 
 /// Whether `handle` must wait for the peers (the peers_atom message that
@@ -369,6 +395,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
   thread_logger_release release;  // the caller's thread: see actors/thread_logger.hpp
   return sys.spawn([info = std::move(info)](self_ptr self) -> group_actor::behavior_type {
     self->state.info = info;
+    self->state.ranks_sorted = std::is_sorted(info.global_ranks.begin(), info.global_ranks.end());
     // An exception escaping a handler would kill this actor and strand every
     // caller; report it instead and keep the group alive.
     self->set_exception_handler([self](std::exception_ptr& eptr) -> caf::error {
@@ -421,13 +448,13 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
           if (refused(st, call->name, rp)) return rp;
-          if (auto g = st.gone.find(call->peer);
-              g != st.gone.end() && call->kind != p2p_call::recv_any) {
+          if (const auto* why = gone_why(st, call->peer); why && call->kind != p2p_call::recv_any) {
             const bool waiting = std::none_of(st.unmatched.begin(), st.unmatched.end(),
                                               [&](auto& m) { return matches(*call, m); });
             if (call->kind == p2p_call::send || waiting) {
-              rp.deliver(make_troupe_error(static_cast<int>(errc::peer_failure),
-                                           where(st, call->name, 0) + " failed: " + g->second));
+              rp.deliver(make_troupe_error(
+                  static_cast<int>(errc::peer_failure),
+                  where(st, call->name, 0) + " failed: " + left_text(st, call->peer, *why)));
               return rp;
             }
           }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/callback_pool.hpp"
+#include "base/group_ranks.hpp"
 #include "base/process_directory.hpp"
 #include "base/texts.hpp"
 #include "base/wait_policy.hpp"
@@ -126,6 +127,7 @@ mailbox::mailbox(std::string key, std::string group, int rank, std::vector<int> 
       global_ranks_(std::move(global_ranks)),
       plane_(plane) {
   const auto n = global_ranks_.size();
+  ranks_sorted_ = std::is_sorted(global_ranks_.begin(), global_ranks_.end());
   for (int w : global_ranks_) local_.push_back(!plane || plane->is_local(w));
   peers_.resize(n);
   waiting_.resize(n);
@@ -190,7 +192,7 @@ bool mailbox::send_now(const p2p_call& c, std::exception_ptr& failed, std::size_
     std::lock_guard<spin_lock> g{mtx_};
     if (stopped_) return fail_with(stopped_->first, stopped_->second);
     if (auto i = gone_.find(c.peer); i != gone_.end())
-      return fail_with(errc::peer_failure, i->second);
+      return fail_with(errc::peer_failure, left_text(i->first, i->second));
   }
   try {
     auto plane = plane_.lock();
@@ -241,7 +243,7 @@ void mailbox::post(p2p_call c) {
         code = stopped_->first;
         why = stopped_->second;
       } else if (auto i = gone_.find(c.peer); i != gone_.end()) {
-        why = i->second;
+        why = left_text(i->first, i->second);
       } else if (local_[peer]) {
         to = local_peer_locked(c.peer);
       }
@@ -312,7 +314,7 @@ void mailbox::post(p2p_call c) {
     if (!got) {
       if (c.kind == p2p_call::recv) {
         if (auto i = gone_.find(c.peer); i != gone_.end()) {
-          const auto why = i->second;
+          const auto why = left_text(i->first, i->second);
           g.unlock();
           return fail_now(errc::peer_failure, why);
         }
@@ -650,20 +652,24 @@ void mailbox::fail_all(errc code, const std::string& reason, finishes& done) {
   for (auto& a : waiting_) a = {};
 }
 
+std::string mailbox::left_text(int peer, const std::string& why) const {
+  return names_[static_cast<std::size_t>(peer)] + " left group '" + group_ + "' (" + why + ")";
+}
+
 void mailbox::gone(int world_rank, const std::string& why, bool crashed) {
-  auto i = std::find(global_ranks_.begin(), global_ranks_.end(), world_rank);
-  if (i == global_ranks_.end()) return;
-  const int peer = static_cast<int>(i - global_ranks_.begin());
+  const int peer = group_rank_of(global_ranks_, ranks_sorted_, world_rank);
+  if (peer < 0) return;
   finishes done;
   {
     std::lock_guard<spin_lock> g{mtx_};
-    const auto reason =
-        names_[static_cast<std::size_t>(peer)] + " left group '" + group_ + "' (" + why + ")";
     if (crashed) {
+      const auto reason = left_text(peer, why);
       if (!stopped_) stopped_ = std::make_pair(errc::peer_failure, reason);
       fail_all(errc::peer_failure, reason, done);
-    } else if (!gone_.count(peer)) {
-      gone_[peer] = reason;
+    } else if (gone_.emplace(peer, why).second) {
+      // Only a call that needs it makes the text naming it.
+      const bool needed = !receives_.empty() || !splits_.empty() || !lent_.empty();
+      const auto reason = needed ? left_text(peer, why) : std::string();
       for (auto r = receives_.begin(); r != receives_.end();) {
         if (r->call.kind == p2p_call::recv && r->call.peer == peer) {
           fail_into(done, std::move(*r), errc::peer_failure, reason);

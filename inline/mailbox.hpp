@@ -286,6 +286,7 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   std::string group_;
   int rank_;
   std::vector<int> global_ranks_;
+  bool ranks_sorted_ = false;        // global_ranks_ ascending (base/group_ranks.hpp)
   std::weak_ptr<data_plane> plane_;  // not owned: a reader thread may hold the last reference
   std::vector<bool> local_;
   spin_lock mtx_;  // guards everything below (held for short steps only)
@@ -311,7 +312,11 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   std::vector<std::unique_ptr<placed>> placed_;  // null for ranks of this process
   /// Takes back a placed receive (under mtx_): nothing more is written into its buffer.
   std::optional<receive> revoke(placed& p);
-  std::map<int, std::string> gone_;  // group rank -> why (left)
+  // Group rank -> how it left ("its world ended"); left_text() names it
+  // when a call needs it (no text per pair of a large world leaving).
+  std::map<int, std::string> gone_;
+  /// "rank 3 (...) left group 'g' (why)".
+  std::string left_text(int peer, const std::string& why) const;
   std::optional<std::pair<errc, std::string>> stopped_;
   clock::time_point armed_ = clock::time_point::max();
   bool attached_ = false;

@@ -55,7 +55,7 @@ bool mailbox::lend(p2p_call& c, data_plane& plane) {
       code = stopped_->first;
       why = stopped_->second;
     } else if (auto i = gone_.find(c.peer); i != gone_.end()) {
-      why = i->second;
+      why = left_text(i->first, i->second);
     }
     if (!why.empty()) {
       g.unlock();

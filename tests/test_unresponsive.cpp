@@ -361,7 +361,7 @@ TEST_CASE("a peer whose heartbeats wait unread behind a starved reader thread is
 
 TEST_CASE("a survivor that learns of a stopped rank from another's goodbye names it and why") {
   // Rank 2 stops; rank 0's detector (bound 1 s) finds it and rank 0 leaves;
-  // rank 1's (bound 8 s) has not judged yet: rank 0's goodbye is what it
+  // rank 1's (bound 4 s) has not judged yet: rank 0's goodbye is what it
   // hears, and its error names rank 2 and how rank 0 found it.
   for (const char* transport : {"shm", "tcp"}) {
     CAPTURE(std::string(transport));
@@ -372,7 +372,7 @@ TEST_CASE("a survivor that learns of a stopped rank from another's goodbye names
       const pid_t pid = ::fork();
       if (pid == 0) {
         ::setenv("TROUPE_TRANSPORT", transport, 1);
-        ::setenv("TROUPE_UNRESPONSIVE_MS", r == 0 ? "1000" : "8000", 1);
+        ::setenv("TROUPE_UNRESPONSIVE_MS", r == 0 ? "1000" : "4000", 1);
         ::setenv("TROUPE_HEARTBEAT_MS", "150", 1);  // every rank beats as often
         bool ok = false;
         try {
