@@ -14,6 +14,8 @@
 #include "actors/thread_logger.hpp"
 #include "algorithms/algorithm.hpp"
 #include "base/group_ranks.hpp"
+#include "base/sim_conductor.hpp"
+#include "base/wait_chain.hpp"
 #include "transport/frame.hpp"
 #include "troupe/error.hpp"
 
@@ -137,6 +139,14 @@ void on_tick(self_ptr self) {
       continue;
     }
     auto what = op.alg->on_timeout(*op.ctx);
+    // Where the wait starts, when the rank waited for was itself waiting.
+    const int peer = op.ctx->blocked_peer();
+    if (st.info.waits && peer >= 0 && peer < st.info.size && !in_simulation() &&
+        op.ctx->agreed().missing_ranks().empty())
+      what += wait_chain(
+          *st.info.waits, seq, st.info.rank, st.info.size, peer, op.ctx->blocked_on(),
+          [&st](int r) { return st.net->describe_peer(r); },
+          std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout));
     fail_op(self, seq, errc::timeout, timeout_after(op.call->timeout) + ": " + what);
   }
   for (auto i = st.recvs.begin(); i != st.recvs.end();) {

@@ -1,6 +1,7 @@
 #pragma once
 // The group actor of one (group, rank): see actors/actors.hpp for its protocol.
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ struct group_info {
   int rank = 0;
   int size = 0;
   std::vector<int> global_ranks;
+  /// Where a timed-out call tells whom it waited for (base/wait_chain.hpp);
+  /// null: a timeout names only the rank it waited for.
+  std::shared_ptr<troupe::store> waits;
 };
 
 group_actor spawn_group_actor(caf::actor_system& sys, group_info info);

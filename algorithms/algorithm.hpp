@@ -108,6 +108,9 @@ class op_context {
   int blocked_peer() const noexcept { return blocked_peer_; }
   /// "rank 2 (step 1)": the last message take() did not find.
   std::string waiting_for() const;
+  /// "send its message of step 1" (or "join the call"): what blocked_peer()
+  /// has not done yet.
+  std::string blocked_on() const;
 
  protected:
   /// Hands `payload` to the transport; `fp` is set on the first message to `peer`.

@@ -84,6 +84,11 @@ std::string op_context::waiting_for() const {
   return "rank " + std::to_string(blocked_peer_) + " (step " + std::to_string(blocked_step_) + ")";
 }
 
+std::string op_context::blocked_on() const {
+  if (blocked_step_ == describe_step) return "join the call";
+  return "send its message of step " + std::to_string(blocked_step_);
+}
+
 std::string algorithm::on_timeout(op_context& ctx) {
   // A rank that never came is the one to name, not the neighbour that waits for it.
   if (auto missing = ctx.agreed().missing_ranks(); !missing.empty())

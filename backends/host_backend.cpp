@@ -33,8 +33,8 @@ host_backend::host_backend(const backend_context& ctx)
       timeout_(ctx.timeout),
       debug_(ctx.debug),
       key_prefix_(rt_.job() + "/" + ctx.group_name + "/") {
-  group_ = spawn_group_actor(rt_.system(),
-                             group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks});
+  group_ = spawn_group_actor(
+      rt_.system(), group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks, ctx.store});
   auto& dir = process_directory::instance();
   dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
   const auto& plane = rt_.plane();

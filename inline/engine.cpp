@@ -11,6 +11,7 @@
 #include "base/call.hpp"
 #include "base/futex.hpp"
 #include "base/sim_conductor.hpp"
+#include "base/wait_chain.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
 #include "inline/medium.hpp"
@@ -468,51 +469,11 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
 }
 
 std::string inline_engine::wait_chain(const inline_op& op, int peer, const std::string& what) {
-  using std::chrono::milliseconds;
   if (!waits_ || in_simulation()) return {};
-  // The others time out about when this rank did (each from its own issue):
-  // a tenth of the timeout, 100 ms to 2 s, for their word to arrive.
-  const auto grace =
-      std::clamp<milliseconds>(op.timeout / 10, milliseconds(100), milliseconds(2000));
-  const auto until = std::chrono::steady_clock::now() + grace;
-  const std::string base = "engines/waits/" + std::to_string(op.seq) + "/";
-  const int n = size();
-  std::string chain;
-  try {
-    waits_->set(base + std::to_string(rank_), to_bytes(std::to_string(peer) + " " + what));
-    std::vector<int> seen{rank_};
-    for (int at = peer;;) {
-      if (std::find(seen.begin(), seen.end(), at) != seen.end())
-        return chain + "; so these ranks wait for each other in a cycle";
-      seen.push_back(at);
-      const auto key = base + std::to_string(at);
-      bool told = waits_->check({key});
-      const auto left =
-          std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now());
-      if (!told && left.count() > 0) {
-        try {
-          waits_->wait({key}, left);
-          told = true;
-        } catch (const error& e) {
-          if (e.code() != errc::timeout) throw;
-        }
-      }
-      if (!told) break;  // `at` waits for nobody on this call
-      const auto v = troupe::to_string(waits_->get(key));
-      const auto space = v.find(' ');
-      const int next = space == std::string::npos ? -1 : std::atoi(v.c_str());
-      if (next < 0 || next >= n) break;
-      chain += "; " + names_[static_cast<std::size_t>(at)] + " was itself waiting for " +
-               names_[static_cast<std::size_t>(next)] + " to " + v.substr(space + 1);
-      at = next;
-    }
-  } catch (const std::exception&) {
-    // The store is gone or refuses: what was learned so far.
-  }
-  if (chain.empty()) return {};
-  return chain +
-         ", which has not timed out on this call: the wait starts there (a rank that "
-         "is stopped, busy outside troupe's calls, or never issued this call)";
+  return detail::wait_chain(
+      *waits_, op.seq, rank_, size(), peer, what,
+      [this](int r) { return names_[static_cast<std::size_t>(r)]; },
+      std::chrono::duration_cast<std::chrono::milliseconds>(op.timeout));
 }
 
 }  // namespace troupe::detail

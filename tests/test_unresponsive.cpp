@@ -199,20 +199,20 @@ TEST_CASE("a stopped rank among 7 is the one named by every survivor") {
 
 namespace {
 
-/// n ranks in forked processes on the message engine's ring, the failure
-/// detector off: rank `stuck` issues the allreduce and stops (SIGSTOP), so
-/// each survivor waits for its neighbour in the ring, and that one for its
-/// own. Every survivor's timeout names the stopped rank as where the wait
-/// starts, not only the live neighbour it waited for. The last survivor to
-/// finish kills it.
-void stick_one(int n, int stuck, const char* transport) {
+/// n ranks in forked processes on `engine`'s ring (messages: the inline
+/// engine over messages; actors: the group actors), the failure detector off: rank `stuck` issues
+/// the allreduce and stops (SIGSTOP), so each survivor waits for its neighbour in the ring, and
+/// that one for its own. Every survivor's timeout names the stopped rank as where the wait starts,
+/// not only the live neighbour it waited for. The last survivor to finish kills it.
+void stick_one(int n, int stuck, const char* transport, const char* engine = "messages") {
+  CAPTURE(std::string(engine));
   CAPTURE(n);
   CAPTURE(stuck);
   CAPTURE(std::string(transport));
   const auto path = test::temp_store_path();
   auto codes = test::fork_ranks(n, [&](int r) {
     ::setenv("TROUPE_TRANSPORT", transport, 1);
-    ::setenv("TROUPE_ENGINE", "messages", 1);
+    ::setenv("TROUPE_ENGINE", engine, 1);
     ::setenv("TROUPE_ALGORITHMS", "allreduce=ring", 1);
     ::setenv("TROUPE_UNRESPONSIVE_MS", "0", 1);
     auto s = std::make_shared<file_store>(path, 30s);
@@ -265,6 +265,12 @@ TEST_CASE("with the detector off, a stopped rank is named where the wait starts,
     stick_one(4, 2, transport);
     stick_one(7, 3, transport);
   }
+}
+
+TEST_CASE("on the group actors too, a stopped rank is named, 4 and 7 ranks") {
+  // It stops before its actor sent anything of the call: named as missing.
+  stick_one(4, 2, "tcp", "actors");
+  stick_one(7, 3, "shm", "actors");
 }
 
 namespace {
