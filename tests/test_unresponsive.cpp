@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,7 +38,9 @@ struct verdicts {
 
 /// n ranks in forked processes over `transport`; rank `frozen` stops itself
 /// after a barrier, the others call an allreduce with a long timeout.
-void freeze_one(int n, int frozen, const char* transport) {
+/// `setup`, when given, runs first in each rank's process (its environment).
+void freeze_one(int n, int frozen, const char* transport,
+                const std::function<void(int)>& setup = {}) {
   CAPTURE(n);
   CAPTURE(frozen);
   CAPTURE(std::string(transport));
@@ -48,6 +51,7 @@ void freeze_one(int n, int frozen, const char* transport) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::setenv("TROUPE_TRANSPORT", transport, 1);
+      if (setup) setup(r);
       bool ok = false;
       try {
         auto s = std::make_shared<file_store>(path, 30s);
@@ -369,53 +373,9 @@ TEST_CASE("a survivor that learns of a stopped rank from another's goodbye names
   // Rank 2 stops; rank 0's detector (bound 1 s) finds it and rank 0 leaves;
   // rank 1's (bound 4 s) has not judged yet: rank 0's goodbye is what it
   // hears, and its error names rank 2 and how rank 0 found it.
-  for (const char* transport : {"shm", "tcp"}) {
-    CAPTURE(std::string(transport));
-    const auto path = test::temp_store_path();
-    auto* out = test::shared_page<verdicts>();
-    std::vector<pid_t> pids;
-    for (int r = 0; r < 3; ++r) {
-      const pid_t pid = ::fork();
-      if (pid == 0) {
-        ::setenv("TROUPE_TRANSPORT", transport, 1);
-        ::setenv("TROUPE_UNRESPONSIVE_MS", r == 0 ? "1000" : "4000", 1);
-        ::setenv("TROUPE_HEARTBEAT_MS", "150", 1);  // every rank beats as often
-        bool ok = false;
-        try {
-          auto s = std::make_shared<file_store>(path, 30s);
-          world w{test::child_world(s, r, 3, 30s)};
-          auto& pg = w.default_group();
-          pg.barrier().wait();
-          if (r == 2) ::raise(SIGSTOP);  // until killed
-          std::this_thread::sleep_for(50ms);
-          auto t = tensor::from_vector<float>({1.f});
-          try {
-            pg.allreduce(t, {.timeout = 60s}).wait();
-          } catch (const error& e) {
-            const std::string what = e.what();
-            out->named[r] = e.code() == errc::peer_failure &&
-                            what.find("rank 2") != std::string::npos &&
-                            what.find("unresponsive") != std::string::npos;
-            if (!out->named[r] || r == 1) std::fprintf(stderr, "rank %d: %s\n", r, what.c_str());
-            ok = out->named[r] == 1;
-          }
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-        }
-        std::fflush(stderr);
-        ::_exit(ok ? 0 : 1);
-      }
-      pids.push_back(pid);
-    }
-    std::vector<int> codes;
-    for (int r = 0; r < 2; ++r) {
-      int status = 0;
-      ::waitpid(pids[static_cast<std::size_t>(r)], &status, 0);
-      codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128);
-    }
-    ::kill(pids[2], SIGKILL);
-    ::waitpid(pids[2], nullptr, 0);
-    ::unlink(path.c_str());
-    CHECK(codes == std::vector<int>{0, 0});
-  }
+  for (const char* transport : {"shm", "tcp"})
+    freeze_one(3, 2, transport, [](int r) {
+      ::setenv("TROUPE_UNRESPONSIVE_MS", r == 0 ? "1000" : "4000", 1);
+      ::setenv("TROUPE_HEARTBEAT_MS", "150", 1);  // every rank beats as often
+    });
 }
