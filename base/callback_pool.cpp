@@ -4,6 +4,7 @@
 // elsewhere.
 
 #include "base/callback_pool.hpp"
+#include "base/thread_name.hpp"
 
 #include "base/work_state.hpp"
 
@@ -37,6 +38,7 @@ void report(const char* what) {
 }
 
 void worker() {
+  name_this_thread("trp-callbacks");
   auto& p = pool();
   std::unique_lock<std::mutex> g{p.mtx};
   for (;;) {

@@ -11,6 +11,7 @@
 #include "base/group_ranks.hpp"
 #include "base/process_directory.hpp"
 #include "base/texts.hpp"
+#include "base/thread_name.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_state.hpp"
 #include "inline/engine.hpp"
@@ -53,6 +54,7 @@ class deadline_timer {
 
  private:
   void run() {
+    name_this_thread("trp-deadlines");
     std::unique_lock<std::mutex> g{mtx_};
     while (!stopping_) {
       if (due_.empty()) {

@@ -12,6 +12,7 @@
 #include "base/callback_pool.hpp"
 #include "base/futex.hpp"
 #include "base/sim_conductor.hpp"
+#include "base/thread_name.hpp"
 #include "inline/engine.hpp"
 
 namespace troupe::detail {
@@ -95,6 +96,7 @@ bool tick() {
 }
 
 void ticker_loop() {
+  name_this_thread("trp-ticker");
   auto& t = ticker();
   for (;;) {
     const auto seen = t.word.load();
