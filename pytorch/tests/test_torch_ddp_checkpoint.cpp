@@ -44,15 +44,15 @@ struct CheckpointNetImpl : torch::nn::Module {
   }
 };
 
-struct scenario {
-  explicit scenario(std::string n, bool t = false) : name(std::move(n)), twice(t) {}
+struct checkpoint_scenario {
+  explicit checkpoint_scenario(std::string n, bool t = false) : name(std::move(n)), twice(t) {}
   std::string name;
   bool twice = false;
   troupe_torch::ddp_options opts;
 };
 
 /// The script's training: 5 steps of SGD (lr 0.1) on this rank's 16 rows.
-void train(troupe::world& w, const scenario& s) {
+void train(troupe::world& w, const checkpoint_scenario& s) {
   CAPTURE(s.name);
   auto& pg = w.default_group();
   const int r = w.rank(), n = w.size();
@@ -151,22 +151,22 @@ TEST_CASE("distributed_data_parallel trains a checkpointed model as torch's DDP 
   troupe::testing::run_ranks(
       2,
       [](troupe::world& w) {
-        scenario once{"once"};
+        checkpoint_scenario once{"once"};
         train(w, once);  // checkpointed once: works without static_graph
-        scenario views{"once_static_views"};
+        checkpoint_scenario views{"once_static_views"};
         views.opts.static_graph = true;
         views.opts.gradient_as_bucket_view = true;
         train(w, views);
-        scenario twice{"twice_static", true};
+        checkpoint_scenario twice{"twice_static", true};
         twice.opts.static_graph = true;  // hooks fire twice; averaged once
         train(w, twice);
-        scenario unused_static{"once_unused_static"};
+        checkpoint_scenario unused_static{"once_unused_static"};
         unused_static.opts.static_graph = true;
         unused_static.opts.find_unused_parameters = true;
         train(w, unused_static);
-        scenario refused_twice{"twice", true};  // torch: "Expected to mark ... only once."
+        checkpoint_scenario refused_twice{"twice", true};  // torch: "Expected to mark ... only once."
         train(w, refused_twice);
-        scenario refused_unused{"once_unused"};
+        checkpoint_scenario refused_unused{"once_unused"};
         refused_unused.opts.find_unused_parameters = true;
         train(w, refused_unused);
       },

@@ -47,7 +47,7 @@ struct JoinNetImpl : torch::nn::Module {
   }
 };
 
-struct scenario {
+struct join_scenario {
   std::string name;
   std::vector<int> batches;  // per rank
   bool divide_by_initial_world_size = true;
@@ -56,7 +56,7 @@ struct scenario {
   bool micro_batches = false;  // each batch in two halves, the first under no_sync
 };
 
-void run(troupe::world& w, const scenario& s) {
+void run(troupe::world& w, const join_scenario& s) {
   CAPTURE(s.name);
   auto& pg = w.default_group();
   const int r = w.rank();

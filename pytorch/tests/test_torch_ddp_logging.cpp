@@ -42,8 +42,8 @@ struct LogNetImpl : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) { return net->forward(x); }
 };
 
-struct scenario {
-  scenario(std::string n, std::string s, bool u = false)
+struct logging_scenario {
+  logging_scenario(std::string n, std::string s, bool u = false)
       : name(std::move(n)), steps(std::move(s)), unused(u) {}
   std::string name;
   std::string steps;  // S synchronised, N under no_sync
@@ -98,7 +98,7 @@ void compare(const troupe_torch::ddp_logging_data& d, const std::string& prefix,
     CHECK_MESSAGE(want.count(key), "troupe reports " << key << ", torch does not");
 }
 
-void run_scenario(troupe::world& w, const scenario& s) {
+void run_scenario(troupe::world& w, const logging_scenario& s) {
   CAPTURE(s.name);
   auto& pg = w.default_group();
   const int r = w.rank();
@@ -146,16 +146,16 @@ TEST_CASE("distributed_data_parallel's logging data is torch 1.13's for the same
   troupe::testing::run_ranks(
       2,
       [](troupe::world& w) {
-        scenario def{"default", "SSS"};
+        logging_scenario def{"default", "SSS"};
         run_scenario(w, def);
-        scenario unused{"unused_views", "SSS", true};
+        logging_scenario unused{"unused_views", "SSS", true};
         unused.opts.find_unused_parameters = true;
         unused.opts.gradient_as_bucket_view = true;
         run_scenario(w, unused);
-        scenario stat{"static", "SSSS"};
+        logging_scenario stat{"static", "SSSS"};
         stat.opts.static_graph = true;
         run_scenario(w, stat);
-        scenario nosync{"no_sync", "SSNS"};
+        logging_scenario nosync{"no_sync", "SSNS"};
         run_scenario(w, nosync);
       },
       ddp_test::quick());
