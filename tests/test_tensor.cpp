@@ -185,7 +185,7 @@ TEST_CASE("small host buffers: 64-byte aligned, whole, freed on any thread") {
       CHECK(t.is_contiguous());
       // Every byte is the tensor's own: writing them all is seen back.
       auto* b = static_cast<unsigned char*>(t.data());
-      for (std::int64_t i = 0; i < t.nbytes(); ++i) b[i] = static_cast<unsigned char>(i * 7 + n);
+      for (std::size_t i = 0; i < t.nbytes(); ++i) b[i] = static_cast<unsigned char>(i * 7 + n);
       kept.push_back(t);
     }
   }
