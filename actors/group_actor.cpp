@@ -13,6 +13,7 @@
 #include "actors/actor_peers.hpp"
 #include "actors/thread_logger.hpp"
 #include "algorithms/algorithm.hpp"
+#include "base/gone_peers.hpp"
 #include "base/group_ranks.hpp"
 #include "base/sim_conductor.hpp"
 #include "base/wait_chain.hpp"
@@ -72,12 +73,7 @@ struct group_state {
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
   std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
-  // Peers that left, and how ("its world ended"): the index of that text in
-  // gone_whys, -1 while a peer is here (sized at the first that leaves).
-  // Every rank of a large world leaving tells every other: one small entry
-  // per pair, the text naming a peer made only when a call needs it.
-  std::vector<std::int16_t> gone;
-  std::vector<std::string> gone_whys;
+  gone_peers gone;                             // members that left, and how
   bool ranks_sorted = false;  // info.global_ranks ascending: a binary search finds a world rank
   std::vector<std::function<void()>> before_peers;  // see until_peers
   std::shared_ptr<const group_topology> topology;   // the calls' algorithms see it
@@ -93,14 +89,7 @@ std::string where(const group_state& st, const std::string& op, std::uint64_t se
 /// "rank 3 (...) left group 'g' (why)": the error of a call that needs a
 /// peer that left.
 std::string left_text(const group_state& st, int peer, const std::string& why) {
-  return st.net->describe_peer(peer) + " left group '" + st.info.name + "' (" + why + ")";
-}
-
-/// How group rank `peer` left, or null while it is here.
-const std::string* gone_why(const group_state& st, int peer) {
-  if (peer < 0 || static_cast<std::size_t>(peer) >= st.gone.size()) return nullptr;
-  const auto k = st.gone[static_cast<std::size_t>(peer)];
-  return k < 0 ? nullptr : &st.gone_whys[static_cast<std::size_t>(k)];
+  return left_group(st.net->describe_peer(peer), st.info.name, why);
 }
 
 void fail_op(self_ptr self, std::uint64_t seq, errc code, const std::string& cause) {
@@ -189,7 +178,7 @@ void advance(self_ptr self, std::uint64_t seq) {
       // Everything a peer sent arrives before the news that it left, so a call
       // that waits for a peer that left can never finish.
       const int blocked = ctx.blocked_peer();
-      if (const auto* why = gone_why(st, blocked))
+      if (const auto* why = st.gone.why(blocked))
         fail_op(self, seq, errc::peer_failure, left_text(st, blocked, *why));
       return;
     }
@@ -280,16 +269,7 @@ bool refused(const group_state& st, const std::string& op,
 /// Group rank `peer` is gone: fail every call that waits for it.
 void peer_left(self_ptr self, int peer, const std::string& why) {
   auto& st = self->state;
-  if (gone_why(st, peer) || peer < 0 || peer >= st.info.size) return;
-  auto k = std::find(st.gone_whys.begin(), st.gone_whys.end(), why) - st.gone_whys.begin();
-  if (static_cast<std::size_t>(k) == st.gone_whys.size()) {
-    if (k >= 32767)
-      k = 0;  // more distinct texts than fit: the first stands in
-    else
-      st.gone_whys.push_back(why);
-  }
-  st.gone.resize(static_cast<std::size_t>(st.info.size), -1);
-  st.gone[static_cast<std::size_t>(peer)] = static_cast<std::int16_t>(k);
+  if (!st.gone.add(peer, st.info.size, why)) return;
   std::vector<std::uint64_t> seqs;
   for (auto& kv : st.ops) seqs.push_back(kv.first);
   for (auto s : seqs) advance(self, s);
@@ -458,7 +438,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           auto& st = self->state;
           auto rp = self->make_response_promise<tensor_list>();
           if (refused(st, call->name, rp)) return rp;
-          if (const auto* why = gone_why(st, call->peer); why && call->kind != p2p_call::recv_any) {
+          if (const auto* why = st.gone.why(call->peer); why && call->kind != p2p_call::recv_any) {
             const bool waiting = std::none_of(st.unmatched.begin(), st.unmatched.end(),
                                               [&](auto& m) { return matches(*call, m); });
             if (call->kind == p2p_call::send || waiting) {

@@ -71,12 +71,6 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
   return worst;
 }
 
-int log2_ceil(int n) {
-  int k = 0;
-  while ((1 << k) < n) ++k;
-  return k;
-}
-
 double ring_allreduce(const group_topology& t, const cost_model& m, double bytes) {
   const int n = t.size();
   if (n < 2) return 0;

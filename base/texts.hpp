@@ -20,6 +20,13 @@ inline std::string call_location(const std::string& op, const std::string& group
   return r + ")";
 }
 
+/// "rank 3 (...) left group 'g'", with " (why)" when `why` says how: how a
+/// member that left is named to the calls that needed it.
+inline std::string left_group(const std::string& name, const std::string& group,
+                              const std::string& why = {}) {
+  return name + " left group '" + group + "'" + (why.empty() ? "" : " (" + why + ")");
+}
+
 /// "Timed out after 300 ms": how every timeout message reads (c10d's and
 /// torch's tests look for "Timed out"); a timeout that had expired before
 /// the call (negative) reads as 0 ms.

@@ -193,8 +193,8 @@ bool mailbox::send_now(const p2p_call& c, std::exception_ptr& failed, std::size_
   {
     std::lock_guard<spin_lock> g{mtx_};
     if (stopped_) return fail_with(stopped_->first, stopped_->second);
-    if (auto i = gone_.find(c.peer); i != gone_.end())
-      return fail_with(errc::peer_failure, left_text(i->first, i->second));
+    if (const auto* why = gone_.why(c.peer))
+      return fail_with(errc::peer_failure, left_text(c.peer, *why));
   }
   try {
     auto plane = plane_.lock();
@@ -244,8 +244,8 @@ void mailbox::post(p2p_call c) {
       if (stopped_) {
         code = stopped_->first;
         why = stopped_->second;
-      } else if (auto i = gone_.find(c.peer); i != gone_.end()) {
-        why = left_text(i->first, i->second);
+      } else if (const auto* left = gone_.why(c.peer)) {
+        why = left_text(c.peer, *left);
       } else if (local_[peer]) {
         to = local_peer_locked(c.peer);
       }
@@ -315,8 +315,8 @@ void mailbox::post(p2p_call c) {
     }
     if (!got) {
       if (c.kind == p2p_call::recv) {
-        if (auto i = gone_.find(c.peer); i != gone_.end()) {
-          const auto why = left_text(i->first, i->second);
+        if (const auto* left = gone_.why(c.peer)) {
+          const auto why = left_text(c.peer, *left);
           g.unlock();
           return fail_now(errc::peer_failure, why);
         }
@@ -482,7 +482,7 @@ void mailbox::accept(message m) {
   std::string refused;
   {
     std::lock_guard<spin_lock> g{mtx_};
-    if (stopped_ || gone_.count(m.src)) {
+    if (stopped_ || gone_.why(m.src)) {
       // Nobody will receive it: a lent send fails now.
       if (m.sender.valid() || m.loan)
         done.push_back(
@@ -655,7 +655,7 @@ void mailbox::fail_all(errc code, const std::string& reason, finishes& done) {
 }
 
 std::string mailbox::left_text(int peer, const std::string& why) const {
-  return names_[static_cast<std::size_t>(peer)] + " left group '" + group_ + "' (" + why + ")";
+  return left_group(names_[static_cast<std::size_t>(peer)], group_, why);
 }
 
 void mailbox::gone(int world_rank, const std::string& why, bool crashed) {
@@ -668,7 +668,7 @@ void mailbox::gone(int world_rank, const std::string& why, bool crashed) {
       const auto reason = left_text(peer, why);
       if (!stopped_) stopped_ = std::make_pair(errc::peer_failure, reason);
       fail_all(errc::peer_failure, reason, done);
-    } else if (gone_.emplace(peer, why).second) {
+    } else if (gone_.add(peer, static_cast<int>(global_ranks_.size()), why)) {
       // Only a call that needs it makes the text naming it.
       const bool needed = !receives_.empty() || !splits_.empty() || !lent_.empty();
       const auto reason = needed ? left_text(peer, why) : std::string();

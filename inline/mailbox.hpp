@@ -60,7 +60,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,6 +69,7 @@
 
 #include "base/arrival_queue.hpp"
 #include "base/call.hpp"
+#include "base/gone_peers.hpp"
 #include "base/one_or_more.hpp"
 #include "base/rank_names.hpp"
 #include "base/spin_lock.hpp"
@@ -312,9 +312,7 @@ class mailbox : public std::enable_shared_from_this<mailbox> {
   std::vector<std::unique_ptr<placed>> placed_;  // null for ranks of this process
   /// Takes back a placed receive (under mtx_): nothing more is written into its buffer.
   std::optional<receive> revoke(placed& p);
-  // Group rank -> how it left ("its world ended"); left_text() names it
-  // when a call needs it (no text per pair of a large world leaving).
-  std::map<int, std::string> gone_;
+  gone_peers gone_;  // members that left, and how; left_text() names them
   /// "rank 3 (...) left group 'g' (why)".
   std::string left_text(int peer, const std::string& why) const;
   std::optional<std::pair<errc, std::string>> stopped_;

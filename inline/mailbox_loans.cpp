@@ -54,8 +54,8 @@ bool mailbox::lend(p2p_call& c, data_plane& plane) {
     if (stopped_) {
       code = stopped_->first;
       why = stopped_->second;
-    } else if (auto i = gone_.find(c.peer); i != gone_.end()) {
-      why = left_text(i->first, i->second);
+    } else if (const auto* left = gone_.why(c.peer)) {
+      why = left_text(c.peer, *left);
     }
     if (!why.empty()) {
       g.unlock();

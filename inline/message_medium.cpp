@@ -3,6 +3,7 @@
 #include "base/call.hpp"
 #include "base/futex.hpp"
 #include "base/process_directory.hpp"
+#include "base/texts.hpp"
 #include "transport/data_plane.hpp"
 
 namespace troupe::detail {
@@ -279,7 +280,7 @@ std::string message_medium::lost(std::uint64_t, int blocker,
   auto plane = plane_.lock();
   if (!plane) return "the world ended";
   if (auto why = plane->gone_reason(global_ranks_[static_cast<std::size_t>(blocker)]); !why.empty())
-    return name + " left group '" + group_ + "' (" + why + ")";
+    return left_group(name, group_, why);
   return {};
 }
 

@@ -254,10 +254,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   bool dispatch(int r, received_frame& f, std::string& refusal);
   /// Reads r's socket until it has nothing more (the caller holds in_mtx).
   bool drain(int r, bool& any);
-  /// The detector's look at a peer it has not heard for a while: reads the
-  /// bytes that wait on r's connection (a reader thread starved of CPU
-  /// leaves them there). False when another thread reads them right now.
-  bool read_for_detector(int r);
+  /// Reads what waits on r's connection, without waiting (`any`: a frame
+  /// that is not a heartbeat came); false when another thread reads it now.
+  bool try_drain(int r, bool& any);
   /// Rank r is gone: `crashed` (died, broke its connection, sent bad frames:
   /// its groups fail) or left with a goodbye; `cause`: the world rank it
   /// blamed (-1: none); `kind`: how the rank this one's goodbye will blame

@@ -74,7 +74,9 @@ void data_plane::heartbeat_loop() {
       beat(p);
       auto heard = p.heard_ns.load(std::memory_order_relaxed);
       if (opts_.unresponsive.count() <= 0 || heard == 0 || now - heard <= silence.count()) continue;
-      const bool read = read_for_detector(r);
+      // Its bytes may wait unread behind a starved reader thread: read them.
+      bool any = false;
+      const bool read = try_drain(r, any);
       heard = p.heard_ns.load(std::memory_order_relaxed);
       const auto grace = read ? clock::duration::zero() : clock::duration(2 * every);
       if (p.gone.load() || now - heard <= (silence + grace).count()) continue;

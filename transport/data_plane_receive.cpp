@@ -209,20 +209,16 @@ bool data_plane::pump(int r) {
   // An empty ring has nothing to read (its end is the reader thread's to
   // see): no lock taken, as a waiting thread asks at every turn.
   if (p.in_link && !p.in_link->readable()) return false;
-  std::unique_lock<std::mutex> g{p.in_mtx, std::try_to_lock};
-  if (!g.owns_lock()) return false;
   bool any = false;
-  drain(r, any);
+  try_drain(r, any);
   return any;
 }
 
-bool data_plane::read_for_detector(int r) {
+bool data_plane::try_drain(int r, bool& any) {
   auto& p = at(r);
   std::unique_lock<std::mutex> g{p.in_mtx, std::try_to_lock};
   if (!g.owns_lock()) return false;
-  if (!p.in_socket && !p.in_link) return true;
-  bool any = false;
-  drain(r, any);  // reads what waits, without waiting; sets heard_ns when it read bytes
+  if (p.in_socket || p.in_link) drain(r, any);  // what waits, without waiting
   return true;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "base/texts.hpp"
 #include "inline/shm/segment.hpp"
 
 namespace troupe::detail {
@@ -96,11 +97,10 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
     if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
     // One that left said goodbye: that its process ended since is no crash.
     // Its goodbye to the data plane says why, e.g. after which rank failed.
-    if (seg_->identity(r).left.load(std::memory_order_acquire)) {
-      const auto why = rings_ ? rings_->left_reason(r) : std::string();
-      add(left, names_[static_cast<std::size_t>(r)] + " left group '" + group_ + "'" +
-                    (why.empty() ? "" : " (" + why + ")"));
-    } else
+    if (seg_->identity(r).left.load(std::memory_order_acquire))
+      add(left, left_group(names_[static_cast<std::size_t>(r)], group_,
+                           rings_ ? rings_->left_reason(r) : std::string()));
+    else
       unfinished.push_back(r);
   }
   const bool check_processes = now >= next_liveness_check_ || !left.empty();
