@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../base/arrival_queue.hpp"
+#include "../base/engine_setting.hpp"
 #include "../inline/engine.hpp"
 #include "../inline/mailbox.hpp"
 #include "check_error.hpp"
@@ -313,11 +314,16 @@ namespace {
 
 /// Whether large sends from shareable buffers are lent between this run's
 /// processes (troupe-run over shared memory, the mailbox's path).
+/// Whether calls run on the group actors (TROUPE_ENGINE=actors, or its
+/// former name TROUPE_FABRIC=off), whose sends are all eager.
+bool on_group_actors() {
+  return detail::read_engine_setting() == detail::engine_setting::actors;
+}
+
 bool lends_between_processes() {
   const char* transport = std::getenv("TROUPE_TRANSPORT");
-  const char* engine = std::getenv("TROUPE_ENGINE");
   return std::getenv("RANK") && !(transport && std::string(transport) == "tcp") &&
-         !(engine && std::string(engine) == "actors");
+         !on_group_actors();
 }
 
 /// `t` filled with pattern(sender, ...) (t: a CPU tensor of floats).
@@ -531,9 +537,7 @@ TEST_CASE("a lent send nobody receives fails at its deadline and is never receiv
     auto& pg = w.default_group();
     // Lent: between processes (lends_between_processes), and on the
     // mailbox in one process; the group actors' sends are eager.
-    const char* engine = std::getenv("TROUPE_ENGINE");
-    const bool waits = std::getenv("RANK") ? lends_between_processes()
-                                           : !(engine && std::string(engine) == "actors");
+    const bool waits = std::getenv("RANK") ? lends_between_processes() : !on_group_actors();
     if (w.rank() == 0) {
       auto big = tensor::empty_shared({1 << 18}, dtype::float32);
       auto s = pg.send({big}, 1, {.tag = 4, .timeout = 300ms});
@@ -618,8 +622,7 @@ TEST_CASE("a send nobody receives fails at its deadline, naming the peer and tag
 TEST_CASE("a rank whose group is destroyed fails the sends waiting for it to receive") {
   // Lent messages exist between ranks of one process, on the mailbox (not
   // the group actors' path, whose sends are all eager).
-  const char* engine = std::getenv("TROUPE_ENGINE");
-  if (std::getenv("RANK") || (engine && std::string(engine) == "actors")) return;
+  if (std::getenv("RANK") || on_group_actors()) return;
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
     auto g = w.new_group({0, 1});
@@ -667,8 +670,7 @@ TEST_CASE("messages that waited for their receive stop counting against the boun
 // is failed (test_peer_frames).
 TEST_CASE("a sender in this process past the bound of waiting messages waits for its receive") {
   // Every process skips it alike; the group actors (TROUPE_ENGINE=actors) do not bound it.
-  const char* engine = std::getenv("TROUPE_ENGINE");
-  if (std::getenv("RANK") || (engine && std::string(engine) == "actors")) return;
+  if (std::getenv("RANK") || on_group_actors()) return;
   constexpr auto bound = static_cast<int>(detail::max_waiting_messages);
   testing::run_ranks(2, [&](world& w) {
     auto& pg = w.default_group();
