@@ -28,6 +28,7 @@ TEST_CASE("troupe-run is not built (TROUPE_BUILD_EXAMPLES=OFF): launcher tests s
 #include <string>
 #include <vector>
 
+#include "loopback.hpp"
 #include "troupe/tcp_store.hpp"
 
 extern char** environ;
@@ -189,19 +190,6 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-/// A port that was free on loopback a moment ago.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 }  // namespace
 
 TEST_CASE("one node: ranks 0..N-1 share a free port and a generated 32-hex-char token") {
@@ -326,7 +314,7 @@ TEST_CASE("TROUPE_STORE_EXTERNAL: 0 lets rank 0 host the store, 1 a store of one
 }
 
 TEST_CASE("node 0 serves the store on while other nodes' ranks still use it") {
-  const int port = free_port();
+  const int port = troupe::test::free_port();
   launched l = start({"--nnodes", "2", "--node-rank", "0", "-n", "1", "--master-port",
                       std::to_string(port), child, "pause", "300"},
                      {{"TROUPE_JOB_TOKEN", "0123456789abcdef"}});

@@ -32,6 +32,7 @@
 #include "../transport/data_plane.hpp"
 #include "../transport/pending_handshakes.hpp"
 #include "forked_ranks.hpp"
+#include "loopback.hpp"
 #include "troupe/tcp_store.hpp"
 
 using namespace troupe;
@@ -337,19 +338,6 @@ int connect_from(const char* source, std::uint16_t port, const std::string& firs
   return fd;
 }
 
-/// A listening socket on 127.0.0.1 at a free port, and that port.
-std::pair<int, std::uint16_t> loopback_listener() {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  REQUIRE(::listen(listener, 64) == 0);
-  return {listener, ntohs(a.sin_port)};
-}
-
 /// Whether the server closed `fd` (its end read as 0 or a reset), waiting up to `wait`.
 bool closed_by_server(int fd, std::chrono::milliseconds wait = 200ms) {
   pollfd p{fd, POLLIN, 0};
@@ -364,7 +352,7 @@ TEST_CASE("pending handshakes: a newcomer pushes out the busiest source's oldest
   // The door of the store and the data plane, driven by hand: 8 may be
   // pending; a stranger at 127.0.0.1 fills them, another source (127.0.0.2)
   // holds two with half a preamble, and a real client comes last.
-  const auto [listener, port] = loopback_listener();
+  const auto [listener, port] = test::loopback_listener();
   std::vector<std::string> refused, admitted;
   detail::pending_handshakes::limits limits;
   limits.max_pending = 8;
@@ -426,7 +414,7 @@ TEST_CASE("pending handshakes: a newcomer pushes out the busiest source's oldest
 }
 
 TEST_CASE("pending handshakes: a silent connection has 500 ms, a handshake 2 s") {
-  const auto [listener, port] = loopback_listener();
+  const auto [listener, port] = test::loopback_listener();
   std::vector<std::pair<double, std::string>> refused;
   const auto start = std::chrono::steady_clock::now();
   detail::pending_handshakes pending(

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "forked_ranks.hpp"
+#include "loopback.hpp"
 #include "pausing_store.hpp"
 #include "troupe/tcp_store.hpp"
 
@@ -43,19 +44,6 @@ using steady = std::chrono::steady_clock;
 namespace {
 
 const std::string token = "0123456789abcdef";
-
-/// A port that was free on loopback a moment ago.
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 /// A program started with its stdout and stderr on pipes, read as they come.
 struct child_process {
@@ -194,7 +182,7 @@ struct board {
 /// data-plane port while rank 1 waits, stopped right after reading it from
 /// the store. Rank 1's start is timed from its start or from the go.
 timing forked_job(target t, const std::vector<std::string>& args) {
-  const auto port = free_port();
+  const auto port = test::free_port();
   auto& b = *test::shared_page<board>();
   b.world_ms = -1;
   b.calls_ms = -1;
@@ -321,7 +309,7 @@ namespace {
 /// store at a known --master-port); its ranks start once the stranger
 /// (`args`; none when empty) attacks `t`.
 timing launched_job(target t, const std::vector<std::string>& args) {
-  const auto port = free_port();
+  const auto port = test::free_port();
   const auto go = test::temp_store_path(), port_file = test::temp_store_path();
   std::vector<std::string> env = {"STRANGERS_GO=" + go, "TROUPE_JOB_TOKEN=" + token};
   if (t == target::data_plane) env.push_back("STRANGERS_PORT_FILE=" + port_file);

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback.hpp"
 #include "troupe/error.hpp"
 #include "troupe/tcp_store.hpp"
 
@@ -248,17 +249,7 @@ TEST_CASE("tcp_store: a connection dropped before the store answered is tried ag
   // (transport/pending_handshakes.hpp): its client tries again within its
   // timeout. Here the first store on the port drops every connection unread
   // for a while, then the real one takes the port over.
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  REQUIRE(::listen(listener, 16) == 0);
-  const std::uint16_t port = ntohs(addr.sin_port);
+  const auto [listener, port] = troupe::test::loopback_listener(16);
   std::atomic<int> dropped{0};
   std::thread dropper([&] {
     timeval tv{0, 100000};
