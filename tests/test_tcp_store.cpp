@@ -85,6 +85,28 @@ TEST_CASE("tcp_store: port 0 reports the real port; two clients share one server
   CHECK(host.num_keys() == 2);
 }
 
+TEST_CASE("tcp_store: threads sharing one client get their answers without delay") {
+  // Two ranks of one process share the job's store client: their requests
+  // and the server's answers interleave on one connection. An answer queued
+  // behind another one that is not yet acknowledged must leave at once (no
+  // Nagle delay on the server's side): a round here took 40 ms before.
+  troupe::tcp_store_server server("127.0.0.1", 0, token);
+  troupe::tcp_store shared("127.0.0.1", server.port(), client_options());
+  constexpr int rounds = 60;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < rounds; ++i) {
+    const auto key = "round/" + std::to_string(i);
+    std::thread other([&] { shared.add(key + "/count", 1); });
+    shared.set(key, "x");
+    shared.wait({key + "/count"});
+    other.join();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  MESSAGE(rounds << " rounds of two threads' requests took "
+                 << std::chrono::duration<double>(took).count() << " s");
+  CHECK(took < 1200ms);  // 20 ms a round: half of one delayed acknowledgement
+}
+
 TEST_CASE(
     "tcp_store: a wrong token is refused at connect, counted and logged; the right one works") {
   troupe::tcp_store_server server("127.0.0.1", 0, token);
