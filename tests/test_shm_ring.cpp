@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -234,4 +235,23 @@ TEST_CASE("a reader refuses what is not a sealed ring of the named process, sayi
           "is not a sealed memfd");
   ::close(loose);
   refused(std::string(prefix) + "gone@" + me + ":999999", ::getpid(), "cannot open");
+}
+
+TEST_CASE("a ring that carries only a few small frames takes no memory for the rest") {
+  // Every pair of ranks of a host has a ring: most carry nothing but the
+  // goodbye at the end, which must not allocate (and zero) the whole ring.
+  // One in real use is mapped at once (faults one page at a time slow it).
+  const auto name = ring_name("lazy");
+  constexpr std::size_t capacity = std::size_t{4} << 20;
+  auto w = shm_ring::create(name, capacity);
+  auto r = open_ring(*w);
+  struct stat st {};
+  auto allocated = [&] {
+    REQUIRE(::stat(descriptor_path(*w).c_str(), &st) == 0);
+    return static_cast<std::size_t>(st.st_blocks) * 512;
+  };
+  CHECK(round_trips(*w, *r, 16, 4));
+  CHECK(allocated() < capacity / 8);
+  CHECK(round_trips(*w, *r, 64 << 10, 16));  // 1 MiB through: in use
+  CHECK(allocated() >= capacity);
 }

@@ -137,12 +137,14 @@ std::uint64_t publish_step(std::size_t n) {
 
 }  // namespace
 
-// A ring's pages are mapped (the writer's allocated) at once, when its side
-// first uses it: faulted one at a time they would cost each side a fault
+// A ring's pages are mapped (the writer's allocated) at once when its side
+// is in real use: faulted one at a time they would cost each side a fault
 // per 4 KiB until the ring had gone round once, slowing its first hundreds
-// of exchanges. Only rings in use: every pair of a host has one, most may
-// never carry a byte. A kernel without the advice (older than 5.14) faults
-// them one at a time.
+// of exchanges. "In use" is past its first sixteenth: every pair of a host
+// has a ring and most never carry more than a goodbye or a few heartbeats,
+// which would otherwise allocate and zero the whole ring (4 MiB, about 2 ms
+// per ring when a world ends). A kernel without the advice (older than
+// 5.14) faults them one at a time.
 void shm_ring::populate() {
   populated_ = true;
   ::madvise(data_, static_cast<std::size_t>(capacity_),
@@ -150,7 +152,7 @@ void shm_ring::populate() {
 }
 
 bool shm_ring::write(const void* data, std::size_t n) {
-  if (!populated_) populate();
+  if (!populated_ && in_use(ctl_->head.load(std::memory_order_relaxed) + n)) populate();
   auto* p = static_cast<const char*>(data);
   const auto cap = capacity_;
   while (n > 0) {
@@ -184,7 +186,7 @@ std::size_t shm_ring::writable() const {
 }
 
 long shm_ring::read_some(void* data, std::size_t n) {
-  if (!populated_) populate();
+  if (!populated_ && in_use(read_.load(std::memory_order_relaxed) + n)) populate();
   const auto cap = capacity_;
   const auto tail = read_.load(std::memory_order_relaxed);
   const auto head = ctl_->head.load(std::memory_order_acquire);
@@ -266,7 +268,7 @@ bool shm_ring::wait_readable(std::chrono::milliseconds max, std::chrono::microse
 }
 
 bool shm_ring::read(void* data, std::size_t n) {
-  if (!populated_) populate();
+  if (!populated_ && in_use(read_.load(std::memory_order_relaxed) + n)) populate();
   auto* p = static_cast<char*>(data);
   const auto cap = capacity_;
   while (n > 0) {
