@@ -10,6 +10,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,13 +30,21 @@ constexpr std::int64_t elements = std::int64_t{1} << 20;
 
 /// Rank r's input as floats, exact in `t`: multiples of 2^-6 for float16
 /// (11 significant bits), of 2^-3 for bfloat16 (8 bits), in [-16, 16).
-std::vector<float> input_of(int rank, dtype t) {
-  std::mt19937 gen(static_cast<unsigned>(rank * 7919 + 17));
-  const int steps = t == dtype::float16 ? 64 : 8;  // 2^-6 or 2^-3
-  std::uniform_int_distribution<int> d(-16 * steps, 16 * steps - 1);
-  std::vector<float> v(static_cast<std::size_t>(elements));
-  for (auto& x : v) x = static_cast<float>(d(gen)) / static_cast<float>(steps);
-  return v;
+/// Made once per process (every rank and the reference read them often).
+const std::vector<float>& input_of(int rank, dtype t) {
+  static std::mutex mtx;
+  static std::map<std::pair<int, dtype>, std::unique_ptr<const std::vector<float>>> made;
+  std::lock_guard<std::mutex> g{mtx};
+  auto& slot = made[{rank, t}];
+  if (!slot) {
+    std::mt19937 gen(static_cast<unsigned>(rank * 7919 + 17));
+    const int steps = t == dtype::float16 ? 64 : 8;  // 2^-6 or 2^-3
+    std::uniform_int_distribution<int> d(-16 * steps, 16 * steps - 1);
+    auto v = std::make_unique<std::vector<float>>(static_cast<std::size_t>(elements));
+    for (auto& x : *v) x = static_cast<float>(d(gen)) / static_cast<float>(steps);
+    slot = std::move(v);
+  }
+  return *slot;
 }
 
 tensor to_half(const std::vector<float>& v, dtype t) {
@@ -51,7 +62,7 @@ tensor to_half(const std::vector<float>& v, dtype t) {
 tensor reference(int n, dtype t, bool avg) {
   std::vector<float> sum(static_cast<std::size_t>(elements), 0.f);
   for (int r = 0; r < n; ++r) {
-    auto v = input_of(r, t);
+    const auto& v = input_of(r, t);
     for (std::size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
   }
   if (avg)
