@@ -18,11 +18,22 @@ torch.set_num_threads(1)
 warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
 
 
+#: Set by torch_suites.py while it runs several suites in one process: init()
+#: then hands every suite the same groups and finish() leaves them open.
+several = False
+_started = None
+
+
 def init(gloo=True):
     """Default group on troupe (env://); returns (rank, size, gloo_group)."""
-    dist.init_process_group("troupe")
-    g = dist.new_group(backend="gloo") if gloo else None
-    return dist.get_rank(), dist.get_world_size(), g
+    global _started
+    if _started is None or not several:
+        dist.init_process_group("troupe")
+        g = dist.new_group(backend="gloo") if gloo else None
+        _started = (dist.get_rank(), dist.get_world_size(), g)
+    elif gloo and _started[2] is None:
+        _started = _started[:2] + (dist.new_group(backend="gloo"),)
+    return _started if gloo else _started[:2] + (None,)
 
 
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -103,6 +114,8 @@ def finish(gloo_group):
     process in PyEval_AcquireThread; troupe's clean exit is tested by the
     suites without gloo.)"""
     dist.barrier(group=gloo_group)
+    if several:
+        return  # the next suite of torch_suites.py runs in this process
     dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
