@@ -210,6 +210,74 @@ TEST_CASE("a stopped rank among 7 is the one named by every survivor") {
 
 namespace {
 
+/// 7 ranks over shared memory on the group actors' ring (TROUPE_ENGINE=actors),
+/// the detector's bound 1 s: rank `frozen` stops `after` into a 16 Mi-element
+/// allreduce it joined. Every survivor either finished (everything it needed
+/// had passed the stopped rank) or names the stopped rank, never a live one.
+void freeze_mid_ring(int frozen, std::chrono::milliseconds after) {
+  CAPTURE(frozen);
+  CAPTURE(after.count());
+  constexpr int n = 7;
+  const auto path = test::temp_store_path();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("TROUPE_TRANSPORT", "shm", 1);
+      ::setenv("TROUPE_ENGINE", "actors", 1);
+      bound_1s(r);
+      bool ok = false;
+      try {
+        auto s = std::make_shared<file_store>(path, 30s);
+        world w{test::child_world(s, r, n, 30s)};
+        auto& pg = w.default_group();
+        pg.barrier().wait();
+        auto t = tensor::empty({16 << 20}, dtype::float32);
+        std::thread stopper;
+        if (r == frozen)
+          stopper = std::thread([after] {
+            std::this_thread::sleep_for(after);
+            ::raise(SIGSTOP);  // the whole process, until killed
+          });
+        try {
+          pg.allreduce(t, {.timeout = 30s}).wait();
+          ok = true;
+        } catch (const error& e) {
+          const std::string what = e.what();
+          ok = what.find("rank " + std::to_string(frozen) + " ") != std::string::npos &&
+               what.find("unresponsive") != std::string::npos;
+          if (!ok) std::fprintf(stderr, "rank %d blames another: %s\n", r, what.c_str());
+        }
+        if (stopper.joinable()) stopper.join();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      std::fflush(stderr);
+      ::_exit(ok ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == frozen) continue;
+    int status = 0;
+    ::waitpid(pids[static_cast<std::size_t>(r)], &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  ::kill(pids[static_cast<std::size_t>(frozen)], SIGKILL);
+  ::waitpid(pids[static_cast<std::size_t>(frozen)], nullptr, 0);
+  ::unlink(path.c_str());
+}
+
+}  // namespace
+
+TEST_CASE("a rank stopped in the middle of a ring on the group actors is the one named") {
+  freeze_mid_ring(3, 30ms);
+  freeze_mid_ring(0, 80ms);
+}
+
+namespace {
+
 /// n ranks in forked processes on `engine`'s ring (messages: the inline
 /// engine over messages; actors: the group actors), the failure detector off: rank `stuck` issues
 /// the allreduce and stops (SIGSTOP), so each survivor waits for its neighbour in the ring, and
