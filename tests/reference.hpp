@@ -233,6 +233,7 @@ inline void check_close(const tensor& got, const values& expected, const std::st
   REQUIRE(g.size() == expected.size());
   const double tol = tolerance(got.scalar_type());
   for (std::size_t i = 0; i < g.size(); ++i) {
+    if (g[i] == expected[i]) continue;  // most are exact: no square roots for them
     const double err = std::abs(g[i] - expected[i]);
     const double bound = tol * std::max(1.0, std::abs(expected[i]));
     if (!(err <= bound)) {
