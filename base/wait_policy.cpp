@@ -3,7 +3,9 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "base/futex.hpp"
@@ -31,7 +33,7 @@ std::chrono::nanoseconds microseconds_from_env(const char* name, std::chrono::na
 
 /// Whether this process runs on a CPU of its own: bound to one CPU (by
 /// troupe-run, or mpirun --bind-to core) in a job with no more ranks on
-/// this host than it has CPUs.
+/// this host than the CPUs they may use.
 bool on_cpu_of_its_own() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -41,11 +43,57 @@ bool on_cpu_of_its_own() {
   if (!local || !*local) return false;
   char* end = nullptr;
   const long ranks = std::strtol(local, &end, 10);
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return *end == '\0' && ranks >= 1 && cpus >= ranks;
+  return *end == '\0' && ranks >= 1 && host_cpus() >= ranks;
 }
 
 }  // namespace
+
+long count_cpu_list(const char* list) {
+  long count = 0;
+  const char* p = list;
+  while (*p && *p != '\n') {
+    char* end = nullptr;
+    const long first = std::strtol(p, &end, 10);
+    if (end == p || first < 0) return 0;
+    long last = first;
+    p = end;
+    if (*p == '-') {
+      last = std::strtol(p + 1, &end, 10);
+      if (end == p + 1 || last < first) return 0;
+      p = end;
+    }
+    count += last - first + 1;
+    if (*p == ',')
+      ++p;
+    else if (*p && *p != '\n')
+      return 0;
+  }
+  return count;
+}
+
+long host_cpus() {
+  // Read once per process (a forked child reads its own parent's).
+  static std::atomic<long> cached{0};
+  static std::atomic<pid_t> cached_for{0};
+  if (cached_for.load() == ::getpid()) return cached.load();
+  const long cpus = [] {
+    const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+    std::ifstream status("/proc/" + std::to_string(::getppid()) + "/status");
+    std::string line;
+    const std::string key = "Cpus_allowed_list:";
+    while (std::getline(status, line)) {
+      if (line.compare(0, key.size(), key) != 0) continue;
+      auto at = line.find_first_not_of(" \t", key.size());
+      const long allowed = at == std::string::npos ? 0 : count_cpu_list(line.c_str() + at);
+      if (allowed > 0 && (online <= 0 || allowed < online)) return allowed;
+      break;
+    }
+    return online;
+  }();
+  cached.store(cpus);
+  cached_for.store(::getpid());
+  return cpus;
+}
 
 wait_policy wait_policy::from_env() {
   wait_policy p;
@@ -65,7 +113,7 @@ const wait_policy& wait_policy::get() {
 
 wait_policy wait_policy::for_ranks(int ranks) const {
   auto p = *this;
-  static const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const long cpus = host_cpus();
   if (ranks > cpus && cpus > 0 && !spin_chosen) p.spin = {};
   return p;
 }

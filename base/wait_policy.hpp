@@ -11,7 +11,9 @@
 // A rank on a CPU of its own (bound to one CPU, as troupe-run and mpirun
 // --bind-to core bind them when the host has a CPU for every rank) spins
 // 20 µs before it yields: nothing of the job waits for that CPU, and a
-// yield is a system call that delays noticing the peer.
+// yield is a system call that delays noticing the peer. "A CPU for every
+// rank" counts the CPUs the launcher may use (host_cpus()), not the
+// machine's: ranks confined together to fewer CPUs share them.
 //
 // A device actor (actors/device_actor.cpp) watches a job's CUDA event for up to
 // `gpu_watch` (1 ms) before it asks CUDA for a host callback, and after each
@@ -31,6 +33,15 @@ namespace troupe::detail {
 /// The spinning window of a rank on a CPU of its own.
 inline constexpr std::chrono::nanoseconds own_cpu_spin{20'000};
 
+/// How many CPUs the ranks of this host share: those its launcher may run
+/// on (the affinity of this process's parent: troupe-run, mpirun's daemon,
+/// torchrun), at most the online CPUs. A host confined to fewer CPUs than
+/// it runs ranks (a container's cpuset, taskset) has its ranks share them
+/// whichever CPU each is bound to.
+long host_cpus();
+/// The CPUs in a Linux CPU list ("0-3,8,10-11": 7); 0 when malformed.
+long count_cpu_list(const char* list);
+
 struct wait_policy {
   std::chrono::nanoseconds spin{1'000};   ///< pure spinning
   std::chrono::nanoseconds poll{50'000};  ///< spinning + yielding, then sleep
@@ -44,7 +55,7 @@ struct wait_policy {
   /// The process's policy (from_env() when first asked).
   static const wait_policy& get();
   /// This policy for waiting on `ranks` ranks of this host: without the pure
-  /// spinning when they outnumber the host's CPUs (unless TROUPE_SPIN_US
+  /// spinning when they outnumber the host's CPUs (host_cpus(); unless TROUPE_SPIN_US
   /// set it): the rank waited for may be waiting for this CPU, and yielding
   /// at once lets it run.
   wait_policy for_ranks(int ranks) const;

@@ -2,6 +2,7 @@
 // (node_local_rank), as c10d's TORCH_DISTRIBUTED_DEBUG and local rank.
 
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 #include "check_error.hpp"
 
 #include <pthread.h>
@@ -230,6 +231,52 @@ TEST_CASE("a rank on a CPU of its own spins longer before it yields") {
     scoped_env local{"LOCAL_WORLD_SIZE", "1"};
     CHECK(detail::wait_policy::from_env().spin == usual);
   }
+}
+
+TEST_CASE("ranks their launcher confined together to fewer CPUs share them: no long spin") {
+  // A launcher (the first child) runs on one CPU, as a host's share of the
+  // CPUs given by taskset or a container's cpuset; its rank (the second
+  // child) is bound to that CPU, one of 2 ranks on the host. It must not
+  // spin as if the CPU were its own (the machine's other CPUs are not the
+  // host's), nor when it waits on the host's 2 ranks.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  REQUIRE(::sched_getaffinity(0, sizeof(mine), &mine) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (::sched_setaffinity(0, sizeof(one), &one) != 0) ::_exit(2);
+    const pid_t rank = ::fork();
+    if (rank == 0) {
+      ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+      ::unsetenv("TROUPE_SPIN_US");
+      const auto p = detail::wait_policy::from_env();
+      const bool ok = detail::host_cpus() == 1 && p.spin < detail::own_cpu_spin &&
+                      p.for_ranks(2).spin == std::chrono::nanoseconds{0};
+      ::_exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ::waitpid(rank, &status, 0);
+    ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 3);
+  }
+  int status = 0;
+  ::waitpid(launcher, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("CPU lists count as Linux writes them") {
+  CHECK(detail::count_cpu_list("0") == 1);
+  CHECK(detail::count_cpu_list("0-3,8,10-11") == 7);
+  CHECK(detail::count_cpu_list("2-2\n") == 1);
+  CHECK(detail::count_cpu_list("") == 0);
+  CHECK(detail::count_cpu_list("3-1") == 0);
+  CHECK(detail::count_cpu_list("a") == 0);
+  CHECK(detail::count_cpu_list("1;2") == 0);
 }
 
 TEST_CASE("a world refuses a TROUPE_ENGINE that is not inline, messages, staged or actors") {
