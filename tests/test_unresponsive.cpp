@@ -2,7 +2,7 @@
 // process is stopped (SIGSTOP) is named by every survivor within the bound
 // (TROUPE_UNRESPONSIVE_MS, 3 s by default; most cases here set 1 s), over
 // shared memory and TCP, with 2, 3, 4 and 7 processes; a rank busy computing
-// for 5 times the bound between calls is not.
+// for 20 s between calls is not.
 // Times are printed, and asserted only with generous margins. A live peer
 // whose heartbeats wait unread (its reader thread stopped) is not failed.
 
@@ -125,10 +125,10 @@ TEST_CASE("a stopped rank is named unresponsive by every survivor, over shared m
   }
 }
 
-TEST_CASE("a rank busy for 5 times the detector's bound between calls is not declared failed") {
+TEST_CASE("a rank busy for 20 s between calls is not declared failed") {
+  // At the default bound (3 s): the issue's own acceptance case.
   const auto path = test::temp_store_path();
   auto codes = test::fork_ranks(4, [&](int r) {
-    bound_1s(r);
     auto s = std::make_shared<file_store>(path, 30s);
     world w{test::child_world(s, r, 4, 30s)};
     auto& pg = w.default_group();
@@ -137,7 +137,7 @@ TEST_CASE("a rank busy for 5 times the detector's bound between calls is not dec
     if (r == 2) {
       // Computing, not waiting: the rank's threads never enter troupe.
       volatile double x = 0;
-      const auto until = clock_type::now() + 5s;
+      const auto until = clock_type::now() + 20s;
       while (clock_type::now() < until)
         for (int i = 0; i < 100000; ++i) x = x + 1e-9 * i;
     }
