@@ -37,47 +37,26 @@ struct verdicts {
   int named[8];       // 1: its error named the frozen rank as unresponsive
 };
 
-/// n ranks in forked processes over `transport`; rank `frozen` stops itself
-/// after a barrier, the others call an allreduce with a long timeout.
-/// `setup`, when given, runs first in each rank's process (its environment).
-void freeze_one(int n, int frozen, const char* transport,
-                const std::function<void(int)>& setup = {}) {
-  CAPTURE(n);
-  CAPTURE(frozen);
-  CAPTURE(std::string(transport));
+/// Forks n ranks; each runs `setup(r)`, joins a world of n over a file
+/// store, passes a barrier and runs `body(r, group)` (true: as expected),
+/// in which rank `frozen` stops its process. The survivors end on their
+/// own; then the frozen rank is killed. Each survivor's exit code (0: its
+/// body returned true).
+std::vector<int> run_with_frozen(int n, int frozen, const std::function<void(int)>& setup,
+                                 const std::function<bool(int, process_group&)>& body) {
   const auto path = test::temp_store_path();
-  auto* out = test::shared_page<verdicts>();
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
-      ::setenv("TROUPE_TRANSPORT", transport, 1);
-      if (setup) setup(r);
+      setup(r);
       bool ok = false;
       try {
         auto s = std::make_shared<file_store>(path, 30s);
         world w{test::child_world(s, r, n, 30s)};
         auto& pg = w.default_group();
         pg.barrier().wait();
-        if (r == frozen) ::raise(SIGSTOP);  // stays here until killed
-        std::this_thread::sleep_for(50ms);  // the frozen rank stops first
-        const auto t0 = clock_type::now();
-        auto t = tensor::from_vector<float>({1.f});
-        try {
-          pg.allreduce(t, {.timeout = 60s}).wait();
-          std::fprintf(stderr, "rank %d: the allreduce succeeded\n", r);
-        } catch (const error& e) {
-          const std::string what = e.what();
-          out->seconds[r] = std::chrono::duration<double>(clock_type::now() - t0).count();
-          out->named[r] = e.code() == errc::peer_failure &&
-                          what.find("rank " + std::to_string(frozen)) != std::string::npos &&
-                          what.find("unresponsive") != std::string::npos;
-          if (!out->named[r]) std::fprintf(stderr, "rank %d: %s\n", r, what.c_str());
-          ok = out->named[r] == 1;
-        }
-        // A survivor may leave before another judges (a loaded machine
-        // spreads the verdicts): its goodbye names the stopped rank and how
-        // it was found, so the later one names it too.
+        ok = body(r, pg);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -86,7 +65,6 @@ void freeze_one(int n, int frozen, const char* transport,
     }
     pids.push_back(pid);
   }
-  // The survivors end on their own; then the frozen rank is killed.
   std::vector<int> codes(static_cast<std::size_t>(n), 0);
   for (int r = 0; r < n; ++r) {
     if (r == frozen) continue;
@@ -97,6 +75,44 @@ void freeze_one(int n, int frozen, const char* transport,
   ::kill(pids[static_cast<std::size_t>(frozen)], SIGKILL);
   ::waitpid(pids[static_cast<std::size_t>(frozen)], nullptr, 0);
   ::unlink(path.c_str());
+  return codes;
+}
+
+/// n ranks in forked processes over `transport`; rank `frozen` stops itself
+/// after a barrier, the others call an allreduce with a long timeout.
+/// `setup`, when given, runs first in each rank's process (its environment).
+void freeze_one(int n, int frozen, const char* transport,
+                const std::function<void(int)>& setup = {}) {
+  CAPTURE(n);
+  CAPTURE(frozen);
+  CAPTURE(std::string(transport));
+  auto* out = test::shared_page<verdicts>();
+  const auto env = [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", transport, 1);
+    if (setup) setup(r);
+  };
+  const auto codes = run_with_frozen(n, frozen, env, [&](int r, process_group& pg) {
+    if (r == frozen) ::raise(SIGSTOP);  // stays here until killed
+    std::this_thread::sleep_for(50ms);  // the frozen rank stops first
+    const auto t0 = clock_type::now();
+    auto t = tensor::from_vector<float>({1.f});
+    try {
+      pg.allreduce(t, {.timeout = 60s}).wait();
+      std::fprintf(stderr, "rank %d: the allreduce succeeded\n", r);
+      return false;
+    } catch (const error& e) {
+      const std::string what = e.what();
+      out->seconds[r] = std::chrono::duration<double>(clock_type::now() - t0).count();
+      out->named[r] = e.code() == errc::peer_failure &&
+                      what.find("rank " + std::to_string(frozen)) != std::string::npos &&
+                      what.find("unresponsive") != std::string::npos;
+      if (!out->named[r]) std::fprintf(stderr, "rank %d: %s\n", r, what.c_str());
+      return out->named[r] == 1;
+    }
+    // A survivor may leave before another judges (a loaded machine spreads
+    // the verdicts): its goodbye names the stopped rank and how it was
+    // found, so the later one names it too.
+  });
   std::string times;
   for (int r = 0; r < n; ++r) {
     if (r == frozen) continue;
@@ -218,55 +234,33 @@ void freeze_mid_ring(int frozen, std::chrono::milliseconds after) {
   CAPTURE(frozen);
   CAPTURE(after.count());
   constexpr int n = 7;
-  const auto path = test::temp_store_path();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setenv("TROUPE_TRANSPORT", "shm", 1);
-      ::setenv("TROUPE_ENGINE", "actors", 1);
-      bound_1s(r);
-      bool ok = false;
-      try {
-        auto s = std::make_shared<file_store>(path, 30s);
-        world w{test::child_world(s, r, n, 30s)};
-        auto& pg = w.default_group();
-        pg.barrier().wait();
-        auto t = tensor::empty({16 << 20}, dtype::float32);
-        std::thread stopper;
-        if (r == frozen)
-          stopper = std::thread([after] {
-            std::this_thread::sleep_for(after);
-            ::raise(SIGSTOP);  // the whole process, until killed
-          });
-        try {
-          pg.allreduce(t, {.timeout = 30s}).wait();
-          ok = true;
-        } catch (const error& e) {
-          const std::string what = e.what();
-          ok = what.find("rank " + std::to_string(frozen) + " ") != std::string::npos &&
-               what.find("unresponsive") != std::string::npos;
-          if (!ok) std::fprintf(stderr, "rank %d blames another: %s\n", r, what.c_str());
-        }
-        if (stopper.joinable()) stopper.join();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-      }
-      std::fflush(stderr);
-      ::_exit(ok ? 0 : 1);
+  const auto env = [](int r) {
+    ::setenv("TROUPE_TRANSPORT", "shm", 1);
+    ::setenv("TROUPE_ENGINE", "actors", 1);
+    bound_1s(r);
+  };
+  const auto codes = run_with_frozen(n, frozen, env, [&](int r, process_group& pg) {
+    auto t = tensor::empty({16 << 20}, dtype::float32);
+    std::thread stopper;
+    if (r == frozen)
+      stopper = std::thread([after] {
+        std::this_thread::sleep_for(after);
+        ::raise(SIGSTOP);  // the whole process, until killed
+      });
+    bool ok = true;
+    try {
+      pg.allreduce(t, {.timeout = 30s}).wait();
+    } catch (const error& e) {
+      const std::string what = e.what();
+      ok = what.find("rank " + std::to_string(frozen) + " ") != std::string::npos &&
+           what.find("unresponsive") != std::string::npos;
+      if (!ok) std::fprintf(stderr, "rank %d blames another: %s\n", r, what.c_str());
     }
-    pids.push_back(pid);
-  }
-  for (int r = 0; r < n; ++r) {
-    if (r == frozen) continue;
-    int status = 0;
-    ::waitpid(pids[static_cast<std::size_t>(r)], &status, 0);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-  }
-  ::kill(pids[static_cast<std::size_t>(frozen)], SIGKILL);
-  ::waitpid(pids[static_cast<std::size_t>(frozen)], nullptr, 0);
-  ::unlink(path.c_str());
+    if (stopper.joinable()) stopper.join();
+    return ok;
+  });
+  for (int r = 0; r < n; ++r)
+    if (r != frozen) CHECK(codes[static_cast<std::size_t>(r)] == 0);
 }
 
 }  // namespace
