@@ -257,6 +257,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// Reads what waits on r's connection, without waiting (`any`: a frame
   /// that is not a heartbeat came); false when another thread reads it now.
   bool try_drain(int r, bool& any);
+  /// Whether bytes r sent wait unread on its connection (taking no lock):
+  /// r spoke, whoever has not read it yet.
+  bool unread_from(int r);
   /// Rank r is gone: `crashed` (died, broke its connection, sent bad frames:
   /// its groups fail) or left with a goodbye; `cause`: the world rank it
   /// blamed (-1: none); `kind`: how the rank this one's goodbye will blame

@@ -24,7 +24,9 @@
 //      itself: on a loaded host the reader thread (a ring's runs at the
 //      lowest priority) may not have run for that long while the peer's
 //      heartbeats sat unread. Where another thread holds the connection,
-//      reading it right now, the verdict waits up to two more intervals.
+//      reading it right now, the verdict waits up to two more intervals,
+//      and none comes while bytes of the peer wait unread (that thread may
+//      be starved of CPU in the middle of a large message: the peer spoke).
 // Trade-off: a short bound finds a frozen process soon but may fail one
 // that the machine starved of CPU for that long; a long one waits longer.
 // The default (3 s, a heartbeat each 0.5 s) is well under an operation's
@@ -80,6 +82,9 @@ void data_plane::heartbeat_loop() {
       heard = p.heard_ns.load(std::memory_order_relaxed);
       const auto grace = read ? clock::duration::zero() : clock::duration(2 * every);
       if (p.gone.load() || now - heard <= (silence + grace).count()) continue;
+      // Bytes of its wait unread (a reader of this process that holds the
+      // connection but the host starves of CPU, a ring it filled): it spoke.
+      if (unread_from(r)) continue;
       const auto ms = (now - heard) / 1000000;
       peer_gone(r,
                 "it is unresponsive: its process sent nothing for " + std::to_string(ms) +

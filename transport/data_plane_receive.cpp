@@ -6,6 +6,7 @@
 #include "transport/data_plane.hpp"
 
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -220,6 +221,14 @@ bool data_plane::try_drain(int r, bool& any) {
   if (!g.owns_lock()) return false;
   if (p.in_socket || p.in_link) drain(r, any);  // what waits, without waiting
   return true;
+}
+
+bool data_plane::unread_from(int r) {
+  auto& p = at(r);
+  if (p.in_link) return p.in_link->readable();
+  if (!p.in_socket) return false;
+  int waiting = 0;
+  return ::ioctl(p.in_socket->fd(), FIONREAD, &waiting) == 0 && waiting > 0;
 }
 
 void data_plane::pumping(int r, int delta, bool wake) {
