@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +12,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "transport/tcp_stream.hpp"
 
 namespace troupe::detail {
 
@@ -88,8 +89,7 @@ int gate_connect(const std::string& host, std::uint16_t port, gate_clock::time_p
     return -1;
   }
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  tcp_set_no_delay(fd);
   return fd;
 }
 

@@ -4,8 +4,6 @@
 #include "store/store_gate.hpp"
 
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -261,8 +259,7 @@ struct store_gate::impl {
             // Answers to requests of several threads sharing a client leave
             // back to back: without this, one waits for the client's delayed
             // acknowledgement of the other (40 ms).
-            int one = 1;
-            ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            tcp_set_no_delay(fd);
             pending.add(fd);
             continue;
           }

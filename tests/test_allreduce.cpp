@@ -61,11 +61,11 @@ std::shared_ptr<const expected_call> expected_for(dtype t, const reduce_op& op, 
                    " " + std::to_string(len);
   std::lock_guard<std::mutex> g{mtx};
   if (key != last_key) {
+    last.reset();  // one at a time in memory (a rank still checking holds its own)
     auto e = std::make_shared<expected_call>();
     for (int r = 0; r < n; ++r)
       e->inputs.push_back(ref::random_values(t, len, seed_of(r, n, len, int(t)), op.op()));
     e->result = ref::reduce(e->inputs, op, t);
-    last.reset();  // one at a time in memory
     last = std::move(e);
     last_key = key;
   }

@@ -6,7 +6,6 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -130,8 +129,7 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
   }
   // From here on it is a peer: blocking reads in its reader, no delay on its frames.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  tcp_set_no_delay(fd);
   auto sock = std::make_unique<tcp_stream>(fd);
   tcp_set_read_timeout(fd, std::chrono::milliseconds(0));
   char ack = no_link.empty() ? 1 : 2;

@@ -152,7 +152,7 @@ void shm_ring::populate() {
 }
 
 bool shm_ring::write(const void* data, std::size_t n) {
-  if (!populated_ && in_use(ctl_->head.load(std::memory_order_relaxed) + n)) populate();
+  populate_in_use(ctl_->head.load(std::memory_order_relaxed) + n);
   auto* p = static_cast<const char*>(data);
   const auto cap = capacity_;
   while (n > 0) {
@@ -186,7 +186,7 @@ std::size_t shm_ring::writable() const {
 }
 
 long shm_ring::read_some(void* data, std::size_t n) {
-  if (!populated_ && in_use(read_.load(std::memory_order_relaxed) + n)) populate();
+  populate_in_use(read_.load(std::memory_order_relaxed) + n);
   const auto cap = capacity_;
   const auto tail = read_.load(std::memory_order_relaxed);
   const auto head = ctl_->head.load(std::memory_order_acquire);
@@ -268,7 +268,7 @@ bool shm_ring::wait_readable(std::chrono::milliseconds max, std::chrono::microse
 }
 
 bool shm_ring::read(void* data, std::size_t n) {
-  if (!populated_ && in_use(read_.load(std::memory_order_relaxed) + n)) populate();
+  populate_in_use(read_.load(std::memory_order_relaxed) + n);
   auto* p = static_cast<char*>(data);
   const auto cap = capacity_;
   while (n > 0) {

@@ -76,10 +76,12 @@ class shm_ring final : public byte_stream {
   shm_ring(std::string name, void* base, std::size_t mapped, bool owner);
   bool wait_for(std::atomic<std::uint32_t>& seq, std::atomic<std::uint32_t>& waiting,
                 const std::atomic<std::uint64_t>& pos, std::uint64_t not_equal_to);
-  /// Maps every page of the data once this side is in use (see shm_ring.cpp).
+  /// Maps every page of the data once this side is in use, `through` bytes
+  /// having passed it (see shm_ring.cpp).
+  void populate_in_use(std::uint64_t through) {
+    if (!populated_ && through > capacity_ / 16) populate();
+  }
   void populate();
-  /// True once `pos` bytes through this side make the ring one in use.
-  bool in_use(std::uint64_t pos) const noexcept { return pos > capacity_ / 16; }
 
   std::string name_;
   void* base_;

@@ -100,8 +100,7 @@ int tcp_connect(const std::string& host, std::uint16_t port, std::chrono::millis
        pause = std::min(pause * 2, std::chrono::milliseconds(100))) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      tcp_set_no_delay(fd);
       return fd;
     }
     why = std::strerror(errno);
@@ -120,6 +119,11 @@ std::string tcp_peer_name(int fd) {
   char buf[INET_ADDRSTRLEN] = {};
   ::inet_ntop(AF_INET, &addr.sin_addr, buf, sizeof(buf));
   return std::string(buf) + ":" + std::to_string(ntohs(addr.sin_port));
+}
+
+void tcp_set_no_delay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 void tcp_set_read_timeout(int fd, std::chrono::milliseconds t) {

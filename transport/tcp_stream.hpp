@@ -35,6 +35,8 @@ int tcp_connect(const std::string& host, std::uint16_t port, std::chrono::millis
 std::string tcp_peer_name(int fd);
 /// Bounds how long one read may block (handshakes with strangers).
 void tcp_set_read_timeout(int fd, std::chrono::milliseconds t);
+/// Sends small writes at once (TCP_NODELAY): frames, store answers.
+void tcp_set_no_delay(int fd);
 
 /// Whether both ends of a connected socket are this host (the peer is a
 /// loopback address or this end's own): its bytes never leave the machine.

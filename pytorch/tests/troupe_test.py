@@ -29,11 +29,9 @@ def init(gloo=True):
     global _started
     if _started is None or not several:
         dist.init_process_group("troupe")
-        g = dist.new_group(backend="gloo") if gloo else None
+        g = dist.new_group(backend="gloo") if gloo or several else None
         _started = (dist.get_rank(), dist.get_world_size(), g)
-    elif gloo and _started[2] is None:
-        _started = _started[:2] + (dist.new_group(backend="gloo"),)
-    return _started if gloo else _started[:2] + (None,)
+    return _started
 
 
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
