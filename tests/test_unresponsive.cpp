@@ -4,7 +4,8 @@
 // shared memory and TCP, with 2, 3, 4 and 7 processes; a rank busy computing
 // for 20 s between calls is not.
 // Times are printed, and asserted only with generous margins. A live peer
-// whose heartbeats wait unread (its reader thread stopped) is not failed.
+// whose heartbeats wait unread (its reader thread stopped, or a thread that
+// holds its connection starved) is not failed.
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -22,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "../actors/rank_runtime.hpp"
+#include "../transport/data_plane.hpp"
 #include "children.hpp"
 #include "forked_ranks.hpp"
 #include "troupe/troupe.hpp"
@@ -437,11 +440,63 @@ void starve_reader(const char* transport) {
   CHECK(codes == std::vector<int>{0, 0});
 }
 
+/// 2 ranks over `transport`, the detector's bound 1 s; between two
+/// allreduces rank 1 holds its connection from rank 0 for 3 s as a thread
+/// that reads it does (a reader the host starves of CPU in the middle of a
+/// large message): the detector cannot read rank 0's heartbeats itself, but
+/// they wait unread. Rank 0 is alive: the second allreduce sums.
+void hold_reader(const char* transport) {
+  CAPTURE(std::string(transport));
+  const auto path = test::temp_store_path();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("TROUPE_TRANSPORT", transport, 1);
+      ::setenv("TROUPE_UNRESPONSIVE_MS", "1000", 1);
+      bool ok = false;
+      try {
+        auto s = std::make_shared<file_store>(path, 30s);
+        world w{test::child_world(s, r, 2, 30s)};
+        auto& pg = w.default_group();
+        auto t = tensor::from_vector<float>({1.f});
+        pg.allreduce(t).wait();
+        if (r == 1) {
+          auto held = w.runtime().plane()->hold_reading(0);
+          std::this_thread::sleep_for(3s);
+        }
+        t = tensor::from_vector<float>({1.f});
+        pg.allreduce(t, {.timeout = 30s}).wait();
+        ok = test::expect(r, t.to_vector<float>()[0] == 2.f, "the sum after the held reader");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      std::fflush(stderr);
+      ::_exit(ok ? 0 : 1);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+  }
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 0});
+}
+
 }  // namespace
 
 TEST_CASE("a peer whose heartbeats wait unread behind a starved reader thread is not failed") {
   starve_reader("shm");
   starve_reader("tcp");
+}
+
+TEST_CASE(
+    "a peer whose bytes wait unread while a starved thread holds its connection is not failed") {
+  hold_reader("shm");
+  hold_reader("tcp");
 }
 
 TEST_CASE("a survivor that learns of a stopped rank from another's goodbye names it and why") {

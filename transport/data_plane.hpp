@@ -223,6 +223,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// Writes raw bytes on the connection to world rank r, as they are: for
   /// tests and the frame fuzzer, which play a peer that breaks the rules.
   bool send_raw(int r, const void* data, std::size_t n);
+  /// Holds the connection from world rank r as a thread that reads it does
+  /// (no other thread reads it until the lock is released): for tests, which
+  /// play a reader the host starves of CPU in the middle of a frame.
+  std::unique_lock<std::mutex> hold_reading(int r);
 
  private:
   struct peer;

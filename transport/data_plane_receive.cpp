@@ -223,6 +223,10 @@ bool data_plane::try_drain(int r, bool& any) {
   return true;
 }
 
+std::unique_lock<std::mutex> data_plane::hold_reading(int r) {
+  return std::unique_lock<std::mutex>{at(r).in_mtx};
+}
+
 bool data_plane::unread_from(int r) {
   auto& p = at(r);
   if (p.in_link) return p.in_link->readable();
