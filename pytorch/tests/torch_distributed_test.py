@@ -75,6 +75,23 @@ def keep_ddp_without_replicated_tensor():
     rt._set_ddp_with_replicated_tensor = lambda value: None
 
 
+def skip_gpu_tests_in_the_runner():
+    """Tests that need GPUs find out in each of their forked processes, after
+    it made its group (torch's skip_if_lt_x_gpu and skip_if_no_gpu exit with a
+    skip code there): on a torch built without CUDA the answer is known here.
+    The same tests skip with the same reasons, without forking N processes
+    each to learn it (84 tests of the file)."""
+    if torch.version.cuda is not None:
+        return  # GPUs may be there: each test's processes look, as torch does
+    from torch.testing._internal import common_distributed as cd
+
+    def skip_if_lt_x_gpu(x):
+        return unittest.skip(cd.TEST_SKIPS[f"multi-gpu-{x}"].message)
+
+    cd.skip_if_lt_x_gpu = skip_if_lt_x_gpu
+    cd.skip_if_no_gpu = unittest.skip(cd.TEST_SKIPS["no_cuda"].message)
+
+
 def route_gloo_to_troupe():
     """Every group torch would make on gloo is made on troupe, while torch
     still calls it gloo (so the gloo-gated tests and monitored_barrier run)."""
@@ -177,6 +194,7 @@ def main():
 
     install_expecttest_stand_in()
     keep_ddp_without_replicated_tensor()
+    skip_gpu_tests_in_the_runner()
     if args.mode != "gloo-ref":
         import troupe_torch  # noqa: F401  (registers "troupe")
     if args.mode == "gloo":
