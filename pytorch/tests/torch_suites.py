@@ -5,7 +5,8 @@
 Each process then starts Python and imports torch once (about a second of
 CPU) instead of once per suite, and joins the groups once. The suites' cases,
 their order and their checks are those each runs alone (launch.py -n N
-torch_ddp.py), which stays the way to run one.
+torch_ddp.py), which stays the way to run one. A suite that ends its
+processes itself (torch_errors.py, whose last rank dies on purpose) comes last.
 """
 
 import os
