@@ -1,6 +1,8 @@
 #pragma once
 // Shared pieces of the collective suites: rank counts, seeds, dtype lists.
 
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,38 @@ inline std::vector<ref::values> per_rank(troupe::dtype t, int n, std::int64_t le
   std::vector<ref::values> r;
   for (int i = 0; i < n; ++i) r.push_back(ref::random_values(t, len, seed(i, n, len, salt)));
   return r;
+}
+
+/// Every rank's input and their reduction, for one call.
+struct expected_call {
+  std::vector<ref::values> inputs;
+  ref::values result;
+};
+
+/// The inputs (ref::random_values of `t` for `op`, seeded by `salt`) and
+/// reference of one allreduce of n ranks, made once per process for all its
+/// ranks: each rank thread making them again multiplied a suite's time by
+/// up to 7. The ranks call in the same order and hold what they use, so only
+/// the last one made is kept.
+inline std::shared_ptr<const expected_call> expected_for(troupe::dtype t,
+                                                         const troupe::reduce_op& op, int n,
+                                                         std::int64_t len, int salt) {
+  static std::mutex mtx;
+  static std::string last_key;
+  static std::shared_ptr<const expected_call> last;
+  const auto key = op.to_string() + " " + std::string(troupe::to_string(t)) + " " +
+                   std::to_string(n) + " " + std::to_string(len) + " " + std::to_string(salt);
+  std::lock_guard<std::mutex> g{mtx};
+  if (key != last_key) {
+    last.reset();  // one at a time in memory (a rank still checking holds its own)
+    auto e = std::make_shared<expected_call>();
+    for (int r = 0; r < n; ++r)
+      e->inputs.push_back(ref::random_values(t, len, seed(r, n, len, salt), op.op()));
+    e->result = ref::reduce(e->inputs, op, t);
+    last = std::move(e);
+    last_key = key;
+  }
+  return last;
 }
 
 /// Uneven counts for n ranks, with zeros: 0, 3, 1, 4, 0, 2, 5 ...

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "collective_test.hpp"
 #include "reference.hpp"
 #include "troupe/testing.hpp"
 
@@ -38,40 +39,6 @@ std::vector<dtype> all_dtypes() {
   return r;
 }
 
-std::uint64_t seed_of(int rank, int n, std::int64_t size, int salt) {
-  return static_cast<std::uint64_t>(rank * 1000003 + n * 1009 + size * 31 + salt);
-}
-
-/// Every rank's input and their reduction for one call of a large case.
-struct expected_call {
-  std::vector<ref::values> inputs;
-  ref::values result;
-};
-
-/// The inputs and reference of a call, made once per process for all its
-/// ranks (7 ranks of 2.5 M elements each made them again: most of this
-/// suite's time). The ranks call in the same order and hold what they use,
-/// so the last one made is kept.
-std::shared_ptr<const expected_call> expected_for(dtype t, const reduce_op& op, int n,
-                                                  std::int64_t len) {
-  static std::mutex mtx;
-  static std::string last_key;
-  static std::shared_ptr<const expected_call> last;
-  const auto key = op.to_string() + " " + std::string(to_string(t)) + " " + std::to_string(n) +
-                   " " + std::to_string(len);
-  std::lock_guard<std::mutex> g{mtx};
-  if (key != last_key) {
-    last.reset();  // one at a time in memory (a rank still checking holds its own)
-    auto e = std::make_shared<expected_call>();
-    for (int r = 0; r < n; ++r)
-      e->inputs.push_back(ref::random_values(t, len, seed_of(r, n, len, int(t)), op.op()));
-    e->result = ref::reduce(e->inputs, op, t);
-    last = std::move(e);
-    last_key = key;
-  }
-  return last;
-}
-
 }  // namespace
 
 TEST_CASE("allreduce matches the serial reference for every dtype and op") {
@@ -84,7 +51,7 @@ TEST_CASE("allreduce matches the serial reference for every dtype and op") {
           for (auto size : sizes) {
             std::vector<ref::values> inputs;
             for (int r = 0; r < n; ++r)
-              inputs.push_back(ref::random_values(t, size, seed_of(r, n, size, int(t)), op.op()));
+              inputs.push_back(ref::random_values(t, size, ct::seed(r, n, size, int(t)), op.op()));
             auto x = ref::make(t, inputs[static_cast<std::size_t>(w.rank())]);
             pg.allreduce(x, op).wait();
             ref::check_close(x, ref::reduce(inputs, op, t),
@@ -127,7 +94,8 @@ TEST_CASE("allreduce_coalesced reduces tensors of different sizes in one call") 
       tensor_list mine;
       for (std::size_t i = 0; i < lens.size(); ++i) {
         for (int r = 0; r < n; ++r)
-          inputs[i].push_back(ref::random_values(dtype::int64, lens[i], seed_of(r, n, lens[i], 7)));
+          inputs[i].push_back(
+              ref::random_values(dtype::int64, lens[i], ct::seed(r, n, lens[i], 7)));
         mine.push_back(ref::make(dtype::int64, inputs[i][static_cast<std::size_t>(w.rank())]));
       }
       w.default_group().allreduce_coalesced(mine, {.op = reduce_op::MAX}).wait();
@@ -150,7 +118,7 @@ TEST_CASE("reduce delivers the reduction to every root and leaves the others' in
               std::vector<ref::values> inputs;
               for (int r = 0; r < n; ++r)
                 inputs.push_back(
-                    ref::random_values(t, size, seed_of(r, n, size, root + 3), op.op()));
+                    ref::random_values(t, size, ct::seed(r, n, size, root + 3), op.op()));
               auto& mine = inputs[static_cast<std::size_t>(w.rank())];
               auto x = ref::make(t, mine);
               pg.reduce(x, root, op).wait();
@@ -180,7 +148,7 @@ TEST_CASE("reduce of large buffers, private and shared, writes the root's buffer
             std::vector<ref::values> inputs;
             for (int r = 0; r < n; ++r)
               inputs.push_back(
-                  ref::random_values(dtype::float32, size, seed_of(r, n, size, 11), op.op()));
+                  ref::random_values(dtype::float32, size, ct::seed(r, n, size, 11), op.op()));
             auto& mine = inputs[static_cast<std::size_t>(w.rank())];
             auto x = ref::make(dtype::float32, mine);
             if (shared && x.is_cpu()) {
@@ -222,7 +190,7 @@ TEST_CASE("allreduce of buffers above the direct-algorithm threshold runs the ri
             if (len > 70001 && (t != dtype::float32 ||
                                 (op.op() != reduce_op::SUM && op.op() != reduce_op::PREMUL_SUM)))
               continue;
-            const auto e = expected_for(t, op, n, len);
+            const auto e = ct::expected_for(t, op, n, len, int(t));
             auto x = ref::make(t, e->inputs[static_cast<std::size_t>(w.rank())]);
             w.default_group().allreduce(x, op).wait();
             ref::check_close(x, e->result,

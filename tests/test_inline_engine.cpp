@@ -72,19 +72,18 @@ TEST_CASE("inline allreduce matches the reference across the small and chunked p
         for (auto len : lens)
           for (auto op :
                {reduce_op(reduce_op::SUM), reduce_op(reduce_op::MAX), reduce_op(reduce_op::AVG)}) {
-            auto inputs = ct::per_rank(dtype::float32, n, len, int(len % 97));
-            auto x = ref::make(dtype::float32, inputs[static_cast<std::size_t>(w.rank())]);
+            const auto e = ct::expected_for(dtype::float32, op, n, len, int(len % 97));
+            auto x = ref::make(dtype::float32, e->inputs[static_cast<std::size_t>(w.rank())]);
             pg.allreduce(x, op).wait();
             ref::check_close(
-                x, ref::reduce(inputs, op, dtype::float32),
+                x, e->result,
                 ct::name("inline allreduce", dtype::float32, len) + " " + op.to_string());
           }
         // Integers: exact, and MIN over a chunked buffer.
-        auto ints = ct::per_rank(dtype::int64, n, chunk + 3, 5);
-        auto y = ref::make(dtype::int64, ints[static_cast<std::size_t>(w.rank())]);
+        const auto ints = ct::expected_for(dtype::int64, reduce_op::MIN, n, chunk + 3, 5);
+        auto y = ref::make(dtype::int64, ints->inputs[static_cast<std::size_t>(w.rank())]);
         pg.allreduce(y, reduce_op::MIN).wait();
-        ref::check_close(y, ref::reduce(ints, reduce_op(reduce_op::MIN), dtype::int64),
-                         "inline MIN int64");
+        ref::check_close(y, ints->result, "inline MIN int64");
       });
       CHECK(reduced_so_far() > before);  // the inline engine ran them
     }
