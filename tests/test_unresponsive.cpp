@@ -393,12 +393,13 @@ bool stop_threads_for(const std::vector<pid_t>& tids, std::chrono::milliseconds 
   return all;
 }
 
-/// 2 ranks over `transport`, the detector's bound 1 s; between two
-/// allreduces both wait outside troupe while rank 1's reader thread of rank
-/// 0's connection is stopped for 3 s (a thread a loaded host starves: rank
-/// 0's heartbeats wait unread). Rank 0 is alive: the second allreduce sums.
-void starve_reader(const char* transport) {
-  CAPTURE(std::string(transport));
+/// 2 ranks over `transport`, the detector's bound 1 s, each in a process of
+/// its own: an allreduce, `pause(w, store, rank)`, then an allreduce that
+/// must sum (both ranks live). `outside(pids, store)` runs in this process
+/// meanwhile. The ranks' exit codes (0: the sum came).
+std::vector<int> two_ranks_around_a_pause(
+    const char* transport, const std::function<void(world&, file_store&, int)>& pause,
+    const std::function<void(const std::vector<pid_t>&, file_store&)>& outside) {
   const auto path = test::temp_store_path();
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
@@ -413,11 +414,10 @@ void starve_reader(const char* transport) {
         auto& pg = w.default_group();
         auto t = tensor::from_vector<float>({1.f});
         pg.allreduce(t).wait();
-        s->add("idle", 1);
-        s->wait({"resumed"}, 30s);  // outside troupe: nobody reads the connection but the reader
+        pause(w, *s, r);
         t = tensor::from_vector<float>({1.f});
         pg.allreduce(t, {.timeout = 30s}).wait();
-        ok = test::expect(r, t.to_vector<float>()[0] == 2.f, "the sum after the starved reader");
+        ok = test::expect(r, t.to_vector<float>()[0] == 2.f, "the sum after the pause");
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -426,12 +426,10 @@ void starve_reader(const char* transport) {
     }
     pids.push_back(pid);
   }
-  file_store s(path, 30s);
-  while (s.add("idle", 0) < 2) std::this_thread::sleep_for(10ms);
-  const auto readers = threads_named(pids[1], "trp-read-0");
-  CHECK(readers.size() == 1);
-  const bool stopped = stop_threads_for(readers, 3000ms);
-  s.set("resumed", to_bytes("1"));
+  {
+    file_store s(path, 30s);
+    outside(pids, s);
+  }
   std::vector<int> codes;
   for (pid_t pid : pids) {
     int status = 0;
@@ -439,6 +437,28 @@ void starve_reader(const char* transport) {
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128);
   }
   ::unlink(path.c_str());
+  return codes;
+}
+
+/// Between the two allreduces both ranks wait outside troupe while rank 1's
+/// reader thread of rank 0's connection is stopped for 3 s (a thread a
+/// loaded host starves: rank 0's heartbeats wait unread).
+void starve_reader(const char* transport) {
+  CAPTURE(std::string(transport));
+  bool stopped = false;
+  const auto codes = two_ranks_around_a_pause(
+      transport,
+      [](world&, file_store& s, int) {
+        s.add("idle", 1);
+        s.wait({"resumed"}, 30s);  // outside troupe: nobody reads the connection but the reader
+      },
+      [&](const std::vector<pid_t>& pids, file_store& s) {
+        while (s.add("idle", 0) < 2) std::this_thread::sleep_for(10ms);
+        const auto readers = threads_named(pids[1], "trp-read-0");
+        CHECK(readers.size() == 1);
+        stopped = stop_threads_for(readers, 3000ms);
+        s.set("resumed", to_bytes("1"));
+      });
   if (!stopped) {
     MESSAGE("skipped: ptrace may not stop a thread of a child here");
     return;
@@ -446,49 +466,20 @@ void starve_reader(const char* transport) {
   CHECK(codes == std::vector<int>{0, 0});
 }
 
-/// 2 ranks over `transport`, the detector's bound 1 s; between two
-/// allreduces rank 1 holds its connection from rank 0 for 3 s as a thread
-/// that reads it does (a reader the host starves of CPU in the middle of a
-/// large message): the detector cannot read rank 0's heartbeats itself, but
-/// they wait unread. Rank 0 is alive: the second allreduce sums.
+/// Between the two allreduces rank 1 holds its connection from rank 0 for
+/// 3 s as a thread that reads it does (a reader the host starves of CPU in
+/// the middle of a large message): the detector cannot read rank 0's
+/// heartbeats itself, but they wait unread.
 void hold_reader(const char* transport) {
   CAPTURE(std::string(transport));
-  const auto path = test::temp_store_path();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setenv("TROUPE_TRANSPORT", transport, 1);
-      ::setenv("TROUPE_UNRESPONSIVE_MS", "1000", 1);
-      bool ok = false;
-      try {
-        auto s = std::make_shared<file_store>(path, 30s);
-        world w{test::child_world(s, r, 2, 30s)};
-        auto& pg = w.default_group();
-        auto t = tensor::from_vector<float>({1.f});
-        pg.allreduce(t).wait();
-        if (r == 1) {
-          auto held = w.runtime().plane()->hold_reading(0);
-          std::this_thread::sleep_for(3s);
-        }
-        t = tensor::from_vector<float>({1.f});
-        pg.allreduce(t, {.timeout = 30s}).wait();
-        ok = test::expect(r, t.to_vector<float>()[0] == 2.f, "the sum after the held reader");
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
-      }
-      std::fflush(stderr);
-      ::_exit(ok ? 0 : 1);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128);
-  }
-  ::unlink(path.c_str());
+  const auto codes = two_ranks_around_a_pause(
+      transport,
+      [](world& w, file_store&, int r) {
+        if (r != 1) return;
+        auto held = w.runtime().plane()->hold_reading(0);
+        std::this_thread::sleep_for(3s);
+      },
+      [](const std::vector<pid_t>&, file_store&) {});
   CHECK(codes == std::vector<int>{0, 0});
 }
 
