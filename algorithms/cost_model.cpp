@@ -114,6 +114,40 @@ double recursive_doubling(const group_topology& t, const cost_model& m, double b
   return total;
 }
 
+/// Recursive halving then doubling over the virtual ranks of
+/// recursive_doubling (the same fold and unfold): at halving step s each
+/// rank sends the half of its range it gives up, bytes · mask / p with
+/// mask = p >> (s+1); the doubling steps mirror them. Each halving step's
+/// reduction waits for its whole message (the ring reduces one segment
+/// while the next travels): it adds the bytes reduced at local memory speed.
+double rabenseifner(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  if (n < 2) return 0;
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int extra = n - p;
+  auto rank_of = [&](int v) { return v < extra ? 2 * v : v + extra; };
+  double total = 0;
+  if (extra > 0) {  // the fold and the unfold
+    const double fold = step_time(
+        t, m, [&](int r) { return r < 2 * extra && r % 2 == 1 ? r - 1 : -1; },
+        [&](int) { return bytes; });
+    total += 2 * fold;
+  }
+  for (int mask = p / 2; mask >= 1; mask /= 2) {
+    total += bytes * mask / p / m.local.bandwidth;
+    total += 2 * step_time(
+                     t, m,
+                     [&](int r) {
+                       if (r < 2 * extra && r % 2 == 1) return -1;
+                       const int v = r < 2 * extra ? r / 2 : r - extra;
+                       return rank_of(v ^ mask);
+                     },
+                     [&](int) { return bytes * mask / p; });
+  }
+  return total;
+}
+
 double direct_allreduce(const group_topology& t, const cost_model& m, double bytes) {
   const int n = t.size();
   if (n < 2) return 0;
@@ -139,6 +173,7 @@ double across_hosts(int hosts, int sharing, const cost_model& m, double bytes) {
   shared.host.latency += (sharing - 1) * m.host.overhead;
   if (hosts == 2) return shared.host.time(bytes);  // one exchange (pair)
   return std::min({ring_allreduce(*t, shared, bytes), recursive_doubling(*t, shared, bytes),
+                   rabenseifner(*t, shared, bytes),
                    hosts <= 16 ? direct_allreduce(*t, shared, bytes)
                                : std::numeric_limits<double>::infinity()});
 }
@@ -204,6 +239,8 @@ const char* to_string(algorithm_kind k) noexcept {
       return "allreduce_ring";
     case algorithm_kind::allreduce_recursive_doubling:
       return "allreduce_recursive_doubling";
+    case algorithm_kind::allreduce_rabenseifner:
+      return "allreduce_rabenseifner";
     case algorithm_kind::allreduce_hier_striped:
       return "allreduce_hier (striped)";
     case algorithm_kind::allreduce_hier_leaders:
@@ -240,6 +277,8 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return ring_allreduce(t, m, bytes);
     case algorithm_kind::allreduce_recursive_doubling:
       return recursive_doubling(t, m, bytes);
+    case algorithm_kind::allreduce_rabenseifner:
+      return rabenseifner(t, m, bytes);
     case algorithm_kind::allreduce_hier_striped:
       // Reduce-scatter and allgather within each host, and the hosts' part
       // allreduces, one per rank of a host, sharing the host's link.
@@ -297,7 +336,8 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
                                                         : algorithm_kind::allreduce_pair;
         return {k, predict(k, bytes, t, m)};
       }
-      candidates = {algorithm_kind::allreduce_ring, algorithm_kind::allreduce_recursive_doubling};
+      candidates = {algorithm_kind::allreduce_ring, algorithm_kind::allreduce_recursive_doubling,
+                    algorithm_kind::allreduce_rabenseifner};
       if (n <= 16) candidates.push_back(algorithm_kind::allreduce_direct);
       if (hosts) {
         candidates.push_back(algorithm_kind::allreduce_hier_leaders);

@@ -49,6 +49,7 @@ enum class algorithm_kind : std::uint8_t {
   allreduce_halves,
   allreduce_ring,
   allreduce_recursive_doubling,
+  allreduce_rabenseifner,
   allreduce_hier_striped,
   allreduce_hier_leaders,
   broadcast_binomial,

@@ -29,6 +29,7 @@ std::unique_ptr<algorithm> make_allreduce_direct();
 std::unique_ptr<algorithm> make_allreduce_pair();
 std::unique_ptr<algorithm> make_allreduce_halves();
 std::unique_ptr<algorithm> make_allreduce_recursive_doubling();
+std::unique_ptr<algorithm> make_allreduce_rabenseifner();
 std::unique_ptr<algorithm> make_allreduce_hier(bool striped);
 std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_broadcast_hier();
@@ -54,6 +55,8 @@ std::unique_ptr<algorithm> make(algorithm_kind k) {
       return make_allreduce_halves();
     case algorithm_kind::allreduce_recursive_doubling:
       return make_allreduce_recursive_doubling();
+    case algorithm_kind::allreduce_rabenseifner:
+      return make_allreduce_rabenseifner();
     case algorithm_kind::allreduce_hier_striped:
       return make_allreduce_hier(true);
     case algorithm_kind::allreduce_hier_leaders:
@@ -104,6 +107,7 @@ const forced& forced_algorithms() {
           {"allreduce", "direct", algorithm_kind::allreduce_direct},
           {"allreduce", "ring", algorithm_kind::allreduce_ring},
           {"allreduce", "recursive_doubling", algorithm_kind::allreduce_recursive_doubling},
+          {"allreduce", "rabenseifner", algorithm_kind::allreduce_rabenseifner},
           {"allreduce", "hier_striped", algorithm_kind::allreduce_hier_striped},
           {"allreduce", "hier_leaders", algorithm_kind::allreduce_hier_leaders},
           {"broadcast", "binomial", algorithm_kind::broadcast_binomial},
@@ -122,7 +126,7 @@ const forced& forced_algorithms() {
         throw error(errc::invalid_argument,
                     "TROUPE_ALGORITHMS '" + text + "': '" + item +
                         "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
-                        "hier_striped|hier_leaders, broadcast=binomial|hier, "
+                        "rabenseifner|hier_striped|hier_leaders, broadcast=binomial|hier, "
                         "allgather=ring|bruck)");
     }
     return r;

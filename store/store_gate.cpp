@@ -25,31 +25,32 @@ namespace troupe::detail {
 
 namespace {
 
-/// Answers not yet written to a connection; shared with its session's callbacks.
-struct outbox {
-  std::mutex m;
-  int fd = -1;
-  std::string bytes;
-  bool closed = false;
-  bool overflow = false;  // the client reads nothing while its answers pile up
-};
-
 /// Unwritten answers a connection may hold before it is closed.
 constexpr std::size_t max_outbox = std::size_t{2} * max_store_message;
-
-struct session {
-  int fd = -1;
-  std::string peer;
-  store_message_reader reader;
-  std::shared_ptr<outbox> out;
-  caf::actor actor;
-  std::vector<std::pair<std::string, bytes>> watches;  // appended if it dies
-  bool goodbye = false;
-};
 
 }  // namespace
 
 struct store_gate::impl {
+  /// Answers not yet written to a connection; shared with its session's callbacks.
+  struct outbox {
+    std::mutex m;
+    int fd = -1;
+    std::string bytes;
+    bool closed = false;
+    bool overflow = false;  // the client reads nothing while its answers pile up
+  };
+
+  /// One accepted connection, owned by the loop.
+  struct session {
+    int fd = -1;
+    std::string peer;
+    store_message_reader reader;
+    std::shared_ptr<outbox> out;
+    caf::actor actor;
+    std::vector<std::pair<std::string, bytes>> watches;  // appended if it dies
+    bool goodbye = false;
+  };
+
   std::string token;
   std::string welcome;  // byte 1, then who serves (u8 length + text)
   int listen_fd = -1;

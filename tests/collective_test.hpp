@@ -30,6 +30,23 @@ inline std::vector<ref::values> per_rank(troupe::dtype t, int n, std::int64_t le
   return r;
 }
 
+/// The reduce ops troupe takes for dtype `t` (PREMUL_SUM with scale 0.5).
+inline std::vector<troupe::reduce_op> ops_for(troupe::dtype t) {
+  using troupe::reduce_op;
+  std::vector<reduce_op> all{reduce_op::SUM, reduce_op::AVG,  reduce_op::PRODUCT,
+                             reduce_op::MIN, reduce_op::MAX,  reduce_op::BAND,
+                             reduce_op::BOR, reduce_op::BXOR, reduce_op::premul_sum(0.5)};
+  std::vector<reduce_op> ok;
+  for (auto& op : all) {
+    try {
+      troupe::check_reduce_supported("test", op, t);
+      ok.push_back(op);
+    } catch (const troupe::error&) {
+    }
+  }
+  return ok;
+}
+
 /// Every rank's input and their reduction, for one call.
 struct expected_call {
   std::vector<ref::values> inputs;

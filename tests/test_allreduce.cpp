@@ -18,21 +18,6 @@ namespace {
 const int rank_counts[] = {1, 2, 3, 4, 7};
 const std::int64_t sizes[] = {0, 1, 5, 37};
 
-std::vector<reduce_op> ops_for(dtype t) {
-  std::vector<reduce_op> all{reduce_op::SUM, reduce_op::AVG,  reduce_op::PRODUCT,
-                             reduce_op::MIN, reduce_op::MAX,  reduce_op::BAND,
-                             reduce_op::BOR, reduce_op::BXOR, reduce_op::premul_sum(0.5)};
-  std::vector<reduce_op> ok;
-  for (auto& op : all) {
-    try {
-      check_reduce_supported("test", op, t);
-      ok.push_back(op);
-    } catch (const error&) {
-    }
-  }
-  return ok;
-}
-
 std::vector<dtype> all_dtypes() {
   std::vector<dtype> r;
   for (int i = 0; i < dtype_count; ++i) r.push_back(static_cast<dtype>(i));
@@ -47,7 +32,7 @@ TEST_CASE("allreduce matches the serial reference for every dtype and op") {
     testing::run_ranks(n, [n](world& w) {
       auto& pg = w.default_group();
       for (auto t : all_dtypes())
-        for (auto& op : ops_for(t))
+        for (auto& op : ct::ops_for(t))
           for (auto size : sizes) {
             std::vector<ref::values> inputs;
             for (int r = 0; r < n; ++r)
@@ -113,7 +98,7 @@ TEST_CASE("reduce delivers the reduction to every root and leaves the others' in
       auto& pg = w.default_group();
       for (int root = 0; root < n; ++root)
         for (auto t : {dtype::float32, dtype::int32, dtype::bfloat16, dtype::complex128})
-          for (auto& op : ops_for(t))
+          for (auto& op : ct::ops_for(t))
             for (auto size : {std::int64_t{0}, std::int64_t{6}}) {
               std::vector<ref::values> inputs;
               for (int r = 0; r < n; ++r)
@@ -182,7 +167,7 @@ TEST_CASE("allreduce of buffers above the direct-algorithm threshold runs the ri
       CAPTURE(len);
       testing::run_ranks(n, [n, len](world& w) {
         for (auto t : {dtype::float32, dtype::int64, dtype::uint8, dtype::bfloat16})
-          for (auto& op : ops_for(t)) {
+          for (auto& op : ct::ops_for(t)) {
             if (op.op() != reduce_op::SUM && op.op() != reduce_op::MAX &&
                 op.op() != reduce_op::AVG && op.op() != reduce_op::PREMUL_SUM)
               continue;

@@ -1,10 +1,9 @@
 // Collectives that know where the ranks live: the cost model's choices
 // (algorithms/cost_model.hpp, select.cpp) and the algorithms across hosts —
 // hierarchical allreduce (striped and leaders), hierarchical broadcast,
-// recursive doubling, Bruck's allgather and the rings ordered by host — run
-// in forked processes that name different hosts (TROUPE_HOSTNAME), over
-// TCP between them and shared memory within each, checked against values
-// computed here.
+// recursive doubling, Rabenseifner's allreduce, Bruck's allgather and the rings ordered by host —
+// run in forked processes that name different hosts (TROUPE_HOSTNAME), over TCP between them and
+// shared memory within each, checked against values computed here.
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 
 #include "algorithms/cost_model.hpp"
 #include "check_error.hpp"
+#include "collective_test.hpp"
 #include "forked_ranks.hpp"
 #include "troupe/troupe.hpp"
 
@@ -51,6 +51,9 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::broadcast, 1 << 20, 4, 4) == algorithm_kind::broadcast_hier);
   // Many ranks: nothing of n² messages; log n steps for small buffers.
   CHECK(chosen(op_code::allreduce, 4, 1, 4096) == algorithm_kind::allreduce_recursive_doubling);
+  // ... and for middle sizes log n steps that each move less (Rabenseifner).
+  CHECK(chosen(op_code::allreduce, 1 << 20, 1, 4096) == algorithm_kind::allreduce_rabenseifner);
+  CHECK(chosen(op_code::allreduce, 1 << 20, 64, 1) == algorithm_kind::allreduce_rabenseifner);
   CHECK(chosen(op_code::allgatherv, 4096 * 4, 1, 4096) == algorithm_kind::allgather_bruck);
   CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 1, 16) ==
         algorithm_kind::allgather_ring);
@@ -185,6 +188,39 @@ bool allreduces_right(world& w) {
   return ok;
 }
 
+/// Whether `got` holds `want`, within the dtype's tolerance.
+bool close_to(const tensor& got, const ref::values& want) {
+  const auto g = ref::read(got);
+  if (g.size() != want.size()) return false;
+  const double tol = ref::tolerance(got.scalar_type());
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (!(std::abs(g[i] - want[i]) <= tol * std::max(1.0, std::abs(want[i])))) return false;
+  return true;
+}
+
+/// Every op of representative dtypes, on lengths with fewer elements than
+/// ranks, around the block sizes and large, against the serial reference.
+bool allreduces_every_op_right(world& w) {
+  auto& pg = w.default_group();
+  const int n = w.size(), r = w.rank();
+  bool ok = true;
+  for (auto t : {dtype::float32, dtype::int64, dtype::bfloat16, dtype::uint8})
+    for (const auto& op : ct::ops_for(t))
+      for (std::int64_t len : {std::int64_t{1}, std::int64_t{n + 1}, std::int64_t{4099}}) {
+        const auto e = ct::expected_for(t, op, n, len, 29);
+        auto x = ref::make(t, e->inputs[static_cast<std::size_t>(r)]);
+        pg.allreduce(x, op).wait();
+        ok &= test::expect(r, close_to(x, e->result),
+                           ct::name("allreduce", t, len) + " " + op.to_string());
+      }
+  // Large: blocks of many segments' worth.
+  const auto e = ct::expected_for(dtype::float32, reduce_op::SUM, n, 300001, 31);
+  auto x = ref::make(dtype::float32, e->inputs[static_cast<std::size_t>(r)]);
+  pg.allreduce(x).wait();
+  ok &= test::expect(r, close_to(x, e->result), "allreduce SUM of 300001");
+  return ok;
+}
+
 bool broadcasts_and_gathers_right(world& w) {
   auto& pg = w.default_group();
   const int n = w.size(), r = w.rank();
@@ -218,12 +254,24 @@ TEST_CASE("allreduce across emulated hosts, every algorithm") {
       {"a", "a", "b", "b"}, {"a", "a", "a", "b", "b"}, {"a", "b", "c"}, {"a", "b", "a", "b"}};
   for (const char* algorithm : std::initializer_list<const char*>{
            "allreduce=hier_striped", "allreduce=hier_leaders", "allreduce=recursive_doubling",
-           "allreduce=ring", nullptr}) {
+           "allreduce=rabenseifner", "allreduce=ring", nullptr}) {
     for (const auto& hosts : layouts) {
       CAPTURE(std::string(algorithm ? algorithm : "chosen"));
       CAPTURE(hosts.size());
       across_hosts(hosts, algorithm, allreduces_right);
     }
+  }
+}
+
+TEST_CASE("Rabenseifner's allreduce: every op, 3 to 8 ranks, folds and empty blocks") {
+  const std::vector<std::vector<std::string>> layouts = {{"a", "b", "c"},
+                                                         {"a", "a", "b", "b"},
+                                                         {"a", "b", "c", "d", "e"},
+                                                         {"a", "a", "b", "b", "c", "c", "c"},
+                                                         {"a", "a", "b", "b", "c", "c", "d", "d"}};
+  for (const auto& hosts : layouts) {
+    CAPTURE(hosts.size());
+    across_hosts(hosts, "allreduce=rabenseifner", allreduces_every_op_right);
   }
 }
 

@@ -231,7 +231,8 @@ class supervisor {
         child{spec.rank,
               pid,
               true,
-              {stream{out[0], line_writer(prefix, 1)}, stream{err[0], line_writer(prefix, 2)}}});
+              {stream{out[0], line_writer(prefix, 1)}, stream{err[0], line_writer(prefix, 2)}},
+              std::nullopt});
     ++running_;
     return true;
   }
