@@ -49,30 +49,42 @@ inline std::vector<troupe::reduce_op> ops_for(troupe::dtype t) {
 
 /// Every rank's input and their reduction, for one call.
 struct expected_call {
-  std::vector<ref::values> inputs;
+  std::shared_ptr<const std::vector<ref::values>> inputs;
   ref::values result;
+  const ref::values& input(int rank) const { return (*inputs)[static_cast<std::size_t>(rank)]; }
 };
 
 /// The inputs (ref::random_values of `t` for `op`, seeded by `salt`) and
 /// reference of one allreduce of n ranks, made once per process for all its
 /// ranks: each rank thread making them again multiplied a suite's time by
 /// up to 7. The ranks call in the same order and hold what they use, so only
-/// the last one made is kept.
+/// the last one made is kept; calls that differ only in the op (other than
+/// PRODUCT, whose inputs differ) share the inputs.
 inline std::shared_ptr<const expected_call> expected_for(troupe::dtype t,
                                                          const troupe::reduce_op& op, int n,
                                                          std::int64_t len, int salt) {
   static std::mutex mtx;
-  static std::string last_key;
+  static std::string last_key, last_inputs_key;
   static std::shared_ptr<const expected_call> last;
-  const auto key = op.to_string() + " " + std::string(troupe::to_string(t)) + " " +
-                   std::to_string(n) + " " + std::to_string(len) + " " + std::to_string(salt);
+  static std::shared_ptr<const std::vector<ref::values>> last_inputs;
+  const bool product = op.op() == troupe::reduce_op::PRODUCT;
+  const auto inputs_key = std::string(troupe::to_string(t)) + " " + std::to_string(n) + " " +
+                          std::to_string(len) + " " + std::to_string(salt) + (product ? " *" : "");
+  const auto key = op.to_string() + " " + inputs_key;
   std::lock_guard<std::mutex> g{mtx};
   if (key != last_key) {
     last.reset();  // one at a time in memory (a rank still checking holds its own)
+    if (inputs_key != last_inputs_key) {
+      last_inputs.reset();
+      auto in = std::make_shared<std::vector<ref::values>>();
+      for (int r = 0; r < n; ++r)
+        in->push_back(ref::random_values(t, len, seed(r, n, len, salt), op.op()));
+      last_inputs = std::move(in);
+      last_inputs_key = inputs_key;
+    }
     auto e = std::make_shared<expected_call>();
-    for (int r = 0; r < n; ++r)
-      e->inputs.push_back(ref::random_values(t, len, seed(r, n, len, salt), op.op()));
-    e->result = ref::reduce(e->inputs, op, t);
+    e->inputs = last_inputs;
+    e->result = ref::reduce(*last_inputs, op, t);
     last = std::move(e);
     last_key = key;
   }

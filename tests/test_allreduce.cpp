@@ -130,11 +130,8 @@ TEST_CASE("reduce of large buffers, private and shared, writes the root's buffer
             CAPTURE(shared);
             CAPTURE(size);
             const int root = static_cast<int>(size % n);
-            std::vector<ref::values> inputs;
-            for (int r = 0; r < n; ++r)
-              inputs.push_back(
-                  ref::random_values(dtype::float32, size, ct::seed(r, n, size, 11), op.op()));
-            auto& mine = inputs[static_cast<std::size_t>(w.rank())];
+            const auto e = ct::expected_for(dtype::float32, op, n, size, 11);
+            const auto& mine = e->input(w.rank());
             auto x = ref::make(dtype::float32, mine);
             if (shared && x.is_cpu()) {
               auto s = tensor::empty_shared({size}, dtype::float32);
@@ -143,7 +140,7 @@ TEST_CASE("reduce of large buffers, private and shared, writes the root's buffer
             }
             pg.reduce(x, root, op).wait();
             if (w.rank() == root)
-              ref::check_close(x, ref::reduce(inputs, op, dtype::float32), "reduce root");
+              ref::check_close(x, e->result, "reduce root");
             else
               ref::check_close(x, mine, "reduce non-root untouched");
           }
@@ -176,7 +173,7 @@ TEST_CASE("allreduce of buffers above the direct-algorithm threshold runs the ri
                                 (op.op() != reduce_op::SUM && op.op() != reduce_op::PREMUL_SUM)))
               continue;
             const auto e = ct::expected_for(t, op, n, len, int(t));
-            auto x = ref::make(t, e->inputs[static_cast<std::size_t>(w.rank())]);
+            auto x = ref::make(t, e->input(w.rank()));
             w.default_group().allreduce(x, op).wait();
             ref::check_close(x, e->result,
                              "ring allreduce " + op.to_string() + " " + std::string(to_string(t)));

@@ -73,7 +73,7 @@ TEST_CASE("inline allreduce matches the reference across the small and chunked p
           for (auto op :
                {reduce_op(reduce_op::SUM), reduce_op(reduce_op::MAX), reduce_op(reduce_op::AVG)}) {
             const auto e = ct::expected_for(dtype::float32, op, n, len, int(len % 97));
-            auto x = ref::make(dtype::float32, e->inputs[static_cast<std::size_t>(w.rank())]);
+            auto x = ref::make(dtype::float32, e->input(w.rank()));
             pg.allreduce(x, op).wait();
             ref::check_close(
                 x, e->result,
@@ -81,7 +81,7 @@ TEST_CASE("inline allreduce matches the reference across the small and chunked p
           }
         // Integers: exact, and MIN over a chunked buffer.
         const auto ints = ct::expected_for(dtype::int64, reduce_op::MIN, n, chunk + 3, 5);
-        auto y = ref::make(dtype::int64, ints->inputs[static_cast<std::size_t>(w.rank())]);
+        auto y = ref::make(dtype::int64, ints->input(w.rank()));
         pg.allreduce(y, reduce_op::MIN).wait();
         ref::check_close(y, ints->result, "inline MIN int64");
       });

@@ -208,14 +208,14 @@ bool allreduces_every_op_right(world& w) {
     for (const auto& op : ct::ops_for(t))
       for (std::int64_t len : {std::int64_t{1}, std::int64_t{n + 1}, std::int64_t{4099}}) {
         const auto e = ct::expected_for(t, op, n, len, 29);
-        auto x = ref::make(t, e->inputs[static_cast<std::size_t>(r)]);
+        auto x = ref::make(t, e->input(r));
         pg.allreduce(x, op).wait();
         ok &= test::expect(r, close_to(x, e->result),
                            ct::name("allreduce", t, len) + " " + op.to_string());
       }
   // Large: blocks of many segments' worth.
   const auto e = ct::expected_for(dtype::float32, reduce_op::SUM, n, 300001, 31);
-  auto x = ref::make(dtype::float32, e->inputs[static_cast<std::size_t>(r)]);
+  auto x = ref::make(dtype::float32, e->input(r));
   pg.allreduce(x).wait();
   ok &= test::expect(r, close_to(x, e->result), "allreduce SUM of 300001");
   return ok;
