@@ -8,7 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "$1" && pwd)
 python=$2
 pkgdir=$3
-if ! "$python" -c "import torch.distributed" 2>/dev/null; then
+if ! "$python" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" 2>/dev/null; then
   echo "SKIP: $python has no torch"; exit 77
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/troupe-torch-install.XXXXXX")
