@@ -70,6 +70,8 @@ std::size_t segment::plan(const segment_shape& shape, offsets& off) {
   at += n * sizeof(rank_progress);
   off.identity = at;
   at += n * sizeof(rank_identity);
+  off.departures = at;
+  at += line;
   off.descriptors = at;
   at += round_up(n * 2 * sizeof(op_descriptor), line);
   off.announce = at;
@@ -183,6 +185,10 @@ rank_identity& segment::identity(int r) noexcept {
   return reinterpret_cast<rank_identity*>(base_ + off_.identity)[r];
 }
 
+std::atomic<std::uint32_t>& segment::departures() noexcept {
+  return *reinterpret_cast<std::atomic<std::uint32_t>*>(base_ + off_.departures);
+}
+
 std::atomic<std::uint64_t>& segment::announced(int r, std::uint64_t seq) noexcept {
   return reinterpret_cast<std::atomic<std::uint64_t>*>(
       base_ + off_.announce)[static_cast<std::uint64_t>(r) * announce_slots + seq % announce_slots];
@@ -190,9 +196,8 @@ std::atomic<std::uint64_t>& segment::announced(int r, std::uint64_t seq) noexcep
 
 std::int64_t* segment::counts(int r, std::uint64_t op) noexcept {
   const auto n = static_cast<std::size_t>(shape_.size);
-  return reinterpret_cast<std::int64_t*>(base_ + off_.counts +
-                                         (static_cast<std::size_t>(r) * 2 + op % 2) *
-                                             counts_stride(n));
+  return reinterpret_cast<std::int64_t*>(
+      base_ + off_.counts + (static_cast<std::size_t>(r) * 2 + op % 2) * counts_stride(n));
 }
 
 std::byte* segment::small_slot(int r, std::uint64_t op) noexcept {

@@ -139,14 +139,17 @@ class segment {
 
   rank_progress& progress(int r) noexcept;
   rank_identity& identity(int r) noexcept;
+  /// How many ranks left the group so far (each set its identity's `left`
+  /// first): a waiting rank reads every identity only once this moved.
+  std::atomic<std::uint32_t>& departures() noexcept;
   op_descriptor& descriptor(int r, std::uint64_t op) noexcept;               ///< slot op % 2
   std::atomic<std::uint64_t>& announced(int r, std::uint64_t seq) noexcept;  ///< slot seq % 64
   std::byte* small_slot(int r, std::uint64_t op) noexcept;                   ///< slot op % 2
   std::int64_t* counts(int r, std::uint64_t op) noexcept;  ///< 2 * size; slot op % 2
-  tiny_header& tiny(int r, std::uint64_t op) noexcept;                       ///< lane op % 2
-  std::byte* tiny_data(int r, std::uint64_t op) noexcept;                    ///< lane op % 2
-  std::byte* stage(int r, std::uint64_t chunk) noexcept;                     ///< slot chunk % slots
-  std::byte* result(std::uint64_t chunk) noexcept;                           ///< slot chunk % slots
+  tiny_header& tiny(int r, std::uint64_t op) noexcept;     ///< lane op % 2
+  std::byte* tiny_data(int r, std::uint64_t op) noexcept;  ///< lane op % 2
+  std::byte* stage(int r, std::uint64_t chunk) noexcept;   ///< slot chunk % slots
+  std::byte* result(std::uint64_t chunk) noexcept;         ///< slot chunk % slots
 
   /// Wakes the ranks sleeping on rank `r`'s bell (r published a counter);
   /// free when nobody sleeps.
@@ -181,8 +184,8 @@ class segment {
   segment_shape shape_;
   int fd_ = -1;  ///< the creator's memfd, until every rank opened it
   struct offsets {
-    std::size_t bells, progress, identity, descriptors, announce, tiny, counts, small, stage,
-        result;
+    std::size_t bells, progress, identity, departures, descriptors, announce, tiny, counts, small,
+        stage, result;
   };
   /// Places the regions for `shape`; returns the segment's size.
   static std::size_t plan(const segment_shape& shape, offsets& off);

@@ -73,6 +73,7 @@ void shm_medium::wake_all() {
 
 void shm_medium::leave() {
   seg_->identity(rank_).left.store(1);
+  seg_->departures().fetch_add(1);
   seg_->wake_all();
 }
 
@@ -89,9 +90,18 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
   // show a moment later than that rank saw it).
   if (now < next_scan_) return {};
   next_scan_ = now + scan_period;
+  // Nobody left and no process to look at: nothing to read (every waiting
+  // rank reading every rank's line each period made thousands of ranks in
+  // one process spend most of their time here).
+  const bool liveness_due = !one_process_ && now >= next_liveness_check_;
+  if (seg_->departures().load(std::memory_order_acquire) == 0 && !liveness_due) {
+    left_seen_.reset();
+    return {};
+  }
   std::string left, gone;
   auto add = [](std::string& to, const std::string& s) { to += (to.empty() ? "" : "; ") + s; };
-  std::vector<int> unfinished;  // and still in the group: their processes are watched
+  auto& unfinished = unfinished_;  // and still in the group: their processes are watched
+  unfinished.clear();
   for (int r = 0; r < size(); ++r) {
     // A rank that finished this operation owes nothing more to it.
     if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
@@ -103,9 +113,10 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
     else
       unfinished.push_back(r);
   }
-  const bool check_processes = now >= next_liveness_check_ || !left.empty();
+  const bool check_processes = !one_process_ && (now >= next_liveness_check_ || !left.empty());
   if (check_processes) next_liveness_check_ = now + liveness_period;
-  for (int r : check_processes ? unfinished : std::vector<int>{}) {
+  for (int r : unfinished) {
+    if (!check_processes) break;
     const auto pid = seg_->identity(r).pid.load();
     if (pid == 0 || pid == my_pid_) continue;
     auto& fd = pidfds_[static_cast<std::size_t>(r)];

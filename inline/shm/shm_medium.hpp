@@ -22,8 +22,8 @@ class shm_medium final : public medium {
   /// Every rank must have written its pid into `seg` already. Without
   /// `allow_direct`, ranks of one process stage through the segment as ranks
   /// of several processes do (TROUPE_ENGINE=staged, for tests and comparisons).
-  shm_medium(std::unique_ptr<segment> seg, int rank, std::string group,
-             rank_names names, bool allow_direct);
+  shm_medium(std::unique_ptr<segment> seg, int rank, std::string group, rank_names names,
+             bool allow_direct);
   ~shm_medium() override;
   /// While this process exchanges point-to-point messages with other
   /// processes, a thread waiting for this group's collectives reads them
@@ -69,6 +69,7 @@ class shm_medium final : public medium {
   bool one_process_ = false;
   std::unique_ptr<peer_memory> peers_;  // between processes: the peers' shared buffers
   std::vector<int> pidfds_;             // per rank, opened when first needed
+  std::vector<int> unfinished_;         // lost()'s list, kept for its capacity
   inline_clock::time_point next_liveness_check_{};
   inline_clock::time_point next_scan_{};  // lost() reads the counters again from then
   std::int32_t my_pid_ = 0;
