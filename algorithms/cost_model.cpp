@@ -87,30 +87,37 @@ double ring_allreduce(const group_topology& t, const cost_model& m, double bytes
   return 2.0 * (n - 1) * one;
 }
 
+/// The virtual ranks of recursive doubling and Rabenseifner's algorithm:
+/// p, the largest power of two <= n; the first 2·extra ranks pair up and
+/// the even one of each pair stands for both.
+struct folded_ranks {
+  int p = 1, extra = 0;
+  explicit folded_ranks(int n) {
+    while (p * 2 <= n) p *= 2;
+    extra = n - p;
+  }
+  bool folded(int r) const { return r < 2 * extra && r % 2 == 1; }
+  /// Rank r's partner across `mask` of the virtual ranks (-1: r is folded).
+  int partner(int r, int mask) const {
+    if (folded(r)) return -1;
+    const int v = (r < 2 * extra ? r / 2 : r - extra) ^ mask;
+    return v < extra ? 2 * v : v + extra;
+  }
+  /// The fold and the unfold of `bytes` (0 when n is a power of two).
+  double fold_time(const group_topology& t, const cost_model& m, double bytes) const {
+    if (extra == 0) return 0;
+    return 2 * step_time(
+                   t, m, [&](int r) { return folded(r) ? r - 1 : -1; }, [&](int) { return bytes; });
+  }
+};
+
 double recursive_doubling(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  if (n < 2) return 0;
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int extra = n - p;
-  auto rank_of = [&](int v) { return v < extra ? 2 * v : v + extra; };
-  double total = 0;
-  if (extra > 0) {  // the fold and the unfold
-    const double fold = step_time(
-        t, m, [&](int r) { return r < 2 * extra && r % 2 == 1 ? r - 1 : -1; },
-        [&](int) { return bytes; });
-    total += 2 * fold;
-  }
-  for (int mask = 1; mask < p; mask <<= 1) {
+  if (t.size() < 2) return 0;
+  const folded_ranks f{t.size()};
+  double total = f.fold_time(t, m, bytes);
+  for (int mask = 1; mask < f.p; mask <<= 1)
     total += step_time(
-        t, m,
-        [&](int r) {
-          if (r < 2 * extra && r % 2 == 1) return -1;
-          const int v = r < 2 * extra ? r / 2 : r - extra;
-          return rank_of(v ^ mask);
-        },
-        [&](int) { return bytes; });
-  }
+        t, m, [&](int r) { return f.partner(r, mask); }, [&](int) { return bytes; });
   return total;
 }
 
@@ -121,29 +128,14 @@ double recursive_doubling(const group_topology& t, const cost_model& m, double b
 /// reduction waits for its whole message (the ring reduces one segment
 /// while the next travels): it adds the bytes reduced at local memory speed.
 double rabenseifner(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  if (n < 2) return 0;
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int extra = n - p;
-  auto rank_of = [&](int v) { return v < extra ? 2 * v : v + extra; };
-  double total = 0;
-  if (extra > 0) {  // the fold and the unfold
-    const double fold = step_time(
-        t, m, [&](int r) { return r < 2 * extra && r % 2 == 1 ? r - 1 : -1; },
-        [&](int) { return bytes; });
-    total += 2 * fold;
-  }
-  for (int mask = p / 2; mask >= 1; mask /= 2) {
-    total += bytes * mask / p / m.local.bandwidth;
-    total += 2 * step_time(
-                     t, m,
-                     [&](int r) {
-                       if (r < 2 * extra && r % 2 == 1) return -1;
-                       const int v = r < 2 * extra ? r / 2 : r - extra;
-                       return rank_of(v ^ mask);
-                     },
-                     [&](int) { return bytes * mask / p; });
+  if (t.size() < 2) return 0;
+  const folded_ranks f{t.size()};
+  double total = f.fold_time(t, m, bytes);
+  for (int mask = f.p / 2; mask >= 1; mask /= 2) {
+    const double part = bytes * mask / f.p;
+    total += part / m.local.bandwidth +
+             2 * step_time(
+                     t, m, [&](int r) { return f.partner(r, mask); }, [&](int) { return part; });
   }
   return total;
 }
