@@ -70,8 +70,6 @@ std::size_t segment::plan(const segment_shape& shape, offsets& off) {
   at += n * sizeof(rank_progress);
   off.identity = at;
   at += n * sizeof(rank_identity);
-  off.departures = at;
-  at += line;
   off.descriptors = at;
   at += round_up(n * 2 * sizeof(op_descriptor), line);
   off.announce = at;
@@ -87,7 +85,9 @@ std::size_t segment::plan(const segment_shape& shape, offsets& off) {
   off.small = round_up(at, page) + page / 2;
   off.stage = off.small + round_up(n * 2 * shape.small_bytes, page);
   off.result = off.stage + n * slots * shape.chunk_bytes;
-  return off.result + slots * shape.chunk_bytes;
+  // Last: a line of its own that the hot regions above do not move for.
+  off.departures = off.result + slots * shape.chunk_bytes;
+  return off.departures + line;
 }
 
 namespace {
