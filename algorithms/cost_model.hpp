@@ -53,6 +53,7 @@ enum class algorithm_kind : std::uint8_t {
   allreduce_hier_striped,
   allreduce_hier_leaders,
   broadcast_binomial,
+  broadcast_scatter_allgather,
   broadcast_hier,
   allgather_ring,
   allgather_bruck,

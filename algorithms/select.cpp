@@ -32,6 +32,7 @@ std::unique_ptr<algorithm> make_allreduce_recursive_doubling();
 std::unique_ptr<algorithm> make_allreduce_rabenseifner();
 std::unique_ptr<algorithm> make_allreduce_hier(bool striped);
 std::unique_ptr<algorithm> make_broadcast_binomial();
+std::unique_ptr<algorithm> make_broadcast_scatter_allgather();
 std::unique_ptr<algorithm> make_broadcast_hier();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
@@ -67,6 +68,8 @@ std::unique_ptr<algorithm> make(algorithm_kind k) {
       return make_allgather_bruck();
     case algorithm_kind::broadcast_binomial:
       return make_broadcast_binomial();
+    case algorithm_kind::broadcast_scatter_allgather:
+      return make_broadcast_scatter_allgather();
     case algorithm_kind::allgather_ring:
       return make_allgather_ring();
     case algorithm_kind::allreduce_ring:
@@ -111,6 +114,7 @@ const forced& forced_algorithms() {
           {"allreduce", "hier_striped", algorithm_kind::allreduce_hier_striped},
           {"allreduce", "hier_leaders", algorithm_kind::allreduce_hier_leaders},
           {"broadcast", "binomial", algorithm_kind::broadcast_binomial},
+          {"broadcast", "scatter_allgather", algorithm_kind::broadcast_scatter_allgather},
           {"broadcast", "hier", algorithm_kind::broadcast_hier},
           {"allgather", "ring", algorithm_kind::allgather_ring},
           {"allgather", "bruck", algorithm_kind::allgather_bruck}};
@@ -126,7 +130,8 @@ const forced& forced_algorithms() {
         throw error(errc::invalid_argument,
                     "TROUPE_ALGORITHMS '" + text + "': '" + item +
                         "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
-                        "rabenseifner|hier_striped|hier_leaders, broadcast=binomial|hier, "
+                        "rabenseifner|hier_striped|hier_leaders, "
+                        "broadcast=binomial|scatter_allgather|hier, "
                         "allgather=ring|bruck)");
     }
     return r;

@@ -6,6 +6,7 @@
 
 #include "base/agreement.hpp"
 #include "base/tensor_util.hpp"
+#include "base/texts.hpp"
 
 namespace troupe::detail {
 
@@ -58,12 +59,6 @@ std::string describe(const std::vector<std::int64_t>& l) {
          " x " + std::to_string(l[i] >> 8);
   }
   return s + ")";
-}
-
-std::string ranks_text(const std::vector<int>& rs) {
-  std::string s = rs.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < rs.size(); ++i) s += (i ? ", " : "") + std::to_string(rs[i]);
-  return s;
 }
 
 }  // namespace

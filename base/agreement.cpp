@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "base/call.hpp"
+#include "base/texts.hpp"
 #include "troupe/dtype.hpp"
 #include "troupe/reduce_op.hpp"
 
@@ -31,12 +32,6 @@ std::string list(const std::vector<std::int64_t>& v) {
   std::string s = "[";
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
-}
-
-std::string ranks_text(const std::vector<int>& rs) {
-  std::string s = rs.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < rs.size(); ++i) s += (i ? ", " : "") + std::to_string(rs[i]);
-  return s;
 }
 
 std::string dtype_name(std::uint8_t t) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace troupe::detail {
 
@@ -32,6 +33,13 @@ inline std::string left_group(const std::string& name, const std::string& group,
 /// the call (negative) reads as 0 ms.
 inline std::string timeout_after(std::chrono::milliseconds t) {
   return "Timed out after " + std::to_string(t.count() > 0 ? t.count() : 0) + " ms";
+}
+
+/// "rank 3" or "ranks 1, 4": a list of ranks in a message.
+inline std::string ranks_text(const std::vector<int>& rs) {
+  std::string s = rs.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < rs.size(); ++i) s += (i ? ", " : "") + std::to_string(rs[i]);
+  return s;
 }
 
 /// Throws errc::invalid_argument "OP: WHY", the form of every validation error.

@@ -49,6 +49,11 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::allreduce, 64 << 20, 2, 2) == algorithm_kind::allreduce_hier_striped);
   CHECK(chosen(op_code::allreduce, 4, 4, 8) == algorithm_kind::allreduce_hier_leaders);
   CHECK(chosen(op_code::broadcast, 1 << 20, 4, 4) == algorithm_kind::broadcast_hier);
+  // Broadcast at many ranks: the tree for small buffers, scatter and
+  // allgather (2N bytes per rank, not log n times N at the root) for large.
+  CHECK(chosen(op_code::broadcast, 4, 1, 4096) == algorithm_kind::broadcast_binomial);
+  CHECK(chosen(op_code::broadcast, 64 << 20, 1, 4096) ==
+        algorithm_kind::broadcast_scatter_allgather);
   // Many ranks: nothing of n² messages; log n steps for small buffers.
   CHECK(chosen(op_code::allreduce, 4, 1, 4096) == algorithm_kind::allreduce_recursive_doubling);
   // ... and for middle sizes log n steps that each move less (Rabenseifner).
@@ -231,6 +236,15 @@ bool broadcasts_and_gathers_right(world& w) {
     ok &= test::expect(r, t.to_vector<int>() == std::vector<int>{7 * root + 1, 3},
                        "broadcast from " + std::to_string(root));
   }
+  // Large, from the last rank: every block of a split buffer arrives.
+  const std::int64_t len = 100003;
+  auto big = tensor::empty({len}, dtype::float32);
+  for (std::int64_t i = 0; i < len; ++i)
+    big.data_as<float>()[i] = r == n - 1 ? float(i % 1009) : -1.f;
+  pg.broadcast(big, n - 1).wait();
+  bool same = true;
+  for (std::int64_t i = 0; i < len; ++i) same &= big.data_as<float>()[i] == float(i % 1009);
+  ok &= test::expect(r, same, "broadcast of " + std::to_string(len) + " from the last rank");
   auto out = tensor::empty({2 * n}, dtype::int32);
   pg.allgather_into_tensor(out, tensor::from_vector<int>({r, 10 * r})).wait();
   for (int q = 0; q < n; ++q)
@@ -276,10 +290,11 @@ TEST_CASE("Rabenseifner's allreduce: every op, 3 to 8 ranks, folds and empty blo
 }
 
 TEST_CASE("broadcast, allgather and reduce_scatter across emulated hosts") {
-  for (const char* algorithm : std::initializer_list<const char*>{"broadcast=hier,allgather=bruck",
-                                                                  "allgather=ring", nullptr})
+  for (const char* algorithm : std::initializer_list<const char*>{
+           "broadcast=hier,allgather=bruck", "broadcast=scatter_allgather,allgather=ring",
+           "broadcast=binomial", nullptr})
     for (const auto& hosts : std::vector<std::vector<std::string>>{
-             {"a", "a", "b", "b"}, {"a", "b", "b", "c", "c", "c"}}) {
+             {"a", "a", "b", "b"}, {"a", "b", "b", "c", "c", "c"}, {"a", "b", "c", "d", "e"}}) {
       CAPTURE(std::string(algorithm ? algorithm : "chosen"));
       across_hosts(hosts, algorithm, broadcasts_and_gathers_right);
     }
