@@ -27,10 +27,8 @@ class broadcast_scatter_allgather final : public algorithm {
  public:
   bool progress(op_context& ctx) override {
     auto& call = ctx.call();
-    const int n = ctx.size();
-    const int v = ring(ctx.rank(), -call.root, n);
-    if (!started_) {
-      started_ = true;
+    const int n = ctx.size(), v = ring(ctx.rank(), -call.root, n);
+    if (numel_ < 0) {  // the first call
       numel_ = call.output.numel();
       parts_ = n;
       while (low_ < n && (v & low_) == 0) low_ <<= 1;  // the root's: n rounded up
@@ -78,13 +76,12 @@ class broadcast_scatter_allgather final : public algorithm {
     return t.flat_slice(start(lo), start(hi) - start(lo));
   }
 
-  bool started_ = false;
   bool scattered_ = false;
   bool sent_ = false;
   int step_ = 0;
   int low_ = 1;    // lowest set bit of v (n rounded up to a power of two for the root)
   int parts_ = 1;  // blocks: one per rank
-  std::int64_t numel_ = 0;
+  std::int64_t numel_ = -1;
 };
 
 }  // namespace
