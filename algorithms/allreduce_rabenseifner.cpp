@@ -128,7 +128,8 @@ class allreduce_rabenseifner final : public algorithm {
   /// The doubling steps: true once the whole output is filled.
   bool double_up(op_context& ctx) {
     auto& call = ctx.call();
-    for (int s = levels_ - 1 - (step_ - levels_ - 1); s >= 0; --s) {
+    // step_ is levels_ + 1 at the first doubling step (s = levels_ - 1).
+    for (int s = 2 * levels_ - step_; s >= 0; --s) {
       const int mask = p_ >> (s + 1);
       const int partner = partner_of(mask);
       const bool lower = (v_ & mask) == 0;

@@ -130,7 +130,6 @@ inline tensor make(dtype t, const values& v, troupe::shape_t shape = {}) {
   return d;
 }
 
-/// Random small integers (as values) fitting `t` and `op`: never all zero.
 /// splitmix64: the inputs need only be irregular and reproducible, and the
 /// suite draws hundreds of millions of them (a Mersenne twister took a
 /// quarter of test_allreduce's time).
@@ -144,6 +143,7 @@ struct quick_random {
   }
 };
 
+/// Random small integers (as values) fitting `t` and `op`: never all zero.
 inline values random_values(dtype t, std::int64_t n, std::uint64_t seed,
                             reduce_op::kind op = reduce_op::SUM) {
   quick_random gen{seed * 7919 + 17};
@@ -238,21 +238,34 @@ inline double tolerance(dtype t) {
   }
 }
 
+/// The first element of `got` (as read) not within the tolerance of `t` of
+/// `expected` (NaN never is), or -1 when every one is.
+inline std::int64_t first_mismatch(const values& got, const values& expected, dtype t) {
+  const double tol = tolerance(t);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == expected[i]) continue;  // most are exact: no square roots for them
+    const double err = std::abs(got[i] - expected[i]);
+    if (!(err <= tol * std::max(1.0, std::abs(expected[i])))) return static_cast<std::int64_t>(i);
+  }
+  return -1;
+}
+
+/// Whether `got` holds `expected` within its dtype's tolerance (for forked
+/// ranks, which report instead of asserting).
+inline bool close(const tensor& got, const values& expected) {
+  const auto g = read(got);
+  return g.size() == expected.size() && first_mismatch(g, expected, got.scalar_type()) < 0;
+}
+
 /// Checks `got` against `expected` element by element (NaN never passes).
 inline void check_close(const tensor& got, const values& expected, const std::string& what) {
   INFO(what);
   auto g = read(got);
   REQUIRE(g.size() == expected.size());
-  const double tol = tolerance(got.scalar_type());
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    if (g[i] == expected[i]) continue;  // most are exact: no square roots for them
-    const double err = std::abs(g[i] - expected[i]);
-    const double bound = tol * std::max(1.0, std::abs(expected[i]));
-    if (!(err <= bound)) {
-      FAIL_CHECK(what << ": element " << i << " is (" << g[i].real() << "," << g[i].imag()
-                      << "), expected (" << expected[i].real() << "," << expected[i].imag() << ")");
-      return;
-    }
+  if (const auto i = first_mismatch(g, expected, got.scalar_type()); i >= 0) {
+    const auto k = static_cast<std::size_t>(i);
+    FAIL_CHECK(what << ": element " << i << " is (" << g[k].real() << "," << g[k].imag()
+                    << "), expected (" << expected[k].real() << "," << expected[k].imag() << ")");
   }
 }
 

@@ -1,9 +1,10 @@
 // Collectives that know where the ranks live: the cost model's choices
 // (algorithms/cost_model.hpp, select.cpp) and the algorithms across hosts —
 // hierarchical allreduce (striped and leaders), hierarchical broadcast,
-// recursive doubling, Rabenseifner's allreduce, Bruck's allgather and the rings ordered by host —
-// run in forked processes that name different hosts (TROUPE_HOSTNAME), over TCP between them and
-// shared memory within each, checked against values computed here.
+// recursive doubling, Rabenseifner's allreduce, the scatter-allgather
+// broadcast, Bruck's allgather and the rings ordered by host — run in forked
+// processes that name different hosts (TROUPE_HOSTNAME), over TCP between
+// them and shared memory within each, checked against values computed here.
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -193,16 +194,6 @@ bool allreduces_right(world& w) {
   return ok;
 }
 
-/// Whether `got` holds `want`, within the dtype's tolerance.
-bool close_to(const tensor& got, const ref::values& want) {
-  const auto g = ref::read(got);
-  if (g.size() != want.size()) return false;
-  const double tol = ref::tolerance(got.scalar_type());
-  for (std::size_t i = 0; i < g.size(); ++i)
-    if (!(std::abs(g[i] - want[i]) <= tol * std::max(1.0, std::abs(want[i])))) return false;
-  return true;
-}
-
 /// Every op of representative dtypes, on lengths with fewer elements than
 /// ranks, around the block sizes and large, against the serial reference.
 bool allreduces_every_op_right(world& w) {
@@ -215,14 +206,14 @@ bool allreduces_every_op_right(world& w) {
         const auto e = ct::expected_for(t, op, n, len, 29);
         auto x = ref::make(t, e->input(r));
         pg.allreduce(x, op).wait();
-        ok &= test::expect(r, close_to(x, e->result),
+        ok &= test::expect(r, ref::close(x, e->result),
                            ct::name("allreduce", t, len) + " " + op.to_string());
       }
   // Large: blocks of many segments' worth.
   const auto e = ct::expected_for(dtype::float32, reduce_op::SUM, n, 300001, 31);
   auto x = ref::make(dtype::float32, e->input(r));
   pg.allreduce(x).wait();
-  ok &= test::expect(r, close_to(x, e->result), "allreduce SUM of 300001");
+  ok &= test::expect(r, ref::close(x, e->result), "allreduce SUM of 300001");
   return ok;
 }
 

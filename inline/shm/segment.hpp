@@ -184,8 +184,8 @@ class segment {
   segment_shape shape_;
   int fd_ = -1;  ///< the creator's memfd, until every rank opened it
   struct offsets {
-    std::size_t bells, progress, identity, departures, descriptors, announce, tiny, counts, small,
-        stage, result;
+    std::size_t bells, progress, identity, descriptors, announce, tiny, counts, small, stage,
+        result, departures;
   };
   /// Places the regions for `shape`; returns the segment's size.
   static std::size_t plan(const segment_shape& shape, offsets& off);

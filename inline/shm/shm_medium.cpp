@@ -100,8 +100,7 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
   }
   std::string left, gone;
   auto add = [](std::string& to, const std::string& s) { to += (to.empty() ? "" : "; ") + s; };
-  auto& unfinished = unfinished_;  // and still in the group: their processes are watched
-  unfinished.clear();
+  unfinished_.clear();  // and still in the group: their processes are watched
   for (int r = 0; r < size(); ++r) {
     // A rank that finished this operation owes nothing more to it.
     if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
@@ -111,21 +110,22 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
       add(left, left_group(names_[static_cast<std::size_t>(r)], group_,
                            rings_ ? rings_->left_reason(r) : std::string()));
     else
-      unfinished.push_back(r);
+      unfinished_.push_back(r);
   }
   const bool check_processes = !one_process_ && (now >= next_liveness_check_ || !left.empty());
-  if (check_processes) next_liveness_check_ = now + liveness_period;
-  for (int r : unfinished) {
-    if (!check_processes) break;
-    const auto pid = seg_->identity(r).pid.load();
-    if (pid == 0 || pid == my_pid_) continue;
-    auto& fd = pidfds_[static_cast<std::size_t>(r)];
+  if (check_processes) {
+    next_liveness_check_ = now + liveness_period;
+    for (int r : unfinished_) {
+      const auto pid = seg_->identity(r).pid.load();
+      if (pid == 0 || pid == my_pid_) continue;
+      auto& fd = pidfds_[static_cast<std::size_t>(r)];
 #ifdef SYS_pidfd_open
-    if (fd < 0) fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+      if (fd < 0) fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 #endif
-    if (fd < 0 ? ::kill(pid, 0) != 0 && errno == ESRCH : process_gone(fd))
-      add(gone, names_[static_cast<std::size_t>(r)] + " left group '" + group_ +
-                    "' (its process is gone)");
+      if (fd < 0 ? ::kill(pid, 0) != 0 && errno == ESRCH : process_gone(fd))
+        add(gone, names_[static_cast<std::size_t>(r)] + " left group '" + group_ +
+                      "' (its process is gone)");
+    }
   }
   if (!gone.empty()) return gone;
   if (left.empty()) {
