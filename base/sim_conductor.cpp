@@ -32,15 +32,18 @@ void set_sim_here(sim_conductor* c, int rank) noexcept {
 
 sim_conductor::sim_conductor(int n, std::uint64_t seed, std::vector<fault_rule> faults,
                              std::string* log)
-    : n_(n),
+    : turn_(static_cast<std::size_t>(n)),
+      n_(n),
       seed_(seed),
       rng_(seed),
       faults_(std::move(faults)),
       log_(log),
       state_(static_cast<std::size_t>(n), st::starting),
+      live_at_(static_cast<std::size_t>(n), -1),
       calls_(static_cast<std::size_t>(n), 0),
       stalled_(static_cast<std::size_t>(n), false),
-      quiet_(static_cast<std::size_t>(n), false) {
+      quiet_in_(static_cast<std::size_t>(n), 0) {
+  live_.reserve(static_cast<std::size_t>(n));
   conductors.fetch_add(1);
 }
 
@@ -61,26 +64,61 @@ void sim_conductor::log_locked(int rank, const std::string& what) {
 }
 
 void sim_conductor::moved_locked() {
-  quiet_.assign(static_cast<std::size_t>(n_), false);
+  ++epoch_;
+  quiet_ = 0;
+}
+
+bool sim_conductor::quiet_locked(int r) {
+  auto& in = quiet_in_[static_cast<std::size_t>(r)];
+  if (in != epoch_) {
+    in = epoch_;
+    ++quiet_;
+  }
+  return quiet_ == static_cast<int>(live_.size());
+}
+
+void sim_conductor::set_state_locked(int r, st s) {
+  const auto i = static_cast<std::size_t>(r);
+  if (state_[i] == st::live && s != st::live) {
+    // Out of the live set: the last one takes its place.
+    const int at = live_at_[i];
+    live_[static_cast<std::size_t>(at)] = live_.back();
+    live_at_[static_cast<std::size_t>(live_.back())] = at;
+    live_.pop_back();
+    live_at_[i] = -1;
+    if (quiet_in_[i] == epoch_) --quiet_;
+  }
+  state_[i] = s;
+}
+
+void sim_conductor::start_locked() {
+  // The ranks entered in whatever order their set-up ended: the live set
+  // starts in rank order, so the schedule follows from the seed alone.
+  for (int r = 0; r < n_; ++r)
+    if (state_[static_cast<std::size_t>(r)] == st::live) {
+      live_at_[static_cast<std::size_t>(r)] = static_cast<int>(live_.size());
+      live_.push_back(r);
+    }
+  pass_locked();
 }
 
 void sim_conductor::pass_locked() {
-  std::vector<int> live;
-  for (int r = 0; r < n_; ++r)
-    if (state_[static_cast<std::size_t>(r)] == st::live) live.push_back(r);
-  if (live.empty()) {
+  if (live_.empty()) {
     // Only frozen ranks are left (or none): they end now.
     releasing_ = true;
     current_ = -1;
-  } else {
-    current_ = live[static_cast<std::size_t>(next_random() % live.size())];
+    for (int f : frozen_) turn_[static_cast<std::size_t>(f)].notify_one();
+    return;
   }
-  cv_.notify_all();
+  // The live set's order follows from the seed too (every change to it is
+  // made in a turn), so the pick does.
+  current_ = live_[static_cast<std::size_t>(next_random() % live_.size())];
+  turn_[static_cast<std::size_t>(current_)].notify_one();
 }
 
 void sim_conductor::wait_turn(std::unique_lock<std::mutex>& g, int rank) {
   const auto r = static_cast<std::size_t>(rank);
-  cv_.wait(g, [&] { return current_ == rank || (releasing_ && state_[r] == st::frozen); });
+  turn_[r].wait(g, [&] { return current_ == rank || (releasing_ && state_[r] == st::frozen); });
   if (state_[r] == st::frozen) {
     state_[r] = st::done;
     throw sim_stop{false};
@@ -90,7 +128,7 @@ void sim_conductor::wait_turn(std::unique_lock<std::mutex>& g, int rank) {
 void sim_conductor::enter(int rank) {
   std::unique_lock<std::mutex> g{mtx_};
   state_[static_cast<std::size_t>(rank)] = st::live;
-  if (++entered_ == n_) pass_locked();
+  if (++entered_ == n_) start_locked();
   wait_turn(g, rank);
 }
 
@@ -103,12 +141,12 @@ void sim_conductor::call(int rank, const char* op) {
     if (f.rank != rank || f.at_call != k) continue;
     if (f.kill) {
       log_locked(rank, std::string("killed at call ") + std::to_string(k) + " (" + op + ")");
-      state_[r] = st::done;
+      set_state_locked(rank, st::done);
       killed_.push_back(rank);
       throw sim_stop{true};  // its world goes; leave() passes the turn
     }
     log_locked(rank, std::string("frozen at call ") + std::to_string(k) + " (" + op + ")");
-    state_[r] = st::frozen;
+    set_state_locked(rank, st::frozen);
     frozen_.push_back(rank);
     pass_locked();
     wait_turn(g, rank);  // throws once the others are done
@@ -133,15 +171,8 @@ void sim_conductor::wait(int rank, work_state& s) {
     }
     // Stalled once every live rank had a turn in a wait that moved nothing
     // since anything last moved (a call, or a wait that ended).
-    quiet_[r] = true;
-    bool all_quiet = true;
-    for (int q = 0; q < n_; ++q)
-      if (state_[static_cast<std::size_t>(q)] == st::live && !quiet_[static_cast<std::size_t>(q)])
-        all_quiet = false;
-    if (all_quiet && !stalled_[r]) {
-      for (int q = 0; q < n_; ++q)
-        if (state_[static_cast<std::size_t>(q)] == st::live)
-          stalled_[static_cast<std::size_t>(q)] = true;
+    if (quiet_locked(rank) && !stalled_[r]) {
+      for (int q : live_) stalled_[static_cast<std::size_t>(q)] = true;
       moved_locked();
     }
     if (stalled_[r]) {
@@ -172,8 +203,14 @@ void sim_conductor::leave(int rank, bool killed) {
   std::unique_lock<std::mutex> g{mtx_};
   const auto r = static_cast<std::size_t>(rank);
   const bool had_turn = current_ == rank;
-  if (state_[r] != st::done) {
+  if (state_[r] == st::starting) {
+    // Its set-up failed: the others start without it.
     state_[r] = st::done;
+    if (++entered_ == n_) start_locked();
+    return;
+  }
+  if (state_[r] != st::done) {
+    set_state_locked(rank, st::done);
     log_locked(rank, killed ? "killed" : "done");
   }
   if (had_turn || killed) pass_locked();

@@ -48,24 +48,40 @@ class sim_conductor {
  private:
   enum class st { starting, live, frozen, done };
   void log_locked(int rank, const std::string& what);
-  /// Hands the turn to a live rank the generator picks (the caller holds mtx_).
+  /// Hands the turn to a live rank the generator picks (the caller holds
+  /// mtx_) and wakes that rank alone: a turn costs the same at 16 ranks as
+  /// at 16,384.
   void pass_locked();
+  /// Every rank entered (or failed before): the first turn.
+  void start_locked();
   void wait_turn(std::unique_lock<std::mutex>& g, int rank);
   std::uint64_t next_random();
+  /// Rank r's state becomes `s` (frozen or done): it leaves the live set.
+  void set_state_locked(int r, st s);
+  /// Something moved: every rank's quiet turn is forgotten (a new epoch).
+  void moved_locked();
+  /// Rank r had a wait turn that moved nothing; whether every live rank
+  /// now had one since anything last moved.
+  bool quiet_locked(int r);
 
   std::mutex mtx_;
-  std::condition_variable cv_;
+  std::vector<std::condition_variable> turn_;  // one per rank: its turn came
   int n_;
   std::uint64_t seed_, rng_;
   std::vector<fault_rule> faults_;
   std::string* log_;
   std::vector<st> state_;
+  std::vector<int> live_;     // the live ranks, in no order
+  std::vector<int> live_at_;  // rank -> its index in live_ (-1: not live)
   std::vector<int> calls_;
   std::vector<bool> stalled_;  // the rank's current wait fails at its next turn
   int entered_ = 0;
   int current_ = -1;
-  std::vector<bool> quiet_;  // had a wait turn that moved nothing since anything moved
-  void moved_locked();
+  // Quiet ranks (a wait turn that moved nothing since anything moved): the
+  // epoch each last went quiet in, and how many live ones did in this one.
+  std::uint64_t epoch_ = 1;
+  std::vector<std::uint64_t> quiet_in_;
+  int quiet_ = 0;
   std::vector<int> killed_, frozen_;
   bool releasing_ = false;  // only frozen ranks are left: they end
 };
