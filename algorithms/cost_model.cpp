@@ -71,9 +71,9 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
   return worst;
 }
 
-double ring_allreduce(const group_topology& t, const cost_model& m, double bytes) {
+/// Each rank's next in a ring ordered by host (rank order on one host).
+std::vector<int> ring_next(const group_topology& t) {
   const int n = t.size();
-  if (n < 2) return 0;
   const auto order = t.hosts() > 1 ? t.host_order() : std::vector<int>{};
   std::vector<int> next(static_cast<std::size_t>(n));
   for (int p = 0; p < n; ++p) {
@@ -81,6 +81,13 @@ double ring_allreduce(const group_topology& t, const cost_model& m, double bytes
     next[static_cast<std::size_t>(r)] =
         order.empty() ? (p + 1) % n : order[static_cast<std::size_t>((p + 1) % n)];
   }
+  return next;
+}
+
+double ring_allreduce(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  if (n < 2) return 0;
+  const auto next = ring_next(t);
   const double one = step_time(
       t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; },
       [&](int) { return bytes / n; });
@@ -201,7 +208,67 @@ double scatter_allgather_broadcast(const group_topology& t, const cost_model& m,
                        t, m, [&](int r) { return (r + 1) % n; }, [&](int) { return bytes / n; });
 }
 
+/// Rank 0 exchanging `block` bytes with every other rank at once (gather's
+/// and scatter's direct algorithms): the root's links carry them all.
+double rooted_direct(const group_topology& t, const cost_model& m, double block) {
+  const int n = t.size();
+  int local = 0, remote = 0;
+  for (int r = 1; r < n; ++r)
+    ++(t.host_of[static_cast<std::size_t>(r)] == t.host_of[0] ? local : remote);
+  double worst = 0;
+  if (local > 0)
+    worst = m.local.latency + (local - 1) * m.local.overhead + local * block / m.local.bandwidth;
+  if (remote > 0)
+    worst = std::max(
+        worst, m.host.latency + (remote - 1) * m.host.overhead + remote * block / m.host.bandwidth);
+  return worst;
+}
+
 }  // namespace
+
+fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group_topology& t,
+                               const cost_model& m) {
+  const double bytes = static_cast<double>(bytes_in);
+  const int n = t.size();
+  switch (code) {
+    case op_code::reduce: {
+      // The broadcast tree run backwards, each level reducing what it got.
+      int levels = 0;
+      for (int mask = 1; mask < n; mask <<= 1) ++levels;
+      return {"reduce_binomial",
+              binomial_broadcast(t, m, bytes, 0) + levels * bytes / m.local.bandwidth};
+    }
+    case op_code::reduce_scatterv: {
+      if (n < 2) return {"reduce_scatter_ring", 0};
+      const auto next = ring_next(t);
+      const double one = step_time(
+          t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; },
+          [&](int) { return bytes / n; });
+      return {"reduce_scatter_ring", (n - 1) * (one + bytes / n / m.local.bandwidth)};
+    }
+    case op_code::gatherv:
+      return {"gather_direct", rooted_direct(t, m, bytes / n)};
+    case op_code::scatterv:
+      return {"scatter_direct", rooted_direct(t, m, bytes / n)};
+    case op_code::alltoallv: {
+      double total = 0;
+      for (int d = 1; d < n; ++d)
+        total += step_time(
+            t, m, [&](int r) { return (r + d) % n; }, [&](int) { return bytes / n; });
+      return {"alltoall_pairwise", total};
+    }
+    case op_code::barrier:
+    case op_code::monitored_barrier: {
+      double total = 0;
+      for (int k = 1; k < n; k <<= 1)
+        total += step_time(
+            t, m, [&](int r) { return (r + k) % n; }, [](int) { return 0.0; });
+      return {"barrier_dissemination", total};
+    }
+    default:
+      return {"other", 0};
+  }
+}
 
 const cost_model& cost_model::of_process() {
   static std::once_flag once;
@@ -310,13 +377,7 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
              binomial_broadcast(*group_topology::of_hosts(one_host), m, bytes, 0);
     }
     case algorithm_kind::allgather_ring: {
-      const auto order = hosts > 1 ? t.host_order() : std::vector<int>{};
-      std::vector<int> next(static_cast<std::size_t>(n));
-      for (int p = 0; p < n; ++p) {
-        const int r = order.empty() ? p : order[static_cast<std::size_t>(p)];
-        next[static_cast<std::size_t>(r)] =
-            order.empty() ? (p + 1) % n : order[static_cast<std::size_t>((p + 1) % n)];
-      }
+      const auto next = ring_next(t);
       return (n - 1) * step_time(
                            t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; },
                            [&](int) { return bytes / n; });

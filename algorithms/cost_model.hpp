@@ -73,6 +73,18 @@ struct choice {
 };
 choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m);
 
+/// The collectives select.cpp does not choose for (reduce, reduce_scatter,
+/// gather, scatter, alltoall, barrier) run one algorithm each: its name and
+/// predicted seconds for `bytes` (reduce: the buffer; reduce_scatter: the
+/// whole input; gather and scatter: the root's whole buffer; alltoall: what
+/// one rank sends; barrier: none) with the root, where there is one, rank 0.
+struct fixed_prediction {
+  const char* algorithm;
+  double seconds;
+};
+fixed_prediction predict_fixed(op_code code, std::uint64_t bytes, const group_topology& t,
+                               const cost_model& m);
+
 /// What select.cpp runs for `code` over `bytes` on `t`: the algorithm
 /// TROUPE_ALGORITHMS forces where it can run there, else choose()'s.
 algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_topology& t,

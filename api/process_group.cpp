@@ -242,6 +242,8 @@ work process_group::track(work w, const char* op, std::span<const tensor> ts, in
 work process_group::track_sized(work w, const char* op, const call_size& size, int peer) {
   if (coalescing_) coalesced_.push_back(w);
   if (!w.valid()) return w;
+  if (detail::timed_here())
+    detail::sim_issued(w.state(), {op, name_, global_ranks_, rank_, size.bytes, peer, {}});
   const auto& s = *w.state();
   auto& st = *issued_;
   if (st.recorder()) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "api/validate.hpp"
+#include "base/sim_conductor.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe {
@@ -95,9 +96,17 @@ work process_group::batch_isend_irecv(std::vector<p2p_op> ops) {
   if (one_device) {
     call_size size;
     for (auto& op : ops) size.add(op.buffer);
-    return track_sized(
+    auto w = track_sized(
         backend_for("batch_isend_irecv", {&ops.front().buffer, 1}).batch_isend_irecv(ops),
         "batch_isend_irecv", size, -1);
+    if (detail::timed_here()) {
+      // A timed simulation's clock times each of the batch's operations.
+      detail::sim_call c{"batch_isend_irecv", name_, global_ranks_, rank_, size.bytes, -1, {}};
+      for (auto& op : ops)
+        c.parts.push_back({op.kind == p2p_op::isend, op.peer, op.buffer.nbytes()});
+      detail::sim_issued(w.state(), c);
+    }
+    return w;
   }
   std::vector<work> parts;
   const bool outer = coalescing_;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "api/rank_threads.hpp"
+#include "api/virtual_clock.hpp"
 #include "base/engine_setting.hpp"
 #include "base/sim_conductor.hpp"
 #include "troupe/error.hpp"
@@ -37,8 +38,11 @@ void simulate(int n, const std::function<void(world&)>& fn, const simulation_opt
                                               " (calls count from 1)");
     rules.push_back({f.kind == fault::kill, f.rank, f.at_call});
   }
+  std::unique_ptr<detail::virtual_clock> clock;
+  if (opts.timing) clock = std::make_unique<detail::virtual_clock>(n, *opts.timing);
   auto store = std::make_shared<hash_store>(opts.timeout);
   detail::sim_conductor conductor(n, opts.seed, std::move(rules), opts.schedule);
+  conductor.set_clock(clock.get());
 
   std::mutex mtx;
   std::exception_ptr first;
@@ -81,9 +85,32 @@ void simulate(int n, const std::function<void(world&)>& fn, const simulation_opt
       w.reset();
     });
   for (auto& t : threads) t.join();
+  if (clock) clock->report(*opts.timing);
   if (!first) return;
   detail::rethrow_prefixed(
       first, "seed " + std::to_string(opts.seed) + ": rank " + std::to_string(first_rank) + ": ");
+}
+
+namespace {
+
+detail::sim_clock& clock_here(const char* op) {
+  auto* sim = detail::sim_here();
+  if (!sim || !sim->clock())
+    throw error(
+        errc::invalid_argument,
+        std::string(op) +
+            ": not a rank of a timed simulation (simulate with simulation_options::timing)");
+  return *sim->clock();
+}
+
+}  // namespace
+
+double virtual_now() {
+  return clock_here("virtual_now").now(detail::sim_rank_here());
+}
+
+void virtual_compute(double seconds) {
+  clock_here("virtual_compute").compute(detail::sim_rank_here(), seconds);
 }
 
 std::optional<std::uint64_t> find_failing_seed(int n, const std::function<void(world&)>& fn,

@@ -20,8 +20,7 @@ void count_in(store& s, const std::string& key, int rank, int size,
     std::string missing;
     int count = 0;
     for (int r = 0; r < size; ++r)
-      if (!s.check({member_key(r)}))
-        missing += (count++ ? ", " : "") + std::to_string(r);
+      if (!s.check({member_key(r)})) missing += (count++ ? ", " : "") + std::to_string(r);
     if (count == 0) return;  // they came at the last moment
     throw error(errc::timeout, op + ": " + timeout_after(timeout) + " waiting for " +
                                    (count == 1 ? "rank " : "ranks ") + missing + " to " + what);

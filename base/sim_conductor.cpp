@@ -30,6 +30,10 @@ void set_sim_here(sim_conductor* c, int rank) noexcept {
   here_rank = rank;
 }
 
+void sim_issued(const std::shared_ptr<work_state>& s, const sim_call& c) {
+  if (s && timed_here()) here->clock()->issued(here_rank, s, c);
+}
+
 sim_conductor::sim_conductor(int n, std::uint64_t seed, std::vector<fault_rule> faults,
                              std::string* log)
     : turn_(static_cast<std::size_t>(n)),
@@ -42,6 +46,7 @@ sim_conductor::sim_conductor(int n, std::uint64_t seed, std::vector<fault_rule> 
       live_at_(static_cast<std::size_t>(n), -1),
       calls_(static_cast<std::size_t>(n), 0),
       stalled_(static_cast<std::size_t>(n), false),
+      issued_(static_cast<std::size_t>(n), false),
       quiet_in_(static_cast<std::size_t>(n), 0) {
   live_.reserve(static_cast<std::size_t>(n));
   conductors.fetch_add(1);
@@ -154,24 +159,36 @@ void sim_conductor::call(int rank, const char* op) {
   log_locked(rank, op);
   pass_locked();
   wait_turn(g, rank);
+  // The call is issued after this, in this turn: what it moves (a post
+  // others wait for) counts at the rank's next turn (issued_).
+  issued_[r] = true;
 }
 
 void sim_conductor::wait(int rank, work_state& s) {
   const auto r = static_cast<std::size_t>(rank);
   for (;;) {
+    bool moved = false;
     if (!s.finished.load() && s.driver) {
       // With every other rank parked, a pass moves all that can move now.
-      s.driver->poke();
-      s.driver->poke();
+      moved = s.driver->poke();
+      moved = s.driver->poke() || moved;
     }
     std::unique_lock<std::mutex> g{mtx_};
     if (s.finished.load()) {
       moved_locked();
       return;
     }
+    // A pass that moved part of an operation (a chunk of a large message
+    // copied) is progress too, and so is the call this rank issued since
+    // its last wait turn: the wait is not quiet.
+    if (issued_[r]) {
+      issued_[r] = false;
+      moved = true;
+    }
+    if (moved) moved_locked();
     // Stalled once every live rank had a turn in a wait that moved nothing
-    // since anything last moved (a call, or a wait that ended).
-    if (quiet_locked(rank) && !stalled_[r]) {
+    // since anything last moved (a call, a pass, or a wait that ended).
+    if (!moved && quiet_locked(rank) && !stalled_[r]) {
       for (int q : live_) stalled_[static_cast<std::size_t>(q)] = true;
       moved_locked();
     }
@@ -209,6 +226,7 @@ void sim_conductor::leave(int rank, bool killed) {
     if (++entered_ == n_) start_locked();
     return;
   }
+  if (issued_[r]) moved_locked();  // what it issued last may have moved others
   if (state_[r] != st::done) {
     set_state_locked(rank, st::done);
     log_locked(rank, killed ? "killed" : "done");

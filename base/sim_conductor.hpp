@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -15,6 +16,39 @@
 namespace troupe::detail {
 
 struct work_state;
+
+/// One call as a timed simulation's clock sees it (api/virtual_clock.cpp):
+/// the group, this rank in it, the bytes of the tensors the call was given,
+/// the peer of a point-to-point call (a group rank; -1: none or any).
+struct sim_call {
+  const char* op;
+  const std::string& group;
+  const std::vector<int>& members;  ///< the group's ranks in the world, by group rank
+  int group_rank;
+  std::uint64_t bytes;
+  int peer;
+  /// batch_isend_irecv's operations: whether each sends, its peer, its bytes.
+  struct part {
+    bool send;
+    int peer;
+    std::uint64_t bytes;
+  };
+  std::vector<part> parts;
+};
+
+/// The virtual time of a timed simulation (simulation_options::timing): told
+/// of each call a rank issues and of each wait that returned. Only the rank
+/// holding the turn calls it.
+class sim_clock {
+ public:
+  virtual ~sim_clock() = default;
+  virtual void issued(int rank, const std::shared_ptr<work_state>& s, const sim_call& c) = 0;
+  virtual void waited(int rank, const work_state& s) = 0;
+  /// Rank `rank`'s clock, in virtual seconds since the start.
+  virtual double now(int rank) = 0;
+  /// Rank `rank` computes for `seconds`: its clock moves on.
+  virtual void compute(int rank, double seconds) = 0;
+};
 
 /// Thrown on a rank that a fault kills or frees from its freeze at the end.
 struct sim_stop {
@@ -44,6 +78,9 @@ class sim_conductor {
   /// The rank's function ended (or it was killed): the turn goes on.
   void leave(int rank, bool killed);
   std::uint64_t seed() const noexcept { return seed_; }
+  /// The virtual clock of a timed simulation (null: untimed).
+  sim_clock* clock() const noexcept { return clock_; }
+  void set_clock(sim_clock* c) noexcept { clock_ = c; }
 
  private:
   enum class st { starting, live, frozen, done };
@@ -75,6 +112,7 @@ class sim_conductor {
   std::vector<int> live_at_;  // rank -> its index in live_ (-1: not live)
   std::vector<int> calls_;
   std::vector<bool> stalled_;  // the rank's current wait fails at its next turn
+  std::vector<bool> issued_;   // the rank issued a call since its last wait turn
   int entered_ = 0;
   int current_ = -1;
   // Quiet ranks (a wait turn that moved nothing since anything moved): the
@@ -84,6 +122,7 @@ class sim_conductor {
   int quiet_ = 0;
   std::vector<int> killed_, frozen_;
   bool releasing_ = false;  // only frozen ranks are left: they end
+  sim_clock* clock_ = nullptr;
 };
 
 /// The conductor of the simulation this thread is a rank of (null: none).
@@ -93,5 +132,11 @@ sim_conductor* sim_here() noexcept;
 bool in_simulation() noexcept;
 int sim_rank_here() noexcept;
 void set_sim_here(sim_conductor* c, int rank) noexcept;
+/// Whether this thread is a rank of a timed simulation (a clock to tell).
+inline bool timed_here() noexcept {
+  return in_simulation() && sim_here()->clock() != nullptr;
+}
+/// Tells a timed simulation's clock of a call this rank issued.
+void sim_issued(const std::shared_ptr<work_state>& s, const sim_call& c);
 
 }  // namespace troupe::detail

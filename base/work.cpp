@@ -97,6 +97,12 @@ void advance(work_state& s, std::chrono::steady_clock::time_point until) {
     poll_for_done(s, until);
 }
 
+/// A timed simulation's rank waited for `s`: its virtual clock moves on.
+void waited_in_simulation(const work_state& s) {
+  // One relaxed load while no simulation runs in the process.
+  if (detail::timed_here()) detail::sim_here()->clock()->waited(detail::sim_rank_here(), s);
+}
+
 }  // namespace
 
 void work::wait() const {
@@ -106,6 +112,7 @@ void work::wait() const {
   // and never changes after, so neither the lock nor a drive is needed.
   if (s.finished.load(std::memory_order_acquire)) {
     if (s.error) std::rethrow_exception(s.error);
+    waited_in_simulation(s);
     return;
   }
   advance(s, std::chrono::steady_clock::time_point::max());
@@ -113,6 +120,7 @@ void work::wait() const {
   if (!s.finished.load(std::memory_order_acquire))
     sleep_for_done(s, std::chrono::steady_clock::time_point::max());
   if (s.error) std::rethrow_exception(s.error);
+  waited_in_simulation(s);
 }
 
 void work::wait(duration timeout) const {
@@ -123,6 +131,7 @@ void work::wait(duration timeout) const {
     throw error(errc::timeout,
                 "work.wait: " + detail::timeout_after(timeout) + " waiting for " + describe(s));
   if (s.error) std::rethrow_exception(s.error);
+  waited_in_simulation(s);
 }
 
 bool work::is_completed() const {
@@ -176,8 +185,9 @@ struct parent_driver final : detail::work_driver {
     if (auto p = parent.lock(); p && !p->finished.load(std::memory_order_acquire))
       p->driver->drive(*p, until);
   }
-  void poke() const override {
-    if (auto p = parent.lock()) p->driver->poke();
+  bool poke() const override {
+    auto p = parent.lock();
+    return p && p->driver->poke();
   }
   std::weak_ptr<work_state> parent;
 };

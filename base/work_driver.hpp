@@ -10,7 +10,8 @@ struct work_state;
 /// What moves a work's operation in the threads that wait for it (an inline
 /// engine, a receive's plan of what to read, the work a continuation
 /// continues): drive(s, until) advances it until `s` finished or `until`
-/// passed; poke() makes one non-blocking pass; continued() hears that a
+/// passed; poke() makes one non-blocking pass (true: it moved something);
+/// continued() hears that a
 /// continuation was registered while the work is pending (nobody may ever
 /// wait for it, so a progress thread should drive it). One object per
 /// engine or plan, shared by its works: setting it on a work is one count,
@@ -19,7 +20,7 @@ class work_driver {
  public:
   virtual ~work_driver() = default;
   virtual void drive(work_state& s, std::chrono::steady_clock::time_point until) const = 0;
-  virtual void poke() const {}
+  virtual bool poke() const { return false; }
   virtual void continued() const {}
 };
 

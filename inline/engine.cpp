@@ -34,8 +34,9 @@ struct engine_driver final : work_driver {
   void drive(work_state& s, inline_clock::time_point until) const override {
     if (auto e = engine.lock()) e->drive(s, until);
   }
-  void poke() const override {
-    if (auto e = engine.lock()) e->poke();
+  bool poke() const override {
+    auto e = engine.lock();
+    return e && e->poke();
   }
   void continued() const override {
     if (auto e = engine.lock()) e->continued();
@@ -270,10 +271,10 @@ std::uint64_t inline_engine::head_op() {
   return queue_.empty() ? 0 : queue_.front()->op;
 }
 
-void inline_engine::poke() {
-  if (waiters_.load() != 0) return;
+bool inline_engine::poke() {
+  if (waiters_.load() != 0) return false;
   med_->pump();
-  pass(false, inline_clock::now());
+  return pass(false, inline_clock::now());
 }
 
 void inline_engine::drive_continued() {

@@ -213,7 +213,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// Drives until `s` finished or `until` passed.
   void drive(work_state& s, inline_clock::time_point until);
   /// One pass without blocking (skipped while another thread drives).
-  void poke();
+  bool poke();
   /// A continuation was registered on one of its pending works: the
   /// progress service drives it if no thread waits.
   void continued();

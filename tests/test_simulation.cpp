@@ -270,3 +270,248 @@ TEST_CASE("simulate refuses bad faults") {
       },
       errc::invalid_argument, {"simulate", "call 0"});
 }
+
+TEST_CASE("a call that moves in several passes is progress, not a deadlock") {
+  // A root's 1 MiB broadcast is issued after its call handed the turn on,
+  // and the others copy it in passes: neither may read as a stalled round
+  // (seed 0 at 2 and 4 ranks failed as a deadlock before).
+  for (int n : {2, 3, 4}) {
+    for (std::uint64_t seed = 0; seed < 6; ++seed) {
+      CAPTURE(n);
+      CAPTURE(seed);
+      testing::simulation_options o;
+      o.seed = seed;
+      CHECK_NOTHROW(testing::simulate(
+          n,
+          [](world& w) {
+            auto& g = w.default_group();
+            auto b = tensor::zeros({1 << 18}, dtype::float32);
+            if (g.rank() == 0) b = tensor::from_vector(std::vector<float>(1 << 18, 2.0f));
+            g.broadcast(b, {}).wait();
+            CHECK(b.to_vector<float>()[(1 << 18) - 1] == 2.0f);
+            const std::int64_t each = 16384 * g.size();
+            auto out = tensor::zeros({each}, dtype::float32);
+            g.alltoall_single(out, b.flat_slice(0, each), {}, {}, {}).wait();
+          },
+          o));
+    }
+  }
+}
+
+// -- virtual time (simulation_options::timing) ----------------------------------
+
+namespace {
+
+constexpr const char* costs = "host=50us:1GB/s,local=5us:5GB/s";
+
+testing::simulation_options timed(int hosts, int per_host, std::vector<testing::timed_call>* calls,
+                                  std::vector<double>* ends = nullptr) {
+  testing::simulation_options o;
+  o.timing = testing::virtual_timing{{hosts, per_host}, costs, calls, ends};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("timed: an allreduce across hosts takes the cost model's time on every rank") {
+  std::vector<testing::timed_call> calls;
+  std::vector<double> ends;
+  constexpr std::uint64_t bytes = 1 << 20;
+  const auto want = testing::predict("allreduce", bytes, {2, 4}, costs);
+  REQUIRE(want.seconds > 0);
+  std::mutex mtx;
+  std::vector<double> seen;
+  testing::simulate(
+      8,
+      [&](world& w) {
+        auto t = tensor::zeros({bytes / 4}, dtype::float32);
+        CHECK(testing::virtual_now() == 0);
+        w.default_group().allreduce(t).wait();
+        std::lock_guard<std::mutex> g{mtx};
+        seen.push_back(testing::virtual_now());
+      },
+      timed(2, 4, &calls, &ends));
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].op == "allreduce");
+  CHECK(calls[0].bytes == bytes);
+  CHECK(calls[0].ranks == 8);
+  CHECK(calls[0].arrived == 8);
+  CHECK(calls[0].algorithm == want.algorithm);
+  CHECK(calls[0].start == 0);
+  CHECK(calls[0].seconds == doctest::Approx(want.seconds));
+  REQUIRE(seen.size() == 8);
+  for (double s : seen) CHECK(s == doctest::Approx(want.seconds));
+  REQUIRE(ends.size() == 8);
+  for (double e : ends) CHECK(e == doctest::Approx(want.seconds));
+}
+
+TEST_CASE("timed: the last rank's arrival starts a call; computing overlaps a pending one") {
+  std::vector<testing::timed_call> calls;
+  std::vector<double> ends;
+  const double ar = testing::predict("allreduce", 4, {4, 1}, costs).seconds;
+  const double bc = testing::predict("broadcast", 1 << 20, {4, 1}, costs).seconds;
+  REQUIRE(bc < 1.0);
+  testing::simulate(
+      4,
+      [&](world& w) {
+        auto& g = w.default_group();
+        if (w.rank() == 2) testing::virtual_compute(0.01);  // the others wait for it
+        auto s = tensor::zeros({1}, dtype::float32);
+        g.allreduce(s).wait();
+        CHECK(testing::virtual_now() == doctest::Approx(0.01 + ar));
+        auto b = tensor::zeros({(1 << 20) / 4}, dtype::float32);
+        auto pending = g.broadcast(b, {});
+        testing::virtual_compute(1.0);  // longer than the broadcast: it ended meanwhile
+        pending.wait();
+        CHECK(testing::virtual_now() == doctest::Approx(0.01 + ar + 1.0));
+        auto c = g.broadcast(b, {});
+        c.wait();  // nothing to overlap: its whole time
+        CHECK(testing::virtual_now() == doctest::Approx(0.01 + ar + 1.0 + bc));
+      },
+      timed(4, 1, &calls, &ends));
+  REQUIRE(calls.size() == 3);
+  CHECK(calls[0].start == doctest::Approx(0.01));
+  CHECK(calls[1].op == "broadcast");
+  CHECK(calls[1].start == doctest::Approx(0.01 + ar));
+  CHECK(calls[1].seconds == doctest::Approx(bc));
+  CHECK(calls[2].start == doctest::Approx(0.01 + ar + 1.0));
+  for (double e : ends) CHECK(e == doctest::Approx(0.01 + ar + 1.0 + bc));
+}
+
+TEST_CASE("timed: a send arrives a link's latency + bytes / bandwidth after it left") {
+  // 2 hosts x 2 ranks: rank 0 -> 2 crosses hosts (50 us, 1 GB/s), 0 -> 1 not (5 us, 5 GB/s).
+  std::vector<double> ends;
+  testing::simulate(
+      4,
+      [&](world& w) {
+        auto& g = w.default_group();
+        auto t = tensor::zeros({250000}, dtype::float32);  // 1 MB
+        if (w.rank() == 0) {
+          testing::virtual_compute(1e-3);
+          g.send(t, 2, {}).wait();
+          CHECK(testing::virtual_now() == doctest::Approx(1e-3 + 50e-6 + 1e-3));
+          g.send(t, 1, {}).wait();
+          CHECK(testing::virtual_now() == doctest::Approx(2.05e-3 + 5e-6 + 2e-4));
+        } else if (w.rank() == 2) {
+          g.recv(t, 0, {}).wait();
+          CHECK(testing::virtual_now() == doctest::Approx(2.05e-3));
+        } else if (w.rank() == 1) {
+          auto r = g.recv_any_source(t, {});
+          r.wait();
+          CHECK(r.source_rank() == 0);
+          CHECK(testing::virtual_now() == doctest::Approx(2.05e-3 + 5e-6 + 2e-4));
+        }
+        // A ring exchange in one batch: each rank's clock moves to the later
+        // of its send's arrival and its receive's.
+        const double before = testing::virtual_now();
+        const int n = g.size(), r = g.rank();
+        auto out = tensor::zeros({1000}, dtype::float32),
+             in = tensor::zeros({1000}, dtype::float32);
+        std::vector<p2p_op> ops{{p2p_op::isend, out, (r + 1) % n},
+                                {p2p_op::irecv, in, (r + n - 1) % n}};
+        g.batch_isend_irecv(ops).wait();
+        CHECK(testing::virtual_now() > before);
+      },
+      timed(2, 2, nullptr, &ends));
+  // The batch: rank 3 (idle so far) sends to rank 0 across hosts, arriving
+  // at 54 us, and receives from rank 2 (its host), which sent at 2.05 ms.
+  CHECK(ends[3] == doctest::Approx(2.05e-3 + 5e-6 + 4000 / 5e9));
+}
+
+TEST_CASE(
+    "timed: reduce, reduce_scatter, allgather, gather, scatter, alltoall and barrier are priced") {
+  std::vector<testing::timed_call> calls;
+  testing::simulate(
+      4,
+      [&](world& w) {
+        auto& g = w.default_group();
+        const int n = g.size();
+        auto block = tensor::zeros({1000}, dtype::float32);  // 4,000 bytes
+        auto all = tensor::zeros({1000 * n}, dtype::float32);
+        g.reduce(all, {}).wait();
+        g.reduce_scatter_tensor(block, all, {}).wait();
+        g.allgather_into_tensor(all, block, {}).wait();
+        tensor_list parts;
+        if (g.rank() == 0)
+          for (int i = 0; i < n; ++i) parts.push_back(tensor::zeros({1000}, dtype::float32));
+        g.gather(parts, block, {}).wait();
+        g.scatter(block, parts, {}).wait();
+        auto a2a = tensor::zeros({1000 * n}, dtype::float32);
+        g.alltoall_single(a2a, all, {}, {}, {}).wait();
+        g.barrier().wait();
+      },
+      timed(2, 2, &calls));
+  const std::vector<std::pair<std::string, std::string>> want{
+      {"reduce", "reduce_binomial"},       {"reduce_scatter_tensor", "reduce_scatter_ring"},
+      {"allgather_into_tensor", ""},       {"gather", "gather_direct"},
+      {"scatter", "scatter_direct"},       {"alltoall_single", "alltoall_pairwise"},
+      {"barrier", "barrier_dissemination"}};
+  REQUIRE(calls.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(calls[i].op);
+    CHECK(calls[i].op == want[i].first);
+    if (!want[i].second.empty()) CHECK(calls[i].algorithm == want[i].second);
+    CHECK(calls[i].seconds > 0);
+    CHECK(calls[i].bytes == (calls[i].op == "barrier" ? 0u : 16000u));
+    if (i > 0) CHECK(calls[i].start == doctest::Approx(calls[i - 1].start + calls[i - 1].seconds));
+  }
+  CHECK(calls[2].algorithm == testing::predict("allgather", 16000, {2, 2}, costs).algorithm);
+}
+
+TEST_CASE(
+    "timed: 256 ranks on 32 hosts, each call as predict() prices it, the same run after run") {
+  std::vector<testing::timed_call> first, second;
+  auto program = [](world& w) {
+    auto& g = w.default_group();
+    auto s = tensor::zeros({1}, dtype::float32);
+    g.allreduce(s).wait();
+    auto b = tensor::zeros({16384}, dtype::float32);
+    g.broadcast(b, {}).wait();
+  };
+  testing::simulate(256, program, timed(32, 8, &first));
+  testing::simulate(256, program, timed(32, 8, &second));
+  REQUIRE(first.size() == 2);
+  const auto ar = testing::predict("allreduce", 4, {32, 8}, costs);
+  const auto bc = testing::predict("broadcast", 65536, {32, 8}, costs);
+  CHECK(first[0].algorithm == ar.algorithm);
+  CHECK(first[0].seconds == doctest::Approx(ar.seconds));
+  CHECK(first[1].algorithm == bc.algorithm);
+  CHECK(first[1].start == doctest::Approx(ar.seconds));
+  CHECK(first[1].seconds == doctest::Approx(bc.seconds));
+  REQUIRE(second.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(second[i].algorithm == first[i].algorithm);
+    CHECK(second[i].start == first[i].start);
+    CHECK(second[i].seconds == first[i].seconds);
+  }
+}
+
+TEST_CASE("timed: bad layouts, costs and durations are refused, naming them") {
+  check_error(
+      [&] {
+        testing::simulate(
+            4, [](world&) {}, timed(3, 2, nullptr));
+      },
+      errc::invalid_argument, {"simulate", "3 hosts x 2 ranks", "4 ranks"});
+  auto o = timed(2, 2, nullptr);
+  o.timing->link_costs = "host=fast";
+  check_error(
+      [&] {
+        testing::simulate(
+            4, [](world&) {}, o);
+      },
+      errc::invalid_argument, {"TROUPE_LINK_COSTS", "host=fast"});
+  check_error([] { testing::virtual_now(); }, errc::invalid_argument,
+              {"virtual_now", "timed simulation"});
+  check_error([] { testing::virtual_compute(1); }, errc::invalid_argument,
+              {"virtual_compute", "timed simulation"});
+  check_error(
+      [] {
+        testing::simulate(
+            2, [](world&) { testing::virtual_compute(-1); }, timed(1, 2, nullptr));
+      },
+      errc::invalid_argument, {"virtual_compute", "seconds -1"});
+  // Untimed simulations have no clock.
+  check_error([] { testing::simulate(2, [](world&) { testing::virtual_now(); }); },
+              errc::invalid_argument, {"virtual_now"});
+}

@@ -48,8 +48,9 @@ struct chain_driver final : work_driver {
       }
     }
   }
-  void poke() const override {
-    if (auto cur = target->get(); cur && cur->driver) cur->driver->poke();
+  bool poke() const override {
+    auto cur = target->get();
+    return cur && cur->driver && cur->driver->poke();
   }
   std::shared_ptr<drive_target> target;
 };

@@ -43,6 +43,53 @@
 
 namespace troupe::testing {
 
+/// Where ranks live: `hosts` hosts of `ranks_per_host` ranks each, rank r
+/// (of the world; for predict(), of the group) on host r / ranks_per_host.
+struct host_layout {
+  int hosts = 1;
+  int ranks_per_host = 1;
+};
+
+/// One collective of a timed simulation, as the cost model times it.
+struct timed_call {
+  std::string group;        ///< the group's name
+  std::uint64_t index = 0;  ///< the group's n-th collective (from 1)
+  std::string op;           ///< the call: "allreduce", "allgather_into_tensor", ...
+  /// The bytes the model moves: an allreduce's, broadcast's or reduce's
+  /// buffer, an allgather's or gather's whole output, a scatter's or
+  /// reduce_scatter's whole input, what one rank of an alltoall sends.
+  std::uint64_t bytes = 0;
+  int ranks = 0;          ///< the group's size
+  int arrived = 0;        ///< how many of them issued it (fewer: a rank died first)
+  std::string algorithm;  ///< what the message engine would run on the layout
+  double start = 0;       ///< virtual seconds: the last rank's arrival
+  double seconds = 0;     ///< the model's time of the call
+};
+
+/// Virtual time for simulate (simulation_options::timing). Every rank has a
+/// clock, at 0 when fn starts; troupe calls take no time to issue. A
+/// collective starts when the last rank of its group issued it and takes
+/// the time the cost model gives the algorithm troupe's message engine
+/// would choose on `layout` (testing::predict's, extended to reduce,
+/// reduce_scatter, gather, scatter, alltoall and barrier); a rank's wait
+/// for it returns at its end, or at once if its clock is past that. A send
+/// arrives a link's latency + bytes / bandwidth after it was issued (the
+/// link between the two ranks' hosts, or within one); the sender's wait
+/// returns then, the receiver's not before (sends and receives of a pair
+/// of ranks match in order). Computation is virtual_compute(seconds). No
+/// one sleeps: thousands of ranks' steps take the real time of their
+/// turns. The buffers are real and moved as without timing (their bytes
+/// are what the model prices); for sizes beyond memory, predict() prices a
+/// single call.
+struct virtual_timing {
+  host_layout layout;      ///< hosts x ranks_per_host must be simulate's n
+  std::string link_costs;  ///< TROUPE_LINK_COSTS's syntax (""): as predict()'s
+  /// Receives every collective, in the order of their start.
+  std::vector<timed_call>* calls = nullptr;
+  /// Receives each rank's clock at its end (the run's time: the largest).
+  std::vector<double>* ends = nullptr;
+};
+
 /// A fault injected at a rank's k-th troupe call (counted from 1).
 struct fault {
   enum kind_t { kill, freeze };
@@ -60,18 +107,21 @@ struct simulation_options {
   /// stalled wait long before).
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   std::string backend = "actor";
+  /// Virtual time from the cost model (above); none: untimed.
+  std::optional<virtual_timing> timing;
 };
+
+/// A timed simulation's rank: its clock, in virtual seconds since fn began.
+/// Throws errc::invalid_argument outside one.
+double virtual_now();
+/// A timed simulation's rank computes for `seconds` (its clock moves on;
+/// nothing sleeps). Throws errc::invalid_argument outside one, or for a
+/// negative or non-finite `seconds`.
+void virtual_compute(double seconds);
 
 /// Runs fn on n ranks of this process under one seeded scheduler (above).
 /// Throws troupe::error "seed S: rank R: ..." with the first rank's failure.
 void simulate(int n, const std::function<void(world&)>& fn, const simulation_options& opts = {});
-
-/// Where the ranks of predict() live: `hosts` hosts of `ranks_per_host`
-/// ranks each, group rank r on host r / ranks_per_host.
-struct host_layout {
-  int hosts = 1;
-  int ranks_per_host = 1;
-};
 
 /// What troupe's ranks would run for one call, and its predicted time.
 struct prediction {
