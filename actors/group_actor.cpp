@@ -497,7 +497,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           // scheduler, and that actor system's shutdown then kills the peer.
           // anon_send schedules the peer in its own actor system.
           const int me = st.info.global_ranks[static_cast<std::size_t>(st.info.rank)];
-          self->attach_functor([peers, me, rank = st.info.rank](const caf::error&) {
+          self->attach_functor([peers, me, rank = st.info.rank,
+                                together = st.info.leaving_together](const caf::error&) {
+            if (together && together->load()) return;  // every peer here ends too
             for (std::size_t r = 0; r < peers.size(); ++r)
               if (static_cast<int>(r) != rank && peers[r])
                 if (auto a = caf::actor_cast<caf::actor>(peers[r]))

@@ -1,6 +1,7 @@
 #pragma once
 // The group actor of one (group, rank): see actors/actors.hpp for its protocol.
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@ struct group_info {
   /// Where a timed-out call tells whom it waited for (base/wait_chain.hpp);
   /// null: a timeout names only the rank it waited for.
   std::shared_ptr<troupe::store> waits;
+  /// rank_runtime::leaving_together (null: the actor always tells its peers).
+  std::shared_ptr<const std::atomic<bool>> leaving_together;
 };
 
 group_actor spawn_group_actor(caf::actor_system& sys, group_info info);

@@ -1,7 +1,7 @@
 #pragma once
 // What run_ranks (api/testing.cpp) and simulate (api/simulation.cpp) share:
-// the options of one in-process rank's world, and the first rank's failure
-// rethrown with the rank (and seed) in front.
+// the options of one in-process rank's world, how they end together, and the
+// first rank's failure rethrown with the rank (and seed) in front.
 
 #include <chrono>
 #include <exception>
@@ -24,6 +24,11 @@ inline world_options rank_world_options(const std::shared_ptr<store>& st, int ra
   o.timeout = timeout;
   return o;
 }
+
+/// Every rank of this process has returned from its function and leaves
+/// with `w`: its groups end without telling each peer here that it left
+/// (rank_runtime::leaving_together; api/world.cpp).
+void leave_together(world& w) noexcept;
 
 /// Rethrows `first` as troupe::error with `prefix` before its message (its
 /// code kept; errc::internal for other exceptions).

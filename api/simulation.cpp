@@ -82,6 +82,7 @@ void simulate(int n, const std::function<void(world&)>& fn, const simulation_opt
       if (++done == n) done_cv.notify_all();
       done_cv.wait(g, [&] { return done == n; });
       g.unlock();
+      if (w) detail::leave_together(*w);
       w.reset();
     });
   for (auto& t : threads) t.join();

@@ -100,6 +100,7 @@ void run_ranks(int n, const std::function<void(world&)>& fn, const run_options& 
           fail(r, std::current_exception());
         }
         finish();
+        detail::leave_together(w);
         std::lock_guard<std::mutex> g{mtx};
         worlds[static_cast<std::size_t>(r)] = nullptr;
       } catch (...) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "actors/rank_runtime.hpp"
+#include "api/rank_threads.hpp"
 #include "base/engine_setting.hpp"
 #include "base/wait_policy.hpp"
 #include "store/watchful_store.hpp"
@@ -247,6 +248,10 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   std::vector<int> all(static_cast<std::size_t>(o.world_size));
   for (int r = 0; r < o.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
   impl_->default_group = impl_->make_group("default", all, o.timeout, o.backend, "default group");
+}
+
+void detail::leave_together(world& w) noexcept {
+  w.runtime().leaving_together()->store(true);
 }
 
 world::~world() {

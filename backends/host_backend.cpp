@@ -34,7 +34,8 @@ host_backend::host_backend(const backend_context& ctx)
       debug_(ctx.debug),
       key_prefix_(rt_.job() + "/" + ctx.group_name + "/") {
   group_ = spawn_group_actor(
-      rt_.system(), group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks, ctx.store});
+      rt_.system(), group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks, ctx.store,
+                               rt_.leaving_together()});
   auto& dir = process_directory::instance();
   dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
   const auto& plane = rt_.plane();
