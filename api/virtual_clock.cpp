@@ -89,6 +89,7 @@ void virtual_clock::issued(int rank, const std::shared_ptr<work_state>& s, const
   pending p;
   p.group = c.group;
   p.me = c.group_rank;
+  p.state = s;
   if (is_p2p(c.op)) {
     auto send = [&](int peer, std::uint64_t bytes) {
       const double at = t + link(rank, world_of(peer)).time(static_cast<double>(bytes));
@@ -103,7 +104,7 @@ void virtual_clock::issued(int rank, const std::shared_ptr<work_state>& s, const
       else
         p.recvs_from.push_back(part.peer);
     }
-    pending_[s.get()] = std::move(p);  // a batch's second telling replaces its first
+    keep(s, std::move(p));
     return;
   }
   // The same group's n-th collective on every rank is one call.
@@ -127,7 +128,17 @@ void virtual_clock::issued(int rank, const std::shared_ptr<work_state>& s, const
   call.sum += c.bytes;
   call.most = std::max(call.most, c.bytes);
   p.call = &call;
-  pending_[s.get()] = std::move(p);
+  keep(s, std::move(p));
+}
+
+void virtual_clock::keep(const std::shared_ptr<work_state>& s, pending p) {
+  auto& slot = pending_[s.get()];
+  // The same work told again (a batch's operations after its first
+  // telling; a when_all of calls, tracked as a call itself) keeps the
+  // parts it joins. An entry of a work gone (never waited for, its address
+  // now this one's) is dropped.
+  if (slot.state.lock() == s) p.parts = std::move(slot.parts);
+  slot = std::move(p);
 }
 
 void virtual_clock::price(collective& c) {
@@ -181,7 +192,25 @@ void virtual_clock::waited(int rank, const work_state& s) {
   if (i == pending_.end()) return;  // not a call of this rank (or waited already)
   auto p = std::move(i->second);
   pending_.erase(i);
+  settle(rank, p);
+}
+
+void virtual_clock::joined(int, const std::shared_ptr<work_state>& all,
+                           const std::vector<const work_state*>& parts) {
+  std::lock_guard<std::mutex> g{mtx_};
+  pending whole;
+  whole.state = all;
+  for (const auto* part : parts)
+    if (auto i = pending_.find(part); i != pending_.end()) {
+      whole.parts.push_back(std::move(i->second));
+      pending_.erase(i);
+    }
+  if (!whole.parts.empty()) pending_[all.get()] = std::move(whole);
+}
+
+void virtual_clock::settle(int rank, pending& p) {
   auto& clock = now_[static_cast<std::size_t>(rank)];
+  for (auto& part : p.parts) settle(rank, part);
   if (p.call) {
     price(*p.call);
     clock = std::max(clock, p.call->call.start + p.call->call.seconds);
@@ -189,7 +218,8 @@ void virtual_clock::waited(int rank, const work_state& s) {
   }
   clock = std::max(clock, p.sent);
   if (p.recv_from != -2) {
-    const int from = p.recv_from >= 0 ? p.recv_from : s.source_rank;
+    auto s = p.state.lock();
+    const int from = p.recv_from >= 0 ? p.recv_from : (s ? s->source_rank : -1);
     clock = received({p.group, from, p.me}, clock);
   }
   for (int from : p.recvs_from) clock = received({p.group, from, p.me}, clock);

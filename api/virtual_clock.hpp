@@ -29,6 +29,8 @@ class virtual_clock final : public sim_clock {
 
   void issued(int rank, const std::shared_ptr<work_state>& s, const sim_call& c) override;
   void waited(int rank, const work_state& s) override;
+  void joined(int rank, const std::shared_ptr<work_state>& all,
+              const std::vector<const work_state*>& parts) override;
   double now(int rank) override;
   void compute(int rank, double seconds) override;
   /// Every collective (by start) and each rank's clock, where `timing` asks.
@@ -48,15 +50,21 @@ class virtual_clock final : public sim_clock {
   struct pending {
     collective* call = nullptr;  ///< a collective's
     std::string group;
-    int me = -1;                  ///< the group rank that issued it
-    int recv_from = -2;           ///< a receive's source (-1: any; -2: not a receive)
-    double sent = 0;              ///< a send's (or a batch's sends') arrival
-    std::vector<int> recvs_from;  ///< a batch's receives
+    int me = -1;                            ///< the group rank that issued it
+    int recv_from = -2;                     ///< a receive's source (-1: any; -2: not a receive)
+    double sent = 0;                        ///< a send's (or a batch's sends') arrival
+    std::vector<int> recvs_from;            ///< a batch's receives
+    std::weak_ptr<const work_state> state;  ///< an any-source receive's source, once done
+    std::vector<pending> parts;             ///< a join's
   };
   using route = std::tuple<std::string, int, int>;  // group, source, destination
 
   const link_cost& link(int world_a, int world_b) const;
   void price(collective& c);
+  /// Records `p` as what waiting for `s` means.
+  void keep(const std::shared_ptr<work_state>& s, pending p);
+  /// Rank `rank`'s clock after waiting for `p`.
+  void settle(int rank, pending& p);
   /// The arrival of the next send on `r` (the receiver's clock if none).
   double received(const route& r, double now);
 

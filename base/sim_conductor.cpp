@@ -34,6 +34,11 @@ void sim_issued(const std::shared_ptr<work_state>& s, const sim_call& c) {
   if (s && timed_here()) here->clock()->issued(here_rank, s, c);
 }
 
+void sim_joined(const std::shared_ptr<work_state>& all,
+                const std::vector<const work_state*>& parts) {
+  if (timed_here()) here->clock()->joined(here_rank, all, parts);
+}
+
 sim_conductor::sim_conductor(int n, std::uint64_t seed, std::vector<fault_rule> faults,
                              std::string* log)
     : turn_(static_cast<std::size_t>(n)),

@@ -44,6 +44,10 @@ class sim_clock {
   virtual ~sim_clock() = default;
   virtual void issued(int rank, const std::shared_ptr<work_state>& s, const sim_call& c) = 0;
   virtual void waited(int rank, const work_state& s) = 0;
+  /// `all` completes once each of `parts` did (work::when_all, a coalesced
+  /// batch): waiting for it waits for them.
+  virtual void joined(int rank, const std::shared_ptr<work_state>& all,
+                      const std::vector<const work_state*>& parts) = 0;
   /// Rank `rank`'s clock, in virtual seconds since the start.
   virtual double now(int rank) = 0;
   /// Rank `rank` computes for `seconds`: its clock moves on.
@@ -138,5 +142,8 @@ inline bool timed_here() noexcept {
 }
 /// Tells a timed simulation's clock of a call this rank issued.
 void sim_issued(const std::shared_ptr<work_state>& s, const sim_call& c);
+/// Tells a timed simulation's clock that `all` joins `parts`.
+void sim_joined(const std::shared_ptr<work_state>& all,
+                const std::vector<const work_state*>& parts);
 
 }  // namespace troupe::detail

@@ -483,6 +483,13 @@ struct joint final : detail::work_driver {
         ps.driver->drive(ps, until);
     poll_for_done(s, until);
   }
+  bool poke() const override {
+    bool moved = false;
+    for (auto& p : parts)
+      if (auto& ps = *p.state(); ps.driver && !ps.finished.load(std::memory_order_acquire))
+        moved = ps.driver->poke() || moved;
+    return moved;
+  }
 };
 
 }  // namespace
@@ -512,6 +519,11 @@ work join_parts(work all, std::vector<work> parts, tensor_list* outputs) {
   // The bookkeeping runs where a part completes (no hand-over to another
   // thread for it); the whole's own callbacks go where the part's would.
   // A relay may run at once: the joint is complete first.
+  if (detail::timed_here()) {  // waiting for the whole waits for the parts in virtual time
+    std::vector<const work_state*> states;
+    for (auto& p : j->parts) states.push_back(p.state().get());
+    detail::sim_joined(all.state(), states);
+  }
   auto* raw = j.get();
   for (auto& p : raw->parts) {
     // A copy that a part's operation shares with its waiters is offered to

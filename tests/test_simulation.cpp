@@ -378,6 +378,31 @@ TEST_CASE("timed: the last rank's arrival starts a call; computing overlaps a pe
   for (double e : ends) CHECK(e == doctest::Approx(0.01 + ar + 1.0 + bc));
 }
 
+TEST_CASE("timed: waiting for a coalesced batch or a when_all waits for each of its calls") {
+  const double small = testing::predict("allreduce", 4, {2, 2}, costs).seconds;
+  const double big = testing::predict("allreduce", 1 << 20, {2, 2}, costs).seconds;
+  REQUIRE(big > small);
+  testing::simulate(
+      4,
+      [&](world& w) {
+        auto& g = w.default_group();
+        auto a = tensor::zeros({1}, dtype::float32);
+        auto b = tensor::zeros({(1 << 20) / 4}, dtype::float32);
+        g.start_coalescing();
+        g.allreduce(a);
+        g.allreduce(b);
+        g.end_coalescing().wait();  // both started at 0: the larger ends last
+        CHECK(testing::virtual_now() == doctest::Approx(big));
+        auto x = g.allreduce(a);
+        auto y = g.allreduce(a);
+        work::when_all("both", "default", {x, y}).wait();
+        CHECK(testing::virtual_now() == doctest::Approx(big + small));
+        x.wait();  // waited for already: no time again
+        CHECK(testing::virtual_now() == doctest::Approx(big + small));
+      },
+      timed(2, 2, nullptr));
+}
+
 TEST_CASE("timed: a send arrives a link's latency + bytes / bandwidth after it left") {
   // 2 hosts x 2 ranks: rank 0 -> 2 crosses hosts (50 us, 1 GB/s), 0 -> 1 not (5 us, 5 GB/s).
   std::vector<double> ends;
