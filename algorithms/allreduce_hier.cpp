@@ -22,6 +22,11 @@
 //     leader), which reduces them in local order.
 //   Step 2: the leaders allreduce.
 //   Step 3: each leader sends the result to its host's ranks.
+// Slices (striped, buffers of several TROUPE_HIER_SEGMENT: cost_model.hpp's
+//   hier_segments): the buffer's k slices each run the striped steps at
+//   once, on steps of their own: while slice s crosses between hosts, slice
+//   s+1 is reduced within the host and slice s-1 shared, so the link waits
+//   for the host's work only at the first slice and the last.
 // Every rank ends with the same bits: each element is reduced on one path,
 // and the others copy it.
 
@@ -29,6 +34,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
 #include "algorithms/sub_context.hpp"
 #include "kernels/reduce_kernels.hpp"
 
@@ -145,9 +151,60 @@ class allreduce_hier final : public algorithm {
   std::unique_ptr<algorithm> sub_;
 };
 
+/// The striped hierarchy on k slices of the buffer at once (above).
+class allreduce_hier_slices final : public algorithm {
+ public:
+  explicit allreduce_hier_slices(int k) : k_(k) {}
+
+  bool progress(op_context& ctx) override {
+    if (slices_.empty()) {
+      auto& call = ctx.call();
+      std::vector<int> everyone(static_cast<std::size_t>(ctx.size()));
+      for (int r = 0; r < ctx.size(); ++r) everyone[static_cast<std::size_t>(r)] = r;
+      // Every slice runs on the whole group: the same hosts.
+      const auto hosts = std::make_shared<const group_topology>(ctx.topology());
+      slices_.resize(static_cast<std::size_t>(k_));
+      for (int s = 0; s < k_; ++s) {
+        auto& sl = slices_[static_cast<std::size_t>(s)];
+        const auto [off, len] = chunk_range(call.input.numel(), k_, s);
+        sl.call.code = op_code::allreduce;
+        sl.call.name = call.name;
+        sl.call.op = call.op;
+        sl.call.input = call.input.flat_slice(off, len);
+        sl.call.output = call.output.flat_slice(off, len);
+        sl.call.timeout = call.timeout;
+        sl.ctx = std::make_unique<sub_context>(ctx, everyone, sl.call,
+                                               static_cast<std::uint32_t>(s) * slice_span);
+        sl.ctx->set_topology(hosts);
+        sl.run = std::make_unique<allreduce_hier>(true);
+      }
+    }
+    bool all = true;
+    for (auto& sl : slices_) {
+      if (!sl.done) sl.done = sl.run->progress(*sl.ctx);
+      all = all && sl.done;
+    }
+    return all;
+  }
+
+ private:
+  /// A slice's steps: the hierarchy's three spans (within, across, back).
+  static constexpr std::uint32_t slice_span = 3 * sub_context::step_span;
+  struct slice {
+    collective_call call;
+    std::unique_ptr<sub_context> ctx;
+    std::unique_ptr<algorithm> run;
+    bool done = false;
+  };
+  int k_;
+  std::vector<slice> slices_;
+};
+
 }  // namespace
 
-std::unique_ptr<algorithm> make_allreduce_hier(bool striped) {
+std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes) {
+  if (const int k = striped ? hier_segments(bytes, cost_model::of_process()) : 1; k > 1)
+    return std::make_unique<allreduce_hier_slices>(k);
   return std::make_unique<allreduce_hier>(striped);
 }
 

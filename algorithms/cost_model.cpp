@@ -270,6 +270,21 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
   }
 }
 
+int hier_segments(std::uint64_t bytes, const cost_model& m) {
+  // Read at each call (a getenv: little beside a call across hosts), so a
+  // process forked after the first call still follows its own setting.
+  std::uint64_t segment = m.host.bandwidth * 8 <= m.local.bandwidth ? std::uint64_t{4} << 20 : 0;
+  if (const char* v = std::getenv("TROUPE_HIER_SEGMENT"); v && *v) {
+    char* end = nullptr;
+    segment = std::strtoull(v, &end, 10);
+    if (end == v || *end != '\0')
+      throw error(errc::invalid_argument,
+                  std::string("TROUPE_HIER_SEGMENT '") + v + "' is not a number of bytes");
+  }
+  if (segment == 0 || bytes < 2 * segment) return 1;
+  return static_cast<int>(std::min<std::uint64_t>(bytes / segment, 16));
+}
+
 const cost_model& cost_model::of_process() {
   static std::once_flag once;
   static cost_model m;
@@ -357,11 +372,17 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return recursive_doubling(t, m, bytes);
     case algorithm_kind::allreduce_rabenseifner:
       return rabenseifner(t, m, bytes);
-    case algorithm_kind::allreduce_hier_striped:
+    case algorithm_kind::allreduce_hier_striped: {
       // Reduce-scatter and allgather within each host, and the hosts' part
-      // allreduces, one per rank of a host, sharing the host's link.
-      return 2 * m.local.time(bytes * (per_host - 1) / per_host) +
-             across_hosts(hosts, per_host, m, bytes / per_host);
+      // allreduces, one per rank of a host, sharing the host's link; in k
+      // slices at once, a pipeline: the first slice's three stages, then
+      // the slowest stage for each further slice.
+      const int k = hier_segments(bytes_in, m);
+      const double slice = bytes / k;
+      const double within = m.local.time(slice * (per_host - 1) / per_host);
+      const double across = across_hosts(hosts, per_host, m, slice / per_host);
+      return 2 * within + across + (k - 1) * std::max(within, across);
+    }
     case algorithm_kind::allreduce_hier_leaders:
       // Reduce to each host's first rank, allreduce among them, send back.
       return 2 * (m.local.time(bytes * (per_host - 1)) + (per_host - 2) * m.local.overhead) +

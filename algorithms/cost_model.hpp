@@ -42,6 +42,17 @@ struct cost_model {
   static cost_model parse(const std::string& text);
 };
 
+/// How many slices the striped hierarchical allreduce of `bytes` runs at
+/// once, each its own hierarchy (a slice crosses between hosts while the
+/// next is reduced within its host): one per TROUPE_HIER_SEGMENT bytes (0:
+/// one slice), at most 16, one below two slices' worth. Without the
+/// setting, 4 MiB slices where `m`'s link between hosts is at most an
+/// eighth of the bandwidth within one (a slow network: measured on 1 Gbit/s
+/// links, 64 MiB 618 -> 601 ms), else one: where the hosts' CPUs are the
+/// limit, slices only cost (unshaped veth, 64 MiB: 101-111 ms whole,
+/// 129-143 ms in 4 MiB slices, 114 ms in 16 MiB ones).
+int hier_segments(std::uint64_t bytes, const cost_model& m);
+
 /// The algorithms select.cpp chooses among, by collective.
 enum class algorithm_kind : std::uint8_t {
   allreduce_direct,

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
@@ -30,7 +31,7 @@ std::unique_ptr<algorithm> make_allreduce_pair();
 std::unique_ptr<algorithm> make_allreduce_halves();
 std::unique_ptr<algorithm> make_allreduce_recursive_doubling();
 std::unique_ptr<algorithm> make_allreduce_rabenseifner();
-std::unique_ptr<algorithm> make_allreduce_hier(bool striped);
+std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes);
 std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_broadcast_scatter_allgather();
 std::unique_ptr<algorithm> make_broadcast_hier();
@@ -46,7 +47,8 @@ std::unique_ptr<algorithm> make_monitored_barrier();
 
 namespace {
 
-std::unique_ptr<algorithm> make(algorithm_kind k) {
+/// `bytes`: the call's (the striped hierarchy slices large buffers).
+std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
   switch (k) {
     case algorithm_kind::allreduce_direct:
       return make_allreduce_direct();
@@ -59,9 +61,9 @@ std::unique_ptr<algorithm> make(algorithm_kind k) {
     case algorithm_kind::allreduce_rabenseifner:
       return make_allreduce_rabenseifner();
     case algorithm_kind::allreduce_hier_striped:
-      return make_allreduce_hier(true);
+      return make_allreduce_hier(true, bytes);
     case algorithm_kind::allreduce_hier_leaders:
-      return make_allreduce_hier(false);
+      return make_allreduce_hier(false, bytes);
     case algorithm_kind::broadcast_hier:
       return make_broadcast_hier();
     case algorithm_kind::allgather_bruck:
@@ -80,63 +82,71 @@ std::unique_ptr<algorithm> make(algorithm_kind k) {
 }
 
 /// TROUPE_ALGORITHMS="allreduce=ring,broadcast=hier": algorithms a user (or
-/// a test) asks for by name, where they can run; read once. A name that is
-/// not an algorithm of that collective throws errc::invalid_argument.
+/// a test) asks for by name, where they can run. A name that is not an
+/// algorithm of that collective throws errc::invalid_argument.
 struct forced {
   std::optional<algorithm_kind> allreduce, broadcast, allgather;
 };
 
+forced parse_forced(const std::string& text) {
+  forced r;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    auto end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const auto item = text.substr(at, end - at);
+    at = end + 1;
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    const auto op = item.substr(0, eq), name = eq == std::string::npos ? "" : item.substr(eq + 1);
+    struct entry {
+      const char* op;
+      const char* name;
+      algorithm_kind kind;
+    };
+    static const entry known[] = {
+        {"allreduce", "direct", algorithm_kind::allreduce_direct},
+        {"allreduce", "ring", algorithm_kind::allreduce_ring},
+        {"allreduce", "recursive_doubling", algorithm_kind::allreduce_recursive_doubling},
+        {"allreduce", "rabenseifner", algorithm_kind::allreduce_rabenseifner},
+        {"allreduce", "hier_striped", algorithm_kind::allreduce_hier_striped},
+        {"allreduce", "hier_leaders", algorithm_kind::allreduce_hier_leaders},
+        {"broadcast", "binomial", algorithm_kind::broadcast_binomial},
+        {"broadcast", "scatter_allgather", algorithm_kind::broadcast_scatter_allgather},
+        {"broadcast", "hier", algorithm_kind::broadcast_hier},
+        {"allgather", "ring", algorithm_kind::allgather_ring},
+        {"allgather", "bruck", algorithm_kind::allgather_bruck}};
+    bool found = false;
+    for (const auto& k : known)
+      if (op == k.op && name == k.name) {
+        found = true;
+        (op == "allreduce" ? r.allreduce : op == "broadcast" ? r.broadcast : r.allgather) = k.kind;
+      }
+    if (!found)
+      throw error(errc::invalid_argument,
+                  "TROUPE_ALGORITHMS '" + text + "': '" + item +
+                      "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
+                      "rabenseifner|hier_striped|hier_leaders, "
+                      "broadcast=binomial|scatter_allgather|hier, "
+                      "allgather=ring|bruck)");
+  }
+  return r;
+}
+
+/// The setting now: parsed again only when it changed (a process forked
+/// after its first call follows its own, as the tests' children do).
 const forced& forced_algorithms() {
-  static const forced f = [] {
-    forced r;
-    const char* v = std::getenv("TROUPE_ALGORITHMS");
-    if (!v || !*v) return r;
-    const std::string text = v;
-    std::size_t at = 0;
-    while (at <= text.size()) {
-      auto end = text.find(',', at);
-      if (end == std::string::npos) end = text.size();
-      const auto item = text.substr(at, end - at);
-      at = end + 1;
-      if (item.empty()) continue;
-      const auto eq = item.find('=');
-      const auto op = item.substr(0, eq), name = eq == std::string::npos ? "" : item.substr(eq + 1);
-      struct entry {
-        const char* op;
-        const char* name;
-        algorithm_kind kind;
-      };
-      static const entry known[] = {
-          {"allreduce", "direct", algorithm_kind::allreduce_direct},
-          {"allreduce", "ring", algorithm_kind::allreduce_ring},
-          {"allreduce", "recursive_doubling", algorithm_kind::allreduce_recursive_doubling},
-          {"allreduce", "rabenseifner", algorithm_kind::allreduce_rabenseifner},
-          {"allreduce", "hier_striped", algorithm_kind::allreduce_hier_striped},
-          {"allreduce", "hier_leaders", algorithm_kind::allreduce_hier_leaders},
-          {"broadcast", "binomial", algorithm_kind::broadcast_binomial},
-          {"broadcast", "scatter_allgather", algorithm_kind::broadcast_scatter_allgather},
-          {"broadcast", "hier", algorithm_kind::broadcast_hier},
-          {"allgather", "ring", algorithm_kind::allgather_ring},
-          {"allgather", "bruck", algorithm_kind::allgather_bruck}};
-      bool found = false;
-      for (const auto& k : known)
-        if (op == k.op && name == k.name) {
-          found = true;
-          (op == "allreduce"   ? r.allreduce
-           : op == "broadcast" ? r.broadcast
-                               : r.allgather) = k.kind;
-        }
-      if (!found)
-        throw error(errc::invalid_argument,
-                    "TROUPE_ALGORITHMS '" + text + "': '" + item +
-                        "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
-                        "rabenseifner|hier_striped|hier_leaders, "
-                        "broadcast=binomial|scatter_allgather|hier, "
-                        "allgather=ring|bruck)");
-    }
-    return r;
-  }();
-  return f;
+  thread_local std::string seen;
+  thread_local forced parsed;
+  thread_local bool read = false;
+  const char* v = std::getenv("TROUPE_ALGORITHMS");
+  const std::string_view now = v ? v : "";
+  if (!read || now != seen) {
+    parsed = parse_forced(std::string(now));
+    seen = now;
+    read = true;
+  }
+  return parsed;
 }
 
 /// The forced algorithm where it can run on `t`, else the cost model's.
@@ -172,17 +182,19 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
   }
   switch (call.code) {
     case op_code::allreduce:
-      return make(
-          chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()));
+      return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()),
+                  call.input.nbytes());
     case op_code::broadcast:
       return make(
-          chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process()));
+          chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process()),
+          call.output.nbytes());
     case op_code::reduce:
       return make_reduce_binomial();
     case op_code::allgatherv:
       if (!even_blocks(call)) return make_allgather_ring();
       return make(
-          chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process()));
+          chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process()),
+          call.output.nbytes());
     case op_code::gatherv:
       return make_gather_direct();
     case op_code::scatterv:
@@ -218,7 +230,8 @@ std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& pa
   std::vector<std::string> names;
   for (int h = 0; h < hosts; ++h) names.push_back(std::to_string(h));
   const auto t = group_topology::of_hosts(names);
-  return make(choose(op_code::allreduce, part.input.nbytes(), *t, cost_model::of_process()).kind);
+  return make(choose(op_code::allreduce, part.input.nbytes(), *t, cost_model::of_process()).kind,
+              part.input.nbytes());
 }
 
 }  // namespace troupe::detail

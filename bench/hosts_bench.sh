@@ -109,6 +109,17 @@ echo "hosts_bench: $hosts hosts x $per_host ranks, link $link, $cpus CPUs:" \
   "$([ ${#place[@]} -gt 0 ] && echo "$per_host_cpus of them per host" || echo "shared by all hosts"),"\
   "no rank bound"
 hosts_sh=(bash scripts/hosts.sh --hosts "$hosts" --link "$link" --timeout "$limit" "${place[@]}")
+# troupe is told the link's rate, as README asks of a real network
+# (TROUPE_LINK_COSTS): 95% of it, what TCP over a 1500-byte MTU leaves,
+# with the default latency; the report's model is the same.
+troupe_env=()
+if [ "$link" != none ]; then
+  rate=$(awk -v r="$link" 'BEGIN {
+    n = r + 0; u = tolower(substr(r, length(n "") + 1))
+    f = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : u == "bit" ? 1 : 0
+    if (f > 0) printf "%.0f", n * f / 8 * 0.95 }')
+  [ -n "$rate" ] && troupe_env=(env "TROUPE_LINK_COSTS=host=60us:${rate}B/s")
+fi
 failed=()
 
 run() {  # run NAME COMMAND...: one system, logged
@@ -126,7 +137,7 @@ run() {  # run NAME COMMAND...: one system, logged
 for round in $(seq 1 "$repeat"); do
   tag=""
   [ "$repeat" -eq 1 ] || tag="-r$round"
-  run "troupe$tag" "${hosts_sh[@]}" -- "$build/apps/troupe-run" -n "$per_host" --bind none \
+  run "troupe$tag" "${hosts_sh[@]}" -- "${troupe_env[@]}" "$build/apps/troupe-run" -n "$per_host" --bind none \
     --nnodes "$hosts" --node-rank '{host}' --master-addr '{master}' --master-port '{port}' \
     "$build/bench/troupe_bench_worker" --transport shm+tcp "${common[@]}"
   if [ -x "$build/bench/gloo_bench_worker" ]; then

@@ -280,6 +280,17 @@ TEST_CASE("Rabenseifner's allreduce: every op, 3 to 8 ranks, folds and empty blo
   }
 }
 
+TEST_CASE("the striped hierarchy in slices: every op, folds and empty slices") {
+  // 4 KiB slices: 4099 elements run in 4 to 8 slices, the large buffer in 16.
+  ::setenv("TROUPE_HIER_SEGMENT", "4096", 1);
+  for (const auto& hosts : std::vector<std::vector<std::string>>{
+           {"a", "a", "b", "b"}, {"a", "a", "a", "b", "b", "b"}, {"a", "a", "b", "b", "c", "c"}}) {
+    CAPTURE(hosts.size());
+    across_hosts(hosts, "allreduce=hier_striped", allreduces_every_op_right);
+  }
+  ::unsetenv("TROUPE_HIER_SEGMENT");
+}
+
 TEST_CASE("broadcast, allgather and reduce_scatter across emulated hosts") {
   for (const char* algorithm : std::initializer_list<const char*>{
            "broadcast=hier,allgather=bruck", "broadcast=scatter_allgather,allgather=ring",
