@@ -511,6 +511,29 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("timed: a killed rank's call is reported with the ranks that came") {
+  std::vector<testing::timed_call> calls;
+  std::vector<double> ends;
+  auto o = timed(2, 2, &calls, &ends);
+  o.faults = {{testing::fault::kill, 3, 2}};  // rank 3 dies at its second call
+  CHECK_THROWS_AS(testing::simulate(
+                      4,
+                      [](world& w) {
+                        auto& g = w.default_group();
+                        auto s = tensor::zeros({1}, dtype::float32);
+                        g.allreduce(s).wait();
+                        g.allreduce(s).wait();
+                      },
+                      o),
+                  error);
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[0].arrived == 4);
+  CHECK(calls[1].arrived == 3);
+  CHECK(calls[1].start == doctest::Approx(calls[0].seconds));
+  REQUIRE(ends.size() == 4);
+  for (double e : ends) CHECK(e == doctest::Approx(calls[0].seconds));  // the second failed
+}
+
 TEST_CASE("timed: bad layouts, costs and durations are refused, naming them") {
   check_error(
       [&] {

@@ -76,7 +76,8 @@ struct timed_call {
 /// arrives a link's latency + bytes / bandwidth after it was issued (the
 /// link between the two ranks' hosts, or within one); the sender's wait
 /// returns then, the receiver's not before (sends and receives of a pair
-/// of ranks match in order). Computation is virtual_compute(seconds). No
+/// of ranks match in order). A call its rank does not wait for (only
+/// polls, or it failed) moves no clock. Computation is virtual_compute. No
 /// one sleeps: thousands of ranks' steps take the real time of their
 /// turns. The buffers are real and moved as without timing (their bytes
 /// are what the model prices); for sizes beyond memory, predict() prices a
