@@ -184,6 +184,9 @@ tensor combine_received(const op_context& ctx, int peer, const reduce_op& op, co
 /// This rank's contribution: `input` scaled by the PREMUL_SUM scale (a new
 /// buffer), or `input` itself for other ops.
 tensor own_contribution(const collective_call& call, const tensor& input);
+/// The op partial results are combined with on their way: SUM for AVG and
+/// PREMUL_SUM (scaled at the start, divided at the end), else `op`.
+reduce_op partial_op(const reduce_op& op);
 /// Applies AVG's division (by size × avg_local) in place; no-op for other ops.
 void finish_reduction(const collective_call& call, tensor& data, int size);
 /// Takes the step-0 message of every peer whose `done` entry is false, hands it

@@ -42,9 +42,7 @@ class allreduce_direct final : public algorithm {
     // Step 2
     std::vector<const void*> srcs;
     for (auto& t : parts_) srcs.push_back(t.data());
-    const auto kind = call.op.op() == reduce_op::AVG || call.op.op() == reduce_op::PREMUL_SUM
-                          ? reduce_op::SUM
-                          : call.op.op();
+    const auto kind = partial_op(call.op).op();
     auto result = tensor::empty({call.input.numel()}, call.input.scalar_type());
     reduce_many(result.scalar_type(), kind, result.data(), srcs.data(), srcs.size(),
                 static_cast<std::size_t>(result.numel()));

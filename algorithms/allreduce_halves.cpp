@@ -31,11 +31,7 @@ namespace {
 
 /// Reduces (mine, the peer's `in`) into `out` in rank order and finishes it.
 struct segment_reducer {
-  segment_reducer(collective_call& c, int rank)
-      : call(&c),
-        kind(c.op.op() == reduce_op::AVG || c.op.op() == reduce_op::PREMUL_SUM ? reduce_op::SUM
-                                                                               : c.op.op()),
-        me(rank) {}
+  segment_reducer(collective_call& c, int rank) : call(&c), kind(partial_op(c.op).op()), me(rank) {}
   void operator()(const tensor& mine, tensor out, const tensor& in, std::uint32_t step) const {
     check_payload(*call, in, out.numel(), 1 - me, step);
     const void* srcs[2];

@@ -61,9 +61,7 @@ class allreduce_hier final : public algorithm {
     const int me = t.local_index(r);
     const int local = static_cast<int>(mine.size());
     const auto numel = call.input.numel();
-    const auto sum_op = call.op.op() == reduce_op::AVG || call.op.op() == reduce_op::PREMUL_SUM
-                            ? reduce_op{reduce_op::SUM}
-                            : call.op;
+    const auto sum_op = partial_op(call.op);
     // What this rank reduces and hands on: its part (striped) or the whole
     // buffer (a leader).
     const auto [off, len] =

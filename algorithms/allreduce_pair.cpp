@@ -34,9 +34,7 @@ class allreduce_pair final : public algorithm {
       mine_ = own_contribution(call, call.input);
       segs_ = segments_of(call.input.numel(), call.input.scalar_type());
     }
-    const auto kind = call.op.op() == reduce_op::AVG || call.op.op() == reduce_op::PREMUL_SUM
-                          ? reduce_op::SUM
-                          : call.op.op();
+    const auto kind = partial_op(call.op).op();
     for (;;) {
       while (sent_ < segs_ && sent_ < reduced_ + pair_window) {
         auto part = segment(mine_, sent_);

@@ -189,6 +189,11 @@ tensor own_contribution(const collective_call& call, const tensor& input) {
   return r;
 }
 
+reduce_op partial_op(const reduce_op& op) {
+  return op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM ? reduce_op{reduce_op::SUM}
+                                                                       : op;
+}
+
 void finish_reduction(const collective_call& call, tensor& data, int size) {
   if (call.op.op() != reduce_op::AVG) return;
   divide_by(data.scalar_type(), data.data(), static_cast<std::size_t>(data.numel()),

@@ -191,6 +191,18 @@ double binomial_broadcast(const group_topology& t, const cost_model& m, double b
   return total;
 }
 
+/// reduce_binomial's tree to rank 0: at each mask, the ranks whose lowest
+/// set bit it is send their sums to rank - mask, which reduces them.
+double binomial_reduce(const group_topology& t, const cost_model& m, double bytes) {
+  double total = 0;
+  for (int mask = 1; mask < t.size(); mask <<= 1)
+    total += bytes / m.local.bandwidth +
+             step_time(
+                 t, m, [&](int r) { return (r & (2 * mask - 1)) == mask ? r - mask : -1; },
+                 [&](int) { return bytes; });
+  return total;
+}
+
 /// The root's binomial scatter (the range a subtree needs, largest first),
 /// then a ring allgather of one block per rank.
 double scatter_allgather_broadcast(const group_topology& t, const cost_model& m, double bytes) {
@@ -231,13 +243,6 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
   const double bytes = static_cast<double>(bytes_in);
   const int n = t.size();
   switch (code) {
-    case op_code::reduce: {
-      // The broadcast tree run backwards, each level reducing what it got.
-      int levels = 0;
-      for (int mask = 1; mask < n; mask <<= 1) ++levels;
-      return {"reduce_binomial",
-              binomial_broadcast(t, m, bytes, 0) + levels * bytes / m.local.bandwidth};
-    }
     case op_code::reduce_scatterv: {
       if (n < 2) return {"reduce_scatter_ring", 0};
       const auto next = ring_next(t);
@@ -346,6 +351,10 @@ const char* to_string(algorithm_kind k) noexcept {
       return "allgather_ring";
     case algorithm_kind::allgather_bruck:
       return "allgather_bruck";
+    case algorithm_kind::reduce_binomial:
+      return "reduce_binomial";
+    case algorithm_kind::reduce_hier:
+      return "reduce_hier";
     case algorithm_kind::other:
       return "other";
   }
@@ -412,6 +421,17 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
             [&](int) { return bytes / n * std::min(k, n - k); });
       return total;
     }
+    case algorithm_kind::reduce_binomial:
+      return binomial_reduce(t, m, bytes);
+    case algorithm_kind::reduce_hier: {
+      // Each host's ranks to its leader, which reduces them; then the
+      // leaders' binomial reduction, one per host.
+      std::vector<std::string> one_each;
+      for (int h = 0; h < hosts; ++h) one_each.push_back(std::to_string(h));
+      return m.local.time(bytes * (per_host - 1)) + std::max(per_host - 2, 0) * m.local.overhead +
+             bytes * per_host / m.local.bandwidth +
+             binomial_reduce(*group_topology::of_hosts(one_each), m, bytes);
+    }
     case algorithm_kind::other:
       return 0;
   }
@@ -450,6 +470,10 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       break;
     case op_code::allgatherv:
       candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};
+      break;
+    case op_code::reduce:
+      candidates = {algorithm_kind::reduce_binomial};
+      if (hosts) candidates.push_back(algorithm_kind::reduce_hier);
       break;
     default:
       return {algorithm_kind::other, 0};

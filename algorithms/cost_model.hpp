@@ -68,6 +68,8 @@ enum class algorithm_kind : std::uint8_t {
   broadcast_hier,
   allgather_ring,
   allgather_bruck,
+  reduce_binomial,
+  reduce_hier,
   other,  ///< the collective's one algorithm
 };
 const char* to_string(algorithm_kind k) noexcept;
@@ -84,11 +86,11 @@ struct choice {
 };
 choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m);
 
-/// The collectives select.cpp does not choose for (reduce, reduce_scatter,
-/// gather, scatter, alltoall, barrier) run one algorithm each: its name and
-/// predicted seconds for `bytes` (reduce: the buffer; reduce_scatter: the
-/// whole input; gather and scatter: the root's whole buffer; alltoall: what
-/// one rank sends; barrier: none) with the root, where there is one, rank 0.
+/// The collectives select.cpp does not choose for (reduce_scatter, gather,
+/// scatter, alltoall, barrier) run one algorithm each: its name and
+/// predicted seconds for `bytes` (reduce_scatter: the whole input; gather
+/// and scatter: the root's whole buffer; alltoall: what one rank sends;
+/// barrier: none) with the root, where there is one, rank 0.
 struct fixed_prediction {
   const char* algorithm;
   double seconds;

@@ -5,11 +5,13 @@
 // and so chooses the same.
 //
 //   allreduce        2 ranks: pair (<= 1 MiB), halves; else the fastest of
-//                    ring (host by host), recursive doubling, direct (<= 16
-//                    ranks) and, across hosts, hier striped / leaders
-//   broadcast        binomial, or hier across hosts
+//                    ring (host by host), recursive doubling, Rabenseifner,
+//                    direct (<= 16 ranks) and, across hosts, hier striped
+//                    (in slices over slow links) / leaders
+//   broadcast        binomial, scatter-allgather, or hier across hosts
 //   allgather        ring (host by host), or Bruck (blocks of one size)
-//   reduce           binomial       gather   direct      scatter  direct
+//   reduce           binomial, or hier across hosts
+//   gather           direct         scatter  direct
 //   reduce_scatter   ring (host by host)     alltoall    pairwise
 //   barrier          dissemination  monitored_barrier    through rank 0
 
@@ -35,6 +37,7 @@ std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes
 std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_broadcast_scatter_allgather();
 std::unique_ptr<algorithm> make_broadcast_hier();
+std::unique_ptr<algorithm> make_reduce_hier();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
 std::unique_ptr<algorithm> make_allgather_bruck();
@@ -66,6 +69,10 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
       return make_allreduce_hier(false, bytes);
     case algorithm_kind::broadcast_hier:
       return make_broadcast_hier();
+    case algorithm_kind::reduce_binomial:
+      return make_reduce_binomial();
+    case algorithm_kind::reduce_hier:
+      return make_reduce_hier();
     case algorithm_kind::allgather_bruck:
       return make_allgather_bruck();
     case algorithm_kind::broadcast_binomial:
@@ -85,7 +92,7 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
 /// a test) asks for by name, where they can run. A name that is not an
 /// algorithm of that collective throws errc::invalid_argument.
 struct forced {
-  std::optional<algorithm_kind> allreduce, broadcast, allgather;
+  std::optional<algorithm_kind> allreduce, broadcast, allgather, reduce;
 };
 
 forced parse_forced(const std::string& text) {
@@ -115,12 +122,17 @@ forced parse_forced(const std::string& text) {
         {"broadcast", "scatter_allgather", algorithm_kind::broadcast_scatter_allgather},
         {"broadcast", "hier", algorithm_kind::broadcast_hier},
         {"allgather", "ring", algorithm_kind::allgather_ring},
-        {"allgather", "bruck", algorithm_kind::allgather_bruck}};
+        {"allgather", "bruck", algorithm_kind::allgather_bruck},
+        {"reduce", "binomial", algorithm_kind::reduce_binomial},
+        {"reduce", "hier", algorithm_kind::reduce_hier}};
     bool found = false;
     for (const auto& k : known)
       if (op == k.op && name == k.name) {
         found = true;
-        (op == "allreduce" ? r.allreduce : op == "broadcast" ? r.broadcast : r.allgather) = k.kind;
+        (op == "allreduce"   ? r.allreduce
+         : op == "broadcast" ? r.broadcast
+         : op == "reduce"    ? r.reduce
+                             : r.allgather) = k.kind;
       }
     if (!found)
       throw error(errc::invalid_argument,
@@ -128,7 +140,7 @@ forced parse_forced(const std::string& text) {
                       "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
                       "rabenseifner|hier_striped|hier_leaders, "
                       "broadcast=binomial|scatter_allgather|hier, "
-                      "allgather=ring|bruck)");
+                      "allgather=ring|bruck, reduce=binomial|hier)");
   }
   return r;
 }
@@ -157,6 +169,7 @@ algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint6
     const bool runs = (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
                       (*want != algorithm_kind::allreduce_hier_leaders || hosts) &&
                       (*want != algorithm_kind::broadcast_hier || hosts) &&
+                      (*want != algorithm_kind::reduce_hier || hosts) &&
                       (*want != algorithm_kind::allreduce_direct || t.size() <= 16);
     if (runs && t.size() > 2) return *want;
   }
@@ -189,7 +202,8 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
           chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process()),
           call.output.nbytes());
     case op_code::reduce:
-      return make_reduce_binomial();
+      return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()),
+                  call.input.nbytes());
     case op_code::allgatherv:
       if (!even_blocks(call)) return make_allgather_ring();
       return make(
@@ -221,6 +235,8 @@ algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_t
       return pick(want.broadcast, code, bytes, t, m);
     case op_code::allgatherv:
       return pick(want.allgather, code, bytes, t, m);
+    case op_code::reduce:
+      return pick(want.reduce, code, bytes, t, m);
     default:
       return algorithm_kind::other;
   }

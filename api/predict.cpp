@@ -24,8 +24,10 @@ prediction predict(const std::string& collective, std::uint64_t bytes, const hos
     code = op_code::broadcast;
   else if (collective == "allgather")
     code = op_code::allgatherv;
+  else if (collective == "reduce")
+    code = op_code::reduce;
   else
-    bad("collective '" + collective + "' is not one of allreduce, broadcast, allgather");
+    bad("collective '" + collective + "' is not one of allreduce, broadcast, allgather, reduce");
   if (layout.hosts < 1) bad("hosts " + std::to_string(layout.hosts) + " must be at least 1");
   if (layout.ranks_per_host < 1)
     bad("ranks_per_host " + std::to_string(layout.ranks_per_host) + " must be at least 1");

@@ -4,6 +4,8 @@
 
 namespace troupe {
 
-const char* library_version() noexcept { return TROUPE_VERSION; }
+const char* library_version() noexcept {
+  return TROUPE_VERSION;
+}
 
 }  // namespace troupe

@@ -165,8 +165,8 @@ void virtual_clock::price(collective& c) {
       hosts.push_back(std::to_string(w / layout_.ranks_per_host));
     topo = group_topology::of_hosts(hosts);
   }
-  const bool chosen =
-      c.code == op_code::allreduce || c.code == op_code::broadcast || c.code == op_code::allgatherv;
+  const bool chosen = c.code == op_code::allreduce || c.code == op_code::broadcast ||
+                      c.code == op_code::allgatherv || c.code == op_code::reduce;
   if (chosen) {
     const auto kind = chosen_algorithm(c.code, c.call.bytes, *topo, model_);
     c.call.algorithm = to_string(kind);

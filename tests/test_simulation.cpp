@@ -467,9 +467,12 @@ TEST_CASE(
       },
       timed(2, 2, &calls));
   const std::vector<std::pair<std::string, std::string>> want{
-      {"reduce", "reduce_binomial"},       {"reduce_scatter_tensor", "reduce_scatter_ring"},
-      {"allgather_into_tensor", ""},       {"gather", "gather_direct"},
-      {"scatter", "scatter_direct"},       {"alltoall_single", "alltoall_pairwise"},
+      {"reduce", ""},
+      {"reduce_scatter_tensor", "reduce_scatter_ring"},
+      {"allgather_into_tensor", ""},
+      {"gather", "gather_direct"},
+      {"scatter", "scatter_direct"},
+      {"alltoall_single", "alltoall_pairwise"},
       {"barrier", "barrier_dissemination"}};
   REQUIRE(calls.size() == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
@@ -480,6 +483,7 @@ TEST_CASE(
     CHECK(calls[i].bytes == (calls[i].op == "barrier" ? 0u : 16000u));
     if (i > 0) CHECK(calls[i].start == doctest::Approx(calls[i - 1].start + calls[i - 1].seconds));
   }
+  CHECK(calls[0].algorithm == testing::predict("reduce", 16000, {2, 2}, costs).algorithm);
   CHECK(calls[2].algorithm == testing::predict("allgather", 16000, {2, 2}, costs).algorithm);
 }
 

@@ -50,6 +50,15 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::allreduce, 64 << 20, 2, 2) == algorithm_kind::allreduce_hier_striped);
   CHECK(chosen(op_code::allreduce, 4, 4, 8) == algorithm_kind::allreduce_hier_leaders);
   CHECK(chosen(op_code::broadcast, 1 << 20, 4, 4) == algorithm_kind::broadcast_hier);
+  // reduce: the binomial tree to rank 0 crosses a link once per host where
+  // each host's ranks are in a row; where they alternate, the hierarchy.
+  CHECK(chosen(op_code::reduce, 1 << 20, 4, 4) == algorithm_kind::reduce_binomial);
+  CHECK(chosen(op_code::reduce, 1 << 20, 4, 1) == algorithm_kind::reduce_binomial);
+  std::vector<std::string> alternating;
+  for (int r = 0; r < 16; ++r) alternating.push_back(r % 2 ? "b" : "a");
+  CHECK(
+      choose(op_code::reduce, 1 << 20, *group_topology::of_hosts(alternating), cost_model{}).kind ==
+      algorithm_kind::reduce_hier);
   // Broadcast at many ranks: the tree for small buffers, scatter and
   // allgather (2N bytes per rank, not log n times N at the root) for large.
   CHECK(chosen(op_code::broadcast, 4, 1, 4096) == algorithm_kind::broadcast_binomial);
@@ -217,6 +226,30 @@ bool allreduces_every_op_right(world& w) {
   return ok;
 }
 
+/// reduce to every root: every op of two dtypes, small and large, against
+/// the serial reference (the root's output; the others' input untouched).
+bool reduces_right(world& w) {
+  auto& pg = w.default_group();
+  const int n = w.size(), r = w.rank();
+  bool ok = true;
+  for (int root = 0; root < n; ++root)
+    for (auto t : {dtype::float32, dtype::int64})
+      for (const auto& op : ct::ops_for(t))
+        for (std::int64_t len : {std::int64_t{1}, std::int64_t{1000}}) {
+          const auto e = ct::expected_for(t, op, n, len, 37);
+          auto x = ref::make(t, e->input(r));
+          pg.reduce(x, {.op = op, .root_rank = root}).wait();
+          ok &= test::expect(
+              r, ref::close(x, r == root ? e->result : e->input(r)),
+              ct::name("reduce", t, len) + " " + op.to_string() + " to " + std::to_string(root));
+        }
+  const auto e = ct::expected_for(dtype::float32, reduce_op::AVG, n, 300001, 41);
+  auto x = ref::make(dtype::float32, e->input(r));
+  pg.reduce(x, {.op = reduce_op::AVG, .root_rank = n - 1}).wait();
+  ok &= test::expect(r, ref::close(x, r == n - 1 ? e->result : e->input(r)), "reduce AVG 300001");
+  return ok;
+}
+
 bool broadcasts_and_gathers_right(world& w) {
   auto& pg = w.default_group();
   const int n = w.size(), r = w.rank();
@@ -289,6 +322,19 @@ TEST_CASE("the striped hierarchy in slices: every op, folds and empty slices") {
     across_hosts(hosts, "allreduce=hier_striped", allreduces_every_op_right);
   }
   ::unsetenv("TROUPE_HIER_SEGMENT");
+}
+
+TEST_CASE("reduce across emulated hosts, each algorithm, to every root") {
+  for (const char* algorithm :
+       std::initializer_list<const char*>{"reduce=hier", "reduce=binomial", nullptr})
+    for (const auto& hosts :
+         std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
+                                               {"a", "b", "a", "b", "c"},
+                                               {"a", "a", "a", "b", "b", "c", "c"}}) {
+      CAPTURE(std::string(algorithm ? algorithm : "chosen"));
+      CAPTURE(hosts.size());
+      across_hosts(hosts, algorithm, reduces_right);
+    }
 }
 
 TEST_CASE("broadcast, allgather and reduce_scatter across emulated hosts") {

@@ -70,7 +70,7 @@ struct timed_call {
 /// clock, at 0 when fn starts; troupe calls take no time to issue. A
 /// collective starts when the last rank of its group issued it and takes
 /// the time the cost model gives the algorithm troupe's message engine
-/// would choose on `layout` (testing::predict's, extended to reduce,
+/// would choose on `layout` (testing::predict's, extended to
 /// reduce_scatter, gather, scatter, alltoall and barrier); a rank's wait
 /// for it returns at its end, or at once if its clock is past that. A send
 /// arrives a link's latency + bytes / bandwidth after it was issued (the
@@ -133,8 +133,8 @@ struct prediction {
 /// Predicts one collective on `layout` without running anything: the
 /// algorithm troupe's message engine would choose there (the same cost model
 /// and the same choice every rank makes, TROUPE_ALGORITHMS included) and the
-/// time the model gives it. `collective`: "allreduce", "broadcast" or
-/// "allgather"; `bytes`: the buffer (allgather: its output). `link_costs`:
+/// time the model gives it. `collective`: "allreduce", "broadcast",
+/// "allgather" or "reduce"; `bytes`: the buffer (allgather: its output). `link_costs`:
 /// TROUPE_LINK_COSTS's syntax over the defaults ("": the process's model,
 /// TROUPE_LINK_COSTS or the defaults). Cheap at any scale (up to 2^20
 /// ranks): 16,384 ranks take milliseconds. On one host the ranks of one
