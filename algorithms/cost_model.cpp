@@ -191,14 +191,20 @@ double binomial_broadcast(const group_topology& t, const cost_model& m, double b
   return total;
 }
 
-/// reduce_binomial's tree to rank 0: at each mask, the ranks whose lowest
-/// set bit it is send their sums to rank - mask, which reduces them.
-double binomial_reduce(const group_topology& t, const cost_model& m, double bytes) {
+/// reduce_binomial's tree to `root`: at each mask, the ranks whose
+/// position v = rank - root has it as its lowest set bit send their sums to
+/// v - mask, which reduces them.
+double binomial_reduce(const group_topology& t, const cost_model& m, double bytes, int root) {
+  const int n = t.size();
   double total = 0;
-  for (int mask = 1; mask < t.size(); mask <<= 1)
+  for (int mask = 1; mask < n; mask <<= 1)
     total += bytes / m.local.bandwidth +
              step_time(
-                 t, m, [&](int r) { return (r & (2 * mask - 1)) == mask ? r - mask : -1; },
+                 t, m,
+                 [&](int r) {
+                   const int v = (r - root + n) % n;
+                   return (v & (2 * mask - 1)) == mask ? (v - mask + root) % n : -1;
+                 },
                  [&](int) { return bytes; });
   return total;
 }
@@ -362,7 +368,7 @@ const char* to_string(algorithm_kind k) noexcept {
 }
 
 double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology& t,
-               const cost_model& m) {
+               const cost_model& m, int root) {
   const double bytes = static_cast<double>(bytes_in);
   const int n = t.size();
   const int hosts = t.hosts();
@@ -397,13 +403,14 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return 2 * (m.local.time(bytes * (per_host - 1)) + (per_host - 2) * m.local.overhead) +
              across_hosts(hosts, 1, m, bytes);
     case algorithm_kind::broadcast_binomial:
-      return binomial_broadcast(t, m, bytes, 0);
+      return binomial_broadcast(t, m, bytes, root);
     case algorithm_kind::broadcast_scatter_allgather:
       return scatter_allgather_broadcast(t, m, bytes);
     case algorithm_kind::broadcast_hier: {
       std::vector<std::string> one_each, one_host(static_cast<std::size_t>(per_host), "h");
       for (int h = 0; h < hosts; ++h) one_each.push_back(std::to_string(h));
-      return binomial_broadcast(*group_topology::of_hosts(one_each), m, bytes, 0) +
+      return binomial_broadcast(*group_topology::of_hosts(one_each), m, bytes,
+                                t.host_of[static_cast<std::size_t>(root)]) +
              binomial_broadcast(*group_topology::of_hosts(one_host), m, bytes, 0);
     }
     case algorithm_kind::allgather_ring: {
@@ -422,7 +429,7 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return total;
     }
     case algorithm_kind::reduce_binomial:
-      return binomial_reduce(t, m, bytes);
+      return binomial_reduce(t, m, bytes, root);
     case algorithm_kind::reduce_hier: {
       // Each host's ranks to its leader, which reduces them; then the
       // leaders' binomial reduction, one per host.
@@ -430,7 +437,8 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       for (int h = 0; h < hosts; ++h) one_each.push_back(std::to_string(h));
       return m.local.time(bytes * (per_host - 1)) + std::max(per_host - 2, 0) * m.local.overhead +
              bytes * per_host / m.local.bandwidth +
-             binomial_reduce(*group_topology::of_hosts(one_each), m, bytes);
+             binomial_reduce(*group_topology::of_hosts(one_each), m, bytes,
+                             t.host_of[static_cast<std::size_t>(root)]);
     }
     case algorithm_kind::other:
       return 0;
@@ -438,7 +446,8 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
   return 0;
 }
 
-choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m) {
+choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m,
+              int root) {
   const int n = t.size();
   const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
   std::vector<algorithm_kind> candidates;
@@ -480,7 +489,7 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
   }
   choice best{candidates.front(), std::numeric_limits<double>::infinity()};
   for (auto k : candidates)
-    if (const double s = predict(k, bytes, t, m); s < best.seconds) best = {k, s};
+    if (const double s = predict(k, bytes, t, m, root); s < best.seconds) best = {k, s};
   return best;
 }
 

@@ -75,16 +75,19 @@ enum class algorithm_kind : std::uint8_t {
 const char* to_string(algorithm_kind k) noexcept;
 
 /// Predicted seconds of `kind` for a call of `bytes` (an allreduce's buffer,
-/// a broadcast's buffer, an allgather's output) on `t`.
+/// a broadcast's or reduce's buffer, an allgather's output) on `t`; `root`:
+/// a broadcast's or reduce's (its trees cross between hosts where it puts
+/// them).
 double predict(algorithm_kind kind, std::uint64_t bytes, const group_topology& t,
-               const cost_model& m);
+               const cost_model& m, int root = 0);
 /// The fastest algorithm for `code` over `bytes` on `t` (the same answer on
 /// every rank that asks with the same arguments), and its predicted time.
 struct choice {
   algorithm_kind kind;
   double seconds;
 };
-choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m);
+choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m,
+              int root = 0);
 
 /// The collectives select.cpp does not choose for (reduce_scatter, gather,
 /// scatter, alltoall, barrier) run one algorithm each: its name and
@@ -101,6 +104,6 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes, const group_to
 /// What select.cpp runs for `code` over `bytes` on `t`: the algorithm
 /// TROUPE_ALGORITHMS forces where it can run there, else choose()'s.
 algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_topology& t,
-                                const cost_model& m);
+                                const cost_model& m, int root = 0);
 
 }  // namespace troupe::detail

@@ -163,7 +163,7 @@ const forced& forced_algorithms() {
 
 /// The forced algorithm where it can run on `t`, else the cost model's.
 algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint64_t bytes,
-                    const group_topology& t, const cost_model& m) {
+                    const group_topology& t, const cost_model& m, int root) {
   if (want) {
     const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
     const bool runs = (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
@@ -173,7 +173,7 @@ algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint6
                       (*want != algorithm_kind::allreduce_direct || t.size() <= 16);
     if (runs && t.size() > 2) return *want;
   }
-  return choose(code, bytes, t, m).kind;
+  return choose(code, bytes, t, m, root).kind;
 }
 
 bool even_blocks(const collective_call& call) {
@@ -198,11 +198,12 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
       return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()),
                   call.input.nbytes());
     case op_code::broadcast:
-      return make(
-          chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process()),
-          call.output.nbytes());
+      return make(chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process(),
+                                   call.root),
+                  call.output.nbytes());
     case op_code::reduce:
-      return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()),
+      return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process(),
+                                   call.root),
                   call.input.nbytes());
     case op_code::allgatherv:
       if (!even_blocks(call)) return make_allgather_ring();
@@ -226,17 +227,17 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
 }
 
 algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_topology& t,
-                                const cost_model& m) {
+                                const cost_model& m, int root) {
   const auto& want = forced_algorithms();
   switch (code) {
     case op_code::allreduce:
-      return pick(want.allreduce, code, bytes, t, m);
+      return pick(want.allreduce, code, bytes, t, m, root);
     case op_code::broadcast:
-      return pick(want.broadcast, code, bytes, t, m);
+      return pick(want.broadcast, code, bytes, t, m, root);
     case op_code::allgatherv:
-      return pick(want.allgather, code, bytes, t, m);
+      return pick(want.allgather, code, bytes, t, m, root);
     case op_code::reduce:
-      return pick(want.reduce, code, bytes, t, m);
+      return pick(want.reduce, code, bytes, t, m, root);
     default:
       return algorithm_kind::other;
   }

@@ -59,6 +59,13 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(
       choose(op_code::reduce, 1 << 20, *group_topology::of_hosts(alternating), cost_model{}).kind ==
       algorithm_kind::reduce_hier);
+  // ... and, over a slow link, where the root's position makes the tree
+  // cross three times (root 5 of 2 x 8: at masks 1, 4 and 8).
+  const auto slow = cost_model::parse("host=60us:1Gbit/s");
+  CHECK(choose(op_code::reduce, 1 << 20, *layout(2, 8), slow, 0).kind ==
+        algorithm_kind::reduce_binomial);
+  CHECK(choose(op_code::reduce, 1 << 20, *layout(2, 8), slow, 5).kind ==
+        algorithm_kind::reduce_hier);
   // Broadcast at many ranks: the tree for small buffers, scatter and
   // allgather (2N bytes per rank, not log n times N at the root) for large.
   CHECK(chosen(op_code::broadcast, 4, 1, 4096) == algorithm_kind::broadcast_binomial);
