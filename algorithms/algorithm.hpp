@@ -184,6 +184,14 @@ tensor combine_received(const op_context& ctx, int peer, const reduce_op& op, co
 /// This rank's contribution: `input` scaled by the PREMUL_SUM scale (a new
 /// buffer), or `input` itself for other ops.
 tensor own_contribution(const collective_call& call, const tensor& input);
+/// A host stage's reduction: takes the step-`step` message of each rank of
+/// `from` (group ranks, in order) whose slot of `parts` is still empty,
+/// each of `count` elements; once every slot is full, reduces them in that
+/// order with `op` into `out` (a new buffer), clears `parts` and answers
+/// true. False while a message is missing.
+bool reduce_in_order(op_context& ctx, const std::vector<int>& from, std::uint32_t step,
+                     std::int64_t count, const reduce_op& op, std::vector<tensor>& parts,
+                     tensor& out);
 /// The op partial results are combined with on their way: SUM for AVG and
 /// PREMUL_SUM (scaled at the start, divided at the end), else `op`.
 reduce_op partial_op(const reduce_op& op);

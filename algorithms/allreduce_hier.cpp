@@ -36,7 +36,6 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
 #include "algorithms/sub_context.hpp"
-#include "kernels/reduce_kernels.hpp"
 
 namespace troupe::detail {
 
@@ -83,21 +82,7 @@ class allreduce_hier final : public algorithm {
       }
     }
     if (reduces && !reduced_) {  // Step 1: reduce, in local order
-      for (int q = 0; q < local; ++q) {
-        auto& slot = parts_[static_cast<std::size_t>(q)];
-        if (slot.defined()) continue;
-        const int peer = mine[static_cast<std::size_t>(q)];
-        auto in = ctx.take(peer, within);
-        if (!in) return false;
-        check_payload(call, *in, len, peer, within);
-        slot = *in;
-      }
-      std::vector<const void*> srcs;
-      for (auto& p : parts_) srcs.push_back(p.data());
-      part_ = tensor::empty({len}, call.input.scalar_type());
-      reduce_many(part_.scalar_type(), sum_op.op(), part_.data(), srcs.data(), srcs.size(),
-                  static_cast<std::size_t>(len));
-      parts_.clear();
+      if (!reduce_in_order(ctx, mine, within, len, sum_op, parts_, part_)) return false;
       reduced_ = true;
       // Step 2: this rank's column (striped) or the leaders, across hosts.
       std::vector<int> members;

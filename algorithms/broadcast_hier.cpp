@@ -26,20 +26,14 @@ class broadcast_hier final : public algorithm {
     auto& call = ctx.call();
     const auto& t = ctx.topology();
     const int r = ctx.rank();
-    const int root_host = t.host_of[static_cast<std::size_t>(call.root)];
-    auto leader_of = [&](int h) {
-      return h == root_host ? call.root : t.ranks_on[static_cast<std::size_t>(h)].front();
-    };
+    const host_leaders leaders{t, call.root};
     const int host = t.host_of[static_cast<std::size_t>(r)];
-    const int leader = leader_of(host);
+    const int leader = leaders.of(host);
     if (!started_) {
       started_ = true;
-      if (r == leader) {  // Step 1
-        std::vector<int> leaders;
-        for (int h = 0; h < t.hosts(); ++h) leaders.push_back(leader_of(h));
-        start(step1_, ctx, std::move(leaders), root_host, r == call.root ? call.input : call.output,
-              1);
-      }
+      if (r == leader)  // Step 1
+        start(step1_, ctx, leaders.all(), leaders.root_host,
+              r == call.root ? call.input : call.output, 1);
       // Step 2
       const auto& locals = t.ranks_on[static_cast<std::size_t>(host)];
       int leader_index = 0;

@@ -189,6 +189,26 @@ tensor own_contribution(const collective_call& call, const tensor& input) {
   return r;
 }
 
+bool reduce_in_order(op_context& ctx, const std::vector<int>& from, std::uint32_t step,
+                     std::int64_t count, const reduce_op& op, std::vector<tensor>& parts,
+                     tensor& out) {
+  const auto& call = ctx.call();
+  for (std::size_t q = 0; q < from.size(); ++q) {
+    if (parts[q].defined()) continue;
+    auto in = ctx.take(from[q], step);
+    if (!in) return false;
+    check_payload(call, *in, count, from[q], step);
+    parts[q] = *in;
+  }
+  std::vector<const void*> srcs;
+  for (auto& p : parts) srcs.push_back(p.data());
+  out = tensor::empty({count}, call.input.scalar_type());
+  reduce_many(out.scalar_type(), op.op(), out.data(), srcs.data(), srcs.size(),
+              static_cast<std::size_t>(count));
+  parts.clear();
+  return true;
+}
+
 reduce_op partial_op(const reduce_op& op) {
   return op.op() == reduce_op::AVG || op.op() == reduce_op::PREMUL_SUM ? reduce_op{reduce_op::SUM}
                                                                        : op;

@@ -16,7 +16,6 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/sub_context.hpp"
-#include "kernels/reduce_kernels.hpp"
 
 namespace troupe::detail {
 
@@ -31,16 +30,13 @@ class reduce_hier final : public algorithm {
  public:
   bool progress(op_context& ctx) override {
     auto& call = ctx.call();
-    const auto& t = ctx.topology();
-    const int r = ctx.rank();
-    const int root_host = t.host_of[static_cast<std::size_t>(call.root)];
-    auto leader_of = [&](int h) {
-      return h == root_host ? call.root : t.ranks_on[static_cast<std::size_t>(h)].front();
-    };
-    const int host = t.host_of[static_cast<std::size_t>(r)];
-    const auto& mine = t.ranks_on[static_cast<std::size_t>(host)];
-    const int leader = leader_of(host);
     const auto numel = call.input.numel();
+    const auto sum_op = partial_op(call.op);
+    const auto& t = ctx.topology();
+    const host_leaders leaders{t, call.root};
+    const int r = ctx.rank(), host = t.host_of[static_cast<std::size_t>(r)];
+    const auto& mine = t.ranks_on[static_cast<std::size_t>(host)];
+    const int leader = leaders.of(host);
     if (!started_) {  // Step 1: send, or gather the host's contributions
       started_ = true;
       contribution_ = own_contribution(call, call.input);
@@ -52,31 +48,16 @@ class reduce_hier final : public algorithm {
       parts_[static_cast<std::size_t>(t.local_index(r))] = contribution_;
     }
     if (!reduced_) {  // Step 1: the leader reduces, in local order
-      for (std::size_t q = 0; q < mine.size(); ++q) {
-        if (parts_[q].defined()) continue;
-        auto in = ctx.take(mine[q], within);
-        if (!in) return false;
-        check_payload(call, *in, numel, mine[q], within);
-        parts_[q] = *in;
-      }
-      const auto sum_op = partial_op(call.op);
-      std::vector<const void*> srcs;
-      for (auto& p : parts_) srcs.push_back(p.data());
-      sum_ = tensor::empty({numel}, call.input.scalar_type());
-      reduce_many(sum_.scalar_type(), sum_op.op(), sum_.data(), srcs.data(), srcs.size(),
-                  static_cast<std::size_t>(numel));
-      parts_.clear();
+      if (!reduce_in_order(ctx, mine, within, numel, sum_op, parts_, sum_)) return false;
       reduced_ = true;
       // Step 2: the leaders, one per host in host order; the root's host's is the root.
-      std::vector<int> leaders;
-      for (int h = 0; h < t.hosts(); ++h) leaders.push_back(leader_of(h));
       sub_call_.code = op_code::reduce;
       sub_call_.name = call.name;
       sub_call_.op = sum_op;
-      sub_call_.root = root_host;
+      sub_call_.root = leaders.root_host;
       sub_call_.input = sub_call_.output = sum_;
       sub_call_.timeout = call.timeout;
-      sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(leaders), sub_call_, across);
+      sub_ctx_ = std::make_unique<sub_context>(ctx, leaders.all(), sub_call_, across);
       sub_ = make_reduce_binomial();
     }
     if (!sub_->progress(*sub_ctx_)) return false;

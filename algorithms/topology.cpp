@@ -48,4 +48,17 @@ std::vector<int> group_topology::host_order() const {
   return order;
 }
 
+host_leaders::host_leaders(const group_topology& t, int root)
+    : root_host(t.host_of[static_cast<std::size_t>(root)]), t_(t), root_(root) {}
+
+int host_leaders::of(int h) const {
+  return h == root_host ? root_ : t_.ranks_on[static_cast<std::size_t>(h)].front();
+}
+
+std::vector<int> host_leaders::all() const {
+  std::vector<int> leaders;
+  for (int h = 0; h < t_.hosts(); ++h) leaders.push_back(of(h));
+  return leaders;
+}
+
 }  // namespace troupe::detail

@@ -32,4 +32,19 @@ struct group_topology {
   std::vector<int> host_order() const;
 };
 
+/// The hosts' leaders of a rooted collective across hosts (broadcast_hier,
+/// reduce_hier): the root on its own host, the first rank on every other.
+struct host_leaders {
+  host_leaders(const group_topology& t, int root);
+  int root_host;
+  /// Host h's leader.
+  int of(int h) const;
+  /// Every host's leader, in host order (the root's at root_host).
+  std::vector<int> all() const;
+
+ private:
+  const group_topology& t_;
+  int root_;
+};
+
 }  // namespace troupe::detail
