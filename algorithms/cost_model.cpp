@@ -71,8 +71,9 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
   return worst;
 }
 
-/// Each rank's next in a ring ordered by host (rank order on one host).
-std::vector<int> ring_next(const group_topology& t) {
+/// One step of a ring ordered by host (rank order on one host): every rank
+/// sends `block` bytes to its next.
+double ring_step(const group_topology& t, const cost_model& m, double block) {
   const int n = t.size();
   const auto order = t.hosts() > 1 ? t.host_order() : std::vector<int>{};
   std::vector<int> next(static_cast<std::size_t>(n));
@@ -81,17 +82,20 @@ std::vector<int> ring_next(const group_topology& t) {
     next[static_cast<std::size_t>(r)] =
         order.empty() ? (p + 1) % n : order[static_cast<std::size_t>((p + 1) % n)];
   }
-  return next;
+  return step_time(
+      t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; }, [&](int) { return block; });
+}
+
+/// `hosts` ranks, one on each host.
+std::shared_ptr<const group_topology> one_rank_each(int hosts) {
+  std::vector<std::string> names;
+  for (int h = 0; h < hosts; ++h) names.push_back(std::to_string(h));
+  return group_topology::of_hosts(names);
 }
 
 double ring_allreduce(const group_topology& t, const cost_model& m, double bytes) {
   const int n = t.size();
-  if (n < 2) return 0;
-  const auto next = ring_next(t);
-  const double one = step_time(
-      t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; },
-      [&](int) { return bytes / n; });
-  return 2.0 * (n - 1) * one;
+  return n < 2 ? 0 : 2.0 * (n - 1) * ring_step(t, m, bytes / n);
 }
 
 /// The virtual ranks of recursive doubling and Rabenseifner's algorithm:
@@ -164,9 +168,7 @@ double direct_allreduce(const group_topology& t, const cost_model& m, double byt
 /// link shared by `sharing` such allreduces at once.
 double across_hosts(int hosts, int sharing, const cost_model& m, double bytes) {
   if (hosts < 2) return 0;
-  std::vector<std::string> names;
-  for (int h = 0; h < hosts; ++h) names.push_back(std::to_string(h));
-  const auto t = group_topology::of_hosts(names);
+  const auto t = one_rank_each(hosts);
   cost_model shared = m;  // the other columns' messages cross the same links
   shared.host.bandwidth /= sharing;
   shared.host.latency += (sharing - 1) * m.host.overhead;
@@ -251,11 +253,8 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
   switch (code) {
     case op_code::reduce_scatterv: {
       if (n < 2) return {"reduce_scatter_ring", 0};
-      const auto next = ring_next(t);
-      const double one = step_time(
-          t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; },
-          [&](int) { return bytes / n; });
-      return {"reduce_scatter_ring", (n - 1) * (one + bytes / n / m.local.bandwidth)};
+      return {"reduce_scatter_ring",
+              (n - 1) * (ring_step(t, m, bytes / n) + bytes / n / m.local.bandwidth)};
     }
     case op_code::gatherv:
       return {"gather_direct", rooted_direct(t, m, bytes / n)};
@@ -407,18 +406,13 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
     case algorithm_kind::broadcast_scatter_allgather:
       return scatter_allgather_broadcast(t, m, bytes);
     case algorithm_kind::broadcast_hier: {
-      std::vector<std::string> one_each, one_host(static_cast<std::size_t>(per_host), "h");
-      for (int h = 0; h < hosts; ++h) one_each.push_back(std::to_string(h));
-      return binomial_broadcast(*group_topology::of_hosts(one_each), m, bytes,
+      const std::vector<std::string> one_host(static_cast<std::size_t>(per_host), "h");
+      return binomial_broadcast(*one_rank_each(hosts), m, bytes,
                                 t.host_of[static_cast<std::size_t>(root)]) +
              binomial_broadcast(*group_topology::of_hosts(one_host), m, bytes, 0);
     }
-    case algorithm_kind::allgather_ring: {
-      const auto next = ring_next(t);
-      return (n - 1) * step_time(
-                           t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; },
-                           [&](int) { return bytes / n; });
-    }
+    case algorithm_kind::allgather_ring:
+      return (n - 1) * ring_step(t, m, bytes / n);
     case algorithm_kind::allgather_bruck: {
       // Its slots are copied out in a rotation at the end.
       double total = bytes / m.local.bandwidth;
@@ -430,16 +424,13 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
     }
     case algorithm_kind::reduce_binomial:
       return binomial_reduce(t, m, bytes, root);
-    case algorithm_kind::reduce_hier: {
+    case algorithm_kind::reduce_hier:
       // Each host's ranks to its leader, which reduces them; then the
       // leaders' binomial reduction, one per host.
-      std::vector<std::string> one_each;
-      for (int h = 0; h < hosts; ++h) one_each.push_back(std::to_string(h));
       return m.local.time(bytes * (per_host - 1)) + std::max(per_host - 2, 0) * m.local.overhead +
              bytes * per_host / m.local.bandwidth +
-             binomial_reduce(*group_topology::of_hosts(one_each), m, bytes,
+             binomial_reduce(*one_rank_each(hosts), m, bytes,
                              t.host_of[static_cast<std::size_t>(root)]);
-    }
     case algorithm_kind::other:
       return 0;
   }

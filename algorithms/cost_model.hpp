@@ -105,5 +105,10 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes, const group_to
 /// TROUPE_ALGORITHMS forces where it can run there, else choose()'s.
 algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_topology& t,
                                 const cost_model& m, int root = 0);
+/// What troupe's message engine runs for `code` over `bytes` on `t` and its
+/// predicted seconds: chosen_algorithm()'s where select.cpp chooses, else
+/// the collective's one algorithm (predict_fixed); one rank runs nothing.
+fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,
+                              const cost_model& m);
 
 }  // namespace troupe::detail

@@ -251,4 +251,12 @@ std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& pa
               part.input.nbytes());
 }
 
+fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,
+                              const cost_model& m) {
+  if (t.size() < 2) return {"none (one rank)", 0};
+  const auto kind = chosen_algorithm(code, bytes, t, m);
+  if (kind == algorithm_kind::other) return predict_fixed(code, bytes, t, m);
+  return {to_string(kind), predict(kind, bytes, t, m)};
+}
+
 }  // namespace troupe::detail

@@ -41,10 +41,8 @@ prediction predict(const std::string& collective, std::uint64_t bytes, const hos
   std::vector<std::string> hosts;
   hosts.reserve(static_cast<std::size_t>(ranks));
   for (long long r = 0; r < ranks; ++r) hosts.push_back(std::to_string(r / layout.ranks_per_host));
-  const auto t = detail::group_topology::of_hosts(hosts);
-  if (ranks == 1) return {"none (one rank)", 0};
-  const auto kind = detail::chosen_algorithm(code, bytes, *t, model);
-  return {detail::to_string(kind), detail::predict(kind, bytes, *t, model)};
+  const auto p = detail::predict_call(code, bytes, *detail::group_topology::of_hosts(hosts), model);
+  return {p.algorithm, p.seconds};
 }
 
 }  // namespace troupe::testing

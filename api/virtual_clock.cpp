@@ -121,7 +121,11 @@ void virtual_clock::issued(int rank, const std::shared_ptr<work_state>& s, const
       call.code = m->code;
       call.summed = m->summed;
     }
-    if (!members_.count(c.group)) members_[c.group] = c.members;
+    if (auto& topo = topologies_[c.group]; !topo) {  // the group's hosts, on the layout
+      std::vector<std::string> hosts;
+      for (int w : c.members) hosts.push_back(std::to_string(w / layout_.ranks_per_host));
+      topo = group_topology::of_hosts(hosts);
+    }
   }
   ++call.call.arrived;
   call.call.start = std::max(call.call.start, t);
@@ -153,29 +157,9 @@ void virtual_clock::price(collective& c) {
     c.call.seconds = 0;
     return;
   }
-  if (c.call.ranks < 2) {
-    c.call.algorithm = "none (one rank)";
-    c.call.seconds = 0;
-    return;
-  }
-  auto& topo = topologies_[c.call.group];
-  if (!topo) {
-    std::vector<std::string> hosts;
-    for (int w : members_[c.call.group])
-      hosts.push_back(std::to_string(w / layout_.ranks_per_host));
-    topo = group_topology::of_hosts(hosts);
-  }
-  const bool chosen = c.code == op_code::allreduce || c.code == op_code::broadcast ||
-                      c.code == op_code::allgatherv || c.code == op_code::reduce;
-  if (chosen) {
-    const auto kind = chosen_algorithm(c.code, c.call.bytes, *topo, model_);
-    c.call.algorithm = to_string(kind);
-    c.call.seconds = predict(kind, c.call.bytes, *topo, model_);
-  } else {
-    const auto f = predict_fixed(c.code, c.call.bytes, *topo, model_);
-    c.call.algorithm = f.algorithm;
-    c.call.seconds = f.seconds;
-  }
+  const auto p = predict_call(c.code, c.call.bytes, *topologies_[c.call.group], model_);
+  c.call.algorithm = p.algorithm;
+  c.call.seconds = p.seconds;
 }
 
 double virtual_clock::received(const route& r, double now) {

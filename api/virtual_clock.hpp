@@ -74,8 +74,7 @@ class virtual_clock final : public sim_clock {
   std::vector<double> now_;
   std::map<std::pair<std::string, std::uint64_t>, collective> calls_;  // stable addresses
   std::map<std::pair<std::string, int>, std::uint64_t> issued_;        // (group, rank) -> count
-  std::map<std::string, std::shared_ptr<const group_topology>> topologies_;
-  std::map<std::string, std::vector<int>> members_;  // group -> world ranks
+  std::map<std::string, std::shared_ptr<const group_topology>> topologies_;  // by group
   std::unordered_map<const work_state*, pending> pending_;
   std::map<route, std::deque<double>> in_flight_;  // sends' arrivals, not yet received
 };

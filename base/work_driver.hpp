@@ -11,11 +11,10 @@ struct work_state;
 /// engine, a receive's plan of what to read, the work a continuation
 /// continues): drive(s, until) advances it until `s` finished or `until`
 /// passed; poke() makes one non-blocking pass (true: it moved something);
-/// continued() hears that a
-/// continuation was registered while the work is pending (nobody may ever
-/// wait for it, so a progress thread should drive it). One object per
-/// engine or plan, shared by its works: setting it on a work is one count,
-/// not three callables.
+/// continued() hears that a continuation was registered while the work is
+/// pending (nobody may ever wait for it, so a progress thread should drive
+/// it). One object per engine or plan, shared by its works: setting it on a
+/// work is one count, not three callables.
 class work_driver {
  public:
   virtual ~work_driver() = default;
