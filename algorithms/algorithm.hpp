@@ -187,8 +187,10 @@ tensor own_contribution(const collective_call& call, const tensor& input);
 /// A host stage's reduction: takes the step-`step` message of each rank of
 /// `from` (group ranks, in order) whose slot of `parts` is still empty,
 /// each of `count` elements; once every slot is full, reduces them in that
-/// order with `op` into `out` (a new buffer), clears `parts` and answers
-/// true. False while a message is missing.
+/// order with `op` into `out` (a new buffer where `out` is undefined; else
+/// `count` elements that no part overlaps but one exactly, written a chunk
+/// at a time), clears `parts` and answers true. False while a message is
+/// missing.
 bool reduce_in_order(op_context& ctx, const std::vector<int>& from, std::uint32_t step,
                      std::int64_t count, const reduce_op& op, std::vector<tensor>& parts,
                      tensor& out);

@@ -79,6 +79,21 @@ class allreduce_hier final : public algorithm {
       if (reduces) {
         parts_.assign(static_cast<std::size_t>(local), tensor{});
         parts_[static_cast<std::size_t>(me)] = contribution_.flat_slice(off, len);
+        // The host's sum lands in the output's part (the input's own part
+        // when in place: reduced a chunk at a time) unless the two overlap
+        // otherwise; step 2 runs on it there.
+        auto into = call.output.flat_slice(off, len);
+        const auto& own = parts_[static_cast<std::size_t>(me)];
+        if (into.data() == own.data() || !overlaps(into, contribution_)) part_ = into;
+      }
+      // Step 3's parts arrive straight into the output (posted after step
+      // 1's sends, which were written out or handed over when they returned).
+      for (int q = 0; q < local; ++q) {
+        if (q == me || (!striped_ && q != 0)) continue;
+        const auto [qo, ql] = striped_ ? chunk_range(numel, local, q)
+                                       : std::pair<std::int64_t, std::int64_t>{0, numel};
+        receive_into(ctx, call, mine[static_cast<std::size_t>(q)], back,
+                     call.output.flat_slice(qo, ql));
       }
     }
     if (reduces && !reduced_) {  // Step 1: reduce, in local order
@@ -106,7 +121,8 @@ class allreduce_hier final : public algorithm {
           const int peer = mine[static_cast<std::size_t>(q)];
           ctx.send(peer, back, to_send(ctx, peer, part_));
         }
-      call.output.flat_slice(off, len).copy_from(part_);
+      if (auto out = call.output.flat_slice(off, len); out.data() != part_.data())
+        out.copy_from(part_);
     }
     // Step 3: the other parts (striped), or the whole result (leaders).
     done_.resize(static_cast<std::size_t>(local), false);
@@ -117,7 +133,7 @@ class allreduce_hier final : public algorithm {
       if (!in) return false;
       const auto [qo, ql] =
           striped_ ? chunk_range(numel, local, q) : std::pair<std::int64_t, std::int64_t>{0, numel};
-      place(call, *in, call.output.flat_slice(qo, ql), peer, back);
+      if (in->defined()) place(call, *in, call.output.flat_slice(qo, ql), peer, back);
       done_[static_cast<std::size_t>(q)] = true;
     }
     return true;

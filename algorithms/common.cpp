@@ -202,7 +202,7 @@ bool reduce_in_order(op_context& ctx, const std::vector<int>& from, std::uint32_
   }
   std::vector<const void*> srcs;
   for (auto& p : parts) srcs.push_back(p.data());
-  out = tensor::empty({count}, call.input.scalar_type());
+  if (!out.defined()) out = tensor::empty({count}, call.input.scalar_type());
   reduce_many(out.scalar_type(), op.op(), out.data(), srcs.data(), srcs.size(),
               static_cast<std::size_t>(count));
   parts.clear();
