@@ -5,7 +5,8 @@
 // fails within 2 s of the kill with errc::peer_failure naming the killed
 // rank with its host and pid, never a live rank, also when one survivor
 // leaves at once after its own failure; later calls on groups with the dead
-// rank fail at once; a group without it keeps working.
+// rank fail at once; a group without it keeps working. Across two emulated
+// hosts (TROUPE_HOSTNAME) the same holds in the hierarchical collectives.
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -37,6 +38,11 @@ struct plan {
   int victim;
   moment when;
   int leaver = -1;  // a survivor that destroys its world right after failing
+  // Two emulated hosts (TROUPE_HOSTNAME: ranks 0 and 1 on one, 2 and 3 on
+  // the other; shared memory inside, TCP across) and the algorithms forced
+  // there (TROUPE_ALGORITHMS, with slices of 4 KiB: TROUPE_HIER_SEGMENT).
+  const char* algorithms = nullptr;
+  int reduce_root = -1;  // the calls are reduces to this rank (-1: allreduces)
 };
 
 /// What the children tell the parent.
@@ -50,11 +56,14 @@ struct board {
 
 /// Runs allreduces of `len` floats until one fails; the victim kills itself
 /// after `before_kill` of them (-1: it does not run any).
-void run_until_failure(process_group& pg, std::int64_t len, int rounds) {
+void run_until_failure(process_group& pg, std::int64_t len, int rounds, int reduce_root = -1) {
   auto t = tensor::empty({len}, dtype::float32);
   for (int i = 0; i < rounds; ++i) {
     std::fill_n(t.data_as<float>(), len, 1.f);
-    pg.allreduce(t).wait();
+    if (reduce_root >= 0)
+      pg.reduce(t, {.root_rank = reduce_root}).wait();
+    else
+      pg.allreduce(t).wait();
   }
 }
 
@@ -64,6 +73,11 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
     ::setenv("TROUPE_ENGINE", p.engine_setting, 1);
   else
     ::unsetenv("TROUPE_ENGINE");
+  if (p.algorithms) {
+    ::setenv("TROUPE_HOSTNAME", r < ranks / 2 ? "host-a" : "host-b", 1);
+    ::setenv("TROUPE_ALGORITHMS", p.algorithms, 1);
+    ::setenv("TROUPE_HIER_SEGMENT", "4096", 1);
+  }
   auto s = std::make_shared<file_store>(path, 20s);
   world w{test::child_world(s, r, ranks, 20s)};
   auto& pg = w.default_group();
@@ -77,7 +91,7 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
   const std::int64_t len = p.when == moment::large_loop ? (1 << 20) : 1;  // 4 MiB or 4 B
   if (r == p.victim) {
     while (b.ready.load() < ranks - 1) std::this_thread::sleep_for(1ms);  // all left the barrier
-    if (loop) run_until_failure(pg, len, p.when == moment::large_loop ? 3 : 20);
+    if (loop) run_until_failure(pg, len, p.when == moment::large_loop ? 3 : 20, p.reduce_root);
     b.victim_pid = ::getpid();
     b.killed_at = test::now_ns();
     ::kill(::getpid(), SIGKILL);
@@ -88,7 +102,7 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
   }
   bool ok = true;
   try {
-    run_until_failure(pg, len, 1000000);
+    run_until_failure(pg, len, 1000000, p.reduce_root);
     return expect(r, false, "no call failed");
   } catch (const error& e) {
     const auto failed_at = test::now_ns();
@@ -312,6 +326,20 @@ TEST_CASE("a survivor that leaves at once after failing is not blamed; the kille
 
 TEST_CASE("over shared memory, a rank killed in small allreduces fails every survivor in 2 s") {
   run({"shm, small allreduces", "auto", "", 1, moment::small_loop});
+}
+
+TEST_CASE(
+    "across two emulated hosts, a rank killed in the hierarchical collectives fails every "
+    "survivor in 2 s") {
+  // The sliced striped allreduce (slices of 4 KiB: 16 at once) and the
+  // leaders' small one; the hierarchical reduce to a root on the other host
+  // and on the victim's own; on the message engine and the group actors.
+  run({"hosts, sliced hierarchy", "auto", "", 3, moment::large_loop, -1, "allreduce=hier_striped"});
+  run({"hosts, leaders", "auto", "", 1, moment::small_loop, -1, "allreduce=hier_leaders"});
+  run({"hosts, hier reduce", "auto", "", 3, moment::large_loop, -1, "reduce=hier", 1});
+  run({"hosts, hier reduce, root beside", "auto", "", 0, moment::small_loop, -1, "reduce=hier", 1});
+  run({"hosts, group actors", "tcp", "actors", 2, moment::large_loop, -1,
+       "allreduce=hier_striped"});
 }
 
 namespace {
