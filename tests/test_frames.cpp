@@ -1,9 +1,13 @@
-// Frames between processes (transport/frame.hpp): payloads read straight
-// into a receive posted for them (inline/message_medium's post_receive),
+// Frames between processes (transport/frame.hpp): frames read from a socket
+// through the read-ahead buffer (small ones back to back, a large payload
+// that starts in it), payloads read straight into a receive posted for them
+// (inline/message_medium's post_receive),
 // what happens when the poster revokes it while the payload is being read,
 // and messages that arrive after their operation ended.
 
 #include <doctest/doctest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +15,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "../inline/message_medium.hpp"
 #include "../transport/frame.hpp"
@@ -62,6 +68,54 @@ bool counts_up(const float* p, std::int64_t from, std::int64_t to) {
 }
 
 }  // namespace
+
+TEST_CASE("frames from a socket: small ones back to back, and a large payload posted for") {
+  // Small frames around a 256 KiB one, written at once: the reader takes
+  // several pieces out of one recv, and the large payload partly out of the
+  // read-ahead buffer, the rest straight from the socket into the tensor
+  // posted for it.
+  const std::int64_t big = 64 << 10;
+  std::string bytes;
+  const std::vector<std::int64_t> counts{1, 3, 1000, big, 2, 1};
+  for (auto c : counts) bytes += inline_frame(c);
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  std::thread writer([&] {
+    std::size_t at = 0;
+    while (at < bytes.size()) {
+      const auto k = ::write(fds[0], bytes.data() + at, bytes.size() - at);
+      if (k <= 0) break;
+      at += static_cast<std::size_t>(k);
+    }
+  });
+  auto into = tensor::zeros({big}, dtype::float32);
+  auto guard = std::make_shared<receive_guard>();
+  frame_reader reader;
+  std::vector<std::int64_t> got;
+  bool posted_used = false, right = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got.size() < counts.size() && std::chrono::steady_clock::now() < deadline) {
+    const auto why = reader.drain(
+        fds[1],
+        [&](received_frame& f) {
+          got.push_back(f.payload.numel());
+          right = right && counts_up(f.payload.data_as<float>(), 0, f.payload.numel());
+          posted_used = posted_used || f.payload.data() == into.data();
+          return true;
+        },
+        [&](const frame_header&, const std::string&) {
+          return posted_receive{into, guard};
+        });
+    REQUIRE(why.empty());
+  }
+  writer.join();
+  ::close(fds[0]);
+  ::close(fds[1]);
+  CHECK(got == counts);
+  CHECK(right);
+  CHECK(posted_used);
+  CHECK(reader.bytes_read() == bytes.size());
+}
 
 TEST_CASE("a frame's payload lands in the tensor posted for it when it fits exactly") {
   const std::int64_t count = 64 << 10;  // 256 KiB

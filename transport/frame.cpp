@@ -226,7 +226,7 @@ std::uint64_t max_frame_payload() noexcept {
 std::string frame_reader::drain(int fd, const std::function<bool(received_frame&)>& on_frame,
                                 const place_fn& place, const admit_fn& admit) {
   std::string broke;
-  auto from_socket = [&](void* p, std::size_t n) -> long {
+  auto receive = [&](void* p, std::size_t n) -> long {
     for (;;) {
       const auto k = ::recv(fd, p, n, MSG_DONTWAIT);
       if (k > 0) return static_cast<long>(k);
@@ -236,6 +236,24 @@ std::string frame_reader::drain(int fd, const std::function<bool(received_frame&
       broke = std::string("connection broke: ") + std::strerror(errno);
       return -1;
     }
+  };
+  // Pieces smaller than the read-ahead buffer come out of it, refilled by
+  // one recv of what the socket has; larger ones (payloads) go straight
+  // from the socket to their place once the buffer is empty.
+  auto& a = ahead_;
+  auto from_socket = [&](void* p, std::size_t n) -> long {
+    if (a.at == a.end) {
+      if (n >= read_ahead::capacity) return receive(p, n);
+      if (!a.bytes) a.bytes = std::make_unique<char[]>(read_ahead::capacity);
+      const auto k = receive(a.bytes.get(), read_ahead::capacity);
+      if (k <= 0) return k;
+      a.at = 0;
+      a.end = static_cast<std::size_t>(k);
+    }
+    const auto k = std::min(n, a.end - a.at);
+    std::memcpy(p, a.bytes.get() + a.at, k);
+    a.at += k;
+    return static_cast<long>(k);
   };
   auto why = drain(from_socket, on_frame, place, admit);
   return broke.empty() ? why : broke;

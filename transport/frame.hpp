@@ -184,6 +184,16 @@ class frame_reader {
   /// once revoked, into a fresh tensor.
   long read_posted(const std::function<long(void*, std::size_t)>& read_some);
 
+  /// A socket's next bytes, read ahead: a small frame's pieces (header,
+  /// group name, fingerprint, payload) come from one recv instead of one
+  /// each. Allocated at the first read of a socket; empty whenever drain
+  /// returned "" (it reads until the socket has nothing more).
+  struct read_ahead {
+    static constexpr std::size_t capacity = 4096;
+    std::unique_ptr<char[]> bytes;
+    std::size_t at = 0, end = 0;
+  };
+  read_ahead ahead_;
   enum class piece { header, name, fingerprint, payload } at_ = piece::header;
   std::size_t got_ = 0;
   received_frame f_;
