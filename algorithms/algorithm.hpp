@@ -94,12 +94,18 @@ class op_context {
   /// Records `peer`'s fingerprint alone (before its messages are delivered).
   void heard(int peer, const fingerprint_ptr& fp) { agree_.heard(peer, fp); }
   /// Once the algorithm made its first progress: tells this rank's
-  /// fingerprint to every peer it sent nothing yet.
+  /// fingerprint to every peer it sent nothing yet (riding the data: to the
+  /// ring successor alone, base/agreement.hpp).
   void describe_to_rest();
   /// Whether the call may complete as far as the agreement goes: false while
   /// a peer's fingerprint is missing; throws disagreement_error once every
-  /// fingerprint arrived and one differs.
+  /// fingerprint arrived and one differs. Riding the data: true until a
+  /// disagreement is found or alarmed, then every peer is alarmed and the
+  /// full exchange decides.
   bool settled();
+  /// Whether every peer's fingerprint is awaited (not riding the data, or
+  /// switched to the full exchange): a peer not heard from has not joined.
+  bool awaits_everyone() const noexcept { return !rides_ || full_; }
   /// Whether a peer's call is known to differ (the algorithm need not go on).
   bool disagrees() const noexcept { return agree_.differs(); }
   /// The agreement so far.
@@ -115,13 +121,19 @@ class op_context {
  protected:
   /// Hands `payload` to the transport; `fp` is set on the first message to `peer`.
   virtual void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) = 0;
+  /// Lets the agreement ride with the data where agreement_rides_data says
+  /// so (the inline engine; before the first progress).
+  void ride_agreement_on_data() { rides_ = gated_ && agreement_rides_data(call_, size_); }
 
  private:
   int rank_;
   int size_;
   collective_call& call_;
   agreement agree_;
-  bool gated_;  // every peer's fingerprint is awaited (all but monitored_barrier)
+  bool gated_;            // every peer's fingerprint is awaited (all but monitored_barrier)
+  bool rides_ = false;    // the agreement rides with the data (base/agreement.hpp)
+  bool full_ = false;     // riding, switched to the full exchange (a disagreement)
+  bool alarmed_ = false;  // a peer said it found a disagreement
   std::map<std::pair<std::uint32_t, int>, tensor> inbox_;  // (step, src) -> payload
   int blocked_peer_ = -1;
   std::uint32_t blocked_step_ = 0;

@@ -34,7 +34,8 @@ const group_topology& op_context::topology() const noexcept {
 
 void op_context::deliver(int peer, std::uint32_t step, tensor payload, const fingerprint_ptr& fp) {
   if (fp) agree_.heard(peer, fp);
-  if (step == describe_step) return;
+  if (step == alarm_step) alarmed_ = true;
+  if (step == describe_step || step == alarm_step) return;
   if (!agree_.heard_from(peer)) {
     // The first message of every call to each peer says what it called.
     if (gated_)
@@ -48,6 +49,11 @@ void op_context::deliver(int peer, std::uint32_t step, tensor payload, const fin
 
 void op_context::describe_to_rest() {
   if (!gated_) return;
+  if (rides_) {
+    if (const int next = (rank_ + 1) % size_; agree_.tell(next))
+      transmit(next, describe_step, tensor{}, agree_.mine());
+    return;
+  }
   for (int p : agree_.untold()) transmit(p, describe_step, tensor{}, agree_.mine());
 }
 
@@ -55,6 +61,17 @@ bool op_context::settled() {
   if (!gated_) {
     if (agree_.differs()) throw disagreement_error(agree_.disagreement(true));
     return true;
+  }
+  if (rides_ && !full_) {
+    // Riding the data: a rank whose algorithm finished heard every rank
+    // through agreeing messages. A disagreement found here or alarmed by a
+    // peer: every peer is alarmed, with this rank's fingerprint, so that all
+    // switch to the full exchange and fail with one text.
+    if (!agree_.differs() && !alarmed_) return true;
+    full_ = true;
+    agree_.told_all();
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) transmit(p, alarm_step, tensor{}, agree_.mine());
   }
   if (const int p = agree_.missing(); p >= 0) {
     blocked_peer_ = p;

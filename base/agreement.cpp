@@ -1,5 +1,9 @@
 #include "base/agreement.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/call.hpp"
@@ -189,6 +193,46 @@ call_fingerprint fingerprint_of(const collective_call& call) {
     f.receives = call.recv_counts;
   }
   return f;
+}
+
+bool agreement_rides_data(const collective_call& call, int size) {
+  constexpr const char* name = "TROUPE_AGREEMENT_RING_FROM";
+  // Parsed again only when the environment's value changes (setenv makes a
+  // new string): once per call otherwise costs one getenv.
+  static std::atomic<const char*> seen{nullptr};
+  static std::atomic<int> from{17};
+  const char* v = std::getenv(name);
+  if (v != seen.load(std::memory_order_acquire)) {
+    int n = 17;
+    if (v && *v) {
+      char* end = nullptr;
+      errno = 0;
+      const long k = std::strtol(v, &end, 10);
+      if (errno != 0 || *end != '\0' || k < 3 || k > (1L << 30))
+        throw error(errc::invalid_argument,
+                    std::string(name) + "='" + v + "': expected a rank count of 3 or more");
+      n = static_cast<int>(k);
+    }
+    from.store(n, std::memory_order_relaxed);
+    seen.store(v, std::memory_order_release);
+  }
+  if (size < from.load(std::memory_order_relaxed)) return false;
+  const auto positive = [](const std::vector<std::int64_t>& c) {
+    return !c.empty() && std::all_of(c.begin(), c.end(), [](std::int64_t k) { return k > 0; });
+  };
+  switch (call.code) {
+    case op_code::barrier:
+      return true;
+    case op_code::allreduce: {
+      const auto& t = call.input.defined() ? call.input : call.output;
+      return t.defined() && t.numel() > 0;
+    }
+    case op_code::allgatherv:
+    case op_code::reduce_scatterv:
+      return positive(call.counts);
+    default:
+      return false;
+  }
 }
 
 std::string describe_disagreement(const std::vector<call_fingerprint>& fps,

@@ -13,6 +13,21 @@
 // fails the call on every rank with one text built from every rank's
 // fingerprint (describe_disagreement), naming the ranks and what differs,
 // as errc::mismatch; every rank steps past the call alike.
+//
+// At scale (TROUPE_AGREEMENT_RING_FROM ranks, default 17, and up; the
+// inline engine) telling every peer costs n - 1 messages per rank and call,
+// n^2 in all. Where every rank's result depends on every rank's data
+// (allreduce, allgather and reduce_scatter with no empty part, barrier:
+// agreement_rides_data) the agreement rides with the data instead: the
+// first message to each peer still carries the fingerprint, the rest goes
+// to the ring successor alone (a disagreement anywhere differs between two
+// neighbours, found at once), and a call completes without waiting for
+// the others. That is sound: data of a rank whose call differs never
+// reaches an algorithm, so a rank whose algorithm finished received a chain
+// of agreeing messages from every rank. A rank that finds a disagreement
+// (or hears of one: an alarm) alarms every peer, all switch to the full
+// exchange and fail with the same text as before. The setting must be the
+// same on every rank.
 
 #include <cstdint>
 #include <memory>
@@ -59,6 +74,12 @@ using fingerprint_ptr = std::shared_ptr<const call_fingerprint>;
 /// The fingerprint of `call` as this rank planned it (user_dtype: the dtype
 /// the caller passed, when the call moves another one).
 call_fingerprint fingerprint_of(const collective_call& call);
+/// Whether `call` on a group of `size` ranks reaches its agreement along the
+/// data and the ring (above) rather than from every peer: a collective whose
+/// result on each rank depends on every rank's data, in a group of at least
+/// TROUPE_AGREEMENT_RING_FROM ranks (throws errc::invalid_argument naming it
+/// when malformed).
+bool agreement_rides_data(const collective_call& call, int size);
 /// A hash of counts, FNV-1a by words (ranks that disagree on them disagree on this).
 std::uint64_t hash_counts(const std::vector<std::int64_t>& counts);
 /// hash_counts of `n` counts that all equal `count` (no list built).
@@ -87,6 +108,8 @@ class agreement {
   bool tell(int peer);
   /// The peers this rank has not told yet (and marks them told).
   std::vector<int> untold();
+  /// Marks every peer told.
+  void told_all() { told_.assign(told_.size(), true); }
   /// Records `peer`'s fingerprint (the first one counts).
   void heard(int peer, const fingerprint_ptr& fp);
   /// Whether `peer`'s fingerprint arrived and agrees with this rank's.

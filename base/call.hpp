@@ -115,6 +115,9 @@ struct envelope {
 
 /// The step of a message that only says what its sender called.
 inline constexpr std::uint32_t describe_step = 0xffffffffu;
+/// The same, from a rank that found the ranks' calls differ: its peers
+/// switch to the full exchange of fingerprints (base/agreement.hpp).
+inline constexpr std::uint32_t alarm_step = 0xfffffffeu;
 
 /// A large message between processes of one host, lent instead of copied
 /// through the connection: where the receiver finds the sender's buffer

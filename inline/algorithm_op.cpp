@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "inline/engine.hpp"
 #include "inline/medium.hpp"
 #include "inline/message_medium.hpp"
 #include "troupe/error.hpp"
@@ -21,8 +22,12 @@ class message_context final : public op_context {
         net_(net),
         op_(op),
         deadline_(deadline),
-        reads_(reads) {}
+        reads_(reads) {
+    ride_agreement_on_data();
+  }
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
+    if (step == describe_step || step == alarm_step)
+      if (auto* c = inline_counting()) c->described.fetch_add(1, std::memory_order_relaxed);
     net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload, deadline_, reads_,
               fp);
   }
@@ -99,9 +104,15 @@ class algorithm_op final : public inline_op {
   std::pair<int, std::string> blocker() const override {
     if (!ctx_) return {-1, "start"};
     const int p = ctx_->blocked_peer();
-    if (p >= 0 && !ctx_->agreed().heard_from(p))
+    if (p >= 0 && !ctx_->agreed().heard_from(p)) {
+      // Riding the data, a peer that joined tells only some ranks at once.
+      if (ctx_->awaits_everyone())
+        return {p, "join this " + std::string(name) +
+                       " (nothing of this sequence number arrived from it)"};
       return {p, "join this " + std::string(name) +
-                     " (nothing of this sequence number arrived from it)"};
+                     " or send its data (nothing of this sequence number arrived from it; " +
+                     ctx_->waiting_for() + ")"};
+    }
     return {p, "send its data (" + ctx_->waiting_for() + ")"};
   }
 

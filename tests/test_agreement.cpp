@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/agreement.hpp"
+#include "inline/engine.hpp"
 #include "scoped_env.hpp"
 #include "troupe/error.hpp"
 #include "troupe/object_collectives.hpp"
@@ -383,6 +384,78 @@ TEST_CASE("a rank that never joins is named at the timeout, not its neighbour") 
       }
     });
   }
+}
+
+TEST_CASE("riding the data, calls that disagree still fail on every rank alike") {
+  // From TROUPE_AGREEMENT_RING_FROM ranks (17) the fingerprints ride with the
+  // data and the ring; a disagreement switches every rank to the full exchange.
+  troupe::test::scoped_env engine{"TROUPE_ENGINE", "messages"};
+  if (!under_launcher()) run_matrix(17);
+  troupe::test::scoped_env ring{"TROUPE_AGREEMENT_RING_FROM", "3"};
+  for (int n : under_launcher() ? std::vector<int>{4} : std::vector<int>{3, 4}) run_matrix(n);
+}
+
+TEST_CASE("riding the data, a rank that never joins is named at the end of the wait chain") {
+  if (under_launcher()) return;  // the inline engine stops after a timeout: no closing barrier
+  troupe::test::scoped_env engine{"TROUPE_ENGINE", "messages"};
+  testing::run_ranks(17, [](world& w) {
+    auto& pg = w.default_group();
+    if (w.rank() == 2) {
+      std::this_thread::sleep_for(900ms);  // joins only the next collective
+      return;
+    }
+    std::string what;
+    try {
+      pg.allreduce(f32(1 << 16), {.timeout = 400ms}).wait();
+    } catch (const error& e) {
+      what = e.what();
+      CHECK(e.code() == errc::timeout);
+    }
+    CAPTURE(what);
+    // Its waiters name it; the others name whom they wait for, and the
+    // chain of waits to it.
+    const auto named = what.find("rank 2 (world rank 2) to join this allreduce");
+    CHECK(named != std::string::npos);
+    if (what.find("waiting for rank 2 ") == std::string::npos)
+      CHECK(what.find("the wait starts there") != std::string::npos);
+  });
+}
+
+TEST_CASE("riding the data, a call's agreement costs at most n messages of its own, not n^2") {
+  if (under_launcher()) return;  // counts this process's messages
+  troupe::test::scoped_env engine{"TROUPE_ENGINE", "messages"};
+  constexpr int n = 24, calls = 10;
+  // Messages that carry only a fingerprint, over `calls` small allreduces,
+  // allgathers and barriers (and the two barriers around them).
+  auto described = [&](const char* ring_from) {
+    troupe::test::scoped_env ring{"TROUPE_AGREEMENT_RING_FROM", ring_from};
+    std::uint64_t before = 0, after = 0;
+    testing::run_ranks(n, [&](world& w) {
+      auto& pg = w.default_group();
+      pg.barrier().wait();
+      if (w.rank() == 0) before = detail::inline_stats().described.load();
+      pg.barrier().wait();
+      for (int i = 0; i < calls; ++i) {
+        auto t = tensor::from_vector<float>({float(w.rank())});
+        pg.allreduce(t).wait();
+        CHECK(t.to_vector<float>()[0] == float(n * (n - 1) / 2));
+        auto all = f32(n);
+        pg.allgather_into_tensor(all, tensor::from_vector<float>({float(w.rank())})).wait();
+        CHECK(all.to_vector<float>()[n - 1] == float(n - 1));
+        pg.barrier().wait();
+      }
+      pg.barrier().wait();
+      if (w.rank() == 0) after = detail::inline_stats().described.load();
+      pg.barrier().wait();
+    });
+    return after - before;
+  };
+  const auto riding = described("17"), everyone = described("1000");
+  MESSAGE("fingerprint-only messages of " << 3 * calls + 2 << " calls of " << n
+                                          << " ranks: " << riding << " riding the data, "
+                                          << everyone << " telling every peer");
+  CHECK(riding <= std::uint64_t{(3 * calls + 3) * n});
+  CHECK(everyone >= std::uint64_t{3 * calls * n * (n / 2)});
 }
 
 TEST_CASE("calls that run on different engines fail with a mismatch on both") {
