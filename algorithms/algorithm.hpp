@@ -122,8 +122,9 @@ class op_context {
   /// Hands `payload` to the transport; `fp` is set on the first message to `peer`.
   virtual void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) = 0;
   /// Lets the agreement ride with the data where agreement_rides_data says
-  /// so (the inline engine; before the first progress).
-  void ride_agreement_on_data() { rides_ = gated_ && agreement_rides_data(call_, size_); }
+  /// so, with rounds of dissemination unless result_needs_every_rank (the
+  /// inline engine; before the first progress).
+  void ride_agreement_on_data();
 
  private:
   int rank_;
@@ -134,6 +135,9 @@ class op_context {
   bool rides_ = false;    // the agreement rides with the data (base/agreement.hpp)
   bool full_ = false;     // riding, switched to the full exchange (a disagreement)
   bool alarmed_ = false;  // a peer said it found a disagreement
+  int rounds_ = 0;        // riding: rounds of dissemination this call adds
+  int round_ = 0;         // the round this rank waits for
+  bool round_sent_ = false;
   std::map<std::pair<std::uint32_t, int>, tensor> inbox_;  // (step, src) -> payload
   int blocked_peer_ = -1;
   std::uint32_t blocked_step_ = 0;

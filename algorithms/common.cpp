@@ -47,10 +47,20 @@ void op_context::deliver(int peer, std::uint32_t step, tensor payload, const fin
   inbox_.insert_or_assign({step, peer}, std::move(payload));
 }
 
+void op_context::ride_agreement_on_data() {
+  // An alltoall's splits agree pairwise, not transitively: a chain of
+  // agreeing pairs says nothing about two other ranks. Its data goes
+  // between every two ranks anyway, and the fingerprints with it.
+  rides_ = gated_ && call_.code != op_code::alltoallv && agreement_rides_data(size_);
+  if (!rides_ || result_needs_every_rank(call_)) return;
+  while ((1LL << rounds_) < size_) ++rounds_;
+}
+
 void op_context::describe_to_rest() {
   if (!gated_) return;
   if (rides_) {
-    if (const int next = (rank_ + 1) % size_; agree_.tell(next))
+    // Dissemination's first round goes to the successor (settled()).
+    if (const int next = (rank_ + 1) % size_; rounds_ == 0 && agree_.tell(next))
       transmit(next, describe_step, tensor{}, agree_.mine());
     return;
   }
@@ -67,7 +77,29 @@ bool op_context::settled() {
     // through agreeing messages. A disagreement found here or alarmed by a
     // peer: every peer is alarmed, with this rank's fingerprint, so that all
     // switch to the full exchange and fail with one text.
-    if (!agree_.differs() && !alarmed_) return true;
+    if (!agree_.differs() && !alarmed_) {
+      // Dissemination: round k goes to rank + 2^k once round k - 1 came
+      // from rank - 2^(k-1), checked as every message is (deliver()).
+      while (round_ < rounds_) {
+        const auto step = agreement_round_step + static_cast<std::uint32_t>(round_);
+        const auto hop = static_cast<int>((1LL << round_) % size_);
+        if (!round_sent_) {
+          send((rank_ + hop) % size_, step, tensor{});
+          round_sent_ = true;
+        }
+        const int from = (rank_ - hop + size_) % size_;
+        auto i = inbox_.find({step, from});
+        if (i == inbox_.end()) {
+          blocked_peer_ = from;
+          blocked_step_ = step;
+          return false;
+        }
+        inbox_.erase(i);
+        ++round_;
+        round_sent_ = false;
+      }
+      return true;
+    }
     full_ = true;
     agree_.told_all();
     for (int p = 0; p < size_; ++p)
@@ -98,11 +130,16 @@ std::string op_context::waiting_for() const {
   if (blocked_peer_ < 0) return "no message";
   if (blocked_step_ == describe_step)
     return "rank " + std::to_string(blocked_peer_) + " to join the call";
+  if (blocked_step_ >= agreement_round_step && blocked_step_ < alarm_step)
+    return "rank " + std::to_string(blocked_peer_) + " (agreement round " +
+           std::to_string(blocked_step_ - agreement_round_step) + ")";
   return "rank " + std::to_string(blocked_peer_) + " (step " + std::to_string(blocked_step_) + ")";
 }
 
 std::string op_context::blocked_on() const {
   if (blocked_step_ == describe_step) return "join the call";
+  if (blocked_step_ >= agreement_round_step && blocked_step_ < alarm_step)
+    return "send its agreement round " + std::to_string(blocked_step_ - agreement_round_step);
   return "send its message of step " + std::to_string(blocked_step_);
 }
 

@@ -195,7 +195,7 @@ call_fingerprint fingerprint_of(const collective_call& call) {
   return f;
 }
 
-bool agreement_rides_data(const collective_call& call, int size) {
+bool agreement_rides_data(int size) {
   constexpr const char* name = "TROUPE_AGREEMENT_RING_FROM";
   // Parsed again only when the environment's value changes (setenv makes a
   // new string): once per call otherwise costs one getenv.
@@ -216,7 +216,10 @@ bool agreement_rides_data(const collective_call& call, int size) {
     from.store(n, std::memory_order_relaxed);
     seen.store(v, std::memory_order_release);
   }
-  if (size < from.load(std::memory_order_relaxed)) return false;
+  return size >= from.load(std::memory_order_relaxed);
+}
+
+bool result_needs_every_rank(const collective_call& call) {
   const auto positive = [](const std::vector<std::int64_t>& c) {
     return !c.empty() && std::all_of(c.begin(), c.end(), [](std::int64_t k) { return k > 0; });
   };

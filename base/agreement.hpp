@@ -16,18 +16,23 @@
 //
 // At scale (TROUPE_AGREEMENT_RING_FROM ranks, default 17, and up; the
 // inline engine) telling every peer costs n - 1 messages per rank and call,
-// n^2 in all. Where every rank's result depends on every rank's data
-// (allreduce, allgather and reduce_scatter with no empty part, barrier:
-// agreement_rides_data) the agreement rides with the data instead: the
-// first message to each peer still carries the fingerprint, the rest goes
-// to the ring successor alone (a disagreement anywhere differs between two
-// neighbours, found at once), and a call completes without waiting for
-// the others. That is sound: data of a rank whose call differs never
-// reaches an algorithm, so a rank whose algorithm finished received a chain
-// of agreeing messages from every rank. A rank that finds a disagreement
-// (or hears of one: an alarm) alarms every peer, all switch to the full
-// exchange and fail with the same text as before. The setting must be the
-// same on every rank.
+// n^2 in all, so the agreement rides with the data instead: the first
+// message to each peer still carries the fingerprint, and messages of a
+// peer whose call differs never reach the algorithm. Where every rank's
+// result depends on every rank's data (result_needs_every_rank) that is
+// enough: a rank whose algorithm finished received a chain of agreeing
+// messages from every rank; the fingerprint also goes to the ring
+// successor, so that a disagreement anywhere, which differs between two
+// neighbours, is found at once. Other calls (broadcast, reduce, gather,
+// scatter, empty parts) add ceil(log2 n) rounds of
+// dissemination (round k to rank + 2^k, each sent once the previous
+// arrived, the first to the successor): the same chains, n log n messages.
+// A rank that finds a disagreement (or hears of one: an alarm) alarms every
+// peer, all switch to the full exchange and fail with the same text as
+// before. An alltoall keeps the full exchange: its splits agree pairwise,
+// which chains do not carry (its data, and the fingerprints with it, go
+// between every two ranks anyway). The setting must be the same on every
+// rank.
 
 #include <cstdint>
 #include <memory>
@@ -74,12 +79,15 @@ using fingerprint_ptr = std::shared_ptr<const call_fingerprint>;
 /// The fingerprint of `call` as this rank planned it (user_dtype: the dtype
 /// the caller passed, when the call moves another one).
 call_fingerprint fingerprint_of(const collective_call& call);
-/// Whether `call` on a group of `size` ranks reaches its agreement along the
-/// data and the ring (above) rather than from every peer: a collective whose
-/// result on each rank depends on every rank's data, in a group of at least
-/// TROUPE_AGREEMENT_RING_FROM ranks (throws errc::invalid_argument naming it
-/// when malformed).
-bool agreement_rides_data(const collective_call& call, int size);
+/// Whether a group of `size` ranks reaches its agreement riding the data
+/// (above): from TROUPE_AGREEMENT_RING_FROM ranks on (throws
+/// errc::invalid_argument naming it when malformed).
+bool agreement_rides_data(int size);
+/// Whether the result of `call` on every rank depends on every rank's data
+/// (allreduce, allgather and reduce_scatter with no empty part, barrier):
+/// then the algorithm's own messages carry the agreement to every rank;
+/// other calls add rounds of dissemination (above).
+bool result_needs_every_rank(const collective_call& call);
 /// A hash of counts, FNV-1a by words (ranks that disagree on them disagree on this).
 std::uint64_t hash_counts(const std::vector<std::int64_t>& counts);
 /// hash_counts of `n` counts that all equal `count` (no list built).

@@ -118,6 +118,9 @@ inline constexpr std::uint32_t describe_step = 0xffffffffu;
 /// The same, from a rank that found the ranks' calls differ: its peers
 /// switch to the full exchange of fingerprints (base/agreement.hpp).
 inline constexpr std::uint32_t alarm_step = 0xfffffffeu;
+/// Round k of the agreement's dissemination (base/agreement.hpp) is step
+/// agreement_round_step + k (k < 32).
+inline constexpr std::uint32_t agreement_round_step = 0xffffff00u;
 
 /// A large message between processes of one host, lent instead of copied
 /// through the connection: where the receiver finds the sender's buffer

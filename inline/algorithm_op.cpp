@@ -26,7 +26,7 @@ class message_context final : public op_context {
     ride_agreement_on_data();
   }
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
-    if (step == describe_step || step == alarm_step)
+    if (step >= agreement_round_step)  // describe, alarm and dissemination rounds
       if (auto* c = inline_counting()) c->described.fetch_add(1, std::memory_order_relaxed);
     net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload, deadline_, reads_,
               fp);

@@ -174,8 +174,8 @@ struct inline_counters {
   std::atomic<std::uint64_t> loans_taken{0};
   /// Of those, the ones copied together with their lender (mailbox::split_bytes).
   std::atomic<std::uint64_t> loans_split{0};
-  /// Messages of the message engine that only carry a fingerprint (the
-  /// agreement's describe and alarm messages, base/agreement.hpp).
+  /// Messages of the message engine that only carry the agreement (its
+  /// describe, alarm and dissemination messages, base/agreement.hpp).
   std::atomic<std::uint64_t> described{0};
 };
 /// The process's counters. They count from the first call on (tests ask
