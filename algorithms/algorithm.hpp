@@ -103,6 +103,11 @@ class op_context {
   /// disagreement is found or alarmed, then every peer is alarmed and the
   /// full exchange decides.
   bool settled();
+  /// Lets the agreement ride with the data where agreement_rides_data says
+  /// so for this group (its size, whether it spans hosts: the topology),
+  /// with rounds of dissemination unless result_needs_every_rank (the
+  /// inline engine; after set_topology, before the first progress).
+  void ride_agreement_on_data();
   /// Whether every peer's fingerprint is awaited (not riding the data, or
   /// switched to the full exchange): a peer not heard from has not joined.
   bool awaits_everyone() const noexcept { return !rides_ || full_; }
@@ -121,10 +126,6 @@ class op_context {
  protected:
   /// Hands `payload` to the transport; `fp` is set on the first message to `peer`.
   virtual void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) = 0;
-  /// Lets the agreement ride with the data where agreement_rides_data says
-  /// so, with rounds of dissemination unless result_needs_every_rank (the
-  /// inline engine; before the first progress).
-  void ride_agreement_on_data();
 
  private:
   int rank_;

@@ -51,7 +51,8 @@ void op_context::ride_agreement_on_data() {
   // An alltoall's splits agree pairwise, not transitively: a chain of
   // agreeing pairs says nothing about two other ranks. Its data goes
   // between every two ranks anyway, and the fingerprints with it.
-  rides_ = gated_ && call_.code != op_code::alltoallv && agreement_rides_data(size_);
+  rides_ = gated_ && call_.code != op_code::alltoallv &&
+           agreement_rides_data(size_, topology().hosts() > 1);
   if (!rides_ || result_needs_every_rank(call_)) return;
   while ((1LL << rounds_) < size_) ++rounds_;
 }

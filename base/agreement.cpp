@@ -195,15 +195,15 @@ call_fingerprint fingerprint_of(const collective_call& call) {
   return f;
 }
 
-bool agreement_rides_data(int size) {
+bool agreement_rides_data(int size, bool across_hosts) {
   constexpr const char* name = "TROUPE_AGREEMENT_RING_FROM";
   // Parsed again only when the environment's value changes (setenv makes a
   // new string): once per call otherwise costs one getenv.
   static std::atomic<const char*> seen{nullptr};
-  static std::atomic<int> from{17};
+  static std::atomic<int> from{0};  // 0: the default
   const char* v = std::getenv(name);
   if (v != seen.load(std::memory_order_acquire)) {
-    int n = 17;
+    int n = 0;
     if (v && *v) {
       char* end = nullptr;
       errno = 0;
@@ -216,7 +216,8 @@ bool agreement_rides_data(int size) {
     from.store(n, std::memory_order_relaxed);
     seen.store(v, std::memory_order_release);
   }
-  return size >= from.load(std::memory_order_relaxed);
+  const int set = from.load(std::memory_order_relaxed);
+  return size >= (set != 0 ? set : across_hosts ? 3 : 17);
 }
 
 bool result_needs_every_rank(const collective_call& call) {

@@ -14,9 +14,10 @@
 // fingerprint (describe_disagreement), naming the ranks and what differs,
 // as errc::mismatch; every rank steps past the call alike.
 //
-// At scale (TROUPE_AGREEMENT_RING_FROM ranks, default 17, and up; the
-// inline engine) telling every peer costs n - 1 messages per rank and call,
-// n^2 in all, so the agreement rides with the data instead: the first
+// At scale (TROUPE_AGREEMENT_RING_FROM ranks and up: by default 17, or 3
+// where the group spans hosts; the inline engine) telling every peer costs
+// n - 1 messages per rank and call, n^2 in all (between hosts, each a
+// network send), so the agreement rides with the data instead: the first
 // message to each peer still carries the fingerprint, and messages of a
 // peer whose call differs never reach the algorithm. Where every rank's
 // result depends on every rank's data (result_needs_every_rank) that is
@@ -80,9 +81,10 @@ using fingerprint_ptr = std::shared_ptr<const call_fingerprint>;
 /// the caller passed, when the call moves another one).
 call_fingerprint fingerprint_of(const collective_call& call);
 /// Whether a group of `size` ranks reaches its agreement riding the data
-/// (above): from TROUPE_AGREEMENT_RING_FROM ranks on (throws
-/// errc::invalid_argument naming it when malformed).
-bool agreement_rides_data(int size);
+/// (above): from TROUPE_AGREEMENT_RING_FROM ranks on, by default 17, or 3
+/// for a group `across_hosts` (where every message is a network send);
+/// throws errc::invalid_argument naming the variable when malformed.
+bool agreement_rides_data(int size, bool across_hosts);
 /// Whether the result of `call` on every rank depends on every rank's data
 /// (allreduce, allgather and reduce_scatter with no empty part, barrier):
 /// then the algorithm's own messages carry the agreement to every rank;

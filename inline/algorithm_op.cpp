@@ -22,9 +22,7 @@ class message_context final : public op_context {
         net_(net),
         op_(op),
         deadline_(deadline),
-        reads_(reads) {
-    ride_agreement_on_data();
-  }
+        reads_(reads) {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
     if (step >= agreement_round_step)  // describe, alarm and dissemination rounds
       if (auto* c = inline_counting()) c->described.fetch_add(1, std::memory_order_relaxed);
@@ -60,6 +58,7 @@ class algorithm_op final : public inline_op {
       call_->seq = seq;
       ctx_ = std::make_unique<message_context>(net, op, *call_, deadline, reads_itself);
       ctx_->set_topology(net.topology());
+      ctx_->ride_agreement_on_data();
       alg_ = make_algorithm(*call_, fc.rank, ctx_->topology(), fc.size);
       moved = true;
       // Send first: a peer must get this rank's fingerprint (with its
