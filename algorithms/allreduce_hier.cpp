@@ -61,20 +61,27 @@ class allreduce_hier final : public algorithm {
     const int local = static_cast<int>(mine.size());
     const auto numel = call.input.numel();
     const auto sum_op = partial_op(call.op);
-    // What this rank reduces and hands on: its part (striped) or the whole
-    // buffer (a leader).
-    const auto [off, len] =
-        striped_ ? chunk_range(numel, local, me) : std::pair<std::int64_t, std::int64_t>{0, numel};
+    // What local rank q reduces and hands on: its part (striped) or the
+    // whole buffer (a leader); the local ranks this rank sends its parts to
+    // in step 1 and takes the result from in step 3 (all, or the leader).
+    const auto part = [&](int q) {
+      return striped_ ? chunk_range(numel, local, q)
+                      : std::pair<std::int64_t, std::int64_t>{0, numel};
+    };
+    const auto reducer = [&](int q) { return q != me && (striped_ || q == 0); };
+    const auto [off, len] = part(me);
     const bool reduces = striped_ || me == 0;
     if (!started_) {  // Step 1: send
       started_ = true;
       contribution_ = own_contribution(call, call.input);
       for (int q = 0; q < local; ++q) {
-        if (q == me || (!striped_ && q != 0)) continue;
+        if (!reducer(q)) continue;
         const int peer = mine[static_cast<std::size_t>(q)];
-        const auto [qo, ql] = striped_ ? chunk_range(numel, local, q)
-                                       : std::pair<std::int64_t, std::int64_t>{0, numel};
+        const auto [qo, ql] = part(q);
         ctx.send(peer, within, to_send(ctx, peer, contribution_.flat_slice(qo, ql)));
+        // Step 3's part from it arrives straight into the output (posted
+        // once the send returned: written out, or handed over).
+        receive_into(ctx, call, peer, back, call.output.flat_slice(qo, ql));
       }
       if (reduces) {
         parts_.assign(static_cast<std::size_t>(local), tensor{});
@@ -85,15 +92,6 @@ class allreduce_hier final : public algorithm {
         auto into = call.output.flat_slice(off, len);
         const auto& own = parts_[static_cast<std::size_t>(me)];
         if (into.data() == own.data() || !overlaps(into, contribution_)) part_ = into;
-      }
-      // Step 3's parts arrive straight into the output (posted after step
-      // 1's sends, which were written out or handed over when they returned).
-      for (int q = 0; q < local; ++q) {
-        if (q == me || (!striped_ && q != 0)) continue;
-        const auto [qo, ql] = striped_ ? chunk_range(numel, local, q)
-                                       : std::pair<std::int64_t, std::int64_t>{0, numel};
-        receive_into(ctx, call, mine[static_cast<std::size_t>(q)], back,
-                     call.output.flat_slice(qo, ql));
       }
     }
     if (reduces && !reduced_) {  // Step 1: reduce, in local order
@@ -127,12 +125,11 @@ class allreduce_hier final : public algorithm {
     // Step 3: the other parts (striped), or the whole result (leaders).
     done_.resize(static_cast<std::size_t>(local), false);
     for (int q = 0; q < local; ++q) {
-      if (q == me || (!striped_ && q != 0) || done_[static_cast<std::size_t>(q)]) continue;
+      if (!reducer(q) || done_[static_cast<std::size_t>(q)]) continue;
       const int peer = mine[static_cast<std::size_t>(q)];
       auto in = ctx.take(peer, back);
       if (!in) return false;
-      const auto [qo, ql] =
-          striped_ ? chunk_range(numel, local, q) : std::pair<std::int64_t, std::int64_t>{0, numel};
+      const auto [qo, ql] = part(q);
       if (in->defined()) place(call, *in, call.output.flat_slice(qo, ql), peer, back);
       done_[static_cast<std::size_t>(q)] = true;
     }

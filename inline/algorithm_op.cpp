@@ -105,12 +105,11 @@ class algorithm_op final : public inline_op {
     const int p = ctx_->blocked_peer();
     if (p >= 0 && !ctx_->agreed().heard_from(p)) {
       // Riding the data, a peer that joined tells only some ranks at once.
-      if (ctx_->awaits_everyone())
-        return {p, "join this " + std::string(name) +
-                       " (nothing of this sequence number arrived from it)"};
+      const std::string nothing = "nothing of this sequence number arrived from it";
       return {p, "join this " + std::string(name) +
-                     " or send its data (nothing of this sequence number arrived from it; " +
-                     ctx_->waiting_for() + ")"};
+                     (ctx_->awaits_everyone()
+                          ? " (" + nothing + ")"
+                          : " or send its data (" + nothing + "; " + ctx_->waiting_for() + ")")};
     }
     return {p, "send its data (" + ctx_->waiting_for() + ")"};
   }
