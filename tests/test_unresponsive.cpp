@@ -454,7 +454,13 @@ void starve_reader(const char* transport) {
       },
       [&](const std::vector<pid_t>& pids, file_store& s) {
         while (s.add("idle", 0) < 2) std::this_thread::sleep_for(10ms);
-        const auto readers = threads_named(pids[1], "trp-read-0");
+        // Its reader thread is named when it starts; on a loaded machine
+        // the connection may be adopted a little later.
+        auto readers = threads_named(pids[1], "trp-read-0");
+        for (int i = 0; i < 1000 && readers.empty(); ++i) {
+          std::this_thread::sleep_for(10ms);
+          readers = threads_named(pids[1], "trp-read-0");
+        }
         CHECK(readers.size() == 1);
         stopped = stop_threads_for(readers, 3000ms);
         s.set("resumed", to_bytes("1"));

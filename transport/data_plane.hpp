@@ -236,8 +236,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// A stranger's hello is complete: adopt its connection or refuse it.
   void adopt(int fd, const std::string& who, const hello& h);
   void refuse(const std::string& who, const std::string& why);
-  /// Runs f on a reader thread (joined once it ended); false when none can start.
-  bool spawn(std::function<void()> f);
+  /// Runs f on a reader thread named `name` (joined once it ended); false
+  /// when none can start.
+  bool spawn(const std::string& name, std::function<void()> f);
   void reclaim_threads();
   void close_once();
   /// When the calling thread reads for `plane`: marks it detached and says

@@ -148,10 +148,10 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
     ++connected_;
   }
   connected_cv_.notify_all();
-  bool started = spawn([this, r] { reader_loop(r); });
+  bool started = spawn("trp-read-" + std::to_string(r), [this, r] { reader_loop(r); });
   if (started && p.in_link)
     // Data comes through the link; the socket only tells when the peer is gone.
-    started = spawn([this, r, raw] {
+    started = spawn("trp-gone-" + std::to_string(r), [this, r, raw] {
       char byte;
       while (raw->read(&byte, 1)) {
       }
@@ -194,7 +194,7 @@ std::shared_ptr<data_plane>* data_plane::detach_reader(const data_plane* plane) 
   return reader_of.keep;
 }
 
-bool data_plane::spawn(std::function<void()> f) {
+bool data_plane::spawn(const std::string& name, std::function<void()> f) {
   std::lock_guard<std::mutex> g{mtx_};
   if (stopping_) return false;
   const auto id = next_reader_++;
@@ -212,6 +212,7 @@ bool data_plane::spawn(std::function<void()> f) {
       std::lock_guard<std::mutex> l{mtx_};
       finished_.push_back(id);
     });
+    name_thread(readers_[id], name);
   } catch (const std::exception&) {
     readers_.erase(id);
     return false;

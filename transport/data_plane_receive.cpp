@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "base/thread_name.hpp"
 #include "memory/peer_memory.hpp"
 #include "transport/data_plane_parts.hpp"
 #include "troupe/error.hpp"
@@ -163,7 +162,6 @@ void data_plane::reader_loop(int r) {
   // readers keep their priority (TCP's large messages are read by them
   // while the waiting thread sends).
   if (p.in_link) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
-  name_this_thread("trp-read-" + std::to_string(r));
   // Waits up to 100 ms for bytes; false once nothing more can come.
   auto wait = [&]() -> bool {
     if (p.in_link) return p.in_link->wait_readable(std::chrono::milliseconds(100), ring_linger_);
