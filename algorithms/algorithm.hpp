@@ -43,7 +43,10 @@ class op_context {
   /// Where the group's ranks live, as the engine says (none said: one host,
   /// an empty topology).
   const group_topology& topology() const noexcept;
-  void set_topology(std::shared_ptr<const group_topology> t) { topology_ = std::move(t); }
+  /// Says where the ranks live (before the first progress). An alltoall of
+  /// even splits then learns whether it runs Bruck's steps
+  /// (alltoall_runs_bruck), which its fingerprint says.
+  void set_topology(std::shared_ptr<const group_topology> t);
 
   /// Sends `payload` to group rank `peer` as step `step` of this call. The
   /// payload is shared, so it must never be written to afterwards.
@@ -160,6 +163,10 @@ class algorithm {
 /// it: algorithms/select.cpp).
 std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int rank,
                                           const group_topology& topology, int size);
+/// Whether an alltoall of even splits (collective_call::even_splits) of
+/// `size` ranks on `topology` runs Bruck's steps rather than the pairwise
+/// exchange (the cost model's choice, or TROUPE_ALGORITHMS's).
+bool alltoall_runs_bruck(const collective_call& call, const group_topology& topology, int size);
 
 // -- helpers shared by the algorithm files --------------------------------------
 

@@ -27,6 +27,14 @@ ring_order::ring_order(const group_topology& t, int size) : size_(size) {
   for (int p = 0; p < size; ++p) identity_ = identity_ && at_[static_cast<std::size_t>(p)] == p;
 }
 
+void op_context::set_topology(std::shared_ptr<const group_topology> t) {
+  topology_ = std::move(t);
+  if (call_.code != op_code::alltoallv || !call_.even_splits || call_.bruck_alltoall) return;
+  call_.bruck_alltoall = alltoall_runs_bruck(call_, topology(), size_);
+  // Nothing was sent or heard yet: this rank's fingerprint says it now.
+  if (call_.bruck_alltoall) agree_ = agreement(call_, rank_, size_);
+}
+
 const group_topology& op_context::topology() const noexcept {
   static const group_topology unknown;  // no hosts known: one host
   return topology_ ? *topology_ : unknown;
@@ -48,10 +56,11 @@ void op_context::deliver(int peer, std::uint32_t step, tensor payload, const fin
 }
 
 void op_context::ride_agreement_on_data() {
-  // An alltoall's splits agree pairwise, not transitively: a chain of
+  // An alltoall's split sizes agree pairwise, not transitively: a chain of
   // agreeing pairs says nothing about two other ranks. Its data goes
-  // between every two ranks anyway, and the fingerprints with it.
-  rides_ = gated_ && call_.code != op_code::alltoallv &&
+  // between every two ranks anyway, and the fingerprints with it. Even
+  // splits on Bruck's steps are one fingerprint for all: they ride.
+  rides_ = gated_ && (call_.code != op_code::alltoallv || call_.bruck_alltoall) &&
            agreement_rides_data(size_, topology().hosts() > 1);
   if (!rides_ || result_needs_every_rank(call_)) return;
   while ((1LL << rounds_) < size_) ++rounds_;

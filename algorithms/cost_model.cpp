@@ -244,6 +244,41 @@ double rooted_direct(const group_topology& t, const cost_model& m, double block)
   return worst;
 }
 
+/// Every rank sends its block of bytes / n to every other at once (in
+/// rounds d = 1 .. n-1 to rank + d): the first message costs its link's
+/// latency, each further one the sender's and receiver's work per message
+/// (overhead) and its bytes.
+double pairwise_alltoall(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  cost_model later = m;
+  later.local.latency = m.local.overhead;
+  later.host.latency = m.host.overhead;
+  double total = 0;
+  for (int d = 1; d < n; ++d)
+    total += step_time(
+        t, d == 1 ? m : later, [&](int r) { return (r + d) % n; }, [&](int) { return bytes / n; });
+  return total;
+}
+
+/// Bruck's alltoall: ceil(log2 n) steps; at step k every rank sends the
+/// blocks whose slot has bit k set (about half of them) to rank + k, packed,
+/// and unpacks what rank - k sent; the blocks are rotated in before and out
+/// after.
+double bruck_alltoall(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  if (n < 2) return 0;
+  const double block = bytes / n;
+  double total = 2 * bytes / m.local.bandwidth;  // the rotations
+  for (int k = 1; k < n; k <<= 1) {
+    int moved = 0;
+    for (int i = 0; i < n; ++i) moved += (i & k) != 0;
+    total += 2 * moved * block / m.local.bandwidth +  // pack and unpack
+             step_time(
+                 t, m, [&](int r) { return (r + k) % n; }, [&](int) { return moved * block; });
+  }
+  return total;
+}
+
 }  // namespace
 
 fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group_topology& t,
@@ -260,13 +295,6 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
       return {"gather_direct", rooted_direct(t, m, bytes / n)};
     case op_code::scatterv:
       return {"scatter_direct", rooted_direct(t, m, bytes / n)};
-    case op_code::alltoallv: {
-      double total = 0;
-      for (int d = 1; d < n; ++d)
-        total += step_time(
-            t, m, [&](int r) { return (r + d) % n; }, [&](int) { return bytes / n; });
-      return {"alltoall_pairwise", total};
-    }
     case op_code::barrier:
     case op_code::monitored_barrier: {
       double total = 0;
@@ -360,6 +388,10 @@ const char* to_string(algorithm_kind k) noexcept {
       return "reduce_binomial";
     case algorithm_kind::reduce_hier:
       return "reduce_hier";
+    case algorithm_kind::alltoall_pairwise:
+      return "alltoall_pairwise";
+    case algorithm_kind::alltoall_bruck:
+      return "alltoall_bruck";
     case algorithm_kind::other:
       return "other";
   }
@@ -431,6 +463,10 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
              bytes * per_host / m.local.bandwidth +
              binomial_reduce(*one_rank_each(hosts), m, bytes,
                              t.host_of[static_cast<std::size_t>(root)]);
+    case algorithm_kind::alltoall_pairwise:
+      return pairwise_alltoall(t, m, bytes);
+    case algorithm_kind::alltoall_bruck:
+      return bruck_alltoall(t, m, bytes);
     case algorithm_kind::other:
       return 0;
   }
@@ -474,6 +510,10 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
     case op_code::reduce:
       candidates = {algorithm_kind::reduce_binomial};
       if (hosts) candidates.push_back(algorithm_kind::reduce_hier);
+      break;
+    case op_code::alltoallv:  // Bruck's steps: even splits only (alltoall_runs_bruck)
+      candidates = {algorithm_kind::alltoall_pairwise};
+      if (n > 2) candidates.push_back(algorithm_kind::alltoall_bruck);
       break;
     default:
       return {algorithm_kind::other, 0};

@@ -70,12 +70,15 @@ enum class algorithm_kind : std::uint8_t {
   allgather_bruck,
   reduce_binomial,
   reduce_hier,
+  alltoall_pairwise,
+  alltoall_bruck,
   other,  ///< the collective's one algorithm
 };
 const char* to_string(algorithm_kind k) noexcept;
 
 /// Predicted seconds of `kind` for a call of `bytes` (an allreduce's buffer,
-/// a broadcast's or reduce's buffer, an allgather's output) on `t`; `root`:
+/// a broadcast's or reduce's buffer, an allgather's output, what one rank
+/// of an alltoall sends, in even splits) on `t`; `root`:
 /// a broadcast's or reduce's (its trees cross between hosts where it puts
 /// them).
 double predict(algorithm_kind kind, std::uint64_t bytes, const group_topology& t,
@@ -90,10 +93,10 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
               int root = 0);
 
 /// The collectives select.cpp does not choose for (reduce_scatter, gather,
-/// scatter, alltoall, barrier) run one algorithm each: its name and
-/// predicted seconds for `bytes` (reduce_scatter: the whole input; gather
-/// and scatter: the root's whole buffer; alltoall: what one rank sends;
-/// barrier: none) with the root, where there is one, rank 0.
+/// scatter, barrier) run one algorithm each: its name and predicted seconds
+/// for `bytes` (reduce_scatter: the whole input; gather and scatter: the
+/// root's whole buffer; barrier: none) with the root, where there is one,
+/// rank 0.
 struct fixed_prediction {
   const char* algorithm;
   double seconds;

@@ -12,7 +12,8 @@
 //   allgather        ring (host by host), or Bruck (blocks of one size)
 //   reduce           binomial, or hier across hosts
 //   gather           direct         scatter  direct
-//   reduce_scatter   ring (host by host)     alltoall    pairwise
+//   reduce_scatter   ring (host by host)
+//   alltoall         pairwise, or Bruck (no split sizes passed, on every rank)
 //   barrier          dissemination  monitored_barrier    through rank 0
 
 #include <algorithm>
@@ -45,6 +46,7 @@ std::unique_ptr<algorithm> make_gather_direct();
 std::unique_ptr<algorithm> make_scatter_direct();
 std::unique_ptr<algorithm> make_reduce_scatter_ring();
 std::unique_ptr<algorithm> make_alltoall_pairwise();
+std::unique_ptr<algorithm> make_alltoall_bruck();
 std::unique_ptr<algorithm> make_barrier_dissemination();
 std::unique_ptr<algorithm> make_monitored_barrier();
 
@@ -81,6 +83,10 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
       return make_broadcast_scatter_allgather();
     case algorithm_kind::allgather_ring:
       return make_allgather_ring();
+    case algorithm_kind::alltoall_pairwise:
+      return make_alltoall_pairwise();
+    case algorithm_kind::alltoall_bruck:
+      return make_alltoall_bruck();
     case algorithm_kind::allreduce_ring:
     case algorithm_kind::other:
       break;
@@ -92,7 +98,7 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
 /// a test) asks for by name, where they can run. A name that is not an
 /// algorithm of that collective throws errc::invalid_argument.
 struct forced {
-  std::optional<algorithm_kind> allreduce, broadcast, allgather, reduce;
+  std::optional<algorithm_kind> allreduce, broadcast, allgather, reduce, alltoall;
 };
 
 forced parse_forced(const std::string& text) {
@@ -124,7 +130,9 @@ forced parse_forced(const std::string& text) {
         {"allgather", "ring", algorithm_kind::allgather_ring},
         {"allgather", "bruck", algorithm_kind::allgather_bruck},
         {"reduce", "binomial", algorithm_kind::reduce_binomial},
-        {"reduce", "hier", algorithm_kind::reduce_hier}};
+        {"reduce", "hier", algorithm_kind::reduce_hier},
+        {"alltoall", "pairwise", algorithm_kind::alltoall_pairwise},
+        {"alltoall", "bruck", algorithm_kind::alltoall_bruck}};
     bool found = false;
     for (const auto& k : known)
       if (op == k.op && name == k.name) {
@@ -132,6 +140,7 @@ forced parse_forced(const std::string& text) {
         (op == "allreduce"   ? r.allreduce
          : op == "broadcast" ? r.broadcast
          : op == "reduce"    ? r.reduce
+         : op == "alltoall"  ? r.alltoall
                              : r.allgather) = k.kind;
       }
     if (!found)
@@ -140,7 +149,7 @@ forced parse_forced(const std::string& text) {
                       "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
                       "rabenseifner|hier_striped|hier_leaders, "
                       "broadcast=binomial|scatter_allgather|hier, "
-                      "allgather=ring|bruck, reduce=binomial|hier)");
+                      "allgather=ring|bruck, reduce=binomial|hier, alltoall=pairwise|bruck)");
   }
   return r;
 }
@@ -217,7 +226,7 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
     case op_code::reduce_scatterv:
       return make_reduce_scatter_ring();
     case op_code::alltoallv:
-      return make_alltoall_pairwise();
+      return call.bruck_alltoall ? make_alltoall_bruck() : make_alltoall_pairwise();
     case op_code::barrier:
       return make_barrier_dissemination();
     case op_code::monitored_barrier:
@@ -238,9 +247,23 @@ algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_t
       return pick(want.allgather, code, bytes, t, m, root);
     case op_code::reduce:
       return pick(want.reduce, code, bytes, t, m, root);
+    case op_code::alltoallv:
+      return pick(want.alltoall, code, bytes, t, m, root);
     default:
       return algorithm_kind::other;
   }
+}
+
+bool alltoall_runs_bruck(const collective_call& call, const group_topology& t, int size) {
+  if (call.code != op_code::alltoallv || !call.even_splits || size < 3) return false;
+  std::shared_ptr<const group_topology> flat;
+  const group_topology* topo = &t;
+  if (t.size() != size) {
+    flat = group_topology::flat(size);
+    topo = flat.get();
+  }
+  return chosen_algorithm(op_code::alltoallv, call.input.nbytes(), *topo,
+                          cost_model::of_process()) == algorithm_kind::alltoall_bruck;
 }
 
 std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts) {

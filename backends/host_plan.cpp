@@ -299,6 +299,7 @@ work host_backend::alltoall_single(tensor& out, tensor& in,
   c.output = flat(out);
   c.counts = rows_to_elements(in, in_splits);
   c.recv_counts = rows_to_elements(out, out_splits);
+  c.even_splits = in_splits.empty() && out_splits.empty();
   return submit(std::move(c));
 }
 

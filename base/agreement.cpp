@@ -54,6 +54,8 @@ std::string reduce_name(std::uint8_t k, std::uint8_t scale) {
 std::string differences(const call_fingerprint& a, const call_fingerprint& b) {
   std::vector<std::string> d;
   if (a.code != b.code) return "the collective";
+  if (a.even != b.even)
+    return "whether split sizes were passed (pass them on every rank or on none)";
   if (a.dtype != b.dtype) d.push_back("the dtype");
   if (a.numel != b.numel) d.push_back("the element count");
   if (a.reduce != b.reduce || a.scale != b.scale) d.push_back("the reduce op");
@@ -102,7 +104,8 @@ bool call_fingerprint::same_call(const call_fingerprint& o) const {
     return f.counts_hash != 0 ? f.counts_hash : f.counts.empty() ? 0 : hash_counts(f.counts);
   };
   return code == o.code && dtype == o.dtype && reduce == o.reduce && scale == o.scale &&
-         root == o.root && numel == o.numel && local == o.local && hash(*this) == hash(o);
+         root == o.root && numel == o.numel && local == o.local && even == o.even &&
+         hash(*this) == hash(o);
 }
 
 std::string call_fingerprint::describe() const {
@@ -112,6 +115,8 @@ std::string call_fingerprint::describe() const {
   if (reduces(c)) s += " (" + reduce_name(reduce, scale) + ")";
   if (has_numel(c))
     s += " of " + std::to_string(numel) + " " + dtype_name(dtype) + " elements";
+  else if (even)
+    s += " of " + std::to_string(numel) + " " + dtype_name(dtype) + " elements to each rank";
   else
     s += " of " + dtype_name(dtype);
   if (!counts.empty()) s += " with counts " + list(counts);
@@ -134,7 +139,7 @@ std::string call_fingerprint::serialize() const {
   put(out, static_cast<std::uint16_t>(counts.size()));
   put(out, static_cast<std::uint16_t>(sends.size()));
   put(out, static_cast<std::uint16_t>(receives.size()));
-  put(out, std::uint16_t{0});
+  put(out, static_cast<std::uint16_t>(even));
   for (auto* v : {&counts, &sends, &receives})
     for (auto x : *v) put(out, x);
   return out;
@@ -159,11 +164,13 @@ call_fingerprint call_fingerprint::deserialize(const void* bytes, std::size_t n)
   get(f.root);
   get(f.numel);
   get(f.local);
-  std::uint16_t nc = 0, ns = 0, nr = 0, pad = 0;
+  std::uint16_t nc = 0, ns = 0, nr = 0, even = 0;
   get(nc);
   get(ns);
   get(nr);
-  get(pad);
+  get(even);
+  if (even > 1) throw bad("bad even-splits mark");
+  f.even = static_cast<std::uint8_t>(even);
   if (n != 32 + 8 * (std::size_t{nc} + ns + nr)) throw bad("sizes do not add up");
   if (f.code > static_cast<std::uint8_t>(op_code::monitored_barrier)) throw bad("bad collective");
   for (auto [v, k] : {std::pair{&f.counts, nc}, {&f.sends, ns}, {&f.receives, nr}}) {
@@ -188,7 +195,10 @@ call_fingerprint fingerprint_of(const collective_call& call) {
   if (has_numel(c)) f.numel = t.numel();
   f.local = call.avg_local;
   if (has_counts(c)) f.counts = call.counts;
-  if (c == op_code::alltoallv) {
+  if (c == op_code::alltoallv && call.bruck_alltoall) {
+    f.even = 1;
+    f.numel = call.counts.empty() ? 0 : call.counts.front();
+  } else if (c == op_code::alltoallv) {
     f.sends = call.counts;
     f.receives = call.recv_counts;
   }
@@ -234,6 +244,8 @@ bool result_needs_every_rank(const collective_call& call) {
     case op_code::allgatherv:
     case op_code::reduce_scatterv:
       return positive(call.counts);
+    case op_code::alltoallv:  // Bruck's steps carry every rank's blocks to every rank
+      return call.bruck_alltoall && positive(call.counts);
     default:
       return false;
   }
@@ -273,7 +285,8 @@ std::string describe_disagreement(const std::vector<call_fingerprint>& fps,
     }
     return s + " (they differ in " + what + ")";
   }
-  if (!whole_group || fps.empty() || static_cast<op_code>(fps[0].code) != op_code::alltoallv)
+  if (!whole_group || fps.empty() || static_cast<op_code>(fps[0].code) != op_code::alltoallv ||
+      fps[0].even)
     return {};
   // alltoall: what rank i sends to rank j is what rank j expects from rank i.
   const auto n = fps.size();
@@ -325,7 +338,7 @@ bool agreement::agrees_with(int peer) const {
   const auto& f = theirs_[static_cast<std::size_t>(peer)];
   if (!f) return false;
   if (!f->same_call(*mine_)) return false;
-  if (static_cast<op_code>(mine_->code) != op_code::alltoallv) return true;
+  if (static_cast<op_code>(mine_->code) != op_code::alltoallv || mine_->even) return true;
   // Pairwise: what each sends the other is what the other expects.
   const auto n = theirs_.size();
   if (f->sends.size() != n || f->receives.size() != n || mine_->sends.size() != n) return false;

@@ -28,9 +28,11 @@
 // scatter, empty parts) add ceil(log2 n) rounds of
 // dissemination (round k to rank + 2^k, each sent once the previous
 // arrived, the first to the successor): the same chains, n log n messages.
+// An alltoall of even splits on Bruck's steps rides too: its fingerprint
+// says "n elements to each rank", which every rank must say alike.
 // A rank that finds a disagreement (or hears of one: an alarm) alarms every
 // peer, all switch to the full exchange and fail with the same text as
-// before. An alltoall keeps the full exchange: its splits agree pairwise,
+// before. An alltoall of split sizes keeps the full exchange: they agree pairwise,
 // which chains do not carry (its data, and the fingerprints with it, go
 // between every two ranks anyway). The setting must be the same on every
 // rank.
@@ -57,6 +59,9 @@ struct call_fingerprint {
   std::int32_t root = 0;    ///< rooted collectives, else 0
   std::int64_t numel = 0;   ///< allreduce, reduce, broadcast: elements
   std::int64_t local = 1;   ///< tensors each rank combined before the call
+  /// alltoall of even splits (collective_call::bruck_alltoall): numel is
+  /// what each rank sends each rank, and sends / receives stay empty.
+  std::uint8_t even = 0;
   /// Elements per rank (allgather, gather, scatter, reduce_scatter).
   std::vector<std::int64_t> counts;
   /// alltoall: elements this rank sends to / receives from each rank.
@@ -70,7 +75,7 @@ struct call_fingerprint {
   /// "allreduce (SUM) of 4 float32 elements", "broadcast of 4 float32 elements from root 0".
   std::string describe() const;
   /// The wire form (little-endian host layout, as frames are): fixed 32
-  /// bytes, then the vectors.
+  /// bytes (`even` in the last), then the vectors.
   std::string serialize() const;
   /// The fingerprint `bytes` hold; throws errc::invalid_argument when malformed.
   static call_fingerprint deserialize(const void* bytes, std::size_t n);

@@ -59,6 +59,14 @@ struct collective_call {
   /// float16 travel as float32): what the ranks agree on.
   std::optional<dtype> user_dtype;
   bool wait_all_ranks = false;
+  /// alltoall_single without split sizes: this rank sends every rank
+  /// counts[0] elements and receives as many from each.
+  bool even_splits = false;
+  /// The alltoall runs Bruck's steps (algorithms/alltoall_bruck.cpp), which
+  /// only ranks of even splits can: chosen where the group's topology is
+  /// known (op_context::set_topology), and said in the call's fingerprint,
+  /// so a rank that passed split sizes disagrees instead of waiting.
+  bool bruck_alltoall = false;
   std::chrono::milliseconds timeout{};
   /// Runs in the group actor after the algorithm succeeded, before the work
   /// completes (copies packed results into the caller's tensors).

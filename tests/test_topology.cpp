@@ -79,6 +79,13 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::allgatherv, 4096 * 4, 1, 4096) == algorithm_kind::allgather_bruck);
   CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 1, 16) ==
         algorithm_kind::allgather_ring);
+  // alltoall (even splits): Bruck's log n steps for small blocks at many
+  // ranks, the pairwise exchange (each byte sent once) for large blocks or few ranks.
+  CHECK(chosen(op_code::alltoallv, 4096 * 4, 1, 4096) == algorithm_kind::alltoall_bruck);
+  CHECK(chosen(op_code::alltoallv, 64 * 4, 8, 8) == algorithm_kind::alltoall_bruck);
+  CHECK(chosen(op_code::alltoallv, std::uint64_t{64} << 20, 1, 4096) ==
+        algorithm_kind::alltoall_pairwise);
+  CHECK(chosen(op_code::alltoallv, 4 * 4, 1, 4) == algorithm_kind::alltoall_pairwise);
   // Hosts of different sizes cannot stripe.
   const auto uneven = group_topology::of_hosts({"a", "a", "a", "b", "b"});
   CHECK(choose(op_code::allreduce, 64 << 20, *uneven, cost_model{}).kind !=
@@ -293,6 +300,78 @@ bool broadcasts_and_gathers_right(world& w) {
 }
 
 }  // namespace
+
+namespace {
+
+/// alltoall_single without split sizes (Bruck's steps where chosen or
+/// forced) of several dtypes and block sizes, in place too, and one with
+/// split sizes (always pairwise): rank r's block for rank q holds r·1000+q.
+bool alltoalls_right(world& w) {
+  auto& pg = w.default_group();
+  const int n = w.size(), r = w.rank();
+  bool ok = true;
+  for (std::int64_t each : {std::int64_t{1}, std::int64_t{7}, std::int64_t{3001}}) {
+    for (auto t : {dtype::float32, dtype::int64}) {
+      auto in = tensor::empty({each * n}, t), out = tensor::empty({each * n}, t);
+      for (std::int64_t i = 0; i < each * n; ++i) {
+        const double v = r * 1000 + i / each + (i % each) * 1e-3 * (t == dtype::float32);
+        if (t == dtype::float32)
+          in.data_as<float>()[i] = float(v);
+        else
+          in.data_as<std::int64_t>()[i] = static_cast<std::int64_t>(v) + (i % each) * 100000;
+      }
+      pg.alltoall_single(out, in).wait();
+      bool right = true;
+      for (std::int64_t i = 0; i < each * n; ++i) {
+        const auto q = i / each, j = i % each;  // from rank q, its j-th element
+        if (t == dtype::float32)
+          right &= out.data_as<float>()[i] == float(q * 1000 + r + j * 1e-3);
+        else
+          right &= out.data_as<std::int64_t>()[i] == q * 1000 + r + j * 100000;
+      }
+      ok &= test::expect(r, right,
+                         "alltoall_single of " + std::to_string(each) + " " +
+                             std::string(to_string(t)) + " elements to each rank");
+    }
+    // In place: the output is the input.
+    auto io = tensor::empty({each * n}, dtype::int32);
+    for (std::int64_t i = 0; i < each * n; ++i)
+      io.data_as<int>()[i] = static_cast<int>(r * 1000 + i / each);
+    pg.alltoall_single(io, io).wait();
+    bool right = true;
+    for (std::int64_t i = 0; i < each * n; ++i)
+      right &= io.data_as<int>()[i] == static_cast<int>((i / each) * 1000 + r);
+    ok &= test::expect(r, right, "alltoall_single in place of " + std::to_string(each));
+  }
+  // Split sizes (uneven: rank r sends q+1 elements to rank q).
+  std::vector<std::int64_t> sends(static_cast<std::size_t>(n)), receives(sends.size(), r + 1);
+  std::int64_t total = 0;
+  for (int q = 0; q < n; ++q) total += sends[static_cast<std::size_t>(q)] = q + 1;
+  auto in = tensor::empty({total}, dtype::int32), out = tensor::empty({n * (r + 1)}, dtype::int32);
+  for (std::int64_t i = 0, q = 0; q < n; ++q)
+    for (std::int64_t j = 0; j <= q; ++j) in.data_as<int>()[i++] = static_cast<int>(r * 1000 + q);
+  pg.alltoall_single(out, in, receives, sends).wait();
+  bool right = true;
+  for (std::int64_t i = 0; i < n * (r + 1); ++i)
+    right &= out.data_as<int>()[i] == static_cast<int>((i / (r + 1)) * 1000 + r);
+  ok &= test::expect(r, right, "alltoall_single with split sizes");
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("alltoall across emulated hosts: Bruck's steps and the pairwise exchange") {
+  for (const char* algorithm :
+       std::initializer_list<const char*>{"alltoall=bruck", "alltoall=pairwise", nullptr})
+    for (const auto& hosts :
+         std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
+                                               {"a", "b", "c", "d", "e"},
+                                               {"a", "a", "a", "b", "b", "c", "c"}}) {
+      CAPTURE(std::string(algorithm ? algorithm : "chosen"));
+      CAPTURE(hosts.size());
+      across_hosts(hosts, algorithm, alltoalls_right);
+    }
+}
 
 TEST_CASE("allreduce across emulated hosts, every algorithm") {
   const std::vector<std::vector<std::string>> layouts = {

@@ -1,0 +1,79 @@
+// alltoall_bruck — alltoall of even splits in ceil(log2 n) steps, for small
+// blocks at many ranks (the pairwise exchange sends n-1 messages per rank,
+// n^2 in all). Only where every rank passed no split sizes
+// (collective_call::bruck_alltoall, which the fingerprint carries).
+//
+// Terms: c elements go from every rank to every rank. Rank r keeps n slots
+// of c elements; slot i holds a block that has i more ranks to travel
+// (forward) before it reaches the rank it is for.
+// Step 0: slot i is this rank's block for rank (r + i) mod n.
+// Step k (k = 1, 2, 4, ... while k < n): the slots with bit k set go,
+//   packed, to rank r + k; the same slots of rank r - k arrive in their
+//   place. A block moves forward by the bits of its slot, one bit a step.
+// End: slot i holds rank (r - i) mod n's block for this rank.
+
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "troupe/error.hpp"
+
+namespace troupe::detail {
+namespace {
+
+class alltoall_bruck final : public algorithm {
+ public:
+  bool progress(op_context& ctx) override {
+    auto& call = ctx.call();
+    const int n = ctx.size();
+    const int r = ctx.rank();
+    const std::int64_t c = call.counts.empty() ? 0 : call.counts.front();
+    if (!started_) {  // Step 0: a rotation (also what makes in place safe)
+      started_ = true;
+      const std::int64_t back = call.recv_counts.empty() ? 0 : call.recv_counts.front();
+      if (back != c)
+        throw error(errc::invalid_argument,
+                    std::string(call.name) + ": this rank sends every rank " + std::to_string(c) +
+                        " elements but expects to receive " + std::to_string(back) +
+                        " from each (its input and output differ in size)");
+      slots_ = tensor::empty({c * n}, call.output.scalar_type());
+      for (int i = 0; i < n; ++i)
+        slots_.flat_slice(c * i, c).copy_from(call.input.flat_slice(c * ring(r, i, n), c));
+    }
+    for (; k_ < n; k_ <<= 1, sent_ = false) {
+      std::vector<int> moving;  // the slots with bit k set
+      for (int i = k_; i < n; ++i)
+        if (i & k_) moving.push_back(i);
+      const auto id = static_cast<std::uint32_t>(k_);
+      const auto m = static_cast<std::int64_t>(moving.size());
+      if (!sent_) {
+        auto pack = tensor::empty({c * m}, slots_.scalar_type());  // never written once sent
+        for (std::int64_t j = 0; j < m; ++j)
+          pack.flat_slice(c * j, c).copy_from(slots_.flat_slice(c * moving[j], c));
+        ctx.send(ring(r, k_, n), id, std::move(pack));
+        sent_ = true;
+      }
+      const int from = ring(r, -k_, n);
+      auto in = ctx.take(from, id);
+      if (!in) return false;
+      check_payload(call, *in, c * m, from, id);
+      for (std::int64_t j = 0; j < m; ++j)
+        slots_.flat_slice(c * moving[j], c).copy_from(in->flat_slice(c * j, c));
+    }
+    for (int i = 0; i < n; ++i)  // End: the inverse rotation
+      call.output.flat_slice(c * ring(r, -i, n), c).copy_from(slots_.flat_slice(c * i, c));
+    return true;
+  }
+
+ private:
+  bool started_ = false, sent_ = false;
+  int k_ = 1;
+  tensor slots_;
+};
+
+}  // namespace
+
+std::unique_ptr<algorithm> make_alltoall_bruck() {
+  return std::make_unique<alltoall_bruck>();
+}
+
+}  // namespace troupe::detail
