@@ -7,7 +7,7 @@
 // Step k (k = 1, 2, 4, ... while k < n): send slots [0, m) to rank r - k
 //   and receive rank r + k's slots [0, m) into slots [k, k + m), where
 //   m = min(k, n - k).
-// End: slot i goes to the output at rank (r + i) mod n's place.
+// End: slot i goes to the output at rank (r + i) mod n's place (two runs).
 
 #include <algorithm>
 
@@ -41,9 +41,10 @@ class allgather_bruck final : public algorithm {
       if (!in) return false;
       place(call, *in, slots_.flat_slice(count * k_, count * m), from, id);
     }
-    for (int i = 0; i < n; ++i)
-      call.output.flat_slice(count * ring(r, i, n), count)
-          .copy_from(slots_.flat_slice(count * i, count));
+    // Slot i is rank r + i's block: two runs of the output.
+    call.output.flat_slice(count * r, count * (n - r))
+        .copy_from(slots_.flat_slice(0, count * (n - r)));
+    call.output.flat_slice(0, count * r).copy_from(slots_.flat_slice(count * (n - r), count * r));
     return true;
   }
 

@@ -151,6 +151,29 @@ double rabenseifner(const group_topology& t, const cost_model& m, double bytes) 
   return total;
 }
 
+/// Rabenseifner's halving alone: the fold (the whole input), the halving
+/// steps (each reduces what it receives), the unfold (one block).
+double halving_reduce_scatter(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  if (n < 2) return 0;
+  const folded_ranks f{n};
+  double total = 0;
+  if (f.extra > 0)
+    total +=
+        step_time(
+            t, m, [&](int r) { return f.folded(r) ? r - 1 : -1; }, [&](int) { return bytes; }) +
+        step_time(
+            t, m, [&](int r) { return r < 2 * f.extra && !f.folded(r) ? r + 1 : -1; },
+            [&](int) { return bytes / n; });
+  for (int mask = f.p / 2; mask >= 1; mask /= 2) {
+    const double part = bytes * mask / f.p;
+    total += part / m.local.bandwidth +
+             step_time(
+                 t, m, [&](int r) { return f.partner(r, mask); }, [&](int) { return part; });
+  }
+  return total;
+}
+
 double direct_allreduce(const group_topology& t, const cost_model& m, double bytes) {
   const int n = t.size();
   if (n < 2) return 0;
@@ -244,20 +267,30 @@ double rooted_direct(const group_topology& t, const cost_model& m, double block)
   return worst;
 }
 
-/// Every rank sends its block of bytes / n to every other at once (in
-/// rounds d = 1 .. n-1 to rank + d): the first message costs its link's
-/// latency, each further one the sender's and receiver's work per message
-/// (overhead) and its bytes.
+/// Every rank sends its block of bytes / n to every other at once: the
+/// first message costs its link's latency, each further one the sender's
+/// work per message (overhead); a host's link carries every block its
+/// ranks send off the host. Priced per host (the choice is made at every
+/// call on every rank: a price by rounds, O(n^2), took 40% of 2,048
+/// in-process ranks' time).
 double pairwise_alltoall(const group_topology& t, const cost_model& m, double bytes) {
   const int n = t.size();
-  cost_model later = m;
-  later.local.latency = m.local.overhead;
-  later.host.latency = m.host.overhead;
-  double total = 0;
-  for (int d = 1; d < n; ++d)
-    total += step_time(
-        t, d == 1 ? m : later, [&](int r) { return (r + d) % n; }, [&](int) { return bytes / n; });
-  return total;
+  if (n < 2) return 0;
+  const double block = bytes / n;
+  double worst = 0;
+  const int hosts = std::max(t.hosts(), 1);
+  for (int h = 0; h < hosts; ++h) {
+    const int k =
+        t.hosts() > 0 ? static_cast<int>(t.ranks_on[static_cast<std::size_t>(h)].size()) : n;
+    const int remote = n - k, local = k - 1;
+    const double first = remote > 0 ? m.host.latency : m.local.latency;
+    const double work = local * m.local.overhead + remote * m.host.overhead -
+                        (remote > 0 ? m.host.overhead : m.local.overhead);
+    const double wire = std::max(static_cast<double>(k) * remote * block / m.host.bandwidth,
+                                 local * block / m.local.bandwidth);
+    worst = std::max(worst, first + work + wire);
+  }
+  return worst;
 }
 
 /// Bruck's alltoall: ceil(log2 n) steps; at step k every rank sends the
@@ -286,11 +319,6 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
   const double bytes = static_cast<double>(bytes_in);
   const int n = t.size();
   switch (code) {
-    case op_code::reduce_scatterv: {
-      if (n < 2) return {"reduce_scatter_ring", 0};
-      return {"reduce_scatter_ring",
-              (n - 1) * (ring_step(t, m, bytes / n) + bytes / n / m.local.bandwidth)};
-    }
     case op_code::gatherv:
       return {"gather_direct", rooted_direct(t, m, bytes / n)};
     case op_code::scatterv:
@@ -392,6 +420,10 @@ const char* to_string(algorithm_kind k) noexcept {
       return "alltoall_pairwise";
     case algorithm_kind::alltoall_bruck:
       return "alltoall_bruck";
+    case algorithm_kind::reduce_scatter_ring:
+      return "reduce_scatter_ring";
+    case algorithm_kind::reduce_scatter_halving:
+      return "reduce_scatter_halving";
     case algorithm_kind::other:
       return "other";
   }
@@ -467,6 +499,10 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return pairwise_alltoall(t, m, bytes);
     case algorithm_kind::alltoall_bruck:
       return bruck_alltoall(t, m, bytes);
+    case algorithm_kind::reduce_scatter_ring:
+      return n < 2 ? 0 : (n - 1) * (ring_step(t, m, bytes / n) + bytes / n / m.local.bandwidth);
+    case algorithm_kind::reduce_scatter_halving:
+      return halving_reduce_scatter(t, m, bytes);
     case algorithm_kind::other:
       return 0;
   }
@@ -510,6 +546,10 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
     case op_code::reduce:
       candidates = {algorithm_kind::reduce_binomial};
       if (hosts) candidates.push_back(algorithm_kind::reduce_hier);
+      break;
+    case op_code::reduce_scatterv:
+      candidates = {algorithm_kind::reduce_scatter_ring};
+      if (n > 2) candidates.push_back(algorithm_kind::reduce_scatter_halving);
       break;
     case op_code::alltoallv:  // Bruck's steps: even splits only (alltoall_runs_bruck)
       candidates = {algorithm_kind::alltoall_pairwise};

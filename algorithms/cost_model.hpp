@@ -72,13 +72,16 @@ enum class algorithm_kind : std::uint8_t {
   reduce_hier,
   alltoall_pairwise,
   alltoall_bruck,
+  reduce_scatter_ring,
+  reduce_scatter_halving,
   other,  ///< the collective's one algorithm
 };
 const char* to_string(algorithm_kind k) noexcept;
 
 /// Predicted seconds of `kind` for a call of `bytes` (an allreduce's buffer,
 /// a broadcast's or reduce's buffer, an allgather's output, what one rank
-/// of an alltoall sends, in even splits) on `t`; `root`:
+/// of an alltoall sends, in even splits, a reduce_scatter's whole input) on
+/// `t`; `root`:
 /// a broadcast's or reduce's (its trees cross between hosts where it puts
 /// them).
 double predict(algorithm_kind kind, std::uint64_t bytes, const group_topology& t,
@@ -92,11 +95,10 @@ struct choice {
 choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m,
               int root = 0);
 
-/// The collectives select.cpp does not choose for (reduce_scatter, gather,
-/// scatter, barrier) run one algorithm each: its name and predicted seconds
-/// for `bytes` (reduce_scatter: the whole input; gather and scatter: the
-/// root's whole buffer; barrier: none) with the root, where there is one,
-/// rank 0.
+/// The collectives select.cpp does not choose for (gather, scatter,
+/// barrier) run one algorithm each: its name and predicted seconds for
+/// `bytes` (gather and scatter: the root's whole buffer; barrier: none) with
+/// the root, where there is one, rank 0.
 struct fixed_prediction {
   const char* algorithm;
   double seconds;

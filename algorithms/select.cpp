@@ -12,7 +12,7 @@
 //   allgather        ring (host by host), or Bruck (blocks of one size)
 //   reduce           binomial, or hier across hosts
 //   gather           direct         scatter  direct
-//   reduce_scatter   ring (host by host)
+//   reduce_scatter   ring (host by host), or recursive halving
 //   alltoall         pairwise, or Bruck (no split sizes passed, on every rank)
 //   barrier          dissemination  monitored_barrier    through rank 0
 
@@ -45,6 +45,7 @@ std::unique_ptr<algorithm> make_allgather_bruck();
 std::unique_ptr<algorithm> make_gather_direct();
 std::unique_ptr<algorithm> make_scatter_direct();
 std::unique_ptr<algorithm> make_reduce_scatter_ring();
+std::unique_ptr<algorithm> make_reduce_scatter_halving();
 std::unique_ptr<algorithm> make_alltoall_pairwise();
 std::unique_ptr<algorithm> make_alltoall_bruck();
 std::unique_ptr<algorithm> make_barrier_dissemination();
@@ -83,6 +84,10 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
       return make_broadcast_scatter_allgather();
     case algorithm_kind::allgather_ring:
       return make_allgather_ring();
+    case algorithm_kind::reduce_scatter_ring:
+      return make_reduce_scatter_ring();
+    case algorithm_kind::reduce_scatter_halving:
+      return make_reduce_scatter_halving();
     case algorithm_kind::alltoall_pairwise:
       return make_alltoall_pairwise();
     case algorithm_kind::alltoall_bruck:
@@ -98,7 +103,7 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
 /// a test) asks for by name, where they can run. A name that is not an
 /// algorithm of that collective throws errc::invalid_argument.
 struct forced {
-  std::optional<algorithm_kind> allreduce, broadcast, allgather, reduce, alltoall;
+  std::optional<algorithm_kind> allreduce, broadcast, allgather, reduce, alltoall, reduce_scatter;
 };
 
 forced parse_forced(const std::string& text) {
@@ -131,17 +136,20 @@ forced parse_forced(const std::string& text) {
         {"allgather", "bruck", algorithm_kind::allgather_bruck},
         {"reduce", "binomial", algorithm_kind::reduce_binomial},
         {"reduce", "hier", algorithm_kind::reduce_hier},
+        {"reduce_scatter", "ring", algorithm_kind::reduce_scatter_ring},
+        {"reduce_scatter", "halving", algorithm_kind::reduce_scatter_halving},
         {"alltoall", "pairwise", algorithm_kind::alltoall_pairwise},
         {"alltoall", "bruck", algorithm_kind::alltoall_bruck}};
     bool found = false;
     for (const auto& k : known)
       if (op == k.op && name == k.name) {
         found = true;
-        (op == "allreduce"   ? r.allreduce
-         : op == "broadcast" ? r.broadcast
-         : op == "reduce"    ? r.reduce
-         : op == "alltoall"  ? r.alltoall
-                             : r.allgather) = k.kind;
+        (op == "allreduce"        ? r.allreduce
+         : op == "broadcast"      ? r.broadcast
+         : op == "reduce"         ? r.reduce
+         : op == "alltoall"       ? r.alltoall
+         : op == "reduce_scatter" ? r.reduce_scatter
+                                  : r.allgather) = k.kind;
       }
     if (!found)
       throw error(errc::invalid_argument,
@@ -149,7 +157,8 @@ forced parse_forced(const std::string& text) {
                       "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
                       "rabenseifner|hier_striped|hier_leaders, "
                       "broadcast=binomial|scatter_allgather|hier, "
-                      "allgather=ring|bruck, reduce=binomial|hier, alltoall=pairwise|bruck)");
+                      "allgather=ring|bruck, reduce=binomial|hier, reduce_scatter=ring|halving, "
+                      "alltoall=pairwise|bruck)");
   }
   return r;
 }
@@ -224,7 +233,8 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
     case op_code::scatterv:
       return make_scatter_direct();
     case op_code::reduce_scatterv:
-      return make_reduce_scatter_ring();
+      return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()),
+                  call.input.nbytes());
     case op_code::alltoallv:
       return call.bruck_alltoall ? make_alltoall_bruck() : make_alltoall_pairwise();
     case op_code::barrier:
@@ -249,6 +259,8 @@ algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_t
       return pick(want.reduce, code, bytes, t, m, root);
     case op_code::alltoallv:
       return pick(want.alltoall, code, bytes, t, m, root);
+    case op_code::reduce_scatterv:
+      return pick(want.reduce_scatter, code, bytes, t, m, root);
     default:
       return algorithm_kind::other;
   }

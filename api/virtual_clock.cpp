@@ -157,7 +157,15 @@ void virtual_clock::price(collective& c) {
     c.call.seconds = 0;
     return;
   }
-  const auto p = predict_call(c.code, c.call.bytes, *topologies_[c.call.group], model_);
+  const auto& topology = *topologies_[c.call.group];
+  if (c.code == op_code::alltoallv && c.call.op == "alltoall" && topology.size() > 1) {
+    // The list form's tensors are its split sizes: the pairwise exchange
+    // (alltoall_single is priced as without split sizes).
+    c.call.algorithm = to_string(algorithm_kind::alltoall_pairwise);
+    c.call.seconds = predict(algorithm_kind::alltoall_pairwise, c.call.bytes, topology, model_);
+    return;
+  }
+  const auto p = predict_call(c.code, c.call.bytes, topology, model_);
   c.call.algorithm = p.algorithm;
   c.call.seconds = p.seconds;
 }

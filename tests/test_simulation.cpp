@@ -466,14 +466,13 @@ TEST_CASE(
         g.barrier().wait();
       },
       timed(2, 2, &calls));
-  const std::vector<std::pair<std::string, std::string>> want{
-      {"reduce", ""},
-      {"reduce_scatter_tensor", "reduce_scatter_ring"},
-      {"allgather_into_tensor", ""},
-      {"gather", "gather_direct"},
-      {"scatter", "scatter_direct"},
-      {"alltoall_single", "alltoall_pairwise"},
-      {"barrier", "barrier_dissemination"}};
+  const std::vector<std::pair<std::string, std::string>> want{{"reduce", ""},
+                                                              {"reduce_scatter_tensor", ""},
+                                                              {"allgather_into_tensor", ""},
+                                                              {"gather", "gather_direct"},
+                                                              {"scatter", "scatter_direct"},
+                                                              {"alltoall_single", ""},
+                                                              {"barrier", "barrier_dissemination"}};
   REQUIRE(calls.size() == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
     CAPTURE(calls[i].op);
@@ -485,6 +484,35 @@ TEST_CASE(
   }
   CHECK(calls[0].algorithm == testing::predict("reduce", 16000, {2, 2}, costs).algorithm);
   CHECK(calls[2].algorithm == testing::predict("allgather", 16000, {2, 2}, costs).algorithm);
+  // 16 KB over 2 x 2: recursive halving's 2 steps beat the ring's 3; an
+  // alltoall of 4 KB blocks among 4 ranks is one exchange with each.
+  CHECK(calls[1].algorithm == "reduce_scatter_halving");
+  CHECK(calls[1].algorithm == testing::predict("reduce_scatter", 16000, {2, 2}, costs).algorithm);
+  CHECK(calls[5].algorithm == "alltoall_pairwise");
+  CHECK(calls[5].algorithm == testing::predict("alltoall", 16000, {2, 2}, costs).algorithm);
+}
+
+TEST_CASE("timed: an alltoall without split sizes may run Bruck's steps, the list form never") {
+  std::vector<testing::timed_call> calls;
+  testing::simulate(
+      64,
+      [&](world& w) {
+        auto& g = w.default_group();
+        auto in = tensor::zeros({64}, dtype::float32), out = tensor::zeros({64}, dtype::float32);
+        g.alltoall_single(out, in, {}, {}, {}).wait();
+        tensor_list ins, outs;
+        for (int i = 0; i < 64; ++i) {
+          ins.push_back(tensor::zeros({1}, dtype::float32));
+          outs.push_back(tensor::zeros({1}, dtype::float32));
+        }
+        g.alltoall(outs, ins, {}).wait();
+      },
+      timed(8, 8, &calls));
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[0].algorithm == "alltoall_bruck");
+  CHECK(calls[0].algorithm == testing::predict("alltoall", 256, {8, 8}, costs).algorithm);
+  CHECK(calls[1].algorithm == "alltoall_pairwise");
+  CHECK(calls[1].seconds > calls[0].seconds);
 }
 
 TEST_CASE(

@@ -86,6 +86,12 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::alltoallv, std::uint64_t{64} << 20, 1, 4096) ==
         algorithm_kind::alltoall_pairwise);
   CHECK(chosen(op_code::alltoallv, 4 * 4, 1, 4) == algorithm_kind::alltoall_pairwise);
+  // reduce_scatter: recursive halving's log n steps at many ranks, the ring
+  // (host by host) for large inputs across hosts.
+  CHECK(chosen(op_code::reduce_scatterv, 4096 * 4, 1, 4096) ==
+        algorithm_kind::reduce_scatter_halving);
+  CHECK(chosen(op_code::reduce_scatterv, std::uint64_t{64} << 20, 2, 2) ==
+        algorithm_kind::reduce_scatter_ring);
   // Hosts of different sizes cannot stripe.
   const auto uneven = group_topology::of_hosts({"a", "a", "a", "b", "b"});
   CHECK(choose(op_code::allreduce, 64 << 20, *uneven, cost_model{}).kind !=
@@ -133,7 +139,7 @@ TEST_CASE("testing::predict: the choice and time of a layout of hosts, at any sc
     double before = 0;
     for (std::uint64_t bytes :
          {std::uint64_t{4}, std::uint64_t{1} << 20, std::uint64_t{64} << 20}) {
-      for (const char* op : {"allreduce", "broadcast"}) {
+      for (const char* op : {"allreduce", "broadcast", "reduce_scatter", "alltoall"}) {
         const auto p = predict(op, bytes, {hosts, 8});
         CHECK_MESSAGE(p.algorithm.find("direct") == std::string::npos, p.algorithm);
         CHECK(p.seconds > 0);
@@ -148,9 +154,9 @@ TEST_CASE("testing::predict: the choice and time of a layout of hosts, at any sc
   // Bad arguments name the call and the value.
   test::check_error(
       [] {
-        predict("alltoall", 4, {2, 2});
+        predict("scan", 4, {2, 2});
       },
-      errc::invalid_argument, {"predict", "'alltoall'"});
+      errc::invalid_argument, {"predict", "'scan'"});
   test::check_error(
       [] {
         predict("allreduce", 4, {0, 2});
@@ -360,17 +366,63 @@ bool alltoalls_right(world& w) {
 
 }  // namespace
 
-TEST_CASE("alltoall across emulated hosts: Bruck's steps and the pairwise exchange") {
-  for (const char* algorithm :
-       std::initializer_list<const char*>{"alltoall=bruck", "alltoall=pairwise", nullptr})
+namespace {
+
+/// reduce_scatter of every op of two dtypes, blocks of one size (1 and 1000
+/// elements) and uneven ones with empty blocks, against the serial reference.
+bool reduce_scatters_right(world& w) {
+  auto& pg = w.default_group();
+  const int n = w.size(), r = w.rank();
+  bool ok = true;
+  for (auto t : {dtype::float32, dtype::int64})
+    for (const auto& op : ct::ops_for(t))
+      for (std::int64_t each : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{-1}}) {
+        const auto counts = each < 0 ? ct::uneven_counts(n)
+                                     : std::vector<std::int64_t>(static_cast<std::size_t>(n), each);
+        std::int64_t total = 0, offset = 0;
+        for (int q = 0; q < n; ++q) {
+          if (q == r) offset = total;
+          total += counts[static_cast<std::size_t>(q)];
+        }
+        const auto e = ct::expected_for(t, op, n, total, 43);
+        auto in = ref::make(t, e->input(r));
+        auto out = tensor::empty({counts[static_cast<std::size_t>(r)]}, t);
+        pg.reduce_scatterv(out, in, counts, {.op = op}).wait();
+        ok &= test::expect(
+            r, ref::close(out, ref::slice(e->result, offset, counts[static_cast<std::size_t>(r)])),
+            ct::name("reduce_scatter", t, each) + " " + op.to_string());
+      }
+  return ok;
+}
+
+}  // namespace
+
+namespace {
+
+/// `check` across 4 ranks on 2 hosts, 5 on 5 and 7 on 3, with each of `algorithms` forced and
+/// with the cost model's choice.
+void on_three_layouts(std::initializer_list<const char*> algorithms,
+                      const std::function<bool(world&)>& check) {
+  for (const char* algorithm : algorithms)
     for (const auto& hosts :
          std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
                                                {"a", "b", "c", "d", "e"},
                                                {"a", "a", "a", "b", "b", "c", "c"}}) {
       CAPTURE(std::string(algorithm ? algorithm : "chosen"));
       CAPTURE(hosts.size());
-      across_hosts(hosts, algorithm, alltoalls_right);
+      across_hosts(hosts, algorithm, check);
     }
+}
+
+}  // namespace
+
+TEST_CASE("reduce_scatter across emulated hosts: recursive halving and the ring") {
+  on_three_layouts({"reduce_scatter=halving", "reduce_scatter=ring", nullptr},
+                   reduce_scatters_right);
+}
+
+TEST_CASE("alltoall across emulated hosts: Bruck's steps and the pairwise exchange") {
+  on_three_layouts({"alltoall=bruck", "alltoall=pairwise", nullptr}, alltoalls_right);
 }
 
 TEST_CASE("allreduce across emulated hosts, every algorithm") {
