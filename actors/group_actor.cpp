@@ -131,7 +131,7 @@ void on_tick(self_ptr self) {
     // Where the wait starts, when the rank waited for was itself waiting.
     const int peer = op.ctx->blocked_peer();
     if (st.info.waits && peer >= 0 && peer < st.info.size && !in_simulation() &&
-        op.ctx->agreed().missing_ranks().empty())
+        (!op.ctx->awaits_everyone() || op.ctx->agreed().missing_ranks().empty()))
       what += wait_chain(
           *st.info.waits, seq, st.info.rank, st.info.size, peer, op.ctx->blocked_on(),
           [&st](int r) { return st.net->describe_peer(r); },
@@ -420,6 +420,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           // carry TROUPE_ENGINE=actors and monitored_barrier, not speed).
           if (!st.topology) st.topology = group_topology::flat(st.info.size);
           op.ctx->set_topology(st.topology);
+          op.ctx->ride_agreement_on_data();
           op.alg = make_algorithm(*call, st.info.rank, *st.topology, st.info.size);
           std::vector<envelope> msgs;
           take_early(st, seq, msgs);

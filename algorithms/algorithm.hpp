@@ -108,8 +108,8 @@ class op_context {
   bool settled();
   /// Lets the agreement ride with the data where agreement_rides_data says
   /// so for this group (its size, whether it spans hosts: the topology),
-  /// with rounds of dissemination unless result_needs_every_rank (the
-  /// inline engine; after set_topology, before the first progress).
+  /// with rounds of dissemination unless result_needs_every_rank (both
+  /// engines call it after set_topology, before the first progress).
   void ride_agreement_on_data();
   /// Whether every peer's fingerprint is awaited (not riding the data, or
   /// switched to the full exchange): a peer not heard from has not joined.
@@ -122,8 +122,10 @@ class op_context {
   int blocked_peer() const noexcept { return blocked_peer_; }
   /// "rank 2 (step 1)": the last message take() did not find.
   std::string waiting_for() const;
-  /// "send its message of step 1" (or "join the call"): what blocked_peer()
-  /// has not done yet.
+  /// What blocked_peer() has not done yet: "send its data (rank 2 (step
+  /// 1))", "join this allreduce (nothing of this sequence number arrived
+  /// from it)", or riding the data, where a peer that joined tells only some
+  /// ranks at once, "join this allreduce or send its data (...)".
   std::string blocked_on() const;
 
  protected:

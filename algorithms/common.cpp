@@ -147,13 +147,24 @@ std::string op_context::waiting_for() const {
 }
 
 std::string op_context::blocked_on() const {
-  if (blocked_step_ == describe_step) return "join the call";
-  if (blocked_step_ >= agreement_round_step && blocked_step_ < alarm_step)
-    return "send its agreement round " + std::to_string(blocked_step_ - agreement_round_step);
-  return "send its message of step " + std::to_string(blocked_step_);
+  const std::string nothing = "nothing of this sequence number arrived from it";
+  if (blocked_peer_ >= 0 && !agree_.heard_from(blocked_peer_))
+    // Riding the data, a peer that joined tells only some ranks at once.
+    return "join this " + std::string(call_.name) +
+           (awaits_everyone() ? " (" + nothing + ")"
+                              : " or send its data (" + nothing + "; " + waiting_for() + ")");
+  return "send its data (" + waiting_for() + ")";
 }
 
 std::string algorithm::on_timeout(op_context& ctx) {
+  if (!ctx.awaits_everyone()) {
+    // Riding the data, a peer that joined tells only some ranks at once:
+    // name the one this rank waits for, and whether it was heard at all.
+    const int p = ctx.blocked_peer();
+    if (p >= 0 && !ctx.agreed().heard_from(p))
+      return "waiting for rank " + std::to_string(p) + " to " + ctx.blocked_on();
+    return "waiting for " + ctx.waiting_for();
+  }
   // A rank that never came is the one to name, not the neighbour that waits for it.
   if (auto missing = ctx.agreed().missing_ranks(); !missing.empty())
     return "waiting for " + missing + " to join this " + ctx.call().name +

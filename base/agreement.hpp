@@ -15,7 +15,7 @@
 // as errc::mismatch; every rank steps past the call alike.
 //
 // At scale (TROUPE_AGREEMENT_RING_FROM ranks and up: by default 17, or 3
-// where the group spans hosts; the inline engine) telling every peer costs
+// where the group spans hosts; both engines) telling every peer costs
 // n - 1 messages per rank and call, n^2 in all (between hosts, each a
 // network send), so the agreement rides with the data instead: the first
 // message to each peer still carries the fingerprint, and messages of a

@@ -102,16 +102,7 @@ class algorithm_op final : public inline_op {
   int blocked_rank() const override { return ctx_ ? ctx_->blocked_peer() : -1; }
   std::pair<int, std::string> blocker() const override {
     if (!ctx_) return {-1, "start"};
-    const int p = ctx_->blocked_peer();
-    if (p >= 0 && !ctx_->agreed().heard_from(p)) {
-      // Riding the data, a peer that joined tells only some ranks at once.
-      const std::string nothing = "nothing of this sequence number arrived from it";
-      return {p, "join this " + std::string(name) +
-                     (ctx_->awaits_everyone()
-                          ? " (" + nothing + ")"
-                          : " or send its data (" + nothing + "; " + ctx_->waiting_for() + ")")};
-    }
-    return {p, "send its data (" + ctx_->waiting_for() + ")"};
+    return {ctx_->blocked_peer(), ctx_->blocked_on()};
   }
 
   std::string disagreement() const override {
