@@ -165,17 +165,21 @@ forced parse_forced(const std::string& text) {
 
 /// The setting now: parsed again only when it changed (a process forked
 /// after its first call follows its own, as the tests' children do).
-const forced& forced_algorithms() {
+/// `generation` counts this thread's parses.
+const forced& forced_algorithms(std::uint64_t* generation = nullptr) {
   thread_local std::string seen;
   thread_local forced parsed;
   thread_local bool read = false;
+  thread_local std::uint64_t parses = 0;
   const char* v = std::getenv("TROUPE_ALGORITHMS");
   const std::string_view now = v ? v : "";
   if (!read || now != seen) {
     parsed = parse_forced(std::string(now));
     seen = now;
     read = true;
+    ++parses;
   }
+  if (generation) *generation = parses;
   return parsed;
 }
 
@@ -198,6 +202,26 @@ bool even_blocks(const collective_call& call) {
   return !call.counts.empty() &&
          std::all_of(call.counts.begin(), call.counts.end(),
                      [&](std::int64_t c) { return c == call.counts.front(); });
+}
+
+algorithm_kind choose_now(const forced& want, op_code code, std::uint64_t bytes,
+                          const group_topology& t, const cost_model& m, int root) {
+  switch (code) {
+    case op_code::allreduce:
+      return pick(want.allreduce, code, bytes, t, m, root);
+    case op_code::broadcast:
+      return pick(want.broadcast, code, bytes, t, m, root);
+    case op_code::allgatherv:
+      return pick(want.allgather, code, bytes, t, m, root);
+    case op_code::reduce:
+      return pick(want.reduce, code, bytes, t, m, root);
+    case op_code::alltoallv:
+      return pick(want.alltoall, code, bytes, t, m, root);
+    case op_code::reduce_scatterv:
+      return pick(want.reduce_scatter, code, bytes, t, m, root);
+    default:
+      return algorithm_kind::other;
+  }
 }
 
 }  // namespace
@@ -247,23 +271,28 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
 
 algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_topology& t,
                                 const cost_model& m, int root) {
-  const auto& want = forced_algorithms();
-  switch (code) {
-    case op_code::allreduce:
-      return pick(want.allreduce, code, bytes, t, m, root);
-    case op_code::broadcast:
-      return pick(want.broadcast, code, bytes, t, m, root);
-    case op_code::allgatherv:
-      return pick(want.allgather, code, bytes, t, m, root);
-    case op_code::reduce:
-      return pick(want.reduce, code, bytes, t, m, root);
-    case op_code::alltoallv:
-      return pick(want.alltoall, code, bytes, t, m, root);
-    case op_code::reduce_scatterv:
-      return pick(want.reduce_scatter, code, bytes, t, m, root);
-    default:
-      return algorithm_kind::other;
-  }
+  std::uint64_t generation = 0;
+  const auto& want = forced_algorithms(&generation);
+  // The same call on the same group chooses the same: the last choices of
+  // this thread (a thread per rank) are kept, since pricing the candidates
+  // costs O(n log n) at every call (0.3 ms a call at 4,096 ranks).
+  struct remembered {
+    std::uint64_t topology = 0, generation = 0, bytes = 0;
+    op_code code = op_code::barrier;
+    int root = 0;
+    algorithm_kind kind = algorithm_kind::other;
+  };
+  thread_local remembered last[8];
+  thread_local unsigned next = 0;
+  const bool cacheable = t.id != 0 && &m == &cost_model::of_process();
+  if (cacheable)
+    for (const auto& e : last)
+      if (e.topology == t.id && e.generation == generation && e.bytes == bytes && e.code == code &&
+          e.root == root)
+        return e.kind;
+  const auto kind = choose_now(want, code, bytes, t, m, root);
+  if (cacheable) last[next++ % 8] = {t.id, generation, bytes, code, root, kind};
+  return kind;
 }
 
 bool alltoall_runs_bruck(const collective_call& call, const group_topology& t, int size) {

@@ -1,12 +1,22 @@
 #include "algorithms/topology.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 
 namespace troupe::detail {
+namespace {
+
+std::uint64_t next_id() {
+  static std::atomic<std::uint64_t> last{0};
+  return ++last;
+}
+
+}  // namespace
 
 std::shared_ptr<const group_topology> group_topology::flat(int size) {
   auto t = std::make_shared<group_topology>();
+  t->id = next_id();
   t->host_of.assign(static_cast<std::size_t>(size), 0);
   t->ranks_on.resize(1);
   for (int r = 0; r < size; ++r) t->ranks_on[0].push_back(r);
@@ -16,6 +26,7 @@ std::shared_ptr<const group_topology> group_topology::flat(int size) {
 std::shared_ptr<const group_topology> group_topology::of_hosts(
     const std::vector<std::string>& names) {
   auto t = std::make_shared<group_topology>();
+  t->id = next_id();
   std::map<std::string, int> index;
   for (std::size_t r = 0; r < names.size(); ++r) {
     auto [it, fresh] = index.emplace(names[r], static_cast<int>(index.size()));

@@ -4,6 +4,7 @@
 // every rank, so every rank chooses the same algorithm). Hosts are numbered
 // in the order of their first rank.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,9 @@ namespace troupe::detail {
 struct group_topology {
   std::vector<int> host_of;                // group rank -> host index
   std::vector<std::vector<int>> ranks_on;  // host index -> its group ranks, ascending
+  /// Unique to each topology flat() or of_hosts() made (0: one made
+  /// otherwise): what select.cpp's cache of choices knows it by.
+  std::uint64_t id = 0;
 
   /// Every rank on one host (what an engine that knows no hosts assumes).
   static std::shared_ptr<const group_topology> flat(int size);

@@ -18,6 +18,7 @@
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "forked_ranks.hpp"
+#include "scoped_env.hpp"
 #include "troupe/troupe.hpp"
 
 using namespace troupe;
@@ -96,6 +97,26 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   const auto uneven = group_topology::of_hosts({"a", "a", "a", "b", "b"});
   CHECK(choose(op_code::allreduce, 64 << 20, *uneven, cost_model{}).kind !=
         algorithm_kind::allreduce_hier_striped);
+}
+
+TEST_CASE("a choice is remembered for the same call on the same group, and follows the setting") {
+  const auto t = group_topology::of_hosts({"a", "b", "c", "d", "e"});
+  const auto& m = cost_model::of_process();
+  const auto first = chosen_algorithm(op_code::allreduce, 4, *t, m);
+  CHECK(first != algorithm_kind::allreduce_ring);
+  CHECK(chosen_algorithm(op_code::allreduce, 4, *t, m) == first);
+  {
+    troupe::test::scoped_env forced{"TROUPE_ALGORITHMS", "allreduce=ring"};
+    CHECK(chosen_algorithm(op_code::allreduce, 4, *t, m) == algorithm_kind::allreduce_ring);
+  }
+  CHECK(chosen_algorithm(op_code::allreduce, 4, *t, m) == first);
+  // Other bytes, another group of the same size (3 + 2): their own choices.
+  CHECK(chosen_algorithm(op_code::allreduce, 64 << 20, *t, m) ==
+        choose(op_code::allreduce, 64 << 20, *t, m).kind);
+  const auto other = group_topology::of_hosts({"a", "a", "a", "b", "b"});
+  CHECK(chosen_algorithm(op_code::allreduce, 4, *other, m) ==
+        algorithm_kind::allreduce_hier_leaders);
+  CHECK(chosen_algorithm(op_code::allreduce, 4, *t, m) == first);
 }
 
 TEST_CASE("the hierarchical allreduce crosses a host's link once: its prediction is the bound") {
