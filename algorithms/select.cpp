@@ -206,22 +206,30 @@ bool even_blocks(const collective_call& call) {
 
 algorithm_kind choose_now(const forced& want, op_code code, std::uint64_t bytes,
                           const group_topology& t, const cost_model& m, int root) {
+  std::optional<algorithm_kind> forced::*setting = nullptr;  // what TROUPE_ALGORITHMS forces
   switch (code) {
     case op_code::allreduce:
-      return pick(want.allreduce, code, bytes, t, m, root);
+      setting = &forced::allreduce;
+      break;
     case op_code::broadcast:
-      return pick(want.broadcast, code, bytes, t, m, root);
+      setting = &forced::broadcast;
+      break;
     case op_code::allgatherv:
-      return pick(want.allgather, code, bytes, t, m, root);
+      setting = &forced::allgather;
+      break;
     case op_code::reduce:
-      return pick(want.reduce, code, bytes, t, m, root);
+      setting = &forced::reduce;
+      break;
     case op_code::alltoallv:
-      return pick(want.alltoall, code, bytes, t, m, root);
+      setting = &forced::alltoall;
+      break;
     case op_code::reduce_scatterv:
-      return pick(want.reduce_scatter, code, bytes, t, m, root);
+      setting = &forced::reduce_scatter;
+      break;
     default:
       return algorithm_kind::other;
   }
+  return pick(want.*setting, code, bytes, t, m, root);
 }
 
 }  // namespace
