@@ -30,12 +30,6 @@ class alltoall_bruck final : public algorithm {
     const std::int64_t c = call.counts.empty() ? 0 : call.counts.front();
     if (!started_) {  // Step 0: a rotation (also what makes in place safe)
       started_ = true;
-      const std::int64_t back = call.recv_counts.empty() ? 0 : call.recv_counts.front();
-      if (back != c)
-        throw error(errc::invalid_argument,
-                    std::string(call.name) + ": this rank sends every rank " + std::to_string(c) +
-                        " elements but expects to receive " + std::to_string(back) +
-                        " from each (its input and output differ in size)");
       slots_ = tensor::empty({c * n}, call.output.scalar_type());
       // Slot i is block r + i: two runs of the input.
       slots_.flat_slice(0, c * (n - r)).copy_from(call.input.flat_slice(c * r, c * (n - r)));
@@ -67,6 +61,15 @@ class alltoall_bruck final : public algorithm {
       for (std::int64_t j = 0; j < m && bytes > 0; ++j)
         std::memcpy(slots + bytes * moving[j], got + bytes * j, bytes);
     }
+    // Checked only now: a rank whose output is not its input's size
+    // disagrees with the others' fingerprints (they then all fail alike);
+    // where every rank's is so, every rank fails here alike.
+    const std::int64_t back = call.recv_counts.empty() ? 0 : call.recv_counts.front();
+    if (back != c)
+      throw error(errc::invalid_argument,
+                  std::string(call.name) + ": this rank sends every rank " + std::to_string(c) +
+                      " elements but expects to receive " + std::to_string(back) +
+                      " from each (its input and output differ in size)");
     auto* out = static_cast<std::byte*>(call.output.data());
     for (int i = 0; i < n && bytes > 0; ++i)  // End: the inverse rotation
       std::memcpy(out + bytes * ring(r, -i, n), slots + bytes * i, bytes);

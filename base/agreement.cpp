@@ -56,11 +56,13 @@ std::string differences(const call_fingerprint& a, const call_fingerprint& b) {
   if (a.code != b.code) return "the collective";
   if (a.even != b.even)
     return "whether split sizes were passed (pass them on every rank or on none)";
+  if (a.even && a.counts != b.counts) d.push_back("the elements each rank receives from each");
   if (a.dtype != b.dtype) d.push_back("the dtype");
   if (a.numel != b.numel) d.push_back("the element count");
   if (a.reduce != b.reduce || a.scale != b.scale) d.push_back("the reduce op");
   if (a.root != b.root) d.push_back("the root");
-  if (a.counts != b.counts || a.counts_hash != b.counts_hash) d.push_back("the counts per rank");
+  if (!a.even && (a.counts != b.counts || a.counts_hash != b.counts_hash))
+    d.push_back("the counts per rank");
   if (a.local != b.local) d.push_back("the number of tensors per rank");
   std::string s;
   for (std::size_t i = 0; i < d.size(); ++i)
@@ -116,10 +118,12 @@ std::string call_fingerprint::describe() const {
   if (has_numel(c))
     s += " of " + std::to_string(numel) + " " + dtype_name(dtype) + " elements";
   else if (even)
-    s += " of " + std::to_string(numel) + " " + dtype_name(dtype) + " elements to each rank";
+    s += " of " + std::to_string(numel) + " " + dtype_name(dtype) + " elements to each rank" +
+         (counts.size() == 1 && counts[0] != numel ? ", " + std::to_string(counts[0]) + " from each"
+                                                   : "");
   else
     s += " of " + dtype_name(dtype);
-  if (!counts.empty()) s += " with counts " + list(counts);
+  if (!counts.empty() && !even) s += " with counts " + list(counts);
   if (c == op_code::broadcast || c == op_code::scatterv) s += " from root " + std::to_string(root);
   if (c == op_code::reduce || c == op_code::gatherv) s += " to root " + std::to_string(root);
   if (local != 1) s += " over " + std::to_string(local) + " tensors per rank";
@@ -196,8 +200,11 @@ call_fingerprint fingerprint_of(const collective_call& call) {
   f.local = call.avg_local;
   if (has_counts(c)) f.counts = call.counts;
   if (c == op_code::alltoallv && call.bruck_alltoall) {
+    // What each rank sends each rank, and receives from each: a rank whose
+    // output is not its input's size disagrees (else it alone would fail).
     f.even = 1;
     f.numel = call.counts.empty() ? 0 : call.counts.front();
+    f.counts = {call.recv_counts.empty() ? 0 : call.recv_counts.front()};
   } else if (c == op_code::alltoallv) {
     f.sends = call.counts;
     f.receives = call.recv_counts;

@@ -60,7 +60,8 @@ struct call_fingerprint {
   std::int64_t numel = 0;   ///< allreduce, reduce, broadcast: elements
   std::int64_t local = 1;   ///< tensors each rank combined before the call
   /// alltoall of even splits (collective_call::bruck_alltoall): numel is
-  /// what each rank sends each rank, and sends / receives stay empty.
+  /// what each rank sends each rank, counts holds what it receives from
+  /// each, and sends / receives stay empty.
   std::uint8_t even = 0;
   /// Elements per rank (allgather, gather, scatter, reduce_scatter).
   std::vector<std::int64_t> counts;

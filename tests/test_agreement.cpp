@@ -501,6 +501,13 @@ TEST_CASE("an alltoall on Bruck's steps: a rank that passed split sizes disagree
          return r == 1 ? pg.alltoall_single(f32(n), f32(n), even, even, {.timeout = t_out})
                        : pg.alltoall_single(f32(n), f32(n), {}, {}, {.timeout = t_out});
        }},
+      {"alltoall without split sizes on Bruck's steps: an output of another size",
+       3,
+       {"the elements each rank receives from each",
+        "1 float32 elements to each rank, 2 from each"},
+       [](int r, int n, process_group& pg) {
+         return pg.alltoall_single(f32((r == 1 ? 2 : 1) * n), f32(n), {}, {}, {.timeout = t_out});
+       }},
       {"alltoall without split sizes on Bruck's steps: sizes",
        3,
        {"the element count", "2 float32 elements to each rank", "1 float32 elements to each rank"},
@@ -595,4 +602,25 @@ TEST_CASE("a fingerprint's wire form comes back whole, and a malformed one is re
   wire = even.serialize();
   wire[0] = 99;
   refused(wire, "bad collective");
+}
+
+TEST_CASE(
+    "an alltoall on Bruck's steps whose every output is of another size fails on every rank") {
+  if (under_launcher()) return;
+  troupe::test::scoped_env forced{"TROUPE_ALGORITHMS", "alltoall=bruck"};
+  troupe::test::scoped_env engine{"TROUPE_ENGINE", "messages"};
+  testing::run_ranks(3, [](world& w) {
+    auto& pg = w.default_group();
+    const auto start = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      pg.alltoall_single(f32(6), f32(3), {}, {}, {.timeout = t_out}).wait();
+    } catch (const error& e) {
+      what = e.what();
+      CHECK(e.code() == errc::invalid_argument);
+    }
+    CAPTURE(what);
+    CHECK(what.find("sends every rank 1 elements but expects to receive 2") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - start < 5s);  // not at the timeout
+  });
 }
