@@ -43,6 +43,9 @@ struct plan {
   // there (TROUPE_ALGORITHMS, with slices of 4 KiB: TROUPE_HIER_SEGMENT).
   const char* algorithms = nullptr;
   int reduce_root = -1;  // the calls are reduces to this rank (-1: allreduces)
+  // Or the calls are alltoall_single without split sizes ("alltoall") or
+  // reduce_scatter_tensor ("reduce_scatter"), of `len` elements per rank.
+  const char* collective = "allreduce";
 };
 
 /// What the children tell the parent.
@@ -54,14 +57,21 @@ struct board {
   std::atomic<long long> later_ms[ranks] = {};     // a later call's failure took (+1)
 };
 
-/// Runs allreduces of `len` floats until one fails; the victim kills itself
-/// after `before_kill` of them (-1: it does not run any).
-void run_until_failure(process_group& pg, std::int64_t len, int rounds, int reduce_root = -1) {
+/// Runs `rounds` of the plan's calls on `len` floats (per rank), stopping at
+/// the first that fails.
+void run_until_failure(process_group& pg, std::int64_t len, int rounds, const plan& p) {
   auto t = tensor::empty({len}, dtype::float32);
+  const std::string what = p.collective;
+  auto all = tensor::empty({what == "allreduce" ? 0 : len * ranks}, dtype::float32);
   for (int i = 0; i < rounds; ++i) {
     std::fill_n(t.data_as<float>(), len, 1.f);
-    if (reduce_root >= 0)
-      pg.reduce(t, {.root_rank = reduce_root}).wait();
+    std::fill_n(all.data_as<float>(), all.numel(), 1.f);
+    if (what == "alltoall")
+      pg.alltoall_single(all, all).wait();
+    else if (what == "reduce_scatter")
+      pg.reduce_scatter_tensor(t, all).wait();
+    else if (p.reduce_root >= 0)
+      pg.reduce(t, {.root_rank = p.reduce_root}).wait();
     else
       pg.allreduce(t).wait();
   }
@@ -91,7 +101,7 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
   const std::int64_t len = p.when == moment::large_loop ? (1 << 20) : 1;  // 4 MiB or 4 B
   if (r == p.victim) {
     while (b.ready.load() < ranks - 1) std::this_thread::sleep_for(1ms);  // all left the barrier
-    if (loop) run_until_failure(pg, len, p.when == moment::large_loop ? 3 : 20, p.reduce_root);
+    if (loop) run_until_failure(pg, len, p.when == moment::large_loop ? 3 : 20, p);
     b.victim_pid = ::getpid();
     b.killed_at = test::now_ns();
     ::kill(::getpid(), SIGKILL);
@@ -102,7 +112,7 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
   }
   bool ok = true;
   try {
-    run_until_failure(pg, len, 1000000, p.reduce_root);
+    run_until_failure(pg, len, 1000000, p);
     return expect(r, false, "no call failed");
   } catch (const error& e) {
     const auto failed_at = test::now_ns();
@@ -340,6 +350,12 @@ TEST_CASE(
   run({"hosts, hier reduce, root beside", "auto", "", 0, moment::small_loop, -1, "reduce=hier", 1});
   run({"hosts, group actors", "tcp", "actors", 2, moment::large_loop, -1,
        "allreduce=hier_striped"});
+  // Bruck's alltoall and the halving reduce_scatter (log n steps of packed
+  // blocks; the fold of the ranks beyond a power of two does not apply at 4).
+  run({"hosts, Bruck alltoall", "auto", "", 2, moment::small_loop, -1, "alltoall=bruck", -1,
+       "alltoall"});
+  run({"hosts, halving reduce_scatter", "auto", "", 1, moment::large_loop, -1,
+       "reduce_scatter=halving", -1, "reduce_scatter"});
 }
 
 namespace {
