@@ -420,7 +420,6 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           // carry TROUPE_ENGINE=actors and monitored_barrier, not speed).
           if (!st.topology) st.topology = group_topology::flat(st.info.size);
           op.ctx->set_topology(st.topology);
-          op.ctx->ride_agreement_on_data();
           op.alg = make_algorithm(*call, st.info.rank, *st.topology, st.info.size);
           std::vector<envelope> msgs;
           take_early(st, seq, msgs);

@@ -13,6 +13,7 @@
 // ctx.send() and takes messages with ctx.take(); it never names a transport
 // or an engine. Errors are thrown as troupe::error and fail the call.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -45,7 +46,8 @@ class op_context {
   const group_topology& topology() const noexcept;
   /// Says where the ranks live (before the first progress). An alltoall of
   /// even splits then learns whether it runs Bruck's steps
-  /// (alltoall_runs_bruck), which its fingerprint says.
+  /// (alltoall_runs_bruck), which its fingerprint says, and the agreement
+  /// whether it rides with the data (ride_agreement_on_data).
   void set_topology(std::shared_ptr<const group_topology> t);
 
   /// Sends `payload` to group rank `peer` as step `step` of this call. The
@@ -106,11 +108,6 @@ class op_context {
   /// disagreement is found or alarmed, then every peer is alarmed and the
   /// full exchange decides.
   bool settled();
-  /// Lets the agreement ride with the data where agreement_rides_data says
-  /// so for this group (its size, whether it spans hosts: the topology),
-  /// with rounds of dissemination unless result_needs_every_rank (both
-  /// engines call it after set_topology, before the first progress).
-  void ride_agreement_on_data();
   /// Whether every peer's fingerprint is awaited (not riding the data, or
   /// switched to the full exchange): a peer not heard from has not joined.
   bool awaits_everyone() const noexcept { return !rides_ || full_; }
@@ -133,6 +130,11 @@ class op_context {
   virtual void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) = 0;
 
  private:
+  /// Lets the agreement ride with the data where agreement_rides_data says
+  /// so for this group (its size, whether it spans hosts: the topology),
+  /// with rounds of dissemination unless result_needs_every_rank.
+  void ride_agreement_on_data();
+
   int rank_;
   int size_;
   collective_call& call_;
@@ -250,6 +252,12 @@ int segments_of(std::int64_t elements, dtype t);
 /// Group rank `r` shifted by `d` around the ring.
 inline int ring(int r, int d, int size) {
   return ((r + d) % size + size) % size;
+}
+
+/// How many of slots 0 .. n-1 have bit `k` (a power of two) set: the blocks
+/// Bruck's alltoall moves at step k.
+inline int slots_with_bit(int n, int k) {
+  return n / (2 * k) * k + std::max(0, n % (2 * k) - k);
 }
 
 /// The order of a ring algorithm's ranks: host by host where the hosts are

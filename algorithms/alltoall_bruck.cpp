@@ -13,7 +13,6 @@
 // End: slot i holds rank (r - i) mod n's block for this rank.
 
 #include <cstring>
-#include <vector>
 
 #include "algorithms/algorithm.hpp"
 #include "troupe/error.hpp"
@@ -40,16 +39,14 @@ class alltoall_bruck final : public algorithm {
     const auto bytes = static_cast<std::size_t>(c) * slots_.element_size();
     auto* slots = static_cast<std::byte*>(slots_.data());
     for (; k_ < n; k_ <<= 1, sent_ = false) {
-      std::vector<int> moving;  // the slots with bit k set
-      for (int i = k_; i < n; ++i)
-        if (i & k_) moving.push_back(i);
+      // The slots with bit k set, in order, are the message's blocks.
       const auto id = static_cast<std::uint32_t>(k_);
-      const auto m = static_cast<std::int64_t>(moving.size());
+      const std::int64_t m = slots_with_bit(n, k_);
       if (!sent_) {
         auto pack = tensor::empty({c * m}, slots_.scalar_type());  // never written once sent
         auto* to = static_cast<std::byte*>(pack.data());
-        for (std::int64_t j = 0; j < m && bytes > 0; ++j)
-          std::memcpy(to + bytes * j, slots + bytes * moving[j], bytes);
+        for (int i = k_, j = 0; i < n && bytes > 0; ++i)
+          if (i & k_) std::memcpy(to + bytes * j++, slots + bytes * i, bytes);
         ctx.send(ring(r, k_, n), id, std::move(pack));
         sent_ = true;
       }
@@ -58,8 +55,8 @@ class alltoall_bruck final : public algorithm {
       if (!in) return false;
       check_payload(call, *in, c * m, from, id);
       const auto* got = static_cast<const std::byte*>(in->data());
-      for (std::int64_t j = 0; j < m && bytes > 0; ++j)
-        std::memcpy(slots + bytes * moving[j], got + bytes * j, bytes);
+      for (int i = k_, j = 0; i < n && bytes > 0; ++i)
+        if (i & k_) std::memcpy(slots + bytes * i, got + bytes * j++, bytes);
     }
     // Checked only now: a rank whose output is not its input's size
     // disagrees with the others' fingerprints (they then all fail alike);

@@ -29,10 +29,12 @@ ring_order::ring_order(const group_topology& t, int size) : size_(size) {
 
 void op_context::set_topology(std::shared_ptr<const group_topology> t) {
   topology_ = std::move(t);
-  if (call_.code != op_code::alltoallv || !call_.even_splits || call_.bruck_alltoall) return;
-  call_.bruck_alltoall = alltoall_runs_bruck(call_, topology(), size_);
-  // Nothing was sent or heard yet: this rank's fingerprint says it now.
-  if (call_.bruck_alltoall) agree_ = agreement(call_, rank_, size_);
+  if (call_.code == op_code::alltoallv && call_.even_splits && !call_.bruck_alltoall) {
+    call_.bruck_alltoall = alltoall_runs_bruck(call_, topology(), size_);
+    // Nothing was sent or heard yet: this rank's fingerprint says it now.
+    if (call_.bruck_alltoall) agree_ = agreement(call_, rank_, size_);
+  }
+  ride_agreement_on_data();
 }
 
 const group_topology& op_context::topology() const noexcept {

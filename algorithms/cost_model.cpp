@@ -5,6 +5,8 @@
 
 #include "algorithms/cost_model.hpp"
 
+#include "algorithms/algorithm.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -303,8 +305,7 @@ double bruck_alltoall(const group_topology& t, const cost_model& m, double bytes
   const double block = bytes / n;
   double total = 2 * bytes / m.local.bandwidth;  // the rotations
   for (int k = 1; k < n; k <<= 1) {
-    int moved = 0;
-    for (int i = 0; i < n; ++i) moved += (i & k) != 0;
+    const int moved = slots_with_bit(n, k);
     total += 2 * moved * block / m.local.bandwidth +  // pack and unpack
              step_time(
                  t, m, [&](int r) { return (r + k) % n; }, [&](int) { return moved * block; });

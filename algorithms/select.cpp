@@ -103,7 +103,10 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
 /// a test) asks for by name, where they can run. A name that is not an
 /// algorithm of that collective throws errc::invalid_argument.
 struct forced {
-  std::optional<algorithm_kind> allreduce, broadcast, allgather, reduce, alltoall, reduce_scatter;
+  std::optional<algorithm_kind> by_code[static_cast<std::size_t>(op_code::monitored_barrier) + 1];
+  const std::optional<algorithm_kind>& operator[](op_code c) const {
+    return by_code[static_cast<std::size_t>(c)];
+  }
 };
 
 forced parse_forced(const std::string& text) {
@@ -119,37 +122,36 @@ forced parse_forced(const std::string& text) {
     const auto op = item.substr(0, eq), name = eq == std::string::npos ? "" : item.substr(eq + 1);
     struct entry {
       const char* op;
+      op_code code;
       const char* name;
       algorithm_kind kind;
     };
     static const entry known[] = {
-        {"allreduce", "direct", algorithm_kind::allreduce_direct},
-        {"allreduce", "ring", algorithm_kind::allreduce_ring},
-        {"allreduce", "recursive_doubling", algorithm_kind::allreduce_recursive_doubling},
-        {"allreduce", "rabenseifner", algorithm_kind::allreduce_rabenseifner},
-        {"allreduce", "hier_striped", algorithm_kind::allreduce_hier_striped},
-        {"allreduce", "hier_leaders", algorithm_kind::allreduce_hier_leaders},
-        {"broadcast", "binomial", algorithm_kind::broadcast_binomial},
-        {"broadcast", "scatter_allgather", algorithm_kind::broadcast_scatter_allgather},
-        {"broadcast", "hier", algorithm_kind::broadcast_hier},
-        {"allgather", "ring", algorithm_kind::allgather_ring},
-        {"allgather", "bruck", algorithm_kind::allgather_bruck},
-        {"reduce", "binomial", algorithm_kind::reduce_binomial},
-        {"reduce", "hier", algorithm_kind::reduce_hier},
-        {"reduce_scatter", "ring", algorithm_kind::reduce_scatter_ring},
-        {"reduce_scatter", "halving", algorithm_kind::reduce_scatter_halving},
-        {"alltoall", "pairwise", algorithm_kind::alltoall_pairwise},
-        {"alltoall", "bruck", algorithm_kind::alltoall_bruck}};
+        {"allreduce", op_code::allreduce, "direct", algorithm_kind::allreduce_direct},
+        {"allreduce", op_code::allreduce, "ring", algorithm_kind::allreduce_ring},
+        {"allreduce", op_code::allreduce, "recursive_doubling",
+         algorithm_kind::allreduce_recursive_doubling},
+        {"allreduce", op_code::allreduce, "rabenseifner", algorithm_kind::allreduce_rabenseifner},
+        {"allreduce", op_code::allreduce, "hier_striped", algorithm_kind::allreduce_hier_striped},
+        {"allreduce", op_code::allreduce, "hier_leaders", algorithm_kind::allreduce_hier_leaders},
+        {"broadcast", op_code::broadcast, "binomial", algorithm_kind::broadcast_binomial},
+        {"broadcast", op_code::broadcast, "scatter_allgather",
+         algorithm_kind::broadcast_scatter_allgather},
+        {"broadcast", op_code::broadcast, "hier", algorithm_kind::broadcast_hier},
+        {"allgather", op_code::allgatherv, "ring", algorithm_kind::allgather_ring},
+        {"allgather", op_code::allgatherv, "bruck", algorithm_kind::allgather_bruck},
+        {"reduce", op_code::reduce, "binomial", algorithm_kind::reduce_binomial},
+        {"reduce", op_code::reduce, "hier", algorithm_kind::reduce_hier},
+        {"reduce_scatter", op_code::reduce_scatterv, "ring", algorithm_kind::reduce_scatter_ring},
+        {"reduce_scatter", op_code::reduce_scatterv, "halving",
+         algorithm_kind::reduce_scatter_halving},
+        {"alltoall", op_code::alltoallv, "pairwise", algorithm_kind::alltoall_pairwise},
+        {"alltoall", op_code::alltoallv, "bruck", algorithm_kind::alltoall_bruck}};
     bool found = false;
     for (const auto& k : known)
       if (op == k.op && name == k.name) {
         found = true;
-        (op == "allreduce"        ? r.allreduce
-         : op == "broadcast"      ? r.broadcast
-         : op == "reduce"         ? r.reduce
-         : op == "alltoall"       ? r.alltoall
-         : op == "reduce_scatter" ? r.reduce_scatter
-                                  : r.allgather) = k.kind;
+        r.by_code[static_cast<std::size_t>(k.code)] = k.kind;
       }
     if (!found)
       throw error(errc::invalid_argument,
@@ -204,45 +206,21 @@ bool even_blocks(const collective_call& call) {
                      [&](std::int64_t c) { return c == call.counts.front(); });
 }
 
-algorithm_kind choose_now(const forced& want, op_code code, std::uint64_t bytes,
-                          const group_topology& t, const cost_model& m, int root) {
-  std::optional<algorithm_kind> forced::*setting = nullptr;  // what TROUPE_ALGORITHMS forces
-  switch (code) {
-    case op_code::allreduce:
-      setting = &forced::allreduce;
-      break;
-    case op_code::broadcast:
-      setting = &forced::broadcast;
-      break;
-    case op_code::allgatherv:
-      setting = &forced::allgather;
-      break;
-    case op_code::reduce:
-      setting = &forced::reduce;
-      break;
-    case op_code::alltoallv:
-      setting = &forced::alltoall;
-      break;
-    case op_code::reduce_scatterv:
-      setting = &forced::reduce_scatter;
-      break;
-    default:
-      return algorithm_kind::other;
-  }
-  return pick(want.*setting, code, bytes, t, m, root);
+/// `t`, or where an engine knows no hosts (a topology not of the group's
+/// `size`) every rank on one, kept in `keep`.
+const group_topology& of_size(const group_topology& t, int size,
+                              std::shared_ptr<const group_topology>& keep) {
+  if (t.size() == size) return t;
+  keep = group_topology::flat(size);
+  return *keep;
 }
 
 }  // namespace
 
 std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, const group_topology& t,
                                           int size) {
-  // An engine that knows no hosts: every rank on one.
   std::shared_ptr<const group_topology> flat;
-  const group_topology* topo = &t;
-  if (t.size() != size) {
-    flat = group_topology::flat(size);
-    topo = flat.get();
-  }
+  const auto* topo = &of_size(t, size, flat);
   switch (call.code) {
     case op_code::allreduce:
       return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()),
@@ -298,7 +276,7 @@ algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_t
       if (e.topology == t.id && e.generation == generation && e.bytes == bytes && e.code == code &&
           e.root == root)
         return e.kind;
-  const auto kind = choose_now(want, code, bytes, t, m, root);
+  const auto kind = pick(want[code], code, bytes, t, m, root);  // other where none is chosen
   if (cacheable) last[next++ % 8] = {t.id, generation, bytes, code, root, kind};
   return kind;
 }
@@ -306,12 +284,7 @@ algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_t
 bool alltoall_runs_bruck(const collective_call& call, const group_topology& t, int size) {
   if (call.code != op_code::alltoallv || !call.even_splits || size < 3) return false;
   std::shared_ptr<const group_topology> flat;
-  const group_topology* topo = &t;
-  if (t.size() != size) {
-    flat = group_topology::flat(size);
-    topo = flat.get();
-  }
-  return chosen_algorithm(op_code::alltoallv, call.input.nbytes(), *topo,
+  return chosen_algorithm(op_code::alltoallv, call.input.nbytes(), of_size(t, size, flat),
                           cost_model::of_process()) == algorithm_kind::alltoall_bruck;
 }
 

@@ -58,7 +58,6 @@ class algorithm_op final : public inline_op {
       call_->seq = seq;
       ctx_ = std::make_unique<message_context>(net, op, *call_, deadline, reads_itself);
       ctx_->set_topology(net.topology());
-      ctx_->ride_agreement_on_data();
       alg_ = make_algorithm(*call_, fc.rank, ctx_->topology(), fc.size);
       moved = true;
       // Send first: a peer must get this rank's fingerprint (with its

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
@@ -97,6 +98,15 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   const auto uneven = group_topology::of_hosts({"a", "a", "a", "b", "b"});
   CHECK(choose(op_code::allreduce, 64 << 20, *uneven, cost_model{}).kind !=
         algorithm_kind::allreduce_hier_striped);
+}
+
+TEST_CASE("Bruck's count of the slots that move at step k is the count by slots") {
+  for (int n = 1; n <= 300; ++n)
+    for (int k = 1; k < n; k <<= 1) {
+      int by_slots = 0;
+      for (int i = 0; i < n; ++i) by_slots += (i & k) != 0;
+      CHECK(slots_with_bit(n, k) == by_slots);
+    }
 }
 
 TEST_CASE("a choice is remembered for the same call on the same group, and follows the setting") {
