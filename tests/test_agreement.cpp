@@ -532,8 +532,10 @@ TEST_CASE("calls that run on different engines fail with a mismatch on both") {
   // SUM runs on the shared segment, PREMUL_SUM on messages: neither engine
   // sees the other's call, but each sees what the other rank announced.
   if (under_launcher()) return;  // the inline engines stop: no closing barrier
-  // The default engines, whatever engine the environment names.
+  // The default engines, whatever engine or fabric the environment names
+  // (with TROUPE_FABRIC=off both calls run on messages).
   troupe::test::scoped_env engine{"TROUPE_ENGINE", nullptr};
+  troupe::test::scoped_env fabric{"TROUPE_FABRIC", nullptr};
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
     auto op = w.rank() == 0 ? reduce_op::premul_sum(2.0) : reduce_op(reduce_op::SUM);
