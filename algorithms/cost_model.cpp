@@ -44,33 +44,98 @@ double quantity(const std::string& text, const std::string& v, bool rate) {
       "'" + v + "' has no " + (rate ? "rate unit (GB/s, Gbit/s, ...)" : "time unit (us, ...)"));
 }
 
+/// The share of a CPU each of `busy` ranks of a host of `ranks` gets, its
+/// CPUs shared by m.ranks_per_cpu ranks each (1: a CPU each). A rank that
+/// waits meanwhile still takes some of its CPU (it polls, yielding, before
+/// it sleeps): measured, about half a working rank's share.
+double cpu_share(const cost_model& m, double ranks, double busy) {
+  if (!(m.ranks_per_cpu > 1)) return 1.0;
+  busy = std::max(busy, 1.0);
+  const double cpus = ranks / m.ranks_per_cpu;
+  return std::min(1.0, cpus / (busy + 0.5 * std::max(ranks - busy, 0.0)));
+}
+
+/// `m` as `busy` ranks of a host of `ranks` see it: its CPU rates (between
+/// hosts, and the copies within one) at their share of the host's CPUs.
+cost_model busy_ranks(const cost_model& m, double ranks, double busy) {
+  const double share = cpu_share(m, ranks, busy);
+  cost_model b = m;
+  b.cpu_rate *= share;
+  b.local.bandwidth *= share;
+  b.ranks_per_cpu = 1;  // shared already
+  return b;
+}
+
+/// The bytes per second each rank reduces (or copies) where every rank of
+/// `t` does at once.
+double reducing(const group_topology& t, const cost_model& m) {
+  return m.local.bandwidth * cpu_share(m, t.most_on_a_host(), t.most_on_a_host());
+}
+
 /// A flat algorithm's step: every rank r sends `bytes(r)` to `to(r)` (or
-/// nothing: -1); its time is the slowest transfer, a host's outgoing
-/// transfers sharing its link.
+/// nothing: -1). Its time is the slowest host's: the latency of its link
+/// (between hosts where a transfer crosses), each further message's
+/// overhead, then the longer of its link's wire time (full duplex: what
+/// leaves and what arrives each have the bandwidth) and its busiest rank's
+/// CPU time (the bytes it sends and receives between hosts at cpu_rate, the
+/// bytes it receives within the host at the local bandwidth: a step's
+/// copies run one after another on the rank's CPU).
 template <class To, class Bytes>
 double step_time(const group_topology& t, const cost_model& m, const To& to, const Bytes& bytes) {
   const int n = t.size();
-  std::vector<double> out(static_cast<std::size_t>(std::max(t.hosts(), 1)), 0);
-  std::vector<int> flows(out.size(), 0);
-  double local = 0;
+  const auto hosts = static_cast<std::size_t>(std::max(t.hosts(), 1));
+  std::vector<double> out(hosts, 0), in(hosts, 0), cpu(static_cast<std::size_t>(n), 0);
+  std::vector<int> flows(hosts, 0);
+  std::vector<char> crossed(hosts, 0), active(hosts, 0);
+  auto host = [&](int r) {
+    return t.hosts() > 0 ? static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(r)])
+                         : std::size_t{0};
+  };
   for (int r = 0; r < n; ++r) {
     const int d = to(r);
     if (d < 0 || d == r) continue;
     const double b = bytes(r);
-    const int h = t.host_of[static_cast<std::size_t>(r)];
-    if (h == t.host_of[static_cast<std::size_t>(d)]) {
-      local = std::max(local, m.local.time(b));
+    const auto h = host(r), g = host(d);
+    active[h] = active[g] = 1;
+    if (h == g) {
+      cpu[static_cast<std::size_t>(d)] += b / m.local.bandwidth;
     } else {
-      out[static_cast<std::size_t>(h)] += b;
-      ++flows[static_cast<std::size_t>(h)];
+      out[h] += b;
+      in[g] += b;
+      ++flows[h];
+      crossed[h] = crossed[g] = 1;
+      cpu[static_cast<std::size_t>(r)] += b / m.cpu_rate;
+      cpu[static_cast<std::size_t>(d)] += b / m.cpu_rate;
     }
   }
-  double worst = local;
-  for (std::size_t h = 0; h < out.size(); ++h)
-    if (flows[h] > 0)
-      worst = std::max(
-          worst, m.host.latency + (flows[h] - 1) * m.host.overhead + out[h] / m.host.bandwidth);
+  std::vector<double> busiest(hosts, 0);
+  std::vector<int> busy(hosts, 0);
+  for (int r = 0; r < n; ++r) {
+    const double c = cpu[static_cast<std::size_t>(r)];
+    busiest[host(r)] = std::max(busiest[host(r)], c);
+    busy[host(r)] += c > 0;
+  }
+  if (m.ranks_per_cpu > 1)  // the busy ranks share the host's CPUs
+    for (std::size_t h = 0; h < hosts; ++h) {
+      const auto ranks = t.hosts() > 0 ? t.ranks_on[h].size() : static_cast<std::size_t>(n);
+      if (busy[h] > 0) busiest[h] /= cpu_share(m, static_cast<double>(ranks), busy[h]);
+    }
+  double worst = 0;
+  for (std::size_t h = 0; h < hosts; ++h) {
+    if (!active[h]) continue;
+    const double wire = crossed[h] ? std::max(out[h], in[h]) / m.host.bandwidth : 0;
+    const double start =
+        crossed[h] ? m.host.latency + std::max(flows[h] - 1, 0) * m.host.overhead : m.local.latency;
+    worst = std::max(worst, start + std::max(wire, busiest[h]));
+  }
   return worst;
+}
+
+/// Two ranks on different hosts exchanging `bytes` each way: the link
+/// carries them each way at once; each rank's CPU share moves both.
+double exchange_between_hosts(const cost_model& m, double bytes) {
+  return m.host.latency +
+         std::max(bytes / m.host.bandwidth, 2 * bytes / (m.cpu_rate * cpu_share(m, 1, 1)));
 }
 
 /// One step of a ring ordered by host (rank order on one host): every rank
@@ -146,7 +211,7 @@ double rabenseifner(const group_topology& t, const cost_model& m, double bytes) 
   double total = f.fold_time(t, m, bytes);
   for (int mask = f.p / 2; mask >= 1; mask /= 2) {
     const double part = bytes * mask / f.p;
-    total += part / m.local.bandwidth +
+    total += part / reducing(t, m) +
              2 * step_time(
                      t, m, [&](int r) { return f.partner(r, mask); }, [&](int) { return part; });
   }
@@ -169,7 +234,7 @@ double halving_reduce_scatter(const group_topology& t, const cost_model& m, doub
             [&](int) { return bytes / n; });
   for (int mask = f.p / 2; mask >= 1; mask /= 2) {
     const double part = bytes * mask / f.p;
-    total += part / m.local.bandwidth +
+    total += part / reducing(t, m) +
              step_time(
                  t, m, [&](int r) { return f.partner(r, mask); }, [&](int) { return part; });
   }
@@ -190,14 +255,16 @@ double direct_allreduce(const group_topology& t, const cost_model& m, double byt
 }
 
 /// The best flat allreduce among `hosts` ranks, one per host, each host's
-/// link shared by `sharing` such allreduces at once.
-double across_hosts(int hosts, int sharing, const cost_model& m, double bytes) {
+/// link shared by `sharing` such allreduces at once (of a host's
+/// `per_host` ranks: their share of its CPUs).
+double across_hosts(int hosts, int per_host, int sharing, const cost_model& m, double bytes) {
   if (hosts < 2) return 0;
   const auto t = one_rank_each(hosts);
-  cost_model shared = m;  // the other columns' messages cross the same links
+  cost_model shared =
+      busy_ranks(m, per_host, sharing);  // the other columns' messages cross the same links
   shared.host.bandwidth /= sharing;
   shared.host.latency += (sharing - 1) * m.host.overhead;
-  if (hosts == 2) return shared.host.time(bytes);  // one exchange (pair)
+  if (hosts == 2) return exchange_between_hosts(shared, bytes);  // one exchange (pair)
   return std::min({ring_allreduce(*t, shared, bytes), recursive_doubling(*t, shared, bytes),
                    rabenseifner(*t, shared, bytes),
                    hosts <= 16 ? direct_allreduce(*t, shared, bytes)
@@ -225,7 +292,7 @@ double binomial_reduce(const group_topology& t, const cost_model& m, double byte
   const int n = t.size();
   double total = 0;
   for (int mask = 1; mask < n; mask <<= 1)
-    total += bytes / m.local.bandwidth +
+    total += bytes / reducing(t, m) +
              step_time(
                  t, m,
                  [&](int r) {
@@ -264,8 +331,8 @@ double rooted_direct(const group_topology& t, const cost_model& m, double block)
   if (local > 0)
     worst = m.local.latency + (local - 1) * m.local.overhead + local * block / m.local.bandwidth;
   if (remote > 0)
-    worst = std::max(
-        worst, m.host.latency + (remote - 1) * m.host.overhead + remote * block / m.host.bandwidth);
+    worst = std::max(worst, m.host.latency + (remote - 1) * m.host.overhead +
+                                remote * block / std::min(m.host.bandwidth, m.cpu_rate));
   return worst;
 }
 
@@ -288,8 +355,10 @@ double pairwise_alltoall(const group_topology& t, const cost_model& m, double by
     const double first = remote > 0 ? m.host.latency : m.local.latency;
     const double work = local * m.local.overhead + remote * m.host.overhead -
                         (remote > 0 ? m.host.overhead : m.local.overhead);
-    const double wire = std::max(static_cast<double>(k) * remote * block / m.host.bandwidth,
-                                 local * block / m.local.bandwidth);
+    const double wire =
+        std::max({static_cast<double>(k) * remote * block / m.host.bandwidth,
+                  2 * remote * block / m.cpu_rate,  // each rank's sends and receives
+                  local * block / m.local.bandwidth});
     worst = std::max(worst, first + work + wire);
   }
   return worst;
@@ -316,7 +385,8 @@ double bruck_alltoall(const group_topology& t, const cost_model& m, double bytes
 }  // namespace
 
 fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group_topology& t,
-                               const cost_model& m) {
+                               const cost_model& base) {
+  const cost_model m = base.on_shared_cpus();
   const double bytes = static_cast<double>(bytes_in);
   const int n = t.size();
   switch (code) {
@@ -361,6 +431,19 @@ const cost_model& cost_model::of_process() {
   return m;
 }
 
+cost_model cost_model::on_shared_cpus() const {
+  if (!(ranks_per_cpu > 1) || latencies_shared) return *this;
+  cost_model m = *this;
+  const double k = ranks_per_cpu;
+  const double wait = std::pow(k, 2.3);
+  for (link_cost* l : {&m.host, &m.local}) {
+    l->latency *= wait;
+    l->overhead *= k;
+  }
+  m.latencies_shared = true;
+  return m;
+}
+
 cost_model cost_model::parse(const std::string& text) {
   cost_model m;
   std::size_t at = 0;
@@ -370,17 +453,25 @@ cost_model cost_model::parse(const std::string& text) {
     const auto item = text.substr(at, end - at);
     at = end + 1;
     const auto eq = item.find('='), colon = item.find(':');
+    if (eq != std::string::npos && item.compare(0, eq, "ranks_per_cpu") == 0) {
+      const auto v = item.substr(eq + 1);
+      char* end = nullptr;
+      const double k = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(k >= 1) || !(k <= 1e6))
+        bad(text, "ranks_per_cpu '" + v + "' is not a number from 1 to 1e6");
+      m.ranks_per_cpu = k;
+      continue;
+    }
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
-      bad(text, "'" + item + "' is not NAME=LATENCY:BANDWIDTH");
+      bad(text, "'" + item + "' is not NAME=LATENCY:BANDWIDTH or ranks_per_cpu=K");
     const auto name = item.substr(0, eq);
-    link_cost c{quantity(text, item.substr(eq + 1, colon - eq - 1), false),
-                quantity(text, item.substr(colon + 1), true), 0};
-    if (name == "host")
-      m.host = {c.latency, c.bandwidth, m.host.overhead};
-    else if (name == "local")
-      m.local = {c.latency, c.bandwidth, m.local.overhead};
-    else
+    if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");
+    // An empty latency or bandwidth keeps the default's ("host=:1Gbit/s").
+    auto& link = name == "host" ? m.host : m.local;
+    const auto latency = item.substr(eq + 1, colon - eq - 1), rate = item.substr(colon + 1);
+    if (!latency.empty()) link.latency = quantity(text, latency, false);
+    if (!rate.empty()) link.bandwidth = quantity(text, rate, true);
   }
   return m;
 }
@@ -432,19 +523,22 @@ const char* to_string(algorithm_kind k) noexcept {
 }
 
 double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology& t,
-               const cost_model& m, int root) {
+               const cost_model& base, int root) {
+  const cost_model m = base.on_shared_cpus();
   const double bytes = static_cast<double>(bytes_in);
   const int n = t.size();
   const int hosts = t.hosts();
   const int per_host = t.most_on_a_host();
-  const auto& pair_link = hosts > 1 ? m.host : m.local;
+  // What one rank of each host (a leader, the others waiting) sees.
+  const cost_model leader = busy_ranks(m, per_host, 1);
+  auto pair = [&](double b) { return hosts > 1 ? exchange_between_hosts(m, b) : m.local.time(b); };
   switch (kind) {
     case algorithm_kind::allreduce_direct:
       return direct_allreduce(t, m, bytes);
     case algorithm_kind::allreduce_pair:
-      return pair_link.time(bytes);
+      return pair(bytes);
     case algorithm_kind::allreduce_halves:
-      return 2 * pair_link.time(bytes / 2);
+      return 2 * pair(bytes / 2);
     case algorithm_kind::allreduce_ring:
       return ring_allreduce(t, m, bytes);
     case algorithm_kind::allreduce_recursive_doubling:
@@ -456,23 +550,25 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       // allreduces, one per rank of a host, sharing the host's link; in k
       // slices at once, a pipeline: the first slice's three stages, then
       // the slowest stage for each further slice.
-      const int k = hier_segments(bytes_in, m);
+      const int k = hier_segments(bytes_in, base);  // as allreduce_hier.cpp slices
       const double slice = bytes / k;
-      const double within = m.local.time(slice * (per_host - 1) / per_host);
-      const double across = across_hosts(hosts, per_host, m, slice / per_host);
+      const double within =
+          busy_ranks(m, per_host, per_host).local.time(slice * (per_host - 1) / per_host);
+      const double across = across_hosts(hosts, per_host, per_host, m, slice / per_host);
       return 2 * within + across + (k - 1) * std::max(within, across);
     }
     case algorithm_kind::allreduce_hier_leaders:
       // Reduce to each host's first rank, allreduce among them, send back.
-      return 2 * (m.local.time(bytes * (per_host - 1)) + (per_host - 2) * m.local.overhead) +
-             across_hosts(hosts, 1, m, bytes);
+      // Only the leaders work while the others wait: a CPU each.
+      return 2 * (leader.local.time(bytes * (per_host - 1)) + (per_host - 2) * m.local.overhead) +
+             across_hosts(hosts, per_host, 1, m, bytes);
     case algorithm_kind::broadcast_binomial:
       return binomial_broadcast(t, m, bytes, root);
     case algorithm_kind::broadcast_scatter_allgather:
       return scatter_allgather_broadcast(t, m, bytes);
     case algorithm_kind::broadcast_hier: {
       const std::vector<std::string> one_host(static_cast<std::size_t>(per_host), "h");
-      return binomial_broadcast(*one_rank_each(hosts), m, bytes,
+      return binomial_broadcast(*one_rank_each(hosts), leader, bytes,
                                 t.host_of[static_cast<std::size_t>(root)]) +
              binomial_broadcast(*group_topology::of_hosts(one_host), m, bytes, 0);
     }
@@ -492,16 +588,17 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
     case algorithm_kind::reduce_hier:
       // Each host's ranks to its leader, which reduces them; then the
       // leaders' binomial reduction, one per host.
-      return m.local.time(bytes * (per_host - 1)) + std::max(per_host - 2, 0) * m.local.overhead +
-             bytes * per_host / m.local.bandwidth +
-             binomial_reduce(*one_rank_each(hosts), m, bytes,
+      return leader.local.time(bytes * (per_host - 1)) +
+             std::max(per_host - 2, 0) * m.local.overhead +
+             bytes * per_host / leader.local.bandwidth +
+             binomial_reduce(*one_rank_each(hosts), leader, bytes,
                              t.host_of[static_cast<std::size_t>(root)]);
     case algorithm_kind::alltoall_pairwise:
       return pairwise_alltoall(t, m, bytes);
     case algorithm_kind::alltoall_bruck:
       return bruck_alltoall(t, m, bytes);
     case algorithm_kind::reduce_scatter_ring:
-      return n < 2 ? 0 : (n - 1) * (ring_step(t, m, bytes / n) + bytes / n / m.local.bandwidth);
+      return n < 2 ? 0 : (n - 1) * (ring_step(t, m, bytes / n) + bytes / n / reducing(t, m));
     case algorithm_kind::reduce_scatter_halving:
       return halving_reduce_scatter(t, m, bytes);
     case algorithm_kind::other:

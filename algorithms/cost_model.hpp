@@ -1,18 +1,28 @@
 #pragma once
 // cost_model — what moving bytes costs between two ranks, by the class of
 // link between them, and what each algorithm therefore costs: the
-// latency-bandwidth (alpha-beta) model. algorithms/select.cpp runs the
+// latency-bandwidth (alpha-beta) model, with the hosts' CPUs shared where
+// they run more ranks than they have CPUs. algorithms/select.cpp runs the
 // algorithm it predicts fastest; testing::predict asks the same of any
 // layout of hosts and ranks, at any scale, without running anything.
 //
 // A message of m bytes on a link costs latency + m / bandwidth. Where k
 // messages leave a host at once over its link, each gets a k-th of the
 // link's bandwidth. The defaults are measured on the machines troupe is
-// developed on (2 vCPUs; TCP between network namespaces for "other host");
-// TROUPE_LINK_COSTS overrides them:
-//   TROUPE_LINK_COSTS="host=50us:1.25GB/s,local=5us:5GB/s"
+// developed on (TCP between network namespaces for "other host", a CPU for
+// each rank); TROUPE_LINK_COSTS overrides them:
+//   TROUPE_LINK_COSTS="host=50us:1.25GB/s,local=5us:5GB/s,ranks_per_cpu=2"
 // (host: between hosts; local: between processes of a host; units s, ms,
-// us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s).
+// us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; ranks_per_cpu: a
+// plain number, below).
+//
+// Ranks that share a CPU (more ranks on a host than it has CPUs) wait for
+// each other: a message between hosts wakes a reader thread and then its
+// rank on a CPU that runs other ranks too. Measured across emulated hosts
+// (veth, one rank per CPU to four), a barrier's round across hosts took
+// 13 us at one rank per CPU, 45-62 at two, 83-146 at three, 169-209 at
+// four: about k^2 times the latency at k ranks per CPU; and the CPU that
+// moves a rank's bytes through TCP moves a k-th of them for each.
 
 #include <cstdint>
 #include <string>
@@ -33,8 +43,24 @@ struct link_cost {
 };
 
 struct cost_model {
-  link_cost local{5e-6, 5e9, 1e-6};     ///< between ranks of one host
-  link_cost host{60e-6, 1.0e9, 10e-6};  ///< between hosts
+  link_cost local{5e-6, 5e9, 1e-6};   ///< between ranks of one host
+  link_cost host{12e-6, 4e9, 10e-6};  ///< between hosts
+  /// The ranks each CPU of the busiest host runs, where they outnumber its
+  /// CPUs (1: a CPU for each rank, the default). The ranks that work in a
+  /// step share their host's CPUs (ranks / ranks_per_cpu of them: a
+  /// leader whose host's other ranks wait has a CPU of its own).
+  double ranks_per_cpu = 1;
+  /// Bytes per second a rank's CPU sends or receives between hosts (TCP's
+  /// copies and protocol; what bounds an unshaped link: measured at one
+  /// rank per CPU over veth, a 16 MiB broadcast 3.3 GB/s, an exchange
+  /// 2 GB/s each way).
+  double cpu_rate = 4e9;
+  /// on_shared_cpus() made this model (its latencies already shared).
+  bool latencies_shared = false;
+  /// This model's latencies as ranks sharing CPUs see them (ranks_per_cpu
+  /// = k > 1): k^2 times, each further message's work k times; itself at
+  /// k = 1 or once applied. Every prediction applies it.
+  cost_model on_shared_cpus() const;
   /// The process's model: the defaults, or TROUPE_LINK_COSTS (read once;
   /// a malformed value throws errc::invalid_argument naming it).
   static const cost_model& of_process();

@@ -2,12 +2,29 @@
 // ranks of a layout of hosts would choose for one call, and its time, from
 // the same cost model and choice the message engine makes (algorithms/).
 
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "algorithms/cost_model.hpp"
+#include "api/layout_model.hpp"
 #include "troupe/error.hpp"
 #include "troupe/simulation.hpp"
+
+namespace troupe::detail {
+
+cost_model layout_model(const testing::host_layout& layout, const std::string& link_costs,
+                        const std::string& who) {
+  auto model = link_costs.empty() ? cost_model::of_process() : cost_model::parse(link_costs);
+  const double cpus = layout.cpus_per_host;
+  if (!std::isfinite(cpus) || cpus < 0)
+    throw error(errc::invalid_argument, who + ": cpus_per_host " + std::to_string(cpus) +
+                                            " must be 0 (a CPU for each rank) or more");
+  if (cpus > 0) model.ranks_per_cpu = std::max(1.0, layout.ranks_per_host / cpus);
+  return model;
+}
+
+}  // namespace troupe::detail
 
 namespace troupe::testing {
 
@@ -41,8 +58,7 @@ prediction predict(const std::string& collective, std::uint64_t bytes, const hos
   if (ranks > most)
     bad(std::to_string(layout.hosts) + " hosts x " + std::to_string(layout.ranks_per_host) +
         " ranks = " + std::to_string(ranks) + " ranks; at most " + std::to_string(most));
-  const auto model =
-      link_costs.empty() ? detail::cost_model::of_process() : detail::cost_model::parse(link_costs);
+  const auto model = detail::layout_model(layout, link_costs, "predict");
   std::vector<std::string> hosts;
   hosts.reserve(static_cast<std::size_t>(ranks));
   for (long long r = 0; r < ranks; ++r) hosts.push_back(std::to_string(r / layout.ranks_per_host));

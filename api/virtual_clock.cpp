@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "api/layout_model.hpp"
 #include "base/work_state.hpp"
 #include "troupe/error.hpp"
 
@@ -65,8 +66,8 @@ bool is_p2p(const char* op) {
 
 virtual_clock::virtual_clock(int n, const testing::virtual_timing& timing)
     : layout_(timing.layout),
-      model_(timing.link_costs.empty() ? cost_model::of_process()
-                                       : cost_model::parse(timing.link_costs)),
+      model_(layout_model(timing.layout, timing.link_costs, "simulate: timing.layout")),
+      shared_(model_.on_shared_cpus()),
       now_(static_cast<std::size_t>(n), 0.0) {
   const long long ranks = static_cast<long long>(layout_.hosts) * layout_.ranks_per_host;
   if (layout_.hosts < 1 || layout_.ranks_per_host < 1 || ranks != n)
@@ -77,7 +78,7 @@ virtual_clock::virtual_clock(int n, const testing::virtual_timing& timing)
 }
 
 const link_cost& virtual_clock::link(int a, int b) const {
-  return a / layout_.ranks_per_host == b / layout_.ranks_per_host ? model_.local : model_.host;
+  return a / layout_.ranks_per_host == b / layout_.ranks_per_host ? shared_.local : shared_.host;
 }
 
 void virtual_clock::issued(int rank, const std::shared_ptr<work_state>& s, const sim_call& c) {

@@ -70,7 +70,8 @@ class virtual_clock final : public sim_clock {
 
   std::mutex mtx_;
   testing::host_layout layout_;
-  cost_model model_;
+  cost_model model_;   ///< the layout's, as the ranks choose by
+  cost_model shared_;  ///< model_ on the layout's shared CPUs: point-to-point's links
   std::vector<double> now_;
   std::map<std::pair<std::string, std::uint64_t>, collective> calls_;  // stable addresses
   std::map<std::pair<std::string, int>, std::uint64_t> issued_;        // (group, rank) -> count

@@ -109,17 +109,23 @@ echo "hosts_bench: $hosts hosts x $per_host ranks, link $link, $cpus CPUs:" \
   "$([ ${#place[@]} -gt 0 ] && echo "$per_host_cpus of them per host" || echo "shared by all hosts"),"\
   "no rank bound"
 hosts_sh=(bash scripts/hosts.sh --hosts "$hosts" --link "$link" --timeout "$limit" "${place[@]}")
-# troupe is told the link's rate, as README asks of a real network
-# (TROUPE_LINK_COSTS): 95% of it, what TCP over a 1500-byte MTU leaves,
-# with the default latency; the report's model is the same.
-troupe_env=()
+# troupe is told what README asks a user to tell it (TROUPE_LINK_COSTS):
+# the link's rate, 95% of it (what TCP over a 1500-byte MTU leaves), with
+# the default latency; and, where the hosts' ranks outnumber the CPUs they
+# run on, the ranks per CPU. The report's model is the same.
+host_cpus=$(awk -v c="$cpus" -v h="$hosts" 'BEGIN { printf "%.4f", c / h }')
+costs=()
 if [ "$link" != none ]; then
   rate=$(awk -v r="$link" 'BEGIN {
     n = r + 0; u = tolower(substr(r, length(n "") + 1))
     f = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : u == "bit" ? 1 : 0
     if (f > 0) printf "%.0f", n * f / 8 * 0.95 }')
-  [ -n "$rate" ] && troupe_env=(env "TROUPE_LINK_COSTS=host=60us:${rate}B/s")
+  [ -z "$rate" ] || costs+=("host=:${rate}B/s")
 fi
+sharing=$(awk -v r="$ranks" -v c="$cpus" 'BEGIN { if (r > c) printf "%g", r / c }')
+[ -z "$sharing" ] || costs+=("ranks_per_cpu=$sharing")
+troupe_env=()
+[ ${#costs[@]} -eq 0 ] || troupe_env=(env "TROUPE_LINK_COSTS=$(IFS=,; echo "${costs[*]}")")
 failed=()
 
 run() {  # run NAME COMMAND...: one system, logged
@@ -166,7 +172,7 @@ done
 # 3. Tables and targets.
 if [ -f "$csv" ]; then
   "$build/bench/bench_hosts_report" "$csv" --hosts "$hosts" --ranks-per-host "$per_host" \
-    --link "$link" | tee "$out/$name.txt"
+    --link "$link" --cpus-per-host "$host_cpus" | tee "$out/$name.txt"
 fi
 echo "hosts_bench: results in $csv; $(($(date +%s) - start)) s in all"
 if [ ${#failed[@]} -gt 0 ]; then

@@ -5,6 +5,8 @@
 // hosts' links set, the ratios, the bus bandwidths, then the targets.
 //
 //   bench_hosts_report hosts.csv --hosts H --ranks-per-host R --link RATE|none
+//                      [--cpus-per-host C]   (the model's CPUs of a host: the
+//                      ranks share them where C < R; 0, the default: one each)
 //
 // The link's bound of a collective: the bytes a host must send (or receive)
 // across its link when the algorithm moves each host's data across once
@@ -48,7 +50,8 @@ constexpr std::size_t MiB = 1024 * 1024;
 struct topology {
   int hosts = 0, per_host = 0;
   std::string link = "none";
-  double bits_per_s = 0;  ///< 0: unshaped
+  double bits_per_s = 0;     ///< 0: unshaped
+  double cpus_per_host = 0;  ///< 0: a CPU for each rank
   int ranks() const { return hosts * per_host; }
 };
 
@@ -180,7 +183,7 @@ struct target {
 /// many sizes fall within 25%.
 void print_model(const topology& t) {
   const std::string costs =
-      t.bits_per_s > 0 ? "host=60us:" + fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s" : "";
+      t.bits_per_s > 0 ? "host=:" + fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s" : "";
   std::printf(
       "\n### the cost model against the measurement (troupe, %d hosts x %d ranks, link %s)\n\n",
       t.hosts, t.per_host, t.link.c_str());
@@ -193,7 +196,8 @@ void print_model(const topology& t) {
     for (const auto& [bytes, row] : rows->second) {
       const double measured = time_of(row, "troupe-shm+tcp");
       if (std::isnan(measured)) continue;
-      const auto p = troupe::testing::predict(op, bytes, {t.hosts, t.per_host}, costs);
+      const auto p =
+          troupe::testing::predict(op, bytes, {t.hosts, t.per_host, t.cpus_per_host}, costs);
       const double predicted = p.seconds * 1e6, ratio = measured / predicted;
       ++compared;
       within += ratio >= 0.75 && ratio <= 1.25;
@@ -202,8 +206,12 @@ void print_model(const topology& t) {
                   fmt("%.1f", measured).c_str(), fmt("%.2f", ratio).c_str());
     }
   }
-  std::printf("\nmodel: %d of %d sizes within 25%% of the measurement (times in us; model: %s)\n",
-              within, compared, costs.empty() ? "the defaults" : costs.c_str());
+  std::printf(
+      "\nmodel: %d of %d sizes within 25%% of the measurement (times in us; model: %s; %s)\n",
+      within, compared, costs.empty() ? "the defaults" : costs.c_str(),
+      t.cpus_per_host > 0 && t.cpus_per_host < t.per_host
+          ? fmt("%.2f ranks per CPU", t.per_host / t.cpus_per_host).c_str()
+          : "a CPU for each rank");
 }
 
 void print_targets(const topology& t) {
@@ -293,6 +301,8 @@ int main(int argc, char** argv) {
         t.per_host = std::stoi(v);
       else if (a == "--link")
         t.link = v;
+      else if (a == "--cpus-per-host")
+        t.cpus_per_host = std::stod(v);
       else
         throw std::invalid_argument("unknown argument '" + a + "'");
     }
@@ -312,7 +322,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr,
                  "bench_hosts_report: %s\nusage: bench_hosts_report hosts.csv --hosts H "
-                 "--ranks-per-host R --link RATE|none\n",
+                 "--ranks-per-host R --link RATE|none [--cpus-per-host C]\n",
                  e.what());
     return 2;
   }

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <set>
 #include <string>
@@ -566,7 +567,48 @@ TEST_CASE("timed: a killed rank's call is reported with the ranks that came") {
   for (double e : ends) CHECK(e == doctest::Approx(calls[0].seconds));  // the second failed
 }
 
+TEST_CASE("timed: ranks that share their hosts' CPUs take the longer time predict gives them") {
+  // 2 hosts x 4 ranks on 1 CPU each: 4 ranks per CPU.
+  constexpr std::uint64_t bytes = 4;
+  const auto own = testing::predict("allreduce", bytes, {2, 4}, costs);
+  const auto shared = testing::predict("allreduce", bytes, {2, 4, 1.0}, costs);
+  CHECK(shared.seconds > 4 * own.seconds);
+  std::vector<testing::timed_call> calls;
+  auto o = timed(2, 4, &calls);
+  o.timing->layout.cpus_per_host = 1;
+  testing::simulate(
+      8,
+      [&](world& w) {
+        auto t = tensor::zeros({1}, dtype::float32);
+        w.default_group().allreduce(t).wait();
+      },
+      o);
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].algorithm == shared.algorithm);
+  CHECK(calls[0].seconds == doctest::Approx(shared.seconds));
+  // As many CPUs as ranks, or more: nothing shared.
+  CHECK(testing::predict("allreduce", bytes, {2, 4, 4.0}, costs).seconds ==
+        doctest::Approx(own.seconds));
+  CHECK(testing::predict("allreduce", bytes, {2, 4, 16.0}, costs).seconds ==
+        doctest::Approx(own.seconds));
+}
+
 TEST_CASE("timed: bad layouts, costs and durations are refused, naming them") {
+  for (double cpus : {-1.0, std::nan("")}) {
+    auto bad = timed(2, 2, nullptr);
+    bad.timing->layout.cpus_per_host = cpus;
+    check_error(
+        [&] {
+          testing::simulate(
+              4, [](world&) {}, bad);
+        },
+        errc::invalid_argument, {"simulate", "cpus_per_host"});
+    check_error(
+        [&] {
+          testing::predict("allreduce", 4, {2, 2, cpus});
+        },
+        errc::invalid_argument, {"predict", "cpus_per_host"});
+  }
   check_error(
       [&] {
         testing::simulate(

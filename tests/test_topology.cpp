@@ -51,7 +51,13 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   // Across hosts with several ranks each: the hierarchical algorithms.
   CHECK(chosen(op_code::allreduce, 64 << 20, 2, 2) == algorithm_kind::allreduce_hier_striped);
   CHECK(chosen(op_code::allreduce, 4, 4, 8) == algorithm_kind::allreduce_hier_leaders);
-  CHECK(chosen(op_code::broadcast, 1 << 20, 4, 4) == algorithm_kind::broadcast_hier);
+  // A broadcast's tree across the hosts, then within each (one latency
+  // between hosts per level of hosts, not per level of ranks) ...
+  CHECK(chosen(op_code::broadcast, 64 << 10, 4, 4) == algorithm_kind::broadcast_hier);
+  // ... where its buffer is large, scatter and allgather: a ring that
+  // crosses each host's link once per step moves 2N bytes, not the root
+  // host's log2(hosts) times N.
+  CHECK(chosen(op_code::broadcast, 1 << 20, 4, 4) == algorithm_kind::broadcast_scatter_allgather);
   // reduce: the binomial tree to rank 0 crosses a link once per host where
   // each host's ranks are in a row; where they alternate, the hierarchy.
   CHECK(chosen(op_code::reduce, 1 << 20, 4, 4) == algorithm_kind::reduce_binomial);
@@ -89,11 +95,13 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
         algorithm_kind::alltoall_pairwise);
   CHECK(chosen(op_code::alltoallv, 4 * 4, 1, 4) == algorithm_kind::alltoall_pairwise);
   // reduce_scatter: recursive halving's log n steps at many ranks, the ring
-  // (host by host) for large inputs across hosts.
+  // (host by host: each host's link carries 3/4 of the input, not all of
+  // it) for large inputs across a slow link.
   CHECK(chosen(op_code::reduce_scatterv, 4096 * 4, 1, 4096) ==
         algorithm_kind::reduce_scatter_halving);
-  CHECK(chosen(op_code::reduce_scatterv, std::uint64_t{64} << 20, 2, 2) ==
-        algorithm_kind::reduce_scatter_ring);
+  CHECK(choose(op_code::reduce_scatterv, std::uint64_t{64} << 20, *layout(2, 2),
+               cost_model::parse("host=:1Gbit/s"))
+            .kind == algorithm_kind::reduce_scatter_ring);
   // Hosts of different sizes cannot stripe.
   const auto uneven = group_topology::of_hosts({"a", "a", "a", "b", "b"});
   CHECK(choose(op_code::allreduce, 64 << 20, *uneven, cost_model{}).kind !=
@@ -152,6 +160,50 @@ TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
                     {"TROUPE_LINK_COSTS", "'wan' is not a link class"});
   test::check_error([] { cost_model::parse("host=fast:1GB/s"); }, errc::invalid_argument,
                     {"'fast'"});
+  // An empty latency or rate keeps the default's; ranks_per_cpu is a number.
+  const auto k = cost_model::parse("host=:1Gbit/s,local=2us:,ranks_per_cpu=2.5");
+  CHECK(k.host.latency == doctest::Approx(cost_model{}.host.latency));
+  CHECK(k.host.bandwidth == doctest::Approx(125e6));
+  CHECK(k.local.latency == doctest::Approx(2e-6));
+  CHECK(k.local.bandwidth == doctest::Approx(cost_model{}.local.bandwidth));
+  CHECK(k.ranks_per_cpu == doctest::Approx(2.5));
+  for (const char* bad :
+       {"ranks_per_cpu=0.5", "ranks_per_cpu=many", "ranks_per_cpu=", "ranks_per_cpu=2x"})
+    test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
+                      {"TROUPE_LINK_COSTS", "ranks_per_cpu"});
+}
+
+TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU") {
+  cost_model m;
+  const auto t = layout(2, 2);
+  // One rank per CPU: unchanged, and so is a model already shared.
+  CHECK(m.on_shared_cpus().host.latency == m.host.latency);
+  m.ranks_per_cpu = 2;
+  const auto s = m.on_shared_cpus();
+  CHECK(s.host.latency == doctest::Approx(m.host.latency * std::pow(2.0, 2.3)));
+  CHECK(s.local.latency == doctest::Approx(m.local.latency * std::pow(2.0, 2.3)));
+  CHECK(s.on_shared_cpus().host.latency == doctest::Approx(s.host.latency));
+  cost_model own;
+  for (auto kind : {algorithm_kind::allreduce_hier_leaders, algorithm_kind::allreduce_hier_striped,
+                    algorithm_kind::allreduce_ring, algorithm_kind::broadcast_binomial})
+    for (std::uint64_t bytes : {std::uint64_t{4}, std::uint64_t{16} << 20}) {
+      CAPTURE(to_string(kind));
+      CAPTURE(bytes);
+      CHECK(predict(kind, bytes, *t, m) > predict(kind, bytes, *t, own));
+    }
+  // Unshaped links are CPU-bound: an exchange moves each rank's bytes both
+  // ways on its CPU, a broadcast's step one way.
+  const auto two = layout(2, 1);
+  const double big = 64.0 * (1 << 20);
+  CHECK(predict(algorithm_kind::allreduce_pair, 64 << 20, *two, own) ==
+        doctest::Approx(own.host.latency + 2 * big / own.cpu_rate));
+  CHECK(predict(algorithm_kind::broadcast_binomial, 64 << 20, *two, own) ==
+        doctest::Approx(own.host.latency + big / own.cpu_rate));
+  // A slow link (1 Gbit/s) is the bound, whatever the CPUs.
+  const auto gbit = cost_model::parse("host=:1Gbit/s");
+  CHECK(gbit.host.latency == own.host.latency);
+  CHECK(predict(algorithm_kind::broadcast_binomial, 64 << 20, *two, gbit) ==
+        doctest::Approx(own.host.latency + big / 125e6));
 }
 
 TEST_CASE("testing::predict: the choice and time of a layout of hosts, at any scale") {

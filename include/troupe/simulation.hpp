@@ -48,6 +48,11 @@ namespace troupe::testing {
 struct host_layout {
   int hosts = 1;
   int ranks_per_host = 1;
+  /// The CPUs each host runs its ranks on (0: one for each rank). Fewer
+  /// than ranks_per_host: the ranks share them, and the model prices it
+  /// (TROUPE_LINK_COSTS's ranks_per_cpu; hosts that share one machine's
+  /// CPUs, as emulated hosts do: a fraction, 0.5 for 4 hosts on 2 CPUs).
+  double cpus_per_host = 0;
 };
 
 /// One collective of a timed simulation, as the cost model times it.
