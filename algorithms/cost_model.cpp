@@ -249,9 +249,10 @@ double direct_allreduce(const group_topology& t, const cost_model& m, double byt
   for (int d = 1; d < n; ++d)
     worst += step_time(
         t, m, [&](int r) { return (r + d) % n; }, [&](int) { return bytes; });
-  // One round of latency, not n-1.
-  const double latency = t.hosts() > 1 ? m.host.latency : m.local.latency;
-  return worst - (n - 2) * latency;
+  // One round of latency, not n-1; each further message the work of
+  // sending and receiving it (overhead).
+  const auto& link = t.hosts() > 1 ? m.host : m.local;
+  return worst - (n - 2) * (link.latency - link.overhead);
 }
 
 /// The best flat allreduce among `hosts` ranks, one per host, each host's
@@ -438,7 +439,7 @@ cost_model cost_model::on_shared_cpus() const {
   const double wait = std::pow(k, 2.3);
   for (link_cost* l : {&m.host, &m.local}) {
     l->latency *= wait;
-    l->overhead *= k;
+    l->overhead *= wait;
   }
   m.latencies_shared = true;
   return m;

@@ -21,8 +21,9 @@
 // rank on a CPU that runs other ranks too. Measured across emulated hosts
 // (veth, one rank per CPU to four), a barrier's round across hosts took
 // 13 us at one rank per CPU, 45-62 at two, 83-146 at three, 169-209 at
-// four: about k^2 times the latency at k ranks per CPU; and the CPU that
-// moves a rank's bytes through TCP moves a k-th of them for each.
+// four; whole collectives fit k^2.3 times the latencies at k ranks per CPU
+// better (their local hops wait too). The ranks working in a step share
+// their host's CPUs for the bytes they move (cost_model.cpp, cpu_share).
 
 #include <cstdint>
 #include <string>
@@ -58,7 +59,7 @@ struct cost_model {
   /// on_shared_cpus() made this model (its latencies already shared).
   bool latencies_shared = false;
   /// This model's latencies as ranks sharing CPUs see them (ranks_per_cpu
-  /// = k > 1): k^2 times, each further message's work k times; itself at
+  /// = k > 1): k^2.3 times, and each further message's work; itself at
   /// k = 1 or once applied. Every prediction applies it.
   cost_model on_shared_cpus() const;
   /// The process's model: the defaults, or TROUPE_LINK_COSTS (read once;
