@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/cost_model.hpp"
 #include "algorithms/topology.hpp"
 #include "base/agreement.hpp"
 #include "base/call.hpp"
@@ -171,6 +172,10 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int rank,
 /// `size` ranks on `topology` runs Bruck's steps rather than the pairwise
 /// exchange (the cost model's choice, or TROUPE_ALGORITHMS's).
 bool alltoall_runs_bruck(const collective_call& call, const group_topology& topology, int size);
+/// What make_algorithm runs for `call` (other: gather, scatter and the
+/// barriers' one algorithm each).
+algorithm_kind call_algorithm(const collective_call& call, const group_topology& topology,
+                              int size);
 
 // -- helpers shared by the algorithm files --------------------------------------
 

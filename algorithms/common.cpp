@@ -29,11 +29,18 @@ ring_order::ring_order(const group_topology& t, int size) : size_(size) {
 
 void op_context::set_topology(std::shared_ptr<const group_topology> t) {
   topology_ = std::move(t);
+  bool changed = false;
   if (call_.code == op_code::alltoallv && call_.even_splits && !call_.bruck_alltoall) {
     call_.bruck_alltoall = alltoall_runs_bruck(call_, topology(), size_);
-    // Nothing was sent or heard yet: this rank's fingerprint says it now.
-    if (call_.bruck_alltoall) agree_ = agreement(call_, rank_, size_);
+    changed = call_.bruck_alltoall;
   }
+  if (const auto kind = call_algorithm(call_, topology(), size_); kind != algorithm_kind::other) {
+    const auto said = static_cast<std::uint8_t>(static_cast<int>(kind) + 1);
+    changed = changed || call_.algorithm != said;
+    call_.algorithm = said;
+  }
+  // Nothing was sent or heard yet: this rank's fingerprint says it now.
+  if (changed) agree_ = agreement(call_, rank_, size_);
   ride_agreement_on_data();
 }
 

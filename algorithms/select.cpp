@@ -215,44 +215,56 @@ const group_topology& of_size(const group_topology& t, int size,
   return *keep;
 }
 
+/// Names the algorithm byte of a call's fingerprint (base/agreement.hpp).
+const bool names_algorithms = [] {
+  algorithm_name = [](std::uint8_t a) -> const char* {
+    return a >= 1 && a <= static_cast<int>(algorithm_kind::other) + 1
+               ? to_string(static_cast<algorithm_kind>(a - 1))
+               : nullptr;
+  };
+  return true;
+}();
+
 }  // namespace
+
+algorithm_kind call_algorithm(const collective_call& call, const group_topology& t, int size) {
+  std::shared_ptr<const group_topology> flat;
+  const auto& topo = of_size(t, size, flat);
+  const auto& m = cost_model::of_process();
+  switch (call.code) {
+    case op_code::allreduce:
+    case op_code::reduce_scatterv:
+      return chosen_algorithm(call.code, call.input.nbytes(), topo, m);
+    case op_code::broadcast:
+      return chosen_algorithm(call.code, call.output.nbytes(), topo, m, call.root);
+    case op_code::reduce:
+      return chosen_algorithm(call.code, call.input.nbytes(), topo, m, call.root);
+    case op_code::allgatherv:
+      return even_blocks(call) ? chosen_algorithm(call.code, call.output.nbytes(), topo, m)
+                               : algorithm_kind::allgather_ring;
+    case op_code::alltoallv:
+      return call.bruck_alltoall ? algorithm_kind::alltoall_bruck
+                                 : algorithm_kind::alltoall_pairwise;
+    default:
+      return algorithm_kind::other;
+  }
+}
 
 std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, const group_topology& t,
                                           int size) {
-  std::shared_ptr<const group_topology> flat;
-  const auto* topo = &of_size(t, size, flat);
   switch (call.code) {
-    case op_code::allreduce:
-      return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()),
-                  call.input.nbytes());
-    case op_code::broadcast:
-      return make(chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process(),
-                                   call.root),
-                  call.output.nbytes());
-    case op_code::reduce:
-      return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process(),
-                                   call.root),
-                  call.input.nbytes());
-    case op_code::allgatherv:
-      if (!even_blocks(call)) return make_allgather_ring();
-      return make(
-          chosen_algorithm(call.code, call.output.nbytes(), *topo, cost_model::of_process()),
-          call.output.nbytes());
     case op_code::gatherv:
       return make_gather_direct();
     case op_code::scatterv:
       return make_scatter_direct();
-    case op_code::reduce_scatterv:
-      return make(chosen_algorithm(call.code, call.input.nbytes(), *topo, cost_model::of_process()),
-                  call.input.nbytes());
-    case op_code::alltoallv:
-      return call.bruck_alltoall ? make_alltoall_bruck() : make_alltoall_pairwise();
     case op_code::barrier:
       return make_barrier_dissemination();
     case op_code::monitored_barrier:
       return make_monitored_barrier();
+    default:
+      return make(call_algorithm(call, t, size),
+                  (call.input.defined() ? call.input : call.output).nbytes());
   }
-  return nullptr;
 }
 
 algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_topology& t,

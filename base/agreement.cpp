@@ -50,6 +50,12 @@ std::string reduce_name(std::uint8_t k, std::uint8_t scale) {
   return s;
 }
 
+std::string algorithm_text(std::uint8_t a) {
+  if (a == 0) return "none said";
+  if (const char* name = algorithm_name ? algorithm_name(a) : nullptr) return name;
+  return "algorithm " + std::to_string(a);
+}
+
 /// What differs between two fingerprints of ranks that disagree.
 std::string differences(const call_fingerprint& a, const call_fingerprint& b) {
   std::vector<std::string> d;
@@ -64,6 +70,10 @@ std::string differences(const call_fingerprint& a, const call_fingerprint& b) {
   if (!a.even && (a.counts != b.counts || a.counts_hash != b.counts_hash))
     d.push_back("the counts per rank");
   if (a.local != b.local) d.push_back("the number of tensors per rank");
+  if (d.empty() && a.algorithm != b.algorithm)
+    d.push_back("the algorithm each chose (" + algorithm_text(a.algorithm) + ", " +
+                algorithm_text(b.algorithm) +
+                ": tell every rank the same TROUPE_ALGORITHMS and TROUPE_LINK_COSTS)");
   std::string s;
   for (std::size_t i = 0; i < d.size(); ++i)
     s += (i == 0 ? "" : i + 1 == d.size() ? " and " : ", ") + d[i];
@@ -89,6 +99,8 @@ constexpr std::uint64_t counts_end(std::uint64_t h) {
 
 }  // namespace
 
+const char* (*algorithm_name)(std::uint8_t) = nullptr;
+
 std::uint64_t hash_counts(const std::vector<std::int64_t>& counts) {
   std::uint64_t h = counts_basis;
   for (auto c : counts) h = counts_step(h, c);
@@ -107,7 +119,7 @@ bool call_fingerprint::same_call(const call_fingerprint& o) const {
   };
   return code == o.code && dtype == o.dtype && reduce == o.reduce && scale == o.scale &&
          root == o.root && numel == o.numel && local == o.local && even == o.even &&
-         hash(*this) == hash(o);
+         algorithm == o.algorithm && hash(*this) == hash(o);
 }
 
 std::string call_fingerprint::describe() const {
@@ -143,7 +155,7 @@ std::string call_fingerprint::serialize() const {
   put(out, static_cast<std::uint16_t>(counts.size()));
   put(out, static_cast<std::uint16_t>(sends.size()));
   put(out, static_cast<std::uint16_t>(receives.size()));
-  put(out, static_cast<std::uint16_t>(even));
+  put(out, static_cast<std::uint16_t>(even | algorithm << 8));
   for (auto* v : {&counts, &sends, &receives})
     for (auto x : *v) put(out, x);
   return out;
@@ -173,8 +185,9 @@ call_fingerprint call_fingerprint::deserialize(const void* bytes, std::size_t n)
   get(ns);
   get(nr);
   get(even);
-  if (even > 1) throw bad("bad even-splits mark");
-  f.even = static_cast<std::uint8_t>(even);
+  if ((even & 0xff) > 1) throw bad("bad even-splits mark");
+  f.even = static_cast<std::uint8_t>(even & 0xff);
+  f.algorithm = static_cast<std::uint8_t>(even >> 8);
   if (n != 32 + 8 * (std::size_t{nc} + ns + nr)) throw bad("sizes do not add up");
   if (f.code > static_cast<std::uint8_t>(op_code::monitored_barrier)) throw bad("bad collective");
   for (auto [v, k] : {std::pair{&f.counts, nc}, {&f.sends, ns}, {&f.receives, nr}}) {
@@ -198,6 +211,7 @@ call_fingerprint fingerprint_of(const collective_call& call) {
   if (rooted(c)) f.root = call.root;
   if (has_numel(c)) f.numel = t.numel();
   f.local = call.avg_local;
+  f.algorithm = call.algorithm;
   if (has_counts(c)) f.counts = call.counts;
   if (c == op_code::alltoallv && call.bruck_alltoall) {
     // What each rank sends each rank, and receives from each: a rank whose

@@ -63,6 +63,8 @@ struct call_fingerprint {
   /// what each rank sends each rank, counts holds what it receives from
   /// each, and sends / receives stay empty.
   std::uint8_t even = 0;
+  /// collective_call::algorithm (0: not said).
+  std::uint8_t algorithm = 0;
   /// Elements per rank (allgather, gather, scatter, reduce_scatter).
   std::vector<std::int64_t> counts;
   /// alltoall: elements this rank sends to / receives from each rank.
@@ -76,12 +78,17 @@ struct call_fingerprint {
   /// "allreduce (SUM) of 4 float32 elements", "broadcast of 4 float32 elements from root 0".
   std::string describe() const;
   /// The wire form (little-endian host layout, as frames are): fixed 32
-  /// bytes (`even` in the last), then the vectors.
+  /// bytes (`even` and `algorithm` in the last two), then the vectors.
   std::string serialize() const;
   /// The fingerprint `bytes` hold; throws errc::invalid_argument when malformed.
   static call_fingerprint deserialize(const void* bytes, std::size_t n);
 };
 using fingerprint_ptr = std::shared_ptr<const call_fingerprint>;
+
+/// The name of fingerprint's algorithm byte (1 + algorithm_kind), for the
+/// messages of a disagreement: the algorithms layer, above this one, sets
+/// it (algorithms/select.cpp); unset, "algorithm N".
+extern const char* (*algorithm_name)(std::uint8_t algorithm);
 
 /// The fingerprint of `call` as this rank planned it (user_dtype: the dtype
 /// the caller passed, when the call moves another one).

@@ -67,6 +67,12 @@ struct collective_call {
   /// known (op_context::set_topology), and said in the call's fingerprint,
   /// so a rank that passed split sizes disagrees instead of waiting.
   bool bruck_alltoall = false;
+  /// 1 + the algorithm (algorithms/cost_model.hpp's algorithm_kind) the
+  /// engine runs for this call, set where the group's topology is known
+  /// (op_context::set_topology); 0 before. Said in the call's fingerprint:
+  /// ranks told other link costs or algorithms disagree instead of meeting
+  /// each other's messages at the wrong steps.
+  std::uint8_t algorithm = 0;
   std::chrono::milliseconds timeout{};
   /// Runs in the group actor after the algorithm succeeded, before the work
   /// completes (copies packed results into the caller's tensors).

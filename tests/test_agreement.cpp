@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/cost_model.hpp"
 #include "base/agreement.hpp"
 #include "base/call.hpp"
 #include "inline/engine.hpp"
@@ -575,15 +576,19 @@ TEST_CASE("a fingerprint's wire form comes back whole, and a malformed one is re
   splits.numel = 0;
   splits.sends = {1, 2};
   splits.receives = {2, 1};
-  for (const auto* f : {&even, &splits}) {
+  detail::call_fingerprint chosen = even;  // the algorithm the engine chose, said
+  chosen.algorithm = 1 + static_cast<std::uint8_t>(detail::algorithm_kind::alltoall_bruck);
+  for (const auto* f : {&even, &splits, &chosen}) {
     const auto wire = f->serialize();
     const auto back = detail::call_fingerprint::deserialize(wire.data(), wire.size());
     CHECK(back.same_call(*f));
     CHECK(back.even == f->even);
+    CHECK(back.algorithm == f->algorithm);
     CHECK(back.sends == f->sends);
     CHECK(back.receives == f->receives);
   }
   CHECK_FALSE(even.same_call(splits));
+  CHECK_FALSE(even.same_call(chosen));
   CHECK(even.describe() == "alltoall of 3 float32 elements to each rank");
   // What a peer that sends garbage may send: each refused with a reason.
   auto refused = [](std::string wire, const char* why) {

@@ -280,6 +280,8 @@ void across_hosts(const std::vector<std::string>& hosts, const char* algorithms,
     return ok;
   });
   ::unlink(path.c_str());
+  const auto seen = test::codes_text(codes);
+  CAPTURE(seen);
   CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
 }
 
@@ -506,6 +508,46 @@ TEST_CASE("reduce_scatter across emulated hosts: recursive halving and the ring"
 
 TEST_CASE("alltoall across emulated hosts: Bruck's steps and the pairwise exchange") {
   on_three_layouts({"alltoall=bruck", "alltoall=pairwise", nullptr}, alltoalls_right);
+}
+
+TEST_CASE("ranks that choose different algorithms fail on every rank, naming it") {
+  // One rank told other link costs or another TROUPE_ALGORITHMS than the
+  // rest would run other steps: their messages would meet the wrong step.
+  // The choice rides the call's fingerprint: every rank fails with a
+  // mismatch that names both algorithms, before any data is combined.
+  for (const char* odd : {"allreduce=ring", "allreduce=recursive_doubling"}) {
+    CAPTURE(std::string(odd));
+    const std::vector<std::string> hosts{"a", "a", "b", "b"};
+    const int n = 4;
+    const auto path = test::temp_store_path();
+    auto codes = test::fork_ranks(n, [&](int r) {
+      ::setenv("TROUPE_HOSTNAME", hosts[static_cast<std::size_t>(r)].c_str(), 1);
+      ::setenv("TROUPE_ALGORITHMS", r == 2 ? odd : "allreduce=hier_leaders", 1);
+      auto s = std::make_shared<file_store>(path, 30s);
+      world w{test::child_world(s, r, n, 30s)};
+      auto t = tensor::from_vector<float>(std::vector<float>(1000, 1.0f));
+      bool ok = false;
+      try {
+        w.default_group().allreduce(t).wait();
+        std::fprintf(stderr, "rank %d: the allreduce did not fail\n", r);
+      } catch (const error& e) {
+        const std::string what = e.what();
+        ok = e.code() == errc::mismatch &&
+             what.find("the algorithm each chose") != std::string::npos;
+        if (!ok) std::fprintf(stderr, "rank %d: %s\n", r, what.c_str());
+      }
+      // The group still works once every rank is told the same.
+      ::setenv("TROUPE_ALGORITHMS", "allreduce=ring", 1);
+      auto u = tensor::from_vector<float>(std::vector<float>(10, 1.0f));
+      w.default_group().allreduce(u).wait();
+      ok = ok && u.data_as<float>()[0] == 4.0f;
+      return ok;
+    });
+    ::unlink(path.c_str());
+    const auto seen = test::codes_text(codes);
+    CAPTURE(seen);
+    CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
+  }
 }
 
 TEST_CASE("allreduce across emulated hosts, every algorithm") {
