@@ -29,4 +29,11 @@ inline std::vector<int> wait_for_children(const std::vector<pid_t>& pids) {
   return codes;
 }
 
+/// "0 0 1 0": each child's code, for a failed check's message.
+inline std::string codes_text(const std::vector<int>& codes) {
+  std::string text;
+  for (int c : codes) text += (text.empty() ? "" : " ") + std::to_string(c);
+  return text;
+}
+
 }  // namespace troupe::test

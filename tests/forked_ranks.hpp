@@ -30,6 +30,7 @@ inline std::vector<int> fork_ranks(int n, const std::function<bool(int)>& body) 
       bool ok = false;
       try {
         ok = body(r);
+        if (!ok) std::fprintf(stderr, "rank %d: its checks found a wrong result\n", r);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }

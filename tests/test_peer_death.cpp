@@ -83,6 +83,7 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
     ::setenv("TROUPE_ENGINE", p.engine_setting, 1);
   else
     ::unsetenv("TROUPE_ENGINE");
+  ::unsetenv("TROUPE_FABRIC");  // its older name
   if (p.algorithms) {
     ::setenv("TROUPE_HOSTNAME", r < ranks / 2 ? "host-a" : "host-b", 1);
     ::setenv("TROUPE_ALGORITHMS", p.algorithms, 1);
@@ -213,6 +214,7 @@ bool p2p_body(const char* transport, bool lent, const std::string& path, board& 
   constexpr int victim = ranks - 1;
   ::setenv("TROUPE_TRANSPORT", transport, 1);
   ::unsetenv("TROUPE_ENGINE");
+  ::unsetenv("TROUPE_FABRIC");  // its older name
   auto s = std::make_shared<file_store>(path, 20s);
   world w{test::child_world(s, r, ranks, 20s)};
   auto& pg = w.default_group();
@@ -399,6 +401,7 @@ TEST_CASE(
     auto codes = test::fork_ranks(2, [&](int r) {
       ::setenv("TROUPE_TRANSPORT", "shm", 1);
       ::unsetenv("TROUPE_ENGINE");
+      ::unsetenv("TROUPE_FABRIC");  // its older name
       auto s = std::make_shared<file_store>(path, 20s);
       world w{test::child_world(s, r, 2, 20s)};
       auto& pg = w.default_group();

@@ -77,6 +77,7 @@ void run_attack(const char* engine_setting,
       ::setenv("TROUPE_ENGINE", engine_setting, 1);
     else
       ::unsetenv("TROUPE_ENGINE");
+    ::unsetenv("TROUPE_FABRIC");  // its older name
     auto s = std::make_shared<file_store>(path, 20s);
     world w{test::child_world(s, r, 3, 20s)};
     auto& pg = w.default_group();
@@ -373,6 +374,7 @@ TEST_CASE(
       ::setenv("TROUPE_ENGINE", "actors", 1);
     else
       ::unsetenv("TROUPE_ENGINE");
+    ::unsetenv("TROUPE_FABRIC");  // its older name
     auto s = std::make_shared<file_store>(path, 20s);
     const auto start = std::chrono::steady_clock::now();
     try {
