@@ -44,16 +44,6 @@ double quantity(const std::string& text, const std::string& v, bool rate) {
       "'" + v + "' has no " + (rate ? "rate unit (GB/s, Gbit/s, ...)" : "time unit (us, ...)"));
 }
 
-/// `m` on the CPUs `t` knows of across hosts: the more ranks per CPU of the
-/// two (ranks of one host, threads of one process among them, run the
-/// choices the defaults were tuned for).
-cost_model on_cpus_of(const cost_model& m, const group_topology& t) {
-  if (m.latencies_shared || t.hosts() < 2 || !(t.ranks_per_cpu > m.ranks_per_cpu)) return m;
-  cost_model c = m;
-  c.ranks_per_cpu = t.ranks_per_cpu;
-  return c;
-}
-
 /// The share of a CPU each of `busy` ranks of a host of `ranks` gets, its
 /// CPUs shared by m.ranks_per_cpu ranks each (1: a CPU each). A rank that
 /// waits meanwhile still takes some of its CPU (it polls, yielding, before
@@ -397,7 +387,7 @@ double bruck_alltoall(const group_topology& t, const cost_model& m, double bytes
 
 fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group_topology& t,
                                const cost_model& base) {
-  const cost_model m = on_cpus_of(base, t).on_shared_cpus();
+  const cost_model m = base.on_shared_cpus();
   const double bytes = static_cast<double>(bytes_in);
   const int n = t.size();
   switch (code) {
@@ -535,7 +525,7 @@ const char* to_string(algorithm_kind k) noexcept {
 
 double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology& t,
                const cost_model& base, int root) {
-  const cost_model m = on_cpus_of(base, t).on_shared_cpus();
+  const cost_model m = base.on_shared_cpus();
   const double bytes = static_cast<double>(bytes_in);
   const int n = t.size();
   const int hosts = t.hosts();

@@ -24,10 +24,9 @@ std::shared_ptr<const group_topology> group_topology::flat(int size) {
 }
 
 std::shared_ptr<const group_topology> group_topology::of_hosts(
-    const std::vector<std::string>& names, double ranks_per_cpu) {
+    const std::vector<std::string>& names) {
   auto t = std::make_shared<group_topology>();
   t->id = next_id();
-  t->ranks_per_cpu = std::max(1.0, ranks_per_cpu);
   std::map<std::string, int> index;
   for (std::size_t r = 0; r < names.size(); ++r) {
     auto [it, fresh] = index.emplace(names[r], static_cast<int>(index.size()));

@@ -17,16 +17,11 @@ struct group_topology {
   /// Unique to each topology flat() or of_hosts() made (0: one made
   /// otherwise): what select.cpp's cache of choices knows it by.
   std::uint64_t id = 0;
-  /// The most ranks per CPU on any host, where the engine knows it (the
-  /// job's hosts published their CPUs: transport/rank_places.hpp); the
-  /// cost model prices it (cost_model::ranks_per_cpu), at least its own.
-  double ranks_per_cpu = 1;
 
   /// Every rank on one host (what an engine that knows no hosts assumes).
   static std::shared_ptr<const group_topology> flat(int size);
   /// From each group rank's host name.
-  static std::shared_ptr<const group_topology> of_hosts(const std::vector<std::string>& names,
-                                                        double ranks_per_cpu = 1);
+  static std::shared_ptr<const group_topology> of_hosts(const std::vector<std::string>& names);
 
   int size() const noexcept { return static_cast<int>(host_of.size()); }
   int hosts() const noexcept { return static_cast<int>(ranks_on.size()); }

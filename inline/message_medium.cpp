@@ -25,7 +25,7 @@ message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string ke
     p2p_seen_ = p->carried_p2p();
     std::vector<std::string> hosts;
     for (int w : global_ranks_) hosts.push_back(p->host_of(w));
-    topology_ = group_topology::of_hosts(hosts, p->ranks_per_cpu());
+    topology_ = group_topology::of_hosts(hosts);
   } else {
     topology_ = group_topology::flat(size());
   }

@@ -7,7 +7,6 @@
 // them and shared memory within each, checked against values computed here.
 
 #include <doctest/doctest.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,11 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "../actors/rank_runtime.hpp"
-#include "../transport/data_plane.hpp"
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
-#include "base/wait_policy.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "forked_ranks.hpp"
@@ -551,76 +547,6 @@ TEST_CASE("ranks that choose different algorithms fail on every rank, naming it"
     const auto seen = test::codes_text(codes);
     CAPTURE(seen);
     CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
-  }
-}
-
-TEST_CASE("hosts publish their CPUs: ranks that share them are priced so without being told") {
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  REQUIRE(::sched_getaffinity(0, sizeof(all), &all) == 0);
-  if (CPU_COUNT(&all) < 2) {
-    MESSAGE("skipped: one CPU (the case needs a host of 2 ranks on 1 CPU and on 2)");
-    return;
-  }
-  // A size at which 2 hosts x 2 ranks choose otherwise on 1 CPU a host
-  // (the model's defaults: TROUPE_LINK_COSTS unset, as the ranks run).
-  const char* defaults = "local=:";
-  std::uint64_t bytes = 0;
-  for (std::uint64_t b = 4; b <= (std::uint64_t{64} << 20) && bytes == 0; b *= 4)
-    if (testing::predict("allreduce", b, {2, 2}, defaults).algorithm !=
-        testing::predict("allreduce", b, {2, 2, 1.0}, defaults).algorithm)
-      bytes = b;
-  REQUIRE(bytes > 0);
-  // Rank 0 runs what 2 ranks per CPU choose (forced); the others find out
-  // (or not) from the CPUs every host published: on 1 CPU a host they agree
-  // with it, on 2 they choose otherwise and every rank fails, naming both.
-  auto setting = testing::predict("allreduce", bytes, {2, 2, 1.0}, defaults).algorithm;
-  setting = setting.substr(setting.find('_') + 1);  // "hier (leaders)", "ring", ...
-  if (setting.rfind("hier (", 0) == 0) setting = "hier_" + setting.substr(6, setting.size() - 7);
-  for (const bool one_cpu : {true, false}) {
-    CAPTURE(one_cpu);
-    cpu_set_t use = all;
-    if (one_cpu) {
-      CPU_ZERO(&use);
-      for (int c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &all)) {
-          CPU_SET(c, &use);
-          break;
-        }
-    }
-    REQUIRE(::sched_setaffinity(0, sizeof(use), &use) == 0);
-    const std::vector<std::string> hosts{"a", "a", "b", "b"};
-    const auto path = test::temp_store_path();
-    auto codes = test::fork_ranks(4, [&](int r) {
-      ::setenv("TROUPE_HOSTNAME", hosts[static_cast<std::size_t>(r)].c_str(), 1);
-      if (r == 0)
-        ::setenv("TROUPE_ALGORITHMS", ("allreduce=" + setting).c_str(), 1);
-      else
-        ::unsetenv("TROUPE_ALGORITHMS");
-      ::unsetenv("TROUPE_ENGINE");  // the message engine, which knows the hosts
-      ::unsetenv("TROUPE_FABRIC");
-      auto s = std::make_shared<file_store>(path, 30s);
-      world w{test::child_world(s, r, 4, 30s)};
-      auto t = tensor::from_vector<float>(std::vector<float>(bytes / 4, 1.0f));
-      if (!test::expect(r, w.runtime().plane()->ranks_per_cpu() == (one_cpu ? 2.0 : 1.0),
-                        "the ranks per CPU found"))
-        return false;
-      try {
-        w.default_group().allreduce(t).wait();
-        return test::expect(r, one_cpu, "the ranks agreed though rank 0 ran another algorithm") &&
-               test::expect(r, t.data_as<float>()[bytes / 4 - 1] == 4.0f, "the sum");
-      } catch (const error& e) {
-        const std::string what = e.what();
-        return test::expect(r, !one_cpu, "failed: " + what) &&
-               test::expect(r, what.find("the algorithm each chose") != std::string::npos,
-                            "not a mismatch of algorithms: " + what);
-      }
-    });
-    ::unlink(path.c_str());
-    REQUIRE(::sched_setaffinity(0, sizeof(all), &all) == 0);
-    const auto seen = test::codes_text(codes);
-    CAPTURE(seen);
-    CHECK(codes == std::vector<int>(4, 0));
   }
 }
 

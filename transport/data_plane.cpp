@@ -155,7 +155,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
   // ranks of this process share.
   auto proc_key = [&](int r) { return prefix + "proc/" + std::to_string(r); };
   s.set(proc_key(me), process_identity() + " " + host_name() + " " + std::to_string(::getpid()) +
-                          " " + std::to_string(host_cpus()) + " " + opts_.route);
+                          " " + opts_.route);
   rdv.wait_for_everyone(prefix + "procs", proc_key,
                         "join the world (write their process identity to the store)");
   struct places_slot {
@@ -339,10 +339,6 @@ bool data_plane::shares_memory(int r) const {
 
 int data_plane::ranks_on_host() const {
   return host_ranks_;
-}
-
-double data_plane::ranks_per_cpu() const {
-  return places_ ? places_->ranks_per_cpu() : 1.0;
 }
 
 std::string data_plane::describe(int r) const {

@@ -120,9 +120,6 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   bool shares_memory(int r) const;
   /// World ranks on this host: this process's and those of its host peers.
   int ranks_on_host() const;
-  /// The most world ranks per CPU on any host of the job, as each process
-  /// published its host's CPUs when it joined (at least 1; after connect()).
-  double ranks_per_cpu() const;
   /// "world rank 3 (host h, pid 4711)".
   std::string describe(int r) const;
   /// The host world rank r runs on, by name (after connect(); the ranks of

@@ -15,10 +15,8 @@ rank_places read_rank_places(const std::vector<bytes>& entries, const std::strin
   std::unordered_map<std::string, int> index;  // by identity
   for (std::size_t r = 0; r < entries.size(); ++r) {
     const auto v = troupe::to_string(entries[r]);
-    // The host name may hold spaces: the fields after it are the last three.
     const auto a = v.find(' '), c = v.rfind(' ');
-    const auto d = c == std::string::npos || c == 0 ? std::string::npos : v.rfind(' ', c - 1);
-    const auto b = d == std::string::npos || d == 0 ? std::string::npos : v.rfind(' ', d - 1);
+    const auto b = c == std::string::npos || c == 0 ? std::string::npos : v.rfind(' ', c - 1);
     if (a == std::string::npos || b == std::string::npos || a >= b)
       throw error(errc::backend, "data plane: rank " + std::to_string(r) +
                                      "'s process identity in the store is malformed: '" + v + "'");
@@ -28,8 +26,7 @@ rank_places read_rank_places(const std::vector<bytes>& entries, const std::strin
       rank_places::process p;
       p.identity = std::move(identity);
       p.host = v.substr(a + 1, b - a - 1);
-      p.pid = std::atoi(v.substr(b + 1, d - b - 1).c_str());
-      p.cpus = std::atol(v.substr(d + 1, c - d - 1).c_str());
+      p.pid = std::atoi(v.substr(b + 1, c - b - 1).c_str());
       p.route = v.substr(c + 1);
       if (p.identity == this_identity) t.here = it->second;
       t.processes.push_back(std::move(p));
@@ -38,19 +35,6 @@ rank_places read_rank_places(const std::vector<bytes>& entries, const std::strin
     t.process_of.push_back(it->second);
   }
   return t;
-}
-
-double rank_places::ranks_per_cpu() const {
-  std::unordered_map<std::string, std::pair<long, long>> hosts;  // ranks, fewest CPUs
-  for (const auto& p : processes) {
-    auto& [ranks, cpus] = hosts[p.host];
-    ranks += p.ranks;
-    if (p.cpus > 0) cpus = cpus > 0 ? std::min(cpus, p.cpus) : p.cpus;
-  }
-  double most = 1;
-  for (const auto& [host, h] : hosts)
-    if (h.second > 0) most = std::max(most, static_cast<double>(h.first) / h.second);
-  return most;
 }
 
 }  // namespace troupe::detail

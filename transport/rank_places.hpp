@@ -17,7 +17,6 @@ struct rank_places {
     std::string identity;  ///< process_identity() of that process
     std::string host;
     int pid = 0;
-    long cpus = 0;      ///< the CPUs its host's ranks share (host_cpus() there)
     std::string route;  ///< how its ranks run collectives (TROUPE_ENGINE)
     int ranks = 0;      ///< world ranks it runs
   };
@@ -30,12 +29,9 @@ struct rank_places {
   }
   bool local(int r) const { return process_of[static_cast<std::size_t>(r)] == here; }
   int size() const noexcept { return static_cast<int>(process_of.size()); }
-  /// The most world ranks per CPU on any host (at least 1): what the cost
-  /// model prices as CPUs shared (algorithms/cost_model.hpp, ranks_per_cpu).
-  double ranks_per_cpu() const;
 };
 
-/// The table of `entries` ("identity host pid cpus route", by world rank) as seen
+/// The table of `entries` ("identity host pid route", by world rank) as seen
 /// from the process `this_identity`; throws errc::backend naming a
 /// malformed entry.
 rank_places read_rank_places(const std::vector<bytes>& entries, const std::string& this_identity);
