@@ -262,7 +262,10 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
     case op_code::monitored_barrier:
       return make_monitored_barrier();
     default:
-      return make(call_algorithm(call, t, size),
+      // What set_topology chose and put in the call (and its fingerprint),
+      // not chosen twice.
+      return make(call.algorithm > 0 ? static_cast<algorithm_kind>(call.algorithm - 1)
+                                     : call_algorithm(call, t, size),
                   (call.input.defined() ? call.input : call.output).nbytes());
   }
 }
