@@ -32,6 +32,7 @@ class actor_op_context final : public op_context {
     net_.send(peer, envelope{seq_, step, rank(), call().code, std::move(payload), std::move(fp)});
   }
   bool copies_on_send(int peer) const override { return !net_.reads_after_send(peer); }
+  std::string describe_peer(int peer) const override { return net_.describe_peer(peer); }
 
  private:
   std::uint64_t seq_;
@@ -136,7 +137,11 @@ void on_tick(self_ptr self) {
           *st.info.waits, seq, st.info.rank, st.info.size, peer, op.ctx->blocked_on(),
           [&st](int r) { return st.net->describe_peer(r); },
           std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout));
-    fail_op(self, seq, errc::timeout, timeout_after(op.call->timeout) + ": " + what);
+    // "Timed out after 300 ms waiting for rank 1 (...) to ...", as the
+    // inline engine words it.
+    fail_op(
+        self, seq, errc::timeout,
+        timeout_after(op.call->timeout) + (what.rfind("waiting for", 0) == 0 ? " " : ": ") + what);
   }
   for (auto i = st.recvs.begin(); i != st.recvs.end();) {
     if (i->second.deadline > now) {

@@ -118,6 +118,9 @@ class op_context {
   const agreement& agreed() const noexcept { return agree_; }
   /// The peer of the last message take() did not find (-1: none yet).
   int blocked_peer() const noexcept { return blocked_peer_; }
+  /// How timeout messages name group rank `peer`: "rank 2", or where the
+  /// transport knows more, "rank 2 (world rank 5 (host h1, pid 4242))".
+  virtual std::string describe_peer(int peer) const;
   /// "rank 2 (step 1)": the last message take() did not find.
   std::string waiting_for() const;
   /// What blocked_peer() has not done yet: "send its data (rank 2 (step

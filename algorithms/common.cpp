@@ -145,14 +145,17 @@ std::optional<tensor> op_context::take(int peer, std::uint32_t step) {
   return t;
 }
 
+std::string op_context::describe_peer(int peer) const {
+  return "rank " + std::to_string(peer);
+}
+
 std::string op_context::waiting_for() const {
   if (blocked_peer_ < 0) return "no message";
-  if (blocked_step_ == describe_step)
-    return "rank " + std::to_string(blocked_peer_) + " to join the call";
+  const auto who = describe_peer(blocked_peer_);
+  if (blocked_step_ == describe_step) return who + " to join the call";
   if (blocked_step_ >= agreement_round_step && blocked_step_ < alarm_step)
-    return "rank " + std::to_string(blocked_peer_) + " (agreement round " +
-           std::to_string(blocked_step_ - agreement_round_step) + ")";
-  return "rank " + std::to_string(blocked_peer_) + " (step " + std::to_string(blocked_step_) + ")";
+    return who + " (agreement round " + std::to_string(blocked_step_ - agreement_round_step) + ")";
+  return who + " (step " + std::to_string(blocked_step_) + ")";
 }
 
 std::string op_context::blocked_on() const {
@@ -171,14 +174,17 @@ std::string algorithm::on_timeout(op_context& ctx) {
     // name the one this rank waits for, and whether it was heard at all.
     const int p = ctx.blocked_peer();
     if (p >= 0 && !ctx.agreed().heard_from(p))
-      return "waiting for rank " + std::to_string(p) + " to " + ctx.blocked_on();
+      return "waiting for " + ctx.describe_peer(p) + " to " + ctx.blocked_on();
     return "waiting for " + ctx.waiting_for();
   }
   // A rank that never came is the one to name, not the neighbour that waits for it.
-  if (auto missing = ctx.agreed().missing_ranks(); !missing.empty())
-    return "waiting for " + missing + " to join this " + ctx.call().name +
-           " (nothing of this sequence number arrived from " +
-           (missing.find(',') == std::string::npos ? "it" : "them") + ")";
+  // One rank is named as the transport knows it (its host and process).
+  if (auto missing = ctx.agreed().missing_ranks(); !missing.empty()) {
+    const bool one = missing.find(',') == std::string::npos;
+    return "waiting for " + (one ? ctx.describe_peer(ctx.agreed().missing()) : missing) +
+           " to join this " + ctx.call().name + " (nothing of this sequence number arrived from " +
+           (one ? "it" : "them") + ")";
+  }
   return "waiting for " + ctx.waiting_for();
 }
 

@@ -38,6 +38,7 @@ class sub_context final : public op_context {
   void post_receive(int peer, std::uint32_t step, const tensor& out) override {
     whole_.post_receive(member(peer), base_ + step, out);
   }
+  std::string describe_peer(int peer) const override { return whole_.describe_peer(member(peer)); }
 
  protected:
   /// The whole call's context says what it called with its first message.
