@@ -26,8 +26,9 @@ void simulate(int n, const std::function<void(world&)>& fn, const simulation_opt
     throw error(errc::invalid_argument, "simulate: n " + std::to_string(n) + " must be at least 1");
   if (detail::read_engine_setting() == detail::engine_setting::actors)
     throw error(errc::invalid_argument,
-                "simulate: TROUPE_ENGINE=actors runs collectives on the group actors, whose "
-                "threads the schedule cannot hold; simulate needs the inline engine");
+                "simulate: " + detail::engine_setting_source() +
+                    " runs collectives on the group actors, whose threads the schedule cannot "
+                    "hold; simulate needs the inline engine (TROUPE_ENGINE=inline or messages)");
   std::vector<detail::sim_conductor::fault_rule> rules;
   for (const auto& f : opts.faults) {
     if (f.rank < 0 || f.rank >= n)

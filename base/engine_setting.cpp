@@ -22,6 +22,12 @@ engine_setting read_engine_setting() {
              : "world: TROUPE_ENGINE '" + v + "' is not one of inline, messages, staged, actors");
 }
 
+std::string engine_setting_source() {
+  for (const char* name : {"TROUPE_ENGINE", "TROUPE_FABRIC"})
+    if (const char* v = std::getenv(name); v && *v) return std::string(name) + "=" + v;
+  return {};
+}
+
 const char* to_string(engine_setting s) noexcept {
   switch (s) {
     case engine_setting::inline_engine:

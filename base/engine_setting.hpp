@@ -4,6 +4,8 @@
 // TROUPE_ENGINE is unset (its values on/off mean inline/actors), for one
 // release (CHANGELOG.md).
 
+#include <string>
+
 namespace troupe::detail {
 
 enum class engine_setting {
@@ -26,5 +28,9 @@ enum class engine_setting {
 engine_setting read_engine_setting();
 /// "inline", "messages", "staged", "actors".
 const char* to_string(engine_setting s) noexcept;
+/// The variable that chose the setting, as the environment says it
+/// ("TROUPE_ENGINE=actors", "TROUPE_FABRIC=off"; "" when neither is set),
+/// for messages that name what the user set.
+std::string engine_setting_source();
 
 }  // namespace troupe::detail

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "../base/engine_setting.hpp"
+
 namespace troupe::test {
 
 class scoped_env {
@@ -29,6 +31,24 @@ class scoped_env {
  private:
   std::string name_;
   std::optional<std::string> saved_;
+};
+
+/// For a scope about the inline engines (testing::simulate, the inline
+/// engine itself): where the environment sends collectives to the group
+/// actors (TROUPE_ENGINE=actors, TROUPE_FABRIC=off), the scope runs on the
+/// inline engine instead; any other route stays as the environment says.
+class inline_engine_env {
+ public:
+  inline_engine_env() {
+    try {
+      if (detail::read_engine_setting() == detail::engine_setting::actors)
+        set_.emplace("TROUPE_ENGINE", "inline");
+    } catch (...) {  // a malformed setting: the cases report its error
+    }
+  }
+
+ private:
+  std::optional<scoped_env> set_;
 };
 
 }  // namespace troupe::test

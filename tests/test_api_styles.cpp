@@ -12,6 +12,7 @@
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "make_worlds.hpp"
+#include "scoped_env.hpp"
 #include "troupe/troupe.hpp"
 
 using namespace troupe;
@@ -85,6 +86,7 @@ TEST_CASE("README: a large run with its own timeout") {
 }
 
 TEST_CASE("README: simulated schedules and faults") {
+  const troupe::test::inline_engine_env simulate_needs_it;
   auto program = [](troupe::world& w) {
     auto t = troupe::tensor::from_vector<int>({w.rank()});
     if (w.rank() == 0) {

@@ -23,11 +23,17 @@
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "make_worlds.hpp"
+#include "scoped_env.hpp"
 #include "troupe/troupe.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
 using troupe::test::check_error;
+
+// The cases are about the inline engine on the shared segment: they run on
+// it whatever TROUPE_ENGINE or TROUPE_FABRIC says (a case that wants
+// another engine sets it).
+const troupe::test::scoped_env on_the_inline_engine{"TROUPE_ENGINE", "inline"};
 
 namespace {
 
@@ -45,12 +51,11 @@ tensor filled(std::int64_t len, T v) {
 }  // namespace
 
 /// Runs the test body with ranks of one process reading each other's buffers
-/// (direct) and staging through the segment as separate processes do.
+/// (direct) and staging through the segment as separate processes do,
+/// whatever engine the environment asks for.
 struct engine_mode {
-  explicit engine_mode(bool staged) {
-    if (staged) ::setenv("TROUPE_ENGINE", "staged", 1);
-  }
-  ~engine_mode() { ::unsetenv("TROUPE_ENGINE"); }
+  explicit engine_mode(bool staged) : env{"TROUPE_ENGINE", staged ? "staged" : "inline"} {}
+  troupe::test::scoped_env env;
 };
 
 TEST_CASE("inline allreduce matches the reference across the small and chunked paths") {
@@ -187,14 +192,15 @@ TEST_CASE("abort fails a pending inline allreduce") {
 }
 
 TEST_CASE("TROUPE_ENGINE=actors keeps allreduce on the actor path") {
-  ::setenv("TROUPE_ENGINE", "actors", 1);
   const auto before = reduced_so_far();
-  testing::run_ranks(2, [](world& w) {
-    auto x = filled<float>(1000, 1.0f);
-    w.default_group().allreduce(x).wait();
-    CHECK(x.to_vector<float>()[999] == 2.0f);
-  });
-  ::unsetenv("TROUPE_ENGINE");
+  {
+    troupe::test::scoped_env actors{"TROUPE_ENGINE", "actors"};
+    testing::run_ranks(2, [](world& w) {
+      auto x = filled<float>(1000, 1.0f);
+      w.default_group().allreduce(x).wait();
+      CHECK(x.to_vector<float>()[999] == 2.0f);
+    });
+  }
   CHECK(reduced_so_far() == before);
 }
 

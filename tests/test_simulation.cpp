@@ -14,12 +14,17 @@
 #include <vector>
 
 #include "check_error.hpp"
+#include "scoped_env.hpp"
 #include "troupe/simulation.hpp"
 #include "troupe/troupe.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
 using troupe::test::check_error;
+
+// simulate needs the inline engine: under TROUPE_ENGINE=actors or
+// TROUPE_FABRIC=off the cases run on it all the same.
+const troupe::test::inline_engine_env on_the_inline_engine;
 
 namespace {
 
@@ -54,6 +59,20 @@ std::vector<int> arrival_order(int n, std::uint64_t seed, std::string* schedule)
 }
 
 }  // namespace
+
+TEST_CASE("simulate refuses the actor engine, naming the variable that chose it") {
+  auto program = [](world& w) { w.default_group().barrier().wait(); };
+  {
+    troupe::test::scoped_env engine{"TROUPE_ENGINE", nullptr};
+    troupe::test::scoped_env fabric{"TROUPE_FABRIC", "off"};
+    check_error([&] { testing::simulate(2, program); }, errc::invalid_argument,
+                {"simulate: TROUPE_FABRIC=off runs collectives on the group actors",
+                 "TROUPE_ENGINE=inline"});
+  }
+  troupe::test::scoped_env engine{"TROUPE_ENGINE", "actors"};
+  check_error([&] { testing::simulate(2, program); }, errc::invalid_argument,
+              {"simulate: TROUPE_ENGINE=actors"});
+}
 
 TEST_CASE("the same seed gives the same schedule and results; seeds differ") {
   std::set<std::vector<int>> orders;

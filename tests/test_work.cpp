@@ -444,8 +444,9 @@ TEST_CASE("an exception from an on_complete callback stays with the callback") {
 TEST_CASE("waiting on a then() continuation drives the operation it continues") {
   // An inline operation moves in the thread that waits for it: the
   // continuation's wait must drive it (else it moves on the watchdog's tick).
-  // About the inline engine: it runs on it whatever TROUPE_ENGINE says.
-  troupe::test::scoped_env engine{"TROUPE_ENGINE", nullptr};
+  // About the inline engine: it runs on it whatever TROUPE_ENGINE or
+  // TROUPE_FABRIC says.
+  troupe::test::scoped_env engine{"TROUPE_ENGINE", "inline"};
   testing::run_ranks(2, [](world& w) {
     auto& pg = w.default_group();
     for (int i = 0; i < 10; ++i) {
