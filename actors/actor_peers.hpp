@@ -5,6 +5,7 @@
 // (mixed_peers). Not a transport: the bytes between processes go through
 // the data plane's links (transport/link.hpp).
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,9 @@ class actor_peers {
   /// "rank 2 (world rank 5)" — how errors name a peer.
   virtual std::string describe_peer(int peer) const = 0;
   /// Actors whose death means the peer of that index is gone (monitored by the
-  /// group actor; empty entries are not watched).
-  virtual std::vector<caf::actor_addr> watch_list() const = 0;
+  /// group actor; empty entries are not watched). One list, shared by the
+  /// group's ranks in this process.
+  virtual std::shared_ptr<const std::vector<caf::actor_addr>> watch_list() const = 0;
   /// Whether group rank `peer` lives in another process (its messages are
   /// then held to the bounds of transport/frame.hpp).
   virtual bool in_other_process(int /*peer*/) const { return false; }

@@ -505,9 +505,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           self->attach_functor([peers, me, rank = st.info.rank,
                                 together = st.info.leaving_together](const caf::error&) {
             if (together && together->load()) return;  // every peer here ends too
-            for (std::size_t r = 0; r < peers.size(); ++r)
-              if (static_cast<int>(r) != rank && peers[r])
-                if (auto a = caf::actor_cast<caf::actor>(peers[r]))
+            for (std::size_t r = 0; r < peers->size(); ++r)
+              if (static_cast<int>(r) != rank && (*peers)[r])
+                if (auto a = caf::actor_cast<caf::actor>((*peers)[r]))
                   caf::anon_send(a, gone_atom::value, me, std::string("its world ended"), false);
           });
           auto kept = std::move(st.before_peers);

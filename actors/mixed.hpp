@@ -9,16 +9,17 @@
 
 #include "actors/actor_peers.hpp"
 #include "actors/actors.hpp"
+#include "actors/in_process.hpp"
 #include "transport/data_plane.hpp"
 
 namespace troupe::detail {
 
 class mixed_peers final : public actor_peers {
  public:
-  /// `local[r]` is the group actor of group rank r when it lives in this
-  /// process, a null handle otherwise.
-  mixed_peers(std::vector<group_actor> local, std::vector<int> global_ranks,
-              std::shared_ptr<data_plane> dp, std::string group)
+  /// `local->actors[r]` is the group actor of group rank r when it lives in
+  /// this process, a null handle otherwise.
+  mixed_peers(members_ptr local, std::vector<int> global_ranks, std::shared_ptr<data_plane> dp,
+              std::string group)
       : local_(std::move(local)),
         global_ranks_(std::move(global_ranks)),
         dp_(std::move(dp)),
@@ -29,14 +30,18 @@ class mixed_peers final : public actor_peers {
   /// Local peers read the shared payload later; the data plane writes it out
   /// before send() returns.
   bool reads_after_send(int peer) const override {
-    return static_cast<bool>(local_[static_cast<std::size_t>(peer)]);
+    return static_cast<bool>(local_->actors[static_cast<std::size_t>(peer)]);
   }
-  std::vector<caf::actor_addr> watch_list() const override;
-  bool in_other_process(int peer) const override { return !local_[static_cast<std::size_t>(peer)]; }
+  std::shared_ptr<const std::vector<caf::actor_addr>> watch_list() const override {
+    return {local_, &local_->addresses};
+  }
+  bool in_other_process(int peer) const override {
+    return !local_->actors[static_cast<std::size_t>(peer)];
+  }
   void reject(int peer, const std::string& why) override;
 
  private:
-  std::vector<group_actor> local_;
+  members_ptr local_;
   std::vector<int> global_ranks_;
   std::shared_ptr<data_plane> dp_;
   std::string group_;

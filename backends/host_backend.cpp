@@ -36,8 +36,6 @@ host_backend::host_backend(const backend_context& ctx)
   group_ = spawn_group_actor(
       rt_.system(), group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks, ctx.store,
                                rt_.leaving_together()});
-  auto& dir = process_directory::instance();
-  dir.put(key_prefix_ + std::to_string(ctx.rank), group_);
   const auto& plane = rt_.plane();
   // Point to point: the mailbox, published before any peer may send to it.
   if (ctx.size > 1 && !inline_engines_off()) {
@@ -69,37 +67,38 @@ host_backend::host_backend(const backend_context& ctx)
   auto in_other_process = [&](int r) {
     return plane && !plane->is_local(ctx.global_ranks[static_cast<std::size_t>(r)]);
   };
-  // Find the group actor of every peer in this process (they create theirs
-  // concurrently); peers in other processes are reached through the data plane.
-  std::vector<group_actor> peers;
+  // Meet the group actors of the peers in this process in the group's roster
+  // (they create theirs concurrently); peers in other processes are reached
+  // through the data plane.
+  int here = 0;
   bool mixed = false;
   for (int r = 0; r < ctx.size; ++r) {
-    if (in_other_process(r)) {
+    if (in_other_process(r))
       mixed = true;
-      peers.emplace_back();
-      continue;
-    }
-    group_actor p = group_;
-    if (r != ctx.rank) {
-      if (auto a = dir.wait_for(key_prefix_ + std::to_string(r), ctx.timeout); a.has_value())
-        p = std::any_cast<group_actor>(a);
-      else
-        p = nullptr;
-    }
-    if (!p) {
-      shutdown("group set-up failed");
-      throw error(errc::timeout, "new_group: " + detail::timeout_after(ctx.timeout) +
-                                     " waiting for rank " + std::to_string(r) + " (world rank " +
-                                     std::to_string(ctx.global_ranks[static_cast<std::size_t>(r)]) +
-                                     ") to create group '" + ctx.group_name + "'");
-    }
-    peers.push_back(p);
+    else
+      ++here;
+  }
+  auto roster = shared_in_process<group_roster>(
+      key_prefix_ + "roster", [&] { return std::make_unique<group_roster>(ctx.size, here); });
+  int missing = -1;
+  auto members = roster->meet(
+      ctx.rank, group_, std::chrono::steady_clock::now() + ctx.timeout,
+      [&](int r) { return !in_other_process(r); }, missing);
+  roster.reset();
+  if (!members) {
+    shutdown("group set-up failed");
+    throw error(errc::timeout,
+                "new_group: " + detail::timeout_after(ctx.timeout) + " waiting for rank " +
+                    std::to_string(missing) + " (world rank " +
+                    std::to_string(ctx.global_ranks[static_cast<std::size_t>(missing)]) +
+                    ") to create group '" + ctx.group_name + "'");
   }
   std::shared_ptr<actor_peers> net;
   if (mixed)
-    net = std::make_shared<mixed_peers>(std::move(peers), ctx.global_ranks, plane, ctx.group_name);
+    net =
+        std::make_shared<mixed_peers>(std::move(members), ctx.global_ranks, plane, ctx.group_name);
   else
-    net = std::make_shared<in_process_peers>(std::move(peers), ctx.global_ranks);
+    net = std::make_shared<in_process_peers>(std::move(members), ctx.global_ranks);
   thread_logger_release release;  // after the scoped actor (actors/thread_logger.hpp)
   caf::scoped_actor self{rt_.system()};
   self->request(group_, caf::infinite, peers_atom::value, net)
@@ -200,7 +199,6 @@ void host_backend::shutdown(const std::string& reason) {
     mailbox_->leave(reason);
     mailbox_.reset();
   }
-  process_directory::instance().erase(key_prefix_ + std::to_string(rank()));
   if (rt_.plane()) rt_.plane()->remove_group(group_name());
   caf::anon_send_exit(group_, caf::exit_reason::user_shutdown);
   group_ = nullptr;

@@ -71,6 +71,36 @@ TEST_CASE("ranks whose groups issued different counts of calls fail with a misma
   }
 }
 
+TEST_CASE("a group one rank never creates fails its set-up at the timeout, naming that rank") {
+  for (const char* engine : engines) {
+    scoped_env env{"TROUPE_ENGINE", engine};
+    CAPTURE(engine);
+    testing::run_ranks(
+        3,
+        [](world& w) {
+          if (w.rank() == 2) return;  // never creates it
+          // In one process the group's roster names the rank; across
+          // processes (the ranks split over troupe-run's) the store names
+          // every rank that never counted in, rank 2 among them.
+          const auto start = std::chrono::steady_clock::now();
+          std::string what;
+          try {
+            w.new_group({0, 1, 2}, {.timeout = 300ms});
+          } catch (const error& e) {
+            CHECK(e.code() == errc::timeout);
+            what = e.what();
+          }
+          CAPTURE(what);
+          CHECK(what.starts_with("new_group: Timed out after 300 ms waiting for rank"));
+          const auto named = what.substr(0, what.find(" to create group 'group"));
+          CHECK(named.size() < what.size());
+          CHECK((named.ends_with("rank 2 (world rank 2)") || named.ends_with(" 2")));
+          CHECK(std::chrono::steady_clock::now() - start < 15s);
+        },
+        quick());
+  }
+}
+
 TEST_CASE("a rank ahead by a call that nobody else issues fails at its timeout, naming the rank") {
   for (const char* engine : engines) {
     scoped_env env{"TROUPE_ENGINE", engine};
