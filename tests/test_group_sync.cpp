@@ -33,103 +33,92 @@ testing::run_options quick() {
   return o;
 }
 
+/// Runs `body` on `n` ranks of one process, on each engine.
+template <class F>
+void on_each_engine(int n, F body) {
+  for (const char* engine : engines) {
+    scoped_env env{"TROUPE_ENGINE", engine};
+    CAPTURE(engine);
+    testing::run_ranks(n, body, quick());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("ranks whose groups issued different counts of calls fail with a mismatch naming both") {
-  for (const char* engine : engines) {
-    scoped_env env{"TROUPE_ENGINE", engine};
-    CAPTURE(engine);
-    testing::run_ranks(
-        2,
-        [](world& w) {
-          // A group of every rank (run_ranks may use the default group for
-          // its own end under a launcher).
-          auto group = w.new_group({0, 1});
-          auto& pg = *group;
-          auto t = tensor::from_vector<float>({1.0f});
-          pg.allreduce(t).wait();
-          // Rank 0 issues one allreduce more than rank 1: its number 2 meets
-          // rank 1's barrier.
-          if (w.rank() == 0) {
-            auto extra = pg.allreduce(t);
-            CHECK(pg.sequence_number() == 2);
-            check_error([&] { extra.wait(); }, errc::mismatch,
-                        {"collective mismatch", "rank 0 called allreduce (SUM) of 1 float32",
-                         "rank 1 called barrier", "they differ in the collective"});
-          } else {
-            check_error([&] { pg.barrier().wait(); }, errc::mismatch,
-                        {"collective mismatch", "rank 0 called allreduce (SUM) of 1 float32",
-                         "rank 1 called barrier", "they differ in the collective"});
-          }
-          // Both stepped past number 2 alike: the next calls meet again.
-          CHECK(pg.sequence_number() == 2);
-          auto u = tensor::from_vector<float>({float(w.rank()) + 1.0f});
-          pg.allreduce(u).wait();
-          CHECK(u.to_vector<float>()[0] == 3.0f);
-        },
-        quick());
-  }
+  on_each_engine(2, [](world& w) {
+    // A group of every rank (run_ranks may use the default group for
+    // its own end under a launcher).
+    auto group = w.new_group({0, 1});
+    auto& pg = *group;
+    auto t = tensor::from_vector<float>({1.0f});
+    pg.allreduce(t).wait();
+    // Rank 0 issues one allreduce more than rank 1: its number 2 meets
+    // rank 1's barrier.
+    if (w.rank() == 0) {
+      auto extra = pg.allreduce(t);
+      CHECK(pg.sequence_number() == 2);
+      check_error([&] { extra.wait(); }, errc::mismatch,
+                  {"collective mismatch", "rank 0 called allreduce (SUM) of 1 float32",
+                   "rank 1 called barrier", "they differ in the collective"});
+    } else {
+      check_error([&] { pg.barrier().wait(); }, errc::mismatch,
+                  {"collective mismatch", "rank 0 called allreduce (SUM) of 1 float32",
+                   "rank 1 called barrier", "they differ in the collective"});
+    }
+    // Both stepped past number 2 alike: the next calls meet again.
+    CHECK(pg.sequence_number() == 2);
+    auto u = tensor::from_vector<float>({float(w.rank()) + 1.0f});
+    pg.allreduce(u).wait();
+    CHECK(u.to_vector<float>()[0] == 3.0f);
+  });
 }
 
 TEST_CASE("a group one rank never creates fails its set-up at the timeout, naming that rank") {
-  for (const char* engine : engines) {
-    scoped_env env{"TROUPE_ENGINE", engine};
-    CAPTURE(engine);
-    testing::run_ranks(
-        3,
-        [](world& w) {
-          if (w.rank() == 2) return;  // never creates it
-          // In one process the group's roster names the rank; across
-          // processes (the ranks split over troupe-run's) the store names
-          // every rank that never counted in, rank 2 among them.
-          const auto start = std::chrono::steady_clock::now();
-          std::string what;
-          try {
-            w.new_group({0, 1, 2}, {.timeout = 300ms});
-          } catch (const error& e) {
-            CHECK(e.code() == errc::timeout);
-            what = e.what();
-          }
-          CAPTURE(what);
-          CHECK(what.starts_with("new_group: Timed out after 300 ms waiting for rank"));
-          const auto named = what.substr(0, what.find(" to create group 'group"));
-          CHECK(named.size() < what.size());
-          CHECK((named.ends_with("rank 2 (world rank 2)") || named.ends_with(" 2")));
-          CHECK(std::chrono::steady_clock::now() - start < 15s);
-        },
-        quick());
-  }
+  on_each_engine(3, [](world& w) {
+    if (w.rank() == 2) return;  // never creates it
+    // In one process the group's roster names the rank; across
+    // processes (the ranks split over troupe-run's) the store names
+    // every rank that never counted in, rank 2 among them.
+    const auto start = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      w.new_group({0, 1, 2}, {.timeout = 300ms});
+    } catch (const error& e) {
+      CHECK(e.code() == errc::timeout);
+      what = e.what();
+    }
+    CAPTURE(what);
+    CHECK(what.starts_with("new_group: Timed out after 300 ms waiting for rank"));
+    const auto named = what.substr(0, what.find(" to create group 'group"));
+    CHECK(named.size() < what.size());
+    CHECK((named.ends_with("rank 2 (world rank 2)") || named.ends_with(" 2")));
+    CHECK(std::chrono::steady_clock::now() - start < 15s);
+  });
 }
 
 TEST_CASE("a rank ahead by a call that nobody else issues fails at its timeout, naming the rank") {
-  for (const char* engine : engines) {
-    scoped_env env{"TROUPE_ENGINE", engine};
-    CAPTURE(engine);
-    testing::run_ranks(
-        3,
-        [](world& w) {
-          auto group = w.new_group({0, 1, 2});
-          auto& pg = *group;
-          auto t = tensor::from_vector<float>({1.0f});
-          // Ranks 0 and 1 issue two allreduces; rank 2 issues one, then a
-          // barrier: number 2 meets allreduce against barrier (a mismatch
-          // on every rank), and the barrier ranks 0 and 1 issue as number 3
-          // waits for rank 2, which never issues a number 3.
-          pg.allreduce(t).wait();
-          if (w.rank() < 2) {
-            check_error([&] { pg.allreduce(t).wait(); }, errc::mismatch,
-                        {"ranks 0, 1 called allreduce", "rank 2 called barrier"});
-            const auto start = std::chrono::steady_clock::now();
-            check_error([&] { pg.barrier({.timeout = 300ms}).wait(); }, errc::timeout,
-                        {"300 ms", "rank 2"});
-            CHECK(std::chrono::steady_clock::now() - start < 15s);  // at its timeout, not a hang
-          } else {
-            check_error([&] { pg.barrier().wait(); }, errc::mismatch,
-                        {"ranks 0, 1 called allreduce", "rank 2 called barrier"});
-          }
-        },
-        quick());
-  }
+  on_each_engine(3, [](world& w) {
+    auto group = w.new_group({0, 1, 2});
+    auto& pg = *group;
+    auto t = tensor::from_vector<float>({1.0f});
+    // Ranks 0 and 1 issue two allreduces; rank 2 issues one, then a
+    // barrier: number 2 meets allreduce against barrier (a mismatch
+    // on every rank), and the barrier ranks 0 and 1 issue as number 3
+    // waits for rank 2, which never issues a number 3.
+    pg.allreduce(t).wait();
+    if (w.rank() < 2) {
+      check_error([&] { pg.allreduce(t).wait(); }, errc::mismatch,
+                  {"ranks 0, 1 called allreduce", "rank 2 called barrier"});
+      const auto start = std::chrono::steady_clock::now();
+      check_error([&] { pg.barrier({.timeout = 300ms}).wait(); }, errc::timeout,
+                  {"300 ms", "rank 2"});
+      CHECK(std::chrono::steady_clock::now() - start < 15s);  // at its timeout, not a hang
+    } else {
+      check_error([&] { pg.barrier().wait(); }, errc::mismatch,
+                  {"ranks 0, 1 called allreduce", "rank 2 called barrier"});
+    }
+  });
 }
 
 TEST_CASE("disjoint groups made with use_local_synchronization at the same time") {
