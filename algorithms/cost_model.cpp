@@ -463,8 +463,12 @@ cost_model cost_model::parse(const std::string& text) {
       m.ranks_per_cpu = k;
       continue;
     }
+    if (eq != std::string::npos && item.compare(0, eq, "cpu") == 0) {
+      m.cpu_rate = quantity(text, item.substr(eq + 1), true);
+      continue;
+    }
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
-      bad(text, "'" + item + "' is not NAME=LATENCY:BANDWIDTH or ranks_per_cpu=K");
+      bad(text, "'" + item + "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE or ranks_per_cpu=K");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");

@@ -11,10 +11,11 @@
 // link's bandwidth. The defaults are measured on the machines troupe is
 // developed on (TCP between network namespaces for "other host", a CPU for
 // each rank); TROUPE_LINK_COSTS overrides them:
-//   TROUPE_LINK_COSTS="host=50us:1.25GB/s,local=5us:5GB/s,ranks_per_cpu=2"
+//   TROUPE_LINK_COSTS="host=50us:1.25GB/s,local=5us:5GB/s,cpu=2GB/s,ranks_per_cpu=2"
 // (host: between hosts; local: between processes of a host; units s, ms,
-// us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; ranks_per_cpu: a
-// plain number, below).
+// us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; cpu: what a rank's
+// CPU sends or receives over TCP, cpu_rate below; ranks_per_cpu: a plain
+// number, below). bench/hosts_bench.sh measures host and cpu first.
 //
 // Ranks that share a CPU (more ranks on a host than it has CPUs) wait for
 // each other: a message between hosts wakes a reader thread and then its

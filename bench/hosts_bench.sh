@@ -12,6 +12,7 @@
 #   bash bench/hosts_bench.sh --hosts H [--ranks-per-host R] [--link RATE|none]
 #                             [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall]
 #                             [--quick] [--iters K] [--repeat K] [--build-dir DIR] [--no-build]
+#                             [--calibrate]
 #
 # --hosts H (default 2) hosts of --ranks-per-host R (default 2) ranks each;
 # --link: each host's link rate, as tc writes it (1gbit, 100mbit; default
@@ -22,6 +23,15 @@
 # another; the report keeps each cell's lower median. --no-build uses the
 # build as it is (default: configure and build what is missing, as
 # run_bench.sh does).
+#
+# --calibrate: troupe is told what README asks a user to tell it about the
+# hosts (TROUPE_LINK_COSTS), measured here first: a ping-pong between 2
+# hosts of one rank each (a CPU each where there are 2), unshaped: 4 B one
+# way is the latency between hosts, 16 MiB what a rank's CPU moves over TCP
+# per second (cpu=). The report's model is told the same. (Measured on an
+# Intel Xeon machine, 2 x 2 unshaped: it made the model worse, 5 of 18
+# sizes within 25% against 8 with the defaults: a lone rank's ping-pong
+# prices the CPU of ranks that share one too high; bench/RESULTS.md.)
 #
 # Placement: the hosts share this machine's CPUs, so each host runs on its own
 # share of them (hosts.sh --split-cpus) when there are at least as many CPUs as
@@ -45,6 +55,7 @@ iters=()
 repeat=2
 build=build
 do_build=1
+calibrate=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts=$2; shift ;;
@@ -56,6 +67,7 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=$2; shift ;;
     --build-dir) build=$2; shift ;;
     --no-build) do_build=0 ;;
+    --calibrate) calibrate=1 ;;
     -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "hosts_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -110,18 +122,46 @@ echo "hosts_bench: $hosts hosts x $per_host ranks, link $link, $cpus CPUs:" \
   "no rank bound"
 hosts_sh=(bash scripts/hosts.sh --hosts "$hosts" --link "$link" --timeout "$limit" "${place[@]}")
 # troupe is told what README asks a user to tell it (TROUPE_LINK_COSTS):
-# the link's rate, 95% of it (what TCP over a 1500-byte MTU leaves), with
-# the default latency; and, where the hosts' ranks outnumber the CPUs they
-# run on, the ranks per CPU. The report's model is the same.
+# the link's rate, 95% of it (what TCP over a 1500-byte MTU leaves), the
+# latency and CPU rate calibrated (else the defaults); and, where the hosts'
+# ranks outnumber the CPUs they run on, the ranks per CPU. The report's
+# model is the same (its layout says the CPUs of a host).
 host_cpus=$(awk -v c="$cpus" -v h="$hosts" 'BEGIN { printf "%.4f", c / h }')
+latency=""
+cpu_rate=""
+if [ "$calibrate" -eq 1 ]; then
+  ccsv="$out/$name-calibration.csv"
+  rm -f "$ccsv"
+  cplace=()
+  [ "$cpus" -lt 2 ] || cplace=(--split-cpus)
+  if bash scripts/hosts.sh --hosts 2 --link none --timeout 300 "${cplace[@]}" -- \
+    "$build/apps/troupe-run" -n 1 --bind none --nnodes 2 --node-rank '{host}' \
+    --master-addr '{master}' --master-port '{port}' "$build/bench/troupe_bench_worker" \
+    --transport shm+tcp --csv "$PWD/$ccsv" --ops pingpong --sizes 4B,16MiB \
+    >"$out/logs/$name-calibration.log" 2>&1; then
+    read -r latency cpu_rate < <(awk -F, 'NR > 1 && $4 == "pingpong" { t[$5] = $7 }
+      END { if (t[4] > 0 && t[16777216] > t[4])
+              printf "%.1f %.0f\n", t[4], 16777216 / ((t[16777216] - t[4]) * 1e-6) }' "$ccsv") ||
+      true
+  fi
+  if [ -n "$cpu_rate" ]; then
+    echo "hosts_bench: calibrated: between hosts ${latency} us one way, a rank's CPU moves" \
+      "$(awk -v r="$cpu_rate" 'BEGIN { printf "%.2f", r / 1e9 }') GB/s over TCP"
+  else
+    echo "hosts_bench: calibration failed (see $out/logs/$name-calibration.log): the model's defaults"
+  fi
+fi
 costs=()
+rate=""
 if [ "$link" != none ]; then
   rate=$(awk -v r="$link" 'BEGIN {
     n = r + 0; u = tolower(substr(r, length(n "") + 1))
     f = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : u == "bit" ? 1 : 0
     if (f > 0) printf "%.0f", n * f / 8 * 0.95 }')
-  [ -z "$rate" ] || costs+=("host=:${rate}B/s")
 fi
+[ -z "$rate$latency" ] || costs+=("host=${latency:+${latency}us}:${rate:+${rate}B/s}")
+[ -z "$cpu_rate" ] || costs+=("cpu=${cpu_rate}B/s")
+measured=("${costs[@]}")
 sharing=$(awk -v r="$ranks" -v c="$cpus" 'BEGIN { if (r > c) printf "%g", r / c }')
 [ -z "$sharing" ] || costs+=("ranks_per_cpu=$sharing")
 troupe_env=()
@@ -172,7 +212,8 @@ done
 # 3. Tables and targets.
 if [ -f "$csv" ]; then
   "$build/bench/bench_hosts_report" "$csv" --hosts "$hosts" --ranks-per-host "$per_host" \
-    --link "$link" --cpus-per-host "$host_cpus" | tee "$out/$name.txt"
+    --link "$link" --cpus-per-host "$host_cpus" --link-costs "$(IFS=,; echo "${measured[*]}")" |
+    tee "$out/$name.txt"
 fi
 echo "hosts_bench: results in $csv; $(($(date +%s) - start)) s in all"
 if [ ${#failed[@]} -gt 0 ]; then

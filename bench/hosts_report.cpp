@@ -7,6 +7,8 @@
 //   bench_hosts_report hosts.csv --hosts H --ranks-per-host R --link RATE|none
 //                      [--cpus-per-host C]   (the model's CPUs of a host: the
 //                      ranks share them where C < R; 0, the default: one each)
+//                      [--link-costs TEXT]   (what the ranks were told in
+//                      TROUPE_LINK_COSTS; default: the link's rate at 95%)
 //
 // The link's bound of a collective: the bytes a host must send (or receive)
 // across its link when the algorithm moves each host's data across once
@@ -52,6 +54,7 @@ struct topology {
   std::string link = "none";
   double bits_per_s = 0;     ///< 0: unshaped
   double cpus_per_host = 0;  ///< 0: a CPU for each rank
+  std::string costs;         ///< --link-costs: what the ranks were told (TROUPE_LINK_COSTS)
   int ranks() const { return hosts * per_host; }
 };
 
@@ -182,8 +185,10 @@ struct target {
 /// payload when shaped, the model's defaults otherwise): the ratio, and how
 /// many sizes fall within 25%.
 void print_model(const topology& t) {
-  const std::string costs =
-      t.bits_per_s > 0 ? "host=:" + fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s" : "";
+  const std::string costs = !t.costs.empty() ? t.costs
+                            : t.bits_per_s > 0
+                                ? "host=:" + fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s"
+                                : "";
   std::printf(
       "\n### the cost model against the measurement (troupe, %d hosts x %d ranks, link %s)\n\n",
       t.hosts, t.per_host, t.link.c_str());
@@ -303,6 +308,8 @@ int main(int argc, char** argv) {
         t.link = v;
       else if (a == "--cpus-per-host")
         t.cpus_per_host = std::stod(v);
+      else if (a == "--link-costs")
+        t.costs = v;
       else
         throw std::invalid_argument("unknown argument '" + a + "'");
     }
@@ -322,7 +329,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr,
                  "bench_hosts_report: %s\nusage: bench_hosts_report hosts.csv --hosts H "
-                 "--ranks-per-host R --link RATE|none [--cpus-per-host C]\n",
+                 "--ranks-per-host R --link RATE|none [--cpus-per-host C] [--link-costs TEXT]\n",
                  e.what());
     return 2;
   }

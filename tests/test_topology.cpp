@@ -171,6 +171,12 @@ TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
        {"ranks_per_cpu=0.5", "ranks_per_cpu=many", "ranks_per_cpu=", "ranks_per_cpu=2x"})
     test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
                       {"TROUPE_LINK_COSTS", "ranks_per_cpu"});
+  // cpu: the TCP bytes a rank's CPU moves per second.
+  CHECK(cost_model::parse("cpu=2.5GB/s").cpu_rate == doctest::Approx(2.5e9));
+  CHECK(cost_model::parse("host=:1Gbit/s").cpu_rate == doctest::Approx(cost_model{}.cpu_rate));
+  for (const char* bad : {"cpu=", "cpu=fast", "cpu=2us", "cpu=-1GB/s"})
+    test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
+                      {"TROUPE_LINK_COSTS", "'"});
 }
 
 TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU") {
