@@ -24,7 +24,7 @@
 // 13 us at one rank per CPU, 45-62 at two, 83-146 at three, 169-209 at
 // four; whole collectives fit k^2.3 times the latencies at k ranks per CPU
 // better (their local hops wait too). The ranks working in a step share
-// their host's CPUs for the bytes they move (cost_model.cpp, cpu_share).
+// their host's CPUs for the bytes they move (cost_steps.hpp, cpu_share).
 
 #include <cstdint>
 #include <string>

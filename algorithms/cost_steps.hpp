@@ -1,0 +1,102 @@
+#pragma once
+// cost_steps — what one step of an algorithm costs under the cost model
+// (cost_model.hpp): a step's time is its slowest host's, a transfer over a
+// host's link sharing it with every other transfer leaving that host in the
+// same step, each rank's CPU paying for the bytes it moves (shared where a
+// host's ranks outnumber its CPUs). The algorithms' prices
+// (algorithm_costs.cpp) are sums of such steps.
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "algorithms/cost_model.hpp"
+
+namespace troupe::detail::cost {
+
+/// The share of a CPU each of `busy` ranks of a host of `ranks` gets, its
+/// CPUs shared by m.ranks_per_cpu ranks each (1: a CPU each). A rank that
+/// waits meanwhile still takes some of its CPU (it polls, yielding, before
+/// it sleeps): measured, about half a working rank's share.
+double cpu_share(const cost_model& m, double ranks, double busy);
+
+/// `m` as `busy` ranks of a host of `ranks` see it: its CPU rates (between
+/// hosts, and the copies within one) at their share of the host's CPUs.
+cost_model busy_ranks(const cost_model& m, double ranks, double busy);
+
+/// The bytes per second each rank reduces (or copies) where every rank of
+/// `t` does at once.
+double reducing(const group_topology& t, const cost_model& m);
+
+/// A flat algorithm's step: every rank r sends `bytes(r)` to `to(r)` (or
+/// nothing: -1). Its time is the slowest host's: the latency of its link
+/// (between hosts where a transfer crosses), each further message's
+/// overhead, then the longer of its link's wire time (full duplex: what
+/// leaves and what arrives each have the bandwidth) and its busiest rank's
+/// CPU time (the bytes it sends and receives between hosts at cpu_rate, the
+/// bytes it receives within the host at the local bandwidth: a step's
+/// copies run one after another on the rank's CPU).
+template <class To, class Bytes>
+double step_time(const group_topology& t, const cost_model& m, const To& to, const Bytes& bytes) {
+  const int n = t.size();
+  const auto hosts = static_cast<std::size_t>(std::max(t.hosts(), 1));
+  std::vector<double> out(hosts, 0), in(hosts, 0), cpu(static_cast<std::size_t>(n), 0);
+  std::vector<int> flows(hosts, 0);
+  std::vector<char> crossed(hosts, 0), active(hosts, 0);
+  auto host = [&](int r) {
+    return t.hosts() > 0 ? static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(r)])
+                         : std::size_t{0};
+  };
+  for (int r = 0; r < n; ++r) {
+    const int d = to(r);
+    if (d < 0 || d == r) continue;
+    const double b = bytes(r);
+    const auto h = host(r), g = host(d);
+    active[h] = active[g] = 1;
+    if (h == g) {
+      cpu[static_cast<std::size_t>(d)] += b / m.local.bandwidth;
+    } else {
+      out[h] += b;
+      in[g] += b;
+      ++flows[h];
+      crossed[h] = crossed[g] = 1;
+      cpu[static_cast<std::size_t>(r)] += b / m.cpu_rate;
+      cpu[static_cast<std::size_t>(d)] += b / m.cpu_rate;
+    }
+  }
+  std::vector<double> busiest(hosts, 0);
+  std::vector<int> busy(hosts, 0);
+  for (int r = 0; r < n; ++r) {
+    const double c = cpu[static_cast<std::size_t>(r)];
+    busiest[host(r)] = std::max(busiest[host(r)], c);
+    busy[host(r)] += c > 0;
+  }
+  if (m.ranks_per_cpu > 1)  // the busy ranks share the host's CPUs
+    for (std::size_t h = 0; h < hosts; ++h) {
+      const auto ranks = t.hosts() > 0 ? t.ranks_on[h].size() : static_cast<std::size_t>(n);
+      if (busy[h] > 0) busiest[h] /= cpu_share(m, static_cast<double>(ranks), busy[h]);
+    }
+  double worst = 0;
+  for (std::size_t h = 0; h < hosts; ++h) {
+    if (!active[h]) continue;
+    const double wire = crossed[h] ? std::max(out[h], in[h]) / m.host.bandwidth : 0;
+    const double start =
+        crossed[h] ? m.host.latency + std::max(flows[h] - 1, 0) * m.host.overhead : m.local.latency;
+    worst = std::max(worst, start + std::max(wire, busiest[h]));
+  }
+  return worst;
+}
+
+/// Two ranks on different hosts exchanging `bytes` each way: the link
+/// carries them each way at once; each rank's CPU share moves both.
+double exchange_between_hosts(const cost_model& m, double bytes);
+
+/// One step of a ring ordered by host (rank order on one host): every rank
+/// sends `block` bytes to its next.
+double ring_step(const group_topology& t, const cost_model& m, double block);
+
+/// `hosts` ranks, one on each host.
+std::shared_ptr<const group_topology> one_rank_each(int hosts);
+
+}  // namespace troupe::detail::cost
