@@ -16,6 +16,7 @@
 #include <numeric>
 #include <thread>
 
+#include "../base/engine_setting.hpp"
 #include "../inline/engine.hpp"
 #include "../kernels/stream_copy.hpp"
 #include "check_error.hpp"
@@ -128,15 +129,15 @@ bool collectives(world& w) {
   return ok;
 }
 
-/// Why the shared-memory engine does not run here ("" when it does): the
-/// cases that count its copies skip under another route (TROUPE_ENGINE, or
-/// its older name TROUPE_FABRIC), where every call still runs and checks
-/// its result in the other cases.
-std::string other_route() {
-  for (const char* route : {"TROUPE_ENGINE", "TROUPE_FABRIC"})
-    if (const char* v = std::getenv(route); v && *v && std::string(v) != "on")
-      return std::string(route) + "=" + v;
-  return {};
+/// Whether the case, which counts the shared-memory engine's copies, skips
+/// (saying so): under another route (TROUPE_ENGINE, or its older name
+/// TROUPE_FABRIC) every call still runs and checks its result in the other
+/// cases.
+bool skips_off_the_shared_engine() {
+  if (detail::read_engine_setting() == detail::engine_setting::inline_engine) return false;
+  MESSAGE("skipped: " << detail::engine_setting_source()
+                      << " (the case counts the shared-memory engine's copies)");
+  return true;
 }
 
 }  // namespace
@@ -334,10 +335,7 @@ TEST_CASE(
 }
 
 TEST_CASE("allreduce between processes on empty_shared tensors reads the peers' buffers") {
-  if (auto route = other_route(); !route.empty()) {
-    MESSAGE("skipped: " << route << " (the case counts the shared-memory engine's copies)");
-    return;
-  }
+  if (skips_off_the_shared_engine()) return;
   // Direct: each rank writes its reduced part into the n-1 other buffers,
   // (n-1)/n bytes per byte; staged (a buffer is not shared): (2n-1)/n, with
   // 2 ranks 1 (each stages its whole buffer, or copies it into its slot).
@@ -433,10 +431,7 @@ int open_memfds() {
 
 TEST_CASE(
     "a large tensor::empty buffer moves into shared memory in place on its second allreduce") {
-  if (auto route = other_route(); !route.empty()) {
-    MESSAGE("skipped: " << route << " (the case counts the shared-memory engine's copies)");
-    return;
-  }
+  if (skips_off_the_shared_engine()) return;
   // The second allreduce between processes of a whole large allocation of
   // tensor::empty (64 KiB or more) makes it shared memory at the same address
   // with the same contents, and reads the peers' buffers (direct) from then
@@ -520,10 +515,7 @@ TEST_CASE(
 TEST_CASE(
     "large collectives between processes on reused buffers: alltoall, reduce_scatter, gather and "
     "scatter pull") {
-  if (auto route = other_route(); !route.empty()) {
-    MESSAGE("skipped: " << route << " (the case counts the shared-memory engine's copies)");
-    return;
-  }
+  if (skips_off_the_shared_engine()) return;
   // broadcast, allgather, gather, scatter, reduce_scatter and alltoall on
   // large tensor::empty inputs, twice each: the first call stages every byte
   // through the segment; at the second, alltoall, reduce_scatter and scatter
