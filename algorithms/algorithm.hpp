@@ -59,6 +59,14 @@ class op_context {
   /// Whether send() to `peer` has copied the payload's bytes when it returns
   /// (then a slice of the caller's memory may be sent as is).
   virtual bool copies_on_send(int /*peer*/) const { return false; }
+  /// Whether a large transfer to `peer` should go in small segments, a few
+  /// ahead of what came back (allreduce_pair): true between hosts, over
+  /// TCP, while this rank has a CPU of its own. Both ranks writing a whole
+  /// megabyte at once makes TCP retransmit what it took for lost (each
+  /// host's CPU also runs the other's receiving), three times slower than
+  /// segments that wait for the peer's; ranks that share a CPU are paced by
+  /// it already, and more messages only cost them more.
+  virtual bool paced(int /*peer*/) const { return false; }
   /// Whether a message take() returns from `peer` (one no receive was
   /// posted for) is a buffer of this rank's own, which the algorithm may
   /// write: where sends to the peer copy the bytes, its messages here are
@@ -253,9 +261,10 @@ bool collect_from_peers(op_context& ctx, std::vector<bool>& done, F&& use) {
   return all;
 }
 
-/// Pipelined algorithms cut buffers into segments of about 1 MiB, a few in
-/// flight at a time: how many segments `elements` of `t` make (at least 1).
-int segments_of(std::int64_t elements, dtype t);
+/// Pipelined algorithms cut buffers into segments of about 1 MiB (or
+/// `segment_bytes`), a few in flight at a time: how many segments
+/// `elements` of `t` make (at least 1).
+int segments_of(std::int64_t elements, dtype t, std::size_t segment_bytes = std::size_t{1} << 20);
 
 /// Group rank `r` shifted by `d` around the ring.
 inline int ring(int r, int d, int size) {

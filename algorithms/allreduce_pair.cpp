@@ -3,9 +3,13 @@
 // (larger buffers: allreduce_halves).
 //
 // Terms: the buffer is cut into segments of about 1 MiB (one for small
-// buffers); "mine" is this rank's contribution (pre-scaled for PREMUL_SUM).
+// buffers), or 128 KiB where the context paces the peer (op_context::paced:
+// another host over TCP, a CPU for this rank); "mine" is this rank's
+// contribution (pre-scaled for PREMUL_SUM).
 // Send: segment j of mine goes to the peer as message j, up to `pair_window`
-//   segments ahead of the ones reduced.
+//   segments ahead of the ones reduced (paced: 2, so neither rank gets more
+//   than 256 KiB ahead of what it received: TCP then carries both ways at
+//   once without taking its own backlog for losses).
 // Reduce: when the peer's segment j arrived, reduce rank 0's and rank 1's
 //   segment j in rank order (both ranks, so both get the same bits), finish
 //   it (AVG) and write it into the output. Segment j was sent before it is
@@ -23,6 +27,8 @@ namespace troupe::detail {
 namespace {
 
 constexpr int pair_window = 8;  // segments in flight
+constexpr std::size_t paced_segment = std::size_t{128} << 10;
+constexpr int paced_window = 2;
 
 class allreduce_pair final : public algorithm {
  public:
@@ -32,11 +38,14 @@ class allreduce_pair final : public algorithm {
     if (!started_) {
       started_ = true;
       mine_ = own_contribution(call, call.input);
-      segs_ = segments_of(call.input.numel(), call.input.scalar_type());
+      const bool paced = ctx.paced(peer);
+      segs_ = paced ? segments_of(call.input.numel(), call.input.scalar_type(), paced_segment)
+                    : segments_of(call.input.numel(), call.input.scalar_type());
+      window_ = paced ? paced_window : pair_window;
     }
     const auto kind = partial_op(call.op).op();
     for (;;) {
-      while (sent_ < segs_ && sent_ < reduced_ + pair_window) {
+      while (sent_ < segs_ && sent_ < reduced_ + window_) {
         auto part = segment(mine_, sent_);
         ctx.send(peer, static_cast<std::uint32_t>(sent_), to_send(ctx, peer, part));
         ++sent_;
@@ -67,6 +76,7 @@ class allreduce_pair final : public algorithm {
 
   bool started_ = false;
   int segs_ = 1;
+  int window_ = pair_window;
   int sent_ = 0;
   int reduced_ = 0;
   tensor mine_;

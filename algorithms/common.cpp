@@ -248,8 +248,7 @@ tensor to_send(const op_context& ctx, int peer, const tensor& t) {
   return ctx.copies_on_send(peer) ? t : fresh_copy(t);
 }
 
-int segments_of(std::int64_t elements, dtype t) {
-  constexpr std::size_t segment_bytes = std::size_t{1} << 20;
+int segments_of(std::int64_t elements, dtype t, std::size_t segment_bytes) {
   const auto per =
       static_cast<std::int64_t>(std::max<std::size_t>(1, segment_bytes / element_size(t)));
   return static_cast<int>(std::max<std::int64_t>(1, (elements + per - 1) / per));

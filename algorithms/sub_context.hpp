@@ -29,6 +29,7 @@ class sub_context final : public op_context {
         base_(base) {}
 
   bool copies_on_send(int peer) const override { return whole_.copies_on_send(member(peer)); }
+  bool paced(int peer) const override { return whole_.paced(member(peer)); }
   std::optional<tensor> take(int peer, std::uint32_t step) override {
     return whole_.take(member(peer), base_ + step);
   }

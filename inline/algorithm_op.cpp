@@ -32,6 +32,12 @@ class message_context final : public op_context {
   // Frames to other processes are written out at once; ranks in this
   // process get the tensor itself.
   bool copies_on_send(int peer) const override { return !net_.is_local(peer); }
+  bool paced(int peer) const override {
+    const bool paced = net_.paced(peer);
+    if (auto* c = paced ? inline_counting() : nullptr)
+      c->paced.fetch_add(1, std::memory_order_relaxed);
+    return paced;
+  }
   // Only where a reader thread receives while this one sends.
   bool consume_on_arrival(int peer, std::uint32_t step, arrival_fn fn) override {
     if (reads_ || net_.is_local(peer)) return false;

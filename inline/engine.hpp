@@ -177,6 +177,8 @@ struct inline_counters {
   /// Messages of the message engine that only carry the agreement (its
   /// describe, alarm and dissemination messages, base/agreement.hpp).
   std::atomic<std::uint64_t> described{0};
+  /// Algorithms told to pace their transfers to a peer (op_context::paced).
+  std::atomic<std::uint64_t> paced{0};
 };
 /// The process's counters. They count from the first call on (tests ask
 /// before what they measure); until then the engines skip them, as an

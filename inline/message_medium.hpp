@@ -78,6 +78,13 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   int rank() const noexcept { return rank_; }
   /// Where the group's ranks live (their hosts, from the data plane).
   const std::shared_ptr<const group_topology>& topology() const noexcept { return topology_; }
+  /// Whether large transfers to group rank r go in paced segments
+  /// (op_context::paced): r lives on another host, and this host has a CPU
+  /// for each of its ranks.
+  bool paced(int r) const {
+    return own_cpus_ && topology_->host_of[static_cast<std::size_t>(r)] !=
+                            topology_->host_of[static_cast<std::size_t>(rank_)];
+  }
   bool pump() override;
   /// Whether this process sends or receives point-to-point messages
   /// through the data plane (data_plane::carried_p2p).
@@ -171,6 +178,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   std::vector<std::weak_ptr<message_medium>> peers_;  // local ranks' media, found once
   std::vector<int> global_ranks_;
   std::shared_ptr<const group_topology> topology_;
+  bool own_cpus_ = false;  // this host's ranks have a CPU each (paced)
   int rank_;
   std::string group_;
   rank_names names_;

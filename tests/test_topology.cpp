@@ -16,9 +16,11 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
+#include "base/engine_setting.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
 #include "forked_ranks.hpp"
+#include "inline/engine.hpp"
 #include "scoped_env.hpp"
 #include "troupe/troupe.hpp"
 
@@ -568,6 +570,36 @@ TEST_CASE("allreduce across emulated hosts, every algorithm") {
       across_hosts(hosts, algorithm, allreduces_right);
     }
   }
+}
+
+TEST_CASE("two ranks on two hosts pace their allreduce: small segments, every op, right") {
+  // One rank per host, each with a CPU: allreduce_pair cuts up to 1 MiB
+  // into 128 KiB segments, 2 ahead of what came back (op_context::paced).
+  const bool counts = detail::read_engine_setting() != detail::engine_setting::actors;
+  across_hosts({"a", "b"}, nullptr, [&](world& w) {
+    auto& pg = w.default_group();
+    const int r = w.rank();
+    const auto before = detail::inline_stats().paced.load();
+    bool ok = true;
+    for (auto t : {dtype::float32, dtype::int64, dtype::bfloat16})
+      for (const auto& op : ct::ops_for(t))
+        // 1, 2 and 8 segments (the last one short), and one under a segment.
+        for (std::int64_t len : {std::int64_t{4099}, std::int64_t{40000}, std::int64_t{262143}}) {
+          const auto bytes = len * static_cast<std::int64_t>(element_size(t));
+          if (bytes > (std::int64_t{1} << 20)) continue;  // allreduce_halves' sizes
+          const auto e = ct::expected_for(t, op, 2, len, 29);
+          auto x = ref::make(t, e->input(r));
+          pg.allreduce(x, op).wait();
+          ok &= test::expect(r, ref::close(x, e->result),
+                             ct::name("allreduce", t, len) + " " + op.to_string());
+        }
+    // Off the inline engines (TROUPE_ENGINE=actors) the group actors run
+    // the pair unpaced: only the results count.
+    if (counts)
+      ok &= test::expect(r, detail::inline_stats().paced.load() > before,
+                         "allreduce_pair was told to pace its peer on another host");
+    return ok;
+  });
 }
 
 TEST_CASE("Rabenseifner's allreduce: every op, 3 to 8 ranks, folds and empty blocks") {
