@@ -382,7 +382,9 @@ void mailbox::pump_for(work_state& s, clock::time_point until, const std::vector
     // Then the reader threads take over, and the waiter sleeps on the work.
     if (!policy.poll_step(now - since)) break;
   }
-  for (int p : peers) plane->pumping(p, -1, true);
+  // Still waiting: the reader threads take over now; done: they may linger.
+  const bool waits = !s.finished.load(std::memory_order_acquire);
+  for (int p : peers) plane->pumping(p, -1, waits);
 }
 
 arrival_queue<mailbox::receive>::iterator mailbox::first_receive(int src, int tag) {

@@ -380,6 +380,41 @@ void lent_round(process_group& pg, int left, int right, lent_buffers& x, int rou
 // the process exchanged any (shm_medium::read_rings_of): what arrives then
 // must complete its receive, run its callback, and a message larger than a
 // ring holds must stream through while both sides wait in collectives.
+// A receive that completed stops reading its sender's connection without
+// waking the reader thread (in a loop of calls the next one reads again):
+// a message that comes while nobody waits must still be taken in by it
+// within milliseconds, so that a receive posted later finds it there.
+TEST_CASE("a message that comes while nobody waits is taken in before its receive") {
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      auto& pg = w.default_group();
+      const int right = (w.rank() + 1) % n, left = (w.rank() + n - 1) % n;
+      for (int round = 0; round < 3; ++round) {
+        auto first = tensor::zeros({16}, dtype::float32);
+        auto r = pg.recv(first, left, 9);
+        auto s = pg.send(pattern(w.rank(), 16), right, 9);
+        r.wait();
+        s.wait();
+        // Nobody here waits for anything while the next message comes (its
+        // sender sends once this rank's receive surely ended).
+        std::this_thread::sleep_for(20ms);
+        auto s2 = pg.send(pattern(w.rank() + 1, 16), right, 10);
+        std::this_thread::sleep_for(100ms);
+        auto second = tensor::zeros({16}, dtype::float32);
+        auto r2 = pg.recv(second, left, 10);
+        // (The group actors complete a receive by a message of their own.)
+        if (detail::read_engine_setting() != detail::engine_setting::actors)
+          CHECK(r2.is_completed());
+        r2.wait();
+        s2.wait();
+        CHECK(holds_pattern(second, left + 1));
+        pg.barrier().wait();
+      }
+    });
+  }
+}
+
 TEST_CASE("messages that arrive while their receiver waits in collectives arrive whole") {
   for (int n : {2, 3, 4}) {
     CAPTURE(n);

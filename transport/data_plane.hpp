@@ -174,7 +174,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// arrived.
   bool pump(int r);
   /// A thread starts (+1) or stops (-1) pumping r's connection; while one
-  /// does, the reader thread parks. Stopping with `wake` resumes it at once.
+  /// does, the reader thread parks. Stopping with `wake` (the thread still
+  /// waits, asleep) resumes it at once; without, a socket's reader stays
+  /// parked for reading_linger (the next call is likely to pump again).
   void pumping(int r, int delta, bool wake);
   /// Why world rank r is gone (empty while it is connected).
   std::string gone_reason(int r);
@@ -246,6 +248,11 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   static std::shared_ptr<data_plane>* detach_reader(const data_plane* plane);
   /// The reader thread of `rank`'s incoming connection (socket or ring).
   void reader_loop(int rank);
+  /// How long a socket's reader thread stays parked before it looks again
+  /// (0: it reads): while a thread pumps the socket, and for reading_linger
+  /// after the last one stopped without handing it over.
+  static std::chrono::nanoseconds parked_for(const peer& p);
+  static constexpr std::chrono::milliseconds reading_linger{2};
   /// The failure detector (data_plane_heartbeat.cpp): every opts_.heartbeat,
   /// a heartbeat to every peer process, and the ranks of a peer process
   /// silent for opts_.unresponsive failed.

@@ -55,7 +55,11 @@ struct data_plane::peer {
   std::string last_group;
   std::uint64_t last_version = 0;
   std::atomic<int> pumpers{0};
-  std::condition_variable park;  // the reader thread waits here while pumpers > 0
+  // When the last thread that pumped this socket stopped without handing
+  // it to the reader thread (steady clock, ns; 0: handed over, or never
+  // pumped): the reader stays parked for reading_linger after it.
+  std::atomic<std::int64_t> pumped_ns{0};
+  std::condition_variable park;  // the reader thread waits here while a thread pumps
   bool over = false;             // the connection ended (under in_mtx)
 };
 

@@ -152,6 +152,15 @@ bool data_plane::drain(int r, bool& any) {
   return false;
 }
 
+std::chrono::nanoseconds data_plane::parked_for(const peer& p) {
+  if (p.pumpers.load() > 0) return std::chrono::milliseconds(2);
+  const auto stopped = p.pumped_ns.load(std::memory_order_relaxed);
+  if (stopped == 0) return {};
+  const auto since =
+      std::chrono::steady_clock::now().time_since_epoch() - std::chrono::nanoseconds(stopped);
+  return since < reading_linger ? reading_linger - since : std::chrono::nanoseconds{};
+}
+
 void data_plane::reader_loop(int r) {
   auto& p = at(r);
   // A shared-memory ring's reader thread runs at the lowest priority: the
@@ -170,8 +179,14 @@ void data_plane::reader_loop(int r) {
   };
   for (;;) {
     {
-      // Park while a waiting thread reads this socket itself; look again
-      // every 2 ms (a pumper that stops without waking us is seen then).
+      // A socket's reader parks while a waiting thread reads the socket
+      // itself, and for reading_linger after the last one stopped without
+      // handing the socket over (its call completed: in a loop of calls the
+      // next one reads again at once). Parked, it is off the socket's wait
+      // queue: the peer's bytes wake no thread to take the CPU from the one
+      // that reads them (a context switch and a lock hand-off per message
+      // on a rank's CPU). It looks again every 2 ms; a pumper that hands
+      // over (it goes to sleep still waiting) resumes it at once.
       // A ring's reader sleeps on the ring instead: its writer does not wake
       // it while a thread here polls (shm_ring::polling), and the last
       // poller to stop wakes it when bytes wait, so a waiting thread that
@@ -179,13 +194,17 @@ void data_plane::reader_loop(int r) {
       // and step).
       std::unique_lock<std::mutex> g{p.in_mtx};
       if (p.over || stopping_) return;
-      if (p.pumpers.load() > 0 && !p.in_link) {
-        p.park.wait_for(g, std::chrono::milliseconds(2));
-        continue;
+      if (!p.in_link) {
+        if (const auto rest = parked_for(p); rest.count() > 0) {
+          p.park.wait_for(g, rest);
+          continue;
+        }
       }
     }
     const bool open = wait();
     if (stopping_) return;
+    // Woken by bytes that a thread which began pumping meanwhile reads.
+    if (open && !p.in_link && p.pumpers.load() > 0) continue;
     std::lock_guard<std::mutex> g{p.in_mtx};
     bool any = false;
     if (!drain(r, any) || (!open && !any)) return;
@@ -242,7 +261,13 @@ void data_plane::pumping(int r, int delta, bool wake) {
   // have looked before the bytes came), the reader is woken.
   if (p.in_link && p.in_link->polling(delta) && !pump(r) && p.in_link->readable())
     p.in_link->wake_reader();
-  if (p.pumpers.fetch_add(delta) + delta == 0 && wake) {
+  if (p.pumpers.fetch_add(delta) + delta != 0) return;
+  // The last pumper stopped: handing the socket over (`wake`), the reader
+  // resumes now; else it lingers parked (reading_linger).
+  if (!p.in_link)
+    p.pumped_ns.store(wake ? 0 : std::chrono::steady_clock::now().time_since_epoch().count(),
+                      std::memory_order_relaxed);
+  if (wake) {
     // The caller may be the thread that reads r's frames right now (a
     // callback of a call that a frame completed waits for another one):
     // then the reader sees the change at its next look (2 ms at most).
