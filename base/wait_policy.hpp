@@ -10,8 +10,9 @@
 //
 // A rank on a CPU of its own (bound to one CPU, as troupe-run and mpirun
 // --bind-to core bind them when the host has a CPU for every rank) spins
-// 20 µs before it yields: nothing of the job waits for that CPU, and a
-// yield is a system call that delays noticing the peer. "A CPU for every
+// 20 µs before it yields (nothing of the job waits for that CPU, and a
+// yield is a system call that delays noticing the peer), and polls for
+// 1 ms before it sleeps. "A CPU for every
 // rank" counts the CPUs the launcher may use (host_cpus()), not the
 // machine's: ranks confined together to fewer CPUs share them.
 //
@@ -32,6 +33,11 @@ namespace troupe::detail {
 
 /// The spinning window of a rank on a CPU of its own.
 inline constexpr std::chrono::nanoseconds own_cpu_spin{20'000};
+/// Its polling window: a waiter that sleeps hands its sockets to the data
+/// plane's reader threads, whose wake-ups on the rank's CPU lengthen the
+/// next wait (two hosts' ranks exchanging 1 MiB: about 800 us a call in
+/// that regime, 350 while the waiter reads); the CPU waits for nothing else.
+inline constexpr std::chrono::nanoseconds own_cpu_poll{1'000'000};
 
 /// How many CPUs the ranks of this host share: those its launcher may run
 /// on (the affinity of this process's parent: troupe-run, mpirun's daemon,

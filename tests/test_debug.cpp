@@ -189,7 +189,7 @@ TEST_CASE("waits do not spin when the host's ranks outnumber its CPUs, unless to
   CHECK(chosen.for_ranks(cpus + 1).spin == std::chrono::microseconds{3});
 }
 
-TEST_CASE("a rank on a CPU of its own spins longer before it yields") {
+TEST_CASE("a rank on a CPU of its own spins longer before it yields, and polls longer") {
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   const auto usual = std::chrono::nanoseconds{1'000};
   cpu_set_t mine;
@@ -199,6 +199,7 @@ TEST_CASE("a rank on a CPU of its own spins longer before it yields") {
   while (!CPU_ISSET(first, &mine)) ++first;
   // A thread bound to one CPU, as troupe-run binds a rank's process.
   std::chrono::nanoseconds alone{}, crowded{}, unknown{};
+  std::chrono::nanoseconds alone_poll{}, crowded_poll{}, chosen_poll{};
   std::thread bound([&] {
     cpu_set_t one;
     CPU_ZERO(&one);
@@ -207,10 +208,14 @@ TEST_CASE("a rank on a CPU of its own spins longer before it yields") {
     {
       scoped_env local{"LOCAL_WORLD_SIZE", "1"};
       alone = detail::wait_policy::from_env().spin;
+      alone_poll = detail::wait_policy::from_env().poll;
+      scoped_env poll{"TROUPE_POLL_US", "70"};
+      chosen_poll = detail::wait_policy::from_env().poll;
     }
     {
       scoped_env local{"LOCAL_WORLD_SIZE", std::to_string(cpus + 1)};
       crowded = detail::wait_policy::from_env().spin;
+      crowded_poll = detail::wait_policy::from_env().poll;
     }
     {
       scoped_env local{"LOCAL_WORLD_SIZE", std::nullopt};
@@ -220,6 +225,12 @@ TEST_CASE("a rank on a CPU of its own spins longer before it yields") {
   });
   bound.join();
   CHECK(alone == detail::own_cpu_spin);
+  // and polls (yielding) longer before it sleeps: the CPU waits for nothing
+  // else of the job, and a sleeping waiter hands its sockets to the reader
+  // threads, whose wake-ups on that CPU make the next wait longer still.
+  CHECK(alone_poll == detail::own_cpu_poll);
+  CHECK(chosen_poll == std::chrono::microseconds{70});
+  CHECK(crowded_poll == std::chrono::microseconds{50});
   CHECK(crowded == usual);  // the host's ranks outnumber its CPUs
   CHECK(unknown == usual);  // no launcher said how many ranks share the host
   {
