@@ -1,6 +1,5 @@
 // The congestion control of the data plane's connections
-// (TROUPE_TCP_CONGESTION): within a host "auto" gives them reno (across hosts
-// reno in place of BBR where each rank has a CPU), "system"
+// (TROUPE_TCP_CONGESTION): within a host "auto" gives them reno, "system"
 // leaves the kernel's default, a name sets that one, and a value the kernel
 // refuses is an error naming it before the world joins anyone.
 
@@ -92,22 +91,6 @@ TEST_CASE("auto gives a connection within the host reno; system leaves the defau
     detail::tcp_choose_congestion(p.client, "reno");  // a name: set as is
     CHECK(congestion_of(p.client) == "reno");
   }
-}
-
-TEST_CASE("auto across hosts: the kernel's default, but reno for BBR where each rank has a CPU") {
-  using detail::tcp_auto_congestion;
-  CHECK(tcp_auto_congestion(true, false, "bbr") == "reno");  // within the host: always
-  CHECK(tcp_auto_congestion(true, true, "cubic") == "reno");
-  CHECK(tcp_auto_congestion(false, true, "bbr") == "reno");
-  CHECK(tcp_auto_congestion(false, true, "bbr2") == "reno");
-  CHECK(tcp_auto_congestion(false, false, "bbr").empty());   // ranks share CPUs: BBR stays
-  CHECK(tcp_auto_congestion(false, true, "cubic").empty());  // an admin's other choice stays
-  CHECK(tcp_auto_congestion(false, true, "dctcp").empty());
-  CHECK(tcp_auto_congestion(false, true, "").empty());  // not known
-  // On a connection within the host the flag changes nothing.
-  loopback_pair p;
-  detail::tcp_choose_congestion(p.client, "auto", true);
-  CHECK(congestion_of(p.client) == "reno");
 }
 
 TEST_CASE("a congestion control the kernel refuses is an error naming it") {

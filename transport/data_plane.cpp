@@ -260,8 +260,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
       }
     }
     p.out_socket = std::make_unique<tcp_stream>(fd);
-    // Before its first byte.
-    tcp_choose_congestion(fd, opts_.congestion, host_ranks_ <= host_cpus());
+    tcp_choose_congestion(fd, opts_.congestion);  // before its first byte
     hello h{opts_.token, me, static_cast<std::int32_t>(::getpid()), host_name(), opts_.job, {}};
     // A transport's link, where one joins the pair (transport/link.hpp).
     const auto* link = transport_for(opts_.transport, {me, r, p.same_host, 0});

@@ -187,22 +187,10 @@ void tcp_check_congestion(const std::string& choice) {
   if (!ok) refused(choice, err);
 }
 
-std::string tcp_auto_congestion(bool within_host, bool cpu_per_rank, const std::string& current) {
-  // reno: built in, and allowed to every process.
-  if (within_host) return "reno";
-  if (cpu_per_rank && current.rfind("bbr", 0) == 0) return "reno";
-  return {};
-}
-
-void tcp_choose_congestion(int fd, const std::string& choice, bool cpu_per_rank) {
+void tcp_choose_congestion(int fd, const std::string& choice) {
   if (choice == "system") return;
   if (choice == "auto") {
-    char now[32] = {};
-    socklen_t len = sizeof now - 1;
-    if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, now, &len) != 0) now[0] = '\0';
-    if (const auto name = tcp_auto_congestion(tcp_within_host(fd), cpu_per_rank, now);
-        !name.empty())
-      set_congestion(fd, name);
+    if (tcp_within_host(fd)) set_congestion(fd, "reno");  // built in, allowed to everyone
     return;
   }
   if (!set_congestion(fd, choice)) refused(choice, errno);

@@ -49,22 +49,12 @@ void tcp_check_congestion(const std::string& choice);
 /// Sets the congestion control of a connection that carries rank data, as
 /// `choice` says: "system" leaves the kernel's default; "auto" (the default)
 /// gives a connection within this host reno (built in, and every process may
-/// set it), and one to another host the kernel's default, but reno instead
-/// of BBR where this host has a CPU for each of its ranks
-/// (`cpu_per_rank`); a name sets that one. Within a host nothing is lost,
-/// so a loss-based congestion control never slows a connection, while a
-/// pacing one (BBR, the default of some hosts) does: it moves a 4-process
-/// ring's bytes on loopback a third slower than reno or cubic. Between
-/// hosts BBR paces a rank's bursts at the rate it estimated: with a CPU per
-/// rank (2 emulated hosts) a 1 MiB ping-pong took 630 us with BBR and 155
-/// with reno, a 16 MiB one 12.5-13 ms and 2.7-8; where ranks share CPUs,
-/// BBR's even sending moved a 64 MiB allreduce 10-15% faster, and stays.
-/// Throws errc::invalid_argument naming a name the kernel refuses, with
-/// what it allows.
-void tcp_choose_congestion(int fd, const std::string& choice, bool cpu_per_rank = false);
-/// What "auto" sets on a connection (empty: the kernel's default stays):
-/// `within_host` as tcp_within_host, `current` the connection's congestion
-/// control now (the kernel's default).
-std::string tcp_auto_congestion(bool within_host, bool cpu_per_rank, const std::string& current);
+/// set it) and leaves others at the default; a name sets that one. Within a
+/// host nothing is lost, so a loss-based congestion control never slows a
+/// connection, while a pacing one (BBR, the default of some hosts) does:
+/// it moves a 4-process ring's bytes on loopback a third slower than reno
+/// or cubic. Throws errc::invalid_argument naming a name the kernel
+/// refuses, with what it allows.
+void tcp_choose_congestion(int fd, const std::string& choice);
 
 }  // namespace troupe::detail
