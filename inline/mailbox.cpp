@@ -138,7 +138,7 @@ mailbox::mailbox(std::string key, std::string group, int rank, std::vector<int> 
   for (std::size_t r = 0; r < n; ++r)
     placed_.push_back(local_[r] ? nullptr : std::make_unique<placed>());
   names_ = rank_names(static_cast<int>(n));
-  may_split_ = plane && plane->ranks_on_host() <= host_cpus();
+  may_split_ = plane && plane->cpu_per_rank();
 }
 
 mailbox::~mailbox() {

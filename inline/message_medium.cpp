@@ -4,7 +4,6 @@
 #include "base/futex.hpp"
 #include "base/process_directory.hpp"
 #include "base/texts.hpp"
-#include "base/wait_policy.hpp"
 #include "transport/data_plane.hpp"
 
 namespace troupe::detail {
@@ -27,7 +26,7 @@ message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string ke
     std::vector<std::string> hosts;
     for (int w : global_ranks_) hosts.push_back(p->host_of(w));
     topology_ = group_topology::of_hosts(hosts);
-    own_cpus_ = p->ranks_on_host() <= host_cpus();
+    own_cpus_ = p->cpu_per_rank();
   } else {
     topology_ = group_topology::flat(size());
   }

@@ -341,6 +341,10 @@ int data_plane::ranks_on_host() const {
   return host_ranks_;
 }
 
+bool data_plane::cpu_per_rank() const {
+  return host_ranks_ <= host_cpus();
+}
+
 std::string data_plane::describe(int r) const {
   auto& p = at(r);
   return "world rank " + std::to_string(r) + " (host " + p.host + ", pid " + std::to_string(p.pid) +

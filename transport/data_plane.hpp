@@ -123,6 +123,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   bool shares_memory(int r) const;
   /// World ranks on this host: this process's and those of its host peers.
   int ranks_on_host() const;
+  /// Whether this host has a CPU for each of its ranks (host_cpus(): those
+  /// its launcher may use).
+  bool cpu_per_rank() const;
   /// "world rank 3 (host h, pid 4711)".
   std::string describe(int r) const;
   /// The host world rank r runs on, by name (after connect(); the ranks of
