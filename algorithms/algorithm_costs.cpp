@@ -11,6 +11,7 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
 #include "algorithms/cost_steps.hpp"
+#include "base/agreement.hpp"
 
 namespace troupe::detail {
 
@@ -241,7 +242,39 @@ double bruck_alltoall(const group_topology& t, const cost_model& m, double bytes
   return total;
 }
 
+/// Rounds of dissemination: round k, every rank to rank + 2^k.
+double dissemination(const group_topology& t, const cost_model& m) {
+  const int n = t.size();
+  double total = 0;
+  for (int k = 1; k < n; k <<= 1)
+    total += step_time(
+        t, m, [&](int r) { return (r + k) % n; }, [](int) { return 0.0; });
+  return total;
+}
+
 }  // namespace
+
+double agreement_time(op_code code, const group_topology& t, const cost_model& base) {
+  const int n = t.size();
+  switch (code) {
+    case op_code::broadcast:
+    case op_code::reduce:
+    case op_code::gatherv:
+    case op_code::scatterv:
+      break;
+    default:  // every rank's result waits for every rank's data (or pairs meet)
+      return 0;
+  }
+  if (n < 2) return 0;
+  const cost_model m = base.on_shared_cpus();
+  if (agreement_rides_data(n, t.hosts() > 1)) return dissemination(t, m);
+  // Every rank tells every peer at once: one step, and a message's work
+  // for each further peer.
+  const link_cost& l = t.hosts() > 1 ? m.host : m.local;
+  return step_time(
+             t, m, [&](int r) { return (r + 1) % n; }, [](int) { return 0.0; }) +
+         (n - 2) * l.overhead;
+}
 
 fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group_topology& t,
                                const cost_model& base) {
@@ -254,13 +287,8 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
     case op_code::scatterv:
       return {"scatter_direct", rooted_direct(t, m, bytes / n)};
     case op_code::barrier:
-    case op_code::monitored_barrier: {
-      double total = 0;
-      for (int k = 1; k < n; k <<= 1)
-        total += step_time(
-            t, m, [&](int r) { return (r + k) % n; }, [](int) { return 0.0; });
-      return {"barrier_dissemination", total};
-    }
+    case op_code::monitored_barrier:
+      return {"barrier_dissemination", dissemination(t, m)};
     default:
       return {"other", 0};
   }

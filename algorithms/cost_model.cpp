@@ -74,7 +74,7 @@ cost_model cost_model::on_shared_cpus() const {
   if (!(ranks_per_cpu > 1) || latencies_shared) return *this;
   cost_model m = *this;
   const double k = ranks_per_cpu;
-  const double wait = std::pow(k, 2.3);
+  const double wait = std::pow(k, shared_wait);
   for (link_cost* l : {&m.host, &m.local}) {
     l->latency *= wait;
     l->overhead *= wait;
@@ -101,12 +101,22 @@ cost_model cost_model::parse(const std::string& text) {
       m.ranks_per_cpu = k;
       continue;
     }
+    if (eq != std::string::npos && item.compare(0, eq, "shared_wait") == 0) {
+      const auto v = item.substr(eq + 1);
+      char* end = nullptr;
+      const double e = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(e >= 0) || !(e <= 10))
+        bad(text, "shared_wait '" + v + "' is not a number from 0 to 10");
+      m.shared_wait = e;
+      continue;
+    }
     if (eq != std::string::npos && item.compare(0, eq, "cpu") == 0) {
       m.cpu_rate = quantity(text, item.substr(eq + 1), true);
       continue;
     }
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
-      bad(text, "'" + item + "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE or ranks_per_cpu=K");
+      bad(text, "'" + item +
+                    "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, ranks_per_cpu=K or shared_wait=E");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");

@@ -11,11 +11,12 @@
 // link's bandwidth. The defaults are measured on the machines troupe is
 // developed on (TCP between network namespaces for "other host", a CPU for
 // each rank); TROUPE_LINK_COSTS overrides them:
-//   TROUPE_LINK_COSTS="host=50us:1.25GB/s,local=5us:5GB/s,cpu=2GB/s,ranks_per_cpu=2"
+//   TROUPE_LINK_COSTS="host=50us:1.25GB/s,local=5us:5GB/s,cpu=2GB/s,ranks_per_cpu=2,shared_wait=1.5"
 // (host: between hosts; local: between processes of a host; units s, ms,
 // us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; cpu: what a rank's
-// CPU sends or receives over TCP, cpu_rate below; ranks_per_cpu: a plain
-// number, below). bench/hosts_bench.sh measures host and cpu first.
+// CPU sends or receives over TCP, cpu_rate below; ranks_per_cpu and
+// shared_wait: plain numbers, below). bench/hosts_bench.sh --calibrate
+// measures host, cpu and shared_wait first.
 //
 // Ranks that share a CPU (more ranks on a host than it has CPUs) wait for
 // each other: a message between hosts wakes a reader thread and then its
@@ -23,7 +24,9 @@
 // (veth, one rank per CPU to four), a barrier's round across hosts took
 // 13 us at one rank per CPU, 45-62 at two, 83-146 at three, 169-209 at
 // four; whole collectives fit k^2.3 times the latencies at k ranks per CPU
-// better (their local hops wait too). The ranks working in a step share
+// better (their local hops wait too). How long the wait is depends on the
+// machine's scheduler and CPUs (an Intel Xeon's fit k^1.2 at k = 2), hence
+// shared_wait. The ranks working in a step share
 // their host's CPUs for the bytes they move (cost_steps.hpp, cpu_share).
 
 #include <cstdint>
@@ -52,6 +55,11 @@ struct cost_model {
   /// step share their host's CPUs (ranks / ranks_per_cpu of them: a
   /// leader whose host's other ranks wait has a CPU of its own).
   double ranks_per_cpu = 1;
+  /// How much longer ranks that share CPUs wait: ranks_per_cpu^shared_wait
+  /// times each latency and message overhead (measured on the machines
+  /// troupe is developed on, 2.3: see above; bench/hosts_bench.sh
+  /// --calibrate measures it from a barrier of the benchmark's own layout).
+  double shared_wait = 2.3;
   /// Bytes per second a rank's CPU sends or receives between hosts (TCP's
   /// copies and protocol; what bounds an unshaped link: measured at one
   /// rank per CPU over veth, a 16 MiB broadcast 3.3 GB/s, an exchange
@@ -60,7 +68,7 @@ struct cost_model {
   /// on_shared_cpus() made this model (its latencies already shared).
   bool latencies_shared = false;
   /// This model's latencies as ranks sharing CPUs see them (ranks_per_cpu
-  /// = k > 1): k^2.3 times, and each further message's work; itself at
+  /// = k > 1): k^shared_wait times, and each further message's work; itself at
   /// k = 1 or once applied. Every prediction applies it.
   cost_model on_shared_cpus() const;
   /// The process's model: the defaults, or TROUPE_LINK_COSTS (read once;
@@ -134,13 +142,22 @@ struct fixed_prediction {
 fixed_prediction predict_fixed(op_code code, std::uint64_t bytes, const group_topology& t,
                                const cost_model& m);
 
+/// What the agreement (base/agreement.hpp) takes beside the algorithm of a
+/// call whose result does not wait for every rank's data (broadcast,
+/// reduce, gather, scatter): its rounds of dissemination where it rides the
+/// data, else every rank telling every peer at once; 0 for the others (the
+/// fingerprints ride on the data every rank waits for).
+double agreement_time(op_code code, const group_topology& t, const cost_model& m);
+
 /// What select.cpp runs for `code` over `bytes` on `t`: the algorithm
 /// TROUPE_ALGORITHMS forces where it can run there, else choose()'s.
 algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_topology& t,
                                 const cost_model& m, int root = 0);
 /// What troupe's message engine runs for `code` over `bytes` on `t` and its
 /// predicted seconds: chosen_algorithm()'s where select.cpp chooses, else
-/// the collective's one algorithm (predict_fixed); one rank runs nothing.
+/// the collective's one algorithm (predict_fixed), the call ending once
+/// that and the agreement beside it (agreement_time) are done; one rank
+/// runs nothing.
 fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,
                               const cost_model& m);
 

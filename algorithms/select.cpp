@@ -315,8 +315,11 @@ fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_top
                               const cost_model& m) {
   if (t.size() < 2) return {"none (one rank)", 0};
   const auto kind = chosen_algorithm(code, bytes, t, m);
-  if (kind == algorithm_kind::other) return predict_fixed(code, bytes, t, m);
-  return {to_string(kind), predict(kind, bytes, t, m)};
+  auto p = kind == algorithm_kind::other
+               ? predict_fixed(code, bytes, t, m)
+               : fixed_prediction{to_string(kind), predict(kind, bytes, t, m)};
+  p.seconds = std::max(p.seconds, agreement_time(code, t, m));
+  return p;
 }
 
 }  // namespace troupe::detail

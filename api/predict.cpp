@@ -47,9 +47,12 @@ prediction predict(const std::string& collective, std::uint64_t bytes, const hos
     code = op_code::reduce_scatterv;
   else if (collective == "alltoall")
     code = op_code::alltoallv;
+  else if (collective == "barrier")
+    code = op_code::barrier;
   else
     bad("collective '" + collective +
-        "' is not one of allreduce, broadcast, allgather, reduce, reduce_scatter, alltoall");
+        "' is not one of allreduce, broadcast, allgather, reduce, reduce_scatter, alltoall, "
+        "barrier");
   if (layout.hosts < 1) bad("hosts " + std::to_string(layout.hosts) + " must be at least 1");
   if (layout.ranks_per_host < 1)
     bad("ranks_per_host " + std::to_string(layout.ranks_per_host) + " must be at least 1");

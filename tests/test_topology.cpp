@@ -179,6 +179,45 @@ TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
   for (const char* bad : {"cpu=", "cpu=fast", "cpu=2us", "cpu=-1GB/s"})
     test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
                       {"TROUPE_LINK_COSTS", "'"});
+  // shared_wait: the exponent of the wait of ranks sharing CPUs.
+  CHECK(cost_model{}.shared_wait == doctest::Approx(2.3));
+  CHECK(cost_model::parse("shared_wait=1.2").shared_wait == doctest::Approx(1.2));
+  CHECK(cost_model::parse("shared_wait=0").shared_wait == 0);
+  for (const char* bad : {"shared_wait=", "shared_wait=-1", "shared_wait=11", "shared_wait=1us"})
+    test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
+                      {"TROUPE_LINK_COSTS", "shared_wait", std::string(bad).substr(12)});
+}
+
+TEST_CASE("a call's time includes its agreement where the result does not wait for every rank") {
+  // Broadcast, reduce, gather and scatter: the ranks that receive nothing
+  // from some rank still hear its call, through rounds of dissemination
+  // beside the algorithm (base/agreement.hpp); the call ends when both did.
+  const cost_model m = cost_model::parse("host=100us:10GB/s,cpu=10GB/s");
+  const auto t = layout(4, 1);
+  const double rounds = predict_fixed(op_code::barrier, 0, *t, m).seconds;
+  CHECK(rounds == doctest::Approx(2 * 100e-6));
+  for (auto code : {op_code::broadcast, op_code::reduce, op_code::gatherv, op_code::scatterv}) {
+    CAPTURE(static_cast<int>(code));
+    CHECK(agreement_time(code, *t, m) == doctest::Approx(rounds));
+    CHECK(predict_call(code, 4, *t, m).seconds >= rounds);
+  }
+  // A binomial broadcast of 4 B on 4 hosts is 2 rounds as well: the call is
+  // the longer of the two, not their sum.
+  CHECK(predict_call(op_code::broadcast, 4, *t, m).seconds ==
+        doctest::Approx(
+            std::max(rounds, predict(chosen_algorithm(op_code::broadcast, 4, *t, m), 4, *t, m))));
+  // Every rank's result waits for every rank's data: nothing beside it.
+  for (auto code : {op_code::allreduce, op_code::allgatherv, op_code::reduce_scatterv}) {
+    CHECK(agreement_time(code, *t, m) == 0);
+    CHECK(predict_call(code, 1 << 20, *t, m).seconds ==
+          doctest::Approx(predict(chosen_algorithm(code, 1 << 20, *t, m), 1 << 20, *t, m)));
+  }
+  // Two ranks on one host tell each other at once, one message each.
+  const auto pair = layout(1, 2);
+  CHECK(agreement_time(op_code::broadcast, *pair, m) == doctest::Approx(m.local.latency));
+  // testing::predict prices the barrier too.
+  CHECK(testing::predict("barrier", 0, {4, 1}, "host=100us:10GB/s,cpu=10GB/s").seconds ==
+        doctest::Approx(rounds));
 }
 
 TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU") {
@@ -191,6 +230,10 @@ TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU"
   CHECK(s.host.latency == doctest::Approx(m.host.latency * std::pow(2.0, 2.3)));
   CHECK(s.local.latency == doctest::Approx(m.local.latency * std::pow(2.0, 2.3)));
   CHECK(s.on_shared_cpus().host.latency == doctest::Approx(s.host.latency));
+  m.shared_wait = 1.2;  // a machine whose scheduler hands the CPU over sooner
+  CHECK(m.on_shared_cpus().host.latency == doctest::Approx(m.host.latency * std::pow(2.0, 1.2)));
+  CHECK(m.on_shared_cpus().host.overhead == doctest::Approx(m.host.overhead * std::pow(2.0, 1.2)));
+  m.shared_wait = 2.3;
   cost_model own;
   for (auto kind : {algorithm_kind::allreduce_hier_leaders, algorithm_kind::allreduce_hier_striped,
                     algorithm_kind::allreduce_ring, algorithm_kind::broadcast_binomial})

@@ -139,9 +139,9 @@ struct prediction {
 /// algorithm troupe's message engine would choose there (the same cost model
 /// and the same choice every rank makes, TROUPE_ALGORITHMS included) and the
 /// time the model gives it. `collective`: "allreduce", "broadcast",
-/// "allgather", "reduce", "reduce_scatter" or "alltoall"; `bytes`: the
-/// buffer (allgather: its output; reduce_scatter: its whole input;
-/// alltoall: what one rank sends, in even splits). `link_costs`:
+/// "allgather", "reduce", "reduce_scatter", "alltoall" or "barrier";
+/// `bytes`: the buffer (allgather: its output; reduce_scatter: its whole
+/// input; alltoall: what one rank sends, in even splits; barrier: none). `link_costs`:
 /// TROUPE_LINK_COSTS's syntax over the defaults ("": the process's model,
 /// TROUPE_LINK_COSTS or the defaults). Cheap at any scale (up to 2^20
 /// ranks): 16,384 ranks take milliseconds. On one host the ranks of one
