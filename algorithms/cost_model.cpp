@@ -73,10 +73,13 @@ const cost_model& cost_model::of_process() {
 cost_model cost_model::on_shared_cpus() const {
   if (!(ranks_per_cpu > 1) || latencies_shared) return *this;
   cost_model m = *this;
-  const double k = ranks_per_cpu;
-  const double wait = std::pow(k, shared_wait);
+  const double wait = std::pow(ranks_per_cpu, shared_wait);
+  // The wait for the CPU is the receiving rank's, whichever link brought
+  // the message: a round across hosts takes `wait` times as long, and a
+  // hop within a host waits as long for its rank's CPU.
+  const double for_the_cpu = (wait - 1) * host.latency;
   for (link_cost* l : {&m.host, &m.local}) {
-    l->latency *= wait;
+    l->latency += for_the_cpu;
     l->overhead *= wait;
   }
   m.latencies_shared = true;

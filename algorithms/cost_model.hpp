@@ -24,9 +24,10 @@
 // (veth, one rank per CPU to four), a barrier's round across hosts took
 // 13 us at one rank per CPU, 45-62 at two, 83-146 at three, 169-209 at
 // four; whole collectives fit k^2.3 times the latencies at k ranks per CPU
-// better (their local hops wait too). How long the wait is depends on the
-// machine's scheduler and CPUs (an Intel Xeon's fit k^1.2 at k = 2), hence
-// shared_wait. The ranks working in a step share
+// better, their hops within a host waiting as long for the CPU as those
+// between hosts. How long the wait is depends on the machine's scheduler
+// and CPUs (an Intel Xeon's barriers fit k^1.0-1.2 at k = 2, k^1.8 at 4),
+// hence shared_wait. The ranks working in a step share
 // their host's CPUs for the bytes they move (cost_steps.hpp, cpu_share).
 
 #include <cstdint>
@@ -68,8 +69,10 @@ struct cost_model {
   /// on_shared_cpus() made this model (its latencies already shared).
   bool latencies_shared = false;
   /// This model's latencies as ranks sharing CPUs see them (ranks_per_cpu
-  /// = k > 1): k^shared_wait times, and each further message's work; itself at
-  /// k = 1 or once applied. Every prediction applies it.
+  /// = k > 1, w = k^shared_wait): a message between hosts takes w times as
+  /// long, one within a host waits as long for its rank's CPU ((w - 1)
+  /// host latencies more), each further message's work takes w times as
+  /// long; itself at k = 1 or once applied. Every prediction applies it.
   cost_model on_shared_cpus() const;
   /// The process's model: the defaults, or TROUPE_LINK_COSTS (read once;
   /// a malformed value throws errc::invalid_argument naming it).
