@@ -12,7 +12,7 @@
 #   bash bench/hosts_bench.sh --hosts H [--ranks-per-host R] [--link RATE|none]
 #                             [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall]
 #                             [--quick] [--iters K] [--repeat K] [--build-dir DIR] [--no-build]
-#                             [--calibrate]
+#                             [--no-calibrate]
 #
 # --hosts H (default 2) hosts of --ranks-per-host R (default 2) ranks each;
 # --link: each host's link rate, as tc writes it (1gbit, 100mbit; default
@@ -24,14 +24,16 @@
 # build as it is (default: configure and build what is missing, as
 # run_bench.sh does).
 #
-# --calibrate: troupe is told what README asks a user to tell it about the
-# hosts (TROUPE_LINK_COSTS), measured here first: a ping-pong between 2
-# hosts of one rank each (a CPU each where there are 2), unshaped: 4 B one
-# way is the latency between hosts, 16 MiB what a rank's CPU moves over TCP
-# per second (cpu=). The report's model is told the same. (Measured on an
-# Intel Xeon machine, 2 x 2 unshaped: it made the model worse, 5 of 18
-# sizes within 25% against 8 with the defaults: a lone rank's ping-pong
-# prices the CPU of ranks that share one too high; bench/RESULTS.md.)
+# Calibration (unless --no-calibrate, which leaves the model's defaults):
+# troupe is told what README asks a user to tell it about the hosts
+# (TROUPE_LINK_COSTS), measured here first (bench_hosts_report --fit):
+# between 2 hosts of one rank each (a CPU each where there are 2), unshaped,
+# a 4-byte ping-pong's one-way time is the latency between hosts, and the
+# CPU rate (cpu=) the one at which the model's 16 MiB allreduce of those
+# two ranks takes what it measured; where the layout's ranks share CPUs, a
+# barrier of the layout itself says how long they wait (shared_wait=). The
+# report's model is told the same, and compared with other calls than
+# these. (About 20 s.)
 #
 # Placement: the hosts share this machine's CPUs, so each host runs on its own
 # share of them (hosts.sh --split-cpus) when there are at least as many CPUs as
@@ -55,7 +57,7 @@ iters=()
 repeat=2
 build=build
 do_build=1
-calibrate=0
+calibrate=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts=$2; shift ;;
@@ -67,8 +69,9 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=$2; shift ;;
     --build-dir) build=$2; shift ;;
     --no-build) do_build=0 ;;
-    --calibrate) calibrate=1 ;;
-    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
+    --calibrate) calibrate=1 ;;  # the default
+    --no-calibrate) calibrate=0 ;;
+    -h | --help) sed -n '2,47p' "$0"; exit 0 ;;
     *) echo "hosts_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -120,51 +123,60 @@ mpi_place=(--bind-to none)
 echo "hosts_bench: $hosts hosts x $per_host ranks, link $link, $cpus CPUs:" \
   "$([ ${#place[@]} -gt 0 ] && echo "$per_host_cpus of them per host" || echo "shared by all hosts"),"\
   "no rank bound"
-hosts_sh=(bash scripts/hosts.sh --hosts "$hosts" --link "$link" --timeout "$limit" "${place[@]}")
 # troupe is told what README asks a user to tell it (TROUPE_LINK_COSTS):
 # the link's rate, 95% of it (what TCP over a 1500-byte MTU leaves), the
-# latency and CPU rate calibrated (else the defaults); and, where the hosts'
-# ranks outnumber the CPUs they run on, the ranks per CPU. The report's
-# model is the same (its layout says the CPUs of a host).
+# terms calibrated (else the model's defaults); and, where the hosts' ranks
+# outnumber the CPUs they run on, the ranks per CPU. The report's model is
+# the same (its layout says the CPUs of a host).
 host_cpus=$(awk -v c="$cpus" -v h="$hosts" 'BEGIN { printf "%.4f", c / h }')
-latency=""
-cpu_rate=""
+hosts_sh=(bash scripts/hosts.sh --hosts "$hosts" --link "$link" --timeout "$limit" "${place[@]}")
+troupe_on() {  # troupe_on HOSTS_SH_ARGS... -- RANKS_PER_HOST HOSTS WORKER_ARGS...
+  local args=()
+  while [ "$1" != -- ]; do args+=("$1"); shift; done
+  shift
+  local n=$1 h=$2
+  shift 2
+  "${args[@]}" -- "${troupe_env[@]}" "$build/apps/troupe-run" -n "$n" --bind none --nnodes "$h" \
+    --node-rank '{host}' --master-addr '{master}' --master-port '{port}' \
+    "$build/bench/troupe_bench_worker" --transport shm+tcp "$@"
+}
+troupe_env=()
+fitted=""
 if [ "$calibrate" -eq 1 ]; then
   ccsv="$out/$name-calibration.csv"
+  clog="$out/logs/$name-calibration.log"
   rm -f "$ccsv"
   cplace=()
   [ "$cpus" -lt 2 ] || cplace=(--split-cpus)
-  if bash scripts/hosts.sh --hosts 2 --link none --timeout 300 "${cplace[@]}" -- \
-    "$build/apps/troupe-run" -n 1 --bind none --nnodes 2 --node-rank '{host}' \
-    --master-addr '{master}' --master-port '{port}' "$build/bench/troupe_bench_worker" \
-    --transport shm+tcp --csv "$PWD/$ccsv" --ops pingpong --sizes 4B,16MiB \
-    >"$out/logs/$name-calibration.log" 2>&1; then
-    read -r latency cpu_rate < <(awk -F, 'NR > 1 && $4 == "pingpong" { t[$5] = $7 }
-      END { if (t[4] > 0 && t[16777216] > t[4])
-              printf "%.1f %.0f\n", t[4], 16777216 / ((t[16777216] - t[4]) * 1e-6) }' "$ccsv") ||
-      true
+  # Two hosts of a rank each, unshaped: the latency between hosts and what
+  # a CPU moves over TCP; then the benchmark's own layout: a barrier, for
+  # how long ranks sharing a CPU wait.
+  if troupe_on bash scripts/hosts.sh --hosts 2 --link none --timeout 300 "${cplace[@]}" -- 1 2 \
+    --csv "$PWD/$ccsv" --ops pingpong,allreduce --sizes 4B,16MiB >"$clog" 2>&1 &&
+    troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier \
+      >>"$clog" 2>&1; then
+    fitted=$("$build/bench/bench_hosts_report" "$ccsv" --fit --hosts "$hosts" \
+      --ranks-per-host "$per_host" --link "$link" --cpus-per-host "$host_cpus" 2>>"$clog") ||
+      fitted=""
   fi
-  if [ -n "$cpu_rate" ]; then
-    echo "hosts_bench: calibrated: between hosts ${latency} us one way, a rank's CPU moves" \
-      "$(awk -v r="$cpu_rate" 'BEGIN { printf "%.2f", r / 1e9 }') GB/s over TCP"
+  if [ -n "$fitted" ]; then
+    echo "hosts_bench: calibrated: $fitted"
   else
-    echo "hosts_bench: calibration failed (see $out/logs/$name-calibration.log): the model's defaults"
+    echo "hosts_bench: calibration failed (see $clog): the model's defaults"
   fi
 fi
 costs=()
-rate=""
-if [ "$link" != none ]; then
-  rate=$(awk -v r="$link" 'BEGIN {
+if [ -n "$fitted" ]; then
+  costs=("$fitted")
+elif [ "$link" != none ]; then
+  costs=("host=:$(awk -v r="$link" 'BEGIN {
     n = r + 0; u = tolower(substr(r, length(n "") + 1))
     f = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : u == "bit" ? 1 : 0
-    if (f > 0) printf "%.0f", n * f / 8 * 0.95 }')
+    if (f > 0) printf "%.0f", n * f / 8 * 0.95 }')B/s")
 fi
-[ -z "$rate$latency" ] || costs+=("host=${latency:+${latency}us}:${rate:+${rate}B/s}")
-[ -z "$cpu_rate" ] || costs+=("cpu=${cpu_rate}B/s")
 measured=("${costs[@]}")
 sharing=$(awk -v r="$ranks" -v c="$cpus" 'BEGIN { if (r > c) printf "%g", r / c }')
 [ -z "$sharing" ] || costs+=("ranks_per_cpu=$sharing")
-troupe_env=()
 [ ${#costs[@]} -eq 0 ] || troupe_env=(env "TROUPE_LINK_COSTS=$(IFS=,; echo "${costs[*]}")")
 failed=()
 
@@ -183,9 +195,7 @@ run() {  # run NAME COMMAND...: one system, logged
 for round in $(seq 1 "$repeat"); do
   tag=""
   [ "$repeat" -eq 1 ] || tag="-r$round"
-  run "troupe$tag" "${hosts_sh[@]}" -- "${troupe_env[@]}" "$build/apps/troupe-run" -n "$per_host" --bind none \
-    --nnodes "$hosts" --node-rank '{host}' --master-addr '{master}' --master-port '{port}' \
-    "$build/bench/troupe_bench_worker" --transport shm+tcp "${common[@]}"
+  run "troupe$tag" troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" "${common[@]}"
   if [ -x "$build/bench/gloo_bench_worker" ]; then
     store=$(mktemp -d /tmp/gloo-hosts-XXXXXX)
     run "gloo$tag" "${hosts_sh[@]}" -- "$build/bench/gloo_bench_worker" --ranks "$ranks" \

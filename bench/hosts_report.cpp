@@ -9,6 +9,9 @@
 //                      ranks share them where C < R; 0, the default: one each)
 //                      [--link-costs TEXT]   (what the ranks were told in
 //                      TROUPE_LINK_COSTS; default: the link's rate at 95%)
+//   bench_hosts_report calibration.csv --fit --hosts H ...
+//                      prints the cost model's terms measured there, as
+//                      TROUPE_LINK_COSTS items (fit_costs below)
 //
 // The link's bound of a collective: the bytes a host must send (or receive)
 // across its link when the algorithm moves each host's data across once
@@ -219,6 +222,61 @@ void print_model(const topology& t) {
           : "a CPU for each rank");
 }
 
+/// The cost model's terms measured on these hosts (hosts_bench.sh
+/// --calibrate wrote `cal`), as TROUPE_LINK_COSTS items: the latency
+/// between hosts, a 4-byte ping-pong's one-way time between two hosts of a
+/// rank each; the TCP bytes a rank's CPU moves per second, the rate at
+/// which the model's time for a 16 MiB allreduce of those two ranks is the
+/// one measured; where the layout's ranks share CPUs, shared_wait, the
+/// exponent at which the model's time for a barrier of the whole layout is
+/// the one measured. Each term from a different call than the tables
+/// compare the model with. Throws where a measurement is missing.
+std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) {
+  auto measured = [&](const char* op, int ranks, std::size_t bytes) {
+    for (const auto& r : cal)
+      if (r.system == "troupe" && r.op == op && r.ranks == ranks && r.bytes == bytes)
+        return r.median_us;
+    throw std::invalid_argument(std::string("--fit: no troupe ") + op + " of " +
+                                std::to_string(ranks) + " ranks, " + std::to_string(bytes) +
+                                " bytes, in the calibration");
+  };
+  // The value of x in [lo, hi] (a geometric search where `geometric`) at
+  // which f, increasing or decreasing in x, meets `goal`; clamped to the ends.
+  auto solve = [](auto f, double goal, double lo, double hi, bool geometric) {
+    const bool rising = f(hi) > f(lo);
+    for (int i = 0; i < 60; ++i) {
+      const double mid = geometric ? std::sqrt(lo * hi) : (lo + hi) / 2;
+      ((f(mid) < goal) == rising ? lo : hi) = mid;
+    }
+    return geometric ? std::sqrt(lo * hi) : (lo + hi) / 2;
+  };
+  const double latency = measured("pingpong", 2, 4);
+  std::string costs = "host=" + fmt("%.2f", latency) + "us:" +
+                      (t.bits_per_s > 0 ? fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s" : "");
+  const double exchange = measured("allreduce", 2, 16 * MiB) * 1e-6;
+  const double cpu = solve(
+      [&](double c) {
+        return troupe::testing::predict(
+                   "allreduce", 16 * MiB, {2, 1, 0},
+                   "host=" + fmt("%.2f", latency) + "us:,cpu=" + fmt("%.0f", c) + "B/s")
+            .seconds;
+      },
+      exchange, 1e7, 1e12, true);
+  costs += ",cpu=" + fmt("%.0f", cpu) + "B/s";
+  if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
+    const double barrier = measured("barrier", t.ranks(), 0) * 1e-6;
+    const double e = solve(
+        [&](double w) {
+          return troupe::testing::predict("barrier", 0, {t.hosts, t.per_host, t.cpus_per_host},
+                                          costs + ",shared_wait=" + fmt("%.4f", w))
+              .seconds;
+        },
+        barrier, 0, 6, false);
+    costs += ",shared_wait=" + fmt("%.2f", e);
+  }
+  return costs;
+}
+
 void print_targets(const topology& t) {
   std::vector<target> rows;
   const std::string na = "not measured";
@@ -296,8 +354,13 @@ int main(int argc, char** argv) {
   try {
     if (argc < 2) throw std::invalid_argument("give the CSV file");
     topology t;
+    bool fit = false;
     for (int i = 2; i < argc; ++i) {
       const std::string a = argv[i];
+      if (a == "--fit") {
+        fit = true;
+        continue;
+      }
       if (i + 1 >= argc) throw std::invalid_argument(a + " expects a value");
       const std::string v = argv[++i];
       if (a == "--hosts")
@@ -316,6 +379,10 @@ int main(int argc, char** argv) {
     if (t.hosts < 1 || t.per_host < 1)
       throw std::invalid_argument("give --hosts H and --ranks-per-host R");
     if (t.link != "none") t.bits_per_s = parse_rate(t.link);
+    if (fit) {
+      std::printf("%s\n", fit_costs(bench::read_csv(argv[1]), t).c_str());
+      return 0;
+    }
     for (auto& r : bench::read_csv(argv[1])) {
       if (r.ranks != t.ranks()) continue;
       auto [it, fresh] = cells[r.op][r.bytes].try_emplace(r.system + "-" + r.transport, r);
@@ -329,7 +396,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr,
                  "bench_hosts_report: %s\nusage: bench_hosts_report hosts.csv --hosts H "
-                 "--ranks-per-host R --link RATE|none [--cpus-per-host C] [--link-costs TEXT]\n",
+                 "--ranks-per-host R --link RATE|none [--cpus-per-host C] [--link-costs TEXT]\n"
+                 "       bench_hosts_report calibration.csv --fit --hosts H ...\n",
                  e.what());
     return 2;
   }

@@ -16,12 +16,15 @@
 #                           [--heat-cells C] [--no-rss] [--repeat K]
 #   bash bench/run_bench.sh --hosts H [--link RATE|none] [--ranks-per-host R] [--quick]
 #                           [--ops ...] [--iters K] [--repeat K] [--build-dir DIR] [--no-build]
+#                           [--no-calibrate]
 #
 # --hosts H measures across H emulated hosts instead (bench/hosts_bench.sh: as
 # root, each host its own network namespace, host name and /dev/shm, its link
 # shaped to --link, default 1gbit): troupe, Gloo and OpenMPI over TCP in the
 # same topology, with the bound each host's link sets, and the targets across
-# hosts. Skipped (exit 77) where namespaces cannot be made.
+# hosts; the cost model's terms measured first unless --no-calibrate, the
+# model set beside each measurement. Skipped (exit 77) where namespaces
+# cannot be made.
 #
 # --quick stops at 1 MiB (whole run well under 3 minutes on 2 cores; the TCP
 # exchange only at 16 MiB, under a second); the full run goes to 64 MiB. --ops picks the
@@ -65,7 +68,7 @@ hosts_args=()  # --hosts and what goes with it: bench/hosts_bench.sh runs instea
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts | --link | --ranks-per-host) hosts_args+=("$1" "$2"); shift ;;
-    --no-build) hosts_args+=("$1") ;;  # across hosts only: use the build as it is
+    --no-build | --no-calibrate) hosts_args+=("$1") ;;  # across hosts only
     --quick) quick=(--quick) ;;
     --ranks) ranks="$2"; shift ;;
     --iters) iters=(--iters "$2"); shift ;;
@@ -80,7 +83,7 @@ while [ $# -gt 0 ]; do
       repeat="$2"
       [[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "run_bench.sh: --repeat: expected a positive integer, got '$repeat'" >&2; exit 2; }
       shift ;;
-    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,54p' "$0"; exit 0 ;;
     *) echo "run_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
