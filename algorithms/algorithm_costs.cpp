@@ -355,6 +355,21 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
             [&](int) { return bytes / n * std::min(k, n - k); });
       return total;
     }
+    case algorithm_kind::allgather_recursive_doubling: {
+      // Places host by host; step k to the place p ^ k with k blocks; the
+      // slots copied out at the end.
+      const auto order = t.hosts() > 1 ? t.host_order() : std::vector<int>{};
+      std::vector<int> place(static_cast<std::size_t>(n));
+      for (int q = 0; q < n; ++q)
+        place[static_cast<std::size_t>(order.empty() ? q : order[static_cast<std::size_t>(q)])] = q;
+      auto at = [&](int q) { return order.empty() ? q : order[static_cast<std::size_t>(q)]; };
+      double total = bytes / m.local.bandwidth;
+      for (int k = 1; k < n; k <<= 1)
+        total += step_time(
+            t, m, [&](int r) { return at(place[static_cast<std::size_t>(r)] ^ k); },
+            [&](int) { return bytes / n * k; });
+      return total;
+    }
     case algorithm_kind::reduce_binomial:
       return binomial_reduce(t, m, bytes, root);
     case algorithm_kind::reduce_hier:
@@ -412,6 +427,8 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       break;
     case op_code::allgatherv:
       candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};
+      if (n > 2 && (n & (n - 1)) == 0)
+        candidates.push_back(algorithm_kind::allgather_recursive_doubling);
       break;
     case op_code::reduce:
       candidates = {algorithm_kind::reduce_binomial};

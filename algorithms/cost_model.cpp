@@ -168,6 +168,8 @@ const char* to_string(algorithm_kind k) noexcept {
       return "allgather_ring";
     case algorithm_kind::allgather_bruck:
       return "allgather_bruck";
+    case algorithm_kind::allgather_recursive_doubling:
+      return "allgather_recursive_doubling";
     case algorithm_kind::reduce_binomial:
       return "reduce_binomial";
     case algorithm_kind::reduce_hier:

@@ -107,6 +107,7 @@ enum class algorithm_kind : std::uint8_t {
   broadcast_hier,
   allgather_ring,
   allgather_bruck,
+  allgather_recursive_doubling,
   reduce_binomial,
   reduce_hier,
   alltoall_pairwise,

@@ -9,7 +9,8 @@
 //                    direct (<= 16 ranks) and, across hosts, hier striped
 //                    (in slices over slow links) / leaders
 //   broadcast        binomial, scatter-allgather, or hier across hosts
-//   allgather        ring (host by host), or Bruck (blocks of one size)
+//   allgather        ring (host by host), or Bruck or recursive doubling
+//                    (blocks of one size; recursive doubling: 2^k ranks)
 //   reduce           binomial, or hier across hosts
 //   gather           direct         scatter  direct
 //   reduce_scatter   ring (host by host), or recursive halving
@@ -42,6 +43,7 @@ std::unique_ptr<algorithm> make_reduce_hier();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
 std::unique_ptr<algorithm> make_allgather_bruck();
+std::unique_ptr<algorithm> make_allgather_recursive_doubling();
 std::unique_ptr<algorithm> make_gather_direct();
 std::unique_ptr<algorithm> make_scatter_direct();
 std::unique_ptr<algorithm> make_reduce_scatter_ring();
@@ -78,6 +80,8 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
       return make_reduce_hier();
     case algorithm_kind::allgather_bruck:
       return make_allgather_bruck();
+    case algorithm_kind::allgather_recursive_doubling:
+      return make_allgather_recursive_doubling();
     case algorithm_kind::broadcast_binomial:
       return make_broadcast_binomial();
     case algorithm_kind::broadcast_scatter_allgather:
@@ -140,6 +144,8 @@ forced parse_forced(const std::string& text) {
         {"broadcast", op_code::broadcast, "hier", algorithm_kind::broadcast_hier},
         {"allgather", op_code::allgatherv, "ring", algorithm_kind::allgather_ring},
         {"allgather", op_code::allgatherv, "bruck", algorithm_kind::allgather_bruck},
+        {"allgather", op_code::allgatherv, "recursive_doubling",
+         algorithm_kind::allgather_recursive_doubling},
         {"reduce", op_code::reduce, "binomial", algorithm_kind::reduce_binomial},
         {"reduce", op_code::reduce, "hier", algorithm_kind::reduce_hier},
         {"reduce_scatter", op_code::reduce_scatterv, "ring", algorithm_kind::reduce_scatter_ring},
@@ -159,7 +165,8 @@ forced parse_forced(const std::string& text) {
                       "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
                       "rabenseifner|hier_striped|hier_leaders, "
                       "broadcast=binomial|scatter_allgather|hier, "
-                      "allgather=ring|bruck, reduce=binomial|hier, reduce_scatter=ring|halving, "
+                      "allgather=ring|bruck|recursive_doubling, reduce=binomial|hier, "
+                      "reduce_scatter=ring|halving, "
                       "alltoall=pairwise|bruck)");
   }
   return r;
@@ -190,11 +197,13 @@ algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint6
                     const group_topology& t, const cost_model& m, int root) {
   if (want) {
     const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
-    const bool runs = (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
-                      (*want != algorithm_kind::allreduce_hier_leaders || hosts) &&
-                      (*want != algorithm_kind::broadcast_hier || hosts) &&
-                      (*want != algorithm_kind::reduce_hier || hosts) &&
-                      (*want != algorithm_kind::allreduce_direct || t.size() <= 16);
+    const bool runs =
+        (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
+        (*want != algorithm_kind::allreduce_hier_leaders || hosts) &&
+        (*want != algorithm_kind::broadcast_hier || hosts) &&
+        (*want != algorithm_kind::reduce_hier || hosts) &&
+        (*want != algorithm_kind::allreduce_direct || t.size() <= 16) &&
+        (*want != algorithm_kind::allgather_recursive_doubling || (t.size() & (t.size() - 1)) == 0);
     if (runs && t.size() > 2) return *want;
   }
   return choose(code, bytes, t, m, root).kind;

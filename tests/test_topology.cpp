@@ -89,6 +89,9 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::allgatherv, 4096 * 4, 1, 4096) == algorithm_kind::allgather_bruck);
   CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 1, 16) ==
         algorithm_kind::allgather_ring);
+  // Small blocks on 2 hosts of 4 ranks: recursive doubling's first steps
+  // stay within a host (Bruck's and the ring's cross at every step).
+  CHECK(chosen(op_code::allgatherv, 8 * 16, 2, 4) == algorithm_kind::allgather_recursive_doubling);
   // alltoall (even splits): Bruck's log n steps for small blocks at many
   // ranks, the pairwise exchange (each byte sent once) for large blocks or few ranks.
   CHECK(chosen(op_code::alltoallv, 4096 * 4, 1, 4096) == algorithm_kind::alltoall_bruck);
@@ -435,6 +438,24 @@ bool broadcasts_and_gathers_right(world& w) {
                        out.to_vector<int>()[static_cast<std::size_t>(2 * q)] == q &&
                            out.to_vector<int>()[static_cast<std::size_t>(2 * q + 1)] == 10 * q,
                        "allgather block " + std::to_string(q));
+  // Blocks of 300,007 bytes (several segments of the ring), then the same
+  // output again: a rank whose call returned may reuse its buffers at once.
+  const std::int64_t per = 300007;
+  auto mine = tensor::empty({per}, dtype::uint8);
+  auto all = tensor::empty({per * n}, dtype::uint8);
+  for (int round = 0; round < 2; ++round) {
+    for (std::int64_t i = 0; i < per; ++i)
+      mine.data_as<std::uint8_t>()[i] = static_cast<std::uint8_t>((i + 31 * r + round) % 251);
+    pg.allgather_into_tensor(all, mine).wait();
+    bool whole = true;
+    for (int q = 0; q < n; ++q)
+      for (std::int64_t i = 0; i < per; ++i)
+        whole &= all.data_as<std::uint8_t>()[q * per + i] ==
+                 static_cast<std::uint8_t>((i + 31 * q + round) % 251);
+    ok &= test::expect(
+        r, whole,
+        "allgather of " + std::to_string(per) + " bytes a rank, round " + std::to_string(round));
+  }
   auto rs_in = tensor::empty({n}, dtype::int64);
   for (int q = 0; q < n; ++q) rs_in.data_as<std::int64_t>()[q] = r + 100 * q;
   auto rs_out = tensor::empty({1}, dtype::int64);
@@ -684,12 +705,49 @@ TEST_CASE("reduce across emulated hosts, each algorithm, to every root") {
     }
 }
 
+TEST_CASE("recursive doubling's allgather in one process: 4 and 8 ranks, buffers reused at once") {
+  test::scoped_env engine{"TROUPE_ENGINE", "messages"};
+  test::scoped_env forced{"TROUPE_ALGORITHMS", "allgather=recursive_doubling"};
+  // Forced where it runs (a power of two of ranks, more than 2), else chosen.
+  CHECK(chosen_algorithm(op_code::allgatherv, 64, *layout(1, 4), cost_model{}) ==
+        algorithm_kind::allgather_recursive_doubling);
+  CHECK(chosen_algorithm(op_code::allgatherv, 64, *layout(2, 4), cost_model{}) ==
+        algorithm_kind::allgather_recursive_doubling);
+  CHECK(chosen_algorithm(op_code::allgatherv, 64, *layout(1, 6), cost_model{}) !=
+        algorithm_kind::allgather_recursive_doubling);
+  for (int n : {4, 6, 8})
+    for (std::int64_t len : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{100003}}) {
+      CAPTURE(n);
+      CAPTURE(len);
+      testing::run_ranks(n, [&](world& w) {
+        auto& pg = w.default_group();
+        const int r = w.rank();
+        auto mine = tensor::empty({len}, dtype::int64);
+        auto all = tensor::empty({len * n}, dtype::int64);
+        for (int round = 0; round < 3; ++round) {
+          // The next round writes this rank's buffers as soon as its call
+          // returned, while slower ranks may still read what it sent.
+          for (std::int64_t i = 0; i < len; ++i)
+            mine.data_as<std::int64_t>()[i] = 1000 * r + 7 * i + round;
+          pg.allgather_into_tensor(all, mine).wait();
+          bool whole = true;
+          for (int q = 0; q < n; ++q)
+            for (std::int64_t i = 0; i < len; ++i)
+              whole &= all.data_as<std::int64_t>()[q * len + i] == 1000 * q + 7 * i + round;
+          CHECK(whole);
+        }
+      });
+    }
+}
+
 TEST_CASE("broadcast, allgather and reduce_scatter across emulated hosts") {
   for (const char* algorithm : std::initializer_list<const char*>{
            "broadcast=hier,allgather=bruck", "broadcast=scatter_allgather,allgather=ring",
-           "broadcast=binomial", nullptr})
-    for (const auto& hosts : std::vector<std::vector<std::string>>{
-             {"a", "a", "b", "b"}, {"a", "b", "b", "c", "c", "c"}, {"a", "b", "c", "d", "e"}}) {
+           "broadcast=binomial,allgather=recursive_doubling", nullptr})
+    for (const auto& hosts : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
+                                                                   {"b", "a", "a", "b"},
+                                                                   {"a", "b", "b", "c", "c", "c"},
+                                                                   {"a", "b", "c", "d", "e"}}) {
       CAPTURE(std::string(algorithm ? algorithm : "chosen"));
       across_hosts(hosts, algorithm, broadcasts_and_gathers_right);
     }
