@@ -28,6 +28,7 @@
 #include "../transport/data_plane.hpp"
 #include "children.hpp"
 #include "forked_ranks.hpp"
+#include "inline/progress.hpp"
 #include "troupe/troupe.hpp"
 
 using namespace troupe;
@@ -309,8 +310,14 @@ void stick_one(int n, int stuck, const char* transport, const char* engine = "me
       // before the stop could finish its whole part before the signal takes
       // the process (on a loaded machine all survivors then succeeded).
       // There it stops first; the inline engine runs a call only while a
-      // thread waits, so there it issues and stops.
+      // thread waits, or in the progress ticker's pass every millisecond
+      // (inline/progress.hpp): stopped at once, so that this thread,
+      // descheduled on a loaded machine between issuing and stopping, does
+      // not leave the ticker to run the call on (it once sent 7 of the
+      // ring's 12 steps, and the rank behind it finished). So there it
+      // issues and stops.
       if (std::string(engine) == "actors") ::raise(SIGSTOP);
+      detail::set_tick_period(std::chrono::hours(24));
       auto pending = pg.allreduce(t, {.timeout = 2s});
       ::raise(SIGSTOP);  // until killed
       return false;
