@@ -397,9 +397,18 @@ TEST_CASE("a message that comes while nobody waits is taken in before its receiv
         r.wait();
         s.wait();
         // Nobody here waits for anything while the next message comes (its
-        // sender sends once this rank's receive surely ended).
+        // sender sends once this rank's receive surely ended). Issuing the
+        // send writes it; the sender says so through the store (its own
+        // connection, not the ranks'), so that a sender slow to run on a
+        // loaded machine is not taken for a message left unread.
         std::this_thread::sleep_for(20ms);
         auto s2 = pg.send(pattern(w.rank() + 1, 16), right, 10);
+        const auto key = [&](int rank) {
+          return "p2p-idle/" + std::to_string(n) + "/" + std::to_string(round) + "/" +
+                 std::to_string(rank);
+        };
+        w.get_store()->set(key(w.rank()), std::string("sent"));
+        w.get_store()->wait({key(left)}, 30s);
         std::this_thread::sleep_for(100ms);
         auto second = tensor::zeros({16}, dtype::float32);
         auto r2 = pg.recv(second, left, 10);
