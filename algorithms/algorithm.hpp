@@ -271,6 +271,11 @@ inline int ring(int r, int d, int size) {
   return ((r + d) % size + size) % size;
 }
 
+/// Whether n (> 0) is a power of two.
+inline bool power_of_two(int n) {
+  return (n & (n - 1)) == 0;
+}
+
 /// How many of slots 0 .. n-1 have bit `k` (a power of two) set: the blocks
 /// Bruck's alltoall moves at step k.
 inline int slots_with_bit(int n, int k) {

@@ -356,17 +356,17 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return total;
     }
     case algorithm_kind::allgather_recursive_doubling: {
-      // Places host by host; step k to the place p ^ k with k blocks; the
-      // slots copied out at the end.
-      const auto order = t.hosts() > 1 ? t.host_order() : std::vector<int>{};
-      std::vector<int> place(static_cast<std::size_t>(n));
-      for (int q = 0; q < n; ++q)
-        place[static_cast<std::size_t>(order.empty() ? q : order[static_cast<std::size_t>(q)])] = q;
-      auto at = [&](int q) { return order.empty() ? q : order[static_cast<std::size_t>(q)]; };
+      // Places host by host, as the algorithm takes them; step k to the
+      // place p ^ k with k blocks; the slots copied out at the end.
+      const ring_order order{t, n};
       double total = bytes / m.local.bandwidth;
       for (int k = 1; k < n; k <<= 1)
         total += step_time(
-            t, m, [&](int r) { return at(place[static_cast<std::size_t>(r)] ^ k); },
+            t, m,
+            [&](int r) {
+              const int p = order.position(r);
+              return order.shifted(r, (p ^ k) - p);
+            },
             [&](int) { return bytes / n * k; });
       return total;
     }
@@ -427,7 +427,7 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       break;
     case op_code::allgatherv:
       candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};
-      if (n > 2 && (n & (n - 1)) == 0)
+      if (n > 2 && power_of_two(n))
         candidates.push_back(algorithm_kind::allgather_recursive_doubling);
       break;
     case op_code::reduce:

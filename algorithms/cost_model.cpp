@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -43,16 +42,6 @@ double quantity(const std::string& text, const std::string& v, bool rate) {
     if (unit == name) return x * factor;
   bad(text,
       "'" + v + "' has no " + (rate ? "rate unit (GB/s, Gbit/s, ...)" : "time unit (us, ...)"));
-}
-
-/// 1 -> "1", 1e6 -> "1e6".
-std::string num(double x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", x);
-  std::string t = b;
-  if (auto e = t.find("e+"); e != std::string::npos)
-    t = t.substr(0, e) + "e" + std::to_string(std::stoi(t.substr(e + 2)));
-  return t;
 }
 
 }  // namespace
@@ -107,19 +96,18 @@ cost_model cost_model::parse(const std::string& text) {
     at = end + 1;
     const auto eq = item.find('='), colon = item.find(':');
     // The plain numbers: ranks_per_cpu (1 to 1e6), shared_wait (0 to 10).
-    const auto number = [&](const char* name, double lo, double hi, double& to) {
+    const auto number = [&](const char* name, double lo, double hi, const char* range, double& to) {
       if (eq == std::string::npos || item.compare(0, eq, name) != 0) return false;
       const auto v = item.substr(eq + 1);
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
       if (v.empty() || *end != '\0' || !(x >= lo) || !(x <= hi))
-        bad(text,
-            std::string(name) + " '" + v + "' is not a number from " + num(lo) + " to " + num(hi));
+        bad(text, std::string(name) + " '" + v + "' is not a number from " + range);
       to = x;
       return true;
     };
-    if (number("ranks_per_cpu", 1, 1e6, m.ranks_per_cpu) ||
-        number("shared_wait", 0, 10, m.shared_wait))
+    if (number("ranks_per_cpu", 1, 1e6, "1 to 1e6", m.ranks_per_cpu) ||
+        number("shared_wait", 0, 10, "0 to 10", m.shared_wait))
       continue;
     if (eq != std::string::npos && item.compare(0, eq, "cpu") == 0) {
       m.cpu_rate = quantity(text, item.substr(eq + 1), true);

@@ -203,7 +203,7 @@ algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint6
         (*want != algorithm_kind::broadcast_hier || hosts) &&
         (*want != algorithm_kind::reduce_hier || hosts) &&
         (*want != algorithm_kind::allreduce_direct || t.size() <= 16) &&
-        (*want != algorithm_kind::allgather_recursive_doubling || (t.size() & (t.size() - 1)) == 0);
+        (*want != algorithm_kind::allgather_recursive_doubling || power_of_two(t.size()));
     if (runs && t.size() > 2) return *want;
   }
   return choose(code, bytes, t, m, root).kind;

@@ -183,15 +183,20 @@ struct target {
   std::string what, measured, goal, status;
 };
 
+/// The payload rate a shaped link leaves, 95% of it, as TROUPE_LINK_COSTS
+/// writes a rate ("118750000B/s"); "" where the link is unshaped.
+std::string payload_rate(const topology& t) {
+  return t.bits_per_s > 0 ? fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s" : "";
+}
+
 /// troupe's measured times against testing::predict's for the same layout
 /// (the cost model the ranks choose by; the link's rate at 95% for the
 /// payload when shaped, the model's defaults otherwise): the ratio, and how
 /// many sizes fall within 25%.
 void print_model(const topology& t) {
-  const std::string costs = !t.costs.empty() ? t.costs
-                            : t.bits_per_s > 0
-                                ? "host=:" + fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s"
-                                : "";
+  const std::string costs = !t.costs.empty()   ? t.costs
+                            : t.bits_per_s > 0 ? "host=:" + payload_rate(t)
+                                               : "";
   std::printf(
       "\n### the cost model against the measurement (troupe, %d hosts x %d ranks, link %s)\n\n",
       t.hosts, t.per_host, t.link.c_str());
@@ -250,19 +255,16 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
     }
     return geometric ? std::sqrt(lo * hi) : (lo + hi) / 2;
   };
-  const double latency = measured("pingpong", 2, 4);
-  std::string costs = "host=" + fmt("%.2f", latency) + "us:" +
-                      (t.bits_per_s > 0 ? fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s" : "");
+  const std::string latency = "host=" + fmt("%.2f", measured("pingpong", 2, 4)) + "us:";
   const double exchange = measured("allreduce", 2, 16 * MiB) * 1e-6;
   const double cpu = solve(
       [&](double c) {
-        return troupe::testing::predict(
-                   "allreduce", 16 * MiB, {2, 1, 0},
-                   "host=" + fmt("%.2f", latency) + "us:,cpu=" + fmt("%.0f", c) + "B/s")
+        return troupe::testing::predict("allreduce", 16 * MiB, {2, 1, 0},
+                                        latency + ",cpu=" + fmt("%.0f", c) + "B/s")
             .seconds;
       },
       exchange, 1e7, 1e12, true);
-  costs += ",cpu=" + fmt("%.0f", cpu) + "B/s";
+  std::string costs = latency + payload_rate(t) + ",cpu=" + fmt("%.0f", cpu) + "B/s";
   if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
     const double barrier = measured("barrier", t.ranks(), 0) * 1e-6;
     const double e = solve(
