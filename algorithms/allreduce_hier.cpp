@@ -39,7 +39,8 @@
 
 namespace troupe::detail {
 
-std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts);
+std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts,
+                                                       const cost_model& m);
 
 namespace {
 
@@ -107,7 +108,7 @@ class allreduce_hier final : public algorithm {
       sub_call_.input = sub_call_.output = part_;
       sub_call_.timeout = call.timeout;
       sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(members), sub_call_, across);
-      sub_ = make_allreduce_across_hosts(sub_call_, t.hosts());
+      sub_ = make_allreduce_across_hosts(sub_call_, t.hosts(), t.model());
     }
     if (reduces && !across_done_) {
       if (!sub_->progress(*sub_ctx_)) return false;
@@ -198,8 +199,9 @@ class allreduce_hier_slices final : public algorithm {
 
 }  // namespace
 
-std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes) {
-  if (const int k = striped ? hier_segments(bytes, cost_model::of_process()) : 1; k > 1)
+std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes,
+                                               const cost_model& m) {
+  if (const int k = striped ? hier_segments(bytes, m) : 1; k > 1)
     return std::make_unique<allreduce_hier_slices>(k);
   return std::make_unique<allreduce_hier>(striped);
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -86,8 +87,8 @@ cost_model cost_model::on_shared_cpus() const {
   return m;
 }
 
-cost_model cost_model::parse(const std::string& text) {
-  cost_model m;
+cost_model cost_model::parse(const std::string& text, const cost_model& base) {
+  cost_model m = base;
   std::size_t at = 0;
   while (at < text.size()) {
     auto end = text.find(',', at);
@@ -106,6 +107,10 @@ cost_model cost_model::parse(const std::string& text) {
       to = x;
       return true;
     };
+    if (item == "measure") {
+      m.measure = true;
+      continue;
+    }
     if (number("ranks_per_cpu", 1, 1e6, "1 to 1e6", m.ranks_per_cpu) ||
         number("shared_wait", 0, 10, "0 to 10", m.shared_wait))
       continue;
@@ -115,7 +120,8 @@ cost_model cost_model::parse(const std::string& text) {
     }
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
       bad(text, "'" + item +
-                    "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, ranks_per_cpu=K or shared_wait=E");
+                    "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, ranks_per_cpu=K, shared_wait=E or "
+                    "measure");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");
@@ -126,6 +132,16 @@ cost_model cost_model::parse(const std::string& text) {
     if (!rate.empty()) link.bandwidth = quantity(text, rate, true);
   }
   return m;
+}
+
+std::string cost_model::to_text() const {
+  char text[320];
+  std::snprintf(text, sizeof(text),
+                "host=%.6gus:%.6gB/s,local=%.6gus:%.6gB/s,cpu=%.6gB/s,ranks_per_cpu=%.6g,"
+                "shared_wait=%.6g",
+                host.latency * 1e6, host.bandwidth, local.latency * 1e6, local.bandwidth, cpu_rate,
+                ranks_per_cpu, shared_wait);
+  return text;
 }
 
 const char* to_string(algorithm_kind k) noexcept {

@@ -16,7 +16,9 @@
 // us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; cpu: what a rank's
 // CPU sends or receives over TCP, cpu_rate below; ranks_per_cpu and
 // shared_wait: plain numbers, below). bench/hosts_bench.sh --calibrate
-// measures host, cpu and shared_wait first.
+// measures host, cpu and shared_wait first; the item `measure` has a world
+// across hosts measure them at start (api/link_measurement.cpp, fitted by
+// cost_fit.hpp), the items beside it winning over what it measures.
 //
 // Ranks that share a CPU (more ranks on a host than it has CPUs) wait for
 // each other: a message between hosts wakes a reader thread and then its
@@ -68,6 +70,9 @@ struct cost_model {
   double cpu_rate = 4e9;
   /// on_shared_cpus() made this model (its latencies already shared).
   bool latencies_shared = false;
+  /// TROUPE_LINK_COSTS said `measure`: a world across hosts measures the
+  /// link between them at start and its groups choose by that.
+  bool measure = false;
   /// This model's latencies as ranks sharing CPUs see them (ranks_per_cpu
   /// = k > 1, w = k^shared_wait): a message between hosts takes w times as
   /// long, one within a host waits as long for its rank's CPU ((w - 1)
@@ -77,8 +82,11 @@ struct cost_model {
   /// The process's model: the defaults, or TROUPE_LINK_COSTS (read once;
   /// a malformed value throws errc::invalid_argument naming it).
   static const cost_model& of_process();
-  /// Parses TROUPE_LINK_COSTS's syntax over the defaults.
-  static cost_model parse(const std::string& text);
+  /// Parses TROUPE_LINK_COSTS's syntax over `base` (the defaults).
+  static cost_model parse(const std::string& text, const cost_model& base);
+  static cost_model parse(const std::string& text) { return parse(text, cost_model{}); }
+  /// This model in TROUPE_LINK_COSTS's syntax (parse() reads it back).
+  std::string to_text() const;
 };
 
 /// How many slices the striped hierarchical allreduce of `bytes` runs at

@@ -35,7 +35,8 @@ std::unique_ptr<algorithm> make_allreduce_pair();
 std::unique_ptr<algorithm> make_allreduce_halves();
 std::unique_ptr<algorithm> make_allreduce_recursive_doubling();
 std::unique_ptr<algorithm> make_allreduce_rabenseifner();
-std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes);
+std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes,
+                                               const cost_model& m);
 std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_broadcast_scatter_allgather();
 std::unique_ptr<algorithm> make_broadcast_hier();
@@ -55,8 +56,8 @@ std::unique_ptr<algorithm> make_monitored_barrier();
 
 namespace {
 
-/// `bytes`: the call's (the striped hierarchy slices large buffers).
-std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
+/// `bytes`: the call's (the striped hierarchy slices large buffers, by `m`).
+std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cost_model& m) {
   switch (k) {
     case algorithm_kind::allreduce_direct:
       return make_allreduce_direct();
@@ -69,9 +70,9 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes) {
     case algorithm_kind::allreduce_rabenseifner:
       return make_allreduce_rabenseifner();
     case algorithm_kind::allreduce_hier_striped:
-      return make_allreduce_hier(true, bytes);
+      return make_allreduce_hier(true, bytes, m);
     case algorithm_kind::allreduce_hier_leaders:
-      return make_allreduce_hier(false, bytes);
+      return make_allreduce_hier(false, bytes, m);
     case algorithm_kind::broadcast_hier:
       return make_broadcast_hier();
     case algorithm_kind::reduce_binomial:
@@ -239,7 +240,7 @@ const bool names_algorithms = [] {
 algorithm_kind call_algorithm(const collective_call& call, const group_topology& t, int size) {
   std::shared_ptr<const group_topology> flat;
   const auto& topo = of_size(t, size, flat);
-  const auto& m = cost_model::of_process();
+  const auto& m = t.model();
   switch (call.code) {
     case op_code::allreduce:
     case op_code::reduce_scatterv:
@@ -275,7 +276,7 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
       // not chosen twice.
       return make(call.algorithm > 0 ? static_cast<algorithm_kind>(call.algorithm - 1)
                                      : call_algorithm(call, t, size),
-                  (call.input.defined() ? call.input : call.output).nbytes());
+                  (call.input.defined() ? call.input : call.output).nbytes(), t.model());
   }
 }
 
@@ -294,7 +295,7 @@ algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_t
   };
   thread_local remembered last[8];
   thread_local unsigned next = 0;
-  const bool cacheable = t.id != 0 && &m == &cost_model::of_process();
+  const bool cacheable = t.id != 0 && &m == &t.model();
   if (cacheable)
     for (const auto& e : last)
       if (e.topology == t.id && e.generation == generation && e.bytes == bytes && e.code == code &&
@@ -309,15 +310,15 @@ bool alltoall_runs_bruck(const collective_call& call, const group_topology& t, i
   if (call.code != op_code::alltoallv || !call.even_splits || size < 3) return false;
   std::shared_ptr<const group_topology> flat;
   return chosen_algorithm(op_code::alltoallv, call.input.nbytes(), of_size(t, size, flat),
-                          cost_model::of_process()) == algorithm_kind::alltoall_bruck;
+                          t.model()) == algorithm_kind::alltoall_bruck;
 }
 
-std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts) {
+std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts,
+                                                       const cost_model& m) {
   std::vector<std::string> names;
   for (int h = 0; h < hosts; ++h) names.push_back(std::to_string(h));
   const auto t = group_topology::of_hosts(names);
-  return make(choose(op_code::allreduce, part.input.nbytes(), *t, cost_model::of_process()).kind,
-              part.input.nbytes());
+  return make(choose(op_code::allreduce, part.input.nbytes(), *t, m).kind, part.input.nbytes(), m);
 }
 
 fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,

@@ -1,5 +1,7 @@
 #include "algorithms/topology.hpp"
 
+#include "algorithms/cost_model.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -24,9 +26,10 @@ std::shared_ptr<const group_topology> group_topology::flat(int size) {
 }
 
 std::shared_ptr<const group_topology> group_topology::of_hosts(
-    const std::vector<std::string>& names) {
+    const std::vector<std::string>& names, std::shared_ptr<const cost_model> costs) {
   auto t = std::make_shared<group_topology>();
   t->id = next_id();
+  t->costs = std::move(costs);
   std::map<std::string, int> index;
   for (std::size_t r = 0; r < names.size(); ++r) {
     auto [it, fresh] = index.emplace(names[r], static_cast<int>(index.size()));
@@ -35,6 +38,10 @@ std::shared_ptr<const group_topology> group_topology::of_hosts(
     t->ranks_on[static_cast<std::size_t>(it->second)].push_back(static_cast<int>(r));
   }
   return t;
+}
+
+const cost_model& group_topology::model() const noexcept {
+  return costs ? *costs : cost_model::of_process();
 }
 
 bool group_topology::uniform() const noexcept {

@@ -11,20 +11,30 @@
 
 namespace troupe::detail {
 
+struct cost_model;
+
 struct group_topology {
   std::vector<int> host_of;                // group rank -> host index
   std::vector<std::vector<int>> ranks_on;  // host index -> its group ranks, ascending
   /// Unique to each topology flat() or of_hosts() made (0: one made
   /// otherwise): what select.cpp's cache of choices knows it by.
   std::uint64_t id = 0;
+  /// The link costs the group's algorithms are chosen by: its world's,
+  /// measured at start (TROUPE_LINK_COSTS=measure), else none here and
+  /// model() is the process's (cost_model::of_process()).
+  std::shared_ptr<const cost_model> costs;
 
   /// Every rank on one host (what an engine that knows no hosts assumes).
   static std::shared_ptr<const group_topology> flat(int size);
   /// From each group rank's host name.
-  static std::shared_ptr<const group_topology> of_hosts(const std::vector<std::string>& names);
+  static std::shared_ptr<const group_topology> of_hosts(
+      const std::vector<std::string>& names, std::shared_ptr<const cost_model> costs = nullptr);
 
   int size() const noexcept { return static_cast<int>(host_of.size()); }
   int hosts() const noexcept { return static_cast<int>(ranks_on.size()); }
+  /// The model the group's algorithms are chosen by (costs, else the
+  /// process's).
+  const cost_model& model() const noexcept;
   /// Every host holds the same number of the group's ranks.
   bool uniform() const noexcept;
   /// The ranks of the busiest host.

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "actors/rank_runtime.hpp"
+#include "algorithms/cost_model.hpp"
+#include "api/link_measurement.hpp"
 #include "api/rank_threads.hpp"
 #include "base/engine_setting.hpp"
 #include "base/wait_policy.hpp"
@@ -244,9 +246,19 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   dp.unresponsive = milliseconds_from_env("TROUPE_UNRESPONSIVE_MS", dp.unresponsive);
   auto plane = std::make_shared<detail::data_plane>(dp);
   plane->connect(*o.store, rdv);
-  impl_->rt->set_plane(std::move(plane));
+  impl_->rt->set_plane(plane);
   std::vector<int> all(static_cast<std::size_t>(o.world_size));
   for (int r = 0; r < o.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
+  // TROUPE_LINK_COSTS=measure across hosts: the link measured on a group of
+  // its own, before the groups that choose by it.
+  if (detail::measures_links(*plane, o.world_size)) {
+    const std::string name = "troupe:link-measurement";
+    auto probe = impl_->make_group(name, all, o.timeout, "actor", "the link's measurement");
+    plane->set_link_costs(detail::measure_link_costs(
+        *probe, *plane, *o.store, job_key + "/link_costs", rdv, impl_->debug != debug_level::off));
+    std::lock_guard<std::mutex> g{impl_->mtx};
+    impl_->groups.erase(name);
+  }
   impl_->default_group = impl_->make_group("default", all, o.timeout, o.backend, "default group");
 }
 
@@ -283,6 +295,11 @@ const std::shared_ptr<troupe::store>& world::get_store() const noexcept {
 std::chrono::milliseconds world::timeout() const noexcept {
   return impl_->opts.timeout;
 }
+std::string world::link_costs() const {
+  const auto& measured = impl_->rt->plane()->link_costs();
+  return measured.empty() ? detail::cost_model::of_process().to_text() : measured;
+}
+
 const std::string& world::backend_string() const noexcept {
   return impl_->opts.backend;
 }

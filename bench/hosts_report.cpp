@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/cost_fit.hpp"
 #include "bench_common.hpp"
 #include "troupe/simulation.hpp"
 
@@ -245,19 +246,10 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
                                 std::to_string(ranks) + " ranks, " + std::to_string(bytes) +
                                 " bytes, in the calibration");
   };
-  // The value of x in [lo, hi] (a geometric search where `geometric`) at
-  // which f, increasing or decreasing in x, meets `goal`; clamped to the ends.
-  auto solve = [](auto f, double goal, double lo, double hi, bool geometric) {
-    const bool rising = f(hi) > f(lo);
-    for (int i = 0; i < 60; ++i) {
-      const double mid = geometric ? std::sqrt(lo * hi) : (lo + hi) / 2;
-      ((f(mid) < goal) == rising ? lo : hi) = mid;
-    }
-    return geometric ? std::sqrt(lo * hi) : (lo + hi) / 2;
-  };
+  using troupe::detail::solve_for;
   const std::string latency = "host=" + fmt("%.2f", measured("pingpong", 2, 4)) + "us:";
   const double exchange = measured("allreduce", 2, 16 * MiB) * 1e-6;
-  const double cpu = solve(
+  const double cpu = solve_for(
       [&](double c) {
         return troupe::testing::predict("allreduce", 16 * MiB, {2, 1, 0},
                                         latency + ",cpu=" + fmt("%.0f", c) + "B/s")
@@ -267,7 +259,7 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
   std::string costs = latency + payload_rate(t) + ",cpu=" + fmt("%.0f", cpu) + "B/s";
   if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
     const double barrier = measured("barrier", t.ranks(), 0) * 1e-6;
-    const double e = solve(
+    const double e = solve_for(
         [&](double w) {
           return troupe::testing::predict("barrier", 0, {t.hosts, t.per_host, t.cpus_per_host},
                                           costs + ",shared_wait=" + fmt("%.4f", w))

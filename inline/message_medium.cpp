@@ -1,5 +1,6 @@
 #include "inline/message_medium.hpp"
 
+#include "algorithms/cost_model.hpp"
 #include "base/call.hpp"
 #include "base/futex.hpp"
 #include "base/process_directory.hpp"
@@ -25,7 +26,10 @@ message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string ke
     p2p_seen_ = p->carried_p2p();
     std::vector<std::string> hosts;
     for (int w : global_ranks_) hosts.push_back(p->host_of(w));
-    topology_ = group_topology::of_hosts(hosts);
+    topology_ = group_topology::of_hosts(
+        hosts, p->link_costs().empty()
+                   ? nullptr
+                   : std::make_shared<const cost_model>(cost_model::parse(p->link_costs())));
     own_cpus_ = p->cpu_per_rank();
   } else {
     topology_ = group_topology::flat(size());

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/cost_model.hpp"
 #include "children.hpp"
 #include "troupe/troupe.hpp"
 
@@ -199,8 +200,8 @@ struct emulated_host {
 };
 
 std::optional<emulated_host> emulated_host_of_env() {
-  const char* keys[] = {"HOST_INDEX", "HOST_COUNT", "HOST_NAME", "HOST_MASTER_ADDR",
-                        "LOCAL_WORLD_SIZE", "WORLD_SIZE"};
+  const char* keys[] = {"HOST_INDEX",       "HOST_COUNT",       "HOST_NAME",
+                        "HOST_MASTER_ADDR", "LOCAL_WORLD_SIZE", "WORLD_SIZE"};
   for (const char* k : keys)
     if (!std::getenv(k)) return std::nullopt;
   emulated_host h;
@@ -218,7 +219,9 @@ std::string host_address(const std::string& master, int k) {
   return master.substr(0, master.rfind('.') + 1) + std::to_string(k + 1);
 }
 
-tensor floats(std::int64_t n) { return tensor::empty({n}, dtype::float32); }
+tensor floats(std::int64_t n) {
+  return tensor::empty({n}, dtype::float32);
+}
 
 /// Number of elements of `t` that differ from want(i).
 template <class F>
@@ -286,7 +289,8 @@ bool reached_every_host(const emulated_host& h) {
 TEST_CASE("across emulated hosts: each host apart, collectives exact at every size") {
   const auto h = emulated_host_of_env();
   if (!h || !launched_by_launcher()) {
-    MESSAGE("skipped: runs under scripts/hosts.sh and troupe-run (ctests test_hosts_*, label hosts)");
+    MESSAGE(
+        "skipped: runs under scripts/hosts.sh and troupe-run (ctests test_hosts_*, label hosts)");
     return;
   }
   testing::run_ranks(h->world_size, [&](world& w) {
@@ -307,8 +311,8 @@ TEST_CASE("across emulated hosts: each host apart, collectives exact at every si
     std::filesystem::remove(mark);
 
     // The world, at sizes below and above the small-message paths.
-    for (std::int64_t count : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{70001},
-                               std::int64_t{(1 << 20) + 3}})
+    for (std::int64_t count :
+         {std::int64_t{1}, std::int64_t{1000}, std::int64_t{70001}, std::int64_t{(1 << 20) + 3}})
       collectives(pg, count);
 
     // One rank of every host (the local rank 0s), and each host's own ranks:
@@ -326,5 +330,32 @@ TEST_CASE("across emulated hosts: each host apart, collectives exact at every si
     pg.barrier().wait();
     CHECK(reached_every_host(*h));
     pg.barrier().wait();  // keep this world until every rank checked
+  });
+}
+
+TEST_CASE("across emulated hosts: the link measured at start is the link's shaped rate") {
+  // Under scripts/hosts.sh --link RATE with TROUPE_LINK_COSTS=measure and
+  // TROUPE_TEST_LINK_RATE the rate in bytes per second (ctest
+  // test_hosts_measured_2x2_1gbit).
+  const auto h = emulated_host_of_env();
+  const char* rate = std::getenv("TROUPE_TEST_LINK_RATE");
+  if (!h || !launched_by_launcher() || !rate) {
+    MESSAGE(
+        "skipped: runs under scripts/hosts.sh --link with TROUPE_TEST_LINK_RATE (ctest "
+        "test_hosts_measured_2x2_1gbit)");
+    return;
+  }
+  const double shaped = std::atof(rate);
+  testing::run_ranks(h->world_size, [&](world& w) {
+    const auto m = detail::cost_model::parse(w.link_costs());
+    CAPTURE(w.link_costs());
+    // tbf's rate counts the frames' headers too: the payload gets about 95%.
+    CHECK(m.host.bandwidth >= 0.7 * shaped);
+    CHECK(m.host.bandwidth <= 1.05 * shaped);
+    CHECK(m.host.latency > 0);
+    CHECK(m.host.latency < 5e-3);
+    // Every rank chooses by the same model: the collectives run, exact.
+    collectives(w.default_group(), 70001);
+    w.default_group().barrier().wait();
   });
 }

@@ -131,6 +131,11 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// The host world rank r runs on, by name (after connect(); the ranks of
   /// this process: this host).
   const std::string& host_of(int r) const;
+  /// The link costs this rank's groups choose their algorithms by where its
+  /// world measured them at start (TROUPE_LINK_COSTS's syntax; empty: the
+  /// process's model). Set by the world before it makes its groups.
+  void set_link_costs(std::string text) { link_costs_ = std::move(text); }
+  const std::string& link_costs() const noexcept { return link_costs_; }
   /// The process id of world rank r (as it announced it when it joined).
   int pid_of(int r) const;
   /// Runs `use` on the bytes of world rank r that `l` names (a buffer it
@@ -304,6 +309,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::shared_ptr<void> places_slot_;          // where the ranks of this process find it
   int remote_count_ = 0;
   int host_ranks_ = 0;  // ranks on this host, this one included
+  std::string link_costs_;
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;
   int wake_[2] = {-1, -1};  // wakes the accepting thread when the plane stops

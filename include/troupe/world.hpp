@@ -70,6 +70,11 @@ class world {
   const std::shared_ptr<troupe::store>& get_store() const noexcept;
   std::chrono::milliseconds timeout() const noexcept;
   const std::string& backend_string() const noexcept;
+  /// The link costs this world's groups choose their algorithms by, in
+  /// TROUPE_LINK_COSTS's syntax ("host=50us:1.25e+08B/s,..."): measured at
+  /// start where TROUPE_LINK_COSTS says `measure` and the ranks run on more
+  /// than one host (the same on every rank), else as configured.
+  std::string link_costs() const;
 
   /// The group of all ranks.
   process_group& default_group();

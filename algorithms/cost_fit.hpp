@@ -1,0 +1,52 @@
+#pragma once
+// cost_fit — the cost model's terms from measured times: what a world across
+// hosts measures at start (TROUPE_LINK_COSTS=measure, api/link_measurement.cpp)
+// turned into the latency and bandwidth between hosts, the TCP rate of a
+// rank's CPU and, where ranks share CPUs, shared_wait. Each term is the value
+// at which the model's own price of the measured exchange is the time
+// measured, so the model then prices what it was fitted on as measured.
+
+#include <cmath>
+
+#include "algorithms/cost_model.hpp"
+
+namespace troupe::detail {
+
+/// What a world measured between its first two hosts (each of
+/// `ranks_per_host` ranks; the others idle meanwhile).
+struct link_sample {
+  double one_way = 0;  ///< seconds: half a 4-byte round trip between them
+  double bytes = 0;    ///< what a rank sent and received in an exchange
+  double pair = 0;     ///< seconds: one rank of each host exchanging `bytes`
+  /// Ranks of each host exchanging with their counterpart at once in `all`
+  /// (1: `all` not measured).
+  int pairs = 1;
+  double all = 0;  ///< seconds: the `pairs` exchanges at once
+  int ranks_per_host = 1;
+};
+
+/// `base` (its local link, ranks_per_cpu and shared_wait kept) with the
+/// host latency, the host bandwidth and the CPU rate fitted to `s`. Where
+/// one term explains a time alone the other keeps base's value (a link
+/// slower than the CPUs leaves the CPU rate unmeasured), and where only one
+/// pair was measured the time is the CPU's (as bench_hosts_report --fit).
+/// Throws errc::invalid_argument on a sample that is not positive.
+cost_model fit_link(const cost_model& base, const link_sample& s);
+
+/// The shared_wait at which `m`'s barrier of `t` takes `seconds` (0 to 6;
+/// m's own where its ranks do not share CPUs).
+double fit_shared_wait(const cost_model& m, const group_topology& t, double seconds);
+
+/// The x in [lo, hi] (searched geometrically where `geometric`) at which f,
+/// rising or falling in x, meets `goal`; clamped to the ends.
+template <class F>
+double solve_for(F f, double goal, double lo, double hi, bool geometric) {
+  const bool rising = f(hi) > f(lo);
+  for (int i = 0; i < 60; ++i) {
+    const double mid = geometric ? std::sqrt(lo * hi) : (lo + hi) / 2;
+    ((f(mid) < goal) == rising ? lo : hi) = mid;
+  }
+  return geometric ? std::sqrt(lo * hi) : (lo + hi) / 2;
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,180 @@
+// link_measurement (link_measurement.hpp): what a world across hosts
+// measures at start, and the model every rank then chooses by.
+
+#include "api/link_measurement.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "algorithms/cost_fit.hpp"
+#include "transport/data_plane.hpp"
+#include "transport/rendezvous.hpp"
+
+namespace troupe::detail {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double seconds_since(clock::time_point t) {
+  return std::chrono::duration<double>(clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// The first two hosts' ranks (the host of world rank 0 first), each
+/// ascending, and the world's hosts by rank.
+struct two_hosts {
+  std::vector<int> first, second;
+  std::vector<std::string> host_of;
+};
+
+two_hosts first_two_hosts(const data_plane& plane, int n) {
+  two_hosts h;
+  for (int r = 0; r < n; ++r) h.host_of.push_back(plane.host_of(r));
+  for (int r = 0; r < n; ++r) {
+    if (h.host_of[static_cast<std::size_t>(r)] == h.host_of[0])
+      h.first.push_back(r);
+    else if (h.second.empty() || h.host_of[static_cast<std::size_t>(r)] ==
+                                     h.host_of[static_cast<std::size_t>(h.second[0])])
+      h.second.push_back(r);
+  }
+  return h;
+}
+
+/// TROUPE_LINK_COSTS as this world reads it at its start (a process forked
+/// after its parent read the setting follows its own).
+std::string setting() {
+  const char* v = std::getenv("TROUPE_LINK_COSTS");
+  return v ? v : "";
+}
+
+constexpr std::int64_t exchange_floats = 2 << 20;  // 8 MiB each way
+constexpr int pings = 30, exchanges = 3, barriers = 15;
+
+}  // namespace
+
+bool measures_links(const data_plane& plane, int world_size) {
+  if (!cost_model::parse(setting()).measure) return false;
+  for (int r = 1; r < world_size; ++r)
+    if (plane.host_of(r) != plane.host_of(0)) return true;
+  return false;
+}
+
+std::string measure_link_costs(process_group& pg, const data_plane& plane, store& s,
+                               const std::string& key, rendezvous& rdv, bool debug) {
+  const int me = pg.rank(), n = pg.size();
+  const auto hosts = first_two_hosts(plane, n);
+  const int k = static_cast<int>(std::min(hosts.first.size(), hosts.second.size()));
+  // My counterpart on the other of the two hosts (-1: none).
+  int partner = -1, place = -1;
+  for (int i = 0; i < k; ++i) {
+    if (hosts.first[static_cast<std::size_t>(i)] == me)
+      partner = hosts.second[static_cast<std::size_t>(i)], place = i;
+    if (hosts.second[static_cast<std::size_t>(i)] == me)
+      partner = hosts.first[static_cast<std::size_t>(i)], place = i;
+  }
+  const bool timer = me == 0;  // world rank 0: the first host's first rank
+  auto small = tensor::zeros({1}, dtype::float32), small_in = tensor::zeros({1}, dtype::float32);
+  auto big = tensor::zeros({exchange_floats}, dtype::float32),
+       big_in = tensor::zeros({exchange_floats}, dtype::float32);
+  // A round trip that the first host's rank starts.
+  auto round_trip = [&] {
+    if (timer) {
+      pg.send(small, partner).wait();
+      pg.recv(small_in, partner).wait();
+    } else {
+      pg.recv(small_in, partner).wait();
+      pg.send(small, partner).wait();
+    }
+  };
+  auto exchange = [&] {
+    auto out = pg.send(big, partner), in = pg.recv(big_in, partner);
+    out.wait();
+    in.wait();
+  };
+  link_sample sample;
+  sample.bytes = static_cast<double>(exchange_floats) * 4;
+  sample.pairs = k;
+  sample.ranks_per_host = k;
+  pg.barrier().wait();
+  if (place == 0) {  // the first rank of each of the two hosts
+    std::vector<double> trips;
+    for (int i = 0; i < 5 + pings; ++i) {
+      const auto t = clock::now();
+      round_trip();
+      if (i >= 5) trips.push_back(seconds_since(t));
+    }
+    sample.one_way = median(trips) / 2;
+    sample.pair = 1e300;
+    for (int i = 0; i < exchanges; ++i) {
+      round_trip();  // starts the two together (within one way)
+      const auto t = clock::now();
+      exchange();
+      sample.pair = std::min(sample.pair, seconds_since(t));
+    }
+  }
+  if (k > 1) {
+    // The pairs at once: each round lasts until the last pair is done (a
+    // pair alone finishes before the rest, the link then left to them).
+    auto took = tensor::zeros({exchanges}, dtype::float64);
+    for (int i = 0; i < exchanges; ++i) {
+      pg.barrier().wait();
+      const auto t = clock::now();
+      if (partner >= 0) exchange();
+      took.data_as<double>()[i] = seconds_since(t);
+    }
+    if (timer) {
+      auto theirs = tensor::zeros({exchanges}, dtype::float64);
+      for (int i = 0; i < k; ++i)
+        for (int r : {hosts.first[static_cast<std::size_t>(i)],
+                      hosts.second[static_cast<std::size_t>(i)]}) {
+          if (r == me) continue;
+          pg.recv(theirs, r).wait();
+          for (int j = 0; j < exchanges; ++j)
+            took.data_as<double>()[j] =
+                std::max(took.data_as<double>()[j], theirs.data_as<double>()[j]);
+        }
+      sample.all = *std::min_element(took.data_as<double>(), took.data_as<double>() + exchanges);
+    } else if (partner >= 0) {
+      pg.send(took, 0).wait();
+    }
+  }
+  const auto given = setting();
+  const auto configured = cost_model::parse(given);
+  // Every rank runs the same steps whatever its own setting says (only
+  // rank 0's counts): the barriers also where rank 0 will not use them.
+  std::vector<double> times;
+  for (int i = 0; i < 3 + barriers; ++i) {
+    const auto t = clock::now();
+    pg.barrier().wait();
+    if (i >= 3) times.push_back(seconds_since(t));
+  }
+  const double barrier = median(times);
+  if (timer) {
+    auto fitted = fit_link(configured, sample);
+    fitted.shared_wait = fit_shared_wait(fitted, *group_topology::of_hosts(hosts.host_of), barrier);
+    // The items given beside `measure` (rank 0's) win over what it measured.
+    const auto text = cost_model::parse(given, fitted).to_text();
+    if (debug)
+      std::fprintf(stderr,
+                   "[troupe rank 0] link measured at start between hosts '%s' and '%s': one way "
+                   "%.1f us; %.0f bytes each way in %.3f ms by one pair, %.3f ms by %d at once; "
+                   "a barrier of the world %.1f us; model: %s\n",
+                   hosts.host_of[0].c_str(),
+                   hosts.host_of[static_cast<std::size_t>(hosts.second[0])].c_str(),
+                   sample.one_way * 1e6, sample.bytes, sample.pair * 1e3,
+                   k > 1 ? sample.all * 1e3 : sample.pair * 1e3, k, barrier * 1e6, text.c_str());
+    s.set(key, text);
+  }
+  rdv.wait_for(
+      {0}, [&](int) { return key; }, "measure the link between hosts (TROUPE_LINK_COSTS=measure)");
+  return s.get_string(key);
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,32 @@
+#pragma once
+// link_measurement — a world across hosts measures the link between them at
+// start (TROUPE_LINK_COSTS=measure): a ping-pong and an exchange between one
+// rank of each of its first two hosts, the same exchange by every pair of
+// their ranks at once, and (where ranks share CPUs) a barrier of the world;
+// world rank 0 fits the cost model to them (algorithms/cost_fit.hpp) and
+// every rank reads the result from the store, so every rank's groups choose
+// their algorithms by the same model.
+
+#include <string>
+
+#include "troupe/process_group.hpp"
+#include "troupe/store.hpp"
+
+namespace troupe::detail {
+
+class data_plane;
+class rendezvous;
+
+/// Whether the world's ranks run on more than one host and
+/// TROUPE_LINK_COSTS asks for the measurement (read now: every rank must
+/// say `measure`; the other items are rank 0's for every rank).
+bool measures_links(const data_plane& plane, int world_size);
+
+/// Measures on `pg` (every world rank, a group of the host backend made for
+/// it, in world rank order) and returns the model in TROUPE_LINK_COSTS's
+/// syntax, the same text on every rank (rank 0 writes it at `key`).
+/// `debug`: rank 0 prints what it measured to stderr.
+std::string measure_link_costs(process_group& pg, const data_plane& plane, store& s,
+                               const std::string& key, rendezvous& rdv, bool debug);
+
+}  // namespace troupe::detail

@@ -1,0 +1,219 @@
+// The link between hosts measured at start (TROUPE_LINK_COSTS=measure): the
+// fit of the cost model's terms to measured times (algorithms/cost_fit.hpp),
+// and worlds across emulated hosts (forked processes that name different
+// hosts, TCP between them) that measure and then choose by one model.
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/cost_fit.hpp"
+#include "algorithms/cost_steps.hpp"
+#include "check_error.hpp"
+#include "forked_ranks.hpp"
+#include "troupe/troupe.hpp"
+
+using namespace troupe;
+using namespace troupe::detail;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// What the model's step prices `pairs` of the ranks of two hosts of
+/// `per_host` each exchanging `bytes` each way on `m`: the times a world
+/// would measure if the model were the truth.
+double exchange_time(const cost_model& m, int per_host, int pairs, double bytes) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 2 * per_host; ++i) names.push_back(i < per_host ? "a" : "b");
+  return cost::step_time(
+      *group_topology::of_hosts(names), m,
+      [&](int r) {
+        const int i = r % per_host;
+        return i < pairs ? (r < per_host ? r + per_host : r - per_host) : -1;
+      },
+      [&](int) { return bytes; });
+}
+
+link_sample sample_of(const cost_model& truth, int per_host, int pairs) {
+  link_sample s;
+  s.one_way = truth.host.latency;
+  s.bytes = 8 << 20;
+  s.pair = exchange_time(truth, per_host, 1, s.bytes);
+  s.pairs = pairs;
+  s.all = pairs > 1 ? exchange_time(truth, per_host, pairs, s.bytes) : 0;
+  s.ranks_per_host = per_host;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the link's terms come back from the times they give") {
+  const cost_model base;
+  SUBCASE("a link slower than the CPUs: its bandwidth; the CPU rate as given") {
+    cost_model truth;
+    truth.host = {40e-6, 125e6, truth.host.overhead};
+    truth.cpu_rate = 2.3e9;
+    const auto m = fit_link(base, sample_of(truth, 2, 2));
+    CHECK(m.host.latency == doctest::Approx(40e-6));
+    CHECK(m.host.bandwidth == doctest::Approx(125e6).epsilon(0.01));
+    CHECK(m.cpu_rate == doctest::Approx(base.cpu_rate));
+  }
+  SUBCASE("CPUs slower than the link: their rate; the link at least as given") {
+    cost_model truth;
+    truth.host = {25e-6, 1e10, truth.host.overhead};
+    truth.cpu_rate = 2e9;
+    const auto m = fit_link(base, sample_of(truth, 2, 2));
+    CHECK(m.cpu_rate == doctest::Approx(2e9).epsilon(0.01));
+    CHECK(m.host.bandwidth >= base.host.bandwidth);
+    // The model then prices what it was fitted on as measured.
+    const auto s = sample_of(truth, 2, 2);
+    CHECK(exchange_time(m, 2, 2, s.bytes) == doctest::Approx(s.all).epsilon(0.02));
+  }
+  SUBCASE("one rank on each host: the time is the CPU's") {
+    cost_model truth;
+    truth.cpu_rate = 1.5e9;
+    const auto m = fit_link(base, sample_of(truth, 1, 1));
+    CHECK(m.cpu_rate == doctest::Approx(1.5e9).epsilon(0.01));
+    CHECK(m.host.bandwidth == doctest::Approx(base.host.bandwidth));
+  }
+  SUBCASE("ranks that share CPUs: the barrier gives shared_wait") {
+    cost_model m;
+    m.ranks_per_cpu = 2;
+    m.shared_wait = 1.4;
+    const auto t = group_topology::of_hosts({"a", "a", "b", "b"});
+    const double barrier = predict_fixed(op_code::barrier, 0, *t, m).seconds;
+    m.shared_wait = 2.3;
+    CHECK(fit_shared_wait(m, *t, barrier) == doctest::Approx(1.4).epsilon(0.01));
+    m.ranks_per_cpu = 1;  // a CPU each: nothing to fit
+    CHECK(fit_shared_wait(m, *t, barrier) == doctest::Approx(2.3));
+  }
+  SUBCASE("a time that is not positive is refused, naming it") {
+    auto s = sample_of(cost_model{}, 2, 2);
+    s.pair = 0;
+    test::check_error([&] { fit_link(base, s); }, errc::invalid_argument,
+                      {"fit_link", "not positive"});
+  }
+}
+
+TEST_CASE("TROUPE_LINK_COSTS: `measure`, and a model written back as the setting") {
+  CHECK_FALSE(cost_model::parse("host=50us:").measure);
+  const auto m = cost_model::parse("measure,host=50us:1Gbit/s,cpu=3GB/s,shared_wait=1.1");
+  CHECK(m.measure);
+  const auto back = cost_model::parse(m.to_text());
+  CHECK(back.host.latency == doctest::Approx(50e-6));
+  CHECK(back.host.bandwidth == doctest::Approx(125e6));
+  CHECK(back.local.latency == doctest::Approx(m.local.latency));
+  CHECK(back.cpu_rate == doctest::Approx(3e9));
+  CHECK(back.shared_wait == doctest::Approx(1.1));
+  CHECK(back.ranks_per_cpu == doctest::Approx(1));
+  test::check_error([] { cost_model::parse("measured"); }, errc::invalid_argument,
+                    {"TROUPE_LINK_COSTS", "'measured'", "measure"});
+}
+
+namespace {
+
+/// The world's link_costs() on every rank of `w` is rank 0's.
+bool same_on_every_rank(world& w, const std::string& text) {
+  auto t = tensor::zeros({512}, dtype::uint8);
+  if (w.rank() == 0) std::memcpy(t.data(), text.data(), std::min<std::size_t>(text.size(), 511));
+  w.default_group().broadcast(t, 0).wait();
+  return std::string(static_cast<const char*>(t.data())) == text;
+}
+
+/// Ranks on `hosts` (by name), each with TROUPE_LINK_COSTS `setting(r)`;
+/// `body` runs on each rank's world and says whether it found it right.
+void measured_world(const std::vector<std::string>& hosts,
+                    const std::function<std::string(int)>& setting,
+                    const std::function<bool(world&, const cost_model&)>& body) {
+  const int n = static_cast<int>(hosts.size());
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(n, [&](int r) {
+    ::setenv("TROUPE_HOSTNAME", hosts[static_cast<std::size_t>(r)].c_str(), 1);
+    ::setenv("TROUPE_LINK_COSTS", setting(r).c_str(), 1);
+    auto s = std::make_shared<file_store>(path, 30s);
+    world w{test::child_world(s, r, n, 30s)};
+    const auto text = w.link_costs();
+    bool ok = test::expect(r, same_on_every_rank(w, text), "rank 0's link costs: " + text);
+    ok = ok && body(w, cost_model::parse(text));
+    w.default_group().barrier().wait();
+    return ok;
+  });
+  ::unlink(path.c_str());
+  const auto seen = test::codes_text(codes);
+  CAPTURE(seen);
+  CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
+}
+
+/// A measured link's terms are of a link: a latency from 1 us to 50 ms, rates
+/// from 1 MB/s.
+bool plausible(int r, const cost_model& m) {
+  return test::expect(r, m.host.latency >= 1e-6 && m.host.latency <= 0.05, "latency") &&
+         test::expect(r, m.host.bandwidth >= 1e6 && m.cpu_rate >= 1e6, "rates");
+}
+
+bool allreduce_right(world& w, std::int64_t len) {
+  auto t = tensor::empty({len}, dtype::float32);
+  for (std::int64_t i = 0; i < len; ++i) t.data_as<float>()[i] = float(w.rank() + 1);
+  w.default_group().allreduce(t).wait();
+  const float want = float(w.size() * (w.size() + 1) / 2);
+  bool ok = true;
+  for (std::int64_t i = 0; i < len; i += 101) ok &= t.data_as<float>()[i] == want;
+  return test::expect(w.rank(), ok, "allreduce of " + std::to_string(len));
+}
+
+}  // namespace
+
+TEST_CASE("a world across hosts measures its link at start; every rank chooses by rank 0's") {
+  SUBCASE("2 hosts of 2 ranks; one rank's other items are not its model") {
+    // Rank 2 alone says its ranks share CPUs, 4 to each: told the process's
+    // model, it would choose another allreduce of 1,000 floats than the
+    // rest (and every rank fail with a mismatch); measured, every rank
+    // chooses by rank 0's model.
+    const auto t = group_topology::of_hosts({"a", "a", "b", "b"});
+    const auto odd = cost_model::parse("ranks_per_cpu=4");
+    measured_world(
+        {"a", "a", "b", "b"}, [](int r) { return r == 2 ? "measure,ranks_per_cpu=4" : "measure"; },
+        [&](world& w, const cost_model& m) {
+          const int r = w.rank();
+          return plausible(r, m) &&
+                 test::expect(r,
+                              choose(op_code::allreduce, 4000, *t, m).kind !=
+                                  choose(op_code::allreduce, 4000, *t, odd).kind,
+                              "rank 2's own model would choose another algorithm") &&
+                 allreduce_right(w, 1000) && allreduce_right(w, 300000);
+        });
+  }
+  SUBCASE("3 hosts, ranks interleaved, sharing CPUs: the first two hosts, shared_wait fitted") {
+    measured_world(
+        {"a", "b", "a", "b", "c"}, [](int) { return "measure,ranks_per_cpu=2,local=4us:"; },
+        [](world& w, const cost_model& m) {
+          const int r = w.rank();
+          return plausible(r, m) &&
+                 test::expect(r, m.ranks_per_cpu == 2, "ranks_per_cpu as given") &&
+                 test::expect(r, m.local.latency == doctest::Approx(4e-6), "local as given") &&
+                 test::expect(r, m.shared_wait >= 0 && m.shared_wait <= 6, "shared_wait") &&
+                 allreduce_right(w, 70001);
+        });
+  }
+  SUBCASE("one rank on each of 2 hosts") {
+    measured_world(
+        {"a", "b"}, [](int) { return "measure"; },
+        [](world& w, const cost_model& m) {
+          return plausible(w.rank(), m) && allreduce_right(w, 300000);
+        });
+  }
+  SUBCASE("one host: nothing to measure, the setting as given") {
+    measured_world(
+        {"a", "a"}, [](int) { return "measure,host=7us:"; },
+        [](world& w, const cost_model& m) {
+          return test::expect(w.rank(), m.host.latency == doctest::Approx(7e-6),
+                              "the given latency") &&
+                 allreduce_right(w, 1000);
+        });
+  }
+}
