@@ -55,7 +55,25 @@ std::string setting() {
 }
 
 constexpr std::int64_t exchange_floats = 2 << 20;  // 8 MiB each way
-constexpr int pings = 30, exchanges = 3, barriers = 15;
+// Small calls run slower for a while after a pause on virtual machines
+// (bench/bench_common.cpp's warm-up): a few hundred first, untimed.
+constexpr int warm_pings = 300, pings = 100, exchanges = 4, warm_barriers = 200, barriers = 50;
+
+/// On rank 0, `times` becomes each round's longest over `others` (each
+/// sends its own); the others send theirs.
+void longest_at_rank0(process_group& pg, tensor& times, const std::vector<int>& others) {
+  if (pg.rank() != 0) {
+    pg.send(times, 0).wait();
+    return;
+  }
+  auto theirs = tensor::zeros({times.numel()}, dtype::float64);
+  for (int r : others) {
+    pg.recv(theirs, r).wait();
+    for (std::int64_t j = 0; j < times.numel(); ++j)
+      times.data_as<double>()[j] =
+          std::max(times.data_as<double>()[j], theirs.data_as<double>()[j]);
+  }
+}
 
 }  // namespace
 
@@ -105,10 +123,10 @@ std::string measure_link_costs(process_group& pg, const data_plane& plane, store
   pg.barrier().wait();
   if (place == 0) {  // the first rank of each of the two hosts
     std::vector<double> trips;
-    for (int i = 0; i < 5 + pings; ++i) {
+    for (int i = 0; i < warm_pings + pings; ++i) {
       const auto t = clock::now();
       round_trip();
-      if (i >= 5) trips.push_back(seconds_since(t));
+      if (i >= warm_pings) trips.push_back(seconds_since(t));
     }
     sample.one_way = median(trips) / 2;
     sample.pair = 1e300;
@@ -129,33 +147,34 @@ std::string measure_link_costs(process_group& pg, const data_plane& plane, store
       if (partner >= 0) exchange();
       took.data_as<double>()[i] = seconds_since(t);
     }
-    if (timer) {
-      auto theirs = tensor::zeros({exchanges}, dtype::float64);
-      for (int i = 0; i < k; ++i)
-        for (int r : {hosts.first[static_cast<std::size_t>(i)],
-                      hosts.second[static_cast<std::size_t>(i)]}) {
-          if (r == me) continue;
-          pg.recv(theirs, r).wait();
-          for (int j = 0; j < exchanges; ++j)
-            took.data_as<double>()[j] =
-                std::max(took.data_as<double>()[j], theirs.data_as<double>()[j]);
-        }
+    std::vector<int> others;
+    for (int i = 0; i < k; ++i)
+      for (int r :
+           {hosts.first[static_cast<std::size_t>(i)], hosts.second[static_cast<std::size_t>(i)]})
+        if (r != 0) others.push_back(r);
+    if (partner >= 0) longest_at_rank0(pg, took, others);
+    if (timer)
       sample.all = *std::min_element(took.data_as<double>(), took.data_as<double>() + exchanges);
-    } else if (partner >= 0) {
-      pg.send(took, 0).wait();
-    }
   }
-  const auto given = setting();
-  const auto configured = cost_model::parse(given);
   // Every rank runs the same steps whatever its own setting says (only
   // rank 0's counts): the barriers also where rank 0 will not use them.
-  std::vector<double> times;
-  for (int i = 0; i < 3 + barriers; ++i) {
+  // Each timed one after a barrier, as long as its slowest rank took (as
+  // the benchmarks time a call).
+  for (int i = 0; i < warm_barriers; ++i) pg.barrier().wait();
+  auto waits = tensor::zeros({barriers}, dtype::float64);
+  for (int i = 0; i < barriers; ++i) {
+    pg.barrier().wait();
     const auto t = clock::now();
     pg.barrier().wait();
-    if (i >= 3) times.push_back(seconds_since(t));
+    waits.data_as<double>()[i] = seconds_since(t);
   }
-  const double barrier = median(times);
+  std::vector<int> everyone_else;
+  for (int r = 1; r < n; ++r) everyone_else.push_back(r);
+  longest_at_rank0(pg, waits, everyone_else);
+  const double barrier =
+      median(std::vector<double>(waits.data_as<double>(), waits.data_as<double>() + barriers));
+  const auto given = setting();
+  const auto configured = cost_model::parse(given);
   if (timer) {
     auto fitted = fit_link(configured, sample);
     fitted.shared_wait = fit_shared_wait(fitted, *group_topology::of_hosts(hosts.host_of), barrier);

@@ -12,7 +12,7 @@
 #   bash bench/hosts_bench.sh --hosts H [--ranks-per-host R] [--link RATE|none]
 #                             [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall]
 #                             [--quick] [--iters K] [--repeat K] [--build-dir DIR] [--no-build]
-#                             [--no-calibrate]
+#                             [--no-calibrate | --measure-at-start]
 #
 # --hosts H (default 2) hosts of --ranks-per-host R (default 2) ranks each;
 # --link: each host's link rate, as tc writes it (1gbit, 100mbit; default
@@ -33,7 +33,10 @@
 # two ranks takes what it measured; where the layout's ranks share CPUs, a
 # barrier of the layout itself says how long they wait (shared_wait=). The
 # report's model is told the same, and compared with other calls than
-# these. (About 20 s.)
+# these. (About 20 s.) --measure-at-start instead has troupe measure them
+# itself as a user's world does (TROUPE_LINK_COSTS=measure: the benchmark's
+# own layout, at each world's start; api/link_measurement.hpp), and the
+# report's model is told what the first troupe run measured.
 #
 # Placement: the hosts share this machine's CPUs, so each host runs on its own
 # share of them (hosts.sh --split-cpus) when there are at least as many CPUs as
@@ -71,6 +74,7 @@ while [ $# -gt 0 ]; do
     --no-build) do_build=0 ;;
     --calibrate) calibrate=1 ;;  # the default
     --no-calibrate) calibrate=0 ;;
+    --measure-at-start) calibrate=2 ;;
     -h | --help) sed -n '2,47p' "$0"; exit 0 ;;
     *) echo "hosts_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -166,7 +170,9 @@ if [ "$calibrate" -eq 1 ]; then
   fi
 fi
 costs=()
-if [ -n "$fitted" ]; then
+if [ "$calibrate" -eq 2 ]; then
+  costs=(measure)
+elif [ -n "$fitted" ]; then
   costs=("$fitted")
 elif [ "$link" != none ]; then
   costs=("host=:$(awk -v r="$link" 'BEGIN {
@@ -220,6 +226,11 @@ for round in $(seq 1 "$repeat"); do
 done
 
 # 3. Tables and targets.
+if [ "$calibrate" -eq 2 ]; then  # what troupe measured at its first start
+  measured=("$(grep -h -o 'troupe link costs: .*' "$out/logs/$name-troupe"*.log 2>/dev/null |
+    head -1 | sed 's/^troupe link costs: //')")
+  echo "hosts_bench: troupe measured at start: ${measured[0]:-nothing (see the troupe logs)}"
+fi
 if [ -f "$csv" ]; then
   "$build/bench/bench_hosts_report" "$csv" --hosts "$hosts" --ranks-per-host "$per_host" \
     --link "$link" --cpus-per-host "$host_cpus" --link-costs "$(IFS=,; echo "${measured[*]}")" |

@@ -174,6 +174,9 @@ void run_world(troupe::world& w, const bench::worker_args& a, const std::string&
     bench::report_rss(runtime_of(w), c, a.csv);
     return;
   }
+  // What the ranks choose their algorithms by (measured at start where
+  // TROUPE_LINK_COSTS=measure; hosts_bench.sh --measure-at-start reads it).
+  if (w.rank() == 0) std::fprintf(stderr, "troupe link costs: %s\n", w.link_costs().c_str());
   auto rows = bench::run_rank(runtime_of(w), c);
   if (w.rank() != 0) return;
   if (a.check_only) {
