@@ -61,6 +61,29 @@ inline world_options child_world(std::shared_ptr<store> s, int rank, int size,
   return o;
 }
 
+/// A rank in a forked child per entry of `hosts`, rank r naming host
+/// hosts[r] (TROUPE_HOSTNAME: TCP between ranks of different hosts) after
+/// `environment(r)` set the rest of its environment; each runs `body` on
+/// its world of one file store, then waits for every rank before leaving.
+/// The children's exit codes (0: body said right).
+inline std::vector<int> fork_hosts(const std::vector<std::string>& hosts,
+                                   const std::function<void(int)>& environment,
+                                   const std::function<bool(world&)>& body) {
+  const int n = static_cast<int>(hosts.size());
+  const auto path = temp_store_path();
+  auto codes = fork_ranks(n, [&](int r) {
+    ::setenv("TROUPE_HOSTNAME", hosts[static_cast<std::size_t>(r)].c_str(), 1);
+    environment(r);
+    auto s = std::make_shared<file_store>(path, std::chrono::seconds(30));
+    world w{child_world(s, r, n, std::chrono::seconds(30))};
+    const bool ok = body(w);
+    w.default_group().barrier().wait();
+    return ok;
+  });
+  ::unlink(path.c_str());
+  return codes;
+}
+
 /// Nanoseconds on the clock every process of this host shares (steady_clock
 /// is CLOCK_MONOTONIC).
 inline long long now_ns() {

@@ -130,23 +130,17 @@ bool same_on_every_rank(world& w, const std::string& text) {
 void measured_world(const std::vector<std::string>& hosts,
                     const std::function<std::string(int)>& setting,
                     const std::function<bool(world&, const cost_model&)>& body) {
-  const int n = static_cast<int>(hosts.size());
-  const auto path = test::temp_store_path();
-  auto codes = test::fork_ranks(n, [&](int r) {
-    ::setenv("TROUPE_HOSTNAME", hosts[static_cast<std::size_t>(r)].c_str(), 1);
-    ::setenv("TROUPE_LINK_COSTS", setting(r).c_str(), 1);
-    auto s = std::make_shared<file_store>(path, 30s);
-    world w{test::child_world(s, r, n, 30s)};
-    const auto text = w.link_costs();
-    bool ok = test::expect(r, same_on_every_rank(w, text), "rank 0's link costs: " + text);
-    ok = ok && body(w, cost_model::parse(text));
-    w.default_group().barrier().wait();
-    return ok;
-  });
-  ::unlink(path.c_str());
+  const auto codes = test::fork_hosts(
+      hosts, [&](int r) { ::setenv("TROUPE_LINK_COSTS", setting(r).c_str(), 1); },
+      [&](world& w) {
+        const auto text = w.link_costs();
+        return test::expect(w.rank(), same_on_every_rank(w, text),
+                            "rank 0's link costs: " + text) &&
+               body(w, cost_model::parse(text));
+      });
   const auto seen = test::codes_text(codes);
   CAPTURE(seen);
-  CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
+  CHECK(codes == std::vector<int>(hosts.size(), 0));
 }
 
 /// A measured link's terms are of a link: a latency from 1 us to 50 ms, rates

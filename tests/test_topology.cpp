@@ -322,24 +322,19 @@ TEST_CASE("testing::predict: the choice and time of a layout of hosts, at any sc
 namespace {
 
 /// Forks one process per entry of `hosts` (its host's name), each rank
-/// running `body`; every process sets `env` first.
+/// running `body`; every process is told `algorithms` (TROUPE_ALGORITHMS)
+/// first where given.
 void across_hosts(const std::vector<std::string>& hosts, const char* algorithms,
                   const std::function<bool(world&)>& body) {
-  const int n = static_cast<int>(hosts.size());
-  const auto path = test::temp_store_path();
-  auto codes = test::fork_ranks(n, [&](int r) {
-    ::setenv("TROUPE_HOSTNAME", hosts[static_cast<std::size_t>(r)].c_str(), 1);
-    if (algorithms) ::setenv("TROUPE_ALGORITHMS", algorithms, 1);
-    auto s = std::make_shared<file_store>(path, 30s);
-    world w{test::child_world(s, r, n, 30s)};
-    const bool ok = body(w);
-    w.default_group().barrier().wait();
-    return ok;
-  });
-  ::unlink(path.c_str());
+  const auto codes = test::fork_hosts(
+      hosts,
+      [&](int) {
+        if (algorithms) ::setenv("TROUPE_ALGORITHMS", algorithms, 1);
+      },
+      body);
   const auto seen = test::codes_text(codes);
   CAPTURE(seen);
-  CHECK(codes == std::vector<int>(static_cast<std::size_t>(n), 0));
+  CHECK(codes == std::vector<int>(hosts.size(), 0));
 }
 
 bool allreduces_right(world& w) {
