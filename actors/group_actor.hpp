@@ -21,6 +21,9 @@ struct group_info {
   std::shared_ptr<troupe::store> waits;
   /// rank_runtime::leaving_together (null: the actor always tells its peers).
   std::shared_ptr<const std::atomic<bool>> leaving_together;
+  /// The link costs the world measured at start (data_plane::link_costs();
+  /// empty: the process's model chooses the algorithms).
+  std::string link_costs;
 };
 
 group_actor spawn_group_actor(caf::actor_system& sys, group_info info);

@@ -34,8 +34,9 @@ host_backend::host_backend(const backend_context& ctx)
       debug_(ctx.debug),
       key_prefix_(rt_.job() + "/" + ctx.group_name + "/") {
   group_ = spawn_group_actor(
-      rt_.system(), group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks, ctx.store,
-                               rt_.leaving_together()});
+      rt_.system(),
+      group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks, ctx.store,
+                 rt_.leaving_together(), rt_.plane() ? rt_.plane()->link_costs() : std::string()});
   const auto& plane = rt_.plane();
   // Point to point: the mailbox, published before any peer may send to it.
   if (ctx.size > 1 && !inline_engines_off()) {
