@@ -77,11 +77,15 @@ void longest_at_rank0(process_group& pg, tensor& times, const std::vector<int>& 
 
 }  // namespace
 
-bool measures_links(const data_plane& plane, int world_size) {
-  if (!cost_model::parse(setting()).measure) return false;
-  for (int r = 1; r < world_size; ++r)
-    if (plane.host_of(r) != plane.host_of(0)) return true;
-  return false;
+bool measures_links(const data_plane& plane, int rank, int world_size, store& s,
+                    const std::string& key, rendezvous& rdv) {
+  bool hosts = false;
+  for (int r = 1; r < world_size && !hosts; ++r) hosts = plane.host_of(r) != plane.host_of(0);
+  if (!hosts) return false;
+  if (rank == 0) s.set(key, cost_model::parse(setting()).measure ? "1" : "0");
+  rdv.wait_for(
+      {0}, [&](int) { return key; }, "say whether the world measures its link");
+  return s.get_string(key) == "1";
 }
 
 std::string measure_link_costs(process_group& pg, const data_plane& plane, store& s,

@@ -2,10 +2,10 @@
 // link_measurement — a world across hosts measures the link between them at
 // start (TROUPE_LINK_COSTS=measure): a ping-pong and an exchange between one
 // rank of each of its first two hosts, the same exchange by every pair of
-// their ranks at once, and (where ranks share CPUs) a barrier of the world;
-// world rank 0 fits the cost model to them (algorithms/cost_fit.hpp) and
-// every rank reads the result from the store, so every rank's groups choose
-// their algorithms by the same model.
+// their ranks at once, and a barrier of the world (for ranks that share
+// CPUs); world rank 0 fits the cost model to them (algorithms/cost_fit.hpp)
+// and every rank reads the result from the store, so every rank's groups
+// choose their algorithms by the same model. Rank 0's setting decides.
 
 #include <string>
 
@@ -17,10 +17,12 @@ namespace troupe::detail {
 class data_plane;
 class rendezvous;
 
-/// Whether the world's ranks run on more than one host and
-/// TROUPE_LINK_COSTS asks for the measurement (read now: every rank must
-/// say `measure`; the other items are rank 0's for every rank).
-bool measures_links(const data_plane& plane, int world_size);
+/// Whether the world's ranks run on more than one host and rank 0's
+/// TROUPE_LINK_COSTS (read now) asks for the measurement: rank 0 writes its
+/// answer at `key`, every rank follows it (the other items beside `measure`
+/// are rank 0's for every rank too).
+bool measures_links(const data_plane& plane, int rank, int world_size, store& s,
+                    const std::string& key, rendezvous& rdv);
 
 /// Measures on `pg` (every world rank, a group of the host backend made for
 /// it, in world rank order) and returns the model in TROUPE_LINK_COSTS's

@@ -251,7 +251,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   for (int r = 0; r < o.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
   // TROUPE_LINK_COSTS=measure across hosts: the link measured on a group of
   // its own, before the groups that choose by it.
-  if (detail::measures_links(*plane, o.world_size)) {
+  if (detail::measures_links(*plane, o.rank, o.world_size, *o.store, job_key + "/measure", rdv)) {
     const std::string name = "troupe:link-measurement";
     auto probe = impl_->make_group(name, all, o.timeout, "actor", "the link's measurement");
     plane->set_link_costs(detail::measure_link_costs(

@@ -182,6 +182,15 @@ TEST_CASE("a world across hosts measures its link at start; every rank chooses b
                  allreduce_right(w, 1000) && allreduce_right(w, 300000);
         });
   }
+  SUBCASE("rank 0's setting decides whether to measure") {
+    measured_world(
+        {"a", "b", "a", "b"}, [](int r) { return r == 3 ? "host=9ms:" : "measure"; },
+        [](world& w, const cost_model& m) {
+          return plausible(w.rank(), m) &&
+                 test::expect(w.rank(), m.host.latency < 9e-3, "measured, not rank 3's") &&
+                 allreduce_right(w, 1000);
+        });
+  }
   SUBCASE("3 hosts, ranks interleaved, sharing CPUs: the first two hosts, shared_wait fitted") {
     measured_world(
         {"a", "b", "a", "b", "c"}, [](int) { return "measure,ranks_per_cpu=2,local=4us:"; },
