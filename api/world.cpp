@@ -253,9 +253,17 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   // its own, before the groups that choose by it.
   if (detail::measures_links(*plane, o.rank, o.world_size, *o.store, job_key + "/measure", rdv)) {
     const std::string name = "troupe:link-measurement";
-    auto probe = impl_->make_group(name, all, o.timeout, "actor", "the link's measurement");
-    plane->set_link_costs(detail::measure_link_costs(
-        *probe, *plane, *o.store, job_key + "/link_costs", rdv, impl_->debug != debug_level::off));
+    try {
+      auto probe = impl_->make_group(name, all, o.timeout, "actor", "the link's measurement");
+      plane->set_link_costs(detail::measure_link_costs(*probe, *plane, *o.store,
+                                                       job_key + "/link_costs", rdv,
+                                                       impl_->debug != debug_level::off));
+    } catch (const error& e) {
+      throw error(e.code(), "world: rank " + std::to_string(o.rank) +
+                                ": measuring the link between hosts at start "
+                                "(TROUPE_LINK_COSTS=measure): " +
+                                e.what());
+    }
     std::lock_guard<std::mutex> g{impl_->mtx};
     impl_->groups.erase(name);
   }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
@@ -218,5 +219,41 @@ TEST_CASE("a world across hosts measures its link at start; every rank chooses b
                               "the given latency") &&
                  allreduce_right(w, 1000);
         });
+  }
+}
+
+TEST_CASE("a rank killed while its world measures the link: every survivor fails, naming it") {
+  // Rank 3 ends its process 30-150 ms after it starts: in the measurement
+  // or in the calls after it. Wherever it lands, no survivor hangs and each
+  // names rank 3: at once where it is gone (at the start "world: rank R:
+  // measuring the link between hosts at start ..."), after the world's
+  // timeout where it never joined (a machine too loaded to start it).
+  const std::vector<std::string> hosts{"a", "a", "b", "b"};
+  for (int after_ms : {30, 90, 150}) {
+    CAPTURE(after_ms);
+    const auto path = test::temp_store_path();
+    const auto codes = test::fork_ranks(4, [&](int r) {
+      ::setenv("TROUPE_HOSTNAME", hosts[static_cast<std::size_t>(r)].c_str(), 1);
+      ::setenv("TROUPE_LINK_COSTS", "measure", 1);
+      if (r == 3)
+        std::thread([after_ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(after_ms));
+          ::_exit(0);
+        }).detach();
+      auto s = std::make_shared<file_store>(path, 10s);
+      try {
+        world w{test::child_world(s, r, 4, 10s)};
+        const auto until = std::chrono::steady_clock::now() + 5s;  // rank 3 is gone by then
+        while (std::chrono::steady_clock::now() < until) allreduce_right(w, 1000);
+        return test::expect(r, false, "every call succeeded with rank 3 gone");
+      } catch (const error& e) {
+        const std::string what = e.what();
+        return test::expect(r, what.find("rank 3") != std::string::npos, "not named: " + what);
+      }
+    });
+    ::unlink(path.c_str());
+    const auto seen = test::codes_text(codes);
+    CAPTURE(seen);
+    CHECK(std::vector<int>(codes.begin(), codes.begin() + 3) == std::vector<int>{0, 0, 0});
   }
 }
