@@ -83,6 +83,7 @@ cost_model cost_model::on_shared_cpus() const {
     l->latency += for_the_cpu;
     l->overhead *= wait;
   }
+  m.cpu_turn = for_the_cpu;
   m.latencies_shared = true;
   return m;
 }

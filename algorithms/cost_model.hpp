@@ -70,14 +70,21 @@ struct cost_model {
   double cpu_rate = 4e9;
   /// on_shared_cpus() made this model (its latencies already shared).
   bool latencies_shared = false;
+  /// How long a rank waits for its turn on a CPU that another rank of the
+  /// step holds ((k^shared_wait - 1) host latencies; on_shared_cpus() sets
+  /// it, 0 where ranks have a CPU each): a step whose receiving ranks
+  /// outnumber their host's CPUs takes one such turn more per rank a CPU
+  /// serves in turn (cost_steps.hpp).
+  double cpu_turn = 0;
   /// TROUPE_LINK_COSTS said `measure`: a world across hosts measures the
   /// link between them at start and its groups choose by that.
   bool measure = false;
   /// This model's latencies as ranks sharing CPUs see them (ranks_per_cpu
   /// = k > 1, w = k^shared_wait): a message between hosts takes w times as
   /// long, one within a host waits as long for its rank's CPU ((w - 1)
-  /// host latencies more), each further message's work takes w times as
-  /// long; itself at k = 1 or once applied. Every prediction applies it.
+  /// host latencies more: cpu_turn), each further message's work takes w
+  /// times as long; itself at k = 1 or once applied. Every prediction
+  /// applies it.
   cost_model on_shared_cpus() const;
   /// The process's model: the defaults, or TROUPE_LINK_COSTS (read once;
   /// a malformed value throws errc::invalid_argument naming it).

@@ -165,14 +165,14 @@ bool allreduce_right(world& w, std::int64_t len) {
 
 TEST_CASE("a world across hosts measures its link at start; every rank chooses by rank 0's") {
   SUBCASE("2 hosts of 2 ranks; one rank's other items are not its model") {
-    // Rank 2 alone says its ranks share CPUs, 4 to each: told the process's
+    // Rank 2 alone says a hop within a host takes 1 ms: told the process's
     // model, it would choose another allreduce of 1,000 floats than the
     // rest (and every rank fail with a mismatch); measured, every rank
     // chooses by rank 0's model.
     const auto t = group_topology::of_hosts({"a", "a", "b", "b"});
-    const auto odd = cost_model::parse("ranks_per_cpu=4");
+    const auto odd = cost_model::parse("local=1ms:");
     measured_world(
-        {"a", "a", "b", "b"}, [](int r) { return r == 2 ? "measure,ranks_per_cpu=4" : "measure"; },
+        {"a", "a", "b", "b"}, [](int r) { return r == 2 ? "measure,local=1ms:" : "measure"; },
         [&](world& w, const cost_model& m) {
           const int r = w.rank();
           return plausible(r, m) &&

@@ -16,6 +16,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
+#include "algorithms/cost_steps.hpp"
 #include "base/engine_setting.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
@@ -248,6 +249,23 @@ TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU"
       CAPTURE(bytes);
       CHECK(predict(kind, bytes, *t, m) > predict(kind, bytes, *t, own));
     }
+  // Both ranks of a host receiving in one step take turns on its CPU: a
+  // ring's step takes a turn more than one in which only a rank of each
+  // host receives (at one rank per CPU, the same).
+  auto ring = [&](const cost_model& x) {
+    return cost::step_time(
+        *t, x, [](int r) { return (r + 1) % 4; }, [](int) { return 4.0; });
+  };
+  auto across = [&](const cost_model& x) {
+    return cost::step_time(
+        *t, x, [](int r) { return r == 1   ? 2
+                                  : r == 3 ? 0
+                                           : -1; }, [](int) { return 4.0; });
+  };
+  CHECK(s.cpu_turn == doctest::Approx((std::pow(2.0, 2.3) - 1) * m.host.latency));
+  CHECK(ring(s) == doctest::Approx(across(s) + s.cpu_turn));
+  CHECK(own.on_shared_cpus().cpu_turn == 0);
+  CHECK(ring(own.on_shared_cpus()) == doctest::Approx(across(own.on_shared_cpus())));
   // Unshaped links are CPU-bound: an exchange moves each rank's bytes both
   // ways on its CPU, a broadcast's step one way.
   const auto two = layout(2, 1);
