@@ -266,6 +266,9 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
     }
     std::lock_guard<std::mutex> g{impl_->mtx};
     impl_->groups.erase(name);
+    // Every rank read the result after rank 0 took in every message sent
+    // to it: none of the measurement's is left in flight.
+    plane->forget_p2p();
   }
   impl_->default_group = impl_->make_group("default", all, o.timeout, o.backend, "default group");
 }

@@ -201,6 +201,11 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// through the plane (shared, as crashed()): from then on threads that wait
   /// for collectives read the peers' rings too (shm_medium).
   std::shared_ptr<const std::atomic<bool>> carried_p2p() const noexcept { return p2p_seen_; }
+  /// The point-to-point messages so far were the world's own, every one
+  /// taken in (its link measurement at start): collectives need not read
+  /// the rings for them (the measurement does not change how a user's
+  /// collectives wait).
+  void forget_p2p() noexcept { p2p_seen_->store(false, std::memory_order_relaxed); }
   /// Fails world rank r as if it died, naming `why` (its frames broke a rule
   /// checked above the data plane): its connections close.
   void reject(int r, const std::string& why);
