@@ -424,13 +424,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
               std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq, *st.net);
           // The group actors run the algorithms for ranks on one host (they
           // carry TROUPE_ENGINE=actors and monitored_barrier, not speed).
-          if (!st.topology) {
-            auto flat = std::make_shared<group_topology>(*group_topology::flat(st.info.size));
-            if (!st.info.link_costs.empty())
-              flat->costs =
-                  std::make_shared<const cost_model>(cost_model::parse(st.info.link_costs));
-            st.topology = std::move(flat);
-          }
+          if (!st.topology)
+            st.topology =
+                group_topology::flat(st.info.size, cost_model::of_measured(st.info.link_costs));
           op.ctx->set_topology(st.topology);
           op.alg = make_algorithm(*call, st.info.rank, *st.topology, st.info.size);
           std::vector<envelope> msgs;

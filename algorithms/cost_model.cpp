@@ -135,6 +135,10 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
   return m;
 }
 
+std::shared_ptr<const cost_model> cost_model::of_measured(const std::string& text) {
+  return text.empty() ? nullptr : std::make_shared<const cost_model>(parse(text));
+}
+
 std::string cost_model::to_text() const {
   char text[320];
   std::snprintf(text, sizeof(text),

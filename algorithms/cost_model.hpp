@@ -33,6 +33,7 @@
 // their host's CPUs for the bytes they move (cost_steps.hpp, cpu_share).
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,9 @@ struct cost_model {
   static cost_model parse(const std::string& text) { return parse(text, cost_model{}); }
   /// This model in TROUPE_LINK_COSTS's syntax (parse() reads it back).
   std::string to_text() const;
+  /// The model a world measured (`text` as to_text() wrote it), shared by a
+  /// group's topology; null where nothing was measured (empty).
+  static std::shared_ptr<const cost_model> of_measured(const std::string& text);
 };
 
 /// How many slices the striped hierarchical allreduce of `bytes` runs at

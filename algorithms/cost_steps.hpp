@@ -48,7 +48,8 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
   const auto hosts = static_cast<std::size_t>(std::max(t.hosts(), 1));
   std::vector<double> out(hosts, 0), in(hosts, 0), cpu(static_cast<std::size_t>(n), 0);
   std::vector<int> flows(hosts, 0), receivers(hosts, 0);
-  std::vector<char> receives(static_cast<std::size_t>(n), 0);
+  // Which ranks receive, where CPU turns are priced (ranks sharing CPUs).
+  std::vector<char> receives(m.cpu_turn > 0 ? static_cast<std::size_t>(n) : 0, 0);
   std::vector<char> crossed(hosts, 0), active(hosts, 0);
   auto host = [&](int r) {
     return t.hosts() > 0 ? static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(r)])
@@ -60,7 +61,7 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
     const double b = bytes(r);
     const auto h = host(r), g = host(d);
     active[h] = active[g] = 1;
-    if (!receives[static_cast<std::size_t>(d)]) {
+    if (!receives.empty() && !receives[static_cast<std::size_t>(d)]) {
       receives[static_cast<std::size_t>(d)] = 1;
       ++receivers[g];
     }
@@ -93,7 +94,7 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
     const double wire = crossed[h] ? std::max(out[h], in[h]) / m.host.bandwidth : 0;
     double start =
         crossed[h] ? m.host.latency + std::max(flows[h] - 1, 0) * m.host.overhead : m.local.latency;
-    if (m.cpu_turn > 0 && receivers[h] > 1) {
+    if (receivers[h] > 1) {
       const auto ranks = t.hosts() > 0 ? t.ranks_on[h].size() : static_cast<std::size_t>(n);
       const double cpus = std::max(1.0, std::floor(static_cast<double>(ranks) / m.ranks_per_cpu));
       start += std::max(0.0, std::ceil(receivers[h] / cpus) - 1) * m.cpu_turn;

@@ -16,9 +16,11 @@ std::uint64_t next_id() {
 
 }  // namespace
 
-std::shared_ptr<const group_topology> group_topology::flat(int size) {
+std::shared_ptr<const group_topology> group_topology::flat(
+    int size, std::shared_ptr<const cost_model> costs) {
   auto t = std::make_shared<group_topology>();
   t->id = next_id();
+  t->costs = std::move(costs);
   t->host_of.assign(static_cast<std::size_t>(size), 0);
   t->ranks_on.resize(1);
   for (int r = 0; r < size; ++r) t->ranks_on[0].push_back(r);

@@ -25,7 +25,8 @@ struct group_topology {
   std::shared_ptr<const cost_model> costs;
 
   /// Every rank on one host (what an engine that knows no hosts assumes).
-  static std::shared_ptr<const group_topology> flat(int size);
+  static std::shared_ptr<const group_topology> flat(
+      int size, std::shared_ptr<const cost_model> costs = nullptr);
   /// From each group rank's host name.
   static std::shared_ptr<const group_topology> of_hosts(
       const std::vector<std::string>& names, std::shared_ptr<const cost_model> costs = nullptr);

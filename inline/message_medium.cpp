@@ -26,10 +26,7 @@ message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string ke
     p2p_seen_ = p->carried_p2p();
     std::vector<std::string> hosts;
     for (int w : global_ranks_) hosts.push_back(p->host_of(w));
-    topology_ = group_topology::of_hosts(
-        hosts, p->link_costs().empty()
-                   ? nullptr
-                   : std::make_shared<const cost_model>(cost_model::parse(p->link_costs())));
+    topology_ = group_topology::of_hosts(hosts, cost_model::of_measured(p->link_costs()));
     own_cpus_ = p->cpu_per_rank();
   } else {
     topology_ = group_topology::flat(size());
