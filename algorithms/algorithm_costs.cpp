@@ -114,21 +114,61 @@ double direct_allreduce(const group_topology& t, const cost_model& m, double byt
   return worst - (n - 2) * (link.latency - link.overhead);
 }
 
+/// `m` as one of `sharing` calls among one rank of each host sees it, all
+/// crossing each host's links at once (of a host's `per_host` ranks: their
+/// share of its CPUs).
+cost_model sharing_links(const cost_model& m, int per_host, int sharing) {
+  cost_model shared = busy_ranks(m, per_host, sharing);
+  shared.host.bandwidth /= sharing;
+  shared.host.latency += (sharing - 1) * m.host.overhead;
+  return shared;
+}
+
 /// The best flat allreduce among `hosts` ranks, one per host, each host's
-/// link shared by `sharing` such allreduces at once (of a host's
-/// `per_host` ranks: their share of its CPUs).
+/// link shared by `sharing` such allreduces at once (sharing_links).
 double across_hosts(int hosts, int per_host, int sharing, const cost_model& m, double bytes) {
   if (hosts < 2) return 0;
   const auto t = one_rank_each(hosts);
-  cost_model shared =
-      busy_ranks(m, per_host, sharing);  // the other columns' messages cross the same links
-  shared.host.bandwidth /= sharing;
-  shared.host.latency += (sharing - 1) * m.host.overhead;
+  const cost_model shared = sharing_links(m, per_host, sharing);
   if (hosts == 2) return exchange_between_hosts(shared, bytes);  // one exchange (pair)
   return std::min({ring_allreduce(*t, shared, bytes), recursive_doubling(*t, shared, bytes),
                    rabenseifner(*t, shared, bytes),
                    hosts <= 16 ? direct_allreduce(*t, shared, bytes)
                                : std::numeric_limits<double>::infinity()});
+}
+
+double ring_allgather(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  return (n - 1) * ring_step(t, m, bytes / n);
+}
+
+/// Bruck's allgather: its slots are copied out in a rotation at the end.
+double bruck_allgather(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  double total = bytes / m.local.bandwidth;
+  for (int k = 1; k < n; k <<= 1)
+    total += step_time(
+        t, m, [&](int r) { return (r - k + n) % n; },
+        [&](int) { return bytes / n * std::min(k, n - k); });
+  return total;
+}
+
+/// Recursive doubling's allgather: places host by host, as the algorithm
+/// takes them; step k to the place p ^ k with k blocks; the slots copied
+/// out at the end.
+double doubling_allgather(const group_topology& t, const cost_model& m, double bytes) {
+  const int n = t.size();
+  const ring_order order{t, n};
+  double total = bytes / m.local.bandwidth;
+  for (int k = 1; k < n; k <<= 1)
+    total += step_time(
+        t, m,
+        [&](int r) {
+          const int p = order.position(r);
+          return order.shifted(r, (p ^ k) - p);
+        },
+        [&](int) { return bytes / n * k; });
+  return total;
 }
 
 double binomial_broadcast(const group_topology& t, const cost_model& m, double bytes, int root) {
@@ -345,30 +385,29 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
              binomial_broadcast(*group_topology::of_hosts(one_host), m, bytes, 0);
     }
     case algorithm_kind::allgather_ring:
-      return (n - 1) * ring_step(t, m, bytes / n);
-    case algorithm_kind::allgather_bruck: {
-      // Its slots are copied out in a rotation at the end.
-      double total = bytes / m.local.bandwidth;
-      for (int k = 1; k < n; k <<= 1)
-        total += step_time(
-            t, m, [&](int r) { return (r - k + n) % n; },
-            [&](int) { return bytes / n * std::min(k, n - k); });
-      return total;
-    }
-    case algorithm_kind::allgather_recursive_doubling: {
-      // Places host by host, as the algorithm takes them; step k to the
-      // place p ^ k with k blocks; the slots copied out at the end.
-      const ring_order order{t, n};
-      double total = bytes / m.local.bandwidth;
-      for (int k = 1; k < n; k <<= 1)
-        total += step_time(
-            t, m,
-            [&](int r) {
-              const int p = order.position(r);
-              return order.shifted(r, (p ^ k) - p);
-            },
-            [&](int) { return bytes / n * k; });
-      return total;
+      return ring_allgather(t, m, bytes);
+    case algorithm_kind::allgather_bruck:
+      return bruck_allgather(t, m, bytes);
+    case algorithm_kind::allgather_recursive_doubling:
+      return doubling_allgather(t, m, bytes);
+    case algorithm_kind::allgather_hier: {
+      // Each column (a rank of each host) allgathers its blocks across the
+      // hosts, the host's columns sharing its link; then each rank copies
+      // its column's blocks out and sends them to the host's other ranks, a
+      // message a block, all of them receiving at once.
+      const double column = bytes / per_host;
+      double across = 0;
+      if (hosts > 1) {
+        const auto each = one_rank_each(hosts);
+        const cost_model shared = sharing_links(m, per_host, per_host);
+        across =
+            std::min(ring_allgather(*each, shared, column), bruck_allgather(*each, shared, column));
+        if (hosts > 2 && power_of_two(hosts))
+          across = std::min(across, doubling_allgather(*each, shared, column));
+      }
+      const cost_model busy = busy_ranks(m, per_host, per_host);
+      return across + column / busy.local.bandwidth + busy.local.time(column * (per_host - 1)) +
+             (hosts * (per_host - 1) - 1) * m.local.overhead;
     }
     case algorithm_kind::reduce_binomial:
       return binomial_reduce(t, m, bytes, root);
@@ -429,6 +468,7 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};
       if (n > 2 && power_of_two(n))
         candidates.push_back(algorithm_kind::allgather_recursive_doubling);
+      if (hosts && t.uniform()) candidates.push_back(algorithm_kind::allgather_hier);
       break;
     case op_code::reduce:
       candidates = {algorithm_kind::reduce_binomial};

@@ -127,6 +127,7 @@ enum class algorithm_kind : std::uint8_t {
   allgather_ring,
   allgather_bruck,
   allgather_recursive_doubling,
+  allgather_hier,
   reduce_binomial,
   reduce_hier,
   alltoall_pairwise,

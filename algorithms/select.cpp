@@ -9,8 +9,9 @@
 //                    direct (<= 16 ranks) and, across hosts, hier striped
 //                    (in slices over slow links) / leaders
 //   broadcast        binomial, scatter-allgather, or hier across hosts
-//   allgather        ring (host by host), or Bruck or recursive doubling
-//                    (blocks of one size; recursive doubling: 2^k ranks)
+//   allgather        ring (host by host), Bruck or recursive doubling
+//                    (blocks of one size; recursive doubling: 2^k ranks),
+//                    or, across hosts of as many ranks each, hier
 //   reduce           binomial, or hier across hosts
 //   gather           direct         scatter  direct
 //   reduce_scatter   ring (host by host), or recursive halving
@@ -25,6 +26,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
+#include "algorithms/cost_steps.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
@@ -45,6 +47,7 @@ std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
 std::unique_ptr<algorithm> make_allgather_bruck();
 std::unique_ptr<algorithm> make_allgather_recursive_doubling();
+std::unique_ptr<algorithm> make_allgather_hier();
 std::unique_ptr<algorithm> make_gather_direct();
 std::unique_ptr<algorithm> make_scatter_direct();
 std::unique_ptr<algorithm> make_reduce_scatter_ring();
@@ -89,6 +92,8 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cos
       return make_broadcast_scatter_allgather();
     case algorithm_kind::allgather_ring:
       return make_allgather_ring();
+    case algorithm_kind::allgather_hier:
+      return make_allgather_hier();
     case algorithm_kind::reduce_scatter_ring:
       return make_reduce_scatter_ring();
     case algorithm_kind::reduce_scatter_halving:
@@ -147,6 +152,7 @@ forced parse_forced(const std::string& text) {
         {"allgather", op_code::allgatherv, "bruck", algorithm_kind::allgather_bruck},
         {"allgather", op_code::allgatherv, "recursive_doubling",
          algorithm_kind::allgather_recursive_doubling},
+        {"allgather", op_code::allgatherv, "hier", algorithm_kind::allgather_hier},
         {"reduce", op_code::reduce, "binomial", algorithm_kind::reduce_binomial},
         {"reduce", op_code::reduce, "hier", algorithm_kind::reduce_hier},
         {"reduce_scatter", op_code::reduce_scatterv, "ring", algorithm_kind::reduce_scatter_ring},
@@ -166,7 +172,7 @@ forced parse_forced(const std::string& text) {
                       "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
                       "rabenseifner|hier_striped|hier_leaders, "
                       "broadcast=binomial|scatter_allgather|hier, "
-                      "allgather=ring|bruck|recursive_doubling, reduce=binomial|hier, "
+                      "allgather=ring|bruck|recursive_doubling|hier, reduce=binomial|hier, "
                       "reduce_scatter=ring|halving, "
                       "alltoall=pairwise|bruck)");
   }
@@ -200,6 +206,7 @@ algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint6
     const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
     const bool runs =
         (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
+        (*want != algorithm_kind::allgather_hier || (hosts && t.uniform())) &&
         (*want != algorithm_kind::allreduce_hier_leaders || hosts) &&
         (*want != algorithm_kind::broadcast_hier || hosts) &&
         (*want != algorithm_kind::reduce_hier || hosts) &&
@@ -249,9 +256,14 @@ algorithm_kind call_algorithm(const collective_call& call, const group_topology&
       return chosen_algorithm(call.code, call.output.nbytes(), topo, m, call.root);
     case op_code::reduce:
       return chosen_algorithm(call.code, call.input.nbytes(), topo, m, call.root);
-    case op_code::allgatherv:
-      return even_blocks(call) ? chosen_algorithm(call.code, call.output.nbytes(), topo, m)
-                               : algorithm_kind::allgather_ring;
+    case op_code::allgatherv: {
+      // Blocks of different sizes: the ring, or the hierarchy where the
+      // model prices it first (priced as blocks of one size).
+      const auto kind = chosen_algorithm(call.code, call.output.nbytes(), topo, m);
+      return even_blocks(call) || kind == algorithm_kind::allgather_hier
+                 ? kind
+                 : algorithm_kind::allgather_ring;
+    }
     case op_code::alltoallv:
       return call.bruck_alltoall ? algorithm_kind::alltoall_bruck
                                  : algorithm_kind::alltoall_pairwise;
@@ -315,10 +327,17 @@ bool alltoall_runs_bruck(const collective_call& call, const group_topology& t, i
 
 std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts,
                                                        const cost_model& m) {
-  std::vector<std::string> names;
-  for (int h = 0; h < hosts; ++h) names.push_back(std::to_string(h));
-  const auto t = group_topology::of_hosts(names);
-  return make(choose(op_code::allreduce, part.input.nbytes(), *t, m).kind, part.input.nbytes(), m);
+  const auto bytes = part.input.nbytes();
+  return make(choose(op_code::allreduce, bytes, *cost::one_rank_each(hosts), m).kind, bytes, m);
+}
+
+std::unique_ptr<algorithm> make_allgather_across_hosts(const collective_call& part, int hosts,
+                                                       const cost_model& m) {
+  const auto bytes = part.output.nbytes();
+  const auto kind = even_blocks(part)
+                        ? choose(op_code::allgatherv, bytes, *cost::one_rank_each(hosts), m).kind
+                        : algorithm_kind::allgather_ring;
+  return make(kind, bytes, m);
 }
 
 fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,

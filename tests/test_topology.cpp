@@ -90,9 +90,9 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::allgatherv, 4096 * 4, 1, 4096) == algorithm_kind::allgather_bruck);
   CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 1, 16) ==
         algorithm_kind::allgather_ring);
-  // Small blocks on 2 hosts of 4 ranks: recursive doubling's first steps
-  // stay within a host (Bruck's and the ring's cross at every step).
-  CHECK(chosen(op_code::allgatherv, 8 * 16, 2, 4) == algorithm_kind::allgather_recursive_doubling);
+  // Small blocks on 2 hosts of 4 ranks: one exchange between the hosts, then
+  // one within each (Bruck's steps and the ring cross at every step).
+  CHECK(chosen(op_code::allgatherv, 8 * 16, 2, 4) == algorithm_kind::allgather_hier);
   // alltoall (even splits): Bruck's log n steps for small blocks at many
   // ranks, the pairwise exchange (each byte sent once) for large blocks or few ranks.
   CHECK(chosen(op_code::alltoallv, 4096 * 4, 1, 4096) == algorithm_kind::alltoall_bruck);
@@ -108,6 +108,13 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(choose(op_code::reduce_scatterv, std::uint64_t{64} << 20, *layout(2, 2),
                cost_model::parse("host=:1Gbit/s"))
             .kind == algorithm_kind::reduce_scatter_ring);
+  // A large allgather across hosts: each column of ranks gathers across
+  // the hosts, then shares within each (the ring crosses each host's link
+  // with (n-1)/n of the output, the hierarchy with (H-1)/H).
+  CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 2, 2) ==
+        algorithm_kind::allgather_hier);
+  CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 4, 8) ==
+        algorithm_kind::allgather_hier);
   // Hosts of different sizes cannot stripe.
   const auto uneven = group_topology::of_hosts({"a", "a", "a", "b", "b"});
   CHECK(choose(op_code::allreduce, 64 << 20, *uneven, cost_model{}).kind !=
@@ -155,6 +162,25 @@ TEST_CASE("the hierarchical allreduce crosses a host's link once: its prediction
   CHECK(striped >= bound);
   CHECK(striped < 1.1 * bound);
   CHECK(ring > 1.4 * bound);  // a flat ring sends 1.5 times the bytes over the link
+}
+
+TEST_CASE("the hierarchical allgather crosses a host's link once: its prediction is the bound") {
+  // 2 hosts x 2 ranks, 64 MiB of output, 1 Gbit/s between the hosts: each
+  // host must send its half, (H-1)/H·N, across its link.
+  cost_model m;
+  m.host = {50e-6, 125e6};
+  const double bound = 32.0 * (1 << 20) / 125e6;
+  for (int hosts : {2, 4}) {
+    CAPTURE(hosts);
+    const auto t = layout(hosts, 2);
+    const double b = bound * 2 * (hosts - 1) / hosts;
+    const double hier = predict(algorithm_kind::allgather_hier, 64 << 20, *t, m);
+    const double ring = predict(algorithm_kind::allgather_ring, 64 << 20, *t, m);
+    CHECK(hier >= b);
+    CHECK(hier < 1.1 * b);
+    // The ring sends (n-1)/n of the output over each host's link.
+    CHECK(ring > 0.97 * b * (2 * hosts - 1) / (2 * hosts) * hosts / (hosts - 1));
+  }
 }
 
 TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
@@ -763,5 +789,105 @@ TEST_CASE("broadcast, allgather and reduce_scatter across emulated hosts") {
                                                                    {"a", "b", "c", "d", "e"}}) {
       CAPTURE(std::string(algorithm ? algorithm : "chosen"));
       across_hosts(hosts, algorithm, broadcasts_and_gathers_right);
+    }
+}
+
+namespace {
+
+/// Element i of `t` (float32, int64 or uint8) as an integer, and written.
+std::int64_t element(const tensor& t, std::int64_t i) {
+  switch (t.scalar_type()) {
+    case dtype::float32:
+      return static_cast<std::int64_t>(t.data_as<float>()[i]);
+    case dtype::int64:
+      return t.data_as<std::int64_t>()[i];
+    default:
+      return t.data_as<std::uint8_t>()[i];
+  }
+}
+void set_element(tensor& t, std::int64_t i, std::int64_t v) {
+  switch (t.scalar_type()) {
+    case dtype::float32:
+      t.data_as<float>()[i] = static_cast<float>(v);
+      break;
+    case dtype::int64:
+      t.data_as<std::int64_t>()[i] = v;
+      break;
+    default:
+      t.data_as<std::uint8_t>()[i] = static_cast<std::uint8_t>(v);
+  }
+}
+
+/// allgather and allgatherv of several dtypes: blocks of one size (one
+/// element, around a segment, several segments), in place (the input is
+/// this rank's block of the output), the same buffers again at once, and
+/// blocks of different sizes with empty ones.
+bool allgathers_right(world& w) {
+  auto& pg = w.default_group();
+  const int n = w.size(), r = w.rank();
+  bool ok = true;
+  for (std::int64_t each : {std::int64_t{1}, std::int64_t{4099}, std::int64_t{300007}})
+    for (auto t : {dtype::float32, dtype::int64, dtype::uint8}) {
+      auto mine = tensor::empty({each}, t), all = tensor::empty({each * n}, t);
+      const auto value = [](int q, std::int64_t i, int round) -> std::int64_t {
+        return (q * 131 + i * 7 + round) % 251;
+      };
+      for (int round = 0; round < 2; ++round) {
+        for (std::int64_t i = 0; i < each; ++i) set_element(mine, i, value(r, i, round));
+        pg.allgather_into_tensor(all, mine).wait();
+        bool whole = true;
+        for (int q = 0; q < n; ++q)
+          for (std::int64_t i = 0; i < each; ++i)
+            whole &= element(all, q * each + i) == value(q, i, round);
+        ok &= test::expect(r, whole,
+                           ct::name("allgather", t, each) + " round " + std::to_string(round));
+      }
+      // In place: this rank's block of the output is its input.
+      for (std::int64_t i = 0; i < each * n; ++i) set_element(all, i, 255);
+      auto own = all.flat_slice(r * each, each);
+      for (std::int64_t i = 0; i < each; ++i) set_element(own, i, value(r, i, 2));
+      pg.allgather_into_tensor(all, own).wait();
+      bool whole = true;
+      for (int q = 0; q < n; ++q)
+        for (std::int64_t i = 0; i < each; ++i)
+          whole &= element(all, q * each + i) == value(q, i, 2);
+      ok &= test::expect(r, whole, ct::name("allgather in place", t, each));
+    }
+  // Blocks of different sizes, some empty (allgatherv).
+  for (std::int64_t scale : {std::int64_t{1}, std::int64_t{100001}}) {
+    auto counts = ct::uneven_counts(n);
+    std::int64_t total = 0;
+    for (auto& c : counts) total += c *= scale;
+    const auto offsets = offsets_of(counts);
+    auto mine = tensor::empty({counts[static_cast<std::size_t>(r)]}, dtype::int32);
+    for (std::int64_t i = 0; i < mine.numel(); ++i)
+      mine.data_as<int>()[i] = r * 1000 + int(i % 997);
+    auto all = tensor::empty({total}, dtype::int32);
+    pg.allgatherv(all, mine, counts).wait();
+    bool whole = true;
+    for (int q = 0; q < n; ++q)
+      for (std::int64_t i = 0; i < counts[static_cast<std::size_t>(q)]; ++i)
+        whole &=
+            all.data_as<int>()[offsets[static_cast<std::size_t>(q)] + i] == q * 1000 + int(i % 997);
+    ok &= test::expect(r, whole, "allgatherv of uneven blocks x" + std::to_string(scale));
+  }
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("allgather across emulated hosts: the hierarchy, the ring, the model's choice") {
+  // Hosts of as many ranks each, in a row, interleaved and in threes; on
+  // hosts of different sizes the hierarchy cannot stripe (the ring runs).
+  for (const char* algorithm :
+       std::initializer_list<const char*>{"allgather=hier", "allgather=ring", nullptr})
+    for (const auto& hosts : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
+                                                                   {"b", "a", "a", "b"},
+                                                                   {"a", "b", "c", "a", "b", "c"},
+                                                                   {"a", "a", "a", "b", "b", "b"},
+                                                                   {"a", "a", "a", "b", "b"}}) {
+      CAPTURE(std::string(algorithm ? algorithm : "chosen"));
+      CAPTURE(hosts.size());
+      across_hosts(hosts, algorithm, allgathers_right);
     }
 }

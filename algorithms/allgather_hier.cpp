@@ -1,0 +1,123 @@
+// allgather_hier — allgather across hosts whose bytes cross each host's link
+// once per direction (the ring, host by host, carries (n-1)/n of the output
+// over each host's link: at 2 hosts of 2 ranks 1.5 times what must cross).
+//
+// Terms: H hosts, each with the same L ranks (the striped layout; other
+// layouts run the ring); "local index" a rank's place among its host's
+// ranks; "column j" the ranks of local index j, one on each host, in host
+// order; block b is rank b's input, counts[b] elements at offset
+// sum(counts[<b]) of the output (allgatherv: blocks may differ in size).
+// Step 1 (across hosts): each column allgathers its blocks (the algorithm
+//   select.cpp chooses for H ranks, one per host) into a buffer of the
+//   column's own, host by host: the L columns of a host cross its link at
+//   once, each over its own connection, and each block crosses once to
+//   every other host.
+// Step 2 (within the host): each rank copies its column's blocks into the
+//   output and sends them to its host's other ranks, a message a block
+//   (message h: the block of host h's rank), which the receiving thread
+//   writes straight into their place in the output where it can.
+// Every message of step 2 is a slice of the column's buffer, which nothing
+// writes once step 1 ended: shared as it is.
+
+#include <memory>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/sub_context.hpp"
+
+namespace troupe::detail {
+
+std::unique_ptr<algorithm> make_allgather_across_hosts(const collective_call& part, int hosts,
+                                                       const cost_model& m);
+
+namespace {
+
+class allgather_hier final : public algorithm {
+ public:
+  static constexpr std::uint32_t within = 0;  // step 2: message h (host h's block)
+  static constexpr std::uint32_t across = sub_context::step_span;  // step 1's messages
+
+  bool progress(op_context& ctx) override {
+    auto& call = ctx.call();
+    const auto& t = ctx.topology();
+    const int r = ctx.rank();
+    const auto& mine = t.ranks_on[static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(r)])];
+    const int me = t.local_index(r);
+    const int local = static_cast<int>(mine.size());
+    const int hosts = t.hosts();
+    const auto offsets = offsets_of(call.counts);
+    // Host h's rank of column q, and its block of the output.
+    const auto at = [&](int h, int q) {
+      return t.ranks_on[static_cast<std::size_t>(h)][static_cast<std::size_t>(q)];
+    };
+    const auto block = [&](int b) {
+      return call.output.flat_slice(offsets[static_cast<std::size_t>(b)],
+                                    call.counts[static_cast<std::size_t>(b)]);
+    };
+    if (!started_) {  // Step 1: this rank's column, across hosts
+      started_ = true;
+      std::vector<int> column;
+      std::int64_t total = 0;
+      for (int h = 0; h < hosts; ++h) {
+        column.push_back(at(h, me));
+        sub_call_.counts.push_back(call.counts[static_cast<std::size_t>(at(h, me))]);
+        total += sub_call_.counts.back();
+      }
+      sub_call_.code = op_code::allgatherv;
+      sub_call_.name = call.name;
+      sub_call_.input = call.input;
+      sub_call_.output = column_ = tensor::empty({total}, call.output.scalar_type());
+      sub_call_.timeout = call.timeout;
+      sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(column), sub_call_, across);
+      sub_ = make_allgather_across_hosts(sub_call_, hosts, t.model());
+      // Its first progress has copied the input: from here on the output
+      // may be written even where the input overlaps it.
+      across_done_ = sub_->progress(*sub_ctx_);
+      // Step 2's blocks from the host's other ranks go straight into place.
+      for (int q = 0; q < local; ++q)
+        if (q != me)
+          for (int h = 0; h < hosts; ++h)
+            receive_into(ctx, call, mine[static_cast<std::size_t>(q)],
+                         within + static_cast<std::uint32_t>(h), block(at(h, q)));
+    }
+    if (!across_done_ && !(across_done_ = sub_->progress(*sub_ctx_))) return false;
+    if (!shared_) {  // Step 2: the column's blocks, into place and to the host
+      shared_ = true;
+      const auto column_offsets = offsets_of(sub_call_.counts);
+      for (int h = 0; h < hosts; ++h) {
+        const auto part = column_.flat_slice(column_offsets[static_cast<std::size_t>(h)],
+                                             sub_call_.counts[static_cast<std::size_t>(h)]);
+        if (auto out = block(at(h, me)); !out.is_same(call.input)) out.copy_from(part);
+        for (int q = 0; q < local; ++q)
+          if (q != me)
+            ctx.send(mine[static_cast<std::size_t>(q)], within + static_cast<std::uint32_t>(h),
+                     part);
+      }
+    }
+    for (; taken_ < (local - 1) * hosts; ++taken_) {
+      const int q = taken_ / hosts + (taken_ / hosts >= me ? 1 : 0), h = taken_ % hosts;
+      const int peer = mine[static_cast<std::size_t>(q)];
+      const auto step = within + static_cast<std::uint32_t>(h);
+      auto in = ctx.take(peer, step);
+      if (!in) return false;
+      if (in->defined()) place(call, *in, block(at(h, q)), peer, step);
+    }
+    return true;
+  }
+
+ private:
+  bool started_ = false, across_done_ = false, shared_ = false;
+  int taken_ = 0;  // step 2's messages taken, peer by peer, host by host
+  tensor column_;  // the column's blocks, host by host
+  collective_call sub_call_;
+  std::unique_ptr<sub_context> sub_ctx_;
+  std::unique_ptr<algorithm> sub_;
+};
+
+}  // namespace
+
+std::unique_ptr<algorithm> make_allgather_hier() {
+  return std::make_unique<allgather_hier>();
+}
+
+}  // namespace troupe::detail
