@@ -14,7 +14,8 @@
 //                    or, across hosts of as many ranks each, hier
 //   reduce           binomial, or hier across hosts
 //   gather           direct         scatter  direct
-//   reduce_scatter   ring (host by host), or recursive halving
+//   reduce_scatter   ring (host by host), or recursive halving, or, across
+//                    hosts of as many ranks each, hier
 //   alltoall         pairwise, or Bruck (no split sizes passed, on every rank)
 //   barrier          dissemination  monitored_barrier    through rank 0
 
@@ -52,6 +53,7 @@ std::unique_ptr<algorithm> make_gather_direct();
 std::unique_ptr<algorithm> make_scatter_direct();
 std::unique_ptr<algorithm> make_reduce_scatter_ring();
 std::unique_ptr<algorithm> make_reduce_scatter_halving();
+std::unique_ptr<algorithm> make_reduce_scatter_hier();
 std::unique_ptr<algorithm> make_alltoall_pairwise();
 std::unique_ptr<algorithm> make_alltoall_bruck();
 std::unique_ptr<algorithm> make_barrier_dissemination();
@@ -98,6 +100,8 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cos
       return make_reduce_scatter_ring();
     case algorithm_kind::reduce_scatter_halving:
       return make_reduce_scatter_halving();
+    case algorithm_kind::reduce_scatter_hier:
+      return make_reduce_scatter_hier();
     case algorithm_kind::alltoall_pairwise:
       return make_alltoall_pairwise();
     case algorithm_kind::alltoall_bruck:
@@ -158,6 +162,7 @@ forced parse_forced(const std::string& text) {
         {"reduce_scatter", op_code::reduce_scatterv, "ring", algorithm_kind::reduce_scatter_ring},
         {"reduce_scatter", op_code::reduce_scatterv, "halving",
          algorithm_kind::reduce_scatter_halving},
+        {"reduce_scatter", op_code::reduce_scatterv, "hier", algorithm_kind::reduce_scatter_hier},
         {"alltoall", op_code::alltoallv, "pairwise", algorithm_kind::alltoall_pairwise},
         {"alltoall", op_code::alltoallv, "bruck", algorithm_kind::alltoall_bruck}};
     bool found = false;
@@ -173,7 +178,7 @@ forced parse_forced(const std::string& text) {
                       "rabenseifner|hier_striped|hier_leaders, "
                       "broadcast=binomial|scatter_allgather|hier, "
                       "allgather=ring|bruck|recursive_doubling|hier, reduce=binomial|hier, "
-                      "reduce_scatter=ring|halving, "
+                      "reduce_scatter=ring|halving|hier, "
                       "alltoall=pairwise|bruck)");
   }
   return r;
@@ -207,6 +212,7 @@ algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint6
     const bool runs =
         (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
         (*want != algorithm_kind::allgather_hier || (hosts && t.uniform())) &&
+        (*want != algorithm_kind::reduce_scatter_hier || (hosts && t.uniform())) &&
         (*want != algorithm_kind::allreduce_hier_leaders || hosts) &&
         (*want != algorithm_kind::broadcast_hier || hosts) &&
         (*want != algorithm_kind::reduce_hier || hosts) &&
@@ -338,6 +344,13 @@ std::unique_ptr<algorithm> make_allgather_across_hosts(const collective_call& pa
                         ? choose(op_code::allgatherv, bytes, *cost::one_rank_each(hosts), m).kind
                         : algorithm_kind::allgather_ring;
   return make(kind, bytes, m);
+}
+
+std::unique_ptr<algorithm> make_reduce_scatter_across_hosts(const collective_call& part, int hosts,
+                                                            const cost_model& m) {
+  const auto bytes = part.input.nbytes();
+  return make(choose(op_code::reduce_scatterv, bytes, *cost::one_rank_each(hosts), m).kind, bytes,
+              m);
 }
 
 fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,

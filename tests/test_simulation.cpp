@@ -504,9 +504,10 @@ TEST_CASE(
   }
   CHECK(calls[0].algorithm == testing::predict("reduce", 16000, {2, 2}, costs).algorithm);
   CHECK(calls[2].algorithm == testing::predict("allgather", 16000, {2, 2}, costs).algorithm);
-  // 16 KB over 2 x 2: recursive halving's 2 steps beat the ring's 3; an
+  // 16 KB over 2 x 2: the hierarchy's exchange within each host, then one
+  // between them, beats recursive halving's 2 steps and the ring's 3; an
   // alltoall of 4 KB blocks among 4 ranks is one exchange with each.
-  CHECK(calls[1].algorithm == "reduce_scatter_halving");
+  CHECK(calls[1].algorithm == "reduce_scatter_hier");
   CHECK(calls[1].algorithm == testing::predict("reduce_scatter", 16000, {2, 2}, costs).algorithm);
   CHECK(calls[5].algorithm == "alltoall_pairwise");
   CHECK(calls[5].algorithm == testing::predict("alltoall", 16000, {2, 2}, costs).algorithm);

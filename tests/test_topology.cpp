@@ -100,14 +100,15 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::alltoallv, std::uint64_t{64} << 20, 1, 4096) ==
         algorithm_kind::alltoall_pairwise);
   CHECK(chosen(op_code::alltoallv, 4 * 4, 1, 4) == algorithm_kind::alltoall_pairwise);
-  // reduce_scatter: recursive halving's log n steps at many ranks, the ring
-  // (host by host: each host's link carries 3/4 of the input, not all of
-  // it) for large inputs across a slow link.
+  // reduce_scatter: recursive halving's log n steps at many ranks; across
+  // hosts of as many ranks each, each host's ranks reduce their columns'
+  // blocks, then each column reduce-scatters across the hosts (each host's
+  // link carries (H-1)/H of the input; the ring, host by host, (n-1)/n).
   CHECK(chosen(op_code::reduce_scatterv, 4096 * 4, 1, 4096) ==
         algorithm_kind::reduce_scatter_halving);
   CHECK(choose(op_code::reduce_scatterv, std::uint64_t{64} << 20, *layout(2, 2),
                cost_model::parse("host=:1Gbit/s"))
-            .kind == algorithm_kind::reduce_scatter_ring);
+            .kind == algorithm_kind::reduce_scatter_hier);
   // A large allgather across hosts: each column of ranks gathers across
   // the hosts, then shares within each (the ring crosses each host's link
   // with (n-1)/n of the output, the hierarchy with (H-1)/H).
@@ -618,6 +619,37 @@ void on_three_layouts(std::initializer_list<const char*> algorithms,
 TEST_CASE("reduce_scatter across emulated hosts: recursive halving and the ring") {
   on_three_layouts({"reduce_scatter=halving", "reduce_scatter=ring", nullptr},
                    reduce_scatters_right);
+}
+
+TEST_CASE("reduce_scatter across emulated hosts: the hierarchy, every op, large blocks") {
+  // Hosts of as many ranks each, in a row, interleaved and in threes; on
+  // hosts of different sizes the hierarchy cannot stripe (the model's
+  // choice runs).
+  for (const char* algorithm : std::initializer_list<const char*>{"reduce_scatter=hier", nullptr})
+    for (const auto& hosts : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
+                                                                   {"b", "a", "a", "b"},
+                                                                   {"a", "b", "c", "a", "b", "c"},
+                                                                   {"a", "a", "a", "b", "b", "b"},
+                                                                   {"a", "a", "a", "b", "b"}}) {
+      CAPTURE(std::string(algorithm ? algorithm : "chosen"));
+      CAPTURE(hosts.size());
+      across_hosts(hosts, algorithm, [](world& w) {
+        bool ok = reduce_scatters_right(w);
+        // Blocks of several segments, summed and averaged.
+        auto& pg = w.default_group();
+        const int n = w.size(), r = w.rank();
+        const std::int64_t each = 100003;
+        for (const auto& op : {reduce_op{reduce_op::SUM}, reduce_op{reduce_op::AVG}}) {
+          const auto e = ct::expected_for(dtype::float32, op, n, each * n, 47);
+          auto in = ref::make(dtype::float32, e->input(r));
+          auto out = tensor::empty({each}, dtype::float32);
+          pg.reduce_scatter_tensor(out, in, {.op = op}).wait();
+          ok &= test::expect(r, ref::close(out, ref::slice(e->result, r * each, each)),
+                             "reduce_scatter of " + std::to_string(each) + " " + op.to_string());
+        }
+        return ok;
+      });
+    }
 }
 
 TEST_CASE("alltoall across emulated hosts: Bruck's steps and the pairwise exchange") {

@@ -1,0 +1,122 @@
+// reduce_scatter_hier — reduce_scatter across hosts whose bytes cross each
+// host's link once per direction (the ring, host by host, carries (n-1)/n
+// of the input over each host's link: at 2 hosts of 2 ranks 1.5 times
+// what must cross).
+//
+// Terms: H hosts, each with the same L ranks (other layouts run the ring or
+// recursive halving); "local index" a rank's place among its host's ranks;
+// "column j" the ranks of local index j, one on each host, in host order;
+// block b (counts[b] elements at offset sum(counts[<b]) of the input) is
+// reduced into rank b's output. A rank's contribution is its input
+// (pre-scaled for PREMUL_SUM).
+// Step 1 (within the host): each rank sends each other rank of its host
+//   the blocks of that rank's column, a message a block (message h: the
+//   block of host h's rank), and reduces what its host sends of its own
+//   column's blocks, in local order, into its host's partial sums of them
+//   (a buffer of the column's blocks, host by host).
+// Step 2 (across hosts): each column reduce-scatters its host partials
+//   (the algorithm select.cpp chooses for H ranks, one per host) into the
+//   output: the L columns of a host cross its link at once, and each host's
+//   sum of a block crosses once, to its rank's host. AVG is divided last.
+
+#include <memory>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/sub_context.hpp"
+
+namespace troupe::detail {
+
+std::unique_ptr<algorithm> make_reduce_scatter_across_hosts(const collective_call& part, int hosts,
+                                                            const cost_model& m);
+
+namespace {
+
+class reduce_scatter_hier final : public algorithm {
+ public:
+  static constexpr std::uint32_t within = 0;  // step 1: message h (host h's block)
+  static constexpr std::uint32_t across = sub_context::step_span;  // step 2's messages
+
+  bool progress(op_context& ctx) override {
+    auto& call = ctx.call();
+    const auto& t = ctx.topology();
+    const int r = ctx.rank();
+    const auto& mine = t.ranks_on[static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(r)])];
+    const int me = t.local_index(r);
+    const int local = static_cast<int>(mine.size());
+    const int hosts = t.hosts();
+    const auto offsets = offsets_of(call.counts);
+    // Host h's rank of column q, and its block of the contribution.
+    const auto at = [&](int h, int q) {
+      return t.ranks_on[static_cast<std::size_t>(h)][static_cast<std::size_t>(q)];
+    };
+    const auto block = [&](int b) {
+      return contribution_.flat_slice(offsets[static_cast<std::size_t>(b)],
+                                      call.counts[static_cast<std::size_t>(b)]);
+    };
+    if (!started_) {  // Step 1: the other columns' blocks, to their ranks
+      started_ = true;
+      contribution_ = own_contribution(call, call.input);
+      for (int q = 0; q < local; ++q)
+        if (q != me) {
+          const int peer = mine[static_cast<std::size_t>(q)];
+          for (int h = 0; h < hosts; ++h)
+            ctx.send(peer, within + static_cast<std::uint32_t>(h),
+                     to_send(ctx, peer, block(at(h, q))));
+        }
+      std::int64_t total = 0;
+      for (int h = 0; h < hosts; ++h) {
+        sub_call_.counts.push_back(call.counts[static_cast<std::size_t>(at(h, me))]);
+        total += sub_call_.counts.back();
+      }
+      partials_ = tensor::empty({total}, call.input.scalar_type());
+    }
+    const auto sum_op = partial_op(call.op);
+    const auto column_offsets = offsets_of(sub_call_.counts);
+    for (; reduced_ < hosts; ++reduced_) {  // Step 1: reduce, host by host, in local order
+      const int h = reduced_;
+      const auto count = sub_call_.counts[static_cast<std::size_t>(h)];
+      if (parts_.empty()) {
+        parts_.assign(static_cast<std::size_t>(local), tensor{});
+        parts_[static_cast<std::size_t>(me)] = block(at(h, me));
+      }
+      auto out = partials_.flat_slice(column_offsets[static_cast<std::size_t>(h)], count);
+      if (!reduce_in_order(ctx, mine, within + static_cast<std::uint32_t>(h), count, sum_op, parts_,
+                           out))
+        return false;
+    }
+    if (!sub_) {  // Step 2: this rank's column, across hosts, into the output
+      std::vector<int> column;
+      for (int h = 0; h < hosts; ++h) column.push_back(at(h, me));
+      sub_call_.code = op_code::reduce_scatterv;
+      sub_call_.name = call.name;
+      sub_call_.op = sum_op;
+      sub_call_.input = partials_;
+      sub_call_.output = call.output;
+      sub_call_.timeout = call.timeout;
+      sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(column), sub_call_, across);
+      sub_ = make_reduce_scatter_across_hosts(sub_call_, hosts, t.model());
+    }
+    if (!sub_->progress(*sub_ctx_)) return false;
+    finish_reduction(call, call.output, ctx.size());
+    return true;
+  }
+
+ private:
+  bool started_ = false;
+  int reduced_ = 0;            // step 1: the hosts whose block of this column is reduced
+  tensor contribution_;        // this rank's input, pre-scaled for PREMUL_SUM
+  tensor partials_;            // the host's sums of the column's blocks, host by host
+  std::vector<tensor> parts_;  // step 1: the parts of the block being reduced
+  collective_call sub_call_;
+  std::unique_ptr<sub_context> sub_ctx_;
+  std::unique_ptr<algorithm> sub_;
+};
+
+}  // namespace
+
+std::unique_ptr<algorithm> make_reduce_scatter_hier() {
+  return std::make_unique<reduce_scatter_hier>();
+}
+
+}  // namespace troupe::detail
