@@ -204,7 +204,7 @@ void print_model(const topology& t) {
   std::printf("%-10s %8s | %-26s %12s %12s %8s\n", "op", "size", "algorithm (model's choice)",
               "predicted", "measured", "meas/pred");
   int within = 0, compared = 0;
-  for (const char* op : {"allreduce", "broadcast", "allgather"}) {
+  for (const char* op : {"allreduce", "broadcast", "allgather", "reduce_scatter"}) {
     auto rows = cells.find(op);
     if (rows == cells.end()) continue;
     for (const auto& [bytes, row] : rows->second) {
