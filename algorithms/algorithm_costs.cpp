@@ -403,8 +403,10 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       // Each column (a rank of each host) allgathers its blocks across the
       // hosts, the host's columns sharing its link; then each rank copies
       // its column's blocks out and sends them to the host's other ranks, a
-      // message a block, all of them receiving at once.
-      const double column = bytes / per_host;
+      // message a block, all of them receiving at once. In k slices, a
+      // pipeline (as the striped allreduce's).
+      const int k = hier_segments(bytes_in, base);  // as allgather_hier.cpp slices
+      const double column = bytes / per_host / k;
       double across = 0;
       if (hosts > 1) {
         const auto each = one_rank_each(hosts);
@@ -415,8 +417,10 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
           across = std::min(across, doubling_allgather(*each, shared, column));
       }
       const cost_model busy = busy_ranks(m, per_host, per_host);
-      return across + column / busy.local.bandwidth + busy.local.time(column * (per_host - 1)) +
-             (hosts * (per_host - 1) - 1) * m.local.overhead;
+      const double within = column / busy.local.bandwidth +
+                            busy.local.time(column * (per_host - 1)) +
+                            (hosts * (per_host - 1) - 1) * m.local.overhead;
+      return across + within + (k - 1) * std::max(across, within);
     }
     case algorithm_kind::reduce_binomial:
       return binomial_reduce(t, m, bytes, root);
@@ -438,8 +442,9 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       // Each rank sends the other ranks of its host their columns' blocks,
       // a message a block, and reduces its own column's, all at once; then
       // each column reduce-scatters across the hosts, the host's columns
-      // sharing its link.
-      const double column = bytes / per_host;
+      // sharing its link. In k slices, a pipeline.
+      const int k = hier_segments(bytes_in, base);  // as reduce_scatter_hier.cpp slices
+      const double column = bytes / per_host / k;
       double across = 0;
       if (hosts > 1) {
         const auto each = one_rank_each(hosts);
@@ -449,8 +454,10 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
                                     : std::numeric_limits<double>::infinity());
       }
       const cost_model busy = busy_ranks(m, per_host, per_host);
-      return busy.local.time(column * (per_host - 1)) + column * per_host / reducing(t, m) +
-             (hosts * (per_host - 1) - 1) * m.local.overhead + across;
+      const double within = busy.local.time(column * (per_host - 1)) +
+                            column * per_host / reducing(t, m) +
+                            (hosts * (per_host - 1) - 1) * m.local.overhead;
+      return within + across + (k - 1) * std::max(within, across);
     }
     case algorithm_kind::reduce_scatter_halving:
       return halving_reduce_scatter(t, m, bytes);

@@ -18,11 +18,16 @@
 //   writes straight into their place in the output where it can.
 // Every message of step 2 is a slice of the column's buffer, which nothing
 // writes once step 1 ended: shared as it is.
+// Slices (buffers of several TROUPE_HIER_SEGMENT, as allreduce_hier): the
+// steps run on slice s of every block at once for each s (in_slices), so
+// the first slices are shared within the hosts while the last still cross.
 
 #include <memory>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
+#include "algorithms/slices.hpp"
 #include "algorithms/sub_context.hpp"
 
 namespace troupe::detail {
@@ -36,6 +41,10 @@ class allgather_hier final : public algorithm {
  public:
   static constexpr std::uint32_t within = 0;  // step 2: message h (host h's block)
   static constexpr std::uint32_t across = sub_context::step_span;  // step 1's messages
+  static constexpr std::uint32_t spans = 2;                        // of sub_context's
+
+  /// Runs on slice `s` of `k` of every block.
+  allgather_hier(int k, int s) : k_(k), s_(s) {}
 
   bool progress(op_context& ctx) override {
     auto& call = ctx.call();
@@ -50,9 +59,17 @@ class allgather_hier final : public algorithm {
     const auto at = [&](int h, int q) {
       return t.ranks_on[static_cast<std::size_t>(h)][static_cast<std::size_t>(q)];
     };
+    // This slice's part of rank b's block: [offset, count].
+    const auto piece = [&](int b) {
+      return chunk_range(call.counts[static_cast<std::size_t>(b)], k_, s_);
+    };
     const auto block = [&](int b) {
-      return call.output.flat_slice(offsets[static_cast<std::size_t>(b)],
-                                    call.counts[static_cast<std::size_t>(b)]);
+      const auto [off, len] = piece(b);
+      return call.output.flat_slice(offsets[static_cast<std::size_t>(b)] + off, len);
+    };
+    const auto input = [&] {
+      const auto [off, len] = piece(r);
+      return call.input.flat_slice(off, len);
     };
     if (!started_) {  // Step 1: this rank's column, across hosts
       started_ = true;
@@ -60,12 +77,12 @@ class allgather_hier final : public algorithm {
       std::int64_t total = 0;
       for (int h = 0; h < hosts; ++h) {
         column.push_back(at(h, me));
-        sub_call_.counts.push_back(call.counts[static_cast<std::size_t>(at(h, me))]);
+        sub_call_.counts.push_back(piece(at(h, me)).second);
         total += sub_call_.counts.back();
       }
       sub_call_.code = op_code::allgatherv;
       sub_call_.name = call.name;
-      sub_call_.input = call.input;
+      sub_call_.input = input();
       sub_call_.output = column_ = tensor::empty({total}, call.output.scalar_type());
       sub_call_.timeout = call.timeout;
       sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(column), sub_call_, across);
@@ -87,7 +104,7 @@ class allgather_hier final : public algorithm {
       for (int h = 0; h < hosts; ++h) {
         const auto part = column_.flat_slice(column_offsets[static_cast<std::size_t>(h)],
                                              sub_call_.counts[static_cast<std::size_t>(h)]);
-        if (auto out = block(at(h, me)); !out.is_same(call.input)) out.copy_from(part);
+        if (auto out = block(at(h, me)); !out.is_same(input())) out.copy_from(part);
         for (int q = 0; q < local; ++q)
           if (q != me)
             ctx.send(mine[static_cast<std::size_t>(q)], within + static_cast<std::uint32_t>(h),
@@ -106,6 +123,7 @@ class allgather_hier final : public algorithm {
   }
 
  private:
+  int k_, s_;
   bool started_ = false, across_done_ = false, shared_ = false;
   int taken_ = 0;  // step 2's messages taken, peer by peer, host by host
   tensor column_;  // the column's blocks, host by host
@@ -116,8 +134,11 @@ class allgather_hier final : public algorithm {
 
 }  // namespace
 
-std::unique_ptr<algorithm> make_allgather_hier() {
-  return std::make_unique<allgather_hier>();
+std::unique_ptr<algorithm> make_allgather_hier(std::uint64_t bytes, const cost_model& m) {
+  if (const int k = hier_segments(bytes, m); k > 1)
+    return std::make_unique<in_slices>(
+        k, allgather_hier::spans, [k](int s) { return std::make_unique<allgather_hier>(k, s); });
+  return std::make_unique<allgather_hier>(1, 0);
 }
 
 }  // namespace troupe::detail

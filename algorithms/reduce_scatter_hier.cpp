@@ -18,11 +18,16 @@
 //   (the algorithm select.cpp chooses for H ranks, one per host) into the
 //   output: the L columns of a host cross its link at once, and each host's
 //   sum of a block crosses once, to its rank's host. AVG is divided last.
+// Slices (inputs of several TROUPE_HIER_SEGMENT, as allreduce_hier): the
+// steps run on slice s of every block at once for each s (in_slices), so
+// the first slices cross between the hosts while the next are reduced.
 
 #include <memory>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
+#include "algorithms/slices.hpp"
 #include "algorithms/sub_context.hpp"
 
 namespace troupe::detail {
@@ -36,6 +41,10 @@ class reduce_scatter_hier final : public algorithm {
  public:
   static constexpr std::uint32_t within = 0;  // step 1: message h (host h's block)
   static constexpr std::uint32_t across = sub_context::step_span;  // step 2's messages
+  static constexpr std::uint32_t spans = 2;                        // of sub_context's
+
+  /// Runs on slice `s` of `k` of every block.
+  reduce_scatter_hier(int k, int s) : k_(k), s_(s) {}
 
   bool progress(op_context& ctx) override {
     auto& call = ctx.call();
@@ -46,17 +55,24 @@ class reduce_scatter_hier final : public algorithm {
     const int local = static_cast<int>(mine.size());
     const int hosts = t.hosts();
     const auto offsets = offsets_of(call.counts);
-    // Host h's rank of column q, and its block of the contribution.
+    // Host h's rank of column q.
     const auto at = [&](int h, int q) {
       return t.ranks_on[static_cast<std::size_t>(h)][static_cast<std::size_t>(q)];
     };
-    const auto block = [&](int b) {
-      return contribution_.flat_slice(offsets[static_cast<std::size_t>(b)],
-                                      call.counts[static_cast<std::size_t>(b)]);
+    // This slice's part of block b: [offset, count]; this rank's
+    // contribution to it (each is taken once).
+    const auto piece = [&](int b) {
+      return chunk_range(call.counts[static_cast<std::size_t>(b)], k_, s_);
     };
+    const auto block = [&](int b) {
+      const auto [off, len] = piece(b);
+      return own_contribution(
+          call, call.input.flat_slice(offsets[static_cast<std::size_t>(b)] + off, len));
+    };
+    const auto [out_off, out_len] = piece(r);
+    auto output = call.output.flat_slice(out_off, out_len);
     if (!started_) {  // Step 1: the other columns' blocks, to their ranks
       started_ = true;
-      contribution_ = own_contribution(call, call.input);
       for (int q = 0; q < local; ++q)
         if (q != me) {
           const int peer = mine[static_cast<std::size_t>(q)];
@@ -66,7 +82,7 @@ class reduce_scatter_hier final : public algorithm {
         }
       std::int64_t total = 0;
       for (int h = 0; h < hosts; ++h) {
-        sub_call_.counts.push_back(call.counts[static_cast<std::size_t>(at(h, me))]);
+        sub_call_.counts.push_back(piece(at(h, me)).second);
         total += sub_call_.counts.back();
       }
       partials_ = tensor::empty({total}, call.input.scalar_type());
@@ -92,20 +108,20 @@ class reduce_scatter_hier final : public algorithm {
       sub_call_.name = call.name;
       sub_call_.op = sum_op;
       sub_call_.input = partials_;
-      sub_call_.output = call.output;
+      sub_call_.output = output;
       sub_call_.timeout = call.timeout;
       sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(column), sub_call_, across);
       sub_ = make_reduce_scatter_across_hosts(sub_call_, hosts, t.model());
     }
     if (!sub_->progress(*sub_ctx_)) return false;
-    finish_reduction(call, call.output, ctx.size());
+    finish_reduction(call, output, ctx.size());
     return true;
   }
 
  private:
+  int k_, s_;
   bool started_ = false;
   int reduced_ = 0;            // step 1: the hosts whose block of this column is reduced
-  tensor contribution_;        // this rank's input, pre-scaled for PREMUL_SUM
   tensor partials_;            // the host's sums of the column's blocks, host by host
   std::vector<tensor> parts_;  // step 1: the parts of the block being reduced
   collective_call sub_call_;
@@ -115,8 +131,12 @@ class reduce_scatter_hier final : public algorithm {
 
 }  // namespace
 
-std::unique_ptr<algorithm> make_reduce_scatter_hier() {
-  return std::make_unique<reduce_scatter_hier>();
+std::unique_ptr<algorithm> make_reduce_scatter_hier(std::uint64_t bytes, const cost_model& m) {
+  if (const int k = hier_segments(bytes, m); k > 1)
+    return std::make_unique<in_slices>(k, reduce_scatter_hier::spans, [k](int s) {
+      return std::make_unique<reduce_scatter_hier>(k, s);
+    });
+  return std::make_unique<reduce_scatter_hier>(1, 0);
 }
 
 }  // namespace troupe::detail

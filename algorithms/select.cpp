@@ -48,12 +48,12 @@ std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
 std::unique_ptr<algorithm> make_allgather_bruck();
 std::unique_ptr<algorithm> make_allgather_recursive_doubling();
-std::unique_ptr<algorithm> make_allgather_hier();
+std::unique_ptr<algorithm> make_allgather_hier(std::uint64_t bytes, const cost_model& m);
 std::unique_ptr<algorithm> make_gather_direct();
 std::unique_ptr<algorithm> make_scatter_direct();
 std::unique_ptr<algorithm> make_reduce_scatter_ring();
 std::unique_ptr<algorithm> make_reduce_scatter_halving();
-std::unique_ptr<algorithm> make_reduce_scatter_hier();
+std::unique_ptr<algorithm> make_reduce_scatter_hier(std::uint64_t bytes, const cost_model& m);
 std::unique_ptr<algorithm> make_alltoall_pairwise();
 std::unique_ptr<algorithm> make_alltoall_bruck();
 std::unique_ptr<algorithm> make_barrier_dissemination();
@@ -61,7 +61,8 @@ std::unique_ptr<algorithm> make_monitored_barrier();
 
 namespace {
 
-/// `bytes`: the call's (the striped hierarchy slices large buffers, by `m`).
+/// `bytes`: the call's input, an allgather's output (the hierarchies slice
+/// large buffers, by `m`).
 std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cost_model& m) {
   switch (k) {
     case algorithm_kind::allreduce_direct:
@@ -95,13 +96,13 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cos
     case algorithm_kind::allgather_ring:
       return make_allgather_ring();
     case algorithm_kind::allgather_hier:
-      return make_allgather_hier();
+      return make_allgather_hier(bytes, m);
     case algorithm_kind::reduce_scatter_ring:
       return make_reduce_scatter_ring();
     case algorithm_kind::reduce_scatter_halving:
       return make_reduce_scatter_halving();
     case algorithm_kind::reduce_scatter_hier:
-      return make_reduce_scatter_hier();
+      return make_reduce_scatter_hier(bytes, m);
     case algorithm_kind::alltoall_pairwise:
       return make_alltoall_pairwise();
     case algorithm_kind::alltoall_bruck:
@@ -292,9 +293,12 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int, cons
     default:
       // What set_topology chose and put in the call (and its fingerprint),
       // not chosen twice.
-      return make(call.algorithm > 0 ? static_cast<algorithm_kind>(call.algorithm - 1)
-                                     : call_algorithm(call, t, size),
-                  (call.input.defined() ? call.input : call.output).nbytes(), t.model());
+      return make(
+          call.algorithm > 0 ? static_cast<algorithm_kind>(call.algorithm - 1)
+                             : call_algorithm(call, t, size),
+          (call.input.defined() && call.code != op_code::allgatherv ? call.input : call.output)
+              .nbytes(),
+          t.model());
   }
 }
 

@@ -923,3 +923,15 @@ TEST_CASE("allgather across emulated hosts: the hierarchy, the ring, the model's
       across_hosts(hosts, algorithm, allgathers_right);
     }
 }
+
+TEST_CASE("allgather and reduce_scatter hierarchies in slices: uneven and empty slices") {
+  // 4 KiB slices: blocks of 4099 float32 or int64 elements run in 4 to 16
+  // slices, of fewer elements than slices too; uneven blocks, empty ones.
+  test::scoped_env segment{"TROUPE_HIER_SEGMENT", "4096"};
+  for (const auto& hosts : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
+                                                                 {"a", "b", "c", "a", "b", "c"}}) {
+    CAPTURE(hosts.size());
+    across_hosts(hosts, "allgather=hier,reduce_scatter=hier",
+                 [](world& w) { return allgathers_right(w) && reduce_scatters_right(w); });
+  }
+}
