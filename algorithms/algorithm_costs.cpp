@@ -125,11 +125,14 @@ double direct_allreduce(const group_topology& t, const cost_model& m, double byt
 
 /// `m` as one of `sharing` calls among one rank of each host sees it, all
 /// crossing each host's links at once (of a host's `per_host` ranks: their
-/// share of its CPUs).
+/// share of its CPUs; where they outnumber its CPUs, the ranks that receive
+/// at once take turns on them, as step_time prices them).
 cost_model sharing_links(const cost_model& m, int per_host, int sharing) {
   cost_model shared = busy_ranks(m, per_host, sharing);
   shared.host.bandwidth /= sharing;
   shared.host.latency += (sharing - 1) * m.host.overhead;
+  const double cpus = std::max(1.0, std::floor(per_host / m.ranks_per_cpu));
+  shared.host.latency += std::max(0.0, std::ceil(sharing / cpus) - 1) * m.cpu_turn;
   return shared;
 }
 
@@ -178,6 +181,28 @@ double doubling_allgather(const group_topology& t, const cost_model& m, double b
         },
         [&](int) { return bytes / n * k; });
   return total;
+}
+
+/// Every rank sends `bytes` to each other rank of its host at once (hosts
+/// of as many ranks each), in `messages` messages each: the first costs
+/// the latency within a host, each further one the sender's work
+/// (overhead); the steps' copies, and where ranks share CPUs their turns,
+/// as step_time prices them.
+double within_hosts(const group_topology& t, const cost_model& m, double bytes, int messages) {
+  const int local = t.most_on_a_host();
+  if (local < 2) return 0;
+  double total = 0;
+  for (int d = 1; d < local; ++d)
+    total += step_time(
+        t, m,
+        [&](int r) {
+          const auto& on =
+              t.ranks_on[static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(r)])];
+          return on[static_cast<std::size_t>((t.local_index(r) + d) % local)];
+        },
+        [&](int) { return bytes; });
+  return total - (local - 2) * (m.local.latency - m.local.overhead) +
+         (local - 1) * (messages - 1) * m.local.overhead;
 }
 
 double binomial_broadcast(const group_topology& t, const cost_model& m, double bytes, int root) {
@@ -347,7 +372,6 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
                const cost_model& base, int root) {
   const cost_model m = base.on_shared_cpus();
   const double bytes = static_cast<double>(bytes_in);
-  const int n = t.size();
   const int hosts = t.hosts();
   const int per_host = t.most_on_a_host();
   // What one rank of each host (a leader, the others waiting) sees.
@@ -416,10 +440,8 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
         if (hosts > 2 && power_of_two(hosts))
           across = std::min(across, doubling_allgather(*each, shared, column));
       }
-      const cost_model busy = busy_ranks(m, per_host, per_host);
-      const double within = column / busy.local.bandwidth +
-                            busy.local.time(column * (per_host - 1)) +
-                            (hosts * (per_host - 1) - 1) * m.local.overhead;
+      const double within = column / busy_ranks(m, per_host, per_host).local.bandwidth +
+                            within_hosts(t, m, column, hosts);
       return across + within + (k - 1) * std::max(across, within);
     }
     case algorithm_kind::reduce_binomial:
@@ -453,10 +475,7 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
                           hosts > 2 ? halving_reduce_scatter(*each, shared, column)
                                     : std::numeric_limits<double>::infinity());
       }
-      const cost_model busy = busy_ranks(m, per_host, per_host);
-      const double within = busy.local.time(column * (per_host - 1)) +
-                            column * per_host / reducing(t, m) +
-                            (hosts * (per_host - 1) - 1) * m.local.overhead;
+      const double within = within_hosts(t, m, column, hosts) + column * per_host / reducing(t, m);
       return within + across + (k - 1) * std::max(within, across);
     }
     case algorithm_kind::reduce_scatter_halving:
