@@ -192,6 +192,24 @@ algorithm_kind call_algorithm(const collective_call& call, const group_topology&
 
 /// Balanced split of n elements into `parts` chunks: [offset, count] of chunk i.
 std::pair<std::int64_t, std::int64_t> chunk_range(std::int64_t n, int parts, int i);
+/// Slice s of k of every block of a buffer of blocks (counts[b] elements
+/// each, in order): what the striped hierarchies' slices (in_slices) move.
+class block_slices {
+ public:
+  block_slices(const std::vector<std::int64_t>& counts, int k, int s);
+  /// The elements of block b's slice.
+  std::int64_t count(int b) const {
+    return chunk_range(counts_[static_cast<std::size_t>(b)], k_, s_).second;
+  }
+  /// Block b's slice of `buffer` (the blocks, or block b alone when
+  /// `alone`).
+  tensor of(const tensor& buffer, int b, bool alone = false) const;
+
+ private:
+  const std::vector<std::int64_t>& counts_;
+  std::vector<std::int64_t> offsets_;
+  int k_, s_;
+};
 /// Exclusive prefix sums of counts.
 std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts);
 /// Throws when `payload` does not hold `count` elements of the call's dtype.

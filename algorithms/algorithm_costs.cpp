@@ -205,6 +205,39 @@ double within_hosts(const group_topology& t, const cost_model& m, double bytes, 
          (local - 1) * (messages - 1) * m.local.overhead;
 }
 
+/// allgather_hier or reduce_scatter_hier (`kind`) of `bytes` in k slices
+/// (as the algorithms' files slice), a pipeline as the striped allreduce's:
+/// the first slice's two stages, then the slower for each further slice.
+/// Across: each column (a rank of each host) allgathers or reduce-scatters
+/// its blocks among the hosts, the host's columns sharing its link. Within:
+/// each rank sends its host's other ranks a message a block of their
+/// column, all of them receiving at once; allgather's ranks copy their own
+/// column's blocks out, reduce_scatter's reduce theirs.
+double striped_columns(algorithm_kind kind, const group_topology& t, const cost_model& m,
+                       double bytes, int k) {
+  const int hosts = t.hosts(), per_host = t.most_on_a_host();
+  const bool gathers = kind == algorithm_kind::allgather_hier;
+  const double column = bytes / per_host / k;
+  double across = 0;
+  if (hosts > 1) {
+    const auto each = one_rank_each(hosts);
+    const cost_model shared = sharing_links(m, per_host, per_host);
+    if (gathers) {
+      across =
+          std::min(ring_allgather(*each, shared, column), bruck_allgather(*each, shared, column));
+      if (hosts > 2 && power_of_two(hosts))
+        across = std::min(across, doubling_allgather(*each, shared, column));
+    } else {
+      across = ring_reduce_scatter(*each, shared, column);
+      if (hosts > 2) across = std::min(across, halving_reduce_scatter(*each, shared, column));
+    }
+  }
+  const double within = within_hosts(t, m, column, hosts) +
+                        (gathers ? column / busy_ranks(m, per_host, per_host).local.bandwidth
+                                 : column * per_host / reducing(t, m));
+  return across + within + (k - 1) * std::max(across, within);
+}
+
 double binomial_broadcast(const group_topology& t, const cost_model& m, double bytes, int root) {
   const int n = t.size();
   double total = 0;
@@ -423,27 +456,9 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return bruck_allgather(t, m, bytes);
     case algorithm_kind::allgather_recursive_doubling:
       return doubling_allgather(t, m, bytes);
-    case algorithm_kind::allgather_hier: {
-      // Each column (a rank of each host) allgathers its blocks across the
-      // hosts, the host's columns sharing its link; then each rank copies
-      // its column's blocks out and sends them to the host's other ranks, a
-      // message a block, all of them receiving at once. In k slices, a
-      // pipeline (as the striped allreduce's).
-      const int k = hier_segments(bytes_in, base);  // as allgather_hier.cpp slices
-      const double column = bytes / per_host / k;
-      double across = 0;
-      if (hosts > 1) {
-        const auto each = one_rank_each(hosts);
-        const cost_model shared = sharing_links(m, per_host, per_host);
-        across =
-            std::min(ring_allgather(*each, shared, column), bruck_allgather(*each, shared, column));
-        if (hosts > 2 && power_of_two(hosts))
-          across = std::min(across, doubling_allgather(*each, shared, column));
-      }
-      const double within = column / busy_ranks(m, per_host, per_host).local.bandwidth +
-                            within_hosts(t, m, column, hosts);
-      return across + within + (k - 1) * std::max(across, within);
-    }
+    case algorithm_kind::allgather_hier:
+    case algorithm_kind::reduce_scatter_hier:
+      return striped_columns(kind, t, m, bytes, hier_segments(bytes_in, base));
     case algorithm_kind::reduce_binomial:
       return binomial_reduce(t, m, bytes, root);
     case algorithm_kind::reduce_hier:
@@ -460,24 +475,6 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return bruck_alltoall(t, m, bytes);
     case algorithm_kind::reduce_scatter_ring:
       return ring_reduce_scatter(t, m, bytes);
-    case algorithm_kind::reduce_scatter_hier: {
-      // Each rank sends the other ranks of its host their columns' blocks,
-      // a message a block, and reduces its own column's, all at once; then
-      // each column reduce-scatters across the hosts, the host's columns
-      // sharing its link. In k slices, a pipeline.
-      const int k = hier_segments(bytes_in, base);  // as reduce_scatter_hier.cpp slices
-      const double column = bytes / per_host / k;
-      double across = 0;
-      if (hosts > 1) {
-        const auto each = one_rank_each(hosts);
-        const cost_model shared = sharing_links(m, per_host, per_host);
-        across = std::min(ring_reduce_scatter(*each, shared, column),
-                          hosts > 2 ? halving_reduce_scatter(*each, shared, column)
-                                    : std::numeric_limits<double>::infinity());
-      }
-      const double within = within_hosts(t, m, column, hosts) + column * per_host / reducing(t, m);
-      return within + across + (k - 1) * std::max(within, across);
-    }
     case algorithm_kind::reduce_scatter_halving:
       return halving_reduce_scatter(t, m, bytes);
     case algorithm_kind::other:

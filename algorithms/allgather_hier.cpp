@@ -50,74 +50,51 @@ class allgather_hier final : public algorithm {
     auto& call = ctx.call();
     const auto& t = ctx.topology();
     const int r = ctx.rank();
-    const auto& mine = t.ranks_on[static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(r)])];
-    const int me = t.local_index(r);
-    const int local = static_cast<int>(mine.size());
-    const int hosts = t.hosts();
-    const auto offsets = offsets_of(call.counts);
-    // Host h's rank of column q, and its block of the output.
-    const auto at = [&](int h, int q) {
-      return t.ranks_on[static_cast<std::size_t>(h)][static_cast<std::size_t>(q)];
-    };
-    // This slice's part of rank b's block: [offset, count].
-    const auto piece = [&](int b) {
-      return chunk_range(call.counts[static_cast<std::size_t>(b)], k_, s_);
-    };
-    const auto block = [&](int b) {
-      const auto [off, len] = piece(b);
-      return call.output.flat_slice(offsets[static_cast<std::size_t>(b)] + off, len);
-    };
-    const auto input = [&] {
-      const auto [off, len] = piece(r);
-      return call.input.flat_slice(off, len);
-    };
+    const host_columns c{t, r};
+    const block_slices slices{call.counts, k_, s_};  // this slice's part of each block
+    const auto block = [&](int b) { return slices.of(call.output, b); };
+    const auto input = [&] { return slices.of(call.input, r, true); };
     if (!started_) {  // Step 1: this rank's column, across hosts
       started_ = true;
-      std::vector<int> column;
       std::int64_t total = 0;
-      for (int h = 0; h < hosts; ++h) {
-        column.push_back(at(h, me));
-        sub_call_.counts.push_back(piece(at(h, me)).second);
-        total += sub_call_.counts.back();
-      }
+      for (int h = 0; h < c.hosts; ++h)
+        total += sub_call_.counts.emplace_back(slices.count(c.at(h, c.me)));
       sub_call_.code = op_code::allgatherv;
       sub_call_.name = call.name;
       sub_call_.input = input();
       sub_call_.output = column_ = tensor::empty({total}, call.output.scalar_type());
       sub_call_.timeout = call.timeout;
-      sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(column), sub_call_, across);
-      sub_ = make_allgather_across_hosts(sub_call_, hosts, t.model());
+      sub_ctx_ = std::make_unique<sub_context>(ctx, c.column(c.me), sub_call_, across);
+      sub_ = make_allgather_across_hosts(sub_call_, c.hosts, t.model());
       // Its first progress has copied the input: from here on the output
       // may be written even where the input overlaps it.
       across_done_ = sub_->progress(*sub_ctx_);
       // Step 2's blocks from the host's other ranks go straight into place.
-      for (int q = 0; q < local; ++q)
-        if (q != me)
-          for (int h = 0; h < hosts; ++h)
-            receive_into(ctx, call, mine[static_cast<std::size_t>(q)],
-                         within + static_cast<std::uint32_t>(h), block(at(h, q)));
+      for (int q = 0; q < c.local; ++q)
+        if (q != c.me)
+          for (int h = 0; h < c.hosts; ++h)
+            receive_into(ctx, call, c.peer(q), within + static_cast<std::uint32_t>(h),
+                         block(c.at(h, q)));
     }
     if (!across_done_ && !(across_done_ = sub_->progress(*sub_ctx_))) return false;
     if (!shared_) {  // Step 2: the column's blocks, into place and to the host
       shared_ = true;
       const auto column_offsets = offsets_of(sub_call_.counts);
-      for (int h = 0; h < hosts; ++h) {
+      for (int h = 0; h < c.hosts; ++h) {
         const auto part = column_.flat_slice(column_offsets[static_cast<std::size_t>(h)],
                                              sub_call_.counts[static_cast<std::size_t>(h)]);
-        if (auto out = block(at(h, me)); !out.is_same(input())) out.copy_from(part);
-        for (int q = 0; q < local; ++q)
-          if (q != me)
-            ctx.send(mine[static_cast<std::size_t>(q)], within + static_cast<std::uint32_t>(h),
-                     part);
+        if (auto out = block(c.at(h, c.me)); !out.is_same(input())) out.copy_from(part);
+        for (int q = 0; q < c.local; ++q)
+          if (q != c.me) ctx.send(c.peer(q), within + static_cast<std::uint32_t>(h), part);
       }
     }
-    for (; taken_ < (local - 1) * hosts; ++taken_) {
-      const int q = taken_ / hosts + (taken_ / hosts >= me ? 1 : 0), h = taken_ % hosts;
-      const int peer = mine[static_cast<std::size_t>(q)];
+    for (; taken_ < (c.local - 1) * c.hosts; ++taken_) {
+      const int q = taken_ / c.hosts + (taken_ / c.hosts >= c.me ? 1 : 0), h = taken_ % c.hosts;
+      const int peer = c.peer(q);
       const auto step = within + static_cast<std::uint32_t>(h);
       auto in = ctx.take(peer, step);
       if (!in) return false;
-      if (in->defined()) place(call, *in, block(at(h, q)), peer, step);
+      if (in->defined()) place(call, *in, block(c.at(h, q)), peer, step);
     }
     return true;
   }
@@ -137,7 +114,9 @@ class allgather_hier final : public algorithm {
 std::unique_ptr<algorithm> make_allgather_hier(std::uint64_t bytes, const cost_model& m) {
   if (const int k = hier_segments(bytes, m); k > 1)
     return std::make_unique<in_slices>(
-        k, allgather_hier::spans, [k](int s) { return std::make_unique<allgather_hier>(k, s); });
+        k, allgather_hier::spans, [k](const collective_call&, int s) {
+          return in_slices::part{nullptr, std::make_unique<allgather_hier>(k, s)};
+        });
   return std::make_unique<allgather_hier>(1, 0);
 }
 

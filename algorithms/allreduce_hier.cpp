@@ -35,6 +35,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
+#include "algorithms/slices.hpp"
 #include "algorithms/sub_context.hpp"
 
 namespace troupe::detail {
@@ -56,10 +57,9 @@ class allreduce_hier final : public algorithm {
     auto& call = ctx.call();
     const auto& t = ctx.topology();
     const int r = ctx.rank();
-    const int host = t.host_of[static_cast<std::size_t>(r)];
-    const auto& mine = t.ranks_on[static_cast<std::size_t>(host)];
-    const int me = t.local_index(r);
-    const int local = static_cast<int>(mine.size());
+    const host_columns c{t, r};
+    const auto& mine = c.mine;
+    const int me = c.me, local = c.local;
     const auto numel = call.input.numel();
     const auto sum_op = partial_op(call.op);
     // What local rank q reduces and hands on: its part (striped) or the
@@ -99,15 +99,12 @@ class allreduce_hier final : public algorithm {
       if (!reduce_in_order(ctx, mine, within, len, sum_op, parts_, part_)) return false;
       reduced_ = true;
       // Step 2: this rank's column (striped) or the leaders, across hosts.
-      std::vector<int> members;
-      for (const auto& on : t.ranks_on)
-        members.push_back(on[static_cast<std::size_t>(striped_ ? me : 0)]);
       sub_call_.code = op_code::allreduce;
       sub_call_.name = call.name;
       sub_call_.op = sum_op;
       sub_call_.input = sub_call_.output = part_;
       sub_call_.timeout = call.timeout;
-      sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(members), sub_call_, across);
+      sub_ctx_ = std::make_unique<sub_context>(ctx, c.column(striped_ ? me : 0), sub_call_, across);
       sub_ = make_allreduce_across_hosts(sub_call_, t.hosts(), t.model());
     }
     if (reduces && !across_done_) {
@@ -148,61 +145,24 @@ class allreduce_hier final : public algorithm {
   std::unique_ptr<algorithm> sub_;
 };
 
-/// The striped hierarchy on k slices of the buffer at once (above).
-class allreduce_hier_slices final : public algorithm {
- public:
-  explicit allreduce_hier_slices(int k) : k_(k) {}
-
-  bool progress(op_context& ctx) override {
-    if (slices_.empty()) {
-      auto& call = ctx.call();
-      std::vector<int> everyone(static_cast<std::size_t>(ctx.size()));
-      for (int r = 0; r < ctx.size(); ++r) everyone[static_cast<std::size_t>(r)] = r;
-      // Every slice runs on the whole group: the same hosts.
-      const auto hosts = std::make_shared<const group_topology>(ctx.topology());
-      slices_.resize(static_cast<std::size_t>(k_));
-      for (int s = 0; s < k_; ++s) {
-        auto& sl = slices_[static_cast<std::size_t>(s)];
-        const auto [off, len] = chunk_range(call.input.numel(), k_, s);
-        sl.call.code = op_code::allreduce;
-        sl.call.name = call.name;
-        sl.call.op = call.op;
-        sl.call.input = call.input.flat_slice(off, len);
-        sl.call.output = call.output.flat_slice(off, len);
-        sl.call.timeout = call.timeout;
-        sl.ctx = std::make_unique<sub_context>(ctx, everyone, sl.call,
-                                               static_cast<std::uint32_t>(s) * slice_span);
-        sl.ctx->set_topology(hosts);
-        sl.run = std::make_unique<allreduce_hier>(true);
-      }
-    }
-    bool all = true;
-    for (auto& sl : slices_) {
-      if (!sl.done) sl.done = sl.run->progress(*sl.ctx);
-      all = all && sl.done;
-    }
-    return all;
-  }
-
- private:
-  /// A slice's steps: the hierarchy's three spans (within, across, back).
-  static constexpr std::uint32_t slice_span = 3 * sub_context::step_span;
-  struct slice {
-    collective_call call;
-    std::unique_ptr<sub_context> ctx;
-    std::unique_ptr<algorithm> run;
-    bool done = false;
-  };
-  int k_;
-  std::vector<slice> slices_;
-};
-
 }  // namespace
 
 std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes,
                                                const cost_model& m) {
+  // In k slices: each a call of its own on its slice of the buffer, over
+  // the hierarchy's three spans (within, across, back).
   if (const int k = striped ? hier_segments(bytes, m) : 1; k > 1)
-    return std::make_unique<allreduce_hier_slices>(k);
+    return std::make_unique<in_slices>(k, 3, [k](const collective_call& whole, int s) {
+      const auto [off, len] = chunk_range(whole.input.numel(), k, s);
+      auto call = std::make_unique<collective_call>();
+      call->code = op_code::allreduce;
+      call->name = whole.name;
+      call->op = whole.op;
+      call->input = whole.input.flat_slice(off, len);
+      call->output = whole.output.flat_slice(off, len);
+      call->timeout = whole.timeout;
+      return in_slices::part{std::move(call), std::make_unique<allreduce_hier>(true)};
+    });
   return std::make_unique<allreduce_hier>(striped);
 }
 

@@ -231,6 +231,14 @@ op_context::arrival_fn place_on_arrival(const collective_call& call, tensor out,
   };
 }
 
+block_slices::block_slices(const std::vector<std::int64_t>& counts, int k, int s)
+    : counts_(counts), offsets_(offsets_of(counts)), k_(k), s_(s) {}
+
+tensor block_slices::of(const tensor& buffer, int b, bool alone) const {
+  const auto [off, len] = chunk_range(counts_[static_cast<std::size_t>(b)], k_, s_);
+  return buffer.flat_slice((alone ? 0 : offsets_[static_cast<std::size_t>(b)]) + off, len);
+}
+
 bool overlaps(const tensor& a, const tensor& b) {
   if (!a.defined() || !b.defined() || a.nbytes() == 0 || b.nbytes() == 0) return false;
   const auto* a0 = static_cast<const std::byte*>(a.data());

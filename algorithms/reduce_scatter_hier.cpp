@@ -50,68 +50,47 @@ class reduce_scatter_hier final : public algorithm {
     auto& call = ctx.call();
     const auto& t = ctx.topology();
     const int r = ctx.rank();
-    const auto& mine = t.ranks_on[static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(r)])];
-    const int me = t.local_index(r);
-    const int local = static_cast<int>(mine.size());
-    const int hosts = t.hosts();
-    const auto offsets = offsets_of(call.counts);
-    // Host h's rank of column q.
-    const auto at = [&](int h, int q) {
-      return t.ranks_on[static_cast<std::size_t>(h)][static_cast<std::size_t>(q)];
-    };
-    // This slice's part of block b: [offset, count]; this rank's
-    // contribution to it (each is taken once).
-    const auto piece = [&](int b) {
-      return chunk_range(call.counts[static_cast<std::size_t>(b)], k_, s_);
-    };
-    const auto block = [&](int b) {
-      const auto [off, len] = piece(b);
-      return own_contribution(
-          call, call.input.flat_slice(offsets[static_cast<std::size_t>(b)] + off, len));
-    };
-    const auto [out_off, out_len] = piece(r);
-    auto output = call.output.flat_slice(out_off, out_len);
+    const host_columns c{t, r};
+    // This slice's part of each block, and this rank's contribution to
+    // block b's (each is taken once).
+    const block_slices slices{call.counts, k_, s_};
+    const auto block = [&](int b) { return own_contribution(call, slices.of(call.input, b)); };
+    auto output = slices.of(call.output, r, true);
     if (!started_) {  // Step 1: the other columns' blocks, to their ranks
       started_ = true;
-      for (int q = 0; q < local; ++q)
-        if (q != me) {
-          const int peer = mine[static_cast<std::size_t>(q)];
-          for (int h = 0; h < hosts; ++h)
-            ctx.send(peer, within + static_cast<std::uint32_t>(h),
-                     to_send(ctx, peer, block(at(h, q))));
-        }
+      for (int q = 0; q < c.local; ++q)
+        if (q != c.me)
+          for (int h = 0; h < c.hosts; ++h)
+            ctx.send(c.peer(q), within + static_cast<std::uint32_t>(h),
+                     to_send(ctx, c.peer(q), block(c.at(h, q))));
       std::int64_t total = 0;
-      for (int h = 0; h < hosts; ++h) {
-        sub_call_.counts.push_back(piece(at(h, me)).second);
-        total += sub_call_.counts.back();
-      }
+      for (int h = 0; h < c.hosts; ++h)
+        total += sub_call_.counts.emplace_back(slices.count(c.at(h, c.me)));
       partials_ = tensor::empty({total}, call.input.scalar_type());
     }
     const auto sum_op = partial_op(call.op);
     const auto column_offsets = offsets_of(sub_call_.counts);
-    for (; reduced_ < hosts; ++reduced_) {  // Step 1: reduce, host by host, in local order
+    for (; reduced_ < c.hosts; ++reduced_) {  // Step 1: reduce, host by host, in local order
       const int h = reduced_;
       const auto count = sub_call_.counts[static_cast<std::size_t>(h)];
       if (parts_.empty()) {
-        parts_.assign(static_cast<std::size_t>(local), tensor{});
-        parts_[static_cast<std::size_t>(me)] = block(at(h, me));
+        parts_.assign(static_cast<std::size_t>(c.local), tensor{});
+        parts_[static_cast<std::size_t>(c.me)] = block(c.at(h, c.me));
       }
       auto out = partials_.flat_slice(column_offsets[static_cast<std::size_t>(h)], count);
-      if (!reduce_in_order(ctx, mine, within + static_cast<std::uint32_t>(h), count, sum_op, parts_,
-                           out))
+      if (!reduce_in_order(ctx, c.mine, within + static_cast<std::uint32_t>(h), count, sum_op,
+                           parts_, out))
         return false;
     }
     if (!sub_) {  // Step 2: this rank's column, across hosts, into the output
-      std::vector<int> column;
-      for (int h = 0; h < hosts; ++h) column.push_back(at(h, me));
       sub_call_.code = op_code::reduce_scatterv;
       sub_call_.name = call.name;
       sub_call_.op = sum_op;
       sub_call_.input = partials_;
       sub_call_.output = output;
       sub_call_.timeout = call.timeout;
-      sub_ctx_ = std::make_unique<sub_context>(ctx, std::move(column), sub_call_, across);
-      sub_ = make_reduce_scatter_across_hosts(sub_call_, hosts, t.model());
+      sub_ctx_ = std::make_unique<sub_context>(ctx, c.column(c.me), sub_call_, across);
+      sub_ = make_reduce_scatter_across_hosts(sub_call_, c.hosts, t.model());
     }
     if (!sub_->progress(*sub_ctx_)) return false;
     finish_reduction(call, output, ctx.size());
@@ -133,9 +112,10 @@ class reduce_scatter_hier final : public algorithm {
 
 std::unique_ptr<algorithm> make_reduce_scatter_hier(std::uint64_t bytes, const cost_model& m) {
   if (const int k = hier_segments(bytes, m); k > 1)
-    return std::make_unique<in_slices>(k, reduce_scatter_hier::spans, [k](int s) {
-      return std::make_unique<reduce_scatter_hier>(k, s);
-    });
+    return std::make_unique<in_slices>(
+        k, reduce_scatter_hier::spans, [k](const collective_call&, int s) {
+          return in_slices::part{nullptr, std::make_unique<reduce_scatter_hier>(k, s)};
+        });
   return std::make_unique<reduce_scatter_hier>(1, 0);
 }
 

@@ -1,11 +1,12 @@
 #pragma once
 // in_slices — one algorithm run on k slices of its call at once, each on
 // steps of its own over the whole group, so that while one slice's bytes
-// cross between hosts another's are shared or reduced within them (the
-// hierarchical allgather and reduce_scatter over slow links: a slice's
-// messages leave in the order its steps are sent, the first slice's first).
-// Slice s's algorithm reads its part of the call itself (the call is the
-// whole one; make(s) says which part).
+// cross between hosts another's are reduced or shared within them (the
+// striped hierarchies over slow links: a slice's messages leave in the
+// order its steps are sent, the first slice's first). A slice runs on a
+// call of its own (the allreduce's: a slice of the buffer), or on the
+// whole call, reading its part itself (allgather's and reduce_scatter's
+// slices of every block).
 
 #include <functional>
 #include <memory>
@@ -18,8 +19,15 @@ namespace troupe::detail {
 
 class in_slices final : public algorithm {
  public:
+  /// Slice s: its call (null: the whole call) and its algorithm.
+  struct part {
+    std::unique_ptr<collective_call> call;
+    std::unique_ptr<algorithm> run;
+  };
+  using make_fn = std::function<part(const collective_call& whole, int s)>;
+
   /// k slices, each using `spans` of sub_context's step spans.
-  in_slices(int k, std::uint32_t spans, std::function<std::unique_ptr<algorithm>(int)> make)
+  in_slices(int k, std::uint32_t spans, make_fn make)
       : k_(k), spans_(spans), make_(std::move(make)) {}
 
   bool progress(op_context& ctx) override {
@@ -30,17 +38,17 @@ class in_slices final : public algorithm {
       const auto hosts = std::make_shared<const group_topology>(ctx.topology());
       for (int s = 0; s < k_; ++s) {
         slice sl;
+        sl.run = make_(ctx.call(), s);
         sl.ctx = std::make_unique<sub_context>(
-            ctx, everyone, ctx.call(),
+            ctx, everyone, sl.run.call ? *sl.run.call : ctx.call(),
             static_cast<std::uint32_t>(s) * spans_ * sub_context::step_span);
         sl.ctx->set_topology(hosts);
-        sl.run = make_(s);
         slices_.push_back(std::move(sl));
       }
     }
     bool all = true;
     for (auto& sl : slices_) {
-      if (!sl.done) sl.done = sl.run->progress(*sl.ctx);
+      if (!sl.done) sl.done = sl.run.run->progress(*sl.ctx);
       all = all && sl.done;
     }
     return all;
@@ -48,13 +56,13 @@ class in_slices final : public algorithm {
 
  private:
   struct slice {
+    in_slices::part run;
     std::unique_ptr<sub_context> ctx;
-    std::unique_ptr<algorithm> run;
     bool done = false;
   };
   int k_;
   std::uint32_t spans_;
-  std::function<std::unique_ptr<algorithm>(int)> make_;
+  make_fn make_;
   std::vector<slice> slices_;
 };
 

@@ -68,6 +68,19 @@ std::vector<int> group_topology::host_order() const {
   return order;
 }
 
+host_columns::host_columns(const group_topology& t, int rank)
+    : t(t),
+      mine(t.ranks_on[static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(rank)])]),
+      me(t.local_index(rank)),
+      local(static_cast<int>(mine.size())),
+      hosts(t.hosts()) {}
+
+std::vector<int> host_columns::column(int q) const {
+  std::vector<int> c;
+  for (int h = 0; h < hosts; ++h) c.push_back(at(h, q));
+  return c;
+}
+
 host_leaders::host_leaders(const group_topology& t, int root)
     : root_host(t.host_of[static_cast<std::size_t>(root)]), t_(t), root_(root) {}
 

@@ -47,6 +47,26 @@ struct group_topology {
   std::vector<int> host_order() const;
 };
 
+/// A rank's view of the striped hierarchies' columns (allreduce_hier,
+/// allgather_hier, reduce_scatter_hier; hosts of as many ranks each):
+/// column q is the ranks of local index q, one on each host, in host order.
+struct host_columns {
+  host_columns(const group_topology& t, int rank);
+  const group_topology& t;
+  const std::vector<int>& mine;  ///< this rank's host's ranks
+  int me;                        ///< this rank's local index (its column)
+  int local;                     ///< ranks on a host
+  int hosts;
+  /// Host h's rank of column q.
+  int at(int h, int q) const {
+    return t.ranks_on[static_cast<std::size_t>(h)][static_cast<std::size_t>(q)];
+  }
+  /// The local rank of index q.
+  int peer(int q) const { return mine[static_cast<std::size_t>(q)]; }
+  /// Column q's ranks, in host order.
+  std::vector<int> column(int q) const;
+};
+
 /// The hosts' leaders of a rooted collective across hosts (broadcast_hier,
 /// reduce_hier): the root on its own host, the first rank on every other.
 struct host_leaders {

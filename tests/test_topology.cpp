@@ -599,6 +599,17 @@ bool reduce_scatters_right(world& w) {
 
 namespace {
 
+/// Hosts of as many ranks each (the striped hierarchies' layouts), in a
+/// row, interleaved and in threes; and hosts of different sizes, where they
+/// cannot stripe.
+std::vector<std::vector<std::string>> striped_layouts() {
+  return {{"a", "a", "b", "b"},
+          {"b", "a", "a", "b"},
+          {"a", "b", "c", "a", "b", "c"},
+          {"a", "a", "a", "b", "b", "b"},
+          {"a", "a", "a", "b", "b"}};
+}
+
 /// `check` across 4 ranks on 2 hosts, 5 on 5 and 7 on 3, with each of `algorithms` forced and
 /// with the cost model's choice.
 void on_three_layouts(std::initializer_list<const char*> algorithms,
@@ -626,11 +637,7 @@ TEST_CASE("reduce_scatter across emulated hosts: the hierarchy, every op, large 
   // hosts of different sizes the hierarchy cannot stripe (the model's
   // choice runs).
   for (const char* algorithm : std::initializer_list<const char*>{"reduce_scatter=hier", nullptr})
-    for (const auto& hosts : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
-                                                                   {"b", "a", "a", "b"},
-                                                                   {"a", "b", "c", "a", "b", "c"},
-                                                                   {"a", "a", "a", "b", "b", "b"},
-                                                                   {"a", "a", "a", "b", "b"}}) {
+    for (const auto& hosts : striped_layouts()) {
       CAPTURE(std::string(algorithm ? algorithm : "chosen"));
       CAPTURE(hosts.size());
       across_hosts(hosts, algorithm, [](world& w) {
@@ -913,11 +920,7 @@ TEST_CASE("allgather across emulated hosts: the hierarchy, the ring, the model's
   // hosts of different sizes the hierarchy cannot stripe (the ring runs).
   for (const char* algorithm :
        std::initializer_list<const char*>{"allgather=hier", "allgather=ring", nullptr})
-    for (const auto& hosts : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
-                                                                   {"b", "a", "a", "b"},
-                                                                   {"a", "b", "c", "a", "b", "c"},
-                                                                   {"a", "a", "a", "b", "b", "b"},
-                                                                   {"a", "a", "a", "b", "b"}}) {
+    for (const auto& hosts : striped_layouts()) {
       CAPTURE(std::string(algorithm ? algorithm : "chosen"));
       CAPTURE(hosts.size());
       across_hosts(hosts, algorithm, allgathers_right);
