@@ -43,8 +43,9 @@ struct plan {
   // there (TROUPE_ALGORITHMS, with slices of 4 KiB: TROUPE_HIER_SEGMENT).
   const char* algorithms = nullptr;
   int reduce_root = -1;  // the calls are reduces to this rank (-1: allreduces)
-  // Or the calls are alltoall_single without split sizes ("alltoall") or
-  // reduce_scatter_tensor ("reduce_scatter"), of `len` elements per rank.
+  // Or the calls are alltoall_single without split sizes ("alltoall"),
+  // allgather_into_tensor ("allgather") or reduce_scatter_tensor
+  // ("reduce_scatter"), of `len` elements per rank.
   const char* collective = "allreduce";
 };
 
@@ -68,6 +69,8 @@ void run_until_failure(process_group& pg, std::int64_t len, int rounds, const pl
     std::fill_n(all.data_as<float>(), all.numel(), 1.f);
     if (what == "alltoall")
       pg.alltoall_single(all, all).wait();
+    else if (what == "allgather")
+      pg.allgather_into_tensor(all, t).wait();
     else if (what == "reduce_scatter")
       pg.reduce_scatter_tensor(t, all).wait();
     else if (p.reduce_root >= 0)
@@ -358,6 +361,16 @@ TEST_CASE(
        "alltoall"});
   run({"hosts, halving reduce_scatter", "auto", "", 1, moment::large_loop, -1,
        "reduce_scatter=halving", -1, "reduce_scatter"});
+  // The hierarchical allgather and reduce_scatter (in slices where large),
+  // on both engines.
+  run({"hosts, hier allgather", "auto", "", 2, moment::large_loop, -1, "allgather=hier", -1,
+       "allgather"});
+  run({"hosts, hier allgather, small", "auto", "", 0, moment::small_loop, -1, "allgather=hier", -1,
+       "allgather"});
+  run({"hosts, hier reduce_scatter", "auto", "", 3, moment::large_loop, -1, "reduce_scatter=hier",
+       -1, "reduce_scatter"});
+  run({"hosts, hier reduce_scatter, group actors", "tcp", "actors", 1, moment::large_loop, -1,
+       "reduce_scatter=hier", -1, "reduce_scatter"});
 }
 
 namespace {
