@@ -205,7 +205,7 @@ double within_hosts(const group_topology& t, const cost_model& m, double bytes, 
          (local - 1) * (messages - 1) * m.local.overhead;
 }
 
-/// allgather_hier or reduce_scatter_hier (`kind`) of `bytes` in k slices
+/// allgather_hier (striped) or reduce_scatter_hier (`kind`) of `bytes` in k slices
 /// (as the algorithms' files slice), a pipeline as the striped allreduce's:
 /// the first slice's two stages, then the slower for each further slice.
 /// Across: each column (a rank of each host) allgathers or reduce-scatters
@@ -216,7 +216,7 @@ double within_hosts(const group_topology& t, const cost_model& m, double bytes, 
 double striped_columns(algorithm_kind kind, const group_topology& t, const cost_model& m,
                        double bytes, int k) {
   const int hosts = t.hosts(), per_host = t.most_on_a_host();
-  const bool gathers = kind == algorithm_kind::allgather_hier;
+  const bool gathers = kind == algorithm_kind::allgather_hier_striped;
   const double column = bytes / per_host / k;
   double across = 0;
   if (hosts > 1) {
@@ -456,7 +456,24 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return bruck_allgather(t, m, bytes);
     case algorithm_kind::allgather_recursive_doubling:
       return doubling_allgather(t, m, bytes);
-    case algorithm_kind::allgather_hier:
+    case algorithm_kind::allgather_hier_leaders: {
+      // Each host's ranks send their blocks to its first rank; the leaders
+      // allgather the hosts' blocks (one per host, the others waiting); each
+      // leader writes the output and sends it to its host's ranks.
+      const double block = bytes / t.size();
+      double across = 0;
+      if (hosts > 1) {
+        const auto each = one_rank_each(hosts);
+        across =
+            std::min(ring_allgather(*each, leader, bytes), bruck_allgather(*each, leader, bytes));
+        if (hosts > 2 && power_of_two(hosts))
+          across = std::min(across, doubling_allgather(*each, leader, bytes));
+      }
+      return leader.local.time(block * (per_host - 1)) + leader.local.time(bytes * (per_host - 1)) +
+             2 * std::max(per_host - 2, 0) * m.local.overhead + bytes / leader.local.bandwidth +
+             across;
+    }
+    case algorithm_kind::allgather_hier_striped:
     case algorithm_kind::reduce_scatter_hier:
       return striped_columns(kind, t, m, bytes, hier_segments(bytes_in, base));
     case algorithm_kind::reduce_binomial:
@@ -518,7 +535,10 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};
       if (n > 2 && power_of_two(n))
         candidates.push_back(algorithm_kind::allgather_recursive_doubling);
-      if (hosts && t.uniform()) candidates.push_back(algorithm_kind::allgather_hier);
+      if (hosts) {
+        candidates.push_back(algorithm_kind::allgather_hier_leaders);
+        if (t.uniform()) candidates.push_back(algorithm_kind::allgather_hier_striped);
+      }
       break;
     case op_code::reduce:
       candidates = {algorithm_kind::reduce_binomial};

@@ -2,25 +2,34 @@
 // once per direction (the ring, host by host, carries (n-1)/n of the output
 // over each host's link: at 2 hosts of 2 ranks 1.5 times what must cross).
 //
-// Terms: H hosts, each with the same L ranks (the striped layout; other
-// layouts run the ring); "local index" a rank's place among its host's
-// ranks; "column j" the ranks of local index j, one on each host, in host
-// order; block b is rank b's input, counts[b] elements at offset
-// sum(counts[<b]) of the output (allgatherv: blocks may differ in size).
-// Step 1 (across hosts): each column allgathers its blocks (the algorithm
-//   select.cpp chooses for H ranks, one per host) into a buffer of the
-//   column's own, host by host: the L columns of a host cross its link at
-//   once, each over its own connection, and each block crosses once to
-//   every other host.
-// Step 2 (within the host): each rank copies its column's blocks into the
-//   output and sends them to its host's other ranks, a message a block
-//   (message h: the block of host h's rank), which the receiving thread
-//   writes straight into their place in the output where it can.
-// Every message of step 2 is a slice of the column's buffer, which nothing
-// writes once step 1 ended: shared as it is.
-// Slices (buffers of several TROUPE_HIER_SEGMENT, as allreduce_hier): the
-// steps run on slice s of every block at once for each s (in_slices), so
-// the first slices are shared within the hosts while the last still cross.
+// Terms: H hosts, L ranks on a host (striped: the same L on every host;
+// leaders: any); "local index" a rank's place among its host's ranks;
+// "column j" the ranks of local index j, one on each host, in host order;
+// block b is rank b's input, counts[b] elements at offset sum(counts[<b])
+// of the output (allgatherv: blocks may differ in size).
+// Striped:
+//   Step 1 (across hosts): each column allgathers its blocks (the algorithm
+//     select.cpp chooses for H ranks, one per host) into a buffer of the
+//     column's own, host by host: the L columns of a host cross its link
+//     at once, each over its own connection, and each block crosses once
+//     to every other host.
+//   Step 2 (within the host): each rank copies its column's blocks into
+//     the output and sends them to its host's other ranks, a message a
+//     block (message h: the block of host h's rank), which the receiving
+//     thread writes straight into their place in the output where it can.
+//   Every message of step 2 is a slice of the column's buffer, which
+//   nothing writes once step 1 ended: shared as it is.
+// Leaders (hosts of any sizes, or small blocks, where one message per host
+// beats L of them):
+//   Step 1: each rank sends its block to its host's first rank (the
+//     leader), which places its host's blocks, in local order, in a buffer.
+//   Step 2: the leaders allgather those buffers (as the columns above).
+//   Step 3: each leader writes every block into its output and sends the
+//     output to its host's ranks, which receive it straight into theirs.
+// Slices (striped, buffers of several TROUPE_HIER_SEGMENT, as
+// allreduce_hier): the steps run on slice s of every block at once for each
+// s (in_slices), so the first slices are shared within the hosts while the
+// last still cross.
 
 #include <memory>
 #include <vector>
@@ -109,9 +118,93 @@ class allgather_hier final : public algorithm {
   std::unique_ptr<algorithm> sub_;
 };
 
+class allgather_leaders final : public algorithm {
+ public:
+  static constexpr std::uint32_t to_leader = 0, from_leader = 1;   // steps 1 and 3
+  static constexpr std::uint32_t across = sub_context::step_span;  // step 2's messages
+
+  bool progress(op_context& ctx) override {
+    auto& call = ctx.call();
+    const auto& t = ctx.topology();
+    const host_columns c{t, ctx.rank()};
+    const int leader = c.peer(0);
+    if (c.me != 0) {  // a rank that leads nothing: its block there, the output back
+      if (!started_) {
+        started_ = true;
+        ctx.send(leader, to_leader, to_send(ctx, leader, call.input));
+        receive_into(ctx, call, leader, from_leader, call.output);
+      }
+      auto in = ctx.take(leader, from_leader);
+      if (!in) return false;
+      if (in->defined()) place(call, *in, call.output, leader, from_leader);
+      return true;
+    }
+    // Rank b's place in its host's buffer, and its block of the output.
+    const auto in_host = [&](int q) {
+      std::int64_t off = 0;
+      for (int p = 0; p < q; ++p) off += call.counts[static_cast<std::size_t>(c.peer(p))];
+      return host_.flat_slice(off, call.counts[static_cast<std::size_t>(c.peer(q))]);
+    };
+    if (!started_) {  // Step 1: the host's blocks, in local order
+      started_ = true;
+      for (const auto& on : t.ranks_on) {
+        std::int64_t total = 0;
+        for (int b : on) total += call.counts[static_cast<std::size_t>(b)];
+        sub_call_.counts.push_back(total);
+      }
+      const auto host = static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(ctx.rank())]);
+      host_ = tensor::empty({sub_call_.counts[host]}, call.output.scalar_type());
+      in_host(0).copy_from(call.input);
+      for (int q = 1; q < c.local; ++q) receive_into(ctx, call, c.peer(q), to_leader, in_host(q));
+    }
+    for (; gathered_ < c.local; ++gathered_) {
+      if (gathered_ == 0) continue;
+      auto in = ctx.take(c.peer(gathered_), to_leader);
+      if (!in) return false;
+      if (in->defined()) place(call, *in, in_host(gathered_), c.peer(gathered_), to_leader);
+    }
+    if (!sub_) {  // Step 2: the leaders, across hosts
+      std::int64_t total = 0;
+      for (auto n : sub_call_.counts) total += n;
+      sub_call_.code = op_code::allgatherv;
+      sub_call_.name = call.name;
+      sub_call_.input = host_;
+      sub_call_.output = all_ = tensor::empty({total}, call.output.scalar_type());
+      sub_call_.timeout = call.timeout;
+      sub_ctx_ = std::make_unique<sub_context>(ctx, c.column(0), sub_call_, across);
+      sub_ = make_allgather_across_hosts(sub_call_, c.hosts, t.model());
+    }
+    if (!sub_->progress(*sub_ctx_)) return false;
+    // Step 3: every block to its place, the output to the host's ranks.
+    const auto offsets = offsets_of(call.counts);
+    std::int64_t from = 0;
+    for (const auto& on : t.ranks_on)
+      for (int b : on) {
+        const auto n = call.counts[static_cast<std::size_t>(b)];
+        call.output.flat_slice(offsets[static_cast<std::size_t>(b)], n)
+            .copy_from(all_.flat_slice(from, n));
+        from += n;
+      }
+    for (int q = 1; q < c.local; ++q)
+      ctx.send(c.peer(q), from_leader, to_send(ctx, c.peer(q), call.output));
+    return true;
+  }
+
+ private:
+  bool started_ = false;
+  int gathered_ = 0;  // step 1: the host's ranks whose block is in place
+  tensor host_;       // the host's blocks, in local order
+  tensor all_;        // every host's, host by host
+  collective_call sub_call_;
+  std::unique_ptr<sub_context> sub_ctx_;
+  std::unique_ptr<algorithm> sub_;
+};
+
 }  // namespace
 
-std::unique_ptr<algorithm> make_allgather_hier(std::uint64_t bytes, const cost_model& m) {
+std::unique_ptr<algorithm> make_allgather_hier(bool striped, std::uint64_t bytes,
+                                               const cost_model& m) {
+  if (!striped) return std::make_unique<allgather_leaders>();
   if (const int k = hier_segments(bytes, m); k > 1)
     return std::make_unique<in_slices>(
         k, allgather_hier::spans, [k](const collective_call&, int s) {

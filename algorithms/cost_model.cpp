@@ -179,8 +179,10 @@ const char* to_string(algorithm_kind k) noexcept {
       return "allgather_bruck";
     case algorithm_kind::allgather_recursive_doubling:
       return "allgather_recursive_doubling";
-    case algorithm_kind::allgather_hier:
-      return "allgather_hier";
+    case algorithm_kind::allgather_hier_striped:
+      return "allgather_hier (striped)";
+    case algorithm_kind::allgather_hier_leaders:
+      return "allgather_hier (leaders)";
     case algorithm_kind::reduce_binomial:
       return "reduce_binomial";
     case algorithm_kind::reduce_hier:

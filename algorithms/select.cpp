@@ -11,7 +11,8 @@
 //   broadcast        binomial, scatter-allgather, or hier across hosts
 //   allgather        ring (host by host), Bruck or recursive doubling
 //                    (blocks of one size; recursive doubling: 2^k ranks),
-//                    or, across hosts of as many ranks each, hier
+//                    or across hosts hier striped (as many ranks on each) /
+//                    leaders
 //   reduce           binomial, or hier across hosts
 //   gather           direct         scatter  direct
 //   reduce_scatter   ring (host by host), or recursive halving, or, across
@@ -48,7 +49,8 @@ std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
 std::unique_ptr<algorithm> make_allgather_bruck();
 std::unique_ptr<algorithm> make_allgather_recursive_doubling();
-std::unique_ptr<algorithm> make_allgather_hier(std::uint64_t bytes, const cost_model& m);
+std::unique_ptr<algorithm> make_allgather_hier(bool striped, std::uint64_t bytes,
+                                               const cost_model& m);
 std::unique_ptr<algorithm> make_gather_direct();
 std::unique_ptr<algorithm> make_scatter_direct();
 std::unique_ptr<algorithm> make_reduce_scatter_ring();
@@ -95,8 +97,10 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cos
       return make_broadcast_scatter_allgather();
     case algorithm_kind::allgather_ring:
       return make_allgather_ring();
-    case algorithm_kind::allgather_hier:
-      return make_allgather_hier(bytes, m);
+    case algorithm_kind::allgather_hier_striped:
+      return make_allgather_hier(true, bytes, m);
+    case algorithm_kind::allgather_hier_leaders:
+      return make_allgather_hier(false, bytes, m);
     case algorithm_kind::reduce_scatter_ring:
       return make_reduce_scatter_ring();
     case algorithm_kind::reduce_scatter_halving:
@@ -157,7 +161,8 @@ forced parse_forced(const std::string& text) {
         {"allgather", op_code::allgatherv, "bruck", algorithm_kind::allgather_bruck},
         {"allgather", op_code::allgatherv, "recursive_doubling",
          algorithm_kind::allgather_recursive_doubling},
-        {"allgather", op_code::allgatherv, "hier", algorithm_kind::allgather_hier},
+        {"allgather", op_code::allgatherv, "hier_striped", algorithm_kind::allgather_hier_striped},
+        {"allgather", op_code::allgatherv, "hier_leaders", algorithm_kind::allgather_hier_leaders},
         {"reduce", op_code::reduce, "binomial", algorithm_kind::reduce_binomial},
         {"reduce", op_code::reduce, "hier", algorithm_kind::reduce_hier},
         {"reduce_scatter", op_code::reduce_scatterv, "ring", algorithm_kind::reduce_scatter_ring},
@@ -178,7 +183,8 @@ forced parse_forced(const std::string& text) {
                       "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
                       "rabenseifner|hier_striped|hier_leaders, "
                       "broadcast=binomial|scatter_allgather|hier, "
-                      "allgather=ring|bruck|recursive_doubling|hier, reduce=binomial|hier, "
+                      "allgather=ring|bruck|recursive_doubling|hier_striped|hier_leaders, "
+                      "reduce=binomial|hier, "
                       "reduce_scatter=ring|halving|hier, "
                       "alltoall=pairwise|bruck)");
   }
@@ -212,7 +218,8 @@ algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint6
     const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
     const bool runs =
         (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
-        (*want != algorithm_kind::allgather_hier || (hosts && t.uniform())) &&
+        (*want != algorithm_kind::allgather_hier_striped || (hosts && t.uniform())) &&
+        (*want != algorithm_kind::allgather_hier_leaders || hosts) &&
         (*want != algorithm_kind::reduce_scatter_hier || (hosts && t.uniform())) &&
         (*want != algorithm_kind::allreduce_hier_leaders || hosts) &&
         (*want != algorithm_kind::broadcast_hier || hosts) &&
@@ -267,7 +274,8 @@ algorithm_kind call_algorithm(const collective_call& call, const group_topology&
       // Blocks of different sizes: the ring, or the hierarchy where the
       // model prices it first (priced as blocks of one size).
       const auto kind = chosen_algorithm(call.code, call.output.nbytes(), topo, m);
-      return even_blocks(call) || kind == algorithm_kind::allgather_hier
+      return even_blocks(call) || kind == algorithm_kind::allgather_hier_striped ||
+                     kind == algorithm_kind::allgather_hier_leaders
                  ? kind
                  : algorithm_kind::allgather_ring;
     }

@@ -48,7 +48,8 @@ struct group_topology {
 };
 
 /// A rank's view of the striped hierarchies' columns (allreduce_hier,
-/// allgather_hier, reduce_scatter_hier; hosts of as many ranks each):
+/// allgather_hier, reduce_scatter_hier; hosts of as many ranks each;
+/// column 0 is the hosts' first ranks, the leaders, on any hosts):
 /// column q is the ranks of local index q, one on each host, in host order.
 struct host_columns {
   host_columns(const group_topology& t, int rank);

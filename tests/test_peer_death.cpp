@@ -363,10 +363,10 @@ TEST_CASE(
        "reduce_scatter=halving", -1, "reduce_scatter"});
   // The hierarchical allgather and reduce_scatter (in slices where large),
   // on both engines.
-  run({"hosts, hier allgather", "auto", "", 2, moment::large_loop, -1, "allgather=hier", -1,
+  run({"hosts, hier allgather", "auto", "", 2, moment::large_loop, -1, "allgather=hier_striped", -1,
        "allgather"});
-  run({"hosts, hier allgather, small", "auto", "", 0, moment::small_loop, -1, "allgather=hier", -1,
-       "allgather"});
+  run({"hosts, leaders allgather", "auto", "", 0, moment::small_loop, -1, "allgather=hier_leaders",
+       -1, "allgather"});
   run({"hosts, hier reduce_scatter", "auto", "", 3, moment::large_loop, -1, "reduce_scatter=hier",
        -1, "reduce_scatter"});
   run({"hosts, hier reduce_scatter, group actors", "tcp", "actors", 1, moment::large_loop, -1,

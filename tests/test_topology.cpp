@@ -90,9 +90,10 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::allgatherv, 4096 * 4, 1, 4096) == algorithm_kind::allgather_bruck);
   CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 1, 16) ==
         algorithm_kind::allgather_ring);
-  // Small blocks on 2 hosts of 4 ranks: one exchange between the hosts, then
-  // one within each (Bruck's steps and the ring cross at every step).
-  CHECK(chosen(op_code::allgatherv, 8 * 16, 2, 4) == algorithm_kind::allgather_hier);
+  // Small blocks on 2 hosts of 4 ranks: each host's blocks to its first
+  // rank, one exchange between those, the output back (Bruck's steps and
+  // the ring cross at every step, the striped columns 4 times at once).
+  CHECK(chosen(op_code::allgatherv, 8 * 16, 2, 4) == algorithm_kind::allgather_hier_leaders);
   // alltoall (even splits): Bruck's log n steps for small blocks at many
   // ranks, the pairwise exchange (each byte sent once) for large blocks or few ranks.
   CHECK(chosen(op_code::alltoallv, 4096 * 4, 1, 4096) == algorithm_kind::alltoall_bruck);
@@ -113,9 +114,9 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   // the hosts, then shares within each (the ring crosses each host's link
   // with (n-1)/n of the output, the hierarchy with (H-1)/H).
   CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 2, 2) ==
-        algorithm_kind::allgather_hier);
+        algorithm_kind::allgather_hier_striped);
   CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 4, 8) ==
-        algorithm_kind::allgather_hier);
+        algorithm_kind::allgather_hier_striped);
   // Hosts of different sizes cannot stripe.
   const auto uneven = group_topology::of_hosts({"a", "a", "a", "b", "b"});
   CHECK(choose(op_code::allreduce, 64 << 20, *uneven, cost_model{}).kind !=
@@ -175,7 +176,7 @@ TEST_CASE("the hierarchical allgather crosses a host's link once: its prediction
     CAPTURE(hosts);
     const auto t = layout(hosts, 2);
     const double b = bound * 2 * (hosts - 1) / hosts;
-    const double hier = predict(algorithm_kind::allgather_hier, 64 << 20, *t, m);
+    const double hier = predict(algorithm_kind::allgather_hier_striped, 64 << 20, *t, m);
     const double ring = predict(algorithm_kind::allgather_ring, 64 << 20, *t, m);
     CHECK(hier >= b);
     CHECK(hier < 1.1 * b);
@@ -915,11 +916,12 @@ bool allgathers_right(world& w) {
 
 }  // namespace
 
-TEST_CASE("allgather across emulated hosts: the hierarchy, the ring, the model's choice") {
-  // Hosts of as many ranks each, in a row, interleaved and in threes; on
-  // hosts of different sizes the hierarchy cannot stripe (the ring runs).
-  for (const char* algorithm :
-       std::initializer_list<const char*>{"allgather=hier", "allgather=ring", nullptr})
+TEST_CASE("allgather across emulated hosts: the hierarchies, the ring, the model's choice") {
+  // Hosts of as many ranks each, in a row, interleaved and in threes, and
+  // of different sizes (the leaders run there, the striped columns cannot:
+  // forced, the model's choice runs).
+  for (const char* algorithm : std::initializer_list<const char*>{
+           "allgather=hier_striped", "allgather=hier_leaders", "allgather=ring", nullptr})
     for (const auto& hosts : striped_layouts()) {
       CAPTURE(std::string(algorithm ? algorithm : "chosen"));
       CAPTURE(hosts.size());
@@ -934,7 +936,7 @@ TEST_CASE("allgather and reduce_scatter hierarchies in slices: uneven and empty 
   for (const auto& hosts : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
                                                                  {"a", "b", "c", "a", "b", "c"}}) {
     CAPTURE(hosts.size());
-    across_hosts(hosts, "allgather=hier,reduce_scatter=hier",
+    across_hosts(hosts, "allgather=hier_striped,reduce_scatter=hier",
                  [](world& w) { return allgathers_right(w) && reduce_scatters_right(w); });
   }
 }
