@@ -229,6 +229,12 @@ op_context::arrival_fn place_on_arrival(const collective_call& call, tensor out,
 /// receiving thread place it there (consume_on_arrival) where it can.
 void receive_into(op_context& ctx, const collective_call& call, int peer, std::uint32_t step,
                   const tensor& out);
+/// A rank that leads nothing, in a hierarchy through its host's first rank
+/// (`leader`): sends `mine()` there as step `to` once (`started`), then
+/// takes its result, step `from`, straight into the call's output. True
+/// once the result is there.
+bool follow_leader(op_context& ctx, int leader, std::uint32_t to, std::uint32_t from,
+                   const std::function<tensor()>& mine, bool& started);
 /// Whether the memory of `a` and `b` overlaps (either undefined: no).
 bool overlaps(const tensor& a, const tensor& b);
 /// What to send of `t` (the caller's memory, written later) to `peer`: `t`

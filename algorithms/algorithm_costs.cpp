@@ -205,37 +205,55 @@ double within_hosts(const group_topology& t, const cost_model& m, double bytes, 
          (local - 1) * (messages - 1) * m.local.overhead;
 }
 
-/// allgather_hier (striped) or reduce_scatter_hier (`kind`) of `bytes` in k slices
-/// (as the algorithms' files slice), a pipeline as the striped allreduce's:
-/// the first slice's two stages, then the slower for each further slice.
-/// Across: each column (a rank of each host) allgathers or reduce-scatters
-/// its blocks among the hosts, the host's columns sharing its link. Within:
-/// each rank sends its host's other ranks a message a block of their
-/// column, all of them receiving at once; allgather's ranks copy their own
-/// column's blocks out, reduce_scatter's reduce theirs.
-double striped_columns(algorithm_kind kind, const group_topology& t, const cost_model& m,
-                       double bytes, int k) {
-  const int hosts = t.hosts(), per_host = t.most_on_a_host();
-  const bool gathers = kind == algorithm_kind::allgather_hier_striped;
+/// The best allgather (`gathers`) or reduce-scatter of `bytes` among
+/// `hosts` ranks, one on each host, under `m`.
+double among_hosts(bool gathers, int hosts, const cost_model& m, double bytes) {
+  if (hosts < 2) return 0;
+  const auto each = one_rank_each(hosts);
+  if (!gathers)
+    return std::min(ring_reduce_scatter(*each, m, bytes),
+                    hosts > 2 ? halving_reduce_scatter(*each, m, bytes)
+                              : std::numeric_limits<double>::infinity());
+  double best = std::min(ring_allgather(*each, m, bytes), bruck_allgather(*each, m, bytes));
+  if (hosts > 2 && power_of_two(hosts)) best = std::min(best, doubling_allgather(*each, m, bytes));
+  return best;
+}
+
+/// allgather_hier or reduce_scatter_hier (`gathers`: which), striped, of
+/// `bytes` in k slices (as the algorithms' files slice), a pipeline as the
+/// striped allreduce's: the first slice's two stages, then the slower for
+/// each further slice. Across: each column (a rank of each host) gathers or
+/// reduce-scatters its blocks among the hosts, the host's columns sharing
+/// its link. Within: each rank sends its host's other ranks a message a
+/// block of their column, all of them receiving at once; allgather's ranks
+/// copy their own column's blocks out, reduce_scatter's reduce theirs.
+double striped_columns(bool gathers, const group_topology& t, const cost_model& m, double bytes,
+                       int k) {
+  const int per_host = t.most_on_a_host();
   const double column = bytes / per_host / k;
-  double across = 0;
-  if (hosts > 1) {
-    const auto each = one_rank_each(hosts);
-    const cost_model shared = sharing_links(m, per_host, per_host);
-    if (gathers) {
-      across =
-          std::min(ring_allgather(*each, shared, column), bruck_allgather(*each, shared, column));
-      if (hosts > 2 && power_of_two(hosts))
-        across = std::min(across, doubling_allgather(*each, shared, column));
-    } else {
-      across = ring_reduce_scatter(*each, shared, column);
-      if (hosts > 2) across = std::min(across, halving_reduce_scatter(*each, shared, column));
-    }
-  }
-  const double within = within_hosts(t, m, column, hosts) +
+  const double across =
+      among_hosts(gathers, t.hosts(), sharing_links(m, per_host, per_host), column);
+  const double within = within_hosts(t, m, column, t.hosts()) +
                         (gathers ? column / busy_ranks(m, per_host, per_host).local.bandwidth
                                  : column * per_host / reducing(t, m));
   return across + within + (k - 1) * std::max(across, within);
+}
+
+/// allgather_hier or reduce_scatter_hier (`gathers`: which) through each
+/// host's first rank, of `bytes` (the output, the input): each host's
+/// ranks send it their blocks (their inputs), which it places (reduces);
+/// the leaders gather (reduce-scatter) the hosts' parts among them (one
+/// per host, the others waiting: `leader`); each leader copies the result
+/// out and sends it (each rank its block) back.
+double through_leaders(bool gathers, const group_topology& t, const cost_model& m,
+                       const cost_model& leader, double bytes) {
+  const int per_host = t.most_on_a_host();
+  const double block = bytes / t.size();
+  const double in = gathers ? block : bytes, out = gathers ? bytes : block;
+  return leader.local.time(in * (per_host - 1)) + leader.local.time(out * (per_host - 1)) +
+         2 * std::max(per_host - 2, 0) * m.local.overhead +
+         (gathers ? bytes : bytes * (per_host + 1)) / leader.local.bandwidth +
+         among_hosts(gathers, t.hosts(), leader, bytes);
 }
 
 double binomial_broadcast(const group_topology& t, const cost_model& m, double bytes, int root) {
@@ -456,26 +474,13 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return bruck_allgather(t, m, bytes);
     case algorithm_kind::allgather_recursive_doubling:
       return doubling_allgather(t, m, bytes);
-    case algorithm_kind::allgather_hier_leaders: {
-      // Each host's ranks send their blocks to its first rank; the leaders
-      // allgather the hosts' blocks (one per host, the others waiting); each
-      // leader writes the output and sends it to its host's ranks.
-      const double block = bytes / t.size();
-      double across = 0;
-      if (hosts > 1) {
-        const auto each = one_rank_each(hosts);
-        across =
-            std::min(ring_allgather(*each, leader, bytes), bruck_allgather(*each, leader, bytes));
-        if (hosts > 2 && power_of_two(hosts))
-          across = std::min(across, doubling_allgather(*each, leader, bytes));
-      }
-      return leader.local.time(block * (per_host - 1)) + leader.local.time(bytes * (per_host - 1)) +
-             2 * std::max(per_host - 2, 0) * m.local.overhead + bytes / leader.local.bandwidth +
-             across;
-    }
+    case algorithm_kind::allgather_hier_leaders:
+    case algorithm_kind::reduce_scatter_hier_leaders:
+      return through_leaders(kind == algorithm_kind::allgather_hier_leaders, t, m, leader, bytes);
     case algorithm_kind::allgather_hier_striped:
-    case algorithm_kind::reduce_scatter_hier:
-      return striped_columns(kind, t, m, bytes, hier_segments(bytes_in, base));
+    case algorithm_kind::reduce_scatter_hier_striped:
+      return striped_columns(kind == algorithm_kind::allgather_hier_striped, t, m, bytes,
+                             hier_segments(bytes_in, base));
     case algorithm_kind::reduce_binomial:
       return binomial_reduce(t, m, bytes, root);
     case algorithm_kind::reduce_hier:
@@ -547,7 +552,10 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
     case op_code::reduce_scatterv:
       candidates = {algorithm_kind::reduce_scatter_ring};
       if (n > 2) candidates.push_back(algorithm_kind::reduce_scatter_halving);
-      if (hosts && t.uniform()) candidates.push_back(algorithm_kind::reduce_scatter_hier);
+      if (hosts) {
+        candidates.push_back(algorithm_kind::reduce_scatter_hier_leaders);
+        if (t.uniform()) candidates.push_back(algorithm_kind::reduce_scatter_hier_striped);
+      }
       break;
     case op_code::alltoallv:  // Bruck's steps: even splits only (alltoall_runs_bruck)
       candidates = {algorithm_kind::alltoall_pairwise};

@@ -128,17 +128,9 @@ class allgather_leaders final : public algorithm {
     const auto& t = ctx.topology();
     const host_columns c{t, ctx.rank()};
     const int leader = c.peer(0);
-    if (c.me != 0) {  // a rank that leads nothing: its block there, the output back
-      if (!started_) {
-        started_ = true;
-        ctx.send(leader, to_leader, to_send(ctx, leader, call.input));
-        receive_into(ctx, call, leader, from_leader, call.output);
-      }
-      auto in = ctx.take(leader, from_leader);
-      if (!in) return false;
-      if (in->defined()) place(call, *in, call.output, leader, from_leader);
-      return true;
-    }
+    if (c.me != 0)  // its block to the leader, the output back
+      return follow_leader(
+          ctx, leader, to_leader, from_leader, [&] { return call.input; }, started_);
     // Rank b's place in its host's buffer, and its block of the output.
     const auto in_host = [&](int q) {
       std::int64_t off = 0;

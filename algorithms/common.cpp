@@ -239,6 +239,20 @@ tensor block_slices::of(const tensor& buffer, int b, bool alone) const {
   return buffer.flat_slice((alone ? 0 : offsets_[static_cast<std::size_t>(b)]) + off, len);
 }
 
+bool follow_leader(op_context& ctx, int leader, std::uint32_t to, std::uint32_t from,
+                   const std::function<tensor()>& mine, bool& started) {
+  auto& call = ctx.call();
+  if (!started) {
+    started = true;
+    ctx.send(leader, to, to_send(ctx, leader, mine()));
+    receive_into(ctx, call, leader, from, call.output);
+  }
+  auto in = ctx.take(leader, from);
+  if (!in) return false;
+  if (in->defined()) place(call, *in, call.output, leader, from);
+  return true;
+}
+
 bool overlaps(const tensor& a, const tensor& b) {
   if (!a.defined() || !b.defined() || a.nbytes() == 0 || b.nbytes() == 0) return false;
   const auto* a0 = static_cast<const std::byte*>(a.data());

@@ -195,8 +195,10 @@ const char* to_string(algorithm_kind k) noexcept {
       return "reduce_scatter_ring";
     case algorithm_kind::reduce_scatter_halving:
       return "reduce_scatter_halving";
-    case algorithm_kind::reduce_scatter_hier:
-      return "reduce_scatter_hier";
+    case algorithm_kind::reduce_scatter_hier_striped:
+      return "reduce_scatter_hier (striped)";
+    case algorithm_kind::reduce_scatter_hier_leaders:
+      return "reduce_scatter_hier (leaders)";
     case algorithm_kind::other:
       return "other";
   }

@@ -135,7 +135,8 @@ enum class algorithm_kind : std::uint8_t {
   alltoall_bruck,
   reduce_scatter_ring,
   reduce_scatter_halving,
-  reduce_scatter_hier,
+  reduce_scatter_hier_striped,
+  reduce_scatter_hier_leaders,
   other,  ///< the collective's one algorithm
 };
 const char* to_string(algorithm_kind k) noexcept;

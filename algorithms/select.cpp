@@ -15,8 +15,8 @@
 //                    leaders
 //   reduce           binomial, or hier across hosts
 //   gather           direct         scatter  direct
-//   reduce_scatter   ring (host by host), or recursive halving, or, across
-//                    hosts of as many ranks each, hier
+//   reduce_scatter   ring (host by host), or recursive halving, or across
+//                    hosts hier striped (as many ranks on each) / leaders
 //   alltoall         pairwise, or Bruck (no split sizes passed, on every rank)
 //   barrier          dissemination  monitored_barrier    through rank 0
 
@@ -55,7 +55,8 @@ std::unique_ptr<algorithm> make_gather_direct();
 std::unique_ptr<algorithm> make_scatter_direct();
 std::unique_ptr<algorithm> make_reduce_scatter_ring();
 std::unique_ptr<algorithm> make_reduce_scatter_halving();
-std::unique_ptr<algorithm> make_reduce_scatter_hier(std::uint64_t bytes, const cost_model& m);
+std::unique_ptr<algorithm> make_reduce_scatter_hier(bool striped, std::uint64_t bytes,
+                                                    const cost_model& m);
 std::unique_ptr<algorithm> make_alltoall_pairwise();
 std::unique_ptr<algorithm> make_alltoall_bruck();
 std::unique_ptr<algorithm> make_barrier_dissemination();
@@ -105,8 +106,10 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cos
       return make_reduce_scatter_ring();
     case algorithm_kind::reduce_scatter_halving:
       return make_reduce_scatter_halving();
-    case algorithm_kind::reduce_scatter_hier:
-      return make_reduce_scatter_hier(bytes, m);
+    case algorithm_kind::reduce_scatter_hier_striped:
+      return make_reduce_scatter_hier(true, bytes, m);
+    case algorithm_kind::reduce_scatter_hier_leaders:
+      return make_reduce_scatter_hier(false, bytes, m);
     case algorithm_kind::alltoall_pairwise:
       return make_alltoall_pairwise();
     case algorithm_kind::alltoall_bruck:
@@ -168,7 +171,10 @@ forced parse_forced(const std::string& text) {
         {"reduce_scatter", op_code::reduce_scatterv, "ring", algorithm_kind::reduce_scatter_ring},
         {"reduce_scatter", op_code::reduce_scatterv, "halving",
          algorithm_kind::reduce_scatter_halving},
-        {"reduce_scatter", op_code::reduce_scatterv, "hier", algorithm_kind::reduce_scatter_hier},
+        {"reduce_scatter", op_code::reduce_scatterv, "hier_striped",
+         algorithm_kind::reduce_scatter_hier_striped},
+        {"reduce_scatter", op_code::reduce_scatterv, "hier_leaders",
+         algorithm_kind::reduce_scatter_hier_leaders},
         {"alltoall", op_code::alltoallv, "pairwise", algorithm_kind::alltoall_pairwise},
         {"alltoall", op_code::alltoallv, "bruck", algorithm_kind::alltoall_bruck}};
     bool found = false;
@@ -185,7 +191,7 @@ forced parse_forced(const std::string& text) {
                       "broadcast=binomial|scatter_allgather|hier, "
                       "allgather=ring|bruck|recursive_doubling|hier_striped|hier_leaders, "
                       "reduce=binomial|hier, "
-                      "reduce_scatter=ring|halving|hier, "
+                      "reduce_scatter=ring|halving|hier_striped|hier_leaders, "
                       "alltoall=pairwise|bruck)");
   }
   return r;
@@ -220,7 +226,8 @@ algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint6
         (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
         (*want != algorithm_kind::allgather_hier_striped || (hosts && t.uniform())) &&
         (*want != algorithm_kind::allgather_hier_leaders || hosts) &&
-        (*want != algorithm_kind::reduce_scatter_hier || (hosts && t.uniform())) &&
+        (*want != algorithm_kind::reduce_scatter_hier_striped || (hosts && t.uniform())) &&
+        (*want != algorithm_kind::reduce_scatter_hier_leaders || hosts) &&
         (*want != algorithm_kind::allreduce_hier_leaders || hosts) &&
         (*want != algorithm_kind::broadcast_hier || hosts) &&
         (*want != algorithm_kind::reduce_hier || hosts) &&

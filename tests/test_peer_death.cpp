@@ -367,10 +367,10 @@ TEST_CASE(
        "allgather"});
   run({"hosts, leaders allgather", "auto", "", 0, moment::small_loop, -1, "allgather=hier_leaders",
        -1, "allgather"});
-  run({"hosts, hier reduce_scatter", "auto", "", 3, moment::large_loop, -1, "reduce_scatter=hier",
-       -1, "reduce_scatter"});
+  run({"hosts, hier reduce_scatter", "auto", "", 3, moment::large_loop, -1,
+       "reduce_scatter=hier_striped", -1, "reduce_scatter"});
   run({"hosts, hier reduce_scatter, group actors", "tcp", "actors", 1, moment::large_loop, -1,
-       "reduce_scatter=hier", -1, "reduce_scatter"});
+       "reduce_scatter=hier_leaders", -1, "reduce_scatter"});
 }
 
 namespace {

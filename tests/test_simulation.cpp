@@ -507,7 +507,7 @@ TEST_CASE(
   // 16 KB over 2 x 2: the hierarchy's exchange within each host, then one
   // between them, beats recursive halving's 2 steps and the ring's 3; an
   // alltoall of 4 KB blocks among 4 ranks is one exchange with each.
-  CHECK(calls[1].algorithm == "reduce_scatter_hier");
+  CHECK(calls[1].algorithm == "reduce_scatter_hier (striped)");
   CHECK(calls[1].algorithm == testing::predict("reduce_scatter", 16000, {2, 2}, costs).algorithm);
   CHECK(calls[5].algorithm == "alltoall_pairwise");
   CHECK(calls[5].algorithm == testing::predict("alltoall", 16000, {2, 2}, costs).algorithm);

@@ -109,7 +109,7 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
         algorithm_kind::reduce_scatter_halving);
   CHECK(choose(op_code::reduce_scatterv, std::uint64_t{64} << 20, *layout(2, 2),
                cost_model::parse("host=:1Gbit/s"))
-            .kind == algorithm_kind::reduce_scatter_hier);
+            .kind == algorithm_kind::reduce_scatter_hier_striped);
   // A large allgather across hosts: each column of ranks gathers across
   // the hosts, then shares within each (the ring crosses each host's link
   // with (n-1)/n of the output, the hierarchy with (H-1)/H).
@@ -637,7 +637,8 @@ TEST_CASE("reduce_scatter across emulated hosts: the hierarchy, every op, large 
   // Hosts of as many ranks each, in a row, interleaved and in threes; on
   // hosts of different sizes the hierarchy cannot stripe (the model's
   // choice runs).
-  for (const char* algorithm : std::initializer_list<const char*>{"reduce_scatter=hier", nullptr})
+  for (const char* algorithm : std::initializer_list<const char*>{
+           "reduce_scatter=hier_striped", "reduce_scatter=hier_leaders", nullptr})
     for (const auto& hosts : striped_layouts()) {
       CAPTURE(std::string(algorithm ? algorithm : "chosen"));
       CAPTURE(hosts.size());
@@ -936,7 +937,7 @@ TEST_CASE("allgather and reduce_scatter hierarchies in slices: uneven and empty 
   for (const auto& hosts : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
                                                                  {"a", "b", "c", "a", "b", "c"}}) {
     CAPTURE(hosts.size());
-    across_hosts(hosts, "allgather=hier_striped,reduce_scatter=hier",
+    across_hosts(hosts, "allgather=hier_striped,reduce_scatter=hier_striped",
                  [](world& w) { return allgathers_right(w) && reduce_scatters_right(w); });
   }
 }
