@@ -183,6 +183,11 @@ std::unique_ptr<algorithm> make_algorithm(const collective_call& call, int rank,
 /// `size` ranks on `topology` runs Bruck's steps rather than the pairwise
 /// exchange (the cost model's choice, or TROUPE_ALGORITHMS's).
 bool alltoall_runs_bruck(const collective_call& call, const group_topology& topology, int size);
+/// A hierarchy's step across hosts: `part` (an allreduce, allgatherv or
+/// reduce_scatterv) among `hosts` ranks, one on each host, as `m` chooses
+/// (blocks of different sizes: the ring).
+std::unique_ptr<algorithm> make_across_hosts(const collective_call& part, int hosts,
+                                             const cost_model& m);
 /// What make_algorithm runs for `call` (other: gather, scatter and the
 /// barriers' one algorithm each).
 algorithm_kind call_algorithm(const collective_call& call, const group_topology& topology,
@@ -210,6 +215,15 @@ class block_slices {
   std::vector<std::int64_t> offsets_;
   int k_, s_;
 };
+/// Each host's part of a buffer of blocks (counts[b] elements of rank b):
+/// the sum of its ranks' counts.
+std::vector<std::int64_t> host_totals(const group_topology& t,
+                                      const std::vector<std::int64_t>& counts);
+/// Copies a buffer of blocks between rank order (`ranks`: block b at
+/// sum(counts[<b])) and host order (`hosts`: each host's ranks' blocks in
+/// local order, host by host), into `hosts` where `to_hosts`, else back.
+void reorder_by_host(const group_topology& t, const std::vector<std::int64_t>& counts,
+                     const tensor& ranks, const tensor& hosts, bool to_hosts);
 /// Exclusive prefix sums of counts.
 std::vector<std::int64_t> offsets_of(const std::vector<std::int64_t>& counts);
 /// Throws when `payload` does not hold `count` elements of the call's dtype.

@@ -131,8 +131,7 @@ cost_model sharing_links(const cost_model& m, int per_host, int sharing) {
   cost_model shared = busy_ranks(m, per_host, sharing);
   shared.host.bandwidth /= sharing;
   shared.host.latency += (sharing - 1) * m.host.overhead;
-  const double cpus = std::max(1.0, std::floor(per_host / m.ranks_per_cpu));
-  shared.host.latency += std::max(0.0, std::ceil(sharing / cpus) - 1) * m.cpu_turn;
+  shared.host.latency += cpu_turns(m, per_host, sharing);
   return shared;
 }
 
@@ -505,10 +504,31 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
   return 0;
 }
 
+bool runs_on(algorithm_kind k, const group_topology& t) {
+  const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
+  switch (k) {
+    case algorithm_kind::allreduce_hier_striped:
+    case algorithm_kind::allgather_hier_striped:
+    case algorithm_kind::reduce_scatter_hier_striped:
+      return hosts && t.uniform();
+    case algorithm_kind::allreduce_hier_leaders:
+    case algorithm_kind::allgather_hier_leaders:
+    case algorithm_kind::reduce_scatter_hier_leaders:
+    case algorithm_kind::broadcast_hier:
+    case algorithm_kind::reduce_hier:
+      return hosts;
+    case algorithm_kind::allreduce_direct:
+      return t.size() <= 16;
+    case algorithm_kind::allgather_recursive_doubling:
+      return power_of_two(t.size());
+    default:
+      return true;
+  }
+}
+
 choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const cost_model& m,
               int root) {
   const int n = t.size();
-  const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
   std::vector<algorithm_kind> candidates;
   switch (code) {
     case op_code::allreduce:
@@ -521,11 +541,9 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       }
       candidates = {algorithm_kind::allreduce_ring, algorithm_kind::allreduce_recursive_doubling,
                     algorithm_kind::allreduce_rabenseifner};
-      if (n <= 16) candidates.push_back(algorithm_kind::allreduce_direct);
-      if (hosts) {
-        candidates.push_back(algorithm_kind::allreduce_hier_leaders);
-        if (t.uniform()) candidates.push_back(algorithm_kind::allreduce_hier_striped);
-      }
+      candidates.insert(candidates.end(),
+                        {algorithm_kind::allreduce_direct, algorithm_kind::allreduce_hier_leaders,
+                         algorithm_kind::allreduce_hier_striped});
       break;
     case op_code::broadcast:
       candidates = {algorithm_kind::broadcast_binomial};
@@ -534,28 +552,22 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       // ring steps lost at every size (measured on emulated hosts, 2 CPUs:
       // 1 MiB 2.75 ms tree, 3.02 ms scatter-allgather; 8 ranks 7.47, 5.98).
       if (n >= 8) candidates.push_back(algorithm_kind::broadcast_scatter_allgather);
-      if (hosts) candidates.push_back(algorithm_kind::broadcast_hier);
+      candidates.push_back(algorithm_kind::broadcast_hier);
       break;
     case op_code::allgatherv:
       candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};
-      if (n > 2 && power_of_two(n))
-        candidates.push_back(algorithm_kind::allgather_recursive_doubling);
-      if (hosts) {
-        candidates.push_back(algorithm_kind::allgather_hier_leaders);
-        if (t.uniform()) candidates.push_back(algorithm_kind::allgather_hier_striped);
-      }
+      if (n > 2) candidates.push_back(algorithm_kind::allgather_recursive_doubling);
+      candidates.insert(candidates.end(), {algorithm_kind::allgather_hier_leaders,
+                                           algorithm_kind::allgather_hier_striped});
       break;
     case op_code::reduce:
-      candidates = {algorithm_kind::reduce_binomial};
-      if (hosts) candidates.push_back(algorithm_kind::reduce_hier);
+      candidates = {algorithm_kind::reduce_binomial, algorithm_kind::reduce_hier};
       break;
     case op_code::reduce_scatterv:
       candidates = {algorithm_kind::reduce_scatter_ring};
       if (n > 2) candidates.push_back(algorithm_kind::reduce_scatter_halving);
-      if (hosts) {
-        candidates.push_back(algorithm_kind::reduce_scatter_hier_leaders);
-        if (t.uniform()) candidates.push_back(algorithm_kind::reduce_scatter_hier_striped);
-      }
+      candidates.insert(candidates.end(), {algorithm_kind::reduce_scatter_hier_leaders,
+                                           algorithm_kind::reduce_scatter_hier_striped});
       break;
     case op_code::alltoallv:  // Bruck's steps: even splits only (alltoall_runs_bruck)
       candidates = {algorithm_kind::alltoall_pairwise};
@@ -564,6 +576,7 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
     default:
       return {algorithm_kind::other, 0};
   }
+  std::erase_if(candidates, [&](algorithm_kind k) { return !runs_on(k, t); });
   choice best{candidates.front(), std::numeric_limits<double>::infinity()};
   for (auto k : candidates)
     if (const double s = predict(k, bytes, t, m, root); s < best.seconds) best = {k, s};

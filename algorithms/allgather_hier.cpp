@@ -41,9 +41,6 @@
 
 namespace troupe::detail {
 
-std::unique_ptr<algorithm> make_allgather_across_hosts(const collective_call& part, int hosts,
-                                                       const cost_model& m);
-
 namespace {
 
 class allgather_hier final : public algorithm {
@@ -74,7 +71,7 @@ class allgather_hier final : public algorithm {
       sub_call_.output = column_ = tensor::empty({total}, call.output.scalar_type());
       sub_call_.timeout = call.timeout;
       sub_ctx_ = std::make_unique<sub_context>(ctx, c.column(c.me), sub_call_, across);
-      sub_ = make_allgather_across_hosts(sub_call_, c.hosts, t.model());
+      sub_ = make_across_hosts(sub_call_, c.hosts, t.model());
       // Its first progress has copied the input: from here on the output
       // may be written even where the input overlaps it.
       across_done_ = sub_->progress(*sub_ctx_);
@@ -139,11 +136,7 @@ class allgather_leaders final : public algorithm {
     };
     if (!started_) {  // Step 1: the host's blocks, in local order
       started_ = true;
-      for (const auto& on : t.ranks_on) {
-        std::int64_t total = 0;
-        for (int b : on) total += call.counts[static_cast<std::size_t>(b)];
-        sub_call_.counts.push_back(total);
-      }
+      sub_call_.counts = host_totals(t, call.counts);
       const auto host = static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(ctx.rank())]);
       host_ = tensor::empty({sub_call_.counts[host]}, call.output.scalar_type());
       in_host(0).copy_from(call.input);
@@ -164,19 +157,11 @@ class allgather_leaders final : public algorithm {
       sub_call_.output = all_ = tensor::empty({total}, call.output.scalar_type());
       sub_call_.timeout = call.timeout;
       sub_ctx_ = std::make_unique<sub_context>(ctx, c.column(0), sub_call_, across);
-      sub_ = make_allgather_across_hosts(sub_call_, c.hosts, t.model());
+      sub_ = make_across_hosts(sub_call_, c.hosts, t.model());
     }
     if (!sub_->progress(*sub_ctx_)) return false;
     // Step 3: every block to its place, the output to the host's ranks.
-    const auto offsets = offsets_of(call.counts);
-    std::int64_t from = 0;
-    for (const auto& on : t.ranks_on)
-      for (int b : on) {
-        const auto n = call.counts[static_cast<std::size_t>(b)];
-        call.output.flat_slice(offsets[static_cast<std::size_t>(b)], n)
-            .copy_from(all_.flat_slice(from, n));
-        from += n;
-      }
+    reorder_by_host(t, call.counts, call.output, all_, false);
     for (int q = 1; q < c.local; ++q)
       ctx.send(c.peer(q), from_leader, to_send(ctx, c.peer(q), call.output));
     return true;

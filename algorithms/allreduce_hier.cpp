@@ -40,9 +40,6 @@
 
 namespace troupe::detail {
 
-std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts,
-                                                       const cost_model& m);
-
 namespace {
 
 constexpr std::uint32_t within = 0;                         // steps 1 and 3
@@ -105,7 +102,7 @@ class allreduce_hier final : public algorithm {
       sub_call_.input = sub_call_.output = part_;
       sub_call_.timeout = call.timeout;
       sub_ctx_ = std::make_unique<sub_context>(ctx, c.column(striped_ ? me : 0), sub_call_, across);
-      sub_ = make_allreduce_across_hosts(sub_call_, t.hosts(), t.model());
+      sub_ = make_across_hosts(sub_call_, t.hosts(), t.model());
     }
     if (reduces && !across_done_) {
       if (!sub_->progress(*sub_ctx_)) return false;

@@ -239,6 +239,31 @@ tensor block_slices::of(const tensor& buffer, int b, bool alone) const {
   return buffer.flat_slice((alone ? 0 : offsets_[static_cast<std::size_t>(b)]) + off, len);
 }
 
+std::vector<std::int64_t> host_totals(const group_topology& t,
+                                      const std::vector<std::int64_t>& counts) {
+  std::vector<std::int64_t> totals;
+  for (const auto& on : t.ranks_on) {
+    std::int64_t total = 0;
+    for (int b : on) total += counts[static_cast<std::size_t>(b)];
+    totals.push_back(total);
+  }
+  return totals;
+}
+
+void reorder_by_host(const group_topology& t, const std::vector<std::int64_t>& counts,
+                     const tensor& ranks, const tensor& hosts, bool to_hosts) {
+  const auto offsets = offsets_of(counts);
+  std::int64_t at = 0;
+  for (const auto& on : t.ranks_on)
+    for (int b : on) {
+      const auto n = counts[static_cast<std::size_t>(b)];
+      auto in_ranks = ranks.flat_slice(offsets[static_cast<std::size_t>(b)], n);
+      auto in_hosts = hosts.flat_slice(at, n);
+      (to_hosts ? in_hosts : in_ranks).copy_from(to_hosts ? in_ranks : in_hosts);
+      at += n;
+    }
+}
+
 bool follow_leader(op_context& ctx, int leader, std::uint32_t to, std::uint32_t from,
                    const std::function<tensor()>& mine, bool& started) {
   auto& call = ctx.call();

@@ -141,6 +141,12 @@ enum class algorithm_kind : std::uint8_t {
 };
 const char* to_string(algorithm_kind k) noexcept;
 
+/// Whether `kind` can run on `t` (the hierarchies: hosts of several ranks,
+/// the striped ones as many on each; direct: at most 16 ranks; recursive
+/// doubling's allgather: a power of two): what choose() prices, and a
+/// forced algorithm that cannot run yields to it.
+bool runs_on(algorithm_kind kind, const group_topology& t);
+
 /// Predicted seconds of `kind` for a call of `bytes` (an allreduce's buffer,
 /// a broadcast's or reduce's buffer, an allgather's output, what one rank
 /// of an alltoall sends, in even splits, a reduce_scatter's whole input) on

@@ -26,6 +26,14 @@ double cpu_share(const cost_model& m, double ranks, double busy);
 /// hosts, and the copies within one) at their share of the host's CPUs.
 cost_model busy_ranks(const cost_model& m, double ranks, double busy);
 
+/// What `receivers` ranks of a host of `ranks` that receive at once add
+/// taking their turns on its CPUs (m.ranks_per_cpu ranks each): m.cpu_turn
+/// for each rank a CPU serves after its first.
+inline double cpu_turns(const cost_model& m, double ranks, int receivers) {
+  const double cpus = std::max(1.0, std::floor(ranks / m.ranks_per_cpu));
+  return std::max(0.0, std::ceil(receivers / cpus) - 1) * m.cpu_turn;
+}
+
 /// The bytes per second each rank reduces (or copies) where every rank of
 /// `t` does at once.
 double reducing(const group_topology& t, const cost_model& m);
@@ -94,11 +102,9 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
     const double wire = crossed[h] ? std::max(out[h], in[h]) / m.host.bandwidth : 0;
     double start =
         crossed[h] ? m.host.latency + std::max(flows[h] - 1, 0) * m.host.overhead : m.local.latency;
-    if (receivers[h] > 1) {
-      const auto ranks = t.hosts() > 0 ? t.ranks_on[h].size() : static_cast<std::size_t>(n);
-      const double cpus = std::max(1.0, std::floor(static_cast<double>(ranks) / m.ranks_per_cpu));
-      start += std::max(0.0, std::ceil(receivers[h] / cpus) - 1) * m.cpu_turn;
-    }
+    if (receivers[h] > 1)
+      start +=
+          cpu_turns(m, static_cast<double>(t.hosts() > 0 ? t.ranks_on[h].size() : n), receivers[h]);
     worst = std::max(worst, start + std::max(wire, busiest[h]));
   }
   return worst;

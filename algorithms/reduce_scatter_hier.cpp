@@ -41,9 +41,6 @@
 
 namespace troupe::detail {
 
-std::unique_ptr<algorithm> make_reduce_scatter_across_hosts(const collective_call& part, int hosts,
-                                                            const cost_model& m);
-
 namespace {
 
 class reduce_scatter_hier final : public algorithm {
@@ -99,7 +96,7 @@ class reduce_scatter_hier final : public algorithm {
       sub_call_.output = output;
       sub_call_.timeout = call.timeout;
       sub_ctx_ = std::make_unique<sub_context>(ctx, c.column(c.me), sub_call_, across);
-      sub_ = make_reduce_scatter_across_hosts(sub_call_, c.hosts, t.model());
+      sub_ = make_across_hosts(sub_call_, c.hosts, t.model());
     }
     if (!sub_->progress(*sub_ctx_)) return false;
     finish_reduction(call, output, ctx.size());
@@ -140,20 +137,9 @@ class reduce_scatter_leaders final : public algorithm {
     }
     if (!sub_) {  // Step 1: the host's sum, packed host by host
       if (!reduce_in_order(ctx, c.mine, to_leader, numel, sum_op, parts_, sum_)) return false;
-      const auto offsets = offsets_of(call.counts);
       auto packed = tensor::empty({numel}, call.input.scalar_type());
-      std::int64_t at = 0;
-      for (const auto& on : t.ranks_on) {
-        std::int64_t total = 0;
-        for (int b : on) {
-          const auto n = call.counts[static_cast<std::size_t>(b)];
-          packed.flat_slice(at + total, n)
-              .copy_from(sum_.flat_slice(offsets[static_cast<std::size_t>(b)], n));
-          total += n;
-        }
-        sub_call_.counts.push_back(total);
-        at += total;
-      }
+      reorder_by_host(t, call.counts, sum_, packed, true);
+      sub_call_.counts = host_totals(t, call.counts);
       // Step 2: the leaders, across hosts.
       const auto host = static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(ctx.rank())]);
       sub_call_.code = op_code::reduce_scatterv;
@@ -163,7 +149,7 @@ class reduce_scatter_leaders final : public algorithm {
       sub_call_.output = mine_ = tensor::empty({sub_call_.counts[host]}, call.input.scalar_type());
       sub_call_.timeout = call.timeout;
       sub_ctx_ = std::make_unique<sub_context>(ctx, c.column(0), sub_call_, across);
-      sub_ = make_reduce_scatter_across_hosts(sub_call_, c.hosts, t.model());
+      sub_ = make_across_hosts(sub_call_, c.hosts, t.model());
     }
     if (!sub_->progress(*sub_ctx_)) return false;
     // Step 3: each rank of the host its block.

@@ -220,21 +220,7 @@ const forced& forced_algorithms(std::uint64_t* generation = nullptr) {
 /// The forced algorithm where it can run on `t`, else the cost model's.
 algorithm_kind pick(std::optional<algorithm_kind> want, op_code code, std::uint64_t bytes,
                     const group_topology& t, const cost_model& m, int root) {
-  if (want) {
-    const bool hosts = t.hosts() > 1 && t.most_on_a_host() > 1;
-    const bool runs =
-        (*want != algorithm_kind::allreduce_hier_striped || (hosts && t.uniform())) &&
-        (*want != algorithm_kind::allgather_hier_striped || (hosts && t.uniform())) &&
-        (*want != algorithm_kind::allgather_hier_leaders || hosts) &&
-        (*want != algorithm_kind::reduce_scatter_hier_striped || (hosts && t.uniform())) &&
-        (*want != algorithm_kind::reduce_scatter_hier_leaders || hosts) &&
-        (*want != algorithm_kind::allreduce_hier_leaders || hosts) &&
-        (*want != algorithm_kind::broadcast_hier || hosts) &&
-        (*want != algorithm_kind::reduce_hier || hosts) &&
-        (*want != algorithm_kind::allreduce_direct || t.size() <= 16) &&
-        (*want != algorithm_kind::allgather_recursive_doubling || power_of_two(t.size()));
-    if (runs && t.size() > 2) return *want;
-  }
+  if (want && runs_on(*want, t) && t.size() > 2) return *want;
   return choose(code, bytes, t, m, root).kind;
 }
 
@@ -350,26 +336,14 @@ bool alltoall_runs_bruck(const collective_call& call, const group_topology& t, i
                           t.model()) == algorithm_kind::alltoall_bruck;
 }
 
-std::unique_ptr<algorithm> make_allreduce_across_hosts(const collective_call& part, int hosts,
-                                                       const cost_model& m) {
-  const auto bytes = part.input.nbytes();
-  return make(choose(op_code::allreduce, bytes, *cost::one_rank_each(hosts), m).kind, bytes, m);
-}
-
-std::unique_ptr<algorithm> make_allgather_across_hosts(const collective_call& part, int hosts,
-                                                       const cost_model& m) {
-  const auto bytes = part.output.nbytes();
-  const auto kind = even_blocks(part)
-                        ? choose(op_code::allgatherv, bytes, *cost::one_rank_each(hosts), m).kind
-                        : algorithm_kind::allgather_ring;
+std::unique_ptr<algorithm> make_across_hosts(const collective_call& part, int hosts,
+                                             const cost_model& m) {
+  const bool gathers = part.code == op_code::allgatherv;
+  const auto bytes = (gathers ? part.output : part.input).nbytes();
+  const auto kind = gathers && !even_blocks(part)
+                        ? algorithm_kind::allgather_ring
+                        : choose(part.code, bytes, *cost::one_rank_each(hosts), m).kind;
   return make(kind, bytes, m);
-}
-
-std::unique_ptr<algorithm> make_reduce_scatter_across_hosts(const collective_call& part, int hosts,
-                                                            const cost_model& m) {
-  const auto bytes = part.input.nbytes();
-  return make(choose(op_code::reduce_scatterv, bytes, *cost::one_rank_each(hosts), m).kind, bytes,
-              m);
 }
 
 fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,
