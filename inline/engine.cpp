@@ -430,25 +430,35 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
     // that a killed or frozen rank blocks: the medium's checks run on wall
     // time (a scan period, a grace for ranks that left), which would make
     // the schedule depend on the machine's speed.
-    if (auto why = in_simulation() ? std::string{} : med_->lost(op.op, peer, now); !why.empty()) {
-      // What the peer published before it left still counts: one more try,
-      // after which the operation may wait for another (live) rank.
+    auto why = in_simulation() ? std::string{} : med_->lost(op.op, peer, now);
+    bool ended = false;
+    while (!why.empty()) {
+      // What the peer published before it left still counts (its goodbye
+      // came after it): one more try, seen as lost before it. A try that
+      // moves on to wait for another rank that left asks that one's
+      // messages once more too: they may have come (and its goodbye) while
+      // the try ran, after it looked. Only a try that still waits for the
+      // rank found lost before it fails the operation.
       if (auto f = try_step(op, ctx, moved, finished_now)) {
         leave(std::move(f));
-        continue;
+        ended = true;
+        break;
       }
       if (finished_now) {
         leave(nullptr);
-        continue;
+        ended = true;
+        break;
       }
       const int before = peer;
       peer = op.blocked_rank();
-      if (peer != before) why = med_->lost(op.op, peer, now);
-      if (!why.empty()) {
+      if (peer == before) {
         leave(failed(op, errc::peer_failure, why + " before finishing this " + op.name, true));
-        continue;
+        ended = true;
+        break;
       }
+      why = med_->lost(op.op, peer, now);
     }
+    if (ended) continue;
     if (now >= op.deadline) {
       if (auto why = op.disagreement(); !why.empty()) {
         leave(failed(op, errc::mismatch, mismatch_text(why), true));
