@@ -267,11 +267,20 @@ std::string message_medium::crashed_members() {
   return why;
 }
 
+bool message_medium::crash_settled(std::chrono::steady_clock::time_point now) {
+  const auto at = now.time_since_epoch().count();
+  std::int64_t found = 0;
+  if (crash_found_ns_.compare_exchange_strong(found, at)) found = at;  // the first look
+  return at - found >=
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(crash_grace).count();
+}
+
 std::string message_medium::lost(std::uint64_t, int blocker,
-                                 std::chrono::steady_clock::time_point) {
+                                 std::chrono::steady_clock::time_point now) {
   // A member whose process died (or was dropped for bad frames) fails every
   // operation, whichever rank it waits for: one load while no peer failed.
-  if (auto why = crashed(); !why.empty()) return why;
+  // Named once the members that died with it were found too (crash_settled).
+  if (auto why = crashed(); !why.empty()) return crash_settled(now) ? why : std::string{};
   // A member that left on purpose: only the rank the operation waits for.
   // One that finished its part and left (what it sent came before it left)
   // is not missed.

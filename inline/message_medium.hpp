@@ -107,6 +107,13 @@ class message_medium final : public medium, public std::enable_shared_from_this<
       return {};
     return crashed_members();
   }
+  /// Whether crash_grace passed since a look first found a member crashed
+  /// (crashed() not empty): until then operations wait on. A rank that
+  /// failed because another died may end (without a goodbye) before this
+  /// rank's reader saw the first death, which must not go unnamed: every
+  /// member found crashed by then is named.
+  bool crash_settled(std::chrono::steady_clock::time_point now);
+  static constexpr std::chrono::milliseconds crash_grace{50};
   std::string lost(std::uint64_t op, int blocker,
                    std::chrono::steady_clock::time_point now) override;
   /// Why group rank r left, as its goodbye told the data plane ("it left
@@ -205,6 +212,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   // look that found no member among them (lost() runs under the inline engine's lock).
   std::shared_ptr<const std::atomic<std::uint32_t>> crashes_;
   std::atomic<std::uint32_t> crashes_seen_{0};         // asked by the engines beside it too
+  std::atomic<std::int64_t> crash_found_ns_{0};        // crash_settled's first look
   std::shared_ptr<const std::atomic<bool>> p2p_seen_;  // the data plane's carried_p2p()
   std::atomic<std::uint32_t> bell_{0};
   std::atomic<std::uint32_t> sleepers_{0};

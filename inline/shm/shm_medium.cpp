@@ -81,7 +81,7 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
   // A member the data plane found crashed or unresponsive (a stopped
   // process is alive to its pidfd: its heartbeats tell).
   if (rings_)
-    if (auto why = rings_->crashed(); !why.empty()) return why;
+    if (auto why = rings_->crashed(); !why.empty() && rings_->crash_settled(now)) return why;
   // Any rank that has not finished the operation: its done counter says so.
   // A rank whose process is gone is the cause and is named alone (every one,
   // when several are gone: which went first is unknown); a rank that left
