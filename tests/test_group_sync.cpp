@@ -38,7 +38,7 @@ template <class F>
 void on_each_engine(int n, F body) {
   for (const char* engine : engines) {
     scoped_env env{"TROUPE_ENGINE", engine};
-    CAPTURE(engine);
+    CAPTURE(std::string(engine));
     testing::run_ranks(n, body, quick());
   }
 }
@@ -125,7 +125,7 @@ TEST_CASE("disjoint groups made with use_local_synchronization at the same time"
   for (const char* engine : engines) {
     scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : {2, 3, 4, 7}) {
-      CAPTURE(engine);
+      CAPTURE(std::string(engine));
       CAPTURE(n);
       testing::run_ranks(
           n,

@@ -74,7 +74,7 @@ TEST_CASE("allgather_coalesced of inputs of several dtypes, on every engine") {
   for (const char* engine : engines) {
     scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : ct::rank_counts) {
-      CAPTURE(engine);
+      CAPTURE(std::string(engine));
       CAPTURE(n);
       testing::run_ranks(n, [n](world& w) {
         const mixed_inputs m{n};
@@ -105,7 +105,7 @@ TEST_CASE("allgather_into_tensor_coalesced of inputs of several dtypes") {
   for (const char* engine : engines) {
     scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : ct::rank_counts) {
-      CAPTURE(engine);
+      CAPTURE(std::string(engine));
       CAPTURE(n);
       testing::run_ranks(n, [n](world& w) {
         const mixed_inputs m{n};
@@ -149,7 +149,7 @@ TEST_CASE("ranks whose inputs differ in dtypes, in blocks of one size, fail alik
   for (const char* engine : engines) {
     scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : {2, 3, 4, 7}) {
-      CAPTURE(engine);
+      CAPTURE(std::string(engine));
       CAPTURE(n);
       testing::run_ranks(n, [n](world& w) {
         // Odd ranks swap the two dtypes: as many bytes, another layout.
@@ -250,7 +250,7 @@ TEST_CASE("allreduce_coalesced of complex tensors with real ones of their elemen
   for (const char* engine : engines) {
     scoped_env env{"TROUPE_ENGINE", engine};
     for (int n : ct::rank_counts) {
-      CAPTURE(engine);
+      CAPTURE(std::string(engine));
       CAPTURE(n);
       testing::run_ranks(n, [n](world& w) {
         for (auto [c, r] : {std::pair{dtype::complex64, dtype::float32},

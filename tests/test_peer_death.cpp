@@ -286,7 +286,7 @@ bool p2p_body(const char* transport, bool lent, const std::string& path, board& 
 }
 
 void run_p2p(const char* transport, bool lent = false) {
-  CAPTURE(transport);
+  CAPTURE(std::string(transport));
   CAPTURE(lent);
   const auto path = test::temp_store_path();
   auto& b = *test::shared_page<board>();

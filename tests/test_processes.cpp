@@ -715,7 +715,7 @@ TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming 
   // auto: the shared-memory inline engine sees the process end through a pidfd;
   // tcp: the message engine through the connection's end.
   for (const char* transport : {"auto", "tcp"}) {
-    CAPTURE(transport);
+    CAPTURE(std::string(transport));
     auto codes = run_processes(3, 3, transport, [](world& w) {
       auto& pg = w.default_group();
       pg.barrier().wait();
