@@ -112,9 +112,11 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       m.measure = true;
       continue;
     }
-    if (number("ranks_per_cpu", 1, 1e6, "1 to 1e6", m.ranks_per_cpu) ||
-        number("shared_wait", 0, 10, "0 to 10", m.shared_wait))
+    if (number("ranks_per_cpu", 1, 1e6, "1 to 1e6", m.ranks_per_cpu)) {
+      m.ranks_per_cpu_given = true;
       continue;
+    }
+    if (number("shared_wait", 0, 10, "0 to 10", m.shared_wait)) continue;
     if (eq != std::string::npos && item.compare(0, eq, "cpu") == 0) {
       m.cpu_rate = quantity(text, item.substr(eq + 1), true);
       continue;
@@ -137,6 +139,13 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
 
 std::shared_ptr<const cost_model> cost_model::of_measured(const std::string& text) {
   return text.empty() ? nullptr : std::make_shared<const cost_model>(parse(text));
+}
+
+std::string cost_model::with_sharing(const std::string& text, double found) {
+  if (!(found > 1) || parse(text).ranks_per_cpu_given) return text;
+  char item[64];
+  std::snprintf(item, sizeof(item), "ranks_per_cpu=%.6g", std::min(found, 1e6));
+  return text.empty() ? item : text + "," + item;
 }
 
 std::string cost_model::to_text() const {

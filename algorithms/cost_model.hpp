@@ -59,6 +59,9 @@ struct cost_model {
   /// step share their host's CPUs (ranks / ranks_per_cpu of them: a
   /// leader whose host's other ranks wait has a CPU of its own).
   double ranks_per_cpu = 1;
+  /// The setting named ranks_per_cpu (else a world across hosts sets what
+  /// its ranks found: with_sharing).
+  bool ranks_per_cpu_given = false;
   /// How much longer ranks that share CPUs wait: ranks_per_cpu^shared_wait
   /// times each latency and message overhead (measured on the machines
   /// troupe is developed on, 2.3: see above; bench/hosts_bench.sh
@@ -93,6 +96,11 @@ struct cost_model {
   /// Parses TROUPE_LINK_COSTS's syntax over `base` (the defaults).
   static cost_model parse(const std::string& text, const cost_model& base);
   static cost_model parse(const std::string& text) { return parse(text, cost_model{}); }
+  /// `text` (TROUPE_LINK_COSTS's syntax) with ranks_per_cpu=`found` added
+  /// where it names none and `found` > 1: the ranks of a job across hosts
+  /// find how many share each CPU of the busiest host (data_plane::
+  /// job_sharing), so that its groups price the waits for the CPUs.
+  static std::string with_sharing(const std::string& text, double found);
   /// This model in TROUPE_LINK_COSTS's syntax (parse() reads it back).
   std::string to_text() const;
   /// The model a world measured (`text` as to_text() wrote it), shared by a

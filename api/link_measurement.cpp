@@ -179,7 +179,7 @@ std::string measure_link_costs(process_group& pg, const data_plane& plane, store
   longest_at_rank0(pg, waits, everyone_else);
   const double barrier =
       median(std::vector<double>(waits.data_as<double>(), waits.data_as<double>() + barriers));
-  const auto given = setting();
+  const auto given = cost_model::with_sharing(setting(), plane.job_sharing().ranks_per_cpu);
   const auto configured = cost_model::parse(given);
   if (timer) {
     auto fitted = fit_link(configured, sample);

@@ -4,6 +4,7 @@
 // hosts, TCP between them) that measure and then choose by one model.
 
 #include <doctest/doctest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -220,6 +221,54 @@ TEST_CASE("a world across hosts measures its link at start; every rank chooses b
                  allreduce_right(w, 1000);
         });
   }
+}
+
+TEST_CASE("a world across hosts whose ranks outnumber their CPUs prices the sharing") {
+  // The ranks run on one CPU (the launcher's, this process's, as
+  // host_cpus() reads it): 2 ranks per host share it.
+  cpu_set_t all, one;
+  REQUIRE(::sched_getaffinity(0, sizeof(all), &all) == 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  REQUIRE(::sched_setaffinity(0, sizeof(one), &one) == 0);
+  const auto sharing = [](double k) {
+    return [k](world& w, const cost_model& m) {
+      return test::expect(w.rank(), m.ranks_per_cpu == doctest::Approx(k),
+                          "ranks_per_cpu " + std::to_string(m.ranks_per_cpu)) &&
+             allreduce_right(w, 1000);
+    };
+  };
+  SUBCASE("found: 2 ranks per CPU, the other items as set") {
+    measured_world(
+        {"a", "a", "b", "b"}, [](int) { return "host=7us:"; },
+        [&](world& w, const cost_model& m) {
+          return sharing(2)(w, m) && test::expect(w.rank(), m.host.latency == doctest::Approx(7e-6),
+                                                  "the given latency");
+        });
+  }
+  SUBCASE("measured: the sharing found beside it") {
+    measured_world(
+        {"a", "b", "a", "b"}, [](int) { return "measure"; }, sharing(2));
+  }
+  SUBCASE("the setting names it: as set") {
+    measured_world(
+        {"a", "a", "b", "b"}, [](int) { return "ranks_per_cpu=1.5"; }, sharing(1.5));
+  }
+  SUBCASE("one host: nothing crosses a link, nothing added") {
+    measured_world(
+        {"a", "a"}, [](int) { return ""; },
+        [](world& w, const cost_model& m) {
+          return test::expect(w.rank(), w.link_costs() == cost_model::of_process().to_text(),
+                              "the process's model") &&
+                 test::expect(w.rank(), m.ranks_per_cpu == 1, "one rank per CPU") &&
+                 allreduce_right(w, 1000);
+        });
+  }
+  ::sched_setaffinity(0, sizeof(all), &all);
 }
 
 TEST_CASE("a rank killed while its world measures the link: every survivor fails, naming it") {

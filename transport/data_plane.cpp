@@ -155,7 +155,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
   // ranks of this process share.
   auto proc_key = [&](int r) { return prefix + "proc/" + std::to_string(r); };
   s.set(proc_key(me), process_identity() + " " + host_name() + " " + std::to_string(::getpid()) +
-                          " " + opts_.route);
+                          " " + opts_.route + " " + std::to_string(host_cpus()));
   rdv.wait_for_everyone(prefix + "procs", proc_key,
                         "join the world (write their process identity to the store)");
   struct places_slot {
@@ -199,6 +199,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
   local_->local = true;
   for (const auto& p : t.processes)
     if (&p == &here || p.host == host_name()) host_ranks_ += p.ranks;
+  job_sharing_ = sharing_of(t);
   remote_count_ = opts_.world_size - here.ranks;
   // The ranks of this process share one record (they have no connection);
   // a rank of another process gets its own.
@@ -339,6 +340,23 @@ bool data_plane::shares_memory(int r) const {
 
 int data_plane::ranks_on_host() const {
   return host_ranks_;
+}
+
+data_plane::sharing data_plane::sharing_of(const rank_places& t) {
+  // Per host: its ranks, and the fewest CPUs one of its processes may use.
+  std::map<std::string, std::pair<int, int>> hosts;
+  for (const auto& p : t.processes) {
+    auto [it, fresh] = hosts.emplace(p.host, std::make_pair(0, p.cpus));
+    it->second.first += p.ranks;
+    if (p.cpus > 0 && (it->second.second <= 0 || p.cpus < it->second.second))
+      it->second.second = p.cpus;
+  }
+  sharing s;
+  s.hosts = static_cast<int>(hosts.size());
+  for (const auto& [host, ranks_cpus] : hosts)
+    if (const auto [ranks, cpus] = ranks_cpus; cpus > 0)
+      s.ranks_per_cpu = std::max(s.ranks_per_cpu, double(ranks) / cpus);
+  return s;
 }
 
 bool data_plane::cpu_per_rank() const {

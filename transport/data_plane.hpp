@@ -123,6 +123,15 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   bool shares_memory(int r) const;
   /// World ranks on this host: this process's and those of its host peers.
   int ranks_on_host() const;
+  /// How the job's ranks share their hosts' CPUs, from what every rank
+  /// wrote as it joined (every rank finds the same): the hosts, and the
+  /// ranks each CPU of the busiest host runs (1: a CPU for each rank).
+  struct sharing {
+    int hosts = 1;
+    double ranks_per_cpu = 1;
+  };
+  const sharing& job_sharing() const noexcept { return job_sharing_; }
+  static sharing sharing_of(const rank_places& t);
   /// Whether this host has a CPU for each of its ranks (host_cpus(): those
   /// its launcher may use).
   bool cpu_per_rank() const;
@@ -314,6 +323,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::shared_ptr<void> places_slot_;          // where the ranks of this process find it
   int remote_count_ = 0;
   int host_ranks_ = 0;  // ranks on this host, this one included
+  sharing job_sharing_;
   std::string link_costs_;
   int listen_fd_ = -1;
   std::uint16_t port_ = 0;

@@ -19,6 +19,7 @@ struct rank_places {
     int pid = 0;
     std::string route;  ///< how its ranks run collectives (TROUPE_ENGINE)
     int ranks = 0;      ///< world ranks it runs
+    int cpus = 0;       ///< the CPUs its launcher may use (host_cpus(); 0: not said)
   };
   std::vector<process> processes;        ///< each once, in the order of their first rank
   std::vector<std::int32_t> process_of;  ///< by world rank: its index in `processes`
@@ -31,7 +32,7 @@ struct rank_places {
   int size() const noexcept { return static_cast<int>(process_of.size()); }
 };
 
-/// The table of `entries` ("identity host pid route", by world rank) as seen
+/// The table of `entries` ("identity host pid route cpus", by world rank) as seen
 /// from the process `this_identity`; throws errc::backend naming a
 /// malformed entry.
 rank_places read_rank_places(const std::vector<bytes>& entries, const std::string& this_identity);
