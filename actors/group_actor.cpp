@@ -75,6 +75,8 @@ struct group_state {
   std::uint64_t next_recv = 0;
   std::optional<std::pair<errc, std::string>> aborted;
   std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
+  std::string crashed;                         // members found crashed, not yet named
+  std::optional<clock::time_point> crash_due;  // when they are (crash_grace)
   gone_peers gone;                             // members that left, and how
   bool ranks_sorted = false;  // info.global_ranks ascending: a binary search finds a world rank
   std::vector<std::function<void()>> before_peers;  // see until_peers
@@ -114,11 +116,18 @@ void schedule_tick(self_ptr self, clock::time_point deadline) {
   self->delayed_send(self, std::max(delay, std::chrono::microseconds{0}), timeout_atom::value);
 }
 
-/// Fails every call past its deadline, then schedules the next check.
+void fail_everything(self_ptr self, errc code, const std::string& reason);
+
+/// Names the members found crashed once crash_grace passed (failing every
+/// call), fails every call past its deadline, then schedules the next check.
 void on_tick(self_ptr self) {
   auto& st = self->state;
   const auto now = clock::now();
   if (st.next_tick && *st.next_tick <= now) st.next_tick.reset();
+  if (st.crash_due && *st.crash_due <= now && !st.aborted) {
+    fail_everything(self, errc::peer_failure, st.crashed);
+    return;
+  }
   std::vector<std::uint64_t> expired;
   for (auto& [seq, op] : st.ops)
     if (op.deadline <= now) expired.push_back(seq);
@@ -162,6 +171,7 @@ void on_tick(self_ptr self) {
   std::optional<clock::time_point> next;
   for (auto& kv : st.ops) next = next ? std::min(*next, kv.second.deadline) : kv.second.deadline;
   for (auto& kv : st.recvs) next = next ? std::min(*next, kv.second.deadline) : kv.second.deadline;
+  if (st.crash_due) next = next ? std::min(*next, *st.crash_due) : *st.crash_due;
   if (next) schedule_tick(self, *next);
 }
 
@@ -370,10 +380,20 @@ void on_gone(self_ptr self, int world_rank, const std::string& why, bool crashed
   const int peer =
       group_rank_of(self->state.info.global_ranks, self->state.ranks_sorted, world_rank);
   if (peer < 0) return;
-  if (crashed)
-    fail_everything(self, errc::peer_failure, left_text(self->state, peer, why));
-  else
+  auto& st = self->state;
+  if (crashed) {
+    if (st.aborted) return;  // every call failed already
+    st.crashed += (st.crashed.empty() ? "" : "; ") + left_text(st, peer, why);
+    if (in_simulation()) {  // the conductor's schedule, not wall time
+      fail_everything(self, errc::peer_failure, st.crashed);
+      return;
+    }
+    // Named with the members that died with it (crash_grace), by on_tick.
+    if (!st.crash_due) st.crash_due = clock::now() + crash_grace;
+    schedule_tick(self, *st.crash_due);
+  } else {
     peer_left(self, peer, why);
+  }
 }
 
 /// Whether `handle` must wait for the peers (the peers_atom message that

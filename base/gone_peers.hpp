@@ -6,11 +6,18 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace troupe::detail {
+
+/// How long calls wait on after a member was first found crashed before they
+/// fail, naming every member found crashed by then: a rank that failed
+/// because another died may end (without a goodbye) before this rank's
+/// reader saw the first death, which must not go unnamed.
+inline constexpr std::chrono::milliseconds crash_grace{50};
 
 class gone_peers {
  public:

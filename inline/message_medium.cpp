@@ -3,6 +3,7 @@
 #include "algorithms/cost_model.hpp"
 #include "base/call.hpp"
 #include "base/futex.hpp"
+#include "base/gone_peers.hpp"
 #include "base/process_directory.hpp"
 #include "base/texts.hpp"
 #include "transport/data_plane.hpp"

@@ -107,13 +107,10 @@ class message_medium final : public medium, public std::enable_shared_from_this<
       return {};
     return crashed_members();
   }
-  /// Whether crash_grace passed since a look first found a member crashed
-  /// (crashed() not empty): until then operations wait on. A rank that
-  /// failed because another died may end (without a goodbye) before this
-  /// rank's reader saw the first death, which must not go unnamed: every
-  /// member found crashed by then is named.
+  /// Whether crash_grace (base/gone_peers.hpp) passed since a look first
+  /// found a member crashed (crashed() not empty): until then operations
+  /// wait on; then every member found crashed is named.
   bool crash_settled(std::chrono::steady_clock::time_point now);
-  static constexpr std::chrono::milliseconds crash_grace{50};
   std::string lost(std::uint64_t op, int blocker,
                    std::chrono::steady_clock::time_point now) override;
   /// Why group rank r left, as its goodbye told the data plane ("it left
