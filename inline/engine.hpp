@@ -36,7 +36,10 @@
 // Failures: every operation has a deadline; the medium tells when a rank that
 // has not finished the operation is lost (it destroyed the group, or its
 // process died), so a rank that finished and left does not fail the slower
-// ones. After a timeout, a lost peer or ranks calling different collectives,
+// ones: what a lost rank sent before it left still counts (the operation
+// tries again, and again while each try moves on to another lost rank), and
+// a death is named once crash_grace passed (with the members that died with
+// it). After a timeout, a lost peer or ranks calling different collectives,
 // the protocol state is unknown, so the inline engine stops: later operations fail
 // at once, naming the first failure.
 

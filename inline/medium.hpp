@@ -41,7 +41,9 @@ class medium {
                      bool reads) = 0;
   /// Why operation `op`, blocked waiting for group rank `blocker` (-1:
   /// unknown), can never finish because a rank it needs is gone (empty: it
-  /// still can). `now`: the caller's clock reading (no second read per turn).
+  /// still can; a member found crashed: empty until crash_grace passed since
+  /// the first look found it). `now`: the caller's clock reading (no second
+  /// read per turn).
   virtual std::string lost(std::uint64_t op, int blocker,
                            std::chrono::steady_clock::time_point now) = 0;
   /// Records which collective this rank issued as sequence number `seq`.
