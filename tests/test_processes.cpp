@@ -73,7 +73,7 @@ std::vector<int> run_processes(int processes, int ranks, const char* transport, 
     }
     pids.push_back(pid);
   }
-  while_running(path);
+  while_running(path, pids);
   auto codes = troupe::test::wait_for_children(pids);
   ::unlink(path.c_str());
   return codes;
@@ -81,7 +81,8 @@ std::vector<int> run_processes(int processes, int ranks, const char* transport, 
 
 template <class F>
 std::vector<int> run_processes(int processes, int ranks, const char* transport, F body) {
-  return run_processes(processes, ranks, transport, body, [](const std::string&) {});
+  return run_processes(processes, ranks, transport, body,
+                       [](const std::string&, const std::vector<pid_t>&) {});
 }
 
 /// A few collectives with checked results; false on any mismatch.
@@ -752,6 +753,74 @@ TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming 
   }
 }
 
+namespace {
+
+/// The state letter of process `pid` (/proc/PID/stat: R, S, T, Z...), or 0.
+char process_state(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return 0;
+  char line[512] = {};
+  const bool read = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  const char* close = read ? std::strrchr(line, ')') : nullptr;
+  return close && close[1] == ' ' ? close[2] : 0;
+}
+
+/// Waits up to 10 s for process `pid` to be in state `state`.
+bool reaches(pid_t pid, char state) {
+  for (int i = 0; i < 2000 && process_state(pid) != state; ++i) std::this_thread::sleep_for(5ms);
+  return process_state(pid) == state;
+}
+
+}  // namespace
+
+TEST_CASE("the rank that died first is named where a survivor it failed ended too") {
+  // Rank 0 is stopped; rank 2 is killed; rank 1 fails because of it and
+  // ends without a goodbye; then rank 0 goes on and finds both ends at once,
+  // in either order. It must name rank 2 (it named rank 1 alone about half
+  // the time before deaths were named after crash_grace).
+  for (const char* transport : {"auto", "tcp"}) {
+    CAPTURE(std::string(transport));
+    bool orchestrated = false;
+    auto codes = run_processes(
+        3, 3, transport,
+        [](world& w) {
+          auto& pg = w.default_group();
+          pg.barrier().wait();
+          w.get_store()->set("ready/" + std::to_string(w.rank()), "1");
+          if (w.rank() == 2)
+            for (;;) ::pause();  // until it is killed
+          auto t = tensor::from_vector<float>({1.f});
+          try {
+            pg.allreduce(t).wait();
+          } catch (const error& e) {
+            const std::string what = e.what();
+            const bool named = e.code() == errc::peer_failure && what.find("world rank 2") != npos;
+            if (!named)
+              std::fprintf(stderr, "rank %d: unexpected failure: %s\n", w.rank(), e.what());
+            std::fflush(stderr);
+            ::_exit(named ? 0 : 1);  // no goodbye: as a crash
+          }
+          return false;
+        },
+        [&](const std::string& path, const std::vector<pid_t>& pids) {
+          file_store s{path, 20s};
+          s.wait({"ready/0", "ready/1", "ready/2"});
+          std::this_thread::sleep_for(50ms);  // ranks 0 and 1 wait in their allreduce
+          ::kill(pids[0], SIGSTOP);
+          const bool stopped = reaches(pids[0], 'T');
+          ::kill(pids[2], SIGKILL);
+          const bool rank_1_ended = reaches(pids[1], 'Z');
+          ::kill(pids[0], SIGCONT);
+          orchestrated = stopped && rank_1_ended;
+        });
+    CHECK(orchestrated);
+    CHECK(codes[0] == 0);
+    CHECK(codes[1] == 0);
+    CHECK(codes[2] == 128 + SIGKILL);
+  }
+}
+
 TEST_CASE("over TCP, a large allreduce to a peer that takes nothing fails by its timeout") {
   // Rank 1 stops (SIGSTOP) without dying: its socket fills up and rank 0's
   // sends can never finish. They give up at the operation's deadline.
@@ -897,7 +966,7 @@ TEST_CASE(
         w.get_store()->wait({"attack_done"}, 20s);  // let the attacker try first
         return collectives(w);
       },
-      [&](const std::string& path) {
+      [&](const std::string& path, const std::vector<pid_t>&) {
         file_store s{path, 20s};
         auto job = s.get_string("troupe/job/0");
         auto addr = s.get_string("troupe/" + job + "/addr/1");
