@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,18 @@ inline std::vector<int> wait_for_children(const std::vector<pid_t>& pids) {
     codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   return codes;
+}
+
+/// The state letter of process `pid` (/proc/PID/stat: R, S, T for stopped,
+/// Z for ended and not yet waited for...), or 0 when it cannot be read.
+inline char process_state(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return 0;
+  char line[512] = {};
+  const bool read = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  const char* close = read ? std::strrchr(line, ')') : nullptr;
+  return close && close[1] == ' ' ? close[2] : 0;
 }
 
 /// "0 0 1 0": each child's code, for a failed check's message.

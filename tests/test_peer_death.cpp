@@ -383,13 +383,7 @@ struct split_board {
 
 /// Whether process `pid` is stopped (state T in /proc/PID/stat).
 bool is_stopped(int pid) {
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return false;
-  char line[512] = {};
-  const bool read = std::fgets(line, sizeof(line), f) != nullptr;
-  std::fclose(f);
-  const char* close = read ? std::strrchr(line, ')') : nullptr;
-  return close && close[1] == ' ' && close[2] == 'T';
+  return test::process_state(pid) == 'T';
 }
 
 }  // namespace

@@ -755,21 +755,11 @@ TEST_CASE("a rank killed with SIGKILL fails its peers' calls within 2 s, naming 
 
 namespace {
 
-/// The state letter of process `pid` (/proc/PID/stat: R, S, T, Z...), or 0.
-char process_state(pid_t pid) {
-  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return 0;
-  char line[512] = {};
-  const bool read = std::fgets(line, sizeof(line), f) != nullptr;
-  std::fclose(f);
-  const char* close = read ? std::strrchr(line, ')') : nullptr;
-  return close && close[1] == ' ' ? close[2] : 0;
-}
-
 /// Waits up to 10 s for process `pid` to be in state `state`.
 bool reaches(pid_t pid, char state) {
-  for (int i = 0; i < 2000 && process_state(pid) != state; ++i) std::this_thread::sleep_for(5ms);
-  return process_state(pid) == state;
+  for (int i = 0; i < 2000 && test::process_state(pid) != state; ++i)
+    std::this_thread::sleep_for(5ms);
+  return test::process_state(pid) == state;
 }
 
 }  // namespace
