@@ -141,11 +141,10 @@ std::shared_ptr<const cost_model> cost_model::of_measured(const std::string& tex
   return text.empty() ? nullptr : std::make_shared<const cost_model>(parse(text));
 }
 
-std::string cost_model::with_sharing(const std::string& text, double found) {
-  if (!(found > 1) || parse(text).ranks_per_cpu_given) return text;
-  char item[64];
-  std::snprintf(item, sizeof(item), "ranks_per_cpu=%.6g", std::min(found, 1e6));
-  return text.empty() ? item : text + "," + item;
+cost_model cost_model::with_sharing(double found) const {
+  cost_model m = *this;
+  if (found > 1 && !ranks_per_cpu_given) m.ranks_per_cpu = std::min(found, 1e6);
+  return m;
 }
 
 std::string cost_model::to_text() const {

@@ -96,11 +96,11 @@ struct cost_model {
   /// Parses TROUPE_LINK_COSTS's syntax over `base` (the defaults).
   static cost_model parse(const std::string& text, const cost_model& base);
   static cost_model parse(const std::string& text) { return parse(text, cost_model{}); }
-  /// `text` (TROUPE_LINK_COSTS's syntax) with ranks_per_cpu=`found` added
-  /// where it names none and `found` > 1: the ranks of a job across hosts
-  /// find how many share each CPU of the busiest host (data_plane::
-  /// job_sharing), so that its groups price the waits for the CPUs.
-  static std::string with_sharing(const std::string& text, double found);
+  /// This model with ranks_per_cpu = `found` where the setting named none
+  /// and `found` > 1: the ranks of a job across hosts find how many share
+  /// each CPU of the busiest host (data_plane::job_sharing), so that its
+  /// groups price the waits for the CPUs.
+  cost_model with_sharing(double found) const;
   /// This model in TROUPE_LINK_COSTS's syntax (parse() reads it back).
   std::string to_text() const;
   /// The model a world measured (`text` as to_text() wrote it), shared by a

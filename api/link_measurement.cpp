@@ -179,8 +179,8 @@ std::string measure_link_costs(process_group& pg, const data_plane& plane, store
   longest_at_rank0(pg, waits, everyone_else);
   const double barrier =
       median(std::vector<double>(waits.data_as<double>(), waits.data_as<double>() + barriers));
-  const auto given = cost_model::with_sharing(setting(), plane.job_sharing().ranks_per_cpu);
-  const auto configured = cost_model::parse(given);
+  const auto given = setting();
+  const auto configured = cost_model::parse(given).with_sharing(plane.job_sharing().ranks_per_cpu);
   if (timer) {
     auto fitted = fit_link(configured, sample);
     fitted.shared_wait = fit_shared_wait(fitted, *group_topology::of_hosts(hosts.host_of), barrier);

@@ -273,13 +273,11 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   // Across hosts whose ranks outnumber their CPUs the groups price the
   // waits for them (cost_model::ranks_per_cpu), as every rank found the
   // same; a setting that names ranks_per_cpu, or a measurement, decides.
-  if (const auto& share = plane->job_sharing();
-      share.hosts > 1 && share.ranks_per_cpu > 1 && plane->link_costs().empty()) {
-    auto m = detail::cost_model::of_process();
-    if (!m.ranks_per_cpu_given) {
-      m.ranks_per_cpu = share.ranks_per_cpu;
+  if (const auto& share = plane->job_sharing(); share.hosts > 1 && plane->link_costs().empty()) {
+    const auto& process = detail::cost_model::of_process();
+    if (const auto m = process.with_sharing(share.ranks_per_cpu);
+        m.ranks_per_cpu != process.ranks_per_cpu)
       plane->set_link_costs(m.to_text());
-    }
   }
   impl_->default_group = impl_->make_group("default", all, o.timeout, o.backend, "default group");
 }
