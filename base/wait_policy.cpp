@@ -97,10 +97,7 @@ long host_cpus() {
 
 wait_policy wait_policy::from_env() {
   wait_policy p;
-  if (on_cpu_of_its_own()) {
-    p.spin = own_cpu_spin;
-    p.poll = own_cpu_poll;
-  }
+  if (on_cpu_of_its_own()) p.spin = own_cpu_spin;
   p.spin = microseconds_from_env("TROUPE_SPIN_US", p.spin);
   const char* spin = std::getenv("TROUPE_SPIN_US");
   p.spin_chosen = spin && *spin;

@@ -11,10 +11,18 @@
 // A rank on a CPU of its own (bound to one CPU, as troupe-run and mpirun
 // --bind-to core bind them when the host has a CPU for every rank) spins
 // 20 µs before it yields (nothing of the job waits for that CPU, and a
-// yield is a system call that delays noticing the peer), and polls for
-// 1 ms before it sleeps. "A CPU for every
+// yield is a system call that delays noticing the peer). "A CPU for every
 // rank" counts the CPUs the launcher may use (host_cpus()), not the
 // machine's: ranks confined together to fewer CPUs share them.
+//
+// Every rank polls (yielding) for 1 ms before it sleeps. On a CPU of its
+// own a sleeping waiter hands its sockets to the data plane's reader
+// threads, whose wake-ups on the rank's CPU lengthen the next wait; on a
+// CPU its ranks share, a sleeping waiter's wake-up waits for that CPU,
+// while a yielding one runs as soon as the CPU's rank yields it (4 hosts of
+// 2 ranks on 2 CPUs, 4 B allreduce: 640-830 us a call after 50 us of
+// polling, 370-590 after 1 ms; barrier 500-570 -> 330-430; one host's 4 or
+// 7 ranks on 2 CPUs alike within the noise).
 //
 // A device actor (actors/device_actor.cpp) watches a job's CUDA event for up to
 // `gpu_watch` (1 ms) before it asks CUDA for a host callback, and after each
@@ -33,11 +41,6 @@ namespace troupe::detail {
 
 /// The spinning window of a rank on a CPU of its own.
 inline constexpr std::chrono::nanoseconds own_cpu_spin{20'000};
-/// Its polling window: a waiter that sleeps hands its sockets to the data
-/// plane's reader threads, whose wake-ups on the rank's CPU lengthen the
-/// next wait (two hosts' ranks exchanging 1 MiB: about 800 us a call in
-/// that regime, 350 while the waiter reads); the CPU waits for nothing else.
-inline constexpr std::chrono::nanoseconds own_cpu_poll{1'000'000};
 
 /// How many CPUs the ranks of this host share: those its launcher may run
 /// on (the affinity of this process's parent: troupe-run, mpirun's daemon,
@@ -49,8 +52,11 @@ long host_cpus();
 long count_cpu_list(const char* list);
 
 struct wait_policy {
-  std::chrono::nanoseconds spin{1'000};   ///< pure spinning
-  std::chrono::nanoseconds poll{50'000};  ///< spinning + yielding, then sleep
+  std::chrono::nanoseconds spin{1'000};  ///< pure spinning
+  /// Spinning + yielding, then sleep (two hosts' ranks with a CPU each
+  /// exchanging 1 MiB: about 800 us a call where waiters slept after 50 us,
+  /// 350 while they read their sockets).
+  std::chrono::nanoseconds poll{1'000'000};
   /// How long a device actor watches a job's event (yielding) before it asks
   /// CUDA to call back on the host.
   std::chrono::nanoseconds gpu_watch{1'000'000};
