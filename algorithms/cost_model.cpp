@@ -77,11 +77,13 @@ cost_model cost_model::on_shared_cpus() const {
   const double wait = std::pow(ranks_per_cpu, shared_wait);
   // The wait for the CPU is the receiving rank's, whichever link brought
   // the message: a round across hosts takes `wait` times as long, and a
-  // hop within a host waits as long for its rank's CPU. A message's work
-  // (overhead) is the same work: its rank, once it runs, does it at once.
+  // hop within a host waits as long for its rank's CPU.
   const double for_the_cpu = (wait - 1) * host.latency;
-  for (link_cost* l : {&m.host, &m.local}) l->latency += for_the_cpu;
-  m.cpu_turn = host.latency;  // another rank's handling of its message
+  for (link_cost* l : {&m.host, &m.local}) {
+    l->latency += for_the_cpu;
+    l->overhead *= wait;
+  }
+  m.cpu_turn = for_the_cpu;
   m.latencies_shared = true;
   return m;
 }

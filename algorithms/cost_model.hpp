@@ -63,7 +63,7 @@ struct cost_model {
   /// its ranks found: with_sharing).
   bool ranks_per_cpu_given = false;
   /// How much longer ranks that share CPUs wait: ranks_per_cpu^shared_wait
-  /// times each latency (measured on the machines
+  /// times each latency and message overhead (measured on the machines
   /// troupe is developed on, 2.3: see above; bench/hosts_bench.sh
   /// --calibrate measures it from a barrier of the benchmark's own layout).
   double shared_wait = 2.3;
@@ -75,15 +75,10 @@ struct cost_model {
   /// on_shared_cpus() made this model (its latencies already shared).
   bool latencies_shared = false;
   /// How long a rank waits for its turn on a CPU that another rank of the
-  /// step holds: that rank's handling of its message, a host latency (at
-  /// one rank per CPU; on_shared_cpus() sets it, 0 where ranks have a CPU
-  /// each). A step whose receiving ranks outnumber their host's CPUs takes
-  /// one such turn more per rank a CPU serves in turn (cost_steps.hpp); the
-  /// wait for the CPU itself (w above) every message pays alike. Measured
-  /// across emulated hosts, a step in which every rank receives against
-  /// one in which a rank of each host does: 2 x 2 at 2 ranks per CPU
-  /// 27-33 us against 17-23 (a latency 9.2), 4 x 2 at 4 ranks per CPU
-  /// 133-212 against 92-153 — a turn is about a latency, not a wait.
+  /// step holds ((k^shared_wait - 1) host latencies; on_shared_cpus() sets
+  /// it, 0 where ranks have a CPU each): a step whose receiving ranks
+  /// outnumber their host's CPUs takes one such turn more per rank a CPU
+  /// serves in turn (cost_steps.hpp).
   double cpu_turn = 0;
   /// TROUPE_LINK_COSTS said `measure`: a world across hosts measures the
   /// link between them at start and its groups choose by that.
@@ -91,11 +86,9 @@ struct cost_model {
   /// This model's latencies as ranks sharing CPUs see them (ranks_per_cpu
   /// = k > 1, w = k^shared_wait): a message between hosts takes w times as
   /// long, one within a host waits as long for its rank's CPU ((w - 1)
-  /// host latencies more), each further message's work (overhead) stays
-  /// what it is (the rank, once it runs, does it at once: measured, 4 x 2
-  /// at 4 ranks per CPU, a direct allreduce of 4 B took 530-660 us, which
-  /// the work priced w times over put at 1,000), and cpu_turn is set;
-  /// itself at k = 1 or once applied. Every prediction applies it.
+  /// host latencies more: cpu_turn), each further message's work takes w
+  /// times as long; itself at k = 1 or once applied. Every prediction
+  /// applies it.
   cost_model on_shared_cpus() const;
   /// The process's model: the defaults, or TROUPE_LINK_COSTS (read once;
   /// a malformed value throws errc::invalid_argument naming it).
