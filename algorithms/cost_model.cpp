@@ -25,11 +25,14 @@ namespace {
 }
 
 /// "50us" -> 5e-5; "1.25GB/s" -> 1.25e9; "10Gbit/s" -> 1.25e9.
-double quantity(const std::string& text, const std::string& v, bool rate) {
+/// `zero`: 0 is a value (a wait), else only positive ones.
+double quantity(const std::string& text, const std::string& v, bool rate, bool zero = false) {
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
   const std::string unit = end;
-  if (end == v.c_str() || !(x > 0)) bad(text, "'" + v + "' is not a positive number with a unit");
+  if (end == v.c_str() || !(x > 0 || (zero && x == 0)))
+    bad(text,
+        "'" + v + "' is not a " + (zero ? "non-negative" : "positive") + " number with a unit");
   struct u {
     const char* name;
     double factor;
@@ -78,12 +81,13 @@ cost_model cost_model::on_shared_cpus() const {
   // The wait for the CPU is the receiving rank's, whichever link brought
   // the message: a round across hosts takes `wait` times as long, and a
   // hop within a host waits as long for its rank's CPU.
-  const double for_the_cpu = (wait - 1) * host.latency;
+  const double turn = (wait - 1) * host.latency;
+  const double for_the_cpu = hop_wait >= 0 ? hop_wait : turn;
   for (link_cost* l : {&m.host, &m.local}) {
     l->latency += for_the_cpu;
-    l->overhead *= wait;
+    l->overhead *= ranks_per_cpu;
   }
-  m.cpu_turn = for_the_cpu;
+  m.cpu_turn = turn;
   m.latencies_shared = true;
   return m;
 }
@@ -117,14 +121,18 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       continue;
     }
     if (number("shared_wait", 0, 10, "0 to 10", m.shared_wait)) continue;
+    if (eq != std::string::npos && item.compare(0, eq, "hop_wait") == 0) {
+      m.hop_wait = quantity(text, item.substr(eq + 1), false, true);
+      continue;
+    }
     if (eq != std::string::npos && item.compare(0, eq, "cpu") == 0) {
       m.cpu_rate = quantity(text, item.substr(eq + 1), true);
       continue;
     }
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
       bad(text, "'" + item +
-                    "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, ranks_per_cpu=K, shared_wait=E or "
-                    "measure");
+                    "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, ranks_per_cpu=K, shared_wait=E, "
+                    "hop_wait=TIME or measure");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");
@@ -154,7 +162,12 @@ std::string cost_model::to_text() const {
                 "shared_wait=%.6g",
                 host.latency * 1e6, host.bandwidth, local.latency * 1e6, local.bandwidth, cpu_rate,
                 ranks_per_cpu, shared_wait);
-  return text;
+  std::string out = text;
+  if (hop_wait >= 0) {
+    std::snprintf(text, sizeof(text), ",hop_wait=%.6gus", hop_wait * 1e6);
+    out += text;
+  }
+  return out;
 }
 
 const char* to_string(algorithm_kind k) noexcept {

@@ -29,8 +29,15 @@
 // better, their hops within a host waiting as long for the CPU as those
 // between hosts. How long the wait is depends on the machine's scheduler
 // and CPUs (an Intel Xeon's barriers fit k^1.0-1.2 at k = 2, k^1.8 at 4),
-// hence shared_wait. The ranks working in a step share
-// their host's CPUs for the bytes they move (cost_steps.hpp, cpu_share).
+// hence shared_wait. Where the ranks that wait poll the CPU the receiver
+// needs, a hop waits even where it alone receives: measured on 2 emulated
+// hosts x 2 ranks sharing a CPU each, a small allreduce through the hosts'
+// leaders (3 hops) took 55 us and the barrier (2 rounds) 60; on 4 x 2
+// sharing 2 CPUs, 371 us (4 hops) and 368 (3 rounds), while the direct
+// allreduce's 12 messages per host took 484: hence hop_wait, each hop's
+// wait, and a message's work k times as long where k ranks share its CPU.
+// The ranks working in a step share their host's CPUs for the bytes they
+// move (cost_steps.hpp, cpu_share).
 
 #include <cstdint>
 #include <memory>
@@ -63,10 +70,18 @@ struct cost_model {
   /// its ranks found: with_sharing).
   bool ranks_per_cpu_given = false;
   /// How much longer ranks that share CPUs wait: ranks_per_cpu^shared_wait
-  /// times each latency and message overhead (measured on the machines
-  /// troupe is developed on, 2.3: see above; bench/hosts_bench.sh
-  /// --calibrate measures it from a barrier of the benchmark's own layout).
+  /// times each latency (measured on the machines troupe is developed on,
+  /// 2.3: see above; bench/hosts_bench.sh --calibrate measures it from a
+  /// barrier of the benchmark's own layout).
   double shared_wait = 2.3;
+  /// What each message's receiver waits for its CPU where ranks share CPUs
+  /// (ranks_per_cpu > 1), on top of its link's latency, however few of the
+  /// step's ranks receive: the others poll their CPU meanwhile. Negative
+  /// (the default): (ranks_per_cpu^shared_wait - 1) host latencies.
+  /// bench/hosts_bench.sh --calibrate measures it from a small allreduce
+  /// through the hosts' leaders (one receiver per host in each step),
+  /// shared_wait then from the barrier (every rank receiving).
+  double hop_wait = -1;
   /// Bytes per second a rank's CPU sends or receives between hosts (TCP's
   /// copies and protocol; what bounds an unshaped link: measured at one
   /// rank per CPU over veth, a 16 MiB broadcast 3.3 GB/s, an exchange
@@ -84,11 +99,12 @@ struct cost_model {
   /// link between them at start and its groups choose by that.
   bool measure = false;
   /// This model's latencies as ranks sharing CPUs see them (ranks_per_cpu
-  /// = k > 1, w = k^shared_wait): a message between hosts takes w times as
-  /// long, one within a host waits as long for its rank's CPU ((w - 1)
-  /// host latencies more: cpu_turn), each further message's work takes w
-  /// times as long; itself at k = 1 or once applied. Every prediction
-  /// applies it.
+  /// = k > 1, w = k^shared_wait): a message, between hosts or within one,
+  /// waits hop_wait for its receiver's CPU (unset: (w - 1) host latencies,
+  /// so that one between hosts takes w times as long), a further receiver
+  /// of a step its turn (cpu_turn), each further message's work k times as
+  /// long (its CPU runs k ranks); itself at k = 1 or once applied. Every
+  /// prediction applies it.
   cost_model on_shared_cpus() const;
   /// The process's model: the defaults, or TROUPE_LINK_COSTS (read once;
   /// a malformed value throws errc::invalid_argument naming it).

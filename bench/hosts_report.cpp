@@ -32,6 +32,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <optional>
@@ -91,6 +92,27 @@ double bound_us(const std::string& op, std::size_t bytes, const topology& t) {
   if (t.bits_per_s <= 0 || b <= 0) return NAN;
   return b * 8 / t.bits_per_s * 1e6;
 }
+
+/// TROUPE_ALGORITHMS set to `forced` while it lives (the predictions
+/// price what the calibration forced), as it was after.
+class forced_algorithm {
+ public:
+  explicit forced_algorithm(const char* forced) {
+    if (const char* v = std::getenv("TROUPE_ALGORITHMS")) before_ = v;
+    setenv("TROUPE_ALGORITHMS", forced, 1);
+  }
+  ~forced_algorithm() {
+    if (before_)
+      setenv("TROUPE_ALGORITHMS", before_->c_str(), 1);
+    else
+      unsetenv("TROUPE_ALGORITHMS");
+  }
+  forced_algorithm(const forced_algorithm&) = delete;
+  forced_algorithm& operator=(const forced_algorithm&) = delete;
+
+ private:
+  std::optional<std::string> before_;
+};
 
 std::string fmt(const char* f, double v) {
   if (std::isnan(v)) return "-";
@@ -233,10 +255,13 @@ void print_model(const topology& t) {
 /// between hosts, a 4-byte ping-pong's one-way time between two hosts of a
 /// rank each; the TCP bytes a rank's CPU moves per second, the rate at
 /// which the model's time for a 16 MiB allreduce of those two ranks is the
-/// one measured; where the layout's ranks share CPUs, shared_wait, the
-/// exponent at which the model's time for a barrier of the whole layout is
-/// the one measured. Each term from a different call than the tables
-/// compare the model with. Throws where a measurement is missing.
+/// one measured; where the layout's ranks share CPUs, hop_wait and
+/// shared_wait, at which the model's times for a 4-byte allreduce through
+/// the hosts' leaders and a barrier, both of the whole layout, are the ones
+/// measured. Each term from a different call than the tables compare the
+/// model with, but for the small allreduce, which the model runs through
+/// the leaders where they share CPUs as well. Throws where a measurement
+/// is missing.
 std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) {
   auto measured = [&](const char* op, int ranks, std::size_t bytes) {
     for (const auto& r : cal)
@@ -258,15 +283,30 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
       exchange, 1e7, 1e12, true);
   std::string costs = latency + payload_rate(t) + ",cpu=" + fmt("%.0f", cpu) + "B/s";
   if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
+    // Each hop's wait for the CPU from the small allreduce through the
+    // hosts' leaders (a receiver per host in each step), the exponent of a
+    // further receiver's turn then from the barrier (every rank receiving):
+    // for each hop_wait tried, the exponent that gives the barrier's time.
     const double barrier = measured("barrier", t.ranks(), 0) * 1e-6;
-    const double e = solve_for(
-        [&](double w) {
-          return troupe::testing::predict("barrier", 0, {t.hosts, t.per_host, t.cpus_per_host},
-                                          costs + ",shared_wait=" + fmt("%.4f", w))
-              .seconds;
+    const double leaders = measured("allreduce", t.ranks(), 4) * 1e-6;
+    const troupe::testing::host_layout layout{t.hosts, t.per_host, t.cpus_per_host};
+    auto with = [&](double hop, double e) {
+      return costs + ",hop_wait=" + fmt("%.4f", hop * 1e6) + "us,shared_wait=" + fmt("%.4f", e);
+    };
+    auto exponent = [&](double hop) {
+      return solve_for(
+          [&](double e) {
+            return troupe::testing::predict("barrier", 0, layout, with(hop, e)).seconds;
+          },
+          barrier, 0, 6, false);
+    };
+    const forced_algorithm through_leaders("allreduce=hier_leaders");
+    const double hop = solve_for(
+        [&](double h) {
+          return troupe::testing::predict("allreduce", 4, layout, with(h, exponent(h))).seconds;
         },
-        barrier, 0, 6, false);
-    costs += ",shared_wait=" + fmt("%.2f", e);
+        leaders, 0, 0.01, false);
+    costs += ",hop_wait=" + fmt("%.2f", hop * 1e6) + "us,shared_wait=" + fmt("%.2f", exponent(hop));
   }
   return costs;
 }

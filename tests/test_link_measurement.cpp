@@ -16,6 +16,7 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_fit.hpp"
 #include "algorithms/cost_steps.hpp"
+#include "approx.hpp"
 #include "check_error.hpp"
 #include "forked_ranks.hpp"
 #include "troupe/troupe.hpp"
@@ -61,27 +62,27 @@ TEST_CASE("the link's terms come back from the times they give") {
     truth.host = {40e-6, 125e6, truth.host.overhead};
     truth.cpu_rate = 2.3e9;
     const auto m = fit_link(base, sample_of(truth, 2, 2));
-    CHECK(m.host.latency == doctest::Approx(40e-6));
-    CHECK(m.host.bandwidth == doctest::Approx(125e6).epsilon(0.01));
-    CHECK(m.cpu_rate == doctest::Approx(base.cpu_rate));
+    CHECK(m.host.latency == test::relative(40e-6));
+    CHECK(m.host.bandwidth == test::relative(125e6).epsilon(0.01));
+    CHECK(m.cpu_rate == test::relative(base.cpu_rate));
   }
   SUBCASE("CPUs slower than the link: their rate; the link at least as given") {
     cost_model truth;
     truth.host = {25e-6, 1e10, truth.host.overhead};
     truth.cpu_rate = 2e9;
     const auto m = fit_link(base, sample_of(truth, 2, 2));
-    CHECK(m.cpu_rate == doctest::Approx(2e9).epsilon(0.01));
+    CHECK(m.cpu_rate == test::relative(2e9).epsilon(0.01));
     CHECK(m.host.bandwidth >= base.host.bandwidth);
     // The model then prices what it was fitted on as measured.
     const auto s = sample_of(truth, 2, 2);
-    CHECK(exchange_time(m, 2, 2, s.bytes) == doctest::Approx(s.all).epsilon(0.02));
+    CHECK(exchange_time(m, 2, 2, s.bytes) == test::relative(s.all).epsilon(0.02));
   }
   SUBCASE("one rank on each host: the time is the CPU's") {
     cost_model truth;
     truth.cpu_rate = 1.5e9;
     const auto m = fit_link(base, sample_of(truth, 1, 1));
-    CHECK(m.cpu_rate == doctest::Approx(1.5e9).epsilon(0.01));
-    CHECK(m.host.bandwidth == doctest::Approx(base.host.bandwidth));
+    CHECK(m.cpu_rate == test::relative(1.5e9).epsilon(0.01));
+    CHECK(m.host.bandwidth == test::relative(base.host.bandwidth));
   }
   SUBCASE("ranks that share CPUs: the barrier gives shared_wait") {
     cost_model m;
@@ -90,9 +91,9 @@ TEST_CASE("the link's terms come back from the times they give") {
     const auto t = group_topology::of_hosts({"a", "a", "b", "b"});
     const double barrier = predict_fixed(op_code::barrier, 0, *t, m).seconds;
     m.shared_wait = 2.3;
-    CHECK(fit_shared_wait(m, *t, barrier) == doctest::Approx(1.4).epsilon(0.01));
+    CHECK(fit_shared_wait(m, *t, barrier) == test::relative(1.4).epsilon(0.01));
     m.ranks_per_cpu = 1;  // a CPU each: nothing to fit
-    CHECK(fit_shared_wait(m, *t, barrier) == doctest::Approx(2.3));
+    CHECK(fit_shared_wait(m, *t, barrier) == test::relative(2.3));
   }
   SUBCASE("a time that is not positive is refused, naming it") {
     auto s = sample_of(cost_model{}, 2, 2);
@@ -107,12 +108,12 @@ TEST_CASE("TROUPE_LINK_COSTS: `measure`, and a model written back as the setting
   const auto m = cost_model::parse("measure,host=50us:1Gbit/s,cpu=3GB/s,shared_wait=1.1");
   CHECK(m.measure);
   const auto back = cost_model::parse(m.to_text());
-  CHECK(back.host.latency == doctest::Approx(50e-6));
-  CHECK(back.host.bandwidth == doctest::Approx(125e6));
-  CHECK(back.local.latency == doctest::Approx(m.local.latency));
-  CHECK(back.cpu_rate == doctest::Approx(3e9));
-  CHECK(back.shared_wait == doctest::Approx(1.1));
-  CHECK(back.ranks_per_cpu == doctest::Approx(1));
+  CHECK(back.host.latency == test::relative(50e-6));
+  CHECK(back.host.bandwidth == test::relative(125e6));
+  CHECK(back.local.latency == test::relative(m.local.latency));
+  CHECK(back.cpu_rate == test::relative(3e9));
+  CHECK(back.shared_wait == test::relative(1.1));
+  CHECK(back.ranks_per_cpu == test::relative(1));
   test::check_error([] { cost_model::parse("measured"); }, errc::invalid_argument,
                     {"TROUPE_LINK_COSTS", "'measured'", "measure"});
 }
@@ -200,7 +201,7 @@ TEST_CASE("a world across hosts measures its link at start; every rank chooses b
           const int r = w.rank();
           return plausible(r, m) &&
                  test::expect(r, m.ranks_per_cpu == 2, "ranks_per_cpu as given") &&
-                 test::expect(r, m.local.latency == doctest::Approx(4e-6), "local as given") &&
+                 test::expect(r, m.local.latency == test::relative(4e-6), "local as given") &&
                  test::expect(r, m.shared_wait >= 0 && m.shared_wait <= 6, "shared_wait") &&
                  allreduce_right(w, 70001);
         });
@@ -216,7 +217,7 @@ TEST_CASE("a world across hosts measures its link at start; every rank chooses b
     measured_world(
         {"a", "a"}, [](int) { return "measure,host=7us:"; },
         [](world& w, const cost_model& m) {
-          return test::expect(w.rank(), m.host.latency == doctest::Approx(7e-6),
+          return test::expect(w.rank(), m.host.latency == test::relative(7e-6),
                               "the given latency") &&
                  allreduce_right(w, 1000);
         });
@@ -237,7 +238,7 @@ TEST_CASE("a world across hosts whose ranks outnumber their CPUs prices the shar
   REQUIRE(::sched_setaffinity(0, sizeof(one), &one) == 0);
   const auto sharing = [](double k) {
     return [k](world& w, const cost_model& m) {
-      return test::expect(w.rank(), m.ranks_per_cpu == doctest::Approx(k),
+      return test::expect(w.rank(), m.ranks_per_cpu == test::relative(k),
                           "ranks_per_cpu " + std::to_string(m.ranks_per_cpu)) &&
              allreduce_right(w, 1000);
     };
@@ -246,7 +247,7 @@ TEST_CASE("a world across hosts whose ranks outnumber their CPUs prices the shar
     measured_world(
         {"a", "a", "b", "b"}, [](int) { return "host=7us:"; },
         [&](world& w, const cost_model& m) {
-          return sharing(2)(w, m) && test::expect(w.rank(), m.host.latency == doctest::Approx(7e-6),
+          return sharing(2)(w, m) && test::expect(w.rank(), m.host.latency == test::relative(7e-6),
                                                   "the given latency");
         });
   }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "approx.hpp"
 #include "check_error.hpp"
 #include "scoped_env.hpp"
 #include "troupe/simulation.hpp"
@@ -358,11 +359,11 @@ TEST_CASE("timed: an allreduce across hosts takes the cost model's time on every
   CHECK(calls[0].arrived == 8);
   CHECK(calls[0].algorithm == want.algorithm);
   CHECK(calls[0].start == 0);
-  CHECK(calls[0].seconds == doctest::Approx(want.seconds));
+  CHECK(calls[0].seconds == test::relative(want.seconds));
   REQUIRE(seen.size() == 8);
-  for (double s : seen) CHECK(s == doctest::Approx(want.seconds));
+  for (double s : seen) CHECK(s == test::relative(want.seconds));
   REQUIRE(ends.size() == 8);
-  for (double e : ends) CHECK(e == doctest::Approx(want.seconds));
+  for (double e : ends) CHECK(e == test::relative(want.seconds));
 }
 
 TEST_CASE("timed: the last rank's arrival starts a call; computing overlaps a pending one") {
@@ -378,24 +379,24 @@ TEST_CASE("timed: the last rank's arrival starts a call; computing overlaps a pe
         if (w.rank() == 2) testing::virtual_compute(0.01);  // the others wait for it
         auto s = tensor::zeros({1}, dtype::float32);
         g.allreduce(s).wait();
-        CHECK(testing::virtual_now() == doctest::Approx(0.01 + ar));
+        CHECK(testing::virtual_now() == test::relative(0.01 + ar));
         auto b = tensor::zeros({(1 << 20) / 4}, dtype::float32);
         auto pending = g.broadcast(b, {});
         testing::virtual_compute(1.0);  // longer than the broadcast: it ended meanwhile
         pending.wait();
-        CHECK(testing::virtual_now() == doctest::Approx(0.01 + ar + 1.0));
+        CHECK(testing::virtual_now() == test::relative(0.01 + ar + 1.0));
         auto c = g.broadcast(b, {});
         c.wait();  // nothing to overlap: its whole time
-        CHECK(testing::virtual_now() == doctest::Approx(0.01 + ar + 1.0 + bc));
+        CHECK(testing::virtual_now() == test::relative(0.01 + ar + 1.0 + bc));
       },
       timed(4, 1, &calls, &ends));
   REQUIRE(calls.size() == 3);
-  CHECK(calls[0].start == doctest::Approx(0.01));
+  CHECK(calls[0].start == test::relative(0.01));
   CHECK(calls[1].op == "broadcast");
-  CHECK(calls[1].start == doctest::Approx(0.01 + ar));
-  CHECK(calls[1].seconds == doctest::Approx(bc));
-  CHECK(calls[2].start == doctest::Approx(0.01 + ar + 1.0));
-  for (double e : ends) CHECK(e == doctest::Approx(0.01 + ar + 1.0 + bc));
+  CHECK(calls[1].start == test::relative(0.01 + ar));
+  CHECK(calls[1].seconds == test::relative(bc));
+  CHECK(calls[2].start == test::relative(0.01 + ar + 1.0));
+  for (double e : ends) CHECK(e == test::relative(0.01 + ar + 1.0 + bc));
 }
 
 TEST_CASE("timed: waiting for a coalesced batch or a when_all waits for each of its calls") {
@@ -412,13 +413,13 @@ TEST_CASE("timed: waiting for a coalesced batch or a when_all waits for each of 
         g.allreduce(a);
         g.allreduce(b);
         g.end_coalescing().wait();  // both started at 0: the larger ends last
-        CHECK(testing::virtual_now() == doctest::Approx(big));
+        CHECK(testing::virtual_now() == test::relative(big));
         auto x = g.allreduce(a);
         auto y = g.allreduce(a);
         work::when_all("both", "default", {x, y}).wait();
-        CHECK(testing::virtual_now() == doctest::Approx(big + small));
+        CHECK(testing::virtual_now() == test::relative(big + small));
         x.wait();  // waited for already: no time again
-        CHECK(testing::virtual_now() == doctest::Approx(big + small));
+        CHECK(testing::virtual_now() == test::relative(big + small));
       },
       timed(2, 2, nullptr));
 }
@@ -434,17 +435,17 @@ TEST_CASE("timed: a send arrives a link's latency + bytes / bandwidth after it l
         if (w.rank() == 0) {
           testing::virtual_compute(1e-3);
           g.send(t, 2, {}).wait();
-          CHECK(testing::virtual_now() == doctest::Approx(1e-3 + 50e-6 + 1e-3));
+          CHECK(testing::virtual_now() == test::relative(1e-3 + 50e-6 + 1e-3));
           g.send(t, 1, {}).wait();
-          CHECK(testing::virtual_now() == doctest::Approx(2.05e-3 + 5e-6 + 2e-4));
+          CHECK(testing::virtual_now() == test::relative(2.05e-3 + 5e-6 + 2e-4));
         } else if (w.rank() == 2) {
           g.recv(t, 0, {}).wait();
-          CHECK(testing::virtual_now() == doctest::Approx(2.05e-3));
+          CHECK(testing::virtual_now() == test::relative(2.05e-3));
         } else if (w.rank() == 1) {
           auto r = g.recv_any_source(t, {});
           r.wait();
           CHECK(r.source_rank() == 0);
-          CHECK(testing::virtual_now() == doctest::Approx(2.05e-3 + 5e-6 + 2e-4));
+          CHECK(testing::virtual_now() == test::relative(2.05e-3 + 5e-6 + 2e-4));
         }
         // A ring exchange in one batch: each rank's clock moves to the later
         // of its send's arrival and its receive's.
@@ -460,7 +461,7 @@ TEST_CASE("timed: a send arrives a link's latency + bytes / bandwidth after it l
       timed(2, 2, nullptr, &ends));
   // The batch: rank 3 (idle so far) sends to rank 0 across hosts, arriving
   // at 54 us, and receives from rank 2 (its host), which sent at 2.05 ms.
-  CHECK(ends[3] == doctest::Approx(2.05e-3 + 5e-6 + 4000 / 5e9));
+  CHECK(ends[3] == test::relative(2.05e-3 + 5e-6 + 4000 / 5e9));
 }
 
 TEST_CASE(
@@ -500,7 +501,7 @@ TEST_CASE(
     if (!want[i].second.empty()) CHECK(calls[i].algorithm == want[i].second);
     CHECK(calls[i].seconds > 0);
     CHECK(calls[i].bytes == (calls[i].op == "barrier" ? 0u : 16000u));
-    if (i > 0) CHECK(calls[i].start == doctest::Approx(calls[i - 1].start + calls[i - 1].seconds));
+    if (i > 0) CHECK(calls[i].start == test::relative(calls[i - 1].start + calls[i - 1].seconds));
   }
   CHECK(calls[0].algorithm == testing::predict("reduce", 16000, {2, 2}, costs).algorithm);
   CHECK(calls[2].algorithm == testing::predict("allgather", 16000, {2, 2}, costs).algorithm);
@@ -552,10 +553,10 @@ TEST_CASE(
   const auto ar = testing::predict("allreduce", 4, {32, 8}, costs);
   const auto bc = testing::predict("broadcast", 65536, {32, 8}, costs);
   CHECK(first[0].algorithm == ar.algorithm);
-  CHECK(first[0].seconds == doctest::Approx(ar.seconds));
+  CHECK(first[0].seconds == test::relative(ar.seconds));
   CHECK(first[1].algorithm == bc.algorithm);
-  CHECK(first[1].start == doctest::Approx(ar.seconds));
-  CHECK(first[1].seconds == doctest::Approx(bc.seconds));
+  CHECK(first[1].start == test::relative(ar.seconds));
+  CHECK(first[1].seconds == test::relative(bc.seconds));
   REQUIRE(second.size() == 2);
   for (std::size_t i = 0; i < 2; ++i) {
     CHECK(second[i].algorithm == first[i].algorithm);
@@ -582,9 +583,9 @@ TEST_CASE("timed: a killed rank's call is reported with the ranks that came") {
   REQUIRE(calls.size() == 2);
   CHECK(calls[0].arrived == 4);
   CHECK(calls[1].arrived == 3);
-  CHECK(calls[1].start == doctest::Approx(calls[0].seconds));
+  CHECK(calls[1].start == test::relative(calls[0].seconds));
   REQUIRE(ends.size() == 4);
-  for (double e : ends) CHECK(e == doctest::Approx(calls[0].seconds));  // the second failed
+  for (double e : ends) CHECK(e == test::relative(calls[0].seconds));  // the second failed
 }
 
 TEST_CASE("timed: ranks that share their hosts' CPUs take the longer time predict gives them") {
@@ -605,12 +606,12 @@ TEST_CASE("timed: ranks that share their hosts' CPUs take the longer time predic
       o);
   REQUIRE(calls.size() == 1);
   CHECK(calls[0].algorithm == shared.algorithm);
-  CHECK(calls[0].seconds == doctest::Approx(shared.seconds));
+  CHECK(calls[0].seconds == test::relative(shared.seconds));
   // As many CPUs as ranks, or more: nothing shared.
   CHECK(testing::predict("allreduce", bytes, {2, 4, 4.0}, costs).seconds ==
-        doctest::Approx(own.seconds));
+        test::relative(own.seconds));
   CHECK(testing::predict("allreduce", bytes, {2, 4, 16.0}, costs).seconds ==
-        doctest::Approx(own.seconds));
+        test::relative(own.seconds));
 }
 
 TEST_CASE("timed: bad layouts, costs and durations are refused, naming them") {

@@ -17,6 +17,7 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
 #include "algorithms/cost_steps.hpp"
+#include "approx.hpp"
 #include "base/engine_setting.hpp"
 #include "check_error.hpp"
 #include "collective_test.hpp"
@@ -187,37 +188,48 @@ TEST_CASE("the hierarchical allgather crosses a host's link once: its prediction
 
 TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
   const auto m = cost_model::parse("host=50us:10Gbit/s,local=2us:8GB/s");
-  CHECK(m.host.latency == doctest::Approx(50e-6));
-  CHECK(m.host.bandwidth == doctest::Approx(1.25e9));
-  CHECK(m.local.bandwidth == doctest::Approx(8e9));
+  CHECK(m.host.latency == test::relative(50e-6));
+  CHECK(m.host.bandwidth == test::relative(1.25e9));
+  CHECK(m.local.bandwidth == test::relative(8e9));
   test::check_error([] { cost_model::parse("wan=1ms:1GB/s"); }, errc::invalid_argument,
                     {"TROUPE_LINK_COSTS", "'wan' is not a link class"});
   test::check_error([] { cost_model::parse("host=fast:1GB/s"); }, errc::invalid_argument,
                     {"'fast'"});
   // An empty latency or rate keeps the default's; ranks_per_cpu is a number.
   const auto k = cost_model::parse("host=:1Gbit/s,local=2us:,ranks_per_cpu=2.5");
-  CHECK(k.host.latency == doctest::Approx(cost_model{}.host.latency));
-  CHECK(k.host.bandwidth == doctest::Approx(125e6));
-  CHECK(k.local.latency == doctest::Approx(2e-6));
-  CHECK(k.local.bandwidth == doctest::Approx(cost_model{}.local.bandwidth));
-  CHECK(k.ranks_per_cpu == doctest::Approx(2.5));
+  CHECK(k.host.latency == test::relative(cost_model{}.host.latency));
+  CHECK(k.host.bandwidth == test::relative(125e6));
+  CHECK(k.local.latency == test::relative(2e-6));
+  CHECK(k.local.bandwidth == test::relative(cost_model{}.local.bandwidth));
+  CHECK(k.ranks_per_cpu == test::relative(2.5));
   for (const char* bad :
        {"ranks_per_cpu=0.5", "ranks_per_cpu=many", "ranks_per_cpu=", "ranks_per_cpu=2x"})
     test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
                       {"TROUPE_LINK_COSTS", "ranks_per_cpu"});
   // cpu: the TCP bytes a rank's CPU moves per second.
-  CHECK(cost_model::parse("cpu=2.5GB/s").cpu_rate == doctest::Approx(2.5e9));
-  CHECK(cost_model::parse("host=:1Gbit/s").cpu_rate == doctest::Approx(cost_model{}.cpu_rate));
+  CHECK(cost_model::parse("cpu=2.5GB/s").cpu_rate == test::relative(2.5e9));
+  CHECK(cost_model::parse("host=:1Gbit/s").cpu_rate == test::relative(cost_model{}.cpu_rate));
   for (const char* bad : {"cpu=", "cpu=fast", "cpu=2us", "cpu=-1GB/s"})
     test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
                       {"TROUPE_LINK_COSTS", "'"});
   // shared_wait: the exponent of the wait of ranks sharing CPUs.
-  CHECK(cost_model{}.shared_wait == doctest::Approx(2.3));
-  CHECK(cost_model::parse("shared_wait=1.2").shared_wait == doctest::Approx(1.2));
+  CHECK(cost_model{}.shared_wait == test::relative(2.3));
+  CHECK(cost_model::parse("shared_wait=1.2").shared_wait == test::relative(1.2));
   CHECK(cost_model::parse("shared_wait=0").shared_wait == 0);
   for (const char* bad : {"shared_wait=", "shared_wait=-1", "shared_wait=11", "shared_wait=1us"})
     test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
                       {"TROUPE_LINK_COSTS", "shared_wait", std::string(bad).substr(12)});
+  // hop_wait: a time, 0 or more; unset (negative) by default.
+  CHECK(cost_model{}.hop_wait < 0);
+  CHECK(cost_model::parse("hop_wait=40us").hop_wait == test::relative(40e-6));
+  CHECK(cost_model::parse("hop_wait=0us").hop_wait == 0);
+  for (const char* bad : {"hop_wait=", "hop_wait=-1us", "hop_wait=40", "hop_wait=fast"})
+    test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
+                      {"TROUPE_LINK_COSTS", std::string(bad).substr(9)});
+  // to_text() writes it where it is set, and parse() reads it back.
+  CHECK(cost_model{}.to_text().find("hop_wait") == std::string::npos);
+  CHECK(cost_model::parse(cost_model::parse("hop_wait=40us").to_text()).hop_wait ==
+        test::relative(40e-6));
 }
 
 TEST_CASE("a call's time includes its agreement where the result does not wait for every rank") {
@@ -227,29 +239,29 @@ TEST_CASE("a call's time includes its agreement where the result does not wait f
   const cost_model m = cost_model::parse("host=100us:10GB/s,cpu=10GB/s");
   const auto t = layout(4, 1);
   const double rounds = predict_fixed(op_code::barrier, 0, *t, m).seconds;
-  CHECK(rounds == doctest::Approx(2 * 100e-6));
+  CHECK(rounds == test::relative(2 * 100e-6));
   for (auto code : {op_code::broadcast, op_code::reduce, op_code::gatherv, op_code::scatterv}) {
     CAPTURE(static_cast<int>(code));
-    CHECK(agreement_time(code, *t, m) == doctest::Approx(rounds));
+    CHECK(agreement_time(code, *t, m) == test::relative(rounds));
     CHECK(predict_call(code, 4, *t, m).seconds >= rounds);
   }
   // A binomial broadcast of 4 B on 4 hosts is 2 rounds as well: the call is
   // the longer of the two, not their sum.
   CHECK(predict_call(op_code::broadcast, 4, *t, m).seconds ==
-        doctest::Approx(
+        test::relative(
             std::max(rounds, predict(chosen_algorithm(op_code::broadcast, 4, *t, m), 4, *t, m))));
   // Every rank's result waits for every rank's data: nothing beside it.
   for (auto code : {op_code::allreduce, op_code::allgatherv, op_code::reduce_scatterv}) {
     CHECK(agreement_time(code, *t, m) == 0);
     CHECK(predict_call(code, 1 << 20, *t, m).seconds ==
-          doctest::Approx(predict(chosen_algorithm(code, 1 << 20, *t, m), 1 << 20, *t, m)));
+          test::relative(predict(chosen_algorithm(code, 1 << 20, *t, m), 1 << 20, *t, m)));
   }
   // Two ranks on one host tell each other at once, one message each.
   const auto pair = layout(1, 2);
-  CHECK(agreement_time(op_code::broadcast, *pair, m) == doctest::Approx(m.local.latency));
+  CHECK(agreement_time(op_code::broadcast, *pair, m) == test::relative(m.local.latency));
   // testing::predict prices the barrier too.
   CHECK(testing::predict("barrier", 0, {4, 1}, "host=100us:10GB/s,cpu=10GB/s").seconds ==
-        doctest::Approx(rounds));
+        test::relative(rounds));
 }
 
 TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU") {
@@ -261,14 +273,30 @@ TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU"
   const auto s = m.on_shared_cpus();
   // Between hosts w = 2^2.3 times as long; within a host the same wait
   // for the CPU, (w - 1) host latencies.
-  CHECK(s.host.latency == doctest::Approx(m.host.latency * std::pow(2.0, 2.3)));
+  CHECK(s.host.latency == test::relative(m.host.latency * std::pow(2.0, 2.3)));
   CHECK(s.local.latency ==
-        doctest::Approx(m.local.latency + (std::pow(2.0, 2.3) - 1) * m.host.latency));
-  CHECK(s.on_shared_cpus().host.latency == doctest::Approx(s.host.latency));
+        test::relative(m.local.latency + (std::pow(2.0, 2.3) - 1) * m.host.latency));
+  CHECK(s.on_shared_cpus().host.latency == test::relative(s.host.latency));
   m.shared_wait = 1.2;  // a machine whose scheduler hands the CPU over sooner
-  CHECK(m.on_shared_cpus().host.latency == doctest::Approx(m.host.latency * std::pow(2.0, 1.2)));
-  CHECK(m.on_shared_cpus().host.overhead == doctest::Approx(m.host.overhead * std::pow(2.0, 1.2)));
+  CHECK(m.on_shared_cpus().host.latency == test::relative(m.host.latency * std::pow(2.0, 1.2)));
+  // A message's work runs on a CPU the k ranks share: k times as long.
+  CHECK(m.on_shared_cpus().host.overhead == test::relative(m.host.overhead * 2));
+  CHECK(m.on_shared_cpus().local.overhead == test::relative(m.local.overhead * 2));
   m.shared_wait = 2.3;
+  // hop_wait, where measured, is each hop's wait for its receiver's CPU,
+  // between hosts and within one; a further receiver's turn stays (w - 1)
+  // host latencies.
+  cost_model hop = m;
+  hop.hop_wait = 30e-6;
+  const auto h = hop.on_shared_cpus();
+  CHECK(h.host.latency == test::relative(m.host.latency + 30e-6));
+  CHECK(h.local.latency == test::relative(m.local.latency + 30e-6));
+  CHECK(h.cpu_turn == test::relative(s.cpu_turn));
+  hop.hop_wait = 0;
+  CHECK(hop.on_shared_cpus().host.latency == test::relative(m.host.latency));
+  hop.ranks_per_cpu = 1;  // a CPU for each rank: no wait
+  hop.hop_wait = 30e-6;
+  CHECK(hop.on_shared_cpus().host.latency == test::relative(m.host.latency));
   cost_model own;
   for (auto kind : {algorithm_kind::allreduce_hier_leaders, algorithm_kind::allreduce_hier_striped,
                     algorithm_kind::allreduce_ring, algorithm_kind::broadcast_binomial})
@@ -290,23 +318,23 @@ TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU"
                                   : r == 3 ? 0
                                            : -1; }, [](int) { return 4.0; });
   };
-  CHECK(s.cpu_turn == doctest::Approx((std::pow(2.0, 2.3) - 1) * m.host.latency));
-  CHECK(ring(s) == doctest::Approx(across(s) + s.cpu_turn));
+  CHECK(s.cpu_turn == test::relative((std::pow(2.0, 2.3) - 1) * m.host.latency));
+  CHECK(ring(s) == test::relative(across(s) + s.cpu_turn).epsilon(1e-3));
   CHECK(own.on_shared_cpus().cpu_turn == 0);
-  CHECK(ring(own.on_shared_cpus()) == doctest::Approx(across(own.on_shared_cpus())));
+  CHECK(ring(own.on_shared_cpus()) == test::relative(across(own.on_shared_cpus())).epsilon(1e-3));
   // Unshaped links are CPU-bound: an exchange moves each rank's bytes both
   // ways on its CPU, a broadcast's step one way.
   const auto two = layout(2, 1);
   const double big = 64.0 * (1 << 20);
   CHECK(predict(algorithm_kind::allreduce_pair, 64 << 20, *two, own) ==
-        doctest::Approx(own.host.latency + 2 * big / own.cpu_rate));
+        test::relative(own.host.latency + 2 * big / own.cpu_rate));
   CHECK(predict(algorithm_kind::broadcast_binomial, 64 << 20, *two, own) ==
-        doctest::Approx(own.host.latency + big / own.cpu_rate));
+        test::relative(own.host.latency + big / own.cpu_rate));
   // A slow link (1 Gbit/s) is the bound, whatever the CPUs.
   const auto gbit = cost_model::parse("host=:1Gbit/s");
   CHECK(gbit.host.latency == own.host.latency);
   CHECK(predict(algorithm_kind::broadcast_binomial, 64 << 20, *two, gbit) ==
-        doctest::Approx(own.host.latency + big / 125e6));
+        test::relative(own.host.latency + big / 125e6));
 }
 
 TEST_CASE("testing::predict: the choice and time of a layout of hosts, at any scale") {
@@ -318,8 +346,8 @@ TEST_CASE("testing::predict: the choice and time of a layout of hosts, at any sc
   CHECK(big.seconds > 64.0 * (1 << 20) / 125e6);
   CHECK(big.seconds < 1.1 * 64.0 * (1 << 20) / 125e6);
   // The same as the model the ranks consult.
-  CHECK(big.seconds == doctest::Approx(predict(algorithm_kind::allreduce_hier_striped, 64 << 20,
-                                               *layout(2, 2), cost_model::parse(gbit))));
+  CHECK(big.seconds == test::relative(predict(algorithm_kind::allreduce_hier_striped, 64 << 20,
+                                              *layout(2, 2), cost_model::parse(gbit))));
   // 4096 and 16384 ranks: no n² algorithm; more bytes never take less time.
   for (int hosts : {512, 2048}) {
     double before = 0;
