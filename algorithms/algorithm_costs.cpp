@@ -402,8 +402,8 @@ double agreement_time(op_code code, const group_topology& t, const cost_model& b
 
 fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group_topology& t,
                                const cost_model& base) {
-  const cost_model m = base.on_shared_cpus();
   const double bytes = static_cast<double>(bytes_in);
+  const cost_model m = base.on_shared_cpus().of_call(bytes);
   const int n = t.size();
   switch (code) {
     case op_code::gatherv:
@@ -420,8 +420,8 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
 
 double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology& t,
                const cost_model& base, int root) {
-  const cost_model m = base.on_shared_cpus();
   const double bytes = static_cast<double>(bytes_in);
+  const cost_model m = base.on_shared_cpus().of_call(bytes);
   const int hosts = t.hosts();
   const int per_host = t.most_on_a_host();
   // What one rank of each host (a leader, the others waiting) sees.

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "troupe/error.hpp"
 
@@ -46,6 +48,20 @@ double quantity(const std::string& text, const std::string& v, bool rate, bool z
     if (unit == name) return x * factor;
   bad(text,
       "'" + v + "' has no " + (rate ? "rate unit (GB/s, Gbit/s, ...)" : "time unit (us, ...)"));
+}
+
+/// "4MiB" -> 4194304.
+double size(const std::string& text, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  const std::string unit = end;
+  if (end == v.c_str() || !(x > 0)) bad(text, "'" + v + "' is not a positive number with a unit");
+  static const std::pair<const char*, double> units[] = {
+      {"B", 1},         {"KB", 1e3},      {"MB", 1e6},     {"GB", 1e9},
+      {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}};
+  for (const auto& [name, factor] : units)
+    if (unit == name) return x * factor;
+  bad(text, "'" + v + "' has no size unit (B, KiB, MiB, GiB, ...)");
 }
 
 }  // namespace
@@ -92,6 +108,12 @@ cost_model cost_model::on_shared_cpus() const {
   return m;
 }
 
+cost_model cost_model::of_call(double bytes) const {
+  cost_model m = *this;
+  if (cpu_cached_rate > 0 && bytes <= cache) m.cpu_rate = cpu_cached_rate;
+  return m;
+}
+
 cost_model cost_model::parse(const std::string& text, const cost_model& base) {
   cost_model m = base;
   std::size_t at = 0;
@@ -129,10 +151,18 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       m.cpu_rate = quantity(text, item.substr(eq + 1), true);
       continue;
     }
+    if (eq != std::string::npos && item.compare(0, eq, "cpu_cached") == 0) {
+      m.cpu_cached_rate = quantity(text, item.substr(eq + 1), true);
+      continue;
+    }
+    if (eq != std::string::npos && item.compare(0, eq, "cache") == 0) {
+      m.cache = size(text, item.substr(eq + 1));
+      continue;
+    }
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
       bad(text, "'" + item +
-                    "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, ranks_per_cpu=K, shared_wait=E, "
-                    "hop_wait=TIME or measure");
+                    "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, cpu_cached=RATE, cache=SIZE, "
+                    "ranks_per_cpu=K, shared_wait=E, hop_wait=TIME or measure");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");
@@ -165,6 +195,10 @@ std::string cost_model::to_text() const {
   std::string out = text;
   if (hop_wait >= 0) {
     std::snprintf(text, sizeof(text), ",hop_wait=%.6gus", hop_wait * 1e6);
+    out += text;
+  }
+  if (cpu_cached_rate > 0) {
+    std::snprintf(text, sizeof(text), ",cpu_cached=%.6gB/s,cache=%.0fB", cpu_cached_rate, cache);
     out += text;
   }
   return out;

@@ -14,8 +14,9 @@
 //   TROUPE_LINK_COSTS="host=50us:1.25GB/s,local=5us:5GB/s,cpu=2GB/s,ranks_per_cpu=2,shared_wait=1.5"
 // (host: between hosts; local: between processes of a host; units s, ms,
 // us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; cpu: what a rank's
-// CPU sends or receives over TCP, cpu_rate below; ranks_per_cpu and
-// shared_wait: plain numbers, below). bench/hosts_bench.sh --calibrate
+// CPU sends or receives over TCP, cpu_rate below; cpu_cached and cache: the
+// same for calls that fit the cache (B, KiB, MiB, GiB); ranks_per_cpu and
+// shared_wait: plain numbers, hop_wait a time, below). bench/hosts_bench.sh --calibrate
 // measures host, cpu and shared_wait first; the item `measure` has a world
 // across hosts measure them at start (api/link_measurement.cpp, fitted by
 // cost_fit.hpp), the items beside it winning over what it measures.
@@ -87,6 +88,20 @@ struct cost_model {
   /// rank per CPU over veth, a 16 MiB broadcast 3.3 GB/s, an exchange
   /// 2 GB/s each way).
   double cpu_rate = 4e9;
+  /// The rate at which a rank's CPU moves the bytes of a call of at most
+  /// `cache` bytes, which stay in its cache (0: cpu_rate; measured over
+  /// veth between two hosts of a rank each, an exchange of 1 MiB each way
+  /// 2.6 times as fast per byte as one of 16 MiB; bench/hosts_bench.sh
+  /// --calibrate measures it from a 1 MiB allreduce).
+  double cpu_cached_rate = 0;
+  /// The largest call whose bytes the CPUs move at cpu_cached_rate (a
+  /// core's L2 cache on the machines troupe is developed on). The same on
+  /// every rank (a setting, never read from the machine), as the choice
+  /// must be.
+  double cache = 4 << 20;
+  /// This model for a call of `bytes`: cpu_rate at cpu_cached_rate where
+  /// the call fits the cache and that rate is set.
+  cost_model of_call(double bytes) const;
   /// on_shared_cpus() made this model (its latencies already shared).
   bool latencies_shared = false;
   /// How long a rank waits for its turn on a CPU that another rank of the

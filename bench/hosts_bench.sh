@@ -30,7 +30,8 @@
 # between 2 hosts of one rank each (a CPU each where there are 2), unshaped,
 # a 4-byte ping-pong's one-way time is the latency between hosts, and the
 # CPU rate (cpu=) the one at which the model's 16 MiB allreduce of those
-# two ranks takes what it measured; where the layout's ranks share CPUs, a
+# two ranks takes what it measured (cpu_cached=: their 1 MiB one, which
+# the cache holds); where the layout's ranks share CPUs, a
 # 4-byte allreduce through the hosts' leaders and a barrier of the layout
 # itself say how long they wait (hop_wait=, shared_wait=). The report's
 # model is told the same, and compared with other calls than these (but
@@ -159,7 +160,7 @@ if [ "$calibrate" -eq 1 ]; then
   # allreduce through the hosts' leaders and a barrier, for how long ranks
   # sharing a CPU wait for it at each hop and each further receiver.
   if troupe_on bash scripts/hosts.sh --hosts 2 --link none --timeout 300 "${cplace[@]}" -- 1 2 \
-    --csv "$PWD/$ccsv" --ops pingpong,allreduce --sizes 4B,16MiB >"$clog" 2>&1 &&
+    --csv "$PWD/$ccsv" --ops pingpong,allreduce --sizes 4B,1MiB,16MiB >"$clog" 2>&1 &&
     troupe_env=(env TROUPE_ALGORITHMS=allreduce=hier_leaders) &&
     troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier,allreduce \
       --sizes 4B >>"$clog" 2>&1; then

@@ -255,7 +255,8 @@ void print_model(const topology& t) {
 /// between hosts, a 4-byte ping-pong's one-way time between two hosts of a
 /// rank each; the TCP bytes a rank's CPU moves per second, the rate at
 /// which the model's time for a 16 MiB allreduce of those two ranks is the
-/// one measured; where the layout's ranks share CPUs, hop_wait and
+/// one measured, and for a call the CPU's cache holds (cpu_cached) that of
+/// their 1 MiB allreduce; where the layout's ranks share CPUs, hop_wait and
 /// shared_wait, at which the model's times for a 4-byte allreduce through
 /// the hosts' leaders and a barrier, both of the whole layout, are the ones
 /// measured. Each term from a different call than the tables compare the
@@ -282,6 +283,16 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
       },
       exchange, 1e7, 1e12, true);
   std::string costs = latency + payload_rate(t) + ",cpu=" + fmt("%.0f", cpu) + "B/s";
+  // The same two ranks' 1 MiB allreduce, which the cache holds.
+  const double cached = solve_for(
+      [&](double c) {
+        return troupe::testing::predict("allreduce", MiB, {2, 1, 0},
+                                        latency + ",cpu=" + fmt("%.0f", cpu) +
+                                            "B/s,cpu_cached=" + fmt("%.0f", c) + "B/s")
+            .seconds;
+      },
+      measured("allreduce", 2, MiB) * 1e-6, 1e7, 1e12, true);
+  costs += ",cpu_cached=" + fmt("%.0f", cached) + "B/s";
   if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
     // Each hop's wait for the CPU from the small allreduce through the
     // hosts' leaders (a receiver per host in each step), the exponent of a

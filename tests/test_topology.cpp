@@ -226,6 +226,34 @@ TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
   for (const char* bad : {"hop_wait=", "hop_wait=-1us", "hop_wait=40", "hop_wait=fast"})
     test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
                       {"TROUPE_LINK_COSTS", std::string(bad).substr(9)});
+  // cpu_cached and cache: what a rank's CPU moves per second for a call
+  // its cache holds (unset: cpu_rate for every call).
+  CHECK(cost_model{}.cpu_cached_rate == 0);
+  CHECK(cost_model{}.cache == 4 << 20);
+  const auto cached = cost_model::parse("cpu=2GB/s,cpu_cached=6GB/s,cache=1MiB");
+  CHECK(cached.cpu_cached_rate == test::relative(6e9));
+  CHECK(cached.cache == 1 << 20);
+  CHECK(cached.of_call(1 << 20).cpu_rate == test::relative(6e9));
+  CHECK(cached.of_call((1 << 20) + 1).cpu_rate == test::relative(2e9));
+  CHECK(cost_model::parse("cpu=2GB/s").of_call(4).cpu_rate == test::relative(2e9));
+  CHECK(cost_model::parse("cache=64KiB").cache == 65536);
+  CHECK(cost_model::parse("cache=2MB").cache == 2e6);
+  for (const char* bad :
+       {"cache=", "cache=4", "cache=-1MiB", "cache=4Mb", "cpu_cached=fast", "cpu_cached=1us"})
+    test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
+                      {"TROUPE_LINK_COSTS", "'"});
+  const auto back = cost_model::parse(cached.to_text());
+  CHECK(back.cpu_cached_rate == test::relative(6e9));
+  CHECK(back.cache == 1 << 20);
+  // The model prices a call the cache holds at that rate: an unshaped
+  // exchange between two hosts of 1 MiB each way sooner, one of 16 MiB as
+  // before.
+  const auto uncached = cost_model::parse("cpu=2GB/s,cache=1MiB");
+  const auto pair = layout(2, 1);
+  CHECK(predict(algorithm_kind::allreduce_pair, 1 << 20, *pair, cached) <
+        0.5 * predict(algorithm_kind::allreduce_pair, 1 << 20, *pair, uncached));
+  CHECK(predict(algorithm_kind::allreduce_pair, 16 << 20, *pair, cached) ==
+        test::relative(predict(algorithm_kind::allreduce_pair, 16 << 20, *pair, uncached)));
   // to_text() writes it where it is set, and parse() reads it back.
   CHECK(cost_model{}.to_text().find("hop_wait") == std::string::npos);
   CHECK(cost_model::parse(cost_model::parse("hop_wait=40us").to_text()).hop_wait ==
