@@ -68,15 +68,18 @@ cost_model fit_link(const cost_model& base, const link_sample& s) {
   return m;
 }
 
-double fit_shared_wait(const cost_model& m, const group_topology& t, double seconds) {
-  if (!(m.ranks_per_cpu > 1) || t.size() < 2) return m.shared_wait;
-  return solve_for(
-      [&](double w) {
-        cost_model x = m;
-        x.shared_wait = w;
-        return predict_fixed(op_code::barrier, 0, t, x).seconds;
+cost_model fit_sharing(const cost_model& m, const group_topology& t, double seconds) {
+  if (!(m.ranks_per_cpu > 1) || t.size() < 2) return m;
+  cost_model x = m;
+  x.shared_wait = 0;
+  x.hop_wait = solve_for(
+      [&](double hop) {
+        cost_model y = x;
+        y.hop_wait = hop;
+        return predict_fixed(op_code::barrier, 0, t, y).seconds;
       },
-      seconds, 0, 6, false);
+      seconds, 0, 0.01, false);
+  return x;
 }
 
 }  // namespace troupe::detail

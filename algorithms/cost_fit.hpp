@@ -2,7 +2,7 @@
 // cost_fit — the cost model's terms from measured times: what a world across
 // hosts measures at start (TROUPE_LINK_COSTS=measure, api/link_measurement.cpp)
 // turned into the latency and bandwidth between hosts, the TCP rate of a
-// rank's CPU and, where ranks share CPUs, shared_wait. Each term is the value
+// rank's CPU and, where ranks share CPUs, hop_wait. Each term is the value
 // at which the model's own price of the measured exchange is the time
 // measured, so the model then prices what it was fitted on as measured.
 
@@ -33,9 +33,13 @@ struct link_sample {
 /// Throws errc::invalid_argument on a sample that is not positive.
 cost_model fit_link(const cost_model& base, const link_sample& s);
 
-/// The shared_wait at which `m`'s barrier of `t` takes `seconds` (0 to 6;
-/// m's own where its ranks do not share CPUs).
-double fit_shared_wait(const cost_model& m, const group_topology& t, double seconds);
+/// `m` with the hop_wait at which its barrier of `t` takes `seconds` (0 to
+/// 10 ms) and shared_wait 0 (no further turn for a step's further
+/// receivers: fitted together with hop_wait from a barrier and a small
+/// allreduce through the hosts' leaders across emulated hosts, it came out
+/// 0 at 2 and at 4 ranks per CPU); `m` itself where its ranks do not share
+/// CPUs.
+cost_model fit_sharing(const cost_model& m, const group_topology& t, double seconds);
 
 /// The x in [lo, hi] (searched geometrically where `geometric`) at which f,
 /// rising or falling in x, meets `goal`; clamped to the ends.

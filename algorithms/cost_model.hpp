@@ -72,16 +72,15 @@ struct cost_model {
   bool ranks_per_cpu_given = false;
   /// How much longer ranks that share CPUs wait: ranks_per_cpu^shared_wait
   /// times each latency (measured on the machines troupe is developed on,
-  /// 2.3: see above; bench/hosts_bench.sh --calibrate measures it from a
-  /// barrier of the benchmark's own layout).
+  /// 2.3: see above; where hop_wait is measured, 0).
   double shared_wait = 2.3;
   /// What each message's receiver waits for its CPU where ranks share CPUs
   /// (ranks_per_cpu > 1), on top of its link's latency, however few of the
   /// step's ranks receive: the others poll their CPU meanwhile. Negative
   /// (the default): (ranks_per_cpu^shared_wait - 1) host latencies.
-  /// bench/hosts_bench.sh --calibrate measures it from a small allreduce
-  /// through the hosts' leaders (one receiver per host in each step),
-  /// shared_wait then from the barrier (every rank receiving).
+  /// bench/hosts_bench.sh --calibrate and a world's `measure` fit it to a
+  /// barrier of the layout, shared_wait then 0 (cost_fit.hpp,
+  /// fit_sharing).
   double hop_wait = -1;
   /// Bytes per second a rank's CPU sends or receives between hosts (TCP's
   /// copies and protocol; what bounds an unshaped link: measured at one

@@ -183,7 +183,7 @@ std::string measure_link_costs(process_group& pg, const data_plane& plane, store
   const auto configured = cost_model::parse(given).with_sharing(plane.job_sharing().ranks_per_cpu);
   if (timer) {
     auto fitted = fit_link(configured, sample);
-    fitted.shared_wait = fit_shared_wait(fitted, *group_topology::of_hosts(hosts.host_of), barrier);
+    fitted = fit_sharing(fitted, *group_topology::of_hosts(hosts.host_of), barrier);
     // The items given beside `measure` (rank 0's) win over what it measured.
     const auto text = cost_model::parse(given, fitted).to_text();
     if (debug)

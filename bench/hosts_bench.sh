@@ -31,12 +31,10 @@
 # a 4-byte ping-pong's one-way time is the latency between hosts, and the
 # CPU rate (cpu=) the one at which the model's 16 MiB allreduce of those
 # two ranks takes what it measured (cpu_cached=: their 1 MiB one, which
-# the cache holds); where the layout's ranks share CPUs, a
-# 4-byte allreduce through the hosts' leaders and a barrier of the layout
-# itself say how long they wait (hop_wait=, shared_wait=). The report's
-# model is told the same, and compared with other calls than these (but
-# the small allreduce, which the model runs through the leaders there
-# too). (About 20 s.) --measure-at-start instead has troupe measure them
+# the cache holds); where the layout's ranks share CPUs, a barrier of the
+# layout itself says how long each hop waits for its CPU (hop_wait=). The
+# report's model is told the same, and compared with other calls than
+# these. (About 20 s.) --measure-at-start instead has troupe measure them
 # itself as a user's world does (TROUPE_LINK_COSTS=measure: the benchmark's
 # own layout, at each world's start; api/link_measurement.hpp), and the
 # report's model is told what the first troupe run measured.
@@ -156,19 +154,16 @@ if [ "$calibrate" -eq 1 ]; then
   cplace=()
   [ "$cpus" -lt 2 ] || cplace=(--split-cpus)
   # Two hosts of a rank each, unshaped: the latency between hosts and what
-  # a CPU moves over TCP; then the benchmark's own layout: a 4-byte
-  # allreduce through the hosts' leaders and a barrier, for how long ranks
-  # sharing a CPU wait for it at each hop and each further receiver.
+  # a CPU moves over TCP; then the benchmark's own layout: a barrier, for
+  # how long each hop waits for a CPU that ranks share.
   if troupe_on bash scripts/hosts.sh --hosts 2 --link none --timeout 300 "${cplace[@]}" -- 1 2 \
     --csv "$PWD/$ccsv" --ops pingpong,allreduce --sizes 4B,1MiB,16MiB >"$clog" 2>&1 &&
-    troupe_env=(env TROUPE_ALGORITHMS=allreduce=hier_leaders) &&
-    troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier,allreduce \
-      --sizes 4B >>"$clog" 2>&1; then
+    troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier \
+      >>"$clog" 2>&1; then
     fitted=$("$build/bench/bench_hosts_report" "$ccsv" --fit --hosts "$hosts" \
       --ranks-per-host "$per_host" --link "$link" --cpus-per-host "$host_cpus" 2>>"$clog") ||
       fitted=""
   fi
-  troupe_env=()
   if [ -n "$fitted" ]; then
     echo "hosts_bench: calibrated: $fitted"
   else

@@ -32,7 +32,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <map>
 #include <optional>
@@ -92,27 +91,6 @@ double bound_us(const std::string& op, std::size_t bytes, const topology& t) {
   if (t.bits_per_s <= 0 || b <= 0) return NAN;
   return b * 8 / t.bits_per_s * 1e6;
 }
-
-/// TROUPE_ALGORITHMS set to `forced` while it lives (the predictions
-/// price what the calibration forced), as it was after.
-class forced_algorithm {
- public:
-  explicit forced_algorithm(const char* forced) {
-    if (const char* v = std::getenv("TROUPE_ALGORITHMS")) before_ = v;
-    setenv("TROUPE_ALGORITHMS", forced, 1);
-  }
-  ~forced_algorithm() {
-    if (before_)
-      setenv("TROUPE_ALGORITHMS", before_->c_str(), 1);
-    else
-      unsetenv("TROUPE_ALGORITHMS");
-  }
-  forced_algorithm(const forced_algorithm&) = delete;
-  forced_algorithm& operator=(const forced_algorithm&) = delete;
-
- private:
-  std::optional<std::string> before_;
-};
 
 std::string fmt(const char* f, double v) {
   if (std::isnan(v)) return "-";
@@ -256,13 +234,10 @@ void print_model(const topology& t) {
 /// rank each; the TCP bytes a rank's CPU moves per second, the rate at
 /// which the model's time for a 16 MiB allreduce of those two ranks is the
 /// one measured, and for a call the CPU's cache holds (cpu_cached) that of
-/// their 1 MiB allreduce; where the layout's ranks share CPUs, hop_wait and
-/// shared_wait, at which the model's times for a 4-byte allreduce through
-/// the hosts' leaders and a barrier, both of the whole layout, are the ones
-/// measured. Each term from a different call than the tables compare the
-/// model with, but for the small allreduce, which the model runs through
-/// the leaders where they share CPUs as well. Throws where a measurement
-/// is missing.
+/// their 1 MiB allreduce; where the layout's ranks share CPUs, hop_wait, at
+/// which the model's time for a barrier of the whole layout is the one
+/// measured (shared_wait 0). Each term from a different call than the
+/// tables compare the model with. Throws where a measurement is missing.
 std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) {
   auto measured = [&](const char* op, int ranks, std::size_t bytes) {
     for (const auto& r : cal)
@@ -294,30 +269,18 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
       measured("allreduce", 2, MiB) * 1e-6, 1e7, 1e12, true);
   costs += ",cpu_cached=" + fmt("%.0f", cached) + "B/s";
   if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
-    // Each hop's wait for the CPU from the small allreduce through the
-    // hosts' leaders (a receiver per host in each step), the exponent of a
-    // further receiver's turn then from the barrier (every rank receiving):
-    // for each hop_wait tried, the exponent that gives the barrier's time.
+    // Each hop's wait for its receiver's CPU, at which the barrier (every
+    // rank receiving in each round) takes what it measured; no further
+    // turn for a step's further receivers (cost_fit.hpp, fit_sharing).
     const double barrier = measured("barrier", t.ranks(), 0) * 1e-6;
-    const double leaders = measured("allreduce", t.ranks(), 4) * 1e-6;
     const troupe::testing::host_layout layout{t.hosts, t.per_host, t.cpus_per_host};
-    auto with = [&](double hop, double e) {
-      return costs + ",hop_wait=" + fmt("%.4f", hop * 1e6) + "us,shared_wait=" + fmt("%.4f", e);
+    auto with = [&](double hop) {
+      return costs + ",hop_wait=" + fmt("%.4f", hop * 1e6) + "us,shared_wait=0";
     };
-    auto exponent = [&](double hop) {
-      return solve_for(
-          [&](double e) {
-            return troupe::testing::predict("barrier", 0, layout, with(hop, e)).seconds;
-          },
-          barrier, 0, 6, false);
-    };
-    const forced_algorithm through_leaders("allreduce=hier_leaders");
     const double hop = solve_for(
-        [&](double h) {
-          return troupe::testing::predict("allreduce", 4, layout, with(h, exponent(h))).seconds;
-        },
-        leaders, 0, 0.01, false);
-    costs += ",hop_wait=" + fmt("%.2f", hop * 1e6) + "us,shared_wait=" + fmt("%.2f", exponent(hop));
+        [&](double h) { return troupe::testing::predict("barrier", 0, layout, with(h)).seconds; },
+        barrier, 0, 0.01, false);
+    costs += ",hop_wait=" + fmt("%.2f", hop * 1e6) + "us,shared_wait=0";
   }
   return costs;
 }

@@ -84,16 +84,23 @@ TEST_CASE("the link's terms come back from the times they give") {
     CHECK(m.cpu_rate == test::relative(1.5e9).epsilon(0.01));
     CHECK(m.host.bandwidth == test::relative(base.host.bandwidth));
   }
-  SUBCASE("ranks that share CPUs: the barrier gives shared_wait") {
+  SUBCASE("ranks that share CPUs: the barrier gives hop_wait") {
     cost_model m;
     m.ranks_per_cpu = 2;
-    m.shared_wait = 1.4;
+    m.shared_wait = 0;
+    m.hop_wait = 40e-6;
     const auto t = group_topology::of_hosts({"a", "a", "b", "b"});
     const double barrier = predict_fixed(op_code::barrier, 0, *t, m).seconds;
     m.shared_wait = 2.3;
-    CHECK(fit_shared_wait(m, *t, barrier) == test::relative(1.4).epsilon(0.01));
+    m.hop_wait = -1;
+    const auto fitted = fit_sharing(m, *t, barrier);
+    CHECK(fitted.hop_wait == test::relative(40e-6).epsilon(0.01));
+    CHECK(fitted.shared_wait == 0);
+    CHECK(predict_fixed(op_code::barrier, 0, *t, fitted).seconds ==
+          test::relative(barrier).epsilon(0.001));
     m.ranks_per_cpu = 1;  // a CPU each: nothing to fit
-    CHECK(fit_shared_wait(m, *t, barrier) == test::relative(2.3));
+    CHECK(fit_sharing(m, *t, barrier).hop_wait < 0);
+    CHECK(fit_sharing(m, *t, barrier).shared_wait == test::relative(2.3));
   }
   SUBCASE("a time that is not positive is refused, naming it") {
     auto s = sample_of(cost_model{}, 2, 2);
@@ -194,7 +201,7 @@ TEST_CASE("a world across hosts measures its link at start; every rank chooses b
                  allreduce_right(w, 1000);
         });
   }
-  SUBCASE("3 hosts, ranks interleaved, sharing CPUs: the first two hosts, shared_wait fitted") {
+  SUBCASE("3 hosts, ranks interleaved, sharing CPUs: the first two hosts, hop_wait fitted") {
     measured_world(
         {"a", "b", "a", "b", "c"}, [](int) { return "measure,ranks_per_cpu=2,local=4us:"; },
         [](world& w, const cost_model& m) {
@@ -202,8 +209,8 @@ TEST_CASE("a world across hosts measures its link at start; every rank chooses b
           return plausible(r, m) &&
                  test::expect(r, m.ranks_per_cpu == 2, "ranks_per_cpu as given") &&
                  test::expect(r, m.local.latency == test::relative(4e-6), "local as given") &&
-                 test::expect(r, m.shared_wait >= 0 && m.shared_wait <= 6, "shared_wait") &&
-                 allreduce_right(w, 70001);
+                 test::expect(r, m.hop_wait >= 0 && m.hop_wait <= 0.01, "hop_wait") &&
+                 test::expect(r, m.shared_wait == 0, "shared_wait") && allreduce_right(w, 70001);
         });
   }
   SUBCASE("one rank on each of 2 hosts") {
