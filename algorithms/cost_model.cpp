@@ -26,42 +26,32 @@ namespace {
   throw error(errc::invalid_argument, "TROUPE_LINK_COSTS '" + text + "': " + why);
 }
 
-/// "50us" -> 5e-5; "1.25GB/s" -> 1.25e9; "10Gbit/s" -> 1.25e9.
-/// `zero`: 0 is a value (a wait), else only positive ones.
-double quantity(const std::string& text, const std::string& v, bool rate, bool zero = false) {
+/// What a quantity measures, by its units.
+enum class unit_kind { time, rate, size };
+
+/// "50us" -> 5e-5; "1.25GB/s" -> 1.25e9; "10Gbit/s" -> 1.25e9; "4MiB" ->
+/// 4194304. `zero`: 0 is a value (a wait), else only positive ones.
+double quantity(const std::string& text, const std::string& v, unit_kind kind, bool zero = false) {
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
   const std::string unit = end;
   if (end == v.c_str() || !(x > 0 || (zero && x == 0)))
     bad(text,
         "'" + v + "' is not a " + (zero ? "non-negative" : "positive") + " number with a unit");
-  struct u {
-    const char* name;
-    double factor;
-  };
-  static const u times[] = {{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
-  static const u rates[] = {{"B/s", 1},          {"KB/s", 1e3},      {"MB/s", 1e6},
-                            {"GB/s", 1e9},       {"bit/s", 1.0 / 8}, {"Kbit/s", 1e3 / 8},
-                            {"Mbit/s", 1e6 / 8}, {"Gbit/s", 1e9 / 8}};
-  for (const auto& [name, factor] : rate ? std::vector<u>(std::begin(rates), std::end(rates))
-                                         : std::vector<u>(std::begin(times), std::end(times)))
+  using units = std::vector<std::pair<const char*, double>>;
+  static const units times{{"s", 1}, {"ms", 1e-3}, {"us", 1e-6}, {"ns", 1e-9}};
+  static const units rates{{"B/s", 1},          {"KB/s", 1e3},      {"MB/s", 1e6},
+                           {"GB/s", 1e9},       {"bit/s", 1.0 / 8}, {"Kbit/s", 1e3 / 8},
+                           {"Mbit/s", 1e6 / 8}, {"Gbit/s", 1e9 / 8}};
+  static const units sizes{{"B", 1},         {"KB", 1e3},      {"MB", 1e6},     {"GB", 1e9},
+                           {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}};
+  const units& known = kind == unit_kind::time ? times : kind == unit_kind::rate ? rates : sizes;
+  for (const auto& [name, factor] : known)
     if (unit == name) return x * factor;
-  bad(text,
-      "'" + v + "' has no " + (rate ? "rate unit (GB/s, Gbit/s, ...)" : "time unit (us, ...)"));
-}
-
-/// "4MiB" -> 4194304.
-double size(const std::string& text, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  const std::string unit = end;
-  if (end == v.c_str() || !(x > 0)) bad(text, "'" + v + "' is not a positive number with a unit");
-  static const std::pair<const char*, double> units[] = {
-      {"B", 1},         {"KB", 1e3},      {"MB", 1e6},     {"GB", 1e9},
-      {"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}};
-  for (const auto& [name, factor] : units)
-    if (unit == name) return x * factor;
-  bad(text, "'" + v + "' has no size unit (B, KiB, MiB, GiB, ...)");
+  bad(text, "'" + v + "' has no " +
+                (kind == unit_kind::time   ? "time unit (us, ...)"
+                 : kind == unit_kind::rate ? "rate unit (GB/s, Gbit/s, ...)"
+                                           : "size unit (B, KiB, MiB, GiB, ...)"));
 }
 
 }  // namespace
@@ -143,20 +133,25 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       continue;
     }
     if (number("shared_wait", 0, 10, "0 to 10", m.shared_wait)) continue;
-    if (eq != std::string::npos && item.compare(0, eq, "hop_wait") == 0) {
-      m.hop_wait = quantity(text, item.substr(eq + 1), false, true);
+    // The quantities with a unit: NAME=VALUE.
+    const auto named = [&](const char* name) {
+      return eq != std::string::npos && item.compare(0, eq, name) == 0;
+    };
+    const auto value = item.substr(eq == std::string::npos ? item.size() : eq + 1);
+    if (named("hop_wait")) {
+      m.hop_wait = quantity(text, value, unit_kind::time, true);
       continue;
     }
-    if (eq != std::string::npos && item.compare(0, eq, "cpu") == 0) {
-      m.cpu_rate = quantity(text, item.substr(eq + 1), true);
+    if (named("cpu")) {
+      m.cpu_rate = quantity(text, value, unit_kind::rate);
       continue;
     }
-    if (eq != std::string::npos && item.compare(0, eq, "cpu_cached") == 0) {
-      m.cpu_cached_rate = quantity(text, item.substr(eq + 1), true);
+    if (named("cpu_cached")) {
+      m.cpu_cached_rate = quantity(text, value, unit_kind::rate);
       continue;
     }
-    if (eq != std::string::npos && item.compare(0, eq, "cache") == 0) {
-      m.cache = size(text, item.substr(eq + 1));
+    if (named("cache")) {
+      m.cache = quantity(text, value, unit_kind::size);
       continue;
     }
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
@@ -169,8 +164,8 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
     // An empty latency or bandwidth keeps the default's ("host=:1Gbit/s").
     auto& link = name == "host" ? m.host : m.local;
     const auto latency = item.substr(eq + 1, colon - eq - 1), rate = item.substr(colon + 1);
-    if (!latency.empty()) link.latency = quantity(text, latency, false);
-    if (!rate.empty()) link.bandwidth = quantity(text, rate, true);
+    if (!latency.empty()) link.latency = quantity(text, latency, unit_kind::time);
+    if (!rate.empty()) link.bandwidth = quantity(text, rate, unit_kind::rate);
   }
   return m;
 }

@@ -16,8 +16,9 @@
 // us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; cpu: what a rank's
 // CPU sends or receives over TCP, cpu_rate below; cpu_cached and cache: the
 // same for calls that fit the cache (B, KiB, MiB, GiB); ranks_per_cpu and
-// shared_wait: plain numbers, hop_wait a time, below). bench/hosts_bench.sh --calibrate
-// measures host, cpu and shared_wait first; the item `measure` has a world
+// shared_wait: plain numbers, hop_wait a time, below). bench/hosts_bench.sh
+// --calibrate measures host, cpu, cpu_cached and hop_wait first; the item
+// `measure` has a world
 // across hosts measure them at start (api/link_measurement.cpp, fitted by
 // cost_fit.hpp), the items beside it winning over what it measures.
 //
