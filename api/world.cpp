@@ -52,6 +52,10 @@ struct world::impl {
                                             std::chrono::milliseconds timeout,
                                             const std::string& backend_spec,
                                             const std::string& description);
+  /// The world's building from the rendezvous on: the job id, the data
+  /// plane, the link's measurement, the default group.
+  void build(const std::string& job_key, const std::string& congestion,
+             detail::engine_setting engines);
 };
 
 namespace {
@@ -211,18 +215,35 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   const bool told = watch_this_process(
       *o.store, gone_key,
       std::to_string(o.rank) + " " + detail::host_name() + " " + std::to_string(::getpid()) + "\n");
-  impl_->rdv = std::make_shared<detail::rendezvous>(*o.store, o.rank, o.world_size, o.timeout,
-                                                    told ? gone_key : std::string());
-  auto& rdv = *impl_->rdv;
+  impl_->rdv =
+      std::make_shared<detail::rendezvous>(*o.store, o.rank, o.world_size, o.timeout,
+                                           told ? gone_key : std::string(), job_key + "/gave_up");
+  // Whatever makes this rank give up from here on, the others are told why
+  // (they may have no other way to learn it: transport/rendezvous.hpp).
+  try {
+    impl_->build(job_key, congestion, engines);
+  } catch (const error& e) {
+    impl_->rdv->give_up(e.what(), e.code() == errc::timeout);
+    throw;
+  } catch (const std::exception& e) {
+    impl_->rdv->give_up(e.what(), false);
+    throw;
+  }
+}
+
+void world::impl::build(const std::string& job_key, const std::string& congestion,
+                        detail::engine_setting engines) {
+  const auto& o = opts;
+  auto& rdv = *this->rdv;
   if (o.rank == 0) o.store->set(job_key, random_job_id());
   rdv.wait_for(
       {0}, [&](int) { return job_key; }, "start the job (write its id to the store)");
   const auto job = o.store->get_string(job_key);
-  impl_->job_key = job_key;
+  this->job_key = job_key;
   // Two scheduler threads per rank, one when the ranks outnumber the CPUs
   // (simulations of many ranks in one process: threads that only sleep).
   const bool many = o.world_size > static_cast<int>(std::thread::hardware_concurrency());
-  impl_->rt = std::make_unique<detail::rank_runtime>(o.rank, job, many ? 1 : 2);
+  rt = std::make_unique<detail::rank_runtime>(o.rank, job, many ? 1 : 2);
   // Ranks in other processes: the data plane (a no-op when all live here).
   auto env = [](const char* name) -> std::string {
     const char* v = std::getenv(name);
@@ -246,7 +267,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   dp.unresponsive = milliseconds_from_env("TROUPE_UNRESPONSIVE_MS", dp.unresponsive);
   auto plane = std::make_shared<detail::data_plane>(dp);
   plane->connect(*o.store, rdv);
-  impl_->rt->set_plane(plane);
+  rt->set_plane(plane);
   std::vector<int> all(static_cast<std::size_t>(o.world_size));
   for (int r = 0; r < o.world_size; ++r) all[static_cast<std::size_t>(r)] = r;
   // TROUPE_LINK_COSTS=measure across hosts: the link measured on a group of
@@ -254,18 +275,17 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
   if (detail::measures_links(*plane, o.rank, o.world_size, *o.store, job_key + "/measure", rdv)) {
     const std::string name = "troupe:link-measurement";
     try {
-      auto probe = impl_->make_group(name, all, o.timeout, "actor", "the link's measurement");
-      plane->set_link_costs(detail::measure_link_costs(*probe, *plane, *o.store,
-                                                       job_key + "/link_costs", rdv,
-                                                       impl_->debug != debug_level::off));
+      auto probe = make_group(name, all, o.timeout, "actor", "the link's measurement");
+      plane->set_link_costs(detail::measure_link_costs(
+          *probe, *plane, *o.store, job_key + "/link_costs", rdv, debug != debug_level::off));
     } catch (const error& e) {
       throw error(e.code(), "world: rank " + std::to_string(o.rank) +
                                 ": measuring the link between hosts at start "
                                 "(TROUPE_LINK_COSTS=measure): " +
                                 e.what());
     }
-    std::lock_guard<std::mutex> g{impl_->mtx};
-    impl_->groups.erase(name);
+    std::lock_guard<std::mutex> g{mtx};
+    groups.erase(name);
     // Every rank read the result after rank 0 took in every message sent
     // to it: none of the measurement's is left in flight.
     plane->forget_p2p();
@@ -279,7 +299,7 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
         m.ranks_per_cpu != process.ranks_per_cpu)
       plane->set_link_costs(m.to_text());
   }
-  impl_->default_group = impl_->make_group("default", all, o.timeout, o.backend, "default group");
+  default_group = make_group("default", all, o.timeout, o.backend, "default group");
 }
 
 void detail::leave_together(world& w) noexcept {

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <thread>
 
@@ -223,6 +224,42 @@ TEST_CASE("a rank killed before it published its address: its ended process is s
   killer.join();
   ::unlink(path.c_str());
   check_outcome(codes, 2, b, "killed waiting for rank 1");
+}
+
+TEST_CASE("a rank that gives up building its world: the others fail at once, quoting why") {
+  // Rank 0 rejects its transport setting after the job started, before any
+  // rank knows where it runs: the others cannot watch its process, and a
+  // file_store cannot tell them it is gone. They fail at once with its
+  // reason, not at the world's timeout naming rank 0 alone. Rank 2, on
+  // another host, learns it the same way.
+  const auto path = test::temp_store_path();
+  auto& failed_ms = *test::shared_page<std::array<std::atomic<long long>, 3>>();
+  auto codes = test::fork_ranks(3, [&](int r) {
+    ::setenv("TROUPE_HOSTNAME", r == 2 ? "b" : "a", 1);
+    if (r == 0) ::setenv("TROUPE_TRANSPORT", "no-such-transport", 1);
+    auto s = std::make_shared<file_store>(path, 20s);
+    const auto start = test::now_ns();
+    try {
+      world w{test::child_world(s, r, 3, 15s)};
+      return expect(r, false, "a world was built");
+    } catch (const error& e) {
+      const std::string what = e.what();
+      failed_ms[static_cast<std::size_t>(r)] = (test::now_ns() - start) / 1000000;
+      if (r == 0) return expect(r, e.code() == errc::invalid_argument, "not invalid: " + what);
+      bool ok = expect(r, e.code() == errc::peer_failure, "not a peer failure: " + what);
+      ok &= expect(r,
+                   what.find("world rank 0") != std::string::npos &&
+                       what.find("transport 'no-such-transport'") != std::string::npos,
+                   "rank 0's reason is not quoted: " + what);
+      return ok;
+    }
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 0, 0});
+  for (int r : {1, 2}) {
+    CAPTURE(r);
+    CHECK(failed_ms[static_cast<std::size_t>(r)].load() < 5000);
+  }
 }
 
 TEST_CASE("a rank killed at varied moments of the rendezvous: the others fail at once, naming it") {

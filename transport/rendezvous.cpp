@@ -35,13 +35,14 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 rendezvous::rendezvous(store& s, int rank, int world_size, std::chrono::milliseconds timeout,
-                       std::string gone_key)
+                       std::string gone_key, std::string gave_up_key)
     : store_(s),
       rank_(rank),
       world_size_(world_size),
       timeout_(timeout),
       deadline_(clock::now() + timeout),
       gone_key_(std::move(gone_key)),
+      gave_up_key_(std::move(gave_up_key)),
       host_(host_name()) {}
 
 rendezvous::~rendezvous() {
@@ -75,19 +76,38 @@ std::string rendezvous::describe(int r) const {
   return s;
 }
 
-void rendezvous::read_gone_key() {
-  if (gone_key_.empty() || !store_.check({gone_key_})) return;
-  std::istringstream lines(troupe::to_string(store_.get(gone_key_)));
+void rendezvous::read_store_records() {
+  if (!gone_key_.empty() && store_.check({gone_key_})) {
+    std::istringstream lines(troupe::to_string(store_.get(gone_key_)));
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream in(line);
+      int r = -1, pid = 0;
+      std::string host;
+      if (!(in >> r >> host >> pid) || r < 0 || r >= world_size_) continue;
+      auto& why = gone_[r];
+      if (!why.empty()) continue;
+      why = "world rank " + std::to_string(r) + " (host " + host + ", pid " + std::to_string(pid) +
+            ") is gone: its connection to the store ended without a goodbye";
+      from_store_.insert(r);
+    }
+  }
+  if (gave_up_key_.empty() || !store_.check({gave_up_key_})) return;
+  std::istringstream lines(troupe::to_string(store_.get(gave_up_key_)));
   std::string line;
   while (std::getline(lines, line)) {
     std::istringstream in(line);
-    int r = -1, pid = 0;
-    std::string host;
-    if (!(in >> r >> host >> pid) || r < 0 || r >= world_size_) continue;
-    auto& why = gone_[r];
-    if (why.empty())
-      why = "world rank " + std::to_string(r) + " (host " + host + ", pid " + std::to_string(pid) +
-            ") is gone: its connection to the store ended without a goodbye";
+    int r = -1;
+    std::string kind, reason;
+    if (!(in >> r >> kind) || r < 0 || r >= world_size_ || r == rank_) continue;
+    std::getline(in >> std::ws, reason);
+    // A rank gone for a reason seen here (its process ended) may have
+    // given up first: its own reason says more.
+    if (quoted_.count(r)) continue;
+    gone_[r] = describe(r) + " gave up building its world: " + reason;
+    from_store_.insert(r);
+    quoted_.insert(r);
+    if (kind == "timeout") timed_out_.insert(r);
   }
 }
 
@@ -117,14 +137,34 @@ std::string rendezvous::gone_locked(int r) {
 
 std::string rendezvous::gone_of(int count, const std::function<int(int)>& rank_at) {
   std::lock_guard<std::mutex> g{mtx_};
-  read_gone_key();
+  // Processes first: one that ended wrote its reason before it did.
+  const bool ended = look_at_processes();
+  read_store_records();
   // Nobody gone (the common case): no rank to look at.
-  if (!look_at_processes() && gone_.empty()) return {};
-  std::string why;
-  for (int i = 0; i < count; ++i)
-    if (const int r = rank_at(i); r != rank_)
-      if (auto w = gone_locked(r); !w.empty()) why += (why.empty() ? "" : "; ") + w;
-  return why;
+  if (!ended && gone_.empty()) return {};
+  // The ranks gone for reasons of their own are named; the reason of one
+  // that gave up is quoted only where no such rank is known (every rank
+  // that gave up because of the same one would be quoted too).
+  std::string why, quote;
+  bool from_store = true, quote_timed_out = false;
+  for (int i = 0; i < count; ++i) {
+    const int r = rank_at(i);
+    if (r == rank_) continue;
+    auto w = gone_locked(r);
+    if (w.empty()) continue;
+    if (quoted_.count(r)) {
+      if (quote.empty()) {
+        quote = std::move(w);
+        quote_timed_out = timed_out_.count(r) != 0;
+      }
+      continue;
+    }
+    why += (why.empty() ? "" : "; ") + w;
+    from_store = from_store && from_store_.count(r) != 0;
+  }
+  last_from_store_ = from_store;
+  last_timed_out_ = why.empty() && quote_timed_out;
+  return why.empty() ? quote : why;
 }
 
 std::string rendezvous::gone_among(const std::vector<int>& ranks) {
@@ -154,10 +194,34 @@ void rendezvous::check_of(int count, const std::function<int(int)>& rank_at,
                                  " lost the store while waiting for " + waiting_for + ": " +
                                  e.what());
   }
-  if (!why.empty())
-    throw error(errc::peer_failure, "world: rank " + std::to_string(rank_) +
-                                        " gave up building its world (waiting for " + waiting_for +
-                                        "): " + why);
+  if (why.empty()) return;
+  bool timed_out = false;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    told_by_store_ = last_from_store_;
+    timed_out = last_timed_out_;
+  }
+  // A world another rank timed out building timed out here too.
+  throw error(timed_out ? errc::timeout : errc::peer_failure,
+              "world: rank " + std::to_string(rank_) + " gave up building its world (waiting for " +
+                  waiting_for + "): " + why);
+}
+
+void rendezvous::give_up(const std::string& why, bool timed_out) noexcept {
+  std::string line;
+  {
+    std::lock_guard<std::mutex> g{mtx_};
+    if (gave_up_key_.empty() || told_by_store_) return;  // everyone reads what the store said
+  }
+  // One line; a reason that names many ranks is cut (each rank reads every line).
+  constexpr std::size_t longest = 2000;
+  line = why.size() > longest ? why.substr(0, longest) + " ..." : why;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  try {
+    store_.append(gave_up_key_, to_bytes(std::to_string(rank_) +
+                                         (timed_out ? " timeout " : " failure ") + line + "\n"));
+  } catch (...) {  // the store may be gone with the process serving it
+  }
 }
 
 void rendezvous::timed_out(const std::vector<int>& ranks, const std::string& what) const {

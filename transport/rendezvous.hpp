@@ -12,14 +12,20 @@
 //    "rank host pid" to the job's gone key if that happens
 //    (tcp_store::append_on_disconnect);
 //  - its process ran on this host and has ended (pidfd), once its identity
-//    is known (learn).
-// Waits for missing ranks look for either every 100 ms.
+//    is known (learn);
+//  - it gave up building its world for a reason of its own (a rank it saw
+//    gone, a setting it rejected, a timeout): give_up() appends the reason
+//    to the job's gave-up key, and the others quote it. Only reasons a rank
+//    found itself are written, not those read from the store, so no chain
+//    of quotes forms.
+// Waits for missing ranks look for any of these every 100 ms.
 
 #include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,9 +41,10 @@ class rendezvous {
  public:
   using clock = std::chrono::steady_clock;
   /// `gone_key`: the key the store server appends the gone ranks' lines to
-  /// (empty: the store cannot tell).
+  /// (empty: the store cannot tell); `gave_up_key`: the key ranks that give
+  /// up append their reasons to.
   rendezvous(store& s, int rank, int world_size, std::chrono::milliseconds timeout,
-             std::string gone_key);
+             std::string gone_key, std::string gave_up_key);
   ~rendezvous();
   rendezvous(const rendezvous&) = delete;
   rendezvous& operator=(const rendezvous&) = delete;
@@ -55,6 +62,11 @@ class rendezvous {
   /// ranks whose key is missing at the deadline.
   void wait_for_everyone(const std::string& counter, const std::function<std::string(int)>& key_of,
                          const std::string& what);
+  /// This rank gives up building its world because of `why` (`timed_out`:
+  /// its wait ran past the deadline): the others are told, unless this rank
+  /// only learned it from the store. They fail as it did: by a timeout
+  /// where it timed out, else by a peer failure. Never throws.
+  void give_up(const std::string& why, bool timed_out) noexcept;
   /// Records where every world rank runs (its process can then be watched on this host).
   void learn(std::shared_ptr<const rank_places> places);
   /// How errors name world rank r: "world rank 2 (host h, pid 7)" once known.
@@ -75,8 +87,9 @@ class rendezvous {
   static constexpr std::chrono::milliseconds slice{100};
 
  private:
-  /// Reads the gone key (one store round trip) into gone_ (under mtx_).
-  void read_gone_key();
+  /// Reads the gone key and the gave-up key (a store round trip each) into
+  /// gone_ (under mtx_).
+  void read_store_records();
   /// Polls the watched processes (under mtx_); true when one has ended.
   bool look_at_processes();
   /// Why world rank r is gone, after a look (under mtx_).
@@ -96,6 +109,7 @@ class rendezvous {
   std::chrono::milliseconds timeout_;
   clock::time_point deadline_;
   std::string gone_key_;
+  std::string gave_up_key_;
   std::string host_;
   std::mutex mtx_;  // guards watched_ and gone_ (groups are made from any thread)
   std::shared_ptr<const rank_places> places_;  // set once by learn(), before any reader
@@ -106,6 +120,12 @@ class rendezvous {
   };
   std::vector<watched> watched_;     // the job's other processes on this host
   std::map<int, std::string> gone_;  // world rank -> why it is gone
+  std::set<int> from_store_;         // ranks whose gone_ was read from the store
+  std::set<int> quoted_;             // of those, ranks whose gone_ quotes their own reason
+  std::set<int> timed_out_;          // of those, ranks that gave up at their deadline
+  bool last_timed_out_ = false;      // gone_of() last gave the quote of a rank that timed out
+  bool last_from_store_ = false;     // every reason gone_of() last gave was read from the store
+  bool told_by_store_ = false;       // so was the failure check() last threw
 };
 
 /// "ranks 2, 3" / "rank 2".
