@@ -219,11 +219,12 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
       std::make_shared<detail::rendezvous>(*o.store, o.rank, o.world_size, o.timeout,
                                            told ? gone_key : std::string(), job_key + "/gave_up");
   // Whatever makes this rank give up from here on, the others are told why
-  // (they may have no other way to learn it: transport/rendezvous.hpp).
+  // (they may have no other way to learn it: transport/rendezvous.hpp);
+  // not where the store itself failed (writing would wait for it).
   try {
     impl_->build(job_key, congestion, engines);
   } catch (const error& e) {
-    impl_->rdv->give_up(e.what(), e.code() == errc::timeout);
+    if (e.code() != errc::store) impl_->rdv->give_up(e.what(), e.code() == errc::timeout);
     throw;
   } catch (const std::exception& e) {
     impl_->rdv->give_up(e.what(), false);
