@@ -262,6 +262,25 @@ TEST_CASE("a rank that gives up building its world: the others fail at once, quo
   }
 }
 
+TEST_CASE("lines in the gave-up key that are no rank's reason are ignored") {
+  // Whoever can write to the store can doom a world (a line of one of its
+  // ranks: "1 failure why"), but lines that name no rank of it, or not as
+  // a rank that gave up writes them, change nothing.
+  auto s = std::make_shared<hash_store>(20s);
+  s->append("troupe/job/0/gave_up", to_bytes(std::string("\x01\x02 garbage\n-5 failure x\n"
+                                                         "99 timeout y\n\n2\n1x\n")));
+  std::vector<std::thread> threads;
+  std::atomic<int> built{0};
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      world w{test::child_world(s, r, 2, 5s)};
+      w.default_group().barrier().wait();
+      ++built;
+    });
+  for (auto& t : threads) t.join();
+  CHECK(built == 2);
+}
+
 TEST_CASE("a rank killed at varied moments of the rendezvous: the others fail at once, naming it") {
   // The victim is killed 0..100 ms after it wrote its process identity to
   // the store: in the data plane's set-up, in the default group's, or in the

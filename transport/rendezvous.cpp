@@ -21,6 +21,14 @@ namespace troupe::detail {
 
 namespace {
 
+/// The longest reason a rank that gave up writes, and another quotes (each
+/// rank reads every line; a reason may name many ranks).
+constexpr std::size_t longest_reason = 2000;
+
+std::string cut(const std::string& why) {
+  return why.size() > longest_reason ? why.substr(0, longest_reason) + " ..." : why;
+}
+
 bool process_ended(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
@@ -99,12 +107,14 @@ void rendezvous::read_store_records() {
     std::istringstream in(line);
     int r = -1;
     std::string kind, reason;
-    if (!(in >> r >> kind) || r < 0 || r >= world_size_ || r == rank_) continue;
+    if (!(in >> r >> kind) || r < 0 || r >= world_size_ || r == rank_ ||
+        (kind != "timeout" && kind != "failure"))
+      continue;
     std::getline(in >> std::ws, reason);
     // A rank gone for a reason seen here (its process ended) may have
     // given up first: its own reason says more.
     if (quoted_.count(r)) continue;
-    gone_[r] = describe(r) + " gave up building its world: " + reason;
+    gone_[r] = describe(r) + " gave up building its world: " + cut(reason);
     from_store_.insert(r);
     quoted_.insert(r);
     if (kind == "timeout") timed_out_.insert(r);
@@ -208,16 +218,13 @@ void rendezvous::check_of(int count, const std::function<int(int)>& rank_at,
 }
 
 void rendezvous::give_up(const std::string& why, bool timed_out) noexcept {
-  std::string line;
   {
     std::lock_guard<std::mutex> g{mtx_};
     if (gave_up_key_.empty() || told_by_store_) return;  // everyone reads what the store said
   }
-  // One line; a reason that names many ranks is cut (each rank reads every line).
-  constexpr std::size_t longest = 2000;
-  line = why.size() > longest ? why.substr(0, longest) + " ..." : why;
-  std::replace(line.begin(), line.end(), '\n', ' ');
   try {
+    auto line = cut(why);
+    std::replace(line.begin(), line.end(), '\n', ' ');  // one line
     store_.append(gave_up_key_, to_bytes(std::to_string(rank_) +
                                          (timed_out ? " timeout " : " failure ") + line + "\n"));
   } catch (...) {  // the store may be gone with the process serving it
