@@ -3,6 +3,7 @@
 #include "troupe/world.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -120,17 +121,29 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
       auto& b = by_name[bname];
       if (!b) {
         backend_context ctx;
-        // Its set-up fails at once, naming the rank, when a member is gone.
+        // Its set-up fails at once, naming the rank, when a member is gone
+        // or gave up creating the group (quoting why: a member whose
+        // backend failed to start writes its reason under gave_up_key,
+        // unless it only quoted another's).
+        const std::string gave_up_key = "troupe/" + rt->job() + "/gave_up/" + name;
+        auto quoted = std::make_shared<std::atomic<bool>>(false);
         ctx.store = std::make_shared<detail::watchful_store>(
             std::make_shared<prefix_store>("troupe/" + rt->job() + "/" + name, opts.store),
             [rdv = rdv, plane = std::weak_ptr<detail::data_plane>(rt->plane()), ranks, name,
-             me = opts.rank] {
+             me = opts.rank, gave_up_key, quoted] {
               std::string why;
               if (auto p = plane.lock(); p && p->crashed()->load() != 0)
                 for (int w : ranks)
                   if (auto c = p->crash_reason(w); !c.empty())
                     why += (why.empty() ? "" : "; ") + p->describe(w) + " is gone: " + c;
               if (why.empty()) why = rdv->gone_among(ranks);
+              if (why.empty())
+                for (const auto& l : rdv->read_gave_up(gave_up_key))
+                  if (std::find(ranks.begin(), ranks.end(), l.rank) != ranks.end()) {
+                    why = rdv->describe(l.rank) + " gave up creating it: " + l.reason;
+                    *quoted = true;
+                    break;
+                  }
               if (!why.empty())
                 throw error(errc::peer_failure, "new_group: rank " + std::to_string(me) +
                                                     " gave up creating group '" + name +
@@ -144,7 +157,17 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
         ctx.device = dev;
         ctx.runtime = rt.get();
         ctx.debug = debug;
-        b = detail::find_backend(bname)(ctx);
+        try {
+          b = detail::find_backend(bname)(ctx);
+        } catch (const error& e) {
+          // Not a timeout (each member reaches its own) nor a lost store.
+          if (!*quoted && e.code() != errc::store && e.code() != errc::timeout)
+            rdv->tell(gave_up_key, e.what());
+          throw;
+        } catch (const std::exception& e) {
+          if (!*quoted) rdv->tell(gave_up_key, e.what());
+          throw;
+        }
         if (!b) throw error(errc::backend, "backend '" + bname + "' returned no backend");
       }
       backends[dev] = b;
@@ -220,14 +243,15 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
                                            told ? gone_key : std::string(), job_key + "/gave_up");
   // Whatever makes this rank give up from here on, the others are told why
   // (they may have no other way to learn it: transport/rendezvous.hpp);
-  // not where the store itself failed (writing would wait for it).
+  // not where the store itself failed (writing would wait for it), nor at
+  // this rank's timeout (the others reach theirs, naming who is missing).
   try {
     impl_->build(job_key, congestion, engines);
   } catch (const error& e) {
-    if (e.code() != errc::store) impl_->rdv->give_up(e.what(), e.code() == errc::timeout);
+    if (e.code() != errc::store && e.code() != errc::timeout) impl_->rdv->give_up(e.what());
     throw;
   } catch (const std::exception& e) {
-    impl_->rdv->give_up(e.what(), false);
+    impl_->rdv->give_up(e.what());
     throw;
   }
 }

@@ -268,7 +268,7 @@ TEST_CASE("lines in the gave-up key that are no rank's reason are ignored") {
   // a rank that gave up writes them, change nothing.
   auto s = std::make_shared<hash_store>(20s);
   s->append("troupe/job/0/gave_up", to_bytes(std::string("\x01\x02 garbage\n-5 failure x\n"
-                                                         "99 timeout y\n\n2\n1x\n")));
+                                                         "99 failure y\n\n2\n1x\n1 timeout z\n")));
   std::vector<std::thread> threads;
   std::atomic<int> built{0};
   for (int r = 0; r < 2; ++r)

@@ -13,11 +13,13 @@
 #include <future>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "troupe/backend.hpp"
 #include "troupe/error.hpp"
 #include "troupe/object_collectives.hpp"
 #include "troupe/testing.hpp"
@@ -346,6 +348,48 @@ TEST_CASE("a failed new_group does not shift the names of later groups") {
     auto t = tensor::from_vector<float>({1.0f});
     g->allreduce(t).wait();
     CHECK(t.to_vector<float>()[0] == 2.0f);
+  });
+}
+
+TEST_CASE("a rank whose backend fails to start: the group's others fail at once, quoting why") {
+  // A backend whose set-up waits in the group's store for every member (as
+  // NCCL's waits for its id) and fails on group rank 1 (as on a host without
+  // the device). The others fail within a few seconds quoting rank 1's
+  // reason, not at the group's timeout; the world goes on.
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    register_backend("fails_on_one_test",
+                     [](const backend_context& ctx) -> std::shared_ptr<backend> {
+                       if (ctx.rank == 1)
+                         throw error(errc::backend, "fails_on_one_test: no device on this rank");
+                       ctx.store->set("up/" + std::to_string(ctx.rank), "1");
+                       for (int r = 0; r < ctx.size; ++r)
+                         ctx.store->wait({"up/" + std::to_string(r)});
+                       throw error(errc::internal, "fails_on_one_test: every member came");
+                     },
+                     {device_type::cpu});
+  });
+  testing::run_ranks(3, [](world& w) {
+    new_group_options o;
+    o.backend = "fails_on_one_test";
+    o.timeout = 20s;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      w.new_group({0, 1, 2}, o);
+      CHECK(false);
+    } catch (const error& e) {
+      const std::string what = e.what();
+      CAPTURE(what);
+      CHECK(what.find("no device on this rank") != std::string::npos);
+      if (w.rank() != 1) {
+        CHECK(e.code() == errc::peer_failure);
+        CHECK(what.find("world rank 1") != std::string::npos);
+        CHECK(std::chrono::steady_clock::now() - start < 5s);
+      }
+    }
+    auto t = tensor::from_vector<float>({1.0f});
+    w.default_group().allreduce(t).wait();
+    CHECK(t.to_vector<float>()[0] == 3.0f);
   });
 }
 

@@ -100,24 +100,42 @@ void rendezvous::read_store_records() {
       from_store_.insert(r);
     }
   }
-  if (gave_up_key_.empty() || !store_.check({gave_up_key_})) return;
-  std::istringstream lines(troupe::to_string(store_.get(gave_up_key_)));
+  if (gave_up_key_.empty()) return;
+  for (auto& l : read_gave_up(gave_up_key_)) {
+    // A rank gone for a reason seen here (its process ended) may have
+    // given up first: its own reason says more.
+    if (quoted_.count(l.rank)) continue;
+    gone_[l.rank] = describe(l.rank) + " gave up building its world: " + l.reason;
+    from_store_.insert(l.rank);
+    quoted_.insert(l.rank);
+  }
+}
+
+std::vector<rendezvous::gave_up_line> rendezvous::read_gave_up(const std::string& key) {
+  std::vector<gave_up_line> found;
+  if (!store_.check({key})) return found;
+  std::istringstream lines(troupe::to_string(store_.get(key)));
   std::string line;
   while (std::getline(lines, line)) {
     std::istringstream in(line);
-    int r = -1;
-    std::string kind, reason;
-    if (!(in >> r >> kind) || r < 0 || r >= world_size_ || r == rank_ ||
-        (kind != "timeout" && kind != "failure"))
+    gave_up_line l;
+    std::string kind;
+    if (!(in >> l.rank >> kind) || l.rank < 0 || l.rank >= world_size_ || l.rank == rank_ ||
+        kind != "failure")
       continue;
-    std::getline(in >> std::ws, reason);
-    // A rank gone for a reason seen here (its process ended) may have
-    // given up first: its own reason says more.
-    if (quoted_.count(r)) continue;
-    gone_[r] = describe(r) + " gave up building its world: " + cut(reason);
-    from_store_.insert(r);
-    quoted_.insert(r);
-    if (kind == "timeout") timed_out_.insert(r);
+    std::getline(in >> std::ws, l.reason);
+    l.reason = cut(l.reason);
+    found.push_back(std::move(l));
+  }
+  return found;
+}
+
+void rendezvous::tell(const std::string& key, const std::string& why) noexcept {
+  try {
+    auto line = cut(why);
+    std::replace(line.begin(), line.end(), '\n', ' ');  // one line
+    store_.append(key, to_bytes(std::to_string(rank_) + " failure " + line + "\n"));
+  } catch (...) {  // the store may be gone with the process serving it
   }
 }
 
@@ -156,24 +174,20 @@ std::string rendezvous::gone_of(int count, const std::function<int(int)>& rank_a
   // that gave up is quoted only where no such rank is known (every rank
   // that gave up because of the same one would be quoted too).
   std::string why, quote;
-  bool from_store = true, quote_timed_out = false;
+  bool from_store = true;
   for (int i = 0; i < count; ++i) {
     const int r = rank_at(i);
     if (r == rank_) continue;
     auto w = gone_locked(r);
     if (w.empty()) continue;
     if (quoted_.count(r)) {
-      if (quote.empty()) {
-        quote = std::move(w);
-        quote_timed_out = timed_out_.count(r) != 0;
-      }
+      if (quote.empty()) quote = std::move(w);
       continue;
     }
     why += (why.empty() ? "" : "; ") + w;
     from_store = from_store && from_store_.count(r) != 0;
   }
   last_from_store_ = from_store;
-  last_timed_out_ = why.empty() && quote_timed_out;
   return why.empty() ? quote : why;
 }
 
@@ -205,30 +219,21 @@ void rendezvous::check_of(int count, const std::function<int(int)>& rank_at,
                                  e.what());
   }
   if (why.empty()) return;
-  bool timed_out = false;
   {
     std::lock_guard<std::mutex> g{mtx_};
     told_by_store_ = last_from_store_;
-    timed_out = last_timed_out_;
   }
-  // A world another rank timed out building timed out here too.
-  throw error(timed_out ? errc::timeout : errc::peer_failure,
-              "world: rank " + std::to_string(rank_) + " gave up building its world (waiting for " +
-                  waiting_for + "): " + why);
+  throw error(errc::peer_failure, "world: rank " + std::to_string(rank_) +
+                                      " gave up building its world (waiting for " + waiting_for +
+                                      "): " + why);
 }
 
-void rendezvous::give_up(const std::string& why, bool timed_out) noexcept {
+void rendezvous::give_up(const std::string& why) noexcept {
   {
     std::lock_guard<std::mutex> g{mtx_};
     if (gave_up_key_.empty() || told_by_store_) return;  // everyone reads what the store said
   }
-  try {
-    auto line = cut(why);
-    std::replace(line.begin(), line.end(), '\n', ' ');  // one line
-    store_.append(gave_up_key_, to_bytes(std::to_string(rank_) +
-                                         (timed_out ? " timeout " : " failure ") + line + "\n"));
-  } catch (...) {  // the store may be gone with the process serving it
-  }
+  tell(gave_up_key_, why);
 }
 
 void rendezvous::timed_out(const std::vector<int>& ranks, const std::string& what) const {

@@ -14,10 +14,10 @@
 //  - its process ran on this host and has ended (pidfd), once its identity
 //    is known (learn);
 //  - it gave up building its world for a reason of its own (a rank it saw
-//    gone, a setting it rejected, a timeout): give_up() appends the reason
-//    to the job's gave-up key, and the others quote it. Only reasons a rank
-//    found itself are written, not those read from the store, so no chain
-//    of quotes forms.
+//    gone, a setting it rejected; not its timeout, which the others reach
+//    by theirs): give_up() appends the reason to the job's gave-up key, and
+//    the others quote it. Only reasons a rank found itself are written, not
+//    those read from the store, so no chain of quotes forms.
 // Waits for missing ranks look for any of these every 100 ms.
 
 #include <chrono>
@@ -62,11 +62,22 @@ class rendezvous {
   /// ranks whose key is missing at the deadline.
   void wait_for_everyone(const std::string& counter, const std::function<std::string(int)>& key_of,
                          const std::string& what);
-  /// This rank gives up building its world because of `why` (`timed_out`:
-  /// its wait ran past the deadline): the others are told, unless this rank
-  /// only learned it from the store. They fail as it did: by a timeout
-  /// where it timed out, else by a peer failure. Never throws.
-  void give_up(const std::string& why, bool timed_out) noexcept;
+  /// This rank gives up building its world because of `why` (not a
+  /// timeout): the others are told, unless this rank only learned it from
+  /// the store; they fail at once by a peer failure quoting it. Never
+  /// throws.
+  void give_up(const std::string& why) noexcept;
+  /// A line of a gave-up key: the world rank that gave up, and why.
+  struct gave_up_line {
+    int rank = -1;
+    std::string reason;
+  };
+  /// The lines of `key` that other world ranks wrote with tell(); lines
+  /// that are not one are ignored (anyone may write to the store).
+  std::vector<gave_up_line> read_gave_up(const std::string& key);
+  /// Appends this rank's line to `key`: it gave up because of `why`. Never
+  /// throws (the store may be gone).
+  void tell(const std::string& key, const std::string& why) noexcept;
   /// Records where every world rank runs (its process can then be watched on this host).
   void learn(std::shared_ptr<const rank_places> places);
   /// How errors name world rank r: "world rank 2 (host h, pid 7)" once known.
@@ -122,8 +133,6 @@ class rendezvous {
   std::map<int, std::string> gone_;  // world rank -> why it is gone
   std::set<int> from_store_;         // ranks whose gone_ was read from the store
   std::set<int> quoted_;             // of those, ranks whose gone_ quotes their own reason
-  std::set<int> timed_out_;          // of those, ranks that gave up at their deadline
-  bool last_timed_out_ = false;      // gone_of() last gave the quote of a rank that timed out
   bool last_from_store_ = false;     // every reason gone_of() last gave was read from the store
   bool told_by_store_ = false;       // so was the failure check() last threw
 };
