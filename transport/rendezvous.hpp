@@ -73,7 +73,9 @@ class rendezvous {
     std::string reason;
   };
   /// The lines of `key` that other world ranks wrote with tell(); lines
-  /// that are not one are ignored (anyone may write to the store).
+  /// that are not one are ignored (anyone may write to the store). A
+  /// group's set-up reads and writes its own key so (api/world.cpp: a
+  /// member whose backend failed to start).
   std::vector<gave_up_line> read_gave_up(const std::string& key);
   /// Appends this rank's line to `key`: it gave up because of `why`. Never
   /// throws (the store may be gone).
