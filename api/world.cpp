@@ -159,13 +159,8 @@ std::shared_ptr<process_group> world::impl::make_group(const std::string& name,
         ctx.debug = debug;
         try {
           b = detail::find_backend(bname)(ctx);
-        } catch (const error& e) {
-          // Not a timeout (each member reaches its own) nor a lost store.
-          if (!*quoted && e.code() != errc::store && e.code() != errc::timeout)
-            rdv->tell(gave_up_key, e.what());
-          throw;
         } catch (const std::exception& e) {
-          if (!*quoted) rdv->tell(gave_up_key, e.what());
+          if (!*quoted) rdv->tell(gave_up_key, e);
           throw;
         }
         if (!b) throw error(errc::backend, "backend '" + bname + "' returned no backend");
@@ -242,16 +237,11 @@ world::world(world_options opts) : impl_(std::make_unique<impl>()) {
       std::make_shared<detail::rendezvous>(*o.store, o.rank, o.world_size, o.timeout,
                                            told ? gone_key : std::string(), job_key + "/gave_up");
   // Whatever makes this rank give up from here on, the others are told why
-  // (they may have no other way to learn it: transport/rendezvous.hpp);
-  // not where the store itself failed (writing would wait for it), nor at
-  // this rank's timeout (the others reach theirs, naming who is missing).
+  // (they may have no other way to learn it: transport/rendezvous.hpp).
   try {
     impl_->build(job_key, congestion, engines);
-  } catch (const error& e) {
-    if (e.code() != errc::store && e.code() != errc::timeout) impl_->rdv->give_up(e.what());
-    throw;
   } catch (const std::exception& e) {
-    impl_->rdv->give_up(e.what());
+    impl_->rdv->give_up(e);
     throw;
   }
 }

@@ -130,9 +130,11 @@ std::vector<rendezvous::gave_up_line> rendezvous::read_gave_up(const std::string
   return found;
 }
 
-void rendezvous::tell(const std::string& key, const std::string& why) noexcept {
+void rendezvous::tell(const std::string& key, const std::exception& e) noexcept {
+  if (const auto* te = dynamic_cast<const error*>(&e))
+    if (te->code() == errc::timeout || te->code() == errc::store) return;
   try {
-    auto line = cut(why);
+    auto line = cut(e.what());
     std::replace(line.begin(), line.end(), '\n', ' ');  // one line
     store_.append(key, to_bytes(std::to_string(rank_) + " failure " + line + "\n"));
   } catch (...) {  // the store may be gone with the process serving it
@@ -163,7 +165,7 @@ std::string rendezvous::gone_locked(int r) {
   return {};
 }
 
-std::string rendezvous::gone_of(int count, const std::function<int(int)>& rank_at) {
+rendezvous::gone_reasons rendezvous::gone_of(int count, const std::function<int(int)>& rank_at) {
   std::lock_guard<std::mutex> g{mtx_};
   // Processes first: one that ended wrote its reason before it did.
   const bool ended = look_at_processes();
@@ -187,13 +189,14 @@ std::string rendezvous::gone_of(int count, const std::function<int(int)>& rank_a
     why += (why.empty() ? "" : "; ") + w;
     from_store = from_store && from_store_.count(r) != 0;
   }
-  last_from_store_ = from_store;
-  return why.empty() ? quote : why;
+  if (why.empty()) return {quote, true};
+  return {why, from_store};
 }
 
 std::string rendezvous::gone_among(const std::vector<int>& ranks) {
   return gone_of(static_cast<int>(ranks.size()),
-                 [&](int i) { return ranks[static_cast<std::size_t>(i)]; });
+                 [&](int i) { return ranks[static_cast<std::size_t>(i)]; })
+      .why;
 }
 
 void rendezvous::check(const std::vector<int>& ranks, const std::string& waiting_for) {
@@ -209,31 +212,31 @@ void rendezvous::check_everyone(const std::string& waiting_for) {
 
 void rendezvous::check_of(int count, const std::function<int(int)>& rank_at,
                           const std::string& waiting_for) {
-  std::string why;
+  gone_reasons gone;
   try {
-    why = gone_of(count, rank_at);
+    gone = gone_of(count, rank_at);
   } catch (const error& e) {
     if (e.code() != errc::store) throw;
     throw error(errc::store, "world: rank " + std::to_string(rank_) +
                                  " lost the store while waiting for " + waiting_for + ": " +
                                  e.what());
   }
-  if (why.empty()) return;
+  if (gone.why.empty()) return;
   {
     std::lock_guard<std::mutex> g{mtx_};
-    told_by_store_ = last_from_store_;
+    told_by_store_ = gone.from_store;
   }
   throw error(errc::peer_failure, "world: rank " + std::to_string(rank_) +
                                       " gave up building its world (waiting for " + waiting_for +
-                                      "): " + why);
+                                      "): " + gone.why);
 }
 
-void rendezvous::give_up(const std::string& why) noexcept {
+void rendezvous::give_up(const std::exception& e) noexcept {
   {
     std::lock_guard<std::mutex> g{mtx_};
     if (gave_up_key_.empty() || told_by_store_) return;  // everyone reads what the store said
   }
-  tell(gave_up_key_, why);
+  tell(gave_up_key_, e);
 }
 
 void rendezvous::timed_out(const std::vector<int>& ranks, const std::string& what) const {

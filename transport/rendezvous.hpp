@@ -21,6 +21,7 @@
 // Waits for missing ranks look for any of these every 100 ms.
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -62,11 +63,10 @@ class rendezvous {
   /// ranks whose key is missing at the deadline.
   void wait_for_everyone(const std::string& counter, const std::function<std::string(int)>& key_of,
                          const std::string& what);
-  /// This rank gives up building its world because of `why` (not a
-  /// timeout): the others are told, unless this rank only learned it from
-  /// the store; they fail at once by a peer failure quoting it. Never
-  /// throws.
-  void give_up(const std::string& why) noexcept;
+  /// This rank gives up building its world because of `e`: the others are
+  /// told (tell), unless this rank only learned it from the store; they
+  /// fail at once by a peer failure quoting it. Never throws.
+  void give_up(const std::exception& e) noexcept;
   /// A line of a gave-up key: the world rank that gave up, and why.
   struct gave_up_line {
     int rank = -1;
@@ -77,9 +77,11 @@ class rendezvous {
   /// group's set-up reads and writes its own key so (api/world.cpp: a
   /// member whose backend failed to start).
   std::vector<gave_up_line> read_gave_up(const std::string& key);
-  /// Appends this rank's line to `key`: it gave up because of `why`. Never
-  /// throws (the store may be gone).
-  void tell(const std::string& key, const std::string& why) noexcept;
+  /// Appends this rank's line to `key`: it gave up because of `e`; not
+  /// where `e` is its own timeout (the others reach theirs, naming who is
+  /// missing) or a failed store (the write would wait for it). Never throws
+  /// (the store may be gone).
+  void tell(const std::string& key, const std::exception& e) noexcept;
   /// Records where every world rank runs (its process can then be watched on this host).
   void learn(std::shared_ptr<const rank_places> places);
   /// How errors name world rank r: "world rank 2 (host h, pid 7)" once known.
@@ -109,8 +111,13 @@ class rendezvous {
   std::string gone_locked(int r);
   /// check() of the ranks `rank_at(i)`, i in [0, count).
   void check_of(int count, const std::function<int(int)>& rank_at, const std::string& waiting_for);
-  /// Why ranks are gone, for each r of [0, count) `rank_at(i)` other than this one.
-  std::string gone_of(int count, const std::function<int(int)>& rank_at);
+  /// Why ranks are gone, for each r of [0, count) `rank_at(i)` other than
+  /// this one, and whether every reason given was read from the store.
+  struct gone_reasons {
+    std::string why;
+    bool from_store = false;
+  };
+  gone_reasons gone_of(int count, const std::function<int(int)>& rank_at);
   /// Waits for `keys` in slices, checking that nobody is gone; `at_deadline`
   /// runs when the time is up and some are still missing.
   void wait_keys(const std::vector<std::string>& keys, const std::string& waiting_for,
@@ -135,8 +142,7 @@ class rendezvous {
   std::map<int, std::string> gone_;  // world rank -> why it is gone
   std::set<int> from_store_;         // ranks whose gone_ was read from the store
   std::set<int> quoted_;             // of those, ranks whose gone_ quotes their own reason
-  bool last_from_store_ = false;     // every reason gone_of() last gave was read from the store
-  bool told_by_store_ = false;       // so was the failure check() last threw
+  bool told_by_store_ = false;  // every reason of the failure check() last threw was read there
 };
 
 /// "ranks 2, 3" / "rank 2".
