@@ -142,11 +142,14 @@ void on_tick(self_ptr self) {
     // Where the wait starts, when the rank waited for was itself waiting.
     const int peer = op.ctx->blocked_peer();
     if (st.info.waits && peer >= 0 && peer < st.info.size && !in_simulation() &&
-        (!op.ctx->awaits_everyone() || op.ctx->agreed().missing_ranks().empty()))
-      what += wait_chain(
-          *st.info.waits, seq, st.info.rank, st.info.size, peer, op.ctx->blocked_on(),
-          [&st](int r) { return st.net->describe_peer(r); },
-          std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout));
+        (!op.ctx->awaits_everyone() || op.ctx->agreed().missing_ranks().empty())) {
+      auto name = [&st](int r) { return st.net->describe_peer(r); };
+      what = blame(
+          what,
+          wait_chain(*st.info.waits, seq, st.info.rank, st.info.size, peer, op.ctx->blocked_on(),
+                     name, std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout)),
+          name);
+    }
     // "Timed out after 300 ms waiting for rank 1 (...) to ...", as the
     // inline engine words it.
     fail_op(

@@ -17,13 +17,28 @@ class store;
 
 namespace troupe::detail {
 
-/// "; rank 2 (...) was itself waiting for rank 3 (...) to send ..., which has
-/// not timed out on this call: the wait starts there (...)", or "" when the
-/// rank waited for waits for nobody (or the store cannot tell). Publishes
-/// this rank's own wait first; waits up to a tenth of `timeout` (100 ms to
-/// 2 s) for the others' word. `name` names a group rank.
-std::string wait_chain(store& waits, std::uint64_t seq, int rank, int size, int peer,
-                       const std::string& what, const std::function<std::string(int)>& name,
-                       std::chrono::milliseconds timeout);
+/// What the peers told of their waits.
+struct told_waits {
+  /// "; rank 2 (...) was itself waiting for rank 3 (...) to send ..., which
+  /// has not timed out on this call: the wait starts there (...)", or "" when
+  /// the rank waited for waits for nobody (or the store cannot tell).
+  std::string chain;
+  /// The group rank where the wait starts (the chain's end), -1 when there is
+  /// no chain or the ranks wait in a cycle.
+  int start = -1;
+};
+
+/// Publishes this rank's own wait first; waits up to a tenth of `timeout`
+/// (100 ms to 2 s) for the others' word. `name` names a group rank.
+told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int peer,
+                      const std::string& what, const std::function<std::string(int)>& name,
+                      std::chrono::milliseconds timeout);
+
+/// A timeout's words from `waited` ("waiting for rank 1 (...) to send its
+/// data") and the chain: the rank where the wait starts comes first
+/// ("waiting for rank 3 (...), where a chain of waits starts: this rank was
+/// waiting for rank 1 (...) to ...; rank 1 (...) was itself waiting for ...").
+std::string blame(const std::string& waited, const told_waits& told,
+                  const std::function<std::string(int)>& name);
 
 }  // namespace troupe::detail

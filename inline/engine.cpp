@@ -465,12 +465,15 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
         continue;
       }
       const auto what = op.blocker().second;
-      leave(failed(op, errc::timeout,
-                   timeout_after(op.timeout) + " waiting for " +
-                       (peer < 0 ? std::string("the peers")
-                                 : names_[static_cast<std::size_t>(peer)] + " to " + what +
-                                       wait_chain(op, peer, what)),
-                   true));
+      leave(failed(
+          op, errc::timeout,
+          timeout_after(op.timeout) + " " +
+              (peer < 0
+                   ? std::string("waiting for the peers")
+                   : blame("waiting for " + names_[static_cast<std::size_t>(peer)] + " to " + what,
+                           wait_chain(op, peer, what),
+                           [this](int r) { return names_[static_cast<std::size_t>(r)]; })),
+          true));
       continue;
     }
     break;
@@ -479,7 +482,7 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
   return moved;
 }
 
-std::string inline_engine::wait_chain(const inline_op& op, int peer, const std::string& what) {
+told_waits inline_engine::wait_chain(const inline_op& op, int peer, const std::string& what) {
   if (!waits_ || in_simulation()) return {};
   return detail::wait_chain(
       *waits_, op.seq, rank_, size(), peer, what,

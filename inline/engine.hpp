@@ -59,6 +59,7 @@
 #include "base/futex_lock.hpp"
 #include "base/one_or_more.hpp"
 #include "base/rank_names.hpp"
+#include "base/wait_chain.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_driver.hpp"
 #include "memory/recycled.hpp"
@@ -278,7 +279,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// as they tell it, until a rank that waits for nobody on this call: "; X
   /// was itself waiting for Y to ...; ... the wait starts there" ("" when
   /// `peer` waited for nobody: the message names it already).
-  std::string wait_chain(const inline_op& op, int peer, const std::string& what);
+  told_waits wait_chain(const inline_op& op, int peer, const std::string& what);
   bool head_reads_itself();
   void stop(const std::string& reason);
 
