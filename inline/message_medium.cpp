@@ -286,13 +286,15 @@ std::string message_medium::lost(std::uint64_t, int blocker,
   // One that finished its part and left (what it sent came before it left)
   // is not missed.
   if (blocker < 0 || blocker == rank_) return {};
-  const auto& name = names_[static_cast<std::size_t>(blocker)];
+  // The peer's name is made only for a peer that left (this runs at every
+  // look of a waiting operation).
+  const auto b = static_cast<std::size_t>(blocker);
   if (is_local(blocker))
-    return local_peer(blocker) ? std::string{} : name + " left group '" + group_ + "'";
+    return local_peer(blocker) ? std::string{} : names_[b] + " left group '" + group_ + "'";
   auto plane = plane_.lock();
   if (!plane) return "the world ended";
-  if (auto why = plane->gone_reason(global_ranks_[static_cast<std::size_t>(blocker)]); !why.empty())
-    return left_group(name, group_, why);
+  if (auto why = plane->gone_reason(global_ranks_[b]); !why.empty())
+    return left_group(names_[b], group_, why);
   return {};
 }
 
