@@ -223,10 +223,7 @@ void message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::u
 
 bool message_medium::pump() {
   auto plane = plane_.lock();
-  bool any = false;
-  if (plane)
-    for (int w : remote_) any = plane->pump(w) || any;
-  return any;
+  return plane && plane->pump_all(remote_);
 }
 
 void message_medium::pumping(int delta, bool wake) {

@@ -193,6 +193,11 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// dispatches it (skipped while another thread reads it); true when a frame
   /// arrived.
   bool pump(int r);
+  /// pump() for each of the world ranks `ranks`: their rings looked at in
+  /// memory, their sockets asked in one poll and only those with bytes read
+  /// (a rank waiting on many peers pays one system call a look, not one a
+  /// peer); true when a frame arrived.
+  bool pump_all(const std::vector<int>& ranks);
   /// A thread starts (+1) or stops (-1) pumping r's connection; while one
   /// does, the reader thread parks. Stopping with `wake` (the thread still
   /// waits, asleep) resumes it at once; without, a socket's reader stays

@@ -232,6 +232,30 @@ bool data_plane::pump(int r) {
   return any;
 }
 
+bool data_plane::pump_all(const std::vector<int>& ranks) {
+  // The sockets to ask, kept between looks by the thread that looks.
+  thread_local std::vector<pollfd> fds;
+  thread_local std::vector<int> whose;
+  fds.clear();
+  whose.clear();
+  bool any = false;
+  for (int r : ranks) {
+    auto& p = at(r);
+    if (p.in_link) {
+      any = pump(r) || any;
+    } else if (p.in_socket) {
+      fds.push_back(pollfd{p.in_socket->fd(), POLLIN, 0});
+      whose.push_back(r);
+    }
+  }
+  // One socket: reading it is the one system call either way.
+  if (fds.size() == 1) return pump(whose.front()) || any;
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return any;
+  for (std::size_t i = 0; i < fds.size(); ++i)
+    if (fds[i].revents != 0) any = pump(whose[i]) || any;
+  return any;
+}
+
 bool data_plane::try_drain(int r, bool& any) {
   auto& p = at(r);
   std::unique_lock<std::mutex> g{p.in_mtx, std::try_to_lock};

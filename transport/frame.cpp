@@ -239,14 +239,20 @@ std::string frame_reader::drain(int fd, const std::function<bool(received_frame&
   };
   // Pieces smaller than the read-ahead buffer come out of it, refilled by
   // one recv of what the socket has; larger ones (payloads) go straight
-  // from the socket to their place once the buffer is empty.
+  // from the socket to their place once the buffer is empty. A refill that
+  // came short took all the socket had: the next one would only say so (a
+  // system call a message, half of what a small message costs to read), so
+  // the pieces end there and the next look (a poll, or the reader's) asks again.
   auto& a = ahead_;
+  bool dry = false;
   auto from_socket = [&](void* p, std::size_t n) -> long {
     if (a.at == a.end) {
       if (n >= read_ahead::capacity) return receive(p, n);
+      if (dry) return 0;
       if (!a.bytes) a.bytes = std::make_unique<char[]>(read_ahead::capacity);
       const auto k = receive(a.bytes.get(), read_ahead::capacity);
       if (k <= 0) return k;
+      dry = static_cast<std::size_t>(k) < read_ahead::capacity;
       a.at = 0;
       a.end = static_cast<std::size_t>(k);
     }
