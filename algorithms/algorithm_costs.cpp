@@ -391,7 +391,7 @@ double agreement_time(op_code code, const group_topology& t, const cost_model& b
   }
   if (n < 2) return 0;
   const cost_model m = base.on_shared_cpus();
-  if (agreement_rides_data(n, t.hosts() > 1)) return dissemination(t, m);
+  if (agreement_rides_data(n, t.messages_leave_process())) return dissemination(t, m);
   // Every rank tells every peer at once: one step, and a message's work
   // for each further peer.
   const link_cost& l = t.hosts() > 1 ? m.host : m.local;

@@ -70,7 +70,7 @@ void op_context::ride_agreement_on_data() {
   // between every two ranks anyway, and the fingerprints with it. Even
   // splits on Bruck's steps are one fingerprint for all: they ride.
   rides_ = gated_ && (call_.code != op_code::alltoallv || call_.bruck_alltoall) &&
-           agreement_rides_data(size_, topology().hosts() > 1);
+           agreement_rides_data(size_, topology().messages_leave_process());
   if (!rides_ || result_needs_every_rank(call_)) return;
   while ((1LL << rounds_) < size_) ++rounds_;
 }

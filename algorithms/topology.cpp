@@ -28,10 +28,12 @@ std::shared_ptr<const group_topology> group_topology::flat(
 }
 
 std::shared_ptr<const group_topology> group_topology::of_hosts(
-    const std::vector<std::string>& names, std::shared_ptr<const cost_model> costs) {
+    const std::vector<std::string>& names, std::shared_ptr<const cost_model> costs,
+    bool processes) {
   auto t = std::make_shared<group_topology>();
   t->id = next_id();
   t->costs = std::move(costs);
+  t->processes = processes;
   std::map<std::string, int> index;
   for (std::size_t r = 0; r < names.size(); ++r) {
     auto [it, fresh] = index.emplace(names[r], static_cast<int>(index.size()));

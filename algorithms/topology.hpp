@@ -23,16 +23,23 @@ struct group_topology {
   /// measured at start (TROUPE_LINK_COSTS=measure), else none here and
   /// model() is the process's (cost_model::of_process()).
   std::shared_ptr<const cost_model> costs;
+  /// Its ranks live in more than one process: their messages go through the
+  /// data plane (a socket, or a ring between processes), each a system call
+  /// or a wake-up, as between hosts.
+  bool processes = false;
 
   /// Every rank on one host (what an engine that knows no hosts assumes).
   static std::shared_ptr<const group_topology> flat(
       int size, std::shared_ptr<const cost_model> costs = nullptr);
-  /// From each group rank's host name.
+  /// From each group rank's host name (`processes`: see above).
   static std::shared_ptr<const group_topology> of_hosts(
-      const std::vector<std::string>& names, std::shared_ptr<const cost_model> costs = nullptr);
+      const std::vector<std::string>& names, std::shared_ptr<const cost_model> costs = nullptr,
+      bool processes = false);
 
   int size() const noexcept { return static_cast<int>(host_of.size()); }
   int hosts() const noexcept { return static_cast<int>(ranks_on.size()); }
+  /// Whether its messages leave the process (processes, or more than one host).
+  bool messages_leave_process() const noexcept { return processes || hosts() > 1; }
   /// The model the group's algorithms are chosen by (costs, else the
   /// process's).
   const cost_model& model() const noexcept;

@@ -15,27 +15,27 @@
 // as errc::mismatch; every rank steps past the call alike.
 //
 // At scale (TROUPE_AGREEMENT_RING_FROM ranks and up: by default 17, or 3
-// where the group spans hosts; both engines) telling every peer costs
-// n - 1 messages per rank and call, n^2 in all (between hosts, each a
-// network send), so the agreement rides with the data instead: the first
-// message to each peer still carries the fingerprint, and messages of a
-// peer whose call differs never reach the algorithm. Where every rank's
-// result depends on every rank's data (result_needs_every_rank) that is
-// enough: a rank whose algorithm finished received a chain of agreeing
-// messages from every rank; the fingerprint also goes to the ring
-// successor, so that a disagreement anywhere, which differs between two
-// neighbours, is found at once. Other calls (broadcast, reduce, gather,
-// scatter, empty parts) add ceil(log2 n) rounds of
-// dissemination (round k to rank + 2^k, each sent once the previous
-// arrived, the first to the successor): the same chains, n log n messages.
-// An alltoall of even splits on Bruck's steps rides too: its fingerprint
-// says "n elements to each rank", which every rank must say alike.
-// A rank that finds a disagreement (or hears of one: an alarm) alarms every
-// peer, all switch to the full exchange and fail with the same text as
-// before. An alltoall of split sizes keeps the full exchange: they agree pairwise,
-// which chains do not carry (its data, and the fingerprints with it, go
-// between every two ranks anyway). The setting must be the same on every
-// rank.
+// where the group spans processes or hosts; both engines) telling every peer
+// costs n - 1 messages per rank and call, n^2 in all (between processes,
+// each a system call and a wake-up; between hosts, a network send), so the
+// agreement rides with the data instead: the first message to each peer
+// still carries the fingerprint, and messages of a peer whose call differs
+// never reach the algorithm. Where every rank's result depends on every
+// rank's data (result_needs_every_rank) that is enough: a rank whose
+// algorithm finished received a chain of agreeing messages from every rank;
+// the fingerprint also goes to the ring successor, so that a disagreement
+// anywhere, which differs between two neighbours, is found at once. Other
+// calls (broadcast, reduce, gather, scatter, empty parts) add ceil(log2 n)
+// rounds of dissemination (round k to rank + 2^k, each sent once the
+// previous arrived, the first to the successor): the same chains, n log n
+// messages. An alltoall of even splits on Bruck's steps rides too: its
+// fingerprint says "n elements to each rank", which every rank must say
+// alike. A rank that finds a disagreement (or hears of one: an alarm) alarms
+// every peer, all switch to the full exchange and fail with the same text as
+// before. An alltoall of split sizes keeps the full exchange: they agree
+// pairwise, which chains do not carry (its data, and the fingerprints with
+// it, go between every two ranks anyway). The setting must be the same on
+// every rank.
 
 #include <cstdint>
 #include <memory>
@@ -95,9 +95,9 @@ extern const char* (*algorithm_name)(std::uint8_t algorithm);
 call_fingerprint fingerprint_of(const collective_call& call);
 /// Whether a group of `size` ranks reaches its agreement riding the data
 /// (above): from TROUPE_AGREEMENT_RING_FROM ranks on, by default 17, or 3
-/// for a group `across_hosts` (where every message is a network send);
+/// for a group whose messages `leave_process` (each a system call);
 /// throws errc::invalid_argument naming the variable when malformed.
-bool agreement_rides_data(int size, bool across_hosts);
+bool agreement_rides_data(int size, bool leave_process);
 /// Whether the result of `call` on every rank depends on every rank's data
 /// (allreduce, allgather and reduce_scatter with no empty part, barrier):
 /// then the algorithm's own messages carry the agreement to every rank;

@@ -22,18 +22,20 @@ message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string ke
       group_(std::move(group)),
       names_(std::move(names)),
       waiting_(global_ranks_.size()) {
+  for (int r = 0; r < size(); ++r)
+    if (r != rank_ && !is_local(r)) remote_.push_back(global_ranks_[static_cast<std::size_t>(r)]);
   if (auto p = plane_.lock()) {
     crashes_ = p->crashed();
     p2p_seen_ = p->carried_p2p();
     std::vector<std::string> hosts;
     for (int w : global_ranks_) hosts.push_back(p->host_of(w));
-    topology_ = group_topology::of_hosts(hosts, cost_model::of_measured(p->link_costs()));
+    // A group in more than one process: every rank has a peer in another.
+    topology_ =
+        group_topology::of_hosts(hosts, cost_model::of_measured(p->link_costs()), !remote_.empty());
     own_cpus_ = p->cpu_per_rank();
   } else {
     topology_ = group_topology::flat(size());
   }
-  for (int r = 0; r < size(); ++r)
-    if (r != rank_ && !is_local(r)) remote_.push_back(global_ranks_[static_cast<std::size_t>(r)]);
 }
 
 message_medium::~message_medium() {
