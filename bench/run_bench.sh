@@ -145,9 +145,9 @@ common=(--csv "$csv" "${quick[@]}" "${iters[@]}" "${ops[@]}")
 rss_args=(--rss --csv "$rss_csv")
 limit=$([ ${#quick[@]} -gt 0 ] && echo 150 || echo 900)  # seconds per run
 # Placement: every system as its users run it by default. troupe-run binds each
-# rank to a CPU of its own when there are enough (--bind auto), as mpirun does
-# (bind to core for 2 ranks); with more ranks than CPUs neither binds (mpirun
-# needs --oversubscribe --bind-to none to start them). Gloo has no launcher:
+# rank to a CPU (--bind auto: round robin with more ranks than CPUs); mpirun
+# binds to core for 2 ranks and, with more ranks than CPUs, needs
+# --oversubscribe --bind-to none to start them. Gloo has no launcher:
 # under torchrun its ranks are not bound (bound, its transport thread and the
 # caller share one CPU and a 64 KiB allreduce takes 4 ms instead of 0.3).
 mpirun_base=(--mca pml ob1)

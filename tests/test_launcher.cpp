@@ -442,7 +442,7 @@ TEST_CASE("SIGTERM to troupe-run is forwarded to every rank") {
   CHECK(!contains(l.err, "failed"));
 }
 
-TEST_CASE("--bind: core gives each rank one CPU, none and auto beyond the CPUs leave them free") {
+TEST_CASE("--bind: core and auto give each rank one CPU, round robin; none leaves them free") {
   cpu_set_t set;
   CPU_ZERO(&set);
   REQUIRE(::sched_getaffinity(0, sizeof(set), &set) == 0);
@@ -466,15 +466,16 @@ TEST_CASE("--bind: core gives each rank one CPU, none and auto beyond the CPUs l
     }
     return got;
   };
-  // auto with a CPU per rank, and core with more ranks than CPUs (round robin).
-  for (auto [bind, ranks] : {std::pair<std::string, int>{"auto", n}, {"core", n + 1}}) {
+  // A CPU per rank, and more ranks than CPUs (round robin).
+  for (auto [bind, ranks] :
+       {std::pair<std::string, int>{"auto", n}, {"core", n + 1}, {"auto", n + 1}}) {
     CAPTURE(bind);
     auto got = cpus_of({"-n", std::to_string(ranks), "--bind", bind, child, "cpus"});
     REQUIRE(got.size() == static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) CHECK(got[r] == usable[static_cast<std::size_t>(r % n)]);
   }
-  // none, and auto with more ranks than CPUs: the launcher's own set.
-  for (auto [bind, ranks] : {std::pair<std::string, int>{"none", 2}, {"auto", n + 1}}) {
+  // none: the launcher's own set.
+  for (auto [bind, ranks] : {std::pair<std::string, int>{"none", 2}, {"none", n + 1}}) {
     CAPTURE(bind);
     auto got = cpus_of({"-n", std::to_string(ranks), "--bind", bind, child, "cpus"});
     REQUIRE(got.size() == static_cast<std::size_t>(ranks));

@@ -130,7 +130,7 @@ std::vector<int> rank_cpus(const std::string& bind, int nproc) {
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &set)) usable.push_back(c);
 #endif
-  if (usable.empty() || (bind == "auto" && nproc > static_cast<int>(usable.size()))) return cpus;
+  if (usable.empty()) return cpus;
   for (int i = 0; i < nproc; ++i)
     cpus[static_cast<std::size_t>(i)] = usable[static_cast<std::size_t>(i) % usable.size()];
   return cpus;

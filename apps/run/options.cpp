@@ -137,10 +137,12 @@ Options:
   --bind B                where the ranks may run: "core" binds local rank i
                           to the i-th CPU this process may use (round robin
                           when there are more ranks than CPUs); "none" leaves
-                          them to the scheduler; "auto" (default) is "core"
-                          when every rank gets a CPU of its own, else "none".
+                          them to the scheduler; "auto" (default) is "core".
                           Two ranks that the scheduler puts on one CPU wait
-                          for each other's time slices (mpirun binds too)
+                          for each other's time slices (mpirun binds too);
+                          with more ranks than CPUs, ranks that poll and
+                          yield are left on one CPU by the scheduler for
+                          long stretches while another idles
   --keep-going            a rank that fails or is killed does not stop the
                           others (for programs that recover, e.g. with
                           world::shrink); see Exit status
