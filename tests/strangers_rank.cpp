@@ -6,11 +6,10 @@
 //   "world R: built in X ms; 100 calls in Y ms"
 // Without STRANGERS_PORT_FILE (the store attacked), every rank waits until
 // the file STRANGERS_GO exists (the attack is in force), then builds its
-// world; X counts from there. With it (rank 1's data plane attacked: the
-// lower rank of a pair opens their connection), rank 0 stops in its world's
-// construction right after reading rank 1's data-plane address from the
-// store, writes that port to the file, and goes on at STRANGERS_GO, about to
-// connect there; X counts from the go.
+// world; X counts from there. With it (rank 0's data plane attacked), rank
+// 1 stops in its world's construction right after reading rank 0's
+// data-plane address from the store, writes that port to the file, and
+// goes on at STRANGERS_GO, about to connect there; X counts from the go.
 
 #include <unistd.h>
 
@@ -61,13 +60,13 @@ int main() {
       wait_for_file(go);
       start = steady::now();
     }
-    // As init_world builds it, the store paused on rank 0 when the data plane is attacked.
+    // As init_world builds it, the store paused on rank 1 when the data plane is attacked.
     troupe::world_options o;
     o.store = troupe::make_store("env://", launch, 60s);
-    if (!port_file.empty() && launch.rank == 0)
+    if (!port_file.empty() && launch.rank == 1)
       o.store = std::make_shared<troupe::test::pausing_store>(
           o.store,
-          [](const std::string& key) { return troupe::test::pausing_store::is_address_of(key, 1); },
+          [](const std::string& key) { return troupe::test::pausing_store::is_address_of(key, 0); },
           [&](const troupe::bytes& address) {
             std::ofstream(port_file + ".tmp")
                 << troupe::test::pausing_store::port_of(address) << "\n";

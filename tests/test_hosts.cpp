@@ -87,14 +87,13 @@ bool allreduce_allgather_over_tcp(int me, const std::string& path, const host& m
     ok &= outs[static_cast<std::size_t>(r)].to_vector<std::int64_t>() ==
           std::vector<std::int64_t>{r, 10 * r, 100 * r};
   if (!ok) std::fprintf(stderr, "rank %d: a collective result was wrong\n", me);
-  // The bytes went over TCP between the two addresses: over one connection,
-  // which the lower rank opened to the other's address.
-  const bool over_tcp = me == 0 ? established("", peer.address) : established(mine.address, "");
-  if (!over_tcp)
-    std::fprintf(stderr, "rank %d: no TCP connection %s %s\n", me, me == 0 ? "to" : "accepted on",
-                 (me == 0 ? peer : mine).address.c_str());
+  // The bytes went over TCP between the two addresses.
+  const bool accepted = established(mine.address, ""), reached = established("", peer.address);
+  if (!accepted || !reached)
+    std::fprintf(stderr, "rank %d: no TCP connection %s %s\n", me, accepted ? "to" : "accepted on",
+                 (accepted ? peer : mine).address.c_str());
   pg.barrier().wait();  // keep this world until the other is done
-  return ok && over_tcp;
+  return ok && accepted && reached;
 }
 
 /// Forks one child per host (rank = index) over one file_store; returns their exit codes.

@@ -1,14 +1,13 @@
 // A process without the job's token (tests/stranger.cpp), opening
-// connections to a port of the job — the store's, or rank 1's data plane —
+// connections to a port of the job — the store's, or rank 0's data plane —
 // keeps no 2-rank job from starting: it holds 1000 idle connections
 // (reopening each one the server drops) or floods the port with connections
 // as fast as it can, and the job's start and its running calls are timed
 // with and without it, in the same test: for ranks in forked processes
 // (rank 0 hosts the store, as under torchrun) and for a job started by
-// troupe-run (which serves the store). Rank 1's data-plane port is attacked
-// while rank 0, stopped right after reading it from the store, waits to
-// connect there (the lower rank of a pair opens their connection;
-// tests/pausing_store.hpp). The start must stay under 5 s (a
+// troupe-run (which serves the store). Rank 0's data-plane port is attacked
+// while rank 1, stopped right after reading it from the store, waits to
+// connect there (tests/pausing_store.hpp). The start must stay under 5 s (a
 // generous bound on a noisy machine; it takes well under a second), and the
 // measured numbers are printed.
 
@@ -173,16 +172,15 @@ std::vector<std::string> with_port(std::vector<std::string> args, int port) {
 struct board {
   std::atomic<long> world_ms{-1};
   std::atomic<long> calls_ms{-1};
-  std::atomic<int> plane_port{0};  // rank 1's, read by rank 0, which then waits for go
+  std::atomic<int> plane_port{0};  // rank 0's, read by rank 1, which then waits for go
   std::atomic<bool> go{false};
 };
 
 /// Two ranks in forked processes over TCP, rank 0 hosting the store at a
 /// known port (env:// under torchrun). The stranger (`args`; none when
-/// empty) attacks `t`: the store's port before rank 1 starts, or rank 1's
-/// data-plane port while rank 0 waits, stopped right after reading it from
-/// the store. The start of rank 1 (store) or rank 0 (data plane) is timed
-/// from its start or from the go.
+/// empty) attacks `t`: the store's port before rank 1 starts, or rank 0's
+/// data-plane port while rank 1 waits, stopped right after reading it from
+/// the store. Rank 1's start is timed from its start or from the go.
 timing forked_job(target t, const std::vector<std::string>& args) {
   const auto port = test::free_port();
   auto& b = *test::shared_page<board>();
@@ -199,9 +197,9 @@ timing forked_job(target t, const std::vector<std::string>& args) {
     o.token = token;
     o.timeout = 30s;
     std::shared_ptr<store> s = std::make_shared<tcp_store>("127.0.0.1", port, o);
-    if (t == target::data_plane && r == 0)
+    if (t == target::data_plane && r == 1)
       s = std::make_shared<test::pausing_store>(
-          s, [](const std::string& key) { return test::pausing_store::is_address_of(key, 1); },
+          s, [](const std::string& key) { return test::pausing_store::is_address_of(key, 0); },
           [&](const bytes& address) {
             b.plane_port = test::pausing_store::port_of(address);
             for (auto until = steady::now() + 30s; !b.go && steady::now() < until;)
@@ -221,7 +219,7 @@ timing forked_job(target t, const std::vector<std::string>& args) {
       s->set(key, "v");
       if (s->get_string(key) != "v") return false;
     }
-    if (r == (t == target::data_plane ? 0 : 1)) {  // the rank timed from the go
+    if (r == 1) {
       b.world_ms = std::chrono::duration_cast<std::chrono::milliseconds>(built - start).count();
       b.calls_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - calls).count();
@@ -293,7 +291,7 @@ TEST_CASE("forked ranks: a stranger on the store's port does not hold up the sta
          forked_job(target::store, {"flood"}));
 }
 
-TEST_CASE("forked ranks: a stranger on rank 1's data-plane port does not hold up the start") {
+TEST_CASE("forked ranks: a stranger on rank 0's data-plane port does not hold up the start") {
   const auto plain = forked_job(target::data_plane, {});
   report("forked ranks, data-plane port, 1000 idle connections held", plain,
          forked_job(target::data_plane, {"hold", "1000"}));
@@ -323,7 +321,7 @@ timing launched_job(target t, const std::vector<std::string>& args) {
                      "TROUPE_STORE_EXTERNAL"},
                     env);
   if (t == target::data_plane) {
-    // Rank 0 read rank 1's data-plane port from the store and waits before connecting there.
+    // Rank 1 read rank 0's data-plane port from the store and waits before connecting there.
     int plane_port = 0;
     for (auto until = steady::now() + 30s; plane_port == 0 && steady::now() < until;) {
       std::ifstream in(port_file);
@@ -343,10 +341,7 @@ timing launched_job(target t, const std::vector<std::string>& args) {
   timing out;
   if (attacker) out.stranger = attacker->stop();
   std::smatch m;
-  // The rank timed from the go: rank 1 (store), rank 0 (data plane).
-  const std::regex line(t == target::data_plane
-                            ? R"(\[0\] world 0: built in (\d+) ms; 100 calls in (\d+) ms)"
-                            : R"(\[1\] world 1: built in (\d+) ms; 100 calls in (\d+) ms)");
+  const std::regex line(R"(\[1\] world 1: built in (\d+) ms; 100 calls in (\d+) ms)");
   if (std::regex_search(job.out, m, line)) {
     out.world_ms = std::stol(m[1]);
     out.calls_ms = std::stol(m[2]);
@@ -368,7 +363,7 @@ TEST_CASE("troupe-run: a stranger on the store's port does not hold up the start
          launched_job(target::store, {"flood"}));
 }
 
-TEST_CASE("troupe-run: a stranger on rank 1's data-plane port does not hold up the start") {
+TEST_CASE("troupe-run: a stranger on rank 0's data-plane port does not hold up the start") {
   const auto plain = launched_job(target::data_plane, {});
   report("troupe-run, data-plane port, 1000 idle connections held", plain,
          launched_job(target::data_plane, {"hold", "1000"}));

@@ -237,12 +237,10 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     throw error(errc::backend, std::string("data plane: pipe: ") + std::strerror(errno));
   s.set(prefix + "addr/" + std::to_string(me), opts_.bind_address + " " + std::to_string(port_));
   acceptor_ = std::thread([this] { accept_loop(); });
-  // 3. Connect to every process peer of a higher rank and introduce
-  // ourselves: one connection joins a pair, both ways (the lower rank opens
-  // it; adopt() answers on the higher one's side).
+  // 3. Connect to every process peer and introduce ourselves.
   for (int r : all) {
     auto& p = at(r);
-    if (p.local || r < me) continue;
+    if (p.local) continue;
     auto addr_key = [&](int q) { return prefix + "addr/" + std::to_string(q); };
     rdv.wait_for({r}, addr_key, "publish its data-plane address");
     const auto addr = s.get_string(addr_key(r));
@@ -262,36 +260,22 @@ void data_plane::connect(store& s, rendezvous& rdv) {
         if (left <= rdv.slice) rdv.timed_out({r}, what);
       }
     }
-    auto sock = std::make_unique<tcp_stream>(fd);
+    p.out_socket = std::make_unique<tcp_stream>(fd);
     tcp_choose_congestion(fd, opts_.congestion);  // before its first byte
     hello h{opts_.token, me, static_cast<std::int32_t>(::getpid()), host_name(), opts_.job, {}};
     // A transport's link, where one joins the pair (transport/link.hpp).
-    const transport_kind* kind = nullptr;
-    auto out_link = open_out_link(r, h.link, kind);
+    const auto* link = transport_for(opts_.transport, {me, r, p.same_host, 0});
+    if (link) {
+      p.out_link = link->open_out({me, r, p.same_host, 0});
+      h.link = link->name + " " + p.out_link->address();
+    }
     const auto bytes = encode_hello(h);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         rdv.deadline() - std::chrono::steady_clock::now());
     tcp_set_read_timeout(fd, std::max(left, std::chrono::milliseconds(1)));
-    // Its answer: 1 (it opened this rank's link) or 2 (it reads this rank's
-    // frames from the socket), then its own offer for the way back.
     char ack = 0;
-    std::uint8_t size[4] = {};
-    std::string offer;
-    bool answered = sock->write(bytes.data(), bytes.size()) && sock->read(&ack, 1) &&
-                    (ack == 1 || ack == 2) && sock->read(size, 4);
-    const std::uint32_t n = size[0] | size[1] << 8 | size[2] << 16 | std::uint32_t{size[3]} << 24;
-    if (answered && n > max_link_offer) answered = false;
-    if (answered) {
-      offer.resize(n);
-      answered = n == 0 || sock->read(offer.data(), n);
-    }
-    // Its link toward this rank, answered the same way.
-    std::string no_link;
-    bool memory_link = false;
-    auto in_link = answered ? open_in_link(r, offer, p.pid, no_link, memory_link) : nullptr;
-    if (!no_link.empty() && memory_link) p.memory_closed = true;  // before it hears so
-    const char back = no_link.empty() ? 1 : 2;
-    answered = answered && sock->write(&back, 1);
+    const bool answered =
+        p.out_socket->write(bytes.data(), bytes.size()) && p.out_socket->read(&ack, 1);
     tcp_set_read_timeout(fd, std::chrono::milliseconds(0));
     if (!answered) {
       // It gave up (because a rank is gone?), is dying, or took too long: a
@@ -303,16 +287,20 @@ void data_plane::connect(store& s, rendezvous& rdv) {
         std::this_thread::sleep_for(rdv.slice / 4);
       } while (std::chrono::steady_clock::now() < until);
       if (std::chrono::steady_clock::now() >= rdv.deadline()) rdv.timed_out({r}, what);
+    }
+    if (!answered || (ack != 1 && ack != 2))
       throw error(errc::backend, "data plane: " + rdv.describe(r) + " at " + host + ":" +
                                      std::to_string(port) +
                                      " closed this rank's connection without accepting it (a "
                                      "wrong job token, or it gave up building its world)");
+    // 1: it opened the link (nothing else may now); 2: it cannot, and reads
+    // this rank's frames from the socket.
+    if (ack == 2 && p.out_link) {
+      p.out_link.reset();
+      if (link->maps_memory) p.memory_closed = true;
     }
-    if (!no_link.empty())
-      std::fprintf(stderr, "[troupe rank %d] reading %s over its socket, not its link: %s\n", me,
-                   describe(r).c_str(), no_link.c_str());
-    take_way_out(r, std::move(sock), std::move(out_link), kind, ack == 1);
-    start_reading(r, std::make_unique<tcp_stream>(::dup(fd)), std::move(in_link));
+    if (p.out_link) p.out_link->opened();
+    p.out = p.out_link ? static_cast<byte_stream*>(p.out_link.get()) : p.out_socket.get();
   }
   // 4. Wait until every process peer connected to us.
   const std::string what = "connect to rank " + std::to_string(me);

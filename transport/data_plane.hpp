@@ -5,13 +5,9 @@
 // Terms: a "process peer" is a rank whose world lives in another process.
 // Set-up (connect): every rank writes its process identity to the store; if
 // any rank lives elsewhere, the rank listens (loopback unless told
-// otherwise), publishes its address, connects to every process peer of a
-// higher rank and proves with the job's secret that it belongs to the job (a
-// connection without the right secret is refused, logged, and never reaches
-// a group). One connection joins two ranks, both ways (as Gloo's and MPI's
-// do): with one for each way, every small frame cost an acknowledgement
-// segment of its own (a frame each way shares them), about 1.5 us a message
-// on loopback and between emulated hosts.
+// otherwise), publishes its address, connects to every process peer and
+// proves with the job's secret that it belongs to the job (a connection
+// without the right secret is refused, logged, and never reaches a group).
 // Bytes: frames (transport/frame.hpp) travel over a shared-memory ring when
 // both ranks share a host (unless TROUPE_TRANSPORT=tcp), otherwise over the
 // TCP connection. The TCP connection stays open in both cases: its end tells
@@ -70,10 +66,6 @@ namespace troupe::detail {
 
 class rendezvous;
 class peer_memory;
-class tcp_stream;
-class link_in;
-class link_out;
-struct transport_kind;
 struct rank_places;
 
 /// This process's host, by name: TROUPE_HOSTNAME, else gethostname().
@@ -274,24 +266,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   peer& at(int r) const { return peers_.empty() ? *local_ : *peers_[static_cast<std::size_t>(r)]; }
   void accept_loop();
   /// A stranger's hello is complete: adopt its connection or refuse it.
-  /// One connection joins each pair of processes' ranks, both ways: the
-  /// lower rank opens it (its hello offers its link), the higher one answers
-  /// whether it opened that link and offers its own, which the lower one
-  /// answers with a byte the same way.
   void adopt(int fd, const std::string& who, const hello& h);
-  /// Opens r's link `offer` ("NAME ADDRESS", "" for none); null with `why`
-  /// where it cannot (`memory`: the link maps memory).
-  std::unique_ptr<link_in> open_in_link(int r, const std::string& offer, int pid, std::string& why,
-                                        bool& memory);
-  /// This rank's link toward r where a transport joins the pair (null: none),
-  /// and its `offer`.
-  std::unique_ptr<link_out> open_out_link(int r, std::string& offer, const transport_kind*& kind);
-  /// The way to r: `sock` (the connection's second descriptor), and the link
-  /// where r `opened` it.
-  void take_way_out(int r, std::unique_ptr<tcp_stream> sock, std::unique_ptr<link_out> link,
-                    const transport_kind* kind, bool opened);
-  /// The way from r: registers `sock` (and its link) and starts its reader.
-  void start_reading(int r, std::unique_ptr<tcp_stream> sock, std::unique_ptr<link_in> in_link);
   void refuse(const std::string& who, const std::string& why);
   /// Runs f on a reader thread named `name` (joined once it ended); false
   /// when none can start.

@@ -102,96 +102,42 @@ void data_plane::adopt(int fd, const std::string& who, const hello& h) {
   const int r = h.rank;
   if (r < 0 || r >= opts_.world_size || at(r).local)
     return refuse_fd("bad rank " + std::to_string(r));
-  // One connection a pair, opened by the lower rank.
-  if (r > opts_.rank)
-    return refuse_fd("rank " + std::to_string(r) + " connects to a lower rank (rank " +
-                     std::to_string(opts_.rank) + " connects to it)");
   auto& p = at(r);
   {
     std::lock_guard<std::mutex> g{mtx_};
     if (p.in_socket) return refuse_fd("rank " + std::to_string(r) + " is already connected");
   }
-  // The link it offers; when this process cannot open it, its frames come
-  // over the socket instead, and the answer (2) tells it so.
+  // The link it offers (transport/link.hpp: "NAME ADDRESS"); when this
+  // process cannot open it (a transport it lacks; for shared memory, a peer
+  // process that is not dumpable keeps its /proc/PID/fd to itself), its
+  // frames come over the socket instead, and the answer (2) tells it so.
+  std::unique_ptr<link_in> in_link;
   std::string no_link;
   bool memory_link = false;
-  auto in_link = open_in_link(r, h.link, h.pid, no_link, memory_link);
+  if (!h.link.empty()) {
+    const auto space = h.link.find(' ');
+    const auto name = h.link.substr(0, space);
+    try {
+      const auto* kind = find_transport(name);
+      if (!kind) throw error(errc::backend, "no transport '" + name + "' in this process");
+      memory_link = kind->maps_memory;
+      in_link = kind->open_in(space == std::string::npos ? std::string() : h.link.substr(space + 1),
+                              {r, opts_.rank, p.same_host, h.pid});
+    } catch (const std::exception& e) {
+      no_link = e.what();
+    }
+  }
   // From here on it is a peer: blocking reads in its reader, no delay on its frames.
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   tcp_set_no_delay(fd);
-  tcp_choose_congestion(fd, opts_.congestion);  // this rank's frames go back over it
   auto sock = std::make_unique<tcp_stream>(fd);
-  if (!no_link.empty() && memory_link) p.memory_closed = true;  // before it hears so
-  // The answer: 1 (its link opened) or 2, then this rank's own offer for the
-  // way back; the peer answers that with one byte the same way.
-  const transport_kind* kind = nullptr;
-  std::string offer;
-  auto out_link = open_out_link(r, offer, kind);
-  std::string answer(1, no_link.empty() ? '\1' : '\2');
-  const auto n = static_cast<std::uint32_t>(offer.size());
-  for (int i = 0; i < 4; ++i) answer += static_cast<char>((n >> (8 * i)) & 0xff);
-  answer += offer;
-  tcp_set_read_timeout(fd, handshake_answer_wait);
-  char back = 0;
-  const bool answered = sock->write(answer.data(), answer.size()) && sock->read(&back, 1);
   tcp_set_read_timeout(fd, std::chrono::milliseconds(0));
-  if (!answered || (back != 1 && back != 2)) return;  // it gave up: the socket closes
+  char ack = no_link.empty() ? 1 : 2;
+  if (!no_link.empty() && memory_link) p.memory_closed = true;  // before it hears so
+  if (!sock->write(&ack, 1)) return;
   if (!no_link.empty())
     std::fprintf(stderr, "[troupe rank %d] reading %s over its socket, not its link: %s\n",
                  opts_.rank, describe(r).c_str(), no_link.c_str());
-  take_way_out(r, std::make_unique<tcp_stream>(::dup(fd)), std::move(out_link), kind, back == 1);
-  start_reading(r, std::move(sock), std::move(in_link));
-}
-
-std::unique_ptr<link_in> data_plane::open_in_link(int r, const std::string& offer, int pid,
-                                                  std::string& why, bool& memory) {
-  // "NAME ADDRESS" (transport/link.hpp); a transport this process lacks, or,
-  // for shared memory, a peer process that is not dumpable (it keeps its
-  // /proc/PID/fd to itself), leaves it unopened with the reason.
-  if (offer.empty()) return nullptr;
-  const auto space = offer.find(' ');
-  const auto name = offer.substr(0, space);
-  try {
-    const auto* kind = find_transport(name);
-    if (!kind) throw error(errc::backend, "no transport '" + name + "' in this process");
-    memory = kind->maps_memory;
-    return kind->open_in(space == std::string::npos ? std::string() : offer.substr(space + 1),
-                         {r, opts_.rank, at(r).same_host, pid});
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
-  return nullptr;
-}
-
-std::unique_ptr<link_out> data_plane::open_out_link(int r, std::string& offer,
-                                                    const transport_kind*& kind) {
-  const link_pair pair{opts_.rank, r, at(r).same_host, 0};
-  kind = transport_for(opts_.transport, pair);
-  if (!kind) return nullptr;
-  auto out = kind->open_out(pair);
-  offer = kind->name + " " + out->address();
-  return out;
-}
-
-void data_plane::take_way_out(int r, std::unique_ptr<tcp_stream> sock,
-                              std::unique_ptr<link_out> link, const transport_kind* kind,
-                              bool opened) {
-  auto& p = at(r);
-  // Not opened: the peer reads this rank's frames from the socket.
-  if (!opened && link) {
-    link.reset();
-    if (kind->maps_memory) p.memory_closed = true;
-  }
-  if (link) link->opened();
-  std::lock_guard<std::mutex> g{mtx_};
-  p.out_socket = std::move(sock);
-  p.out_link = std::move(link);
-  p.out = p.out_link ? static_cast<byte_stream*>(p.out_link.get()) : p.out_socket.get();
-}
-
-void data_plane::start_reading(int r, std::unique_ptr<tcp_stream> sock,
-                               std::unique_ptr<link_in> in_link) {
-  auto& p = at(r);
   auto* raw = sock.get();
   {
     std::lock_guard<std::mutex> g{mtx_};

@@ -4,9 +4,7 @@
 // (strangers, reader threads).
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
-#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,11 +16,6 @@
 #include "transport/tcp_stream.hpp"
 
 namespace troupe::detail {
-
-/// How long either end of a new connection waits for the other's answer.
-inline constexpr std::chrono::milliseconds handshake_answer_wait{5000};
-/// The longest link offer ("NAME ADDRESS") an answer may carry.
-inline constexpr std::uint32_t max_link_offer = 4096;
 
 struct data_plane::peer {
   std::string process;  // identity of the peer's process
