@@ -233,25 +233,37 @@ bool data_plane::pump(int r) {
 }
 
 bool data_plane::pump_all(const std::vector<int>& ranks) {
-  // The sockets to ask, kept between looks by the thread that looks.
-  thread_local std::vector<pollfd> fds;
-  thread_local std::vector<int> whose;
-  fds.clear();
-  whose.clear();
+  // The sockets to ask, on this call's stack (up to 64; beyond, on the
+  // heap): a frame's callback may wait for another call and pump again on
+  // this thread, so nothing here may be shared between calls.
+  constexpr std::size_t on_stack = 64;
+  pollfd stack_fds[on_stack];
+  int stack_whose[on_stack];
+  std::vector<pollfd> heap_fds;
+  std::vector<int> heap_whose;
+  pollfd* fds = stack_fds;
+  int* whose = stack_whose;
+  if (ranks.size() > on_stack) {
+    heap_fds.resize(ranks.size());
+    heap_whose.resize(ranks.size());
+    fds = heap_fds.data();
+    whose = heap_whose.data();
+  }
+  std::size_t n = 0;
   bool any = false;
   for (int r : ranks) {
     auto& p = at(r);
     if (p.in_link) {
       any = pump(r) || any;
     } else if (p.in_socket) {
-      fds.push_back(pollfd{p.in_socket->fd(), POLLIN, 0});
-      whose.push_back(r);
+      fds[n] = pollfd{p.in_socket->fd(), POLLIN, 0};
+      whose[n++] = r;
     }
   }
   // One socket: reading it is the one system call either way.
-  if (fds.size() == 1) return pump(whose.front()) || any;
-  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return any;
-  for (std::size_t i = 0; i < fds.size(); ++i)
+  if (n == 1) return pump(whose[0]) || any;
+  if (n == 0 || ::poll(fds, n, 0) <= 0) return any;
+  for (std::size_t i = 0; i < n; ++i)
     if (fds[i].revents != 0) any = pump(whose[i]) || any;
   return any;
 }
