@@ -277,8 +277,9 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// After `op` timed out waiting for group rank `peer` to `what`: tells
   /// the others so, and follows whom `peer` (and whom that one) waited for,
   /// as they tell it, until a rank that waits for nobody on this call: "; X
-  /// was itself waiting for Y to ...; ... the wait starts there" ("" when
-  /// `peer` waited for nobody: the message names it already).
+  /// was itself waiting for Y to ...; ... the wait starts there" and that
+  /// rank (base/wait_chain.hpp; empty when `peer` waited for nobody: the
+  /// message names it already).
   told_waits wait_chain(const inline_op& op, int peer, const std::string& what);
   bool head_reads_itself();
   void stop(const std::string& reason);
