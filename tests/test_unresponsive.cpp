@@ -37,6 +37,11 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
+/// A timeout's first words, up to its chain of waits: the rank it blames.
+std::string blamed_first(const std::string& what) {
+  return what.substr(0, std::min(what.find(", where a chain"), what.find(';')));
+}
+
 struct verdicts {
   double seconds[8];  // when each survivor's call failed, from the freeze
   int named[8];       // 1: its error named the frozen rank as unresponsive
@@ -206,7 +211,7 @@ void miss_one(int n, int missing, const char* transport) {
         // rank may wait for a neighbour that waits for the missing one: the
         // missing rank still comes first, as where the chain of waits starts,
         // and the chain ends at it.
-        const auto head = what.substr(0, std::min(what.find(", where a chain"), what.find(';')));
+        const auto head = blamed_first(what);
         ok &= test::expect(r, head.find("waiting for " + named) != std::string::npos,
                            "the missing rank is not named first: " + what);
         for (int other = 0; other < n; ++other)
@@ -343,7 +348,7 @@ void stick_one(int n, int stuck, const char* transport, const char* engine = "me
                         "the stuck rank is not named: " + what);
       if (r == (stuck + 2) % n) std::fprintf(stderr, "rank %d of %d: %s\n", r, n, what.c_str());
       // The stuck rank comes first; where a chain is told, it ends there.
-      const auto head = what.substr(0, std::min(what.find(", where a chain"), what.find(';')));
+      const auto head = blamed_first(what);
       ok &= test::expect(r, head.find("waiting for " + named) != std::string::npos,
                          "a live rank is blamed: " + what);
       if (const auto end = what.find(", which has not timed out"); end != std::string::npos)
