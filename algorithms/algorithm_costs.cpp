@@ -418,8 +418,12 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
   }
 }
 
-double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology& t,
-               const cost_model& base, int root) {
+namespace {
+
+/// `kind`'s sum of steps under `base`, sliced as `slicing` slices it (the
+/// model the call runs by, whatever `base` leaves out).
+double priced(algorithm_kind kind, std::uint64_t bytes_in, const group_topology& t,
+              const cost_model& base, int root, const cost_model& slicing) {
   const double bytes = static_cast<double>(bytes_in);
   const cost_model m = base.on_shared_cpus().of_call(bytes);
   const int hosts = t.hosts();
@@ -445,7 +449,7 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       // allreduces, one per rank of a host, sharing the host's link; in k
       // slices at once, a pipeline: the first slice's three stages, then
       // the slowest stage for each further slice.
-      const int k = hier_segments(bytes_in, base);  // as allreduce_hier.cpp slices
+      const int k = hier_segments(bytes_in, slicing);  // as allreduce_hier.cpp slices
       const double slice = bytes / k;
       const double within =
           busy_ranks(m, per_host, per_host).local.time(slice * (per_host - 1) / per_host);
@@ -479,7 +483,7 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
     case algorithm_kind::allgather_hier_striped:
     case algorithm_kind::reduce_scatter_hier_striped:
       return striped_columns(kind == algorithm_kind::allgather_hier_striped, t, m, bytes,
-                             hier_segments(bytes_in, base));
+                             hier_segments(bytes_in, slicing));
     case algorithm_kind::reduce_binomial:
       return binomial_reduce(t, m, bytes, root);
     case algorithm_kind::reduce_hier:
@@ -502,6 +506,19 @@ double predict(algorithm_kind kind, std::uint64_t bytes_in, const group_topology
       return 0;
   }
   return 0;
+}
+
+}  // namespace
+
+double predict(algorithm_kind kind, std::uint64_t bytes, const group_topology& t,
+               const cost_model& m, int root) {
+  const double whole = priced(kind, bytes, t, m, root, m);
+  if (!(m.burst > 0) || t.hosts() < 2) return whole;
+  // A token bucket on the link (cost_model::burst): it refills while the
+  // call waits for the rest, and passes a bucket's worth at once.
+  return std::max({priced(kind, bytes, t, m.link_alone(), root, m),
+                   priced(kind, bytes, t, m.link_unbounded(), root, m),
+                   whole - m.burst / m.host.bandwidth});
 }
 
 bool runs_on(algorithm_kind k, const group_topology& t) {

@@ -98,6 +98,25 @@ cost_model cost_model::on_shared_cpus() const {
   return m;
 }
 
+cost_model cost_model::link_alone() const {
+  constexpr double unbounded = 1e200;  // finite: no inf - inf anywhere
+  cost_model m;
+  m.host = {0, host.bandwidth, 0};
+  m.local = {0, unbounded, 0};
+  m.cpu_rate = unbounded;
+  m.hop_wait = 0;
+  m.shared_wait = 0;
+  m.cache = cache;
+  return m;
+}
+
+cost_model cost_model::link_unbounded() const {
+  cost_model m = *this;
+  m.host.bandwidth = 1e200;
+  m.burst = 0;
+  return m;
+}
+
 cost_model cost_model::of_call(double bytes) const {
   cost_model m = *this;
   if (cpu_cached_rate > 0 && bytes <= cache) m.cpu_rate = cpu_cached_rate;
@@ -154,10 +173,14 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       m.cache = quantity(text, value, unit_kind::size);
       continue;
     }
+    if (named("burst")) {
+      m.burst = quantity(text, value, unit_kind::size, true);
+      continue;
+    }
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
       bad(text, "'" + item +
                     "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, cpu_cached=RATE, cache=SIZE, "
-                    "ranks_per_cpu=K, shared_wait=E, hop_wait=TIME or measure");
+                    "burst=SIZE, ranks_per_cpu=K, shared_wait=E, hop_wait=TIME or measure");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");
@@ -194,6 +217,10 @@ std::string cost_model::to_text() const {
   }
   if (cpu_cached_rate > 0) {
     std::snprintf(text, sizeof(text), ",cpu_cached=%.6gB/s,cache=%.0fB", cpu_cached_rate, cache);
+    out += text;
+  }
+  if (burst > 0) {
+    std::snprintf(text, sizeof(text), ",burst=%.0fB", burst);
     out += text;
   }
   return out;

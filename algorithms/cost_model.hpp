@@ -15,7 +15,8 @@
 // (host: between hosts; local: between processes of a host; units s, ms,
 // us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; cpu: what a rank's
 // CPU sends or receives over TCP, cpu_rate below; cpu_cached and cache: the
-// same for calls that fit the cache (B, KiB, MiB, GiB); ranks_per_cpu and
+// same for calls that fit the cache (B, KiB, MiB, GiB); burst: a size, the
+// bytes a shaped link passes at once, below; ranks_per_cpu and
 // shared_wait: plain numbers, hop_wait a time, below). bench/hosts_bench.sh
 // --calibrate measures host, cpu, cpu_cached and hop_wait first; the item
 // `measure` has a world
@@ -99,6 +100,21 @@ struct cost_model {
   /// every rank (a setting, never read from the machine), as the choice
   /// must be.
   double cache = 4 << 20;
+  /// Bytes a host's link passes at once, at no rate: a link shaped by a
+  /// token bucket (tc's tbf, as the emulated hosts' links, whose bucket
+  /// holds 1 ms at the rate) refills while a call waits for latencies and
+  /// CPUs, so the call takes the longest of its link's bytes at the rate,
+  /// the rest of its price with the link unbounded, and its whole price
+  /// less a bucket's worth (measured on 2 x 2 at 1 Gbit/s, 64 KiB: an
+  /// allgather 260 us where its bytes take 262 at the rate and its price
+  /// with them serialised is 397). 0 (the default): the link serialises
+  /// every byte, as a NIC at line rate.
+  double burst = 0;
+  /// This model with nothing but its link between hosts costing time (its
+  /// bytes at the host bandwidth), and with that link unbounded: what a
+  /// token bucket's call (burst) takes the longer of.
+  cost_model link_alone() const;
+  cost_model link_unbounded() const;
   /// This model for a call of `bytes`: cpu_rate at cpu_cached_rate where
   /// the call fits the cache and that rate is set.
   cost_model of_call(double bytes) const;

@@ -12,7 +12,7 @@
 #   bash bench/hosts_bench.sh --hosts H [--ranks-per-host R] [--link RATE|none]
 #                             [--ops allreduce,broadcast,allgather,reduce_scatter,alltoall]
 #                             [--quick] [--iters K] [--repeat K] [--build-dir DIR] [--no-build]
-#                             [--no-calibrate | --measure-at-start]
+#                             [--no-calibrate | --measure-at-start] [--peers gloo,mpi|none]
 #
 # --hosts H (default 2) hosts of --ranks-per-host R (default 2) ranks each;
 # --link: each host's link rate, as tc writes it (1gbit, 100mbit; default
@@ -22,7 +22,8 @@
 # 1 MiB. --repeat K (default 2): every system K times, one round after
 # another; the report keeps each cell's lower median. --no-build uses the
 # build as it is (default: configure and build what is missing, as
-# run_bench.sh does).
+# run_bench.sh does). --peers: the peers run beside troupe (default
+# gloo,mpi; none: troupe alone, as when its model is checked).
 #
 # Calibration (unless --no-calibrate, which leaves the model's defaults):
 # troupe is told what README asks a user to tell it about the hosts
@@ -62,6 +63,7 @@ repeat=2
 build=build
 do_build=1
 calibrate=1
+peers=gloo,mpi
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts=$2; shift ;;
@@ -76,7 +78,8 @@ while [ $# -gt 0 ]; do
     --calibrate) calibrate=1 ;;  # the default
     --no-calibrate) calibrate=0 ;;
     --measure-at-start) calibrate=2 ;;
-    -h | --help) sed -n '2,47p' "$0"; exit 0 ;;
+    --peers) peers=$2; shift ;;
+    -h | --help) sed -n '2,52p' "$0"; exit 0 ;;
     *) echo "hosts_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -129,7 +132,8 @@ echo "hosts_bench: $hosts hosts x $per_host ranks, link $link, $cpus CPUs:" \
   "$([ ${#place[@]} -gt 0 ] && echo "$per_host_cpus of them per host" || echo "shared by all hosts"),"\
   "no rank bound"
 # troupe is told what README asks a user to tell it (TROUPE_LINK_COSTS):
-# the link's rate, 95% of it (what TCP over a 1500-byte MTU leaves), the
+# the link's rate, 95% of it (what TCP over a 1500-byte MTU leaves), and
+# its shaper's bucket (burst: hosts.sh's 1 ms at the rate, at 95%), the
 # terms calibrated (else the model's defaults); and, where the hosts' ranks
 # outnumber the CPUs they run on, the ranks per CPU. The report's model is
 # the same (its layout says the CPUs of a host).
@@ -179,7 +183,7 @@ elif [ "$link" != none ]; then
   costs=("host=:$(awk -v r="$link" 'BEGIN {
     n = r + 0; u = tolower(substr(r, length(n "") + 1))
     f = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : u == "bit" ? 1 : 0
-    if (f > 0) printf "%.0f", n * f / 8 * 0.95 }')B/s")
+    if (f > 0) printf "%.0fB/s,burst=%.0fB", n * f / 8 * 0.95, (n * f / 8000 < 65536 ? 65536 : n * f / 8000) * 0.95 }')")
 fi
 measured=("${costs[@]}")
 sharing=$(awk -v r="$ranks" -v c="$cpus" 'BEGIN { if (r > c) printf "%g", r / c }')
@@ -203,7 +207,9 @@ for round in $(seq 1 "$repeat"); do
   tag=""
   [ "$repeat" -eq 1 ] || tag="-r$round"
   run "troupe$tag" troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" "${common[@]}"
-  if [ -x "$build/bench/gloo_bench_worker" ]; then
+  if [[ ",$peers," != *,gloo,* ]]; then
+    :
+  elif [ -x "$build/bench/gloo_bench_worker" ]; then
     store=$(mktemp -d /tmp/gloo-hosts-XXXXXX)
     run "gloo$tag" "${hosts_sh[@]}" -- "$build/bench/gloo_bench_worker" --ranks "$ranks" \
       --local "$per_host" --node-rank '{host}' --store "$store" --address '{addr}' "${common[@]}"
@@ -211,7 +217,9 @@ for round in $(seq 1 "$repeat"); do
   else
     echo "hosts_bench: gloo skipped (not built: apt-get install libgloo-dev, then rebuild)"
   fi
-  if [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; then
+  if [[ ",$peers," != *,mpi,* ]]; then
+    :
+  elif [ -x "$build/bench/mpi_bench_worker" ] && command -v mpirun >/dev/null; then
     mpirun=(mpirun --hostfile '{hostfile}' --mca plm_rsh_agent '{agent}' -n "$ranks"
       "${mpi_place[@]}" --mca pml ob1 --mca btl_tcp_if_include '{subnet}'
       --mca oob_tcp_if_include '{subnet}')

@@ -30,6 +30,7 @@
 // 64 KiB: less and tbf falls short of the rate) lets a burst that size pass at
 // once, so small transfers can beat the bound.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -190,13 +191,21 @@ std::string payload_rate(const topology& t) {
   return t.bits_per_s > 0 ? fmt("%.0f", t.bits_per_s / 8 * 0.95) + "B/s" : "";
 }
 
+/// The shaped link's bucket as the model's item (",burst=..."): what
+/// scripts/hosts.sh gives tbf (1 ms at the rate, at least 64 KiB), at 95%
+/// for the payload; nothing where the link is unshaped.
+std::string link_burst(const topology& t) {
+  if (!(t.bits_per_s > 0)) return "";
+  return ",burst=" + fmt("%.0f", std::max(t.bits_per_s / 8 / 1000, 65536.0) * 0.95) + "B";
+}
+
 /// troupe's measured times against testing::predict's for the same layout
 /// (the cost model the ranks choose by; the link's rate at 95% for the
 /// payload when shaped, the model's defaults otherwise): the ratio, and how
 /// many sizes fall within 25%.
 void print_model(const topology& t) {
   const std::string costs = !t.costs.empty()   ? t.costs
-                            : t.bits_per_s > 0 ? "host=:" + payload_rate(t)
+                            : t.bits_per_s > 0 ? "host=:" + payload_rate(t) + link_burst(t)
                                                : "";
   std::printf(
       "\n### the cost model against the measurement (troupe, %d hosts x %d ranks, link %s)\n\n",
@@ -257,7 +266,8 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
             .seconds;
       },
       exchange, 1e7, 1e12, true);
-  std::string costs = latency + payload_rate(t) + ",cpu=" + fmt("%.0f", cpu) + "B/s";
+  std::string costs =
+      latency + payload_rate(t) + link_burst(t) + ",cpu=" + fmt("%.0f", cpu) + "B/s";
   // The same two ranks' 1 MiB allreduce, which the cache holds.
   const double cached = solve_for(
       [&](double c) {

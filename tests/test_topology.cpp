@@ -186,6 +186,44 @@ TEST_CASE("the hierarchical allgather crosses a host's link once: its prediction
   }
 }
 
+TEST_CASE("a link shaped by a token bucket: bursts pass, the rate still bounds the call") {
+  // 2 hosts x 2 ranks at 1 Gbit/s with tbf's 1 ms bucket: a 64 KiB
+  // allgather's bytes fit the bucket, refilled while the call waits for
+  // latencies and copies; its time is the longer of the link's bytes at the
+  // rate and the rest, no longer their sum.
+  const auto serial = cost_model::parse("host=20us:125MB/s,hop_wait=30us,shared_wait=0");
+  const auto bucket =
+      cost_model::parse("host=20us:125MB/s,hop_wait=30us,shared_wait=0,burst=125KB");
+  CHECK(serial.burst == 0);
+  CHECK(bucket.burst == 125e3);
+  CHECK(cost_model::parse(bucket.to_text()).burst == 125e3);
+  CHECK(serial.to_text().find("burst") == std::string::npos);
+  for (const char* bad : {"burst=", "burst=-1KB", "burst=64", "burst=1us"})
+    test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
+                      {"TROUPE_LINK_COSTS", std::string(bad).substr(6)});
+  const auto t = layout(2, 2);
+  for (auto kind : {algorithm_kind::allgather_hier_striped, algorithm_kind::allreduce_hier_striped,
+                    algorithm_kind::allreduce_hier_leaders, algorithm_kind::broadcast_hier}) {
+    CAPTURE(to_string(kind));
+    const double whole = predict(kind, 64 << 10, *t, serial);
+    const double burst = predict(kind, 64 << 10, *t, bucket);
+    const double wire = predict(kind, 64 << 10, *t, serial.link_alone());
+    const double rest = predict(kind, 64 << 10, *t, serial.link_unbounded());
+    CHECK(wire > 0);
+    CHECK(rest < whole);
+    CHECK(burst == test::relative(std::max(wire, rest)));
+    CHECK(burst < whole);
+    // 64 MiB: the bucket is a small part of the call; the rate bounds it.
+    const double big = predict(kind, 64 << 20, *t, bucket);
+    CHECK(big == test::relative(predict(kind, 64 << 20, *t, serial) - 1e-3));
+    CHECK(big >= predict(kind, 64 << 20, *t, serial.link_alone()));
+  }
+  // Within one host the bucket changes nothing.
+  const auto one = layout(1, 4);
+  CHECK(predict(algorithm_kind::allreduce_ring, 64 << 10, *one, bucket) ==
+        test::relative(predict(algorithm_kind::allreduce_ring, 64 << 10, *one, serial)));
+}
+
 TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
   const auto m = cost_model::parse("host=50us:10Gbit/s,local=2us:8GB/s");
   CHECK(m.host.latency == test::relative(50e-6));
