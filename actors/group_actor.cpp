@@ -191,6 +191,7 @@ void advance(self_ptr self, std::uint64_t seq) {
     if (!op.described) {
       op.described = true;
       ctx.describe_to_rest();
+      ctx.tell_successor();
     }
     const bool agreed = ctx.settled();  // throws when the ranks' calls differ
     if (!op.finished || !agreed) {

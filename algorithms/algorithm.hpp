@@ -108,9 +108,16 @@ class op_context {
   /// Records `peer`'s fingerprint alone (before its messages are delivered).
   void heard(int peer, const fingerprint_ptr& fp) { agree_.heard(peer, fp); }
   /// Once the algorithm made its first progress: tells this rank's
-  /// fingerprint to every peer it sent nothing yet (riding the data: to the
-  /// ring successor alone, base/agreement.hpp).
+  /// fingerprint to every peer it sent nothing yet. Riding the data, it
+  /// tells none: tell_successor() does.
   void describe_to_rest();
+  /// Riding the data: tells this rank's fingerprint to its ring successor
+  /// if nothing went there yet, so that a disagreement anywhere, which
+  /// differs between two neighbours, is found without the algorithm
+  /// (base/agreement.hpp). Needed only where the calls differ: the inline
+  /// engine tells it once a call waited successor_delay (a call that ends
+  /// sooner agreed), the group actors at once.
+  void tell_successor();
   /// Whether the call may complete as far as the agreement goes: false while
   /// a peer's fingerprint is missing; throws disagreement_error once every
   /// fingerprint arrived and one differs. Riding the data: true until a

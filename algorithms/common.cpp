@@ -76,14 +76,15 @@ void op_context::ride_agreement_on_data() {
 }
 
 void op_context::describe_to_rest() {
-  if (!gated_) return;
-  if (rides_) {
-    // Dissemination's first round goes to the successor (settled()).
-    if (const int next = (rank_ + 1) % size_; rounds_ == 0 && agree_.tell(next))
-      transmit(next, describe_step, tensor{}, agree_.mine());
-    return;
-  }
+  if (!gated_ || rides_) return;
   for (int p : agree_.untold()) transmit(p, describe_step, tensor{}, agree_.mine());
+}
+
+void op_context::tell_successor() {
+  // With rounds of dissemination, the first goes to the successor (settled()).
+  if (!gated_ || !rides_ || rounds_ != 0) return;
+  if (const int next = (rank_ + 1) % size_; agree_.tell(next))
+    transmit(next, describe_step, tensor{}, agree_.mine());
 }
 
 bool op_context::settled() {
