@@ -23,8 +23,11 @@
 // never reach the algorithm. Where every rank's result depends on every
 // rank's data (result_needs_every_rank) that is enough: a rank whose
 // algorithm finished received a chain of agreeing messages from every rank;
-// the fingerprint also goes to the ring successor, so that a disagreement
-// anywhere, which differs between two neighbours, is found at once. Other
+// a call still waiting after a while (the inline engine: 2 ms; the group
+// actors: at once) also tells its fingerprint to its ring successor, so
+// that a disagreement anywhere, which differs between two neighbours, is
+// found even where the calls' data never meets (op_context::tell_successor).
+// Other
 // calls (broadcast, reduce, gather, scatter, empty parts) add ceil(log2 n)
 // rounds of dissemination (round k to rank + 2^k, each sent once the
 // previous arrived, the first to the successor): the same chains, n log n
