@@ -118,6 +118,9 @@ class op_context {
   /// engine tells it once a call waited successor_delay (a call that ends
   /// sooner agreed), the group actors at once.
   void tell_successor();
+  /// Whether tell_successor() has anything to do for this call (riding the
+  /// data without rounds of dissemination); known once the topology is set.
+  bool owes_successor() const noexcept { return gated_ && rides_ && rounds_ == 0; }
   /// Whether the call may complete as far as the agreement goes: false while
   /// a peer's fingerprint is missing; throws disagreement_error once every
   /// fingerprint arrived and one differs. Riding the data: true until a

@@ -82,7 +82,7 @@ void op_context::describe_to_rest() {
 
 void op_context::tell_successor() {
   // With rounds of dissemination, the first goes to the successor (settled()).
-  if (!gated_ || !rides_ || rounds_ != 0) return;
+  if (!owes_successor()) return;
   if (const int next = (rank_ + 1) % size_; agree_.tell(next))
     transmit(next, describe_step, tensor{}, agree_.mine());
 }

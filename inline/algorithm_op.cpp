@@ -81,8 +81,11 @@ class algorithm_op final : public inline_op {
       // first message, or alone) to tell whether the calls agree.
       finished_ = alg_->progress(*ctx_);
       ctx_->describe_to_rest();
-      // A simulation's schedule may not depend on the wall clock.
-      if (in_simulation()) tell_successor();
+      // Only a call riding the data has a successor to tell (and reads the
+      // clock for it); a simulation's schedule may not depend on the wall
+      // clock.
+      told_successor_ = !ctx_->owes_successor();
+      if (!told_successor_ && in_simulation()) tell_successor();
     } else {
       std::vector<std::tuple<int, std::uint32_t, message_medium::message>> got;
       net.take_all(op, [&](int src, std::uint32_t step, message_medium::message& m) {
