@@ -28,7 +28,7 @@ constexpr auto successor_delay = std::chrono::milliseconds{2};
 class message_context final : public op_context {
  public:
   message_context(message_medium& net, std::uint64_t op, collective_call& call,
-                  inline_clock::time_point deadline, bool reads)
+                  inline_clock::time_point deadline, reading reads)
       : op_context(net.rank(), net.size(), call),
         net_(net),
         op_(op),
@@ -51,7 +51,7 @@ class message_context final : public op_context {
   }
   // Only where a reader thread receives while this one sends.
   bool consume_on_arrival(int peer, std::uint32_t step, arrival_fn fn) override {
-    if (reads_ || net_.is_local(peer)) return false;
+    if (net_.is_local(peer) || net_.reads_from(peer, reads_)) return false;
     return net_.on_arrival(op_, step, peer, static_cast<std::uint8_t>(call().code), std::move(fn));
   }
   void post_receive(int peer, std::uint32_t step, const tensor& out) override {
@@ -62,7 +62,7 @@ class message_context final : public op_context {
   message_medium& net_;
   std::uint64_t op_;
   inline_clock::time_point deadline_;
-  bool reads_;
+  reading reads_;
 };
 
 class algorithm_op final : public inline_op {
@@ -73,7 +73,7 @@ class algorithm_op final : public inline_op {
     auto& net = static_cast<message_medium&>(fc.med);
     if (!ctx_) {
       call_->seq = seq;
-      ctx_ = std::make_unique<message_context>(net, op, *call_, deadline, reads_itself);
+      ctx_ = std::make_unique<message_context>(net, op, *call_, deadline, reads);
       ctx_->set_topology(net.topology());
       alg_ = make_algorithm(*call_, fc.rank, ctx_->topology(), fc.size);
       moved = true;
@@ -150,11 +150,12 @@ class algorithm_op final : public inline_op {
 }  // namespace
 
 std::unique_ptr<inline_op> make_algorithm_op(call_ptr call) {
-  // Up to 1 MiB latency counts: the waiting thread reads its peers' sockets.
+  // Up to 1 MiB latency counts: the waiting thread reads its peers' sockets
+  // too; beyond, only their rings (the reader threads take the sockets).
   const auto bytes = std::max(call->input.defined() ? call->input.nbytes() : 0,
                               call->output.defined() ? call->output.nbytes() : 0);
   auto op = std::make_unique<algorithm_op>(std::move(call));
-  op->reads_itself = bytes <= (std::size_t{1} << 20);
+  op->reads = bytes <= (std::size_t{1} << 20) ? reading::all : reading::host;
   return op;
 }
 

@@ -186,7 +186,7 @@ work inline_engine::submit_borrowed(inline_op& o) {
       const auto now = inline_clock::now();
       k.deadline = now + k.timeout;
       queue_.push_back(std::move(kept));
-      head_reads_.store(k.reads_itself, std::memory_order_release);
+      head_reads_.store(k.reads, std::memory_order_release);
       const inline_op* unseen = nullptr;
       auto w = work_of(k, now, unseen);
       g.unlock();
@@ -222,15 +222,16 @@ bool inline_engine::continued_pending() {
 
 void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_point until) {
   waiters_.fetch_add(1);
-  // Whether this thread reads incoming data itself (pump), and from when:
+  // What this thread reads itself (pump), and from when (`began`):
   // from the first turn, or once the wait lasted read_after() (the shared
   // segment reads the point-to-point rings only so that a long wait wakes
   // no reader thread; a short one need not pay for it) or its spinning
   // window (none with more ranks than CPUs).
-  const bool reads = head_reads_itself() && med_->reads_while_waiting();
-  const auto read_after = reads ? std::min<inline_clock::duration>(med_->read_after(), policy_.spin)
-                                : inline_clock::duration{};
-  bool reading = false;
+  const reading reads = med_->reads_while_waiting(head_reads());
+  const auto read_after = reads != reading::none
+                              ? std::min<inline_clock::duration>(med_->read_after(), policy_.spin)
+                              : inline_clock::duration{};
+  bool began = false;
   // One clock reading per turn, for the pass (deadlines, lost peers) and
   // for the wait alike; polling counts from the first turn that leaves the
   // operation pending.
@@ -238,11 +239,11 @@ void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_p
   while (go_on()) {
     const auto now = inline_clock::now();
     if (first == inline_clock::time_point{}) first = now;
-    if (reads && !reading && now - first >= read_after) {
-      med_->begin_wait(true);
-      reading = true;
+    if (reads != reading::none && !began && now - first >= read_after) {
+      med_->begin_wait(reads);
+      began = true;
     }
-    const bool moved = (reading && med_->pump()) | pass(true, now);
+    const bool moved = (began && med_->pump(reads)) | pass(true, now);
     if (!go_on()) break;
     if (now >= until) break;
     if (moved || polling_since == inline_clock::time_point{}) {
@@ -253,11 +254,11 @@ void inline_engine::run(const std::function<bool()>& go_on, inline_clock::time_p
     const auto nap = std::min<inline_clock::duration>(until - now, max_sleep);
     med_->sleep(
         blocker(), nap,
-        [&] { return (reading && med_->pump()) | pass(true, inline_clock::now()) || !go_on(); },
-        reading);
+        [&] { return (began && med_->pump(reads)) | pass(true, inline_clock::now()) || !go_on(); },
+        began ? reads : reading::none);
     polling_since = inline_clock::now();
   }
-  if (reading) med_->end_wait(true);
+  if (began) med_->end_wait(reads);
   waiters_.fetch_sub(1);
 }
 
@@ -273,7 +274,7 @@ std::uint64_t inline_engine::head_op() {
 
 bool inline_engine::poke() {
   if (waiters_.load() != 0) return false;
-  med_->pump();
+  med_->pump(reading::all);
   return pass(false, inline_clock::now());
 }
 
@@ -287,7 +288,7 @@ void inline_engine::drive_continued() {
   }
 }
 
-bool inline_engine::head_reads_itself() {
+reading inline_engine::head_reads() {
   return head_reads_.load(std::memory_order_acquire);
 }
 
@@ -478,7 +479,8 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
     }
     break;
   }
-  head_reads_.store(queue_.empty() || queue_.front()->reads_itself, std::memory_order_release);
+  head_reads_.store(queue_.empty() ? reading::all : queue_.front()->reads,
+                    std::memory_order_release);
   return moved;
 }
 

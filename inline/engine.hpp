@@ -62,6 +62,7 @@
 #include "base/wait_chain.hpp"
 #include "base/wait_policy.hpp"
 #include "base/work_driver.hpp"
+#include "inline/medium.hpp"
 #include "memory/recycled.hpp"
 #include "troupe/error.hpp"
 #include "troupe/work.hpp"
@@ -73,7 +74,6 @@ class store;
 namespace troupe::detail {
 
 using troupe::store;
-class medium;
 class segment;
 class peer_memory;
 struct work_state;
@@ -147,10 +147,11 @@ class inline_op : public recycled {
   virtual std::string disagreement() const { return {}; }
 
   const char* name = "";  ///< "allreduce" (a literal: no copy per call)
-  /// The thread that drives it also reads incoming data itself (small
-  /// operations: latency); else the data plane's reader threads receive
-  /// while it sends (large ones: bandwidth). Only a local choice.
-  bool reads_itself = true;
+  /// What the thread that drives it reads itself (inline/medium.hpp):
+  /// everything (small operations: latency), or its host peers' rings
+  /// while the data plane's reader threads receive from sockets as it sends
+  /// (large ones: bandwidth). Only a local choice.
+  reading reads = reading::all;
   std::uint64_t seq = 0;  ///< the group's sequence number
   std::uint64_t op = 0;   ///< the inline engine's operation number (1, 2, ...)
   std::chrono::milliseconds timeout{};
@@ -183,6 +184,10 @@ struct inline_counters {
   std::atomic<std::uint64_t> described{0};
   /// Algorithms told to pace their transfers to a peer (op_context::paced).
   std::atomic<std::uint64_t> paced{0};
+  /// Messages of the message engine consumed by the thread that read them
+  /// as they arrived (op_context::consume_on_arrival: a reader thread, for
+  /// large operations from peers whose sockets the waiting thread leaves).
+  std::atomic<std::uint64_t> consumed{0};
 };
 /// The process's counters. They count from the first call on (tests ask
 /// before what they measure); until then the engines skip them, as an
@@ -281,7 +286,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// rank (base/wait_chain.hpp; empty when `peer` waited for nobody: the
   /// message names it already).
   told_waits wait_chain(const inline_op& op, int peer, const std::string& what);
-  bool head_reads_itself();
+  reading head_reads();
   void stop(const std::string& reason);
 
   /// What every step sees, made at the first step (guarded by engine_): its
@@ -321,7 +326,7 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// Whether the queue's head reads incoming data itself (true when empty),
   /// kept by step_head, which every change of the head passes through, so
   /// that a waiting thread asks it without the engine's lock.
-  std::atomic<bool> head_reads_{true};
+  std::atomic<reading> head_reads_{reading::all};
   std::uint64_t head_op();            ///< the operation number of the queue's head (0: empty)
   std::atomic<bool> watched_{false};  ///< on the progress ticker's list
   std::atomic<bool> driven_{false};   ///< a progress driver runs drive_continued()

@@ -15,6 +15,14 @@ class peer_memory;
 
 class segment;
 
+/// What a thread waiting for the inline engine's operations reads itself
+/// (pump) meanwhile: nothing, the peers on its host (their shared-memory
+/// rings: a ring's reader thread runs at the lowest priority, so a large
+/// operation left to it crawls) or every peer (sockets too: operations up
+/// to 1 MiB, where latency counts; larger ones leave sockets to the reader
+/// threads, which receive while the waiting thread sends).
+enum class reading : std::uint8_t { none, host, all };
+
 class medium {
  public:
   virtual ~medium() = default;
@@ -22,23 +30,24 @@ class medium {
   /// The group's ranks that run on this host (they share its CPUs), when
   /// known; 0 when not.
   virtual int ranks_on_host() const noexcept { return 0; }
-  /// Moves incoming data within reach of the operations without blocking
-  /// (reads sockets); true when something arrived.
-  virtual bool pump() { return false; }
-  /// Whether a waiting thread has anything to pump (false: begin_wait,
-  /// pump, sleep and end_wait are told it does not read).
-  virtual bool reads_while_waiting() { return true; }
+  /// Moves incoming data from the peers `what` names within reach of the
+  /// operations without blocking (reads rings and sockets); true when
+  /// something arrived.
+  virtual bool pump(reading /*what*/) { return false; }
+  /// What a waiting thread that would read `wanted` has to pump (none:
+  /// begin_wait, pump, sleep and end_wait are told it does not read).
+  virtual reading reads_while_waiting(reading wanted) { return wanted; }
   /// How long a wait lasts before its thread starts reading (begin_wait).
   virtual std::chrono::nanoseconds read_after() { return {}; }
   /// A thread starts / stops waiting (driving) for the inline engine's operations;
-  /// `reads` says whether it reads incoming data itself (pump) meanwhile.
-  virtual void begin_wait(bool /*reads*/) {}
-  virtual void end_wait(bool /*reads*/) {}
+  /// `reads` says what it reads itself (pump) meanwhile.
+  virtual void begin_wait(reading /*reads*/) {}
+  virtual void end_wait(reading /*reads*/) {}
   /// Sleeps until group rank `r` may have published something or `max`
   /// passed; `recheck()` runs after registering as sleeper and cancels the
   /// sleep when it returns true. `reads` as for begin_wait.
   virtual void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
-                     bool reads) = 0;
+                     reading reads) = 0;
   /// Why operation `op`, blocked waiting for group rank `blocker` (-1:
   /// unknown), can never finish because a rank it needs is gone (empty: it
   /// still can; a member found crashed: empty until crash_grace passed since

@@ -6,6 +6,7 @@
 #include "base/gone_peers.hpp"
 #include "base/process_directory.hpp"
 #include "base/texts.hpp"
+#include "inline/engine.hpp"
 #include "transport/data_plane.hpp"
 
 namespace troupe::detail {
@@ -21,10 +22,19 @@ message_medium::message_medium(std::shared_ptr<data_plane> plane, std::string ke
       rank_(rank),
       group_(std::move(group)),
       names_(std::move(names)),
+      ringed_(global_ranks_.size()),
       waiting_(global_ranks_.size()) {
-  for (int r = 0; r < size(); ++r)
-    if (r != rank_ && !is_local(r)) remote_.push_back(global_ranks_[static_cast<std::size_t>(r)]);
-  if (auto p = plane_.lock()) {
+  auto shared = plane_.lock();
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_ || is_local(r)) continue;
+    const int w = global_ranks_[static_cast<std::size_t>(r)];
+    remote_.push_back(w);
+    if (shared && shared->shares_memory(w)) {
+      ring_peers_.push_back(w);
+      ringed_[static_cast<std::size_t>(r)] = true;
+    }
+  }
+  if (auto p = shared) {
     crashes_ = p->crashed();
     p2p_seen_ = p->carried_p2p();
     std::vector<std::string> hosts;
@@ -132,6 +142,7 @@ std::string message_medium::deliver(std::uint64_t op, std::uint32_t step, int sr
   }
   if (fn) {
     // On this (receiving) thread, outside the lock; end_op waits for it.
+    if (auto* c = inline_counting()) c->consumed.fetch_add(1, std::memory_order_relaxed);
     message done{m.code, {}, true, nullptr, std::move(m.fp)};
     try {
       fn(m.payload);
@@ -206,7 +217,7 @@ void message_medium::end_op(std::uint64_t op) {
 
 void message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
                           const tensor& payload, std::chrono::steady_clock::time_point deadline,
-                          bool reads, const fingerprint_ptr& fp) {
+                          reading reads, const fingerprint_ptr& fp) {
   if (is_local(peer)) {
     // Handed over as is: the algorithms never write a payload after sending.
     if (auto p = local_peer(peer))
@@ -217,39 +228,44 @@ void message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::u
     plane->send_inline(
         global_ranks_[static_cast<std::size_t>(peer)], group_,
         envelope{op, step, rank_, static_cast<op_code>(code), payload, fp},
-        [this, reads] {
-          if (reads) pump();
-        },
-        deadline);
+        [this, reads] { pump(reads); }, deadline);
 }
 
-bool message_medium::pump() {
-  auto plane = plane_.lock();
-  return plane && plane->pump_all(remote_);
+/// The world ranks a thread that reads `what` pumps (null: none).
+const std::vector<int>* message_medium::pumped(reading what) const {
+  if (what == reading::none) return nullptr;
+  return what == reading::all ? &remote_ : &ring_peers_;
 }
 
-void message_medium::pumping(int delta, bool wake) {
-  if (auto plane = plane_.lock())
-    for (int w : remote_) plane->pumping(w, delta, wake);
+bool message_medium::pump(reading what) {
+  const auto* ranks = pumped(what);
+  auto plane = ranks ? plane_.lock() : nullptr;
+  return plane && plane->pump_all(*ranks);
 }
 
-void message_medium::begin_wait(bool reads) {
-  if (reads) pumping(+1, false);
+void message_medium::pumping(int delta, bool wake, reading what) {
+  const auto* ranks = pumped(what);
+  if (auto plane = ranks ? plane_.lock() : nullptr)
+    for (int w : *ranks) plane->pumping(w, delta, wake);
 }
 
-void message_medium::end_wait(bool reads) {
-  if (reads) pumping(-1, false);
+void message_medium::begin_wait(reading reads) {
+  pumping(+1, false, reads);
+}
+
+void message_medium::end_wait(reading reads) {
+  pumping(-1, false, reads);
 }
 
 void message_medium::sleep(int, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
-                           bool reads) {
+                           reading reads) {
   // Asleep, this thread reads nothing: the reader threads take over.
-  if (reads) pumping(-1, true);
+  pumping(-1, true, reads);
   sleepers_.fetch_add(1);
   const auto seen = bell_.load();
   if (!recheck()) futex_wait(bell_, seen, max);
   sleepers_.fetch_sub(1);
-  if (reads) pumping(+1, false);
+  pumping(+1, false, reads);
 }
 
 std::string message_medium::crashed_members() {

@@ -8,10 +8,11 @@
 //  - Ranks in other processes: frames through the data plane (TCP or the
 //    shared-memory rings). They are put into the inbox by the waiting thread
 //    itself (pump: it reads the peers' connections; operations up to 1 MiB,
-//    where latency counts) or by the data plane's reader threads (larger
-//    operations: a thread that sends while another receives moves 2.5 GB/s
-//    each way, one thread doing both 1.7). A peer is lost when the data plane
-//    says its process is gone.
+//    where latency counts, and at any size its host peers' shared-memory
+//    rings, whose reader threads run at the lowest priority) or by the data
+//    plane's reader threads (larger operations' sockets: a thread that sends
+//    while another receives moves 2.5 GB/s each way, one thread doing both
+//    1.7). A peer is lost when the data plane says its process is gone.
 // Arrival handlers (on_arrival): an operation may ask that one of its
 // messages be consumed by the thread that delivers it (a reader thread
 // reduces a segment while the bytes are in its cache and the waiting thread
@@ -73,6 +74,12 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   /// Starts receiving (before any peer may send).
   void attach();
   bool is_local(int r) const { return local_[static_cast<std::size_t>(r)]; }
+  /// Whether a thread that reads `what` itself reads group rank r's
+  /// messages (a peer in another process; reading::host: one whose memory
+  /// this rank shares, through a ring).
+  bool reads_from(int r, reading what) const {
+    return what == reading::all || (what == reading::host && ringed_[static_cast<std::size_t>(r)]);
+  }
 
   int size() const noexcept override { return static_cast<int>(global_ranks_.size()); }
   int rank() const noexcept { return rank_; }
@@ -85,19 +92,23 @@ class message_medium final : public medium, public std::enable_shared_from_this<
     return own_cpus_ && topology_->host_of[static_cast<std::size_t>(r)] !=
                             topology_->host_of[static_cast<std::size_t>(rank_)];
   }
-  bool pump() override;
+  bool pump(reading what) override;
+  reading reads_while_waiting(reading wanted) override {
+    return wanted == reading::host && ring_peers_.empty() ? reading::none : wanted;
+  }
   /// Whether this process sends or receives point-to-point messages
   /// through the data plane (data_plane::carried_p2p).
   bool carries_p2p() const noexcept {
     return p2p_seen_ && p2p_seen_->load(std::memory_order_relaxed);
   }
-  /// Starts (+1) or stops (-1) pumping every peer's connection; stopping
-  /// with `wake` hands them back to the reader threads at once.
-  void pumping(int delta, bool wake);
-  void begin_wait(bool reads) override;
-  void end_wait(bool reads) override;
+  /// Starts (+1) or stops (-1) pumping the connections of the peers `what`
+  /// names; stopping with `wake` hands them back to the reader threads at
+  /// once.
+  void pumping(int delta, bool wake, reading what);
+  void begin_wait(reading reads) override;
+  void end_wait(reading reads) override;
   void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
-             bool reads) override;
+             reading reads) override;
   /// Members in other processes the data plane found crashed, dead or
   /// unresponsive, as lost() names them ("" while none): one load while no
   /// peer failed. The shared-memory engine beside this one asks it too.
@@ -123,10 +134,10 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   /// Sends step `step` of inline operation `op` to group rank `peer` (with
   /// the sender's fingerprint `fp` on its first message of the operation),
   /// giving up on a peer that takes nothing until `deadline`. A sender that
-  /// reads its peers' sockets itself (`reads`) keeps reading them while the
-  /// connection is full.
+  /// reads its peers' connections itself (`reads`) keeps reading them while
+  /// the connection is full.
   void send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
-            const tensor& payload, std::chrono::steady_clock::time_point deadline, bool reads,
+            const tensor& payload, std::chrono::steady_clock::time_point deadline, reading reads,
             const fingerprint_ptr& fp = nullptr);
   /// Has the message (op, step, src) handed to `fn` by the thread that
   /// delivers it (a reader thread), if it is of collective `code`; the inbox
@@ -173,6 +184,7 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   std::string crashed_members();
   /// The inbox of local rank r (null once its group is gone).
   std::shared_ptr<message_medium> local_peer(int r);
+  const std::vector<int>* pumped(reading what) const;
 
   // Not owned: a reader thread may drop the last reference to this medium,
   // and must not destroy the data plane (which joins that thread) with it.
@@ -187,6 +199,10 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   std::string group_;
   rank_names names_;
   std::vector<int> remote_;  // world ranks of the peers in other processes
+  // Of those, the peers whose memory this rank shares (rings, unless a
+  // peer's memory closed later: then its socket, read alike).
+  std::vector<int> ring_peers_;
+  std::vector<bool> ringed_;                                  // by group rank: in ring_peers_
   using key = std::tuple<std::uint64_t, std::uint32_t, int>;  // (op, step, src)
   std::mutex mtx_;                                            // guards inbox_, handlers_, running_
   std::map<key, message> inbox_;

@@ -42,8 +42,7 @@ struct inline_engines {
 /// (collectives and point to point).
 bool inline_engines_off();
 
-inline_engines open_inline_engines(const backend_context& ctx,
-                                   const rank_names& names,
+inline_engines open_inline_engines(const backend_context& ctx, const rank_names& names,
                                    const std::shared_ptr<data_plane>& plane, const std::string& key,
                                    bool verbose);
 

@@ -257,9 +257,9 @@ TEST_CASE("a message for an operation that already ended is dropped, not kept") 
     return n;
   };
   b->end_op(4);  // operations 1..4 ended (failed) on rank 1
-  a->send(1, 4, 0, code, payload, deadline, false);
-  a->send(1, 3, 0, code, payload, deadline, false);
-  a->send(1, 5, 0, code, payload, deadline, false);
+  a->send(1, 4, 0, code, payload, deadline, reading::none);
+  a->send(1, 3, 0, code, payload, deadline, reading::none);
+  a->send(1, 5, 0, code, payload, deadline, reading::none);
   CHECK(taken(3) == 0);
   CHECK(taken(4) == 0);
   CHECK(taken(5) == 1);  // the next operation's message is kept

@@ -273,7 +273,7 @@ class lone_medium final : public detail::medium {
  public:
   int size() const noexcept override { return 1; }
   void sleep(int, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
-             bool) override {
+             detail::reading) override {
     if (!recheck()) std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(max, 1ms));
   }
   std::string lost(std::uint64_t, int, std::chrono::steady_clock::time_point) override {

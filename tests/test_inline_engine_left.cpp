@@ -28,7 +28,7 @@ class test_medium final : public medium {
   std::atomic<bool> left_2{false};
   int size() const noexcept override { return 4; }
   void sleep(int, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
-             bool) override {
+             reading) override {
     if (!recheck()) std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(max, 1ms));
   }
   std::string lost(std::uint64_t, int blocker, std::chrono::steady_clock::time_point) override {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -841,6 +842,53 @@ TEST_CASE("two ranks on two hosts pace their allreduce: small segments, every op
                          "allreduce_pair was told to pace its peer on another host");
     return ok;
   });
+}
+
+TEST_CASE("large calls: the waiting thread reads its host peers' rings, reader threads sockets") {
+  // On the message engine, a call over 1 MiB leaves sockets to the data
+  // plane's reader threads (they consume segments as they arrive while the
+  // waiting thread sends), but reads a host peer's shared-memory ring
+  // itself: that ring's reader thread runs at the lowest priority.
+  if (detail::read_engine_setting() == detail::engine_setting::actors) return;
+  const auto run = [](const std::vector<std::string>& hosts) {
+    across_hosts(hosts, "allgather=ring", [&](world& w) {
+      auto& pg = w.default_group();
+      const int n = w.size(), r = w.rank();
+      const std::int64_t len = std::int64_t{3} << 18;  // 3 MiB of float32 a rank
+      auto in = tensor::empty({len}, dtype::float32);
+      auto out = tensor::empty({len * n}, dtype::float32);
+      const auto before = detail::inline_stats().consumed.load();
+      bool ok = true;
+      for (int i = 0; i < 4; ++i) {
+        for (std::int64_t k = 0; k < len; ++k) in.data_as<float>()[k] = float(r * 7 + i + k % 5);
+        pg.allgather_into_tensor(out, in).wait();
+        for (int q = 0; q < n; ++q)
+          for (std::int64_t k = 0; k < len; k += 4099)
+            ok &= test::expect(r, out.data_as<float>()[q * len + k] == float(q * 7 + i + k % 5),
+                               "allgather of 3 MiB, from rank " + std::to_string(q));
+      }
+      // Whether any rank's reader threads consumed one (a segment that
+      // arrived before its call asked is taken from the inbox instead).
+      auto consumed = tensor::from_vector<std::int64_t>(
+          {std::int64_t(detail::inline_stats().consumed.load() - before)});
+      pg.allreduce(consumed, reduce_op::MAX).wait();
+      const bool any = consumed.to_vector<std::int64_t>()[0] > 0;
+      const char* transport = std::getenv("TROUPE_TRANSPORT");
+      const bool sockets =
+          hosts.front() != hosts.back() || (transport && std::string(transport) == "tcp");
+      return test::expect(r, any == sockets,
+                          sockets ? "a reader thread consumed a segment"
+                                  : "no reader thread consumed a segment") &&
+             ok;
+    });
+  };
+  test::scoped_env engine{"TROUPE_ENGINE", "messages"};
+  SUBCASE("one host: nothing consumed by a reader thread") {
+    run({"a", "a"});
+  }
+  SUBCASE("two hosts: reader threads consume what the sockets bring") {
+    run({"a", "b"});
+  }
 }
 
 TEST_CASE("Rabenseifner's allreduce: every op, 3 to 8 ranks, folds and empty blocks") {

@@ -51,11 +51,11 @@ int shm_medium::size() const noexcept {
 }
 
 void shm_medium::sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
-                       bool reads) {
+                       reading reads) {
   // Asleep, this thread reads no ring: the reader threads take over.
-  if (reads) rings_->pumping(-1, true);
+  if (reads != reading::none) rings_->pumping(-1, true, reads);
   seg_->sleep(r, max, recheck);
-  if (reads) rings_->pumping(+1, false);
+  if (reads != reading::none) rings_->pumping(+1, false, reads);
 }
 
 void shm_medium::announce(std::uint64_t seq, std::uint8_t code) {

@@ -34,22 +34,20 @@ class shm_medium final : public medium {
 
   int size() const noexcept override;
   int ranks_on_host() const noexcept override { return size(); }
-  bool reads_while_waiting() override { return rings_ && rings_->carries_p2p(); }
-  bool pump() override { return rings_ && rings_->pump(); }
+  reading reads_while_waiting(reading wanted) override {
+    return rings_ && rings_->carries_p2p() ? wanted : reading::none;
+  }
+  bool pump(reading what) override { return rings_ && rings_->pump(what); }
   /// 2 us: the two ranks of a small collective on two CPUs find each other
   /// within one, and reading the rings from the start would slow them.
   /// With more ranks than CPUs the engine reads from the first turn (its
   /// wait policy does not spin): a rank that yields its CPU may be away
   /// long, and a frame that comes meanwhile would wake a reader thread.
   std::chrono::nanoseconds read_after() override { return std::chrono::microseconds(2); }
-  void begin_wait(bool reads) override {
-    if (reads) rings_->pumping(+1, false);
-  }
-  void end_wait(bool reads) override {
-    if (reads) rings_->pumping(-1, false);
-  }
+  void begin_wait(reading reads) override { rings_->pumping(+1, false, reads); }
+  void end_wait(reading reads) override { rings_->pumping(-1, false, reads); }
   void sleep(int r, std::chrono::nanoseconds max, const std::function<bool()>& recheck,
-             bool reads) override;
+             reading reads) override;
   std::string lost(std::uint64_t op, int blocker,
                    std::chrono::steady_clock::time_point now) override;
   void announce(std::uint64_t seq, std::uint8_t code) override;

@@ -250,7 +250,7 @@ bool tiny_direct::follow_to_slots(inline_context& ctx, bool& moved) {
   c.recv_counts = split_elements(c.output, {}, ctx.size);
   slots_ = make_direct_shm_in_slots(std::move(c));
   slots_->name = name;
-  slots_->reads_itself = reads_itself;
+  slots_->reads = reads;
   slots_->seq = seq;
   slots_->op = op;
   slots_->timeout = timeout;
