@@ -33,7 +33,7 @@ class message_context final : public op_context {
         net_(net),
         op_(op),
         deadline_(deadline),
-        reads_(reads) {}
+        reads_(net.reads_while_waiting(reads)) {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
     if (step >= agreement_round_step)  // describe, alarm and dissemination rounds
       if (auto* c = inline_counting()) c->described.fetch_add(1, std::memory_order_relaxed);
