@@ -119,7 +119,10 @@ cost_model cost_model::link_unbounded() const {
 
 cost_model cost_model::of_call(double bytes) const {
   cost_model m = *this;
-  if (cpu_cached_rate > 0 && bytes <= cache) m.cpu_rate = cpu_cached_rate;
+  if (bytes <= cache) {
+    if (cpu_cached_rate > 0) m.cpu_rate = cpu_cached_rate;
+    if (local_cached_rate > 0) m.local.bandwidth = local_cached_rate;
+  }
   return m;
 }
 
@@ -169,6 +172,10 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       m.cpu_cached_rate = quantity(text, value, unit_kind::rate);
       continue;
     }
+    if (named("local_cached")) {
+      m.local_cached_rate = quantity(text, value, unit_kind::rate);
+      continue;
+    }
     if (named("cache")) {
       m.cache = quantity(text, value, unit_kind::size);
       continue;
@@ -179,8 +186,9 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
     }
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
       bad(text, "'" + item +
-                    "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, cpu_cached=RATE, cache=SIZE, "
-                    "burst=SIZE, ranks_per_cpu=K, shared_wait=E, hop_wait=TIME or measure");
+                    "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, cpu_cached=RATE, "
+                    "local_cached=RATE, cache=SIZE, burst=SIZE, ranks_per_cpu=K, shared_wait=E, "
+                    "hop_wait=TIME or measure");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");
@@ -216,7 +224,15 @@ std::string cost_model::to_text() const {
     out += text;
   }
   if (cpu_cached_rate > 0) {
-    std::snprintf(text, sizeof(text), ",cpu_cached=%.6gB/s,cache=%.0fB", cpu_cached_rate, cache);
+    std::snprintf(text, sizeof(text), ",cpu_cached=%.6gB/s", cpu_cached_rate);
+    out += text;
+  }
+  if (local_cached_rate > 0) {
+    std::snprintf(text, sizeof(text), ",local_cached=%.6gB/s", local_cached_rate);
+    out += text;
+  }
+  if (cpu_cached_rate > 0 || local_cached_rate > 0) {
+    std::snprintf(text, sizeof(text), ",cache=%.0fB", cache);
     out += text;
   }
   if (burst > 0) {

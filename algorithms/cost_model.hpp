@@ -15,10 +15,12 @@
 // (host: between hosts; local: between processes of a host; units s, ms,
 // us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; cpu: what a rank's
 // CPU sends or receives over TCP, cpu_rate below; cpu_cached and cache: the
-// same for calls that fit the cache (B, KiB, MiB, GiB); burst: a size, the
+// same for calls that fit the cache (B, KiB, MiB, GiB), local_cached the
+// local link's bandwidth for them; burst: a size, the
 // bytes a shaped link passes at once, below; ranks_per_cpu and
 // shared_wait: plain numbers, hop_wait a time, below). bench/hosts_bench.sh
-// --calibrate measures host, cpu, cpu_cached and hop_wait first; the item
+// --calibrate measures host, cpu, cpu_cached, local, local_cached and
+// hop_wait first; the item
 // `measure` has a world
 // across hosts measure them at start (api/link_measurement.cpp, fitted by
 // cost_fit.hpp), the items beside it winning over what it measures.
@@ -95,6 +97,14 @@ struct cost_model {
   /// 2.6 times as fast per byte as one of 16 MiB; bench/hosts_bench.sh
   /// --calibrate measures it from a 1 MiB allreduce).
   double cpu_cached_rate = 0;
+  /// The local link's bandwidth for a call of at most `cache` bytes (0:
+  /// local.bandwidth for every call): between processes of a host the
+  /// bytes go through shared-memory rings, copied in and out, at the
+  /// speed of memory where the cache holds them and of DRAM where not
+  /// (measured with 2 ranks of a host on the message engine, a 1 MiB
+  /// broadcast 15 GB/s, a 16 MiB one 9; bench/hosts_bench.sh --calibrate
+  /// measures both from allreduces).
+  double local_cached_rate = 0;
   /// The largest call whose bytes the CPUs move at cpu_cached_rate (a
   /// core's L2 cache on the machines troupe is developed on). The same on
   /// every rank (a setting, never read from the machine), as the choice
@@ -115,8 +125,9 @@ struct cost_model {
   /// token bucket's call (burst) takes the longer of.
   cost_model link_alone() const;
   cost_model link_unbounded() const;
-  /// This model for a call of `bytes`: cpu_rate at cpu_cached_rate where
-  /// the call fits the cache and that rate is set.
+  /// This model for a call of `bytes`: cpu_rate at cpu_cached_rate (and
+  /// the local bandwidth at local_cached_rate) where the call fits the
+  /// cache and that rate is set.
   cost_model of_call(double bytes) const;
   /// on_shared_cpus() made this model (its latencies already shared).
   bool latencies_shared = false;

@@ -32,7 +32,9 @@
 # a 4-byte ping-pong's one-way time is the latency between hosts, and the
 # CPU rate (cpu=) the one at which the model's 16 MiB allreduce of those
 # two ranks takes what it measured (cpu_cached=: their 1 MiB one, which
-# the cache holds); where the layout's ranks share CPUs, a barrier of the
+# the cache holds); the local link's bandwidth (local=, local_cached=)
+# likewise from 2 ranks of one host over the shared-memory rings (the
+# message engine); where the layout's ranks share CPUs, a barrier of the
 # layout itself says how long each hop waits for its CPU (hop_wait=); each
 # twice, the fit taking the lower median. The report's model is told the
 # same, and compared with other calls than these. (About 40 s.)
@@ -159,12 +161,17 @@ if [ "$calibrate" -eq 1 ]; then
   cplace=()
   [ "$cpus" -lt 2 ] || cplace=(--split-cpus)
   # Two hosts of a rank each, unshaped: the latency between hosts and what
-  # a CPU moves over TCP; then the benchmark's own layout: a barrier, for
-  # how long each hop waits for a CPU that ranks share. Twice, as the
+  # a CPU moves over TCP; two ranks of one host over the shared-memory
+  # rings (the message engine, as the hierarchies' stages within a host):
+  # what the local link moves; then the benchmark's own layout: a barrier,
+  # for how long each hop waits for a CPU that ranks share. Twice, as the
   # tables' rounds: the fit takes each call's lower median.
   calibration() {
     troupe_on bash scripts/hosts.sh --hosts 2 --link none --timeout 300 "${cplace[@]}" -- 1 2 \
       --csv "$PWD/$ccsv" --ops pingpong,allreduce --sizes 4B,1MiB,16MiB &&
+      TROUPE_ENGINE=messages timeout 300 "$build/apps/troupe-run" -n 2 --bind none \
+        "$build/bench/troupe_bench_worker" --transport rings --csv "$PWD/$ccsv" --ops allreduce \
+        --sizes 1MiB,16MiB &&
       troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier
   }
   if calibration >"$clog" 2>&1 && calibration >>"$clog" 2>&1; then

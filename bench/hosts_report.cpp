@@ -245,15 +245,24 @@ void print_model(const topology& t) {
 /// one measured, and for a call the CPU's cache holds (cpu_cached) that of
 /// their 1 MiB allreduce; where the layout's ranks share CPUs, hop_wait, at
 /// which the model's time for a barrier of the whole layout is the one
-/// measured (shared_wait 0). Each term from a different call than the
-/// tables compare the model with. Throws where a measurement is missing.
+/// measured (shared_wait 0); and where two ranks of one host ran over the
+/// shared-memory rings (transport "rings": the message engine, as the
+/// hierarchies' stages within a host), the local link's bandwidth at which
+/// their 16 MiB allreduce takes what it measured (local_cached: their
+/// 1 MiB one). Each term from a different call than the tables compare the
+/// model with. Throws where a measurement is missing (the rings' are
+/// optional: without them the local link keeps its default).
 std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) {
-  auto measured = [&](const char* op, int ranks, std::size_t bytes) {
+  auto lowest_of = [&](const char* op, int ranks, std::size_t bytes, bool rings) {
     double lowest = NAN;  // the lower median of the rounds, as the tables keep
     for (const auto& r : cal)
-      if (r.system == "troupe" && r.op == op && r.ranks == ranks && r.bytes == bytes &&
-          !(r.median_us >= lowest))
+      if (r.system == "troupe" && (r.transport == "rings") == rings && r.op == op &&
+          r.ranks == ranks && r.bytes == bytes && !(r.median_us >= lowest))
         lowest = r.median_us;
+    return lowest;
+  };
+  auto measured = [&](const char* op, int ranks, std::size_t bytes) {
+    const double lowest = lowest_of(op, ranks, bytes, false);
     if (!std::isnan(lowest)) return lowest;
     throw std::invalid_argument(std::string("--fit: no troupe ") + op + " of " +
                                 std::to_string(ranks) + " ranks, " + std::to_string(bytes) +
@@ -281,6 +290,24 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
       },
       measured("allreduce", 2, MiB) * 1e-6, 1e7, 1e12, true);
   costs += ",cpu_cached=" + fmt("%.0f", cached) + "B/s";
+  // Two ranks of one host over the rings, a CPU each.
+  const double ring_uncached = lowest_of("allreduce", 2, 16 * MiB, true);
+  const double ring_cached = lowest_of("allreduce", 2, MiB, true);
+  if (!std::isnan(ring_uncached) && !std::isnan(ring_cached)) {
+    auto ring = [&](std::size_t bytes, const std::string& term) {
+      return [&costs, bytes, term](double b) {
+        return troupe::testing::predict("allreduce", bytes, {1, 2, 0},
+                                        costs + term + fmt("%.0f", b) + "B/s")
+            .seconds;
+      };
+    };
+    const double local =
+        solve_for(ring(16 * MiB, ",local=:"), ring_uncached * 1e-6, 1e7, 1e12, true);
+    costs += ",local=:" + fmt("%.0f", local) + "B/s";
+    const double local_cached =
+        solve_for(ring(MiB, ",local_cached="), ring_cached * 1e-6, 1e7, 1e12, true);
+    costs += ",local_cached=" + fmt("%.0f", local_cached) + "B/s";
+  }
   if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
     // Each hop's wait for its receiver's CPU, at which the barrier (every
     // rank receiving in each round) takes what it measured; no further

@@ -293,8 +293,28 @@ TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
         0.5 * predict(algorithm_kind::allreduce_pair, 1 << 20, *pair, uncached));
   CHECK(predict(algorithm_kind::allreduce_pair, 16 << 20, *pair, cached) ==
         test::relative(predict(algorithm_kind::allreduce_pair, 16 << 20, *pair, uncached)));
+  // local_cached: the local link's bandwidth for a call the cache holds.
+  CHECK(cost_model{}.local_cached_rate == 0);
+  const auto local = cost_model::parse("local=5us:8GB/s,local_cached=16GB/s,cache=1MiB");
+  CHECK(local.of_call(1 << 20).local.bandwidth == test::relative(16e9));
+  CHECK(local.of_call((1 << 20) + 1).local.bandwidth == test::relative(8e9));
+  CHECK(local.of_call(1 << 20).cpu_rate == test::relative(cost_model{}.cpu_rate));
+  CHECK(cost_model::parse("local=5us:8GB/s").of_call(4).local.bandwidth == test::relative(8e9));
+  for (const char* bad : {"local_cached=", "local_cached=fast", "local_cached=1us"})
+    test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
+                      {"TROUPE_LINK_COSTS", "'"});
+  const auto local_back = cost_model::parse(local.to_text());
+  CHECK(local_back.local_cached_rate == test::relative(16e9));
+  CHECK(local_back.cache == 1 << 20);
+  CHECK(local_back.cpu_cached_rate == 0);
+  // Two ranks of one host: a call the cache holds costs less.
+  const auto one_host = layout(1, 2);
+  CHECK(predict(algorithm_kind::allreduce_pair, 1 << 20, *one_host, local) <
+        0.75 * predict(algorithm_kind::allreduce_pair, 1 << 20, *one_host,
+                       cost_model::parse("local=5us:8GB/s,cache=1MiB")));
   // to_text() writes it where it is set, and parse() reads it back.
   CHECK(cost_model{}.to_text().find("hop_wait") == std::string::npos);
+  CHECK(cost_model{}.to_text().find("cache") == std::string::npos);
   CHECK(cost_model::parse(cost_model::parse("hop_wait=40us").to_text()).hop_wait ==
         test::relative(40e-6));
 }
