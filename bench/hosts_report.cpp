@@ -294,19 +294,20 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
   const double ring_uncached = lowest_of("allreduce", 2, 16 * MiB, true);
   const double ring_cached = lowest_of("allreduce", 2, MiB, true);
   if (!std::isnan(ring_uncached) && !std::isnan(ring_cached)) {
-    auto ring = [&](std::size_t bytes, const std::string& term) {
-      return [&costs, bytes, term](double b) {
-        return troupe::testing::predict("allreduce", bytes, {1, 2, 0},
-                                        costs + term + fmt("%.0f", b) + "B/s")
-            .seconds;
-      };
+    // The rate `term` names at which the model's allreduce of `bytes` takes
+    // `us`, added to the costs.
+    auto fit_ring = [&](std::size_t bytes, const std::string& term, double us) {
+      const double rate = solve_for(
+          [&](double b) {
+            return troupe::testing::predict("allreduce", bytes, {1, 2, 0},
+                                            costs + term + fmt("%.0f", b) + "B/s")
+                .seconds;
+          },
+          us * 1e-6, 1e7, 1e12, true);
+      costs += term + fmt("%.0f", rate) + "B/s";
     };
-    const double local =
-        solve_for(ring(16 * MiB, ",local=:"), ring_uncached * 1e-6, 1e7, 1e12, true);
-    costs += ",local=:" + fmt("%.0f", local) + "B/s";
-    const double local_cached =
-        solve_for(ring(MiB, ",local_cached="), ring_cached * 1e-6, 1e7, 1e12, true);
-    costs += ",local_cached=" + fmt("%.0f", local_cached) + "B/s";
+    fit_ring(16 * MiB, ",local=:", ring_uncached);
+    fit_ring(MiB, ",local_cached=", ring_cached);
   }
   if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
     // Each hop's wait for its receiver's CPU, at which the barrier (every

@@ -35,7 +35,7 @@ class shm_medium final : public medium {
   int size() const noexcept override;
   int ranks_on_host() const noexcept override { return size(); }
   reading reads_while_waiting(reading wanted) override {
-    return rings_ && rings_->carries_p2p() ? wanted : reading::none;
+    return rings_ && rings_->carries_p2p() ? rings_->reads_while_waiting(wanted) : reading::none;
   }
   bool pump(reading what) override { return rings_ && rings_->pump(what); }
   /// 2 us: the two ranks of a small collective on two CPUs find each other
