@@ -305,8 +305,9 @@ double scatter_allgather_broadcast(const group_topology& t, const cost_model& m,
 }
 
 /// Rank 0 exchanging `block` bytes with every other rank at once (gather's
-/// and scatter's direct algorithms): the root's links carry them all.
-double rooted_direct(const group_topology& t, const cost_model& m, double block) {
+/// and scatter's direct algorithms: the root receives them or, where
+/// `root_sends`, sends them): the root's links and CPU carry them all.
+double rooted_direct(const group_topology& t, const cost_model& m, double block, bool root_sends) {
   const int n = t.size();
   int local = 0, remote = 0;
   for (int r = 1; r < n; ++r)
@@ -315,8 +316,11 @@ double rooted_direct(const group_topology& t, const cost_model& m, double block)
   if (local > 0)
     worst = m.local.latency + (local - 1) * m.local.overhead + local * block / m.local.bandwidth;
   if (remote > 0)
-    worst = std::max(worst, m.host.latency + (remote - 1) * m.host.overhead +
-                                remote * block / std::min(m.host.bandwidth, m.cpu_rate));
+    worst = std::max(
+        worst, m.host.latency + (remote - 1) * m.host.overhead +
+                   remote * block *
+                       std::max(1 / m.host.bandwidth,
+                                2 * (root_sends ? m.send_share : 1 - m.send_share) / m.cpu_rate));
   return worst;
 }
 
@@ -407,9 +411,9 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
   const int n = t.size();
   switch (code) {
     case op_code::gatherv:
-      return {"gather_direct", rooted_direct(t, m, bytes / n)};
+      return {"gather_direct", rooted_direct(t, m, bytes / n, false)};
     case op_code::scatterv:
-      return {"scatter_direct", rooted_direct(t, m, bytes / n)};
+      return {"scatter_direct", rooted_direct(t, m, bytes / n, true)};
     case op_code::barrier:
     case op_code::monitored_barrier:
       return {"barrier_dissemination", dissemination(t, m)};

@@ -122,6 +122,7 @@ cost_model cost_model::of_call(double bytes) const {
   if (bytes <= cache) {
     if (cpu_cached_rate > 0) m.cpu_rate = cpu_cached_rate;
     if (local_cached_rate > 0) m.local.bandwidth = local_cached_rate;
+    if (send_share_cached >= 0) m.send_share = send_share_cached;
   }
   return m;
 }
@@ -135,7 +136,8 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
     const auto item = text.substr(at, end - at);
     at = end + 1;
     const auto eq = item.find('='), colon = item.find(':');
-    // The plain numbers: ranks_per_cpu (1 to 1e6), shared_wait (0 to 10).
+    // The plain numbers: ranks_per_cpu (1 to 1e6), shared_wait (0 to 10),
+    // cpu_send and cpu_send_cached (0 to 1).
     const auto number = [&](const char* name, double lo, double hi, const char* range, double& to) {
       if (eq == std::string::npos || item.compare(0, eq, name) != 0) return false;
       const auto v = item.substr(eq + 1);
@@ -155,6 +157,8 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       continue;
     }
     if (number("shared_wait", 0, 10, "0 to 10", m.shared_wait)) continue;
+    if (number("cpu_send", 0, 1, "0 to 1", m.send_share)) continue;
+    if (number("cpu_send_cached", 0, 1, "0 to 1", m.send_share_cached)) continue;
     // The quantities with a unit: NAME=VALUE.
     const auto named = [&](const char* name) {
       return eq != std::string::npos && item.compare(0, eq, name) == 0;
@@ -187,8 +191,8 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
     if (eq == std::string::npos || colon == std::string::npos || colon < eq)
       bad(text, "'" + item +
                     "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, cpu_cached=RATE, "
-                    "local_cached=RATE, cache=SIZE, burst=SIZE, ranks_per_cpu=K, shared_wait=E, "
-                    "hop_wait=TIME or measure");
+                    "local_cached=RATE, cpu_send=SHARE, cpu_send_cached=SHARE, cache=SIZE, "
+                    "burst=SIZE, ranks_per_cpu=K, shared_wait=E, hop_wait=TIME or measure");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");
@@ -231,7 +235,15 @@ std::string cost_model::to_text() const {
     std::snprintf(text, sizeof(text), ",local_cached=%.6gB/s", local_cached_rate);
     out += text;
   }
-  if (cpu_cached_rate > 0 || local_cached_rate > 0) {
+  if (send_share != 0.5) {
+    std::snprintf(text, sizeof(text), ",cpu_send=%.6g", send_share);
+    out += text;
+  }
+  if (send_share_cached >= 0) {
+    std::snprintf(text, sizeof(text), ",cpu_send_cached=%.6g", send_share_cached);
+    out += text;
+  }
+  if (cpu_cached_rate > 0 || local_cached_rate > 0 || send_share_cached >= 0) {
     std::snprintf(text, sizeof(text), ",cache=%.0fB", cache);
     out += text;
   }

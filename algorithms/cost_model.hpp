@@ -14,13 +14,14 @@
 //   TROUPE_LINK_COSTS="host=50us:1.25GB/s,local=5us:5GB/s,cpu=2GB/s,ranks_per_cpu=2,shared_wait=1.5"
 // (host: between hosts; local: between processes of a host; units s, ms,
 // us, ns and B/s, KB/s, MB/s, GB/s, or Gbit/s, Mbit/s; cpu: what a rank's
-// CPU sends or receives over TCP, cpu_rate below; cpu_cached and cache: the
-// same for calls that fit the cache (B, KiB, MiB, GiB), local_cached the
+// CPU sends or receives over TCP, cpu_rate below; cpu_send: the sender's
+// share of that work, a number, send_share below; cpu_cached, cpu_send_cached
+// and cache: the same for calls that fit the cache (B, KiB, MiB, GiB), local_cached the
 // local link's bandwidth for them; burst: a size, the
 // bytes a shaped link passes at once, below; ranks_per_cpu and
 // shared_wait: plain numbers, hop_wait a time, below). bench/hosts_bench.sh
-// --calibrate measures host, cpu, cpu_cached, local, local_cached and
-// hop_wait first; the item
+// --calibrate measures host, cpu, cpu_cached, cpu_send, cpu_send_cached,
+// local, local_cached and hop_wait first; the item
 // `measure` has a world
 // across hosts measure them at start (api/link_measurement.cpp, fitted by
 // cost_fit.hpp), the items beside it winning over what it measures.
@@ -97,6 +98,18 @@ struct cost_model {
   /// 2.6 times as fast per byte as one of 16 MiB; bench/hosts_bench.sh
   /// --calibrate measures it from a 1 MiB allreduce).
   double cpu_cached_rate = 0;
+  /// The share of a transfer's CPU work between hosts that falls on its
+  /// sender (the receiver's: 1 - send_share), a rank's exchange (as much
+  /// sent as received) costing 2 / cpu_rate per byte whatever the share.
+  /// 0.5 (the default): as much on either side. Over veth the sender's CPU
+  /// also runs the receiving side's protocol (the kernel delivers the bytes
+  /// on it): measured between two emulated hosts of a rank each, a one-way
+  /// 16 MiB transfer took 0.74 of an exchange of 16 MiB each way, a 1 MiB
+  /// one 0.95 (bench/hosts_bench.sh --calibrate fits both from its
+  /// ping-pongs: cpu_send, cpu_send_cached).
+  double send_share = 0.5;
+  /// send_share for a call of at most `cache` bytes (negative: send_share).
+  double send_share_cached = -1;
   /// The local link's bandwidth for a call of at most `cache` bytes (0:
   /// local.bandwidth for every call): between processes of a host the
   /// bytes go through shared-memory rings, copied in and out, at the
@@ -125,9 +138,10 @@ struct cost_model {
   /// token bucket's call (burst) takes the longer of.
   cost_model link_alone() const;
   cost_model link_unbounded() const;
-  /// This model for a call of `bytes`: cpu_rate at cpu_cached_rate (and
-  /// the local bandwidth at local_cached_rate) where the call fits the
-  /// cache and that rate is set.
+  /// This model for a call of `bytes`: cpu_rate at cpu_cached_rate (the
+  /// local bandwidth at local_cached_rate, send_share at
+  /// send_share_cached) where the call fits the cache and that term is
+  /// set.
   cost_model of_call(double bytes) const;
   /// on_shared_cpus() made this model (its latencies already shared).
   bool latencies_shared = false;
@@ -255,8 +269,8 @@ algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_t
 /// What troupe's message engine runs for `code` over `bytes` on `t` and its
 /// predicted seconds: chosen_algorithm()'s where select.cpp chooses, else
 /// the collective's one algorithm (predict_fixed), the call ending once
-/// that and the agreement beside it (agreement_time) are done; one rank
-/// runs nothing.
+/// that and the agreement beside it (agreement_time) are done (the two
+/// overlapping less where ranks share CPUs); one rank runs nothing.
 fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,
                               const cost_model& m);
 

@@ -44,6 +44,7 @@ double reducing(const group_topology& t, const cost_model& m);
 /// overhead, then the longer of its link's wire time (full duplex: what
 /// leaves and what arrives each have the bandwidth) and its busiest rank's
 /// CPU time (the bytes it sends and receives between hosts at cpu_rate, the
+/// sender's and the receiver's shares of that work as m.send_share says; the
 /// bytes it receives within the host at the local bandwidth: a step's
 /// copies run one after another on the rank's CPU). Where a host's
 /// receiving ranks outnumber its CPUs (m.ranks_per_cpu > 1), they take
@@ -80,8 +81,8 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
       in[g] += b;
       ++flows[h];
       crossed[h] = crossed[g] = 1;
-      cpu[static_cast<std::size_t>(r)] += b / m.cpu_rate;
-      cpu[static_cast<std::size_t>(d)] += b / m.cpu_rate;
+      cpu[static_cast<std::size_t>(r)] += 2 * m.send_share * b / m.cpu_rate;
+      cpu[static_cast<std::size_t>(d)] += 2 * (1 - m.send_share) * b / m.cpu_rate;
     }
   }
   std::vector<double> busiest(hosts, 0);

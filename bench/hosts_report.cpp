@@ -243,7 +243,9 @@ void print_model(const topology& t) {
 /// rank each; the TCP bytes a rank's CPU moves per second, the rate at
 /// which the model's time for a 16 MiB allreduce of those two ranks is the
 /// one measured, and for a call the CPU's cache holds (cpu_cached) that of
-/// their 1 MiB allreduce; where the layout's ranks share CPUs, hop_wait, at
+/// their 1 MiB allreduce; the sender's share of that work (cpu_send,
+/// cpu_send_cached) from their 16 MiB and 1 MiB ping-pongs' one-way times
+/// (optional rows); where the layout's ranks share CPUs, hop_wait, at
 /// which the model's time for a barrier of the whole layout is the one
 /// measured (shared_wait 0); and where two ranks of one host ran over the
 /// shared-memory rings (transport "rings": the message engine, as the
@@ -290,6 +292,26 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
       },
       measured("allreduce", 2, MiB) * 1e-6, 1e7, 1e12, true);
   costs += ",cpu_cached=" + fmt("%.0f", cached) + "B/s";
+  // The sender's share of that work, at which the model's one-way transfer
+  // between them (a broadcast of two ranks) takes what the ping-pong's
+  // one-way time measured, 16 MiB (cpu_send) and 1 MiB (cpu_send_cached);
+  // from 0.5 (as much on either side) to 1.
+  // (Measured unshaped, as the CPU rates: the link's rate left out.)
+  const std::string unshaped =
+      latency + ",cpu=" + fmt("%.0f", cpu) + "B/s,cpu_cached=" + fmt("%.0f", cached) + "B/s";
+  for (const auto& [bytes, term] :
+       {std::pair{16 * MiB, ",cpu_send="}, std::pair{MiB, ",cpu_send_cached="}}) {
+    const double one_way = lowest_of("pingpong", 2, bytes, false);
+    if (std::isnan(one_way)) continue;  // older calibrations: as much on either side
+    const double share = solve_for(
+        [&](double f) {
+          return troupe::testing::predict("broadcast", bytes, {2, 1, 0},
+                                          unshaped + term + fmt("%.4f", f))
+              .seconds;
+        },
+        one_way * 1e-6, 0.5, 1, false);
+    costs += term + fmt("%.3f", share);
+  }
   // Two ranks of one host over the rings, a CPU each.
   const double ring_uncached = lowest_of("allreduce", 2, 16 * MiB, true);
   const double ring_cached = lowest_of("allreduce", 2, MiB, true);

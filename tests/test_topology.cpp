@@ -313,6 +313,33 @@ TEST_CASE("TROUPE_LINK_COSTS parses units and refuses what it cannot read") {
   CHECK(predict(algorithm_kind::allreduce_pair, 1 << 20, *one_host, local) <
         0.75 * predict(algorithm_kind::allreduce_pair, 1 << 20, *one_host,
                        cost_model::parse("local=5us:8GB/s,cache=1MiB")));
+  // cpu_send (cpu_send_cached for a call the cache holds): the sender's
+  // share of a transfer's CPU work between hosts, 0.5 by default.
+  CHECK(cost_model{}.send_share == 0.5);
+  CHECK(cost_model{}.send_share_cached < 0);
+  const auto sends = cost_model::parse("cpu=2GB/s,cpu_send=0.75,cpu_send_cached=0.9,cache=1MiB");
+  CHECK(sends.send_share == test::relative(0.75));
+  CHECK(sends.of_call(1 << 20).send_share == test::relative(0.9));
+  CHECK(sends.of_call((1 << 20) + 1).send_share == test::relative(0.75));
+  CHECK(cost_model::parse("cpu_send=0.75").of_call(4).send_share == test::relative(0.75));
+  for (const char* bad : {"cpu_send=", "cpu_send=1.5", "cpu_send=-0.1", "cpu_send=half",
+                          "cpu_send_cached=2", "cpu_send=0.5us"})
+    test::check_error(
+        [&] { cost_model::parse(bad); }, errc::invalid_argument,
+        {"TROUPE_LINK_COSTS", "cpu_send", std::string(bad).substr(std::string(bad).find('=') + 1)});
+  const auto sends_back = cost_model::parse(sends.to_text());
+  CHECK(sends_back.send_share == test::relative(0.75));
+  CHECK(sends_back.send_share_cached == test::relative(0.9));
+  CHECK(cost_model{}.to_text().find("cpu_send") == std::string::npos);
+  // A one-way transfer between hosts takes the busier side's share of the
+  // work, an exchange the whole of it on either side, whatever the share.
+  const auto even = cost_model::parse("host=10us:100GB/s,cpu=2GB/s");
+  const auto sender = cost_model::parse("host=10us:100GB/s,cpu=2GB/s,cpu_send=0.75");
+  CHECK(predict(algorithm_kind::broadcast_binomial, 16 << 20, *pair, sender) - 10e-6 ==
+        test::relative(
+            1.5 * (predict(algorithm_kind::broadcast_binomial, 16 << 20, *pair, even) - 10e-6)));
+  CHECK(predict(algorithm_kind::allreduce_pair, 16 << 20, *pair, sender) ==
+        test::relative(predict(algorithm_kind::allreduce_pair, 16 << 20, *pair, even)));
   // to_text() writes it where it is set, and parse() reads it back.
   CHECK(cost_model{}.to_text().find("hop_wait") == std::string::npos);
   CHECK(cost_model{}.to_text().find("cache") == std::string::npos);
@@ -338,6 +365,14 @@ TEST_CASE("a call's time includes its agreement where the result does not wait f
   CHECK(predict_call(op_code::broadcast, 4, *t, m).seconds ==
         test::relative(
             std::max(rounds, predict(chosen_algorithm(op_code::broadcast, 4, *t, m), 4, *t, m))));
+  // Where ranks share CPUs the two contend for them: the shorter adds half
+  // its time to the longer.
+  const auto shared =
+      cost_model::parse("host=100us:10GB/s,cpu=10GB/s,ranks_per_cpu=2,hop_wait=0us");
+  const double data = predict(chosen_algorithm(op_code::broadcast, 4, *t, shared), 4, *t, shared);
+  const double beside = agreement_time(op_code::broadcast, *t, shared);
+  CHECK(predict_call(op_code::broadcast, 4, *t, shared).seconds ==
+        test::relative(std::max(data, beside) + 0.5 * std::min(data, beside)));
   // Every rank's result waits for every rank's data: nothing beside it.
   for (auto code : {op_code::allreduce, op_code::allgatherv, op_code::reduce_scatterv}) {
     CHECK(agreement_time(code, *t, m) == 0);
