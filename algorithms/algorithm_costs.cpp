@@ -318,9 +318,8 @@ double rooted_direct(const group_topology& t, const cost_model& m, double block,
   if (remote > 0)
     worst = std::max(
         worst, m.host.latency + (remote - 1) * m.host.overhead +
-                   remote * block *
-                       std::max(1 / m.host.bandwidth,
-                                2 * (root_sends ? m.send_share : 1 - m.send_share) / m.cpu_rate));
+                   std::max(remote * block / m.host.bandwidth,
+                            root_sends ? m.sending(remote * block) : m.receiving(remote * block)));
   return worst;
 }
 

@@ -110,6 +110,10 @@ struct cost_model {
   double send_share = 0.5;
   /// send_share for a call of at most `cache` bytes (negative: send_share).
   double send_share_cached = -1;
+  /// The CPU seconds a transfer of `bytes` between hosts costs its sender
+  /// and its receiver (together 2 * bytes / cpu_rate).
+  double sending(double bytes) const { return 2 * send_share * bytes / cpu_rate; }
+  double receiving(double bytes) const { return 2 * (1 - send_share) * bytes / cpu_rate; }
   /// The local link's bandwidth for a call of at most `cache` bytes (0:
   /// local.bandwidth for every call): between processes of a host the
   /// bytes go through shared-memory rings, copied in and out, at the

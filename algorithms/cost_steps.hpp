@@ -81,8 +81,8 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
       in[g] += b;
       ++flows[h];
       crossed[h] = crossed[g] = 1;
-      cpu[static_cast<std::size_t>(r)] += 2 * m.send_share * b / m.cpu_rate;
-      cpu[static_cast<std::size_t>(d)] += 2 * (1 - m.send_share) * b / m.cpu_rate;
+      cpu[static_cast<std::size_t>(r)] += m.sending(b);
+      cpu[static_cast<std::size_t>(d)] += m.receiving(b);
     }
   }
   std::vector<double> busiest(hosts, 0);

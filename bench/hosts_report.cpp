@@ -280,25 +280,25 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
             .seconds;
       },
       exchange, 1e7, 1e12, true);
-  std::string costs =
-      latency + payload_rate(t) + link_burst(t) + ",cpu=" + fmt("%.0f", cpu) + "B/s";
+  const std::string cpu_term = ",cpu=" + fmt("%.0f", cpu) + "B/s";
+  std::string costs = latency + payload_rate(t) + link_burst(t) + cpu_term;
   // The same two ranks' 1 MiB allreduce, which the cache holds.
   const double cached = solve_for(
       [&](double c) {
-        return troupe::testing::predict("allreduce", MiB, {2, 1, 0},
-                                        latency + ",cpu=" + fmt("%.0f", cpu) +
-                                            "B/s,cpu_cached=" + fmt("%.0f", c) + "B/s")
+        return troupe::testing::predict(
+                   "allreduce", MiB, {2, 1, 0},
+                   latency + cpu_term + ",cpu_cached=" + fmt("%.0f", c) + "B/s")
             .seconds;
       },
       measured("allreduce", 2, MiB) * 1e-6, 1e7, 1e12, true);
-  costs += ",cpu_cached=" + fmt("%.0f", cached) + "B/s";
+  const std::string cached_term = ",cpu_cached=" + fmt("%.0f", cached) + "B/s";
+  costs += cached_term;
   // The sender's share of that work, at which the model's one-way transfer
   // between them (a broadcast of two ranks) takes what the ping-pong's
   // one-way time measured, 16 MiB (cpu_send) and 1 MiB (cpu_send_cached);
   // from 0.5 (as much on either side) to 1.
   // (Measured unshaped, as the CPU rates: the link's rate left out.)
-  const std::string unshaped =
-      latency + ",cpu=" + fmt("%.0f", cpu) + "B/s,cpu_cached=" + fmt("%.0f", cached) + "B/s";
+  const std::string unshaped = latency + cpu_term + cached_term;
   for (const auto& [bytes, term] :
        {std::pair{16 * MiB, ",cpu_send="}, std::pair{MiB, ",cpu_send_cached="}}) {
     const double one_way = lowest_of("pingpong", 2, bytes, false);
