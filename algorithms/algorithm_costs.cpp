@@ -1,6 +1,7 @@
-// algorithm_costs (cost_model.hpp): each algorithm's predicted time as a
-// sum of its steps (cost_steps.hpp), and the choice among the algorithms of
-// a collective.
+// algorithm_costs (cost_model.hpp): each algorithm's predicted time (the
+// flat ones' in flat_costs.hpp, the hierarchies' here, from theirs and
+// cost_steps.hpp), the agreement's beside it, and the choice among the
+// algorithms of a collective.
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
 #include "algorithms/cost_steps.hpp"
+#include "algorithms/flat_costs.hpp"
 #include "base/agreement.hpp"
 
 namespace troupe::detail {
@@ -18,110 +20,6 @@ namespace troupe::detail {
 using namespace cost;
 
 namespace {
-
-double ring_allreduce(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  return n < 2 ? 0 : 2.0 * (n - 1) * ring_step(t, m, bytes / n);
-}
-
-/// The virtual ranks of recursive doubling and Rabenseifner's algorithm:
-/// p, the largest power of two <= n; the first 2·extra ranks pair up and
-/// the even one of each pair stands for both.
-struct folded_ranks {
-  int p = 1, extra = 0;
-  explicit folded_ranks(int n) {
-    while (p * 2 <= n) p *= 2;
-    extra = n - p;
-  }
-  bool folded(int r) const { return r < 2 * extra && r % 2 == 1; }
-  /// Rank r's partner across `mask` of the virtual ranks (-1: r is folded).
-  int partner(int r, int mask) const {
-    if (folded(r)) return -1;
-    const int v = (r < 2 * extra ? r / 2 : r - extra) ^ mask;
-    return v < extra ? 2 * v : v + extra;
-  }
-  /// The fold and the unfold of `bytes` (0 when n is a power of two).
-  double fold_time(const group_topology& t, const cost_model& m, double bytes) const {
-    if (extra == 0) return 0;
-    return 2 * step_time(
-                   t, m, [&](int r) { return folded(r) ? r - 1 : -1; }, [&](int) { return bytes; });
-  }
-};
-
-double recursive_doubling(const group_topology& t, const cost_model& m, double bytes) {
-  if (t.size() < 2) return 0;
-  const folded_ranks f{t.size()};
-  double total = f.fold_time(t, m, bytes);
-  for (int mask = 1; mask < f.p; mask <<= 1)
-    total += step_time(
-        t, m, [&](int r) { return f.partner(r, mask); }, [&](int) { return bytes; });
-  return total;
-}
-
-/// Recursive halving then doubling over the virtual ranks of
-/// recursive_doubling (the same fold and unfold): at halving step s each
-/// rank sends the half of its range it gives up, bytes · mask / p with
-/// mask = p >> (s+1); the doubling steps mirror them. Each halving step's
-/// reduction waits for its whole message (the ring reduces one segment
-/// while the next travels): it adds the bytes reduced at local memory speed.
-double rabenseifner(const group_topology& t, const cost_model& m, double bytes) {
-  if (t.size() < 2) return 0;
-  const folded_ranks f{t.size()};
-  double total = f.fold_time(t, m, bytes);
-  for (int mask = f.p / 2; mask >= 1; mask /= 2) {
-    const double part = bytes * mask / f.p;
-    total += part / reducing(t, m) +
-             2 * step_time(
-                     t, m, [&](int r) { return f.partner(r, mask); }, [&](int) { return part; });
-  }
-  return total;
-}
-
-/// The ring's reduce-scatter: n-1 steps of a block each; a step's segments
-/// are reduced as they arrive while the next ones travel (measured on 2 x 2
-/// unshaped, 64 MiB: 70 ms, the transfer's price 74, with the reductions
-/// added 94), so a step takes the longer of the two.
-double ring_reduce_scatter(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  return n < 2 ? 0 : (n - 1) * std::max(ring_step(t, m, bytes / n), bytes / n / reducing(t, m));
-}
-
-/// Rabenseifner's halving alone: the fold (the whole input), the halving
-/// steps (each reduces what it receives), the unfold (one block).
-double halving_reduce_scatter(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  if (n < 2) return 0;
-  const folded_ranks f{n};
-  double total = 0;
-  if (f.extra > 0)
-    total +=
-        step_time(
-            t, m, [&](int r) { return f.folded(r) ? r - 1 : -1; }, [&](int) { return bytes; }) +
-        step_time(
-            t, m, [&](int r) { return r < 2 * f.extra && !f.folded(r) ? r + 1 : -1; },
-            [&](int) { return bytes / n; });
-  for (int mask = f.p / 2; mask >= 1; mask /= 2) {
-    const double part = bytes * mask / f.p;
-    total += part / reducing(t, m) +
-             step_time(
-                 t, m, [&](int r) { return f.partner(r, mask); }, [&](int) { return part; });
-  }
-  return total;
-}
-
-double direct_allreduce(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  if (n < 2) return 0;
-  // Every rank sends its buffer to every other: n-1 steps' worth of bytes at once.
-  double worst = 0;
-  for (int d = 1; d < n; ++d)
-    worst += step_time(
-        t, m, [&](int r) { return (r + d) % n; }, [&](int) { return bytes; });
-  // One round of latency, not n-1; each further message the work of
-  // sending and receiving it (overhead).
-  const auto& link = t.hosts() > 1 ? m.host : m.local;
-  return worst - (n - 2) * (link.latency - link.overhead);
-}
 
 /// `m` as one of `sharing` calls among one rank of each host sees it, all
 /// crossing each host's links at once (of a host's `per_host` ranks: their
@@ -146,40 +44,6 @@ double across_hosts(int hosts, int per_host, int sharing, const cost_model& m, d
                    rabenseifner(*t, shared, bytes),
                    hosts <= 16 ? direct_allreduce(*t, shared, bytes)
                                : std::numeric_limits<double>::infinity()});
-}
-
-double ring_allgather(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  return (n - 1) * ring_step(t, m, bytes / n);
-}
-
-/// Bruck's allgather: its slots are copied out in a rotation at the end.
-double bruck_allgather(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  double total = bytes / m.local.bandwidth;
-  for (int k = 1; k < n; k <<= 1)
-    total += step_time(
-        t, m, [&](int r) { return (r - k + n) % n; },
-        [&](int) { return bytes / n * std::min(k, n - k); });
-  return total;
-}
-
-/// Recursive doubling's allgather: places host by host, as the algorithm
-/// takes them; step k to the place p ^ k with k blocks; the slots copied
-/// out at the end.
-double doubling_allgather(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  const ring_order order{t, n};
-  double total = bytes / m.local.bandwidth;
-  for (int k = 1; k < n; k <<= 1)
-    total += step_time(
-        t, m,
-        [&](int r) {
-          const int p = order.position(r);
-          return order.shifted(r, (p ^ k) - p);
-        },
-        [&](int) { return bytes / n * k; });
-  return total;
 }
 
 /// Every rank sends `bytes` to each other rank of its host at once (hosts
@@ -253,130 +117,6 @@ double through_leaders(bool gathers, const group_topology& t, const cost_model& 
          2 * std::max(per_host - 2, 0) * m.local.overhead +
          (gathers ? bytes : bytes * (per_host + 1)) / leader.local.bandwidth +
          among_hosts(gathers, t.hosts(), leader, bytes);
-}
-
-double binomial_broadcast(const group_topology& t, const cost_model& m, double bytes, int root) {
-  const int n = t.size();
-  double total = 0;
-  for (int mask = 1; mask < n; mask <<= 1)
-    total += step_time(
-        t, m,
-        [&](int r) {
-          const int v = (r - root + n) % n;
-          return v < mask && v + mask < n ? (v + mask + root) % n : -1;
-        },
-        [&](int) { return bytes; });
-  return total;
-}
-
-/// reduce_binomial's tree to `root`: at each mask, the ranks whose
-/// position v = rank - root has it as its lowest set bit send their sums to
-/// v - mask, which reduces them.
-double binomial_reduce(const group_topology& t, const cost_model& m, double bytes, int root) {
-  const int n = t.size();
-  double total = 0;
-  for (int mask = 1; mask < n; mask <<= 1)
-    total += bytes / reducing(t, m) +
-             step_time(
-                 t, m,
-                 [&](int r) {
-                   const int v = (r - root + n) % n;
-                   return (v & (2 * mask - 1)) == mask ? (v - mask + root) % n : -1;
-                 },
-                 [&](int) { return bytes; });
-  return total;
-}
-
-/// The root's binomial scatter (the range a subtree needs, largest first),
-/// then a ring allgather of one block per rank.
-double scatter_allgather_broadcast(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  if (n < 2) return 0;
-  int top = 1;
-  while (top < n) top <<= 1;
-  double total = 0;
-  for (int mask = top >> 1; mask >= 1; mask >>= 1)
-    total += step_time(
-        t, m, [&](int r) { return r % (2 * mask) == 0 && r + mask < n ? r + mask : -1; },
-        [&](int r) { return bytes * std::min(mask, n - r - mask) / n; });
-  return total +
-         (n - 1) * step_time(
-                       t, m, [&](int r) { return (r + 1) % n; }, [&](int) { return bytes / n; });
-}
-
-/// Rank 0 exchanging `block` bytes with every other rank at once (gather's
-/// and scatter's direct algorithms: the root receives them or, where
-/// `root_sends`, sends them): the root's links and CPU carry them all.
-double rooted_direct(const group_topology& t, const cost_model& m, double block, bool root_sends) {
-  const int n = t.size();
-  int local = 0, remote = 0;
-  for (int r = 1; r < n; ++r)
-    ++(t.host_of[static_cast<std::size_t>(r)] == t.host_of[0] ? local : remote);
-  double worst = 0;
-  if (local > 0)
-    worst = m.local.latency + (local - 1) * m.local.overhead + local * block / m.local.bandwidth;
-  if (remote > 0)
-    worst = std::max(
-        worst, m.host.latency + (remote - 1) * m.host.overhead +
-                   std::max(remote * block / m.host.bandwidth,
-                            root_sends ? m.sending(remote * block) : m.receiving(remote * block)));
-  return worst;
-}
-
-/// Every rank sends its block of bytes / n to every other at once: the
-/// first message costs its link's latency, each further one the sender's
-/// work per message (overhead); a host's link carries every block its
-/// ranks send off the host. Priced per host (the choice is made at every
-/// call on every rank: a price by rounds, O(n^2), took 40% of 2,048
-/// in-process ranks' time).
-double pairwise_alltoall(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  if (n < 2) return 0;
-  const double block = bytes / n;
-  double worst = 0;
-  const int hosts = std::max(t.hosts(), 1);
-  for (int h = 0; h < hosts; ++h) {
-    const int k =
-        t.hosts() > 0 ? static_cast<int>(t.ranks_on[static_cast<std::size_t>(h)].size()) : n;
-    const int remote = n - k, local = k - 1;
-    const double first = remote > 0 ? m.host.latency : m.local.latency;
-    const double work = local * m.local.overhead + remote * m.host.overhead -
-                        (remote > 0 ? m.host.overhead : m.local.overhead);
-    const double wire =
-        std::max({static_cast<double>(k) * remote * block / m.host.bandwidth,
-                  2 * remote * block / m.cpu_rate,  // each rank's sends and receives
-                  local * block / m.local.bandwidth});
-    worst = std::max(worst, first + work + wire);
-  }
-  return worst;
-}
-
-/// Bruck's alltoall: ceil(log2 n) steps; at step k every rank sends the
-/// blocks whose slot has bit k set (about half of them) to rank + k, packed,
-/// and unpacks what rank - k sent; the blocks are rotated in before and out
-/// after.
-double bruck_alltoall(const group_topology& t, const cost_model& m, double bytes) {
-  const int n = t.size();
-  if (n < 2) return 0;
-  const double block = bytes / n;
-  double total = 2 * bytes / m.local.bandwidth;  // the rotations
-  for (int k = 1; k < n; k <<= 1) {
-    const int moved = slots_with_bit(n, k);
-    total += 2 * moved * block / m.local.bandwidth +  // pack and unpack
-             step_time(
-                 t, m, [&](int r) { return (r + k) % n; }, [&](int) { return moved * block; });
-  }
-  return total;
-}
-
-/// Rounds of dissemination: round k, every rank to rank + 2^k.
-double dissemination(const group_topology& t, const cost_model& m) {
-  const int n = t.size();
-  double total = 0;
-  for (int k = 1; k < n; k <<= 1)
-    total += step_time(
-        t, m, [&](int r) { return (r + k) % n; }, [](int) { return 0.0; });
-  return total;
 }
 
 }  // namespace
