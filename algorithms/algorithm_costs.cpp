@@ -163,6 +163,31 @@ fixed_prediction predict_fixed(op_code code, std::uint64_t bytes_in, const group
 
 namespace {
 
+/// `price(model)` for a call of `bytes` on `t` under `m`, the link's token
+/// bucket (cost_model::burst) priced: it refills while the call waits for
+/// the rest, and passes a bucket's worth at once.
+template <class Price>
+double with_bucket(const group_topology& t, const cost_model& m, const Price& price) {
+  const double whole = price(m);
+  if (!(m.burst > 0) || t.hosts() < 2) return whole;
+  return std::max(
+      {price(m.link_alone()), price(m.link_unbounded()), whole - m.burst / m.host.bandwidth});
+}
+
+}  // namespace
+
+double send_time(std::uint64_t bytes_in, const group_topology& t, const cost_model& base, int from,
+                 int to) {
+  const double bytes = static_cast<double>(bytes_in);
+  return with_bucket(t, base, [&](const cost_model& priced) {
+    const cost_model m = priced.on_shared_cpus().of_call(bytes);
+    return step_time(
+        t, m, [&](int r) { return r == from ? to : -1; }, [&](int) { return bytes; });
+  });
+}
+
+namespace {
+
 /// `kind`'s sum of steps under `base`, sliced as `slicing` slices it (the
 /// model the call runs by, whatever `base` leaves out).
 double priced(algorithm_kind kind, std::uint64_t bytes_in, const group_topology& t,
@@ -255,13 +280,8 @@ double priced(algorithm_kind kind, std::uint64_t bytes_in, const group_topology&
 
 double predict(algorithm_kind kind, std::uint64_t bytes, const group_topology& t,
                const cost_model& m, int root) {
-  const double whole = priced(kind, bytes, t, m, root, m);
-  if (!(m.burst > 0) || t.hosts() < 2) return whole;
-  // A token bucket on the link (cost_model::burst): it refills while the
-  // call waits for the rest, and passes a bucket's worth at once.
-  return std::max({priced(kind, bytes, t, m.link_alone(), root, m),
-                   priced(kind, bytes, t, m.link_unbounded(), root, m),
-                   whole - m.burst / m.host.bandwidth});
+  return with_bucket(
+      t, m, [&](const cost_model& under) { return priced(kind, bytes, t, under, root, m); });
 }
 
 bool runs_on(algorithm_kind k, const group_topology& t) {

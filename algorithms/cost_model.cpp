@@ -137,7 +137,7 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
     at = end + 1;
     const auto eq = item.find('='), colon = item.find(':');
     // The plain numbers: ranks_per_cpu (1 to 1e6), shared_wait (0 to 10),
-    // cpu_send and cpu_send_cached (0 to 1).
+    // cpu_send, cpu_send_cached and wait_share (0 to 1).
     const auto number = [&](const char* name, double lo, double hi, const char* range, double& to) {
       if (eq == std::string::npos || item.compare(0, eq, name) != 0) return false;
       const auto v = item.substr(eq + 1);
@@ -159,6 +159,7 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
     if (number("shared_wait", 0, 10, "0 to 10", m.shared_wait)) continue;
     if (number("cpu_send", 0, 1, "0 to 1", m.send_share)) continue;
     if (number("cpu_send_cached", 0, 1, "0 to 1", m.send_share_cached)) continue;
+    if (number("wait_share", 0, 1, "0 to 1", m.wait_share)) continue;
     // The quantities with a unit: NAME=VALUE.
     const auto named = [&](const char* name) {
       return eq != std::string::npos && item.compare(0, eq, name) == 0;
@@ -192,7 +193,8 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       bad(text, "'" + item +
                     "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, cpu_cached=RATE, "
                     "local_cached=RATE, cpu_send=SHARE, cpu_send_cached=SHARE, cache=SIZE, "
-                    "burst=SIZE, ranks_per_cpu=K, shared_wait=E, hop_wait=TIME or measure");
+                    "burst=SIZE, ranks_per_cpu=K, shared_wait=E, hop_wait=TIME, wait_share=SHARE "
+                    "or measure");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");
@@ -241,6 +243,10 @@ std::string cost_model::to_text() const {
   }
   if (send_share_cached >= 0) {
     std::snprintf(text, sizeof(text), ",cpu_send_cached=%.6g", send_share_cached);
+    out += text;
+  }
+  if (wait_share != 0.5) {
+    std::snprintf(text, sizeof(text), ",wait_share=%.6g", wait_share);
     out += text;
   }
   if (cpu_cached_rate > 0 || local_cached_rate > 0 || send_share_cached >= 0) {

@@ -19,9 +19,10 @@
 // and cache: the same for calls that fit the cache (B, KiB, MiB, GiB), local_cached the
 // local link's bandwidth for them; burst: a size, the
 // bytes a shaped link passes at once, below; ranks_per_cpu and
-// shared_wait: plain numbers, hop_wait a time, below). bench/hosts_bench.sh
-// --calibrate measures host, cpu, cpu_cached, cpu_send, cpu_send_cached,
-// local, local_cached and hop_wait first; the item
+// shared_wait and wait_share: plain numbers, hop_wait a time, below).
+// bench/hosts_bench.sh --calibrate measures host, cpu, cpu_cached,
+// cpu_send, cpu_send_cached, local, local_cached, hop_wait and wait_share
+// first; the item
 // `measure` has a world
 // across hosts measure them at start (api/link_measurement.cpp, fitted by
 // cost_fit.hpp), the items beside it winning over what it measures.
@@ -72,6 +73,15 @@ struct cost_model {
   /// step share their host's CPUs (ranks / ranks_per_cpu of them: a
   /// leader whose host's other ranks wait has a CPU of its own).
   double ranks_per_cpu = 1;
+  /// Where ranks share CPUs, the CPU a rank that waits in a step takes, as
+  /// a share of a working rank's (it polls, yielding, before it sleeps:
+  /// cost_steps.hpp, cpu_share). 0.5 (the default) was measured on a kernel
+  /// whose sched_yield gave the CPU back to the poller soon; on one whose
+  /// poller yields to the working rank, measured between 2 emulated hosts x
+  /// 2 ranks sharing a CPU each, a 16 MiB one-way transfer took what it
+  /// takes at a CPU each. bench/hosts_bench.sh --calibrate fits it
+  /// (wait_share) from a ping-pong between two hosts of the layout.
+  double wait_share = 0.5;
   /// The setting named ranks_per_cpu (else a world across hosts sets what
   /// its ranks found: with_sharing).
   bool ranks_per_cpu_given = false;
@@ -258,6 +268,12 @@ struct fixed_prediction {
 };
 fixed_prediction predict_fixed(op_code code, std::uint64_t bytes, const group_topology& t,
                                const cost_model& m);
+
+/// A send of `bytes` from rank `from` to rank `to` of `t` while every other
+/// rank waits (a ping-pong's one-way time): one step, the link's bucket
+/// (burst) as a collective's.
+double send_time(std::uint64_t bytes, const group_topology& t, const cost_model& m, int from,
+                 int to);
 
 /// What the agreement (base/agreement.hpp) takes beside the algorithm of a
 /// call whose result does not wait for every rank's data (broadcast,

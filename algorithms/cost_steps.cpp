@@ -10,12 +10,12 @@ namespace troupe::detail::cost {
 /// The share of a CPU each of `busy` ranks of a host of `ranks` gets, its
 /// CPUs shared by m.ranks_per_cpu ranks each (1: a CPU each). A rank that
 /// waits meanwhile still takes some of its CPU (it polls, yielding, before
-/// it sleeps): measured, about half a working rank's share.
+/// it sleeps): m.wait_share of a working rank's share.
 double cpu_share(const cost_model& m, double ranks, double busy) {
   if (!(m.ranks_per_cpu > 1)) return 1.0;
   busy = std::max(busy, 1.0);
   const double cpus = ranks / m.ranks_per_cpu;
-  return std::min(1.0, cpus / (busy + 0.5 * std::max(ranks - busy, 0.0)));
+  return std::min(1.0, cpus / (busy + m.wait_share * std::max(ranks - busy, 0.0)));
 }
 
 /// `m` as `busy` ranks of a host of `ranks` see it: its CPU rates (between

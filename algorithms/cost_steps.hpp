@@ -19,7 +19,7 @@ namespace troupe::detail::cost {
 /// The share of a CPU each of `busy` ranks of a host of `ranks` gets, its
 /// CPUs shared by m.ranks_per_cpu ranks each (1: a CPU each). A rank that
 /// waits meanwhile still takes some of its CPU (it polls, yielding, before
-/// it sleeps): measured, about half a working rank's share.
+/// it sleeps): m.wait_share of a working rank's share.
 double cpu_share(const cost_model& m, double ranks, double busy);
 
 /// `m` as `busy` ranks of a host of `ranks` see it: its CPU rates (between

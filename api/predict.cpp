@@ -35,7 +35,8 @@ prediction predict(const std::string& collective, std::uint64_t bytes, const hos
     throw error(errc::invalid_argument, "predict: " + what);
   };
   op_code code = op_code::allreduce;
-  if (collective == "allreduce")
+  const bool send = collective == "send";
+  if (send || collective == "allreduce")
     code = op_code::allreduce;
   else if (collective == "broadcast")
     code = op_code::broadcast;
@@ -52,7 +53,7 @@ prediction predict(const std::string& collective, std::uint64_t bytes, const hos
   else
     bad("collective '" + collective +
         "' is not one of allreduce, broadcast, allgather, reduce, reduce_scatter, alltoall, "
-        "barrier");
+        "barrier, send");
   if (layout.hosts < 1) bad("hosts " + std::to_string(layout.hosts) + " must be at least 1");
   if (layout.ranks_per_host < 1)
     bad("ranks_per_host " + std::to_string(layout.ranks_per_host) + " must be at least 1");
@@ -65,7 +66,9 @@ prediction predict(const std::string& collective, std::uint64_t bytes, const hos
   std::vector<std::string> hosts;
   hosts.reserve(static_cast<std::size_t>(ranks));
   for (long long r = 0; r < ranks; ++r) hosts.push_back(std::to_string(r / layout.ranks_per_host));
-  const auto p = detail::predict_call(code, bytes, *detail::group_topology::of_hosts(hosts), model);
+  const auto t = detail::group_topology::of_hosts(hosts);
+  if (send) return {"send", ranks < 2 ? 0 : detail::send_time(bytes, *t, model, 0, int(ranks / 2))};
+  const auto p = detail::predict_call(code, bytes, *t, model);
   return {p.algorithm, p.seconds};
 }
 

@@ -136,8 +136,7 @@ double bus_factor(op_kind op, int n) {
 }
 
 bool runs_with(op_kind op, int n) {
-  if (op == op_kind::pingpong) return n == 2;
-  if (op == op_kind::halo) return n >= 2;
+  if (op == op_kind::pingpong || op == op_kind::halo) return n >= 2;
   return true;
 }
 
@@ -231,7 +230,7 @@ float expected(op_kind op, int me, int n, const layout& l, std::size_t i) {
     case op_kind::barrier:
       return pattern(me, i);  // the buffer is left as it was
     case op_kind::pingpong:
-      return pattern(0, i);  // rank 1: what rank 0 sent; rank 0: what came back
+      return pattern(0, i);  // the partner: what rank 0 sent; rank 0: what came back
     case op_kind::halo: {
       // First the left neighbour's block, then the right one's.
       const bool left = i < l.block;
@@ -268,8 +267,10 @@ void fill_input(op_kind op, int rank, const layout& l, float* in) {
 
 std::size_t count_wrong(op_kind op, int rank, int n, const layout& l, const float* out,
                         std::string& first) {
-  // Off the root, reduce's buffer and gather's output are undefined.
+  // Off the root, reduce's buffer and gather's output are undefined;
+  // pingpong's ranks other than rank 0 and its partner wait.
   if (rank != 0 && (op == op_kind::reduce || op == op_kind::gather)) return 0;
+  if (op == op_kind::pingpong && rank != 0 && rank != pingpong_partner(n)) return 0;
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < l.out_elems; ++i) {
     const float want = expected(op, rank, n, l, i);
@@ -344,8 +345,7 @@ std::vector<record> run_rank(const rank_runtime& rt, const run_config& c) {
     if (!runs_with(op, rt.size)) {  // the same on every rank
       if (rt.rank == 0) {
         std::printf("%s/%s: %s skipped (%s ranks only, this run has %d)\n", c.system.c_str(),
-                    c.transport.c_str(), op_name(op), op == op_kind::pingpong ? "2" : ">= 2",
-                    rt.size);
+                    c.transport.c_str(), op_name(op), ">= 2", rt.size);
         std::fflush(stdout);
       }
       continue;

@@ -59,8 +59,15 @@ std::vector<op_kind> parse_ops(const std::string& list);
 /// reduce 1; pingpong 1 (busbw = one-way bandwidth); halo 2 (every rank
 /// sends its block twice); barrier 0 (no data).
 double bus_factor(op_kind op, int n);
-/// Whether `op` runs with n ranks: pingpong only with 2, halo from 2.
+/// Whether `op` runs with n ranks: pingpong and halo from 2.
 bool runs_with(op_kind op, int n);
+/// pingpong's partner of rank 0 among n ranks: rank n / 2 (with ranks
+/// numbered host by host, a rank of another host where there are hosts);
+/// the other ranks wait meanwhile (in the barrier before each iteration),
+/// as a collective's idle ranks do.
+inline int pingpong_partner(int n) {
+  return n / 2;
+}
 /// What a timed call counts as: 2 for pingpong (a round trip, reported as
 /// one-way time), 1 for the others.
 int calls_per_run(op_kind op);
@@ -156,7 +163,8 @@ struct run_config {
 /// std::runtime_error naming the collective, size and rank when a result is
 /// wrong on any rank. An op that does not run with this many ranks
 /// (runs_with) is skipped, with a line on rank 0. pingpong's records hold the
-/// one-way time (the round trip's median / 2).
+/// one-way time (the round trip's median / 2) between rank 0 and
+/// pingpong_partner.
 std::vector<record> run_rank(const rank_runtime& rt, const run_config& c);
 
 /// Single-thread memcpy at sizes(quick), timed as the collectives (plan_for,

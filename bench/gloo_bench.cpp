@@ -164,20 +164,24 @@ bench::prepared_op prepare(const context_ptr& ctx, tags& tag, bench::op_kind op,
       };
       break;
     case op_kind::pingpong: {
-      // Rank 0 sends `in` and receives the echo into `out`; rank 1 receives
-      // into `out` and sends it back (one buffer, one operation at a time).
+      // Rank 0 sends `in` and receives the echo into `out`; its partner
+      // receives into `out` and sends it back (one buffer, one operation at
+      // a time); the others wait.
       out = bench::alloc_floats(l.out_elems);
       const std::size_t bytes = l.in_elems * sizeof(float);
       std::shared_ptr<gloo::transport::UnboundBuffer> send_buf = ctx->createUnboundBuffer(i, bytes);
       std::shared_ptr<gloo::transport::UnboundBuffer> recv_buf =
           ctx->createUnboundBuffer(out.get(), bytes);
+      const int partner = bench::pingpong_partner(ctx->size);
       if (ctx->rank == 0)
-        run = [send_buf, recv_buf] {
-          send_buf->send(1, slot_pingpong);
+        run = [send_buf, recv_buf, partner] {
+          send_buf->send(partner, slot_pingpong);
           check_wait(send_buf->waitSend(), "pingpong send");
-          recv_buf->recv(1, slot_pingpong);
+          recv_buf->recv(partner, slot_pingpong);
           check_wait(recv_buf->waitRecv(), "pingpong recv");
         };
+      else if (ctx->rank != partner)
+        run = [] {};  // waits (the barrier before each iteration)
       else
         run = [recv_buf] {
           recv_buf->recv(0, slot_pingpong);
@@ -236,7 +240,7 @@ bench::prepared_op prepare(const context_ptr& ctx, tags& tag, bench::op_kind op,
 struct placement {
   int local = 0;  ///< ranks this worker forks; 0: all
   int node_rank = 0;
-  std::string store;                 ///< the shared rendezvous folder; empty: a fresh temporary one
+  std::string store;  ///< the shared rendezvous folder; empty: a fresh temporary one
   std::string address = "127.0.0.1";  ///< where this host's ranks listen
 };
 

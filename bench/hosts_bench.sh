@@ -35,8 +35,10 @@
 # the cache holds); the local link's bandwidth (local=, local_cached=)
 # likewise from 2 ranks of one host over the shared-memory rings (the
 # message engine); where the layout's ranks share CPUs, a barrier of the
-# layout itself says how long each hop waits for its CPU (hop_wait=); each
-# twice, the fit taking the lower median. The report's model is told the
+# layout itself says how long each hop waits for its CPU (hop_wait=), and
+# a 16 MiB ping-pong between two of its hosts how much of a working rank's
+# CPU the waiting ranks take (wait_share=); each twice, the fit taking the
+# lower median. The report's model is told the
 # same, and compared with other calls than these. (About 40 s.)
 # --measure-at-start instead has troupe measure them itself as a user's
 # world does (TROUPE_LINK_COSTS=measure: the benchmark's own layout, at
@@ -82,7 +84,7 @@ while [ $# -gt 0 ]; do
     --no-calibrate) calibrate=0 ;;
     --measure-at-start) calibrate=2 ;;
     --peers) peers=$2; shift ;;
-    -h | --help) sed -n '2,53p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,57p' "$0"; exit 0 ;;
     *) echo "hosts_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -158,21 +160,29 @@ if [ "$calibrate" -eq 1 ]; then
   ccsv="$out/$name-calibration.csv"
   clog="$out/logs/$name-calibration.log"
   rm -f "$ccsv"
+  # A CPU for each of the calibration's two ranks where there are two: its
+  # two hosts split them, and its two ranks of one host are bound (left to
+  # the scheduler, that 16 MiB allreduce took 2.2 or 6.5 ms from one run
+  # to the next; bound, 2.1-2.2).
   cplace=()
-  [ "$cpus" -lt 2 ] || cplace=(--split-cpus)
+  rings_bind=none
+  [ "$cpus" -lt 2 ] || { cplace=(--split-cpus); rings_bind=core; }
   # Two hosts of a rank each, unshaped: the latency between hosts and what
   # a CPU moves over TCP; two ranks of one host over the shared-memory
   # rings (the message engine, as the hierarchies' stages within a host):
-  # what the local link moves; then the benchmark's own layout: a barrier,
-  # for how long each hop waits for a CPU that ranks share. Twice, as the
-  # tables' rounds: the fit takes each call's lower median.
+  # what the local link moves; then the benchmark's own layout, unshaped: a
+  # barrier, for how long each hop waits for a CPU that ranks share, and a
+  # 16 MiB ping-pong between two of its hosts, for how much of a working
+  # rank's CPU the waiting ones take. Twice, as the tables' rounds: the fit
+  # takes each call's lower median.
   calibration() {
     troupe_on bash scripts/hosts.sh --hosts 2 --link none --timeout 300 "${cplace[@]}" -- 1 2 \
       --csv "$PWD/$ccsv" --ops pingpong,allreduce --sizes 4B,1MiB,16MiB &&
-      TROUPE_ENGINE=messages timeout 300 "$build/apps/troupe-run" -n 2 --bind none \
+      TROUPE_ENGINE=messages timeout 300 "$build/apps/troupe-run" -n 2 --bind "$rings_bind" \
         "$build/bench/troupe_bench_worker" --transport rings --csv "$PWD/$ccsv" --ops allreduce \
         --sizes 1MiB,16MiB &&
-      troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier
+      troupe_on bash scripts/hosts.sh --hosts "$hosts" --link none --timeout 300 "${place[@]}" \
+        -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier,pingpong --sizes 16MiB
   }
   if calibration >"$clog" 2>&1 && calibration >>"$clog" 2>&1; then
     fitted=$("$build/bench/bench_hosts_report" "$ccsv" --fit --hosts "$hosts" \

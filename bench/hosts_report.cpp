@@ -247,7 +247,9 @@ void print_model(const topology& t) {
 /// cpu_send_cached) from their 16 MiB and 1 MiB ping-pongs' one-way times
 /// (optional rows); where the layout's ranks share CPUs, hop_wait, at
 /// which the model's time for a barrier of the whole layout is the one
-/// measured (shared_wait 0); and where two ranks of one host ran over the
+/// measured (shared_wait 0), and wait_share, at which its one-way 16 MiB
+/// send between two of the layout's hosts (the others waiting) is the
+/// layout's ping-pong's (optional rows); and where two ranks of one host ran over the
 /// shared-memory rings (transport "rings": the message engine, as the
 /// hierarchies' stages within a host), the local link's bandwidth at which
 /// their 16 MiB allreduce takes what it measured (local_cached: their
@@ -344,6 +346,23 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
         [&](double h) { return troupe::testing::predict("barrier", 0, layout, with(h)).seconds; },
         barrier, 0, 0.01, false);
     costs += ",hop_wait=" + fmt("%.2f", hop * 1e6) + "us,shared_wait=0";
+    // The CPU a waiting rank takes from a working one (wait_share), at
+    // which the model's one-way 16 MiB send between two hosts of the layout
+    // (rank 0 and rank n / 2, the others waiting) takes what the layout's
+    // ping-pong measured (optional rows: older calibrations keep 0.5).
+    // (Measured unshaped, as the CPU rates: the link's rate and bucket
+    // overridden.)
+    const double one_way = lowest_of("pingpong", t.ranks(), 16 * MiB, false);
+    if (!std::isnan(one_way)) {
+      const std::string unbounded = costs + ",host=:1000GB/s,burst=0B,wait_share=";
+      const double share = solve_for(
+          [&](double w) {
+            return troupe::testing::predict("send", 16 * MiB, layout, unbounded + fmt("%.4f", w))
+                .seconds;
+          },
+          one_way * 1e-6, 0, 1, false);
+      costs += ",wait_share=" + fmt("%.3f", share);
+    }
   }
   return costs;
 }

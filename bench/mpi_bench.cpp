@@ -4,7 +4,7 @@
 // (MPI_IN_PLACE), MPI_Bcast, MPI_Allgather, MPI_Reduce_scatter_block and
 // MPI_Alltoall; with --ops (all) MPI_Reduce (MPI_IN_PLACE on the root),
 // MPI_Gather, MPI_Scatter (root 0), MPI_Barrier, pingpong (MPI_Send then
-// MPI_Recv on rank 0, MPI_Recv then MPI_Send on rank 1) and halo
+// MPI_Recv on rank 0, MPI_Recv then MPI_Send on rank n / 2) and halo
 // (MPI_Isend and MPI_Irecv to both ring neighbours, MPI_Waitall).
 //
 //   mpirun -n N [--mca btl self,vader | --mca btl self,tcp --mca btl_tcp_if_include lo]
@@ -85,10 +85,12 @@ bench::prepared_op prepare(int me, int n, bench::op_kind op, const bench::layout
     case op_kind::pingpong:
       out = bench::alloc_floats(l.out_elems);
       if (me == 0)
-        run = [i, o = out.get(), in_n] {
-          MPI_Send(i, in_n, MPI_FLOAT, 1, tag_pingpong, MPI_COMM_WORLD);
-          MPI_Recv(o, in_n, MPI_FLOAT, 1, tag_pingpong, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        run = [i, o = out.get(), in_n, partner = bench::pingpong_partner(n)] {
+          MPI_Send(i, in_n, MPI_FLOAT, partner, tag_pingpong, MPI_COMM_WORLD);
+          MPI_Recv(o, in_n, MPI_FLOAT, partner, tag_pingpong, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         };
+      else if (me != bench::pingpong_partner(n))
+        run = [] {};  // waits (the barrier before each iteration)
       else
         run = [o = out.get(), in_n] {
           MPI_Recv(o, in_n, MPI_FLOAT, 0, tag_pingpong, MPI_COMM_WORLD, MPI_STATUS_IGNORE);

@@ -3,7 +3,7 @@
 // broadcast, allgather_into_tensor, reduce_scatter_tensor and alltoall_single
 // on float32, and with --ops (all) reduce, gather and scatter (root 0),
 // barrier, pingpong (pg.send then pg.recv on rank 0, recv then send on rank
-// 1, as a user writes them) and halo (batch_isend_irecv of an isend and an
+// n / 2, as a user writes them; the others wait) and halo (batch_isend_irecv of an isend and an
 // irecv to each ring neighbour); each checked once against a local
 // expectation, then timed (bench_common.cpp drives the protocol). The calls
 // added with those ops carry a timeout of their own (op_timeout): a peer that
@@ -116,15 +116,19 @@ bench::prepared_op prepare(process_group& pg, bench::op_kind op, const bench::la
       run = [&pg] { pg.barrier({.timeout = op_timeout}).wait(); };
       break;
     case op_kind::pingpong: {
-      // Rank 0 sends `in` and receives the echo into `out`; rank 1 receives
-      // into `out` and sends it back. The time of one call is a round trip.
+      // Rank 0 sends `in` and receives the echo into `out`; its partner
+      // receives into `out` and sends it back; the others wait. The time of
+      // one call is a round trip.
       out = floats(l.out_elems);
       const p2p_options o{.tag = tag_pingpong, .timeout = op_timeout};
+      const int partner = bench::pingpong_partner(n);
       if (me == 0)
-        run = [&pg, in, out, o] {
-          pg.send({in}, 1, o).wait();
-          pg.recv({out}, 1, o).wait();
+        run = [&pg, in, out, o, partner] {
+          pg.send({in}, partner, o).wait();
+          pg.recv({out}, partner, o).wait();
         };
+      else if (me != partner)
+        run = [] {};
       else
         run = [&pg, out, o] {
           pg.recv({out}, 0, o).wait();

@@ -387,6 +387,48 @@ TEST_CASE("a call's time includes its agreement where the result does not wait f
         test::relative(rounds));
 }
 
+TEST_CASE("a waiting rank's take of a shared CPU (wait_share) and a send's price") {
+  // wait_share: what a rank that waits takes of its CPU, as a share of a
+  // working rank's; 0.5 by default, 0 to 1.
+  CHECK(cost_model{}.wait_share == 0.5);
+  CHECK(cost_model::parse("wait_share=0.2").wait_share == test::relative(0.2));
+  CHECK(cost_model::parse("wait_share=0").wait_share == 0);
+  for (const char* bad :
+       {"wait_share=", "wait_share=1.5", "wait_share=-0.1", "wait_share=some", "wait_share=1us"})
+    test::check_error([&] { cost_model::parse(bad); }, errc::invalid_argument,
+                      {"TROUPE_LINK_COSTS", "wait_share",
+                       std::string(bad).substr(std::string(bad).find('=') + 1)});
+  CHECK(cost_model{}.to_text().find("wait_share") == std::string::npos);
+  CHECK(cost_model::parse(cost_model::parse("wait_share=0.25").to_text()).wait_share ==
+        test::relative(0.25));
+  // A send between two hosts of 2 ranks sharing a CPU each, the others
+  // waiting: at wait_share 0 the sender and receiver have their CPUs as a
+  // rank of its own would; at 1 they share them evenly with the waiters.
+  const std::string base = "host=10us:100GB/s,cpu=2GB/s,hop_wait=0us,shared_wait=0";
+  const auto alone = cost_model::parse(base);
+  const auto idle = cost_model::parse(base + ",ranks_per_cpu=2,wait_share=0");
+  const auto busy = cost_model::parse(base + ",ranks_per_cpu=2,wait_share=1");
+  const auto four = layout(2, 2), two = layout(2, 1);
+  const std::uint64_t bytes = 16 << 20;
+  const double own = send_time(bytes, *two, alone, 0, 1);
+  CHECK(own == test::relative(10e-6 + 2 * 0.5 * double(bytes) / 2e9));
+  CHECK(send_time(bytes, *four, idle, 0, 2) == test::relative(own));
+  CHECK(send_time(bytes, *four, busy, 0, 2) - 10e-6 == test::relative(2 * (own - 10e-6)));
+  // Within a host: the local link's price.
+  CHECK(send_time(bytes, *four, alone, 0, 1) ==
+        test::relative(alone.local.latency + double(bytes) / alone.local.bandwidth));
+  // testing::predict's "send": from rank 0 to rank n / 2.
+  CHECK(testing::predict("send", bytes, {2, 2, 1}, base + ",wait_share=1").seconds ==
+        test::relative(send_time(bytes, *four, busy, 0, 2)));
+  CHECK(testing::predict("send", bytes, {2, 1}, base).seconds == test::relative(own));
+  CHECK(testing::predict("send", bytes, {1, 1}, base).seconds == 0);
+  test::check_error(
+      [] {
+        testing::predict("sends", 4, {2, 1});
+      },
+      errc::invalid_argument, {"predict", "'sends'", "send"});
+}
+
 TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU") {
   cost_model m;
   const auto t = layout(2, 2);

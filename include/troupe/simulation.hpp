@@ -139,7 +139,9 @@ struct prediction {
 /// algorithm troupe's message engine would choose there (the same cost model
 /// and the same choice every rank makes, TROUPE_ALGORITHMS included) and the
 /// time the model gives it. `collective`: "allreduce", "broadcast",
-/// "allgather", "reduce", "reduce_scatter", "alltoall" or "barrier";
+/// "allgather", "reduce", "reduce_scatter", "alltoall" or "barrier", or
+/// "send": a send from rank 0 to rank n / 2 (of another host where there
+/// are hosts) while the others wait, as a ping-pong's one-way time;
 /// `bytes`: the buffer (allgather: its output; reduce_scatter: its whole
 /// input; alltoall: what one rank sends, in even splits; barrier: none). `link_costs`:
 /// TROUPE_LINK_COSTS's syntax over the defaults ("": the process's model,
