@@ -344,8 +344,8 @@ std::vector<record> run_rank(const rank_runtime& rt, const run_config& c) {
   for (op_kind op : c.ops.empty() ? all_ops() : c.ops) {
     if (!runs_with(op, rt.size)) {  // the same on every rank
       if (rt.rank == 0) {
-        std::printf("%s/%s: %s skipped (%s ranks only, this run has %d)\n", c.system.c_str(),
-                    c.transport.c_str(), op_name(op), ">= 2", rt.size);
+        std::printf("%s/%s: %s skipped (>= 2 ranks only, this run has %d)\n", c.system.c_str(),
+                    c.transport.c_str(), op_name(op), rt.size);
         std::fflush(stdout);
       }
       continue;
