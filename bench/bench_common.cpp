@@ -308,28 +308,41 @@ namespace {
 /// 5.1, 15.9 us), and 5 calls of a few microseconds do not get past it.
 constexpr std::chrono::milliseconds min_warm_up{30};
 
-/// Small calls are timed for at least min_timed, in at most max_iters
-/// iterations (never fewer than the plan's): at 2-4 ranks per CPU a 4-byte
-/// call's median over 50 iterations moved by up to 45% from one run to the
-/// next (4 emulated hosts x 2 ranks on 2 CPUs: allreduce 512-758 us,
-/// barrier 346-518), over 400 by 10% (496-550, 374-441).
+/// Small calls are timed for at least min_timed (run_config::min_time_ms
+/// where set, and warmed up for half as long), in at most max_iters
+/// iterations per 100 ms of it (never fewer than the plan's): at 2-4 ranks
+/// per CPU a 4-byte call's median over 50 iterations moved by up to 45%
+/// from one run to the next (4 emulated hosts x 2 ranks on 2 CPUs:
+/// allreduce 512-758 us, barrier 346-518), over 400 by 10% (496-550,
+/// 374-441). Where 4 ranks share a CPU, calls switch between a fast and a
+/// slow pace in stretches of a hundred calls or more (2 emulated hosts x 2
+/// ranks on one CPU, a 4-byte allreduce: 12-20 us or 130-180 us a call),
+/// and a 64 KiB allreduce's first 200 or so calls took 1-2 ms, the rest
+/// 50-250 us: 4 x 2 on 2 CPUs, its median over the default window was
+/// 2.0-2.3 ms from run to run, timed for 600 ms after a longer warm-up
+/// 1.07-1.09 ms in 3 of 3 runs (4 B 660-760 us).
 constexpr std::chrono::milliseconds min_timed{100};
 constexpr int max_iters = 1000;
 
 /// Warms up, then says how many iterations to time: the plan's, or more
 /// where the warm-up's calls (the slowest rank's, the same on every rank)
-/// say they fit min_timed.
-int warm_up(const rank_runtime& rt, const prepared_op& p, const iteration_plan& plan, bool fixed) {
+/// say they fit the timed window (min_timed, or `min_time_ms`).
+int warm_up(const rank_runtime& rt, const prepared_op& p, const iteration_plan& plan, bool fixed,
+            int min_time_ms) {
+  using ms = std::chrono::milliseconds;
+  const ms timed = min_time_ms > 0 ? ms(min_time_ms) : min_timed;
+  const ms warm = min_time_ms > 0 ? std::max(min_warm_up, timed / 2) : min_warm_up;
+  const double most = double(max_iters) * std::max<double>(1, double(timed.count()) / 100);
   const auto start = std::chrono::steady_clock::now();
   for (int it = 0;; ++it) {
     const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - start;
-    std::vector<double> more{it < plan.warmup || spent < min_warm_up ? 1.0 : 0.0,
+    std::vector<double> more{it < plan.warmup || spent < warm ? 1.0 : 0.0,
                              it > 0 ? spent.count() / it : 0.0};
     rt.max_all(more);
     if (more[0] == 0) {
       if (fixed || !(more[1] > 0)) return plan.iters;
-      const double fit = std::chrono::duration<double>(min_timed).count() / more[1];
-      return static_cast<int>(std::clamp(fit, double(plan.iters), double(max_iters)));
+      const double fit = std::chrono::duration<double>(timed).count() / more[1];
+      return static_cast<int>(std::clamp(fit, double(plan.iters), most));
     }
     rt.barrier();
     p.run();
@@ -375,7 +388,7 @@ std::vector<record> run_rank(const rank_runtime& rt, const run_config& c) {
       std::memset(p.in, 0, l.in_elems * sizeof(float));
       if (p.out != p.in) std::memset(p.out, 0, l.out_elems * sizeof(float));
       const iteration_plan plan = plan_for(l.bytes, c.quick, c.iters);
-      const int iters = warm_up(rt, p, plan, c.quick || c.iters > 0);
+      const int iters = warm_up(rt, p, plan, c.quick || c.iters > 0, c.min_time_ms);
       std::vector<double> us(static_cast<std::size_t>(iters));
       for (int it = 0; it < iters; ++it) {
         rt.barrier();
@@ -485,6 +498,8 @@ worker_args parse_worker_args(int argc, char** argv) {
       a.rss = true;
     else if (f == "--memcpy")
       a.memcpy = true;
+    else if (f == "--min-time")
+      a.min_time_ms = number();
     else
       throw std::invalid_argument("unknown argument '" + f + "'");
   }
@@ -493,7 +508,7 @@ worker_args parse_worker_args(int argc, char** argv) {
 
 run_config config_of(const worker_args& a, const std::string& system,
                      const std::string& transport) {
-  return {system, transport, a.quick, a.check_only, a.iters, a.ops, a.sizes};
+  return {system, transport, a.quick, a.check_only, a.iters, a.ops, a.sizes, a.min_time_ms};
 }
 
 }  // namespace bench

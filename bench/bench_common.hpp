@@ -156,6 +156,9 @@ struct run_config {
   int iters = 0;                   ///< 0: plan_for's default
   std::vector<op_kind> ops;        ///< empty: all_ops()
   std::vector<std::size_t> sizes;  ///< empty: op_sizes(op, quick, {})
+  /// The least time each size is timed for (0: 100 ms), and warmed up for
+  /// half as long (at least 30 ms): --min-time.
+  int min_time_ms = 0;
 };
 
 /// Runs the configured collectives at every size on this rank (every rank
@@ -219,10 +222,11 @@ struct worker_args {
   std::vector<std::size_t> sizes;  ///< --sizes 16MiB,64MiB (empty: all of sizes(quick))
   bool rss = false;                ///< --rss: run_rss instead of the collectives (--csv: rss CSV)
   bool memcpy = false;             ///< --memcpy: run_memcpy (troupe_bench_worker only)
+  int min_time_ms = 0;             ///< --min-time MS (run_config::min_time_ms)
 };
 /// Parses --csv F --quick --check-only --iters K --inprocess N --ranks N
-/// --transport T --ops a,b --sizes 4B,1MiB --rss --memcpy; throws std::invalid_argument on
-/// anything else.
+/// --transport T --ops a,b --sizes 4B,1MiB --rss --memcpy --min-time MS; throws
+/// std::invalid_argument on anything else.
 worker_args parse_worker_args(int argc, char** argv);
 /// The run_config of a worker's arguments.
 run_config config_of(const worker_args& a, const std::string& system, const std::string& transport);

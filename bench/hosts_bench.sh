@@ -37,9 +37,10 @@
 # message engine); where the layout's ranks share CPUs, a barrier of the
 # layout itself says how long each hop waits for its CPU (hop_wait=), and
 # a 16 MiB ping-pong between two of its hosts how much of a working rank's
-# CPU the waiting ranks take (wait_share=); each twice, the fit taking the
-# lower median. The report's model is told the
-# same, and compared with other calls than these. (About 40 s.)
+# CPU the waiting ranks take (wait_share=), timed as long as the tables'
+# calls are (--min-time 600 where ranks share CPUs, below); each twice,
+# the fit taking the lower median. The report's model is told the same,
+# and compared with other calls than these. (About 40 s.)
 # --measure-at-start instead has troupe measure them itself as a user's
 # world does (TROUPE_LINK_COSTS=measure: the benchmark's own layout, at
 # each world's start; api/link_measurement.hpp), and the report's model is
@@ -84,7 +85,7 @@ while [ $# -gt 0 ]; do
     --no-calibrate) calibrate=0 ;;
     --measure-at-start) calibrate=2 ;;
     --peers) peers=$2; shift ;;
-    -h | --help) sed -n '2,57p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,58p' "$0"; exit 0 ;;
     *) echo "hosts_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -131,6 +132,14 @@ if [ "$cpus" -ge "$hosts" ]; then
   place=(--split-cpus)
   per_host_cpus=$((cpus / hosts))
 fi
+# Where the ranks outnumber the CPUs, every system's calls are timed for at
+# least 600 ms after 300 ms of warm-up (--min-time; the default window is
+# 100 ms after 30): there calls switch between a fast and a slow pace in
+# stretches of a hundred calls or more, and a 64 KiB allreduce's median
+# over the default window moved 2x from run to run (bench_common.cpp).
+window=()
+[ "$ranks" -le "$cpus" ] || [ ${#quick[@]} -gt 0 ] || window=(--min-time 600)
+common+=("${window[@]}")
 mpi_place=(--bind-to none)
 [ "$per_host" -le "$per_host_cpus" ] || mpi_place+=(--mca mpi_yield_when_idle 1)
 echo "hosts_bench: $hosts hosts x $per_host ranks, link $link, $cpus CPUs:" \
@@ -182,7 +191,8 @@ if [ "$calibrate" -eq 1 ]; then
         "$build/bench/troupe_bench_worker" --transport rings --csv "$PWD/$ccsv" --ops allreduce \
         --sizes 1MiB,16MiB &&
       troupe_on bash scripts/hosts.sh --hosts "$hosts" --link none --timeout 300 "${place[@]}" \
-        -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier,pingpong --sizes 16MiB
+        -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier,pingpong --sizes 16MiB \
+        "${window[@]}"
   }
   if calibration >"$clog" 2>&1 && calibration >>"$clog" 2>&1; then
     fitted=$("$build/bench/bench_hosts_report" "$ccsv" --fit --hosts "$hosts" \

@@ -11,6 +11,7 @@
 //
 //   troupe_bench_worker --inprocess N [--csv F] [--quick] [--check-only] [--iters K]
 //                       [--ops allreduce,broadcast,...|all] [--sizes 4B,1MiB] [--rss]
+//                       [--min-time MS]
 //       N ranks on threads of this process (one world each, one hash_store)
 //   TROUPE_TRANSPORT=shm|tcp troupe-run -n N troupe_bench_worker [--csv F] ...
 //   TROUPE_TRANSPORT=shm troupe-run -n N troupe_bench_worker --transport shmstaged ...
@@ -19,10 +20,12 @@
 //   troupe_bench_worker --memcpy [--csv F] [--quick] [--iters K]
 //       single-thread memcpy at the same sizes (the bandwidth reference)
 //
-// --ops picks collectives (default: the five; all: every op). --rss measures peak resident
-// memory during a 64 MiB allreduce instead (bench_common's run_rss; --csv
-// then names the RSS CSV). Rank 0 prints the records and appends them to
-// the CSV file.
+// --ops picks collectives (default: the five; all: every op). --min-time MS
+// times each size for at least MS ms (default 100), warmed up for half as
+// long (bench_common.cpp: where ranks share CPUs the default window is too
+// short). --rss measures peak resident memory during a 64 MiB allreduce
+// instead (bench_common's run_rss; --csv then names the RSS CSV). Rank 0
+// prints the records and appends them to the CSV file.
 
 #include <chrono>
 #include <cstdio>
