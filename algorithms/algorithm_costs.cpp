@@ -233,6 +233,8 @@ double priced(algorithm_kind kind, std::uint64_t bytes_in, const group_topology&
       return binomial_broadcast(t, m, bytes, root);
     case algorithm_kind::broadcast_scatter_allgather:
       return scatter_allgather_broadcast(t, m, bytes);
+    case algorithm_kind::broadcast_chain:
+      return chain_broadcast(t, m, bytes, root);
     case algorithm_kind::broadcast_hier: {
       const std::vector<std::string> one_host(static_cast<std::size_t>(per_host), "h");
       return binomial_broadcast(*one_rank_each(hosts), leader, bytes,
@@ -333,6 +335,10 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       // 1 MiB 2.75 ms tree, 3.02 ms scatter-allgather; 8 ranks 7.47, 5.98).
       if (n >= 8) candidates.push_back(algorithm_kind::broadcast_scatter_allgather);
       candidates.push_back(algorithm_kind::broadcast_hier);
+      // The chain carries the buffer once through each host's link (the
+      // others up to log2(hosts) or 1.6 times out of the root's), paying
+      // n - 1 hops of fill: large buffers across 3 or more hosts.
+      if (n >= 3) candidates.push_back(algorithm_kind::broadcast_chain);
       break;
     case op_code::allgatherv:
       candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};

@@ -71,6 +71,13 @@ int hier_segments(std::uint64_t bytes, const cost_model& m) {
   return static_cast<int>(std::min<std::uint64_t>(bytes / segment, 16));
 }
 
+int chain_segments(std::uint64_t bytes, int ranks) {
+  constexpr std::uint64_t least = std::uint64_t{64} << 10, most = std::uint64_t{1} << 20;
+  const std::uint64_t hops = static_cast<std::uint64_t>(std::max(ranks - 1, 1));
+  const std::uint64_t segment = std::clamp(bytes / (4 * hops), least, most);
+  return static_cast<int>(std::max<std::uint64_t>(1, (bytes + segment - 1) / segment));
+}
+
 const cost_model& cost_model::of_process() {
   static std::once_flag once;
   static cost_model m;
@@ -284,6 +291,8 @@ const char* to_string(algorithm_kind k) noexcept {
       return "broadcast_scatter_allgather";
     case algorithm_kind::broadcast_hier:
       return "broadcast_hier";
+    case algorithm_kind::broadcast_chain:
+      return "broadcast_chain";
     case algorithm_kind::allgather_ring:
       return "allgather_ring";
     case algorithm_kind::allgather_bruck:

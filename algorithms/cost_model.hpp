@@ -205,6 +205,12 @@ struct cost_model {
 /// 129-143 ms in 4 MiB slices, 114 ms in 16 MiB ones).
 int hier_segments(std::uint64_t bytes, const cost_model& m);
 
+/// How many segments broadcast_chain cuts `bytes` into among `ranks`: a
+/// quarter of a segment per rank of the chain's fill at most (the first
+/// segment passes ranks - 1 hops before the last rank has any), between
+/// 64 KiB and 1 MiB each.
+int chain_segments(std::uint64_t bytes, int ranks);
+
 /// The algorithms select.cpp chooses among, by collective.
 enum class algorithm_kind : std::uint8_t {
   allreduce_direct,
@@ -218,6 +224,7 @@ enum class algorithm_kind : std::uint8_t {
   broadcast_binomial,
   broadcast_scatter_allgather,
   broadcast_hier,
+  broadcast_chain,
   allgather_ring,
   allgather_bruck,
   allgather_recursive_doubling,

@@ -180,6 +180,21 @@ double scatter_allgather_broadcast(const group_topology& t, const cost_model& m,
                        t, m, [&](int r) { return (r + 1) % n; }, [&](int) { return bytes / n; });
 }
 
+double chain_broadcast(const group_topology& t, const cost_model& m, double bytes, int root) {
+  const int n = t.size();
+  if (n < 2) return 0;
+  const auto order = chain_order(t, n, root);
+  std::vector<int> next(static_cast<std::size_t>(n), -1);
+  for (int p = 0; p + 1 < n; ++p)
+    next[static_cast<std::size_t>(order[static_cast<std::size_t>(p)])] =
+        order[static_cast<std::size_t>(p + 1)];
+  const int segs = chain_segments(static_cast<std::uint64_t>(bytes), n);
+  const double stage = step_time(
+      t, m, [&](int r) { return next[static_cast<std::size_t>(r)]; },
+      [&](int) { return bytes / segs; });
+  return (n - 2 + segs) * stage;
+}
+
 double rooted_direct(const group_topology& t, const cost_model& m, double block, bool root_sends) {
   const int n = t.size();
   int local = 0, remote = 0;

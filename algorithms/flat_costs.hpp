@@ -60,6 +60,13 @@ double binomial_reduce(const group_topology& t, const cost_model& m, double byte
 /// then a ring allgather of one block per rank.
 double scatter_allgather_broadcast(const group_topology& t, const cost_model& m, double bytes);
 
+/// broadcast_chain's pipeline: its segments (chain_segments) pass down
+/// the chain from `root` (chain_order), every rank forwarding one while the
+/// next arrives: the first segment's ranks - 1 hops, then a step for each
+/// further segment, the slowest of the chain's links (and CPUs) bounding
+/// each.
+double chain_broadcast(const group_topology& t, const cost_model& m, double bytes, int root);
+
 /// Rank 0 exchanging `block` bytes with every other rank at once (gather's
 /// and scatter's direct algorithms: the root receives them or, where
 /// `root_sends`, sends them): the root's links and CPU carry them all.

@@ -8,7 +8,8 @@
 //                    ring (host by host), recursive doubling, Rabenseifner,
 //                    direct (<= 16 ranks) and, across hosts, hier striped
 //                    (in slices over slow links) / leaders
-//   broadcast        binomial, scatter-allgather, or hier across hosts
+//   broadcast        binomial, scatter-allgather, a pipelined chain (host
+//                    by host), or hier across hosts
 //   allgather        ring (host by host), Bruck or recursive doubling
 //                    (blocks of one size; recursive doubling: 2^k ranks),
 //                    or across hosts hier striped (as many ranks on each) /
@@ -44,6 +45,7 @@ std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes
 std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_broadcast_scatter_allgather();
 std::unique_ptr<algorithm> make_broadcast_hier();
+std::unique_ptr<algorithm> make_broadcast_chain();
 std::unique_ptr<algorithm> make_reduce_hier();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
@@ -84,6 +86,8 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cos
       return make_allreduce_hier(false, bytes, m);
     case algorithm_kind::broadcast_hier:
       return make_broadcast_hier();
+    case algorithm_kind::broadcast_chain:
+      return make_broadcast_chain();
     case algorithm_kind::reduce_binomial:
       return make_reduce_binomial();
     case algorithm_kind::reduce_hier:
@@ -160,6 +164,7 @@ forced parse_forced(const std::string& text) {
         {"broadcast", op_code::broadcast, "scatter_allgather",
          algorithm_kind::broadcast_scatter_allgather},
         {"broadcast", op_code::broadcast, "hier", algorithm_kind::broadcast_hier},
+        {"broadcast", op_code::broadcast, "chain", algorithm_kind::broadcast_chain},
         {"allgather", op_code::allgatherv, "ring", algorithm_kind::allgather_ring},
         {"allgather", op_code::allgatherv, "bruck", algorithm_kind::allgather_bruck},
         {"allgather", op_code::allgatherv, "recursive_doubling",
@@ -188,7 +193,7 @@ forced parse_forced(const std::string& text) {
                   "TROUPE_ALGORITHMS '" + text + "': '" + item +
                       "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
                       "rabenseifner|hier_striped|hier_leaders, "
-                      "broadcast=binomial|scatter_allgather|hier, "
+                      "broadcast=binomial|scatter_allgather|hier|chain, "
                       "allgather=ring|bruck|recursive_doubling|hier_striped|hier_leaders, "
                       "reduce=binomial|hier, "
                       "reduce_scatter=ring|halving|hier_striped|hier_leaders, "

@@ -70,6 +70,21 @@ std::vector<int> group_topology::host_order() const {
   return order;
 }
 
+std::vector<int> chain_order(const group_topology& t, int size, int root) {
+  std::vector<int> order;
+  order.reserve(static_cast<std::size_t>(size));
+  if (t.hosts() < 2 || t.size() != size) {
+    for (int d = 0; d < size; ++d) order.push_back((root + d) % size);
+    return order;
+  }
+  const int first = t.host_of[static_cast<std::size_t>(root)];
+  order.push_back(root);
+  for (int d = 0; d < t.hosts(); ++d)
+    for (int r : t.ranks_on[static_cast<std::size_t>((first + d) % t.hosts())])
+      if (r != root) order.push_back(r);
+  return order;
+}
+
 host_columns::host_columns(const group_topology& t, int rank)
     : t(t),
       mine(t.ranks_on[static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(rank)])]),

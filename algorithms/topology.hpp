@@ -54,6 +54,13 @@ struct group_topology {
   std::vector<int> host_order() const;
 };
 
+/// The `size` ranks of a group as a chain from `root` (broadcast_chain):
+/// the root, the other ranks of its host in local order, then every other
+/// host's ranks, host after host from the root's (where `t` knows the
+/// hosts; else rank order from the root, around). A chain in this order
+/// crosses into and out of each host once.
+std::vector<int> chain_order(const group_topology& t, int size, int root);
+
 /// A rank's view of the striped hierarchies' columns (allreduce_hier,
 /// allgather_hier, reduce_scatter_hier; hosts of as many ranks each;
 /// column 0 is the hosts' first ranks, the leaders, on any hosts):

@@ -64,6 +64,12 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   // crosses each host's link once per step moves 2N bytes, not the root
   // host's log2(hosts) times N.
   CHECK(chosen(op_code::broadcast, 1 << 20, 4, 4) == algorithm_kind::broadcast_scatter_allgather);
+  // ... larger still, the pipelined chain through the hosts: each host's
+  // link carries the buffer once each way, not 1.6 times out of the root's.
+  CHECK(chosen(op_code::broadcast, 64 << 20, 4, 4) == algorithm_kind::broadcast_chain);
+  CHECK(
+      choose(op_code::broadcast, 64 << 20, *layout(4, 2), cost_model::parse("host=12us:1Gbit/s"), 3)
+          .kind == algorithm_kind::broadcast_chain);
   // reduce: the binomial tree to rank 0 crosses a link once per host where
   // each host's ranks are in a row; where they alternate, the hierarchy.
   CHECK(chosen(op_code::reduce, 1 << 20, 4, 4) == algorithm_kind::reduce_binomial);
@@ -1032,6 +1038,52 @@ TEST_CASE("reduce across emulated hosts, each algorithm, to every root") {
     }
 }
 
+TEST_CASE("the chain's order: the root, its host's other ranks, then host after host") {
+  const auto t = group_topology::of_hosts({"a", "b", "a", "c", "b"});  // hosts 0 1 0 2 1
+  CHECK(chain_order(*t, 5, 2) == std::vector<int>{2, 0, 1, 4, 3});
+  CHECK(chain_order(*t, 5, 4) == std::vector<int>{4, 1, 3, 0, 2});
+  CHECK(chain_order(*t, 5, 3) == std::vector<int>{3, 0, 2, 1, 4});
+  // No hosts known: rank order from the root, around.
+  CHECK(chain_order(group_topology{}, 4, 2) == std::vector<int>{2, 3, 0, 1});
+  CHECK(chain_order(group_topology{}, 1, 0) == std::vector<int>{0});
+  // Segments: a quarter of one per hop of fill, 64 KiB to 1 MiB each.
+  CHECK(chain_segments(0, 4) == 1);
+  CHECK(chain_segments(4, 4) == 1);
+  CHECK(chain_segments((64 << 10) + 1, 2) == 2);
+  CHECK(chain_segments(std::uint64_t{64} << 20, 8) == 64);
+  CHECK(chain_segments(std::uint64_t{1} << 20, 8) == 16);
+}
+
+TEST_CASE("the chain's broadcast in one process: 1 to 7 ranks, every root, several segments") {
+  test::scoped_env engine{"TROUPE_ENGINE", "messages"};
+  test::scoped_env forced{"TROUPE_ALGORITHMS", "broadcast=chain"};
+  CHECK(chosen_algorithm(op_code::broadcast, 64, *layout(1, 3), cost_model{}) ==
+        algorithm_kind::broadcast_chain);
+  for (int n : {1, 2, 3, 4, 7}) {
+    CAPTURE(n);
+    testing::run_ranks(n, [n](world& w) {
+      const int r = w.rank();
+      // 0 and 1 element, and 300,001 (1.2 MB: 5 to 19 segments).
+      for (std::int64_t len : {std::int64_t{0}, std::int64_t{1}, std::int64_t{300001}})
+        for (int root = 0; root < n; ++root) {
+          CAPTURE(len);
+          CAPTURE(root);
+          auto t = tensor::empty({len}, dtype::int64);
+          for (std::int64_t i = 0; i < len; ++i)
+            t.data_as<std::int64_t>()[i] = r == root ? 1000 * root + 3 * i : -1;
+          w.default_group().broadcast(t, root).wait();
+          bool same = true;
+          for (std::int64_t i = 0; i < len; ++i)
+            same &= t.data_as<std::int64_t>()[i] == 1000 * root + 3 * i;
+          CHECK(same);
+          // The root may write its buffer as soon as its call returned.
+          if (r == root)
+            for (std::int64_t i = 0; i < len; ++i) t.data_as<std::int64_t>()[i] = -7;
+        }
+    });
+  }
+}
+
 TEST_CASE("recursive doubling's allgather in one process: 4 and 8 ranks, buffers reused at once") {
   test::scoped_env engine{"TROUPE_ENGINE", "messages"};
   test::scoped_env forced{"TROUPE_ALGORITHMS", "allgather=recursive_doubling"};
@@ -1070,7 +1122,8 @@ TEST_CASE("recursive doubling's allgather in one process: 4 and 8 ranks, buffers
 TEST_CASE("broadcast, allgather and reduce_scatter across emulated hosts") {
   for (const char* algorithm : std::initializer_list<const char*>{
            "broadcast=hier,allgather=bruck", "broadcast=scatter_allgather,allgather=ring",
-           "broadcast=binomial,allgather=recursive_doubling", nullptr})
+           "broadcast=chain,allgather=ring", "broadcast=binomial,allgather=recursive_doubling",
+           nullptr})
     for (const auto& hosts : std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
                                                                    {"b", "a", "a", "b"},
                                                                    {"a", "b", "b", "c", "c", "c"},
