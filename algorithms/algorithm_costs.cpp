@@ -24,11 +24,11 @@ namespace {
 /// `m` as one of `sharing` calls among one rank of each host sees it, all
 /// crossing each host's links at once (of a host's `per_host` ranks: their
 /// share of its CPUs; where they outnumber its CPUs, the ranks that receive
-/// at once take turns on them, as step_time prices them).
+/// at once take turns on them, as step_time prices them; each rank's
+/// messages its own work, side by side with the others').
 cost_model sharing_links(const cost_model& m, int per_host, int sharing) {
   cost_model shared = busy_ranks(m, per_host, sharing);
   shared.host.bandwidth /= sharing;
-  shared.host.latency += (sharing - 1) * m.host.overhead;
   shared.host.latency += cpu_turns(m, per_host, sharing);
   return shared;
 }
@@ -216,11 +216,13 @@ double priced(algorithm_kind kind, std::uint64_t bytes_in, const group_topology&
       // Reduce-scatter and allgather within each host, and the hosts' part
       // allreduces, one per rank of a host, sharing the host's link; in k
       // slices at once, a pipeline: the first slice's three stages, then
-      // the slowest stage for each further slice.
+      // the slowest stage for each further slice. Within a host each rank
+      // sends each other a block: a message's work for each further one.
       const int k = hier_segments(bytes_in, slicing);  // as allreduce_hier.cpp slices
       const double slice = bytes / k;
       const double within =
-          busy_ranks(m, per_host, per_host).local.time(slice * (per_host - 1) / per_host);
+          busy_ranks(m, per_host, per_host).local.time(slice * (per_host - 1) / per_host) +
+          std::max(per_host - 2, 0) * m.local.overhead;
       const double across = across_hosts(hosts, per_host, per_host, m, slice / per_host);
       return 2 * within + across + (k - 1) * std::max(within, across);
     }
@@ -357,7 +359,11 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       break;
     case op_code::alltoallv:  // Bruck's steps: even splits only (alltoall_runs_bruck)
       candidates = {algorithm_kind::alltoall_pairwise};
-      if (n > 2) candidates.push_back(algorithm_kind::alltoall_bruck);
+      // Bruck's log2 n dependent steps from 8 ranks on: below, its 2 steps
+      // at 4 ranks against the exchange's 3 messages at once are a wash the
+      // model cannot call, and the exchange takes split sizes passed on some
+      // ranks and not on others (Bruck's needs them on none).
+      if (n >= 8) candidates.push_back(algorithm_kind::alltoall_bruck);
       break;
     default:
       return {algorithm_kind::other, 0};

@@ -176,6 +176,10 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       m.hop_wait = quantity(text, value, unit_kind::time, true);
       continue;
     }
+    if (named("overhead")) {
+      m.host.overhead = quantity(text, value, unit_kind::time, true);
+      continue;
+    }
     if (named("cpu")) {
       m.cpu_rate = quantity(text, value, unit_kind::rate);
       continue;
@@ -200,8 +204,8 @@ cost_model cost_model::parse(const std::string& text, const cost_model& base) {
       bad(text, "'" + item +
                     "' is not NAME=LATENCY:BANDWIDTH, cpu=RATE, cpu_cached=RATE, "
                     "local_cached=RATE, cpu_send=SHARE, cpu_send_cached=SHARE, cache=SIZE, "
-                    "burst=SIZE, ranks_per_cpu=K, shared_wait=E, hop_wait=TIME, wait_share=SHARE "
-                    "or measure");
+                    "burst=SIZE, ranks_per_cpu=K, shared_wait=E, hop_wait=TIME, wait_share=SHARE, "
+                    "overhead=TIME or measure");
     const auto name = item.substr(0, eq);
     if (name != "host" && name != "local")
       bad(text, "'" + name + "' is not a link class (host, local)");
@@ -234,6 +238,10 @@ std::string cost_model::to_text() const {
   std::string out = text;
   if (hop_wait >= 0) {
     std::snprintf(text, sizeof(text), ",hop_wait=%.6gus", hop_wait * 1e6);
+    out += text;
+  }
+  if (host.overhead != cost_model{}.host.overhead) {
+    std::snprintf(text, sizeof(text), ",overhead=%.6gus", host.overhead * 1e6);
     out += text;
   }
   if (cpu_cached_rate > 0) {

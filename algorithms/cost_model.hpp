@@ -59,8 +59,10 @@ namespace troupe::detail {
 struct link_cost {
   double latency;    ///< seconds per message
   double bandwidth;  ///< bytes per second
-  /// Seconds each further message that leaves a host in the same step adds
-  /// (the sending and receiving processes' work per message).
+  /// Seconds each further message a rank sends in the same step adds (the
+  /// sending and receiving processes' work per message; between hosts
+  /// TROUPE_LINK_COSTS's overhead=TIME, which bench/hosts_bench.sh fits
+  /// from a pairwise alltoall of its layout).
   double overhead = 0;
   double time(double bytes) const { return latency + bytes / bandwidth; }
 };

@@ -40,8 +40,12 @@ double reducing(const group_topology& t, const cost_model& m);
 
 /// A flat algorithm's step: every rank r sends `bytes(r)` to `to(r)` (or
 /// nothing: -1). Its time is the slowest host's: the latency of its link
-/// (between hosts where a transfer crosses), each further message's
-/// overhead, then the longer of its link's wire time (full duplex: what
+/// (between hosts where a transfer crosses; a rank's further messages in
+/// one step, each its overhead, are the algorithms' to add: each rank here
+/// sends one, and its host's ranks send theirs side by side — at 4 ranks
+/// per CPU, a barrier's round of 2 messages leaving each host took what a
+/// hop of one did, a pairwise alltoall's 14 six times as long), then the
+/// longer of its link's wire time (full duplex: what
 /// leaves and what arrives each have the bandwidth) and its busiest rank's
 /// CPU time (the bytes it sends and receives between hosts at cpu_rate, the
 /// sender's and the receiver's shares of that work as m.send_share says; the
@@ -56,7 +60,7 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
   const int n = t.size();
   const auto hosts = static_cast<std::size_t>(std::max(t.hosts(), 1));
   std::vector<double> out(hosts, 0), in(hosts, 0), cpu(static_cast<std::size_t>(n), 0);
-  std::vector<int> flows(hosts, 0), receivers(hosts, 0);
+  std::vector<int> receivers(hosts, 0);
   // Which ranks receive, where CPU turns are priced (ranks sharing CPUs).
   std::vector<char> receives(m.cpu_turn > 0 ? static_cast<std::size_t>(n) : 0, 0);
   std::vector<char> crossed(hosts, 0), active(hosts, 0);
@@ -79,7 +83,6 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
     } else {
       out[h] += b;
       in[g] += b;
-      ++flows[h];
       crossed[h] = crossed[g] = 1;
       cpu[static_cast<std::size_t>(r)] += m.sending(b);
       cpu[static_cast<std::size_t>(d)] += m.receiving(b);
@@ -101,8 +104,7 @@ double step_time(const group_topology& t, const cost_model& m, const To& to, con
   for (std::size_t h = 0; h < hosts; ++h) {
     if (!active[h]) continue;
     const double wire = crossed[h] ? std::max(out[h], in[h]) / m.host.bandwidth : 0;
-    double start =
-        crossed[h] ? m.host.latency + std::max(flows[h] - 1, 0) * m.host.overhead : m.local.latency;
+    double start = crossed[h] ? m.host.latency : m.local.latency;
     if (receivers[h] > 1)
       start +=
           cpu_turns(m, static_cast<double>(t.hosts() > 0 ? t.ranks_on[h].size() : n), receivers[h]);

@@ -359,12 +359,17 @@ fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_top
                ? predict_fixed(code, bytes, t, m)
                : fixed_prediction{to_string(kind), predict(kind, bytes, t, m)};
   // The agreement's messages run beside the algorithm's; where ranks share
-  // CPUs they contend for them, the shorter of the two adding half its time
-  // (measured across emulated hosts at 2 ranks per CPU: a 4-byte broadcast
-  // 82-105 us, a barrier's two rounds 73, an allreduce's two hops 66-77;
-  // at 4 ranks per CPU, 510-530 us where the longer alone is priced 430).
+  // CPUs they contend for them as far as the ranks that wait take CPU from
+  // those that work: the shorter of the two adds wait_share of its time
+  // (0.5 by default: measured across emulated hosts at 2 ranks per CPU, a
+  // 4-byte broadcast 82-105 us, a barrier's two rounds 73, an allreduce's
+  // two hops 66-77; at 4 ranks per CPU, 510-530 us where the longer alone
+  // is priced 430. On a kernel whose pollers yield to the working rank,
+  // wait_share fitted 0-0.15, a broadcast's 3 hops at 4 x 2 took 900-1170
+  // us where each of the two alone is priced 1150-1230, their sum 1.5
+  // times that 1730-1850).
   const double agreement = agreement_time(code, t, m);
-  const double contended = m.ranks_per_cpu > 1 ? 0.5 : 0;
+  const double contended = m.ranks_per_cpu > 1 ? m.wait_share : 0;
   p.seconds = std::max(p.seconds, agreement) + contended * std::min(p.seconds, agreement);
   return p;
 }

@@ -35,10 +35,13 @@
 # the cache holds); the local link's bandwidth (local=, local_cached=)
 # likewise from 2 ranks of one host over the shared-memory rings (the
 # message engine); where the layout's ranks share CPUs, a barrier of the
-# layout itself says how long each hop waits for its CPU (hop_wait=), and
-# a 16 MiB ping-pong between two of its hosts how much of a working rank's
-# CPU the waiting ranks take (wait_share=), timed as long as the tables'
-# calls are (--min-time 600 where ranks share CPUs, below); each twice,
+# layout itself on the tables' link says how long each hop waits for its
+# CPU (hop_wait=), and an unshaped 16 MiB ping-pong between two of its
+# hosts how much of a working rank's CPU the waiting ranks take
+# (wait_share=); and a pairwise alltoall of 4-byte blocks of the layout on
+# the tables' link the work of each further message a rank sends in a step
+# (overhead=), timed as long as the tables' calls are (--min-time 600
+# where ranks share CPUs, below); each twice,
 # the fit taking the lower median. The report's model is told the same,
 # and compared with other calls than these. (About 40 s.)
 # --measure-at-start instead has troupe measure them itself as a user's
@@ -85,7 +88,7 @@ while [ $# -gt 0 ]; do
     --no-calibrate) calibrate=0 ;;
     --measure-at-start) calibrate=2 ;;
     --peers) peers=$2; shift ;;
-    -h | --help) sed -n '2,58p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,61p' "$0"; exit 0 ;;
     *) echo "hosts_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -180,10 +183,13 @@ if [ "$calibrate" -eq 1 ]; then
   # a CPU moves over TCP; two ranks of one host over the shared-memory
   # rings (the message engine, as the hierarchies' stages within a host):
   # what the local link moves; then the benchmark's own layout, unshaped: a
-  # barrier, for how long each hop waits for a CPU that ranks share, and a
   # 16 MiB ping-pong between two of its hosts, for how much of a working
-  # rank's CPU the waiting ones take. Twice, as the tables' rounds: the fit
-  # takes each call's lower median.
+  # rank's CPU the waiting ones take; and on the tables' link (its shaper's
+  # queue is on every message's path: 2 x 2 at 2 ranks per CPU, a hop 39 us
+  # unshaped, 62 us shaped to 1 Gbit/s), a barrier, for how long each hop
+  # waits for a CPU that ranks share, and a pairwise alltoall of 4-byte
+  # blocks, for the work of each message. Twice, as the tables' rounds: the
+  # fit takes each call's lower median.
   calibration() {
     troupe_on bash scripts/hosts.sh --hosts 2 --link none --timeout 300 "${cplace[@]}" -- 1 2 \
       --csv "$PWD/$ccsv" --ops pingpong,allreduce --sizes 4B,1MiB,16MiB &&
@@ -191,8 +197,12 @@ if [ "$calibrate" -eq 1 ]; then
         "$build/bench/troupe_bench_worker" --transport rings --csv "$PWD/$ccsv" --ops allreduce \
         --sizes 1MiB,16MiB &&
       troupe_on bash scripts/hosts.sh --hosts "$hosts" --link none --timeout 300 "${place[@]}" \
-        -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops barrier,pingpong --sizes 16MiB \
-        "${window[@]}"
+        -- "$per_host" "$hosts" --csv "$PWD/$ccsv" --ops pingpong --sizes 16MiB \
+        "${window[@]}" &&
+      local troupe_env=(env TROUPE_ALGORITHMS=alltoall=pairwise) &&
+      troupe_on bash scripts/hosts.sh \
+        --hosts "$hosts" --link "$link" --timeout 300 "${place[@]}" -- "$per_host" "$hosts" \
+        --csv "$PWD/$ccsv" --ops barrier,alltoall --sizes 4B "${window[@]}"
   }
   if calibration >"$clog" 2>&1 && calibration >>"$clog" 2>&1; then
     fitted=$("$build/bench/bench_hosts_report" "$ccsv" --fit --hosts "$hosts" \

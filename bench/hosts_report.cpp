@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <optional>
@@ -253,7 +254,9 @@ void print_model(const topology& t) {
 /// shared-memory rings (transport "rings": the message engine, as the
 /// hierarchies' stages within a host), the local link's bandwidth at which
 /// their 16 MiB allreduce takes what it measured (local_cached: their
-/// 1 MiB one). Each term from a different call than the tables compare the
+/// 1 MiB one); and the work of each further message between hosts
+/// (overhead), at which the model's pairwise alltoall of the layout takes
+/// what it measured (optional rows). Each term from a different call than the tables compare the
 /// model with. Throws where a measurement is missing (the rings' are
 /// optional: without them the local link keeps its default).
 std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) {
@@ -333,18 +336,59 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
     fit_ring(16 * MiB, ",local=:", ring_uncached);
     fit_ring(MiB, ",local_cached=", ring_cached);
   }
+  // The pairwise alltoall of the layout (every rank sending each other rank
+  // a message at once; hosts_bench.sh runs it forced, 4 bytes a block):
+  // optional rows, older calibrations keep the default overhead.
+  std::size_t alltoall_bytes = 0;  // the smallest measured
+  for (const auto& r : cal)
+    if (r.system == "troupe" && r.op == "alltoall" && r.ranks == t.ranks() &&
+        (alltoall_bytes == 0 || r.bytes < alltoall_bytes))
+      alltoall_bytes = r.bytes;
+  const double alltoall = lowest_of("alltoall", t.ranks(), alltoall_bytes, false) * 1e-6;
+  const troupe::testing::host_layout layout{t.hosts, t.per_host, t.cpus_per_host};
+  // The work of each further message between hosts in a step (overhead),
+  // at which the model's time for that alltoall under `terms` is the one
+  // measured.
+  auto fit_overhead = [&](const std::string& terms) {
+    const char* before = std::getenv("TROUPE_ALGORITHMS");
+    const std::string kept = before ? before : "";
+    ::setenv("TROUPE_ALGORITHMS", "alltoall=pairwise", 1);
+    const double o = solve_for(
+        [&](double v) {
+          return troupe::testing::predict("alltoall", alltoall_bytes, layout,
+                                          terms + ",overhead=" + fmt("%.4f", v * 1e6) + "us")
+              .seconds;
+        },
+        alltoall, 0, 0.01, false);
+    before ? ::setenv("TROUPE_ALGORITHMS", kept.c_str(), 1) : ::unsetenv("TROUPE_ALGORITHMS");
+    return o;
+  };
+  auto overhead_term = [&](double o) {
+    return std::isnan(o) ? std::string() : ",overhead=" + fmt("%.2f", o * 1e6) + "us";
+  };
+  double overhead = NAN;
   if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
     // Each hop's wait for its receiver's CPU, at which the barrier (every
     // rank receiving in each round) takes what it measured; no further
     // turn for a step's further receivers (cost_fit.hpp, fit_sharing).
+    // The barrier's rounds send further messages between hosts too, and
+    // the alltoall waits its hop: the two fitted in turn until each prices
+    // what it measured.
     const double barrier = measured("barrier", t.ranks(), 0) * 1e-6;
-    const troupe::testing::host_layout layout{t.hosts, t.per_host, t.cpus_per_host};
-    auto with = [&](double hop) {
-      return costs + ",hop_wait=" + fmt("%.4f", hop * 1e6) + "us,shared_wait=0";
-    };
-    const double hop = solve_for(
-        [&](double h) { return troupe::testing::predict("barrier", 0, layout, with(h)).seconds; },
-        barrier, 0, 0.01, false);
+    double hop = 0;
+    for (int round = 0; round < (std::isnan(alltoall) ? 1 : 12); ++round) {
+      const std::string fixed = costs + overhead_term(overhead);
+      hop = solve_for(
+          [&](double h) {
+            return troupe::testing::predict(
+                       "barrier", 0, layout,
+                       fixed + ",hop_wait=" + fmt("%.4f", h * 1e6) + "us,shared_wait=0")
+                .seconds;
+          },
+          barrier, 0, 0.01, false);
+      if (!std::isnan(alltoall))
+        overhead = fit_overhead(costs + ",hop_wait=" + fmt("%.4f", hop * 1e6) + "us,shared_wait=0");
+    }
     costs += ",hop_wait=" + fmt("%.2f", hop * 1e6) + "us,shared_wait=0";
     // The CPU a waiting rank takes from a working one (wait_share), at
     // which the model's one-way 16 MiB send between two hosts of the layout
@@ -363,7 +407,10 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
           one_way * 1e-6, 0, 1, false);
       costs += ",wait_share=" + fmt("%.3f", share);
     }
+  } else if (!std::isnan(alltoall)) {
+    overhead = fit_overhead(costs);
   }
+  costs += overhead_term(overhead);
   return costs;
 }
 

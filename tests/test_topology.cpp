@@ -56,7 +56,11 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::allreduce, 64 << 20, 2, 1) == algorithm_kind::allreduce_halves);
   // Across hosts with several ranks each: the hierarchical algorithms.
   CHECK(chosen(op_code::allreduce, 64 << 20, 2, 2) == algorithm_kind::allreduce_hier_striped);
-  CHECK(chosen(op_code::allreduce, 4, 4, 8) == algorithm_kind::allreduce_hier_leaders);
+  // Small buffers at 4 x 8: log n rounds, each rank's message its own
+  // work side by side with its host's others' (recursive doubling's two
+  // rounds across hosts, where the leaders add two stages within them).
+  CHECK(chosen(op_code::allreduce, 4, 4, 8) == algorithm_kind::allreduce_recursive_doubling);
+  CHECK(chosen(op_code::allreduce, 4, 4, 8) != algorithm_kind::allreduce_direct);
   // A broadcast's tree across the hosts, then within each (one latency
   // between hosts per level of hosts, not per level of ranks) ...
   CHECK(chosen(op_code::broadcast, 64 << 10, 4, 4) == algorithm_kind::broadcast_hier);
@@ -71,14 +75,17 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
       choose(op_code::broadcast, 64 << 20, *layout(4, 2), cost_model::parse("host=12us:1Gbit/s"), 3)
           .kind == algorithm_kind::broadcast_chain);
   // reduce: the binomial tree to rank 0 crosses a link once per host where
-  // each host's ranks are in a row; where they alternate, the hierarchy.
+  // each host's ranks are in a row; where they alternate over a slow link,
+  // the hierarchy (the tree's first level sends half the ranks' buffers
+  // across at once).
   CHECK(chosen(op_code::reduce, 1 << 20, 4, 4) == algorithm_kind::reduce_binomial);
   CHECK(chosen(op_code::reduce, 1 << 20, 4, 1) == algorithm_kind::reduce_binomial);
   std::vector<std::string> alternating;
   for (int r = 0; r < 16; ++r) alternating.push_back(r % 2 ? "b" : "a");
   CHECK(
-      choose(op_code::reduce, 1 << 20, *group_topology::of_hosts(alternating), cost_model{}).kind ==
-      algorithm_kind::reduce_hier);
+      choose(op_code::reduce, 1 << 20, *group_topology::of_hosts(alternating),
+             cost_model::parse("host=60us:1Gbit/s"))
+          .kind == algorithm_kind::reduce_hier);
   // ... and, over a slow link, where the root's position makes the tree
   // cross three times (root 5 of 2 x 8: at masks 1, 4 and 8).
   const auto slow = cost_model::parse("host=60us:1Gbit/s");
@@ -99,10 +106,10 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::allgatherv, 4096 * 4, 1, 4096) == algorithm_kind::allgather_bruck);
   CHECK(chosen(op_code::allgatherv, std::uint64_t{64} << 20, 1, 16) ==
         algorithm_kind::allgather_ring);
-  // Small blocks on 2 hosts of 4 ranks: each host's blocks to its first
-  // rank, one exchange between those, the output back (Bruck's steps and
-  // the ring cross at every step, the striped columns 4 times at once).
-  CHECK(chosen(op_code::allgatherv, 8 * 16, 2, 4) == algorithm_kind::allgather_hier_leaders);
+  // Small blocks on 2 hosts of 4 ranks: the striped columns' exchanges
+  // side by side, then one step within each host (Bruck's steps and the
+  // ring cross at every step; the leaders add a step within each host).
+  CHECK(chosen(op_code::allgatherv, 8 * 16, 2, 4) == algorithm_kind::allgather_hier_striped);
   // alltoall (even splits): Bruck's log n steps for small blocks at many
   // ranks, the pairwise exchange (each byte sent once) for large blocks or few ranks.
   CHECK(chosen(op_code::alltoallv, 4096 * 4, 1, 4096) == algorithm_kind::alltoall_bruck);
