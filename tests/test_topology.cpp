@@ -82,10 +82,9 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   CHECK(chosen(op_code::reduce, 1 << 20, 4, 1) == algorithm_kind::reduce_binomial);
   std::vector<std::string> alternating;
   for (int r = 0; r < 16; ++r) alternating.push_back(r % 2 ? "b" : "a");
-  CHECK(
-      choose(op_code::reduce, 1 << 20, *group_topology::of_hosts(alternating),
-             cost_model::parse("host=60us:1Gbit/s"))
-          .kind == algorithm_kind::reduce_hier);
+  CHECK(choose(op_code::reduce, 1 << 20, *group_topology::of_hosts(alternating),
+               cost_model::parse("host=60us:1Gbit/s"))
+            .kind == algorithm_kind::reduce_hier);
   // ... and, over a slow link, where the root's position makes the tree
   // cross three times (root 5 of 2 x 8: at masks 1, 4 and 8).
   const auto slow = cost_model::parse("host=60us:1Gbit/s");
