@@ -22,6 +22,12 @@ constexpr auto liveness_period = std::chrono::milliseconds(5);
 constexpr auto scan_period = std::chrono::milliseconds(1);
 /// How long a rank that left waits to be named while no process is gone.
 constexpr auto left_grace = std::chrono::milliseconds(20);
+/// ... and while its goodbye through the data plane, which says why it
+/// left, has not come: its flag in the segment is seen at once, its goodbye
+/// once a reader thread read it (7 ranks over TCP on a loaded machine: a
+/// survivor named the rank that left after finding another unresponsive,
+/// not the unresponsive one, 20 ms after the flag).
+constexpr auto left_reason_grace = std::chrono::milliseconds(1000);
 
 bool process_gone(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
@@ -99,6 +105,7 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
     return {};
   }
   std::string left, gone;
+  bool reasonless = false;  // a rank that left whose goodbye has not come
   auto add = [](std::string& to, const std::string& s) { to += (to.empty() ? "" : "; ") + s; };
   unfinished_.clear();  // and still in the group: their processes are watched
   for (int r = 0; r < size(); ++r) {
@@ -106,10 +113,11 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
     if (r == rank_ || seg_->progress(r).done.load(std::memory_order_acquire) >= op) continue;
     // One that left said goodbye: that its process ended since is no crash.
     // Its goodbye to the data plane says why, e.g. after which rank failed.
-    if (seg_->identity(r).left.load(std::memory_order_acquire))
-      add(left, left_group(names_[static_cast<std::size_t>(r)], group_,
-                           rings_ ? rings_->left_reason(r) : std::string()));
-    else
+    if (seg_->identity(r).left.load(std::memory_order_acquire)) {
+      const auto why = rings_ ? rings_->left_reason(r) : std::string();
+      reasonless = reasonless || (rings_ && why.empty());
+      add(left, left_group(names_[static_cast<std::size_t>(r)], group_, why));
+    } else
       unfinished_.push_back(r);
   }
   const bool check_processes = !one_process_ && (now >= next_liveness_check_ || !left.empty());
@@ -133,7 +141,7 @@ std::string shm_medium::lost(std::uint64_t op, int, inline_clock::time_point now
     return {};
   }
   if (!left_seen_) left_seen_ = now;
-  return now - *left_seen_ >= left_grace ? left : std::string();
+  return now - *left_seen_ >= (reasonless ? left_reason_grace : left_grace) ? left : std::string();
 }
 
 }  // namespace troupe::detail
