@@ -55,9 +55,11 @@ std::string setting() {
 }
 
 constexpr std::int64_t exchange_floats = 2 << 20;  // 8 MiB each way
+constexpr std::int64_t cached_floats = 1 << 18;    // 1 MiB each way: in the cache
 // Small calls run slower for a while after a pause on virtual machines
 // (bench/bench_common.cpp's warm-up): a few hundred first, untimed.
-constexpr int warm_pings = 300, pings = 100, exchanges = 5, warm_barriers = 200, barriers = 50;
+constexpr int warm_pings = 300, pings = 100, exchanges = 5, warm_barriers = 100, barriers = 50,
+              warm_exchanges = 50, cached_exchanges = 20;
 
 /// On rank 0, `times` becomes each round's longest over `others` (each
 /// sends its own); the others send theirs.
@@ -73,6 +75,30 @@ void longest_at_rank0(process_group& pg, tensor& times, const std::vector<int>& 
       times.data_as<double>()[j] =
           std::max(times.data_as<double>()[j], theirs.data_as<double>()[j]);
   }
+}
+
+/// On rank 0, the median over `count` rounds of `round` (after `warm`
+/// untimed) of the longest any rank took, each round started by a barrier
+/// (as the benchmarks time a call); 0 on the others. Every rank runs it.
+template <class Round>
+double slowest_median(process_group& pg, int warm, int count, Round round) {
+  for (int i = 0; i < warm; ++i) {
+    pg.barrier().wait();
+    round();
+  }
+  auto took = tensor::zeros({count}, dtype::float64);
+  for (int i = 0; i < count; ++i) {
+    pg.barrier().wait();
+    const auto t = clock::now();
+    round();
+    took.data_as<double>()[i] = seconds_since(t);
+  }
+  std::vector<int> everyone_else;
+  for (int r = 1; r < pg.size(); ++r) everyone_else.push_back(r);
+  longest_at_rank0(pg, took, everyone_else);
+  return pg.rank() == 0
+             ? median(std::vector<double>(took.data_as<double>(), took.data_as<double>() + count))
+             : 0;
 }
 
 }  // namespace
@@ -115,11 +141,14 @@ std::string measure_link_costs(process_group& pg, const data_plane& plane, store
       pg.send(small, partner).wait();
     }
   };
-  auto exchange = [&] {
-    auto out = pg.send(big, partner), in = pg.recv(big_in, partner);
+  auto cached = tensor::zeros({cached_floats}, dtype::float32),
+       cached_in = tensor::zeros({cached_floats}, dtype::float32);
+  auto exchange_of = [&](tensor& out_buf, tensor& in_buf) {
+    auto out = pg.send(out_buf, partner), in = pg.recv(in_buf, partner);
     out.wait();
     in.wait();
   };
+  auto exchange = [&] { exchange_of(big, big_in); };
   link_sample sample;
   sample.bytes = static_cast<double>(exchange_floats) * 4;
   sample.pairs = k;
@@ -133,14 +162,20 @@ std::string measure_link_costs(process_group& pg, const data_plane& plane, store
       if (i >= warm_pings) trips.push_back(seconds_since(t));
     }
     sample.one_way = median(trips) / 2;
-    std::vector<double> pair;
-    for (int i = 0; i < 1 + exchanges; ++i) {  // the first warms the connection up
-      round_trip();                            // starts the two together (within one way)
-      const auto t = clock::now();
-      exchange();
-      if (i > 0) pair.push_back(seconds_since(t));
-    }
-    sample.pair = median(pair);  // as the benchmarks report a call's time
+    // Each exchange's median, as the benchmarks report a call's time.
+    auto exchanges_of = [&](tensor& out_buf, tensor& in_buf, int count) {
+      std::vector<double> pair;
+      for (int i = 0; i < 1 + count; ++i) {  // the first warms the connection up
+        round_trip();                        // starts the two together (within one way)
+        const auto t = clock::now();
+        exchange_of(out_buf, in_buf);
+        if (i > 0) pair.push_back(seconds_since(t));
+      }
+      return median(pair);
+    };
+    sample.pair = exchanges_of(big, big_in, exchanges);
+    sample.cached_bytes = static_cast<double>(cached_floats) * 4;
+    sample.pair_cached = exchanges_of(cached, cached_in, cached_exchanges);
   }
   if (k > 1) {
     // The pairs at once: each round lasts until the last pair is done (a
@@ -164,37 +199,42 @@ std::string measure_link_costs(process_group& pg, const data_plane& plane, store
   }
   // Every rank runs the same steps whatever its own setting says (only
   // rank 0's counts): the barriers also where rank 0 will not use them.
-  // Each timed one after a barrier, as long as its slowest rank took (as
-  // the benchmarks time a call).
-  for (int i = 0; i < warm_barriers; ++i) pg.barrier().wait();
-  auto waits = tensor::zeros({barriers}, dtype::float64);
-  for (int i = 0; i < barriers; ++i) {
-    pg.barrier().wait();
-    const auto t = clock::now();
-    pg.barrier().wait();
-    waits.data_as<double>()[i] = seconds_since(t);
-  }
-  std::vector<int> everyone_else;
-  for (int r = 1; r < n; ++r) everyone_else.push_back(r);
-  longest_at_rank0(pg, waits, everyone_else);
-  const double barrier =
-      median(std::vector<double>(waits.data_as<double>(), waits.data_as<double>() + barriers));
+  layout_sample layout;
+  layout.barrier = slowest_median(pg, warm_barriers, barriers, [&] { pg.barrier().wait(); });
+  // Every rank sending each other rank a float at once, as the pairwise
+  // alltoall's step: the work of each further message.
+  auto block = tensor::zeros({1}, dtype::float32);
+  std::vector<tensor> from(static_cast<std::size_t>(n));
+  for (auto& t : from) t = tensor::zeros({1}, dtype::float32);
+  layout.block = 4;
+  layout.alltoall = slowest_median(pg, warm_exchanges, barriers, [&] {
+    std::vector<work> pending;
+    for (int i = 1; i < n; ++i)
+      pending.push_back(
+          pg.recv(from[static_cast<std::size_t>((me + n - i) % n)], (me + n - i) % n));
+    for (int i = 1; i < n; ++i) pending.push_back(pg.send(block, (me + i) % n));
+    for (auto& w : pending) w.wait();
+  });
   const auto given = setting();
   const auto configured = cost_model::parse(given).with_sharing(plane.job_sharing().ranks_per_cpu);
   if (timer) {
     auto fitted = fit_link(configured, sample);
-    fitted = fit_sharing(fitted, *group_topology::of_hosts(hosts.host_of), barrier);
+    fitted = fit_sharing(fitted, *group_topology::of_hosts(hosts.host_of), layout);
     // The items given beside `measure` (rank 0's) win over what it measured.
     const auto text = cost_model::parse(given, fitted).to_text();
     if (debug)
-      std::fprintf(stderr,
-                   "[troupe rank 0] link measured at start between hosts '%s' and '%s': one way "
-                   "%.1f us; %.0f bytes each way in %.3f ms by one pair, %.3f ms by %d at once; "
-                   "a barrier of the world %.1f us; model: %s\n",
-                   hosts.host_of[0].c_str(),
-                   hosts.host_of[static_cast<std::size_t>(hosts.second[0])].c_str(),
-                   sample.one_way * 1e6, sample.bytes, sample.pair * 1e3,
-                   k > 1 ? sample.all * 1e3 : sample.pair * 1e3, k, barrier * 1e6, text.c_str());
+      std::fprintf(
+          stderr,
+          "[troupe rank 0] link measured at start between hosts '%s' and '%s': one way "
+          "%.1f us; %.0f bytes each way in %.3f ms by one pair (%.0f in %.3f), %.3f ms by %d "
+          "at once; "
+          "a barrier of the world %.1f us, a float from every rank to every other "
+          "%.1f us; model: %s\n",
+          hosts.host_of[0].c_str(),
+          hosts.host_of[static_cast<std::size_t>(hosts.second[0])].c_str(), sample.one_way * 1e6,
+          sample.bytes, sample.pair * 1e3, sample.cached_bytes, sample.pair_cached * 1e3,
+          k > 1 ? sample.all * 1e3 : sample.pair * 1e3, k, layout.barrier * 1e6,
+          layout.alltoall * 1e6, text.c_str());
     s.set(key, text);
   }
   rdv.wait_for(

@@ -42,6 +42,8 @@
 #include <vector>
 
 #include "algorithms/cost_fit.hpp"
+#include "algorithms/topology.hpp"
+#include "api/layout_model.hpp"
 #include "bench_common.hpp"
 #include "troupe/simulation.hpp"
 
@@ -346,50 +348,28 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
       alltoall_bytes = r.bytes;
   const double alltoall = lowest_of("alltoall", t.ranks(), alltoall_bytes, false) * 1e-6;
   const troupe::testing::host_layout layout{t.hosts, t.per_host, t.cpus_per_host};
-  // The work of each further message between hosts in a step (overhead),
-  // at which the model's time for that alltoall under `terms` is the one
-  // measured.
-  auto fit_overhead = [&](const std::string& terms) {
-    const char* before = std::getenv("TROUPE_ALGORITHMS");
-    const std::string kept = before ? before : "";
-    ::setenv("TROUPE_ALGORITHMS", "alltoall=pairwise", 1);
-    const double o = solve_for(
-        [&](double v) {
-          return troupe::testing::predict("alltoall", alltoall_bytes, layout,
-                                          terms + ",overhead=" + fmt("%.4f", v * 1e6) + "us")
-              .seconds;
-        },
-        alltoall, 0, 0.01, false);
-    before ? ::setenv("TROUPE_ALGORITHMS", kept.c_str(), 1) : ::unsetenv("TROUPE_ALGORITHMS");
-    return o;
-  };
-  auto overhead_term = [&](double o) {
-    return std::isnan(o) ? std::string() : ",overhead=" + fmt("%.2f", o * 1e6) + "us";
-  };
-  double overhead = NAN;
-  if (t.cpus_per_host > 0 && t.cpus_per_host < t.per_host) {
-    // Each hop's wait for its receiver's CPU, at which the barrier (every
-    // rank receiving in each round) takes what it measured; no further
-    // turn for a step's further receivers (cost_fit.hpp, fit_sharing).
-    // The barrier's rounds send further messages between hosts too, and
-    // the alltoall waits its hop: the two fitted in turn until each prices
-    // what it measured.
-    const double barrier = measured("barrier", t.ranks(), 0) * 1e-6;
-    double hop = 0;
-    for (int round = 0; round < (std::isnan(alltoall) ? 1 : 12); ++round) {
-      const std::string fixed = costs + overhead_term(overhead);
-      hop = solve_for(
-          [&](double h) {
-            return troupe::testing::predict(
-                       "barrier", 0, layout,
-                       fixed + ",hop_wait=" + fmt("%.4f", h * 1e6) + "us,shared_wait=0")
-                .seconds;
-          },
-          barrier, 0, 0.01, false);
-      if (!std::isnan(alltoall))
-        overhead = fit_overhead(costs + ",hop_wait=" + fmt("%.4f", hop * 1e6) + "us,shared_wait=0");
+  // Each hop's wait for its receiver's CPU where ranks share CPUs (the
+  // barrier: every rank receiving in each round), and the work of each
+  // further message between hosts (the alltoall), as a world's `measure`
+  // fits them (cost_fit.hpp, fit_sharing).
+  const bool sharing = t.cpus_per_host > 0 && t.cpus_per_host < t.per_host;
+  {
+    std::vector<std::string> names;
+    for (int r = 0; r < t.ranks(); ++r) names.push_back(std::to_string(r / t.per_host));
+    troupe::detail::layout_sample sample;
+    if (sharing) sample.barrier = measured("barrier", t.ranks(), 0) * 1e-6;
+    if (!std::isnan(alltoall)) {
+      sample.alltoall = alltoall;
+      sample.block = double(alltoall_bytes) / t.ranks();
     }
-    costs += ",hop_wait=" + fmt("%.2f", hop * 1e6) + "us,shared_wait=0";
+    const auto fitted =
+        troupe::detail::fit_sharing(troupe::detail::layout_model(layout, costs, "--fit"),
+                                    *troupe::detail::group_topology::of_hosts(names), sample);
+    if (sharing) costs += ",hop_wait=" + fmt("%.2f", fitted.hop_wait * 1e6) + "us,shared_wait=0";
+    if (!std::isnan(alltoall))
+      costs += ",overhead=" + fmt("%.2f", fitted.host.overhead * 1e6) + "us";
+  }
+  if (sharing) {
     // The CPU a waiting rank takes from a working one (wait_share), at
     // which the model's one-way 16 MiB send between two hosts of the layout
     // (rank 0 and rank n / 2, the others waiting) takes what the layout's
@@ -407,10 +387,7 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
           one_way * 1e-6, 0, 1, false);
       costs += ",wait_share=" + fmt("%.3f", share);
     }
-  } else if (!std::isnan(alltoall)) {
-    overhead = fit_overhead(costs);
   }
-  costs += overhead_term(overhead);
   return costs;
 }
 

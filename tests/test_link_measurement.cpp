@@ -93,14 +93,61 @@ TEST_CASE("the link's terms come back from the times they give") {
     const double barrier = predict_fixed(op_code::barrier, 0, *t, m).seconds;
     m.shared_wait = 2.3;
     m.hop_wait = -1;
-    const auto fitted = fit_sharing(m, *t, barrier);
+    const auto fitted = fit_sharing(m, *t, {barrier});
     CHECK(fitted.hop_wait == test::relative(40e-6).epsilon(0.01));
     CHECK(fitted.shared_wait == 0);
+    CHECK(fitted.host.overhead == m.host.overhead);  // no alltoall measured
     CHECK(predict_fixed(op_code::barrier, 0, *t, fitted).seconds ==
           test::relative(barrier).epsilon(0.001));
     m.ranks_per_cpu = 1;  // a CPU each: nothing to fit
-    CHECK(fit_sharing(m, *t, barrier).hop_wait < 0);
-    CHECK(fit_sharing(m, *t, barrier).shared_wait == test::relative(2.3));
+    CHECK(fit_sharing(m, *t, {barrier}).hop_wait < 0);
+    CHECK(fit_sharing(m, *t, {barrier}).shared_wait == test::relative(2.3));
+  }
+  SUBCASE("the barrier and the alltoall give hop_wait and overhead together") {
+    // 4 hosts x 2 ranks sharing a CPU each: the barrier's rounds send
+    // further messages and the alltoall waits its hops, so neither term
+    // comes back alone.
+    cost_model truth;
+    truth.ranks_per_cpu = 2;
+    truth.shared_wait = 0;
+    truth.hop_wait = 300e-6;
+    truth.host.overhead = 80e-6;
+    const auto t = group_topology::of_hosts({"a", "a", "b", "b", "c", "c", "d", "d"});
+    layout_sample s;
+    s.barrier = predict_fixed(op_code::barrier, 0, *t, truth).seconds;
+    s.alltoall = predict(algorithm_kind::alltoall_pairwise, 4 * 8, *t, truth);
+    cost_model start;
+    start.ranks_per_cpu = 2;
+    const auto fitted = fit_sharing(start, *t, s);
+    CHECK(fitted.hop_wait == test::relative(300e-6).epsilon(0.01));
+    CHECK(fitted.host.overhead == test::relative(80e-6).epsilon(0.01));
+    CHECK(fitted.shared_wait == 0);
+    SUBCASE("a CPU each: the overhead alone") {
+      truth.ranks_per_cpu = start.ranks_per_cpu = 1;
+      s.alltoall = predict(algorithm_kind::alltoall_pairwise, 4 * 8, *t, truth);
+      const auto alone = fit_sharing(start, *t, s);
+      CHECK(alone.host.overhead == test::relative(80e-6).epsilon(0.01));
+      CHECK(alone.hop_wait < 0);
+      CHECK(alone.shared_wait == test::relative(2.3));
+    }
+  }
+  SUBCASE("the pair's exchange in the cache gives the cached rate, where the CPUs are the limit") {
+    cost_model truth;
+    truth.host = {25e-6, 1e10, truth.host.overhead};
+    truth.cpu_rate = 2e9;
+    auto s = sample_of(truth, 2, 2);
+    cost_model cached = truth;
+    cached.cpu_rate = 5e9;  // what of_call makes of cpu_cached=5GB/s
+    s.cached_bytes = 1 << 20;
+    s.pair_cached = exchange_time(cached, 2, 1, s.cached_bytes);
+    CHECK(fit_link(base, s).cpu_cached_rate == test::relative(5e9).epsilon(0.01));
+    // A link slower than the CPUs takes the cached exchange's time: unset.
+    truth.host.bandwidth = 125e6;
+    s = sample_of(truth, 2, 2);
+    cached.host.bandwidth = 125e6;
+    s.cached_bytes = 1 << 20;
+    s.pair_cached = exchange_time(cached, 2, 1, s.cached_bytes);
+    CHECK(fit_link(base, s).cpu_cached_rate == 0);
   }
   SUBCASE("a time that is not positive is refused, naming it") {
     auto s = sample_of(cost_model{}, 2, 2);
@@ -210,7 +257,9 @@ TEST_CASE("a world across hosts measures its link at start; every rank chooses b
                  test::expect(r, m.ranks_per_cpu == 2, "ranks_per_cpu as given") &&
                  test::expect(r, m.local.latency == test::relative(4e-6), "local as given") &&
                  test::expect(r, m.hop_wait >= 0 && m.hop_wait <= 0.01, "hop_wait") &&
-                 test::expect(r, m.shared_wait == 0, "shared_wait") && allreduce_right(w, 70001);
+                 test::expect(r, m.shared_wait == 0, "shared_wait") &&
+                 test::expect(r, m.host.overhead >= 0 && m.host.overhead <= 0.01, "overhead") &&
+                 allreduce_right(w, 70001);
         });
   }
   SUBCASE("one rank on each of 2 hosts") {
