@@ -353,6 +353,7 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
   // further message between hosts (the alltoall), as a world's `measure`
   // fits them (cost_fit.hpp, fit_sharing).
   const bool sharing = t.cpus_per_host > 0 && t.cpus_per_host < t.per_host;
+  std::string overhead;  // last, as before the two were fitted together
   {
     std::vector<std::string> names;
     for (int r = 0; r < t.ranks(); ++r) names.push_back(std::to_string(r / t.per_host));
@@ -367,7 +368,7 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
                                     *troupe::detail::group_topology::of_hosts(names), sample);
     if (sharing) costs += ",hop_wait=" + fmt("%.2f", fitted.hop_wait * 1e6) + "us,shared_wait=0";
     if (!std::isnan(alltoall))
-      costs += ",overhead=" + fmt("%.2f", fitted.host.overhead * 1e6) + "us";
+      overhead = ",overhead=" + fmt("%.2f", fitted.host.overhead * 1e6) + "us";
   }
   if (sharing) {
     // The CPU a waiting rank takes from a working one (wait_share), at
@@ -388,7 +389,7 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t) 
       costs += ",wait_share=" + fmt("%.3f", share);
     }
   }
-  return costs;
+  return costs + overhead;
 }
 
 void print_targets(const topology& t) {
