@@ -26,7 +26,11 @@ namespace {
 constexpr std::size_t longest_reason = 2000;
 
 std::string cut(const std::string& why) {
-  return why.size() > longest_reason ? why.substr(0, longest_reason) + " ..." : why;
+  if (why.size() <= longest_reason) return why;
+  std::string shorter;
+  shorter.reserve(longest_reason + 4);  // (GCC 12 warns falsely where it starts short)
+  shorter.append(why, 0, longest_reason).append(" ...");
+  return shorter;
 }
 
 bool process_ended(int pidfd) {
