@@ -258,6 +258,8 @@ double priced(algorithm_kind kind, std::uint64_t bytes_in, const group_topology&
                              hier_segments(bytes_in, slicing));
     case algorithm_kind::reduce_binomial:
       return binomial_reduce(t, m, bytes, root);
+    case algorithm_kind::reduce_chain:
+      return chain_reduce(t, m, bytes, root);
     case algorithm_kind::reduce_hier:
       // Each host's ranks to its leader, which reduces them; then the
       // leaders' binomial reduction, one per host.
@@ -350,6 +352,9 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       break;
     case op_code::reduce:
       candidates = {algorithm_kind::reduce_binomial, algorithm_kind::reduce_hier};
+      // As the broadcast's chain, reversed (each rank reduces a segment while
+      // the next travels): large buffers across 3 or more hosts.
+      if (n >= 3) candidates.push_back(algorithm_kind::reduce_chain);
       break;
     case op_code::reduce_scatterv:
       candidates = {algorithm_kind::reduce_scatter_ring};

@@ -234,6 +234,7 @@ enum class algorithm_kind : std::uint8_t {
   allgather_hier_leaders,
   reduce_binomial,
   reduce_hier,
+  reduce_chain,
   alltoall_pairwise,
   alltoall_bruck,
   reduce_scatter_ring,

@@ -195,6 +195,23 @@ double chain_broadcast(const group_topology& t, const cost_model& m, double byte
   return (n - 2 + segs) * stage;
 }
 
+double chain_reduce(const group_topology& t, const cost_model& m, double bytes, int root) {
+  const int n = t.size();
+  if (n < 2) return 0;
+  const auto order = chain_order(t, n, root);
+  std::vector<int> toward_root(static_cast<std::size_t>(n), -1);
+  for (int p = 1; p < n; ++p)
+    toward_root[static_cast<std::size_t>(order[static_cast<std::size_t>(p)])] =
+        order[static_cast<std::size_t>(p - 1)];
+  const int segs = chain_segments(static_cast<std::uint64_t>(bytes), n);
+  const double segment = bytes / segs;
+  const double stage = segment / reducing(t, m) +
+                       step_time(
+                           t, m, [&](int r) { return toward_root[static_cast<std::size_t>(r)]; },
+                           [&](int) { return segment; });
+  return (n - 2 + segs) * stage;
+}
+
 double rooted_direct(const group_topology& t, const cost_model& m, double block, bool root_sends) {
   const int n = t.size();
   int local = 0, remote = 0;

@@ -66,6 +66,9 @@ double scatter_allgather_broadcast(const group_topology& t, const cost_model& m,
 /// further segment, the slowest of the chain's links (and CPUs) bounding
 /// each.
 double chain_broadcast(const group_topology& t, const cost_model& m, double bytes, int root);
+/// reduce_chain's pipeline: chain_broadcast's reversed, each step's
+/// segment also reduced by its receiver.
+double chain_reduce(const group_topology& t, const cost_model& m, double bytes, int root);
 
 /// Rank 0 exchanging `block` bytes with every other rank at once (gather's
 /// and scatter's direct algorithms: the root receives them or, where

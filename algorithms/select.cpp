@@ -14,7 +14,8 @@
 //                    (blocks of one size; recursive doubling: 2^k ranks),
 //                    or across hosts hier striped (as many ranks on each) /
 //                    leaders
-//   reduce           binomial, or hier across hosts
+//   reduce           binomial, a pipelined chain (host by host), or hier
+//                    across hosts
 //   gather           direct         scatter  direct
 //   reduce_scatter   ring (host by host), or recursive halving, or across
 //                    hosts hier striped (as many ranks on each) / leaders
@@ -46,6 +47,7 @@ std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_broadcast_scatter_allgather();
 std::unique_ptr<algorithm> make_broadcast_hier();
 std::unique_ptr<algorithm> make_broadcast_chain();
+std::unique_ptr<algorithm> make_reduce_chain();
 std::unique_ptr<algorithm> make_reduce_hier();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
@@ -88,6 +90,8 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cos
       return make_broadcast_hier();
     case algorithm_kind::broadcast_chain:
       return make_broadcast_chain();
+    case algorithm_kind::reduce_chain:
+      return make_reduce_chain();
     case algorithm_kind::reduce_binomial:
       return make_reduce_binomial();
     case algorithm_kind::reduce_hier:
@@ -173,6 +177,7 @@ forced parse_forced(const std::string& text) {
         {"allgather", op_code::allgatherv, "hier_leaders", algorithm_kind::allgather_hier_leaders},
         {"reduce", op_code::reduce, "binomial", algorithm_kind::reduce_binomial},
         {"reduce", op_code::reduce, "hier", algorithm_kind::reduce_hier},
+        {"reduce", op_code::reduce, "chain", algorithm_kind::reduce_chain},
         {"reduce_scatter", op_code::reduce_scatterv, "ring", algorithm_kind::reduce_scatter_ring},
         {"reduce_scatter", op_code::reduce_scatterv, "halving",
          algorithm_kind::reduce_scatter_halving},
@@ -195,7 +200,7 @@ forced parse_forced(const std::string& text) {
                       "rabenseifner|hier_striped|hier_leaders, "
                       "broadcast=binomial|scatter_allgather|hier|chain, "
                       "allgather=ring|bruck|recursive_doubling|hier_striped|hier_leaders, "
-                      "reduce=binomial|hier, "
+                      "reduce=binomial|hier|chain, "
                       "reduce_scatter=ring|halving|hier_striped|hier_leaders, "
                       "alltoall=pairwise|bruck)");
   }

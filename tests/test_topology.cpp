@@ -78,7 +78,7 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
   // each host's ranks are in a row; where they alternate over a slow link,
   // the hierarchy (the tree's first level sends half the ranks' buffers
   // across at once).
-  CHECK(chosen(op_code::reduce, 1 << 20, 4, 4) == algorithm_kind::reduce_binomial);
+  CHECK(chosen(op_code::reduce, 64 << 10, 4, 4) == algorithm_kind::reduce_binomial);
   CHECK(chosen(op_code::reduce, 1 << 20, 4, 1) == algorithm_kind::reduce_binomial);
   std::vector<std::string> alternating;
   for (int r = 0; r < 16; ++r) alternating.push_back(r % 2 ? "b" : "a");
@@ -92,6 +92,16 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
         algorithm_kind::reduce_binomial);
   CHECK(choose(op_code::reduce, 1 << 20, *layout(2, 8), slow, 5).kind ==
         algorithm_kind::reduce_hier);
+  // ... and a large buffer across 3 or more hosts, the pipelined chain
+  // toward the root: each host's link carries it once each way, where the
+  // tree's root host receives it once per level of hosts.
+  // (Measured on 4 emulated hosts x 2 ranks at 1 Gbit/s: 1 MiB 9.5 ms, the
+  // tree 18.8; 64 MiB 590 ms, the tree 1244, the hierarchy 1332.)
+  CHECK(chosen(op_code::reduce, 1 << 20, 4, 4) == algorithm_kind::reduce_chain);
+  CHECK(chosen(op_code::reduce, 64 << 20, 4, 4) == algorithm_kind::reduce_chain);
+  CHECK(choose(op_code::reduce, 64 << 20, *layout(4, 2), slow, 3).kind ==
+        algorithm_kind::reduce_chain);
+  CHECK(choose(op_code::reduce, 4, *layout(4, 2), slow, 3).kind != algorithm_kind::reduce_chain);
   // Broadcast at many ranks: the tree for small buffers, scatter and
   // allgather (2N bytes per rank, not log n times N at the root) for large.
   CHECK(chosen(op_code::broadcast, 4, 1, 4096) == algorithm_kind::broadcast_binomial);
@@ -1032,8 +1042,8 @@ TEST_CASE("the striped hierarchy in slices: every op, folds and empty slices") {
 }
 
 TEST_CASE("reduce across emulated hosts, each algorithm, to every root") {
-  for (const char* algorithm :
-       std::initializer_list<const char*>{"reduce=hier", "reduce=binomial", nullptr})
+  for (const char* algorithm : std::initializer_list<const char*>{"reduce=hier", "reduce=binomial",
+                                                                  "reduce=chain", nullptr})
     for (const auto& hosts :
          std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
                                                {"a", "b", "a", "b", "c"},
@@ -1060,34 +1070,93 @@ TEST_CASE("the chain's order: the root, its host's other ranks, then host after 
   CHECK(chain_segments(std::uint64_t{1} << 20, 8) == 16);
 }
 
-TEST_CASE("the chain's broadcast in one process: 1 to 7 ranks, every root, several segments") {
+namespace {
+
+/// `forced` (a chain) on 1, 2, 3, 4 and 7 ranks in one process: `call(w,
+/// len, root)` for 0 and 1 element and 300,001 (1.2 MB: 5 to 19 segments),
+/// to or from every root, then `after(w)`.
+template <class Call, class After>
+void chain_cases(const char* forced, Call call, After after) {
   test::scoped_env engine{"TROUPE_ENGINE", "messages"};
-  test::scoped_env forced{"TROUPE_ALGORITHMS", "broadcast=chain"};
-  CHECK(chosen_algorithm(op_code::broadcast, 64, *layout(1, 3), cost_model{}) ==
-        algorithm_kind::broadcast_chain);
+  test::scoped_env algorithms{"TROUPE_ALGORITHMS", forced};
   for (int n : {1, 2, 3, 4, 7}) {
     CAPTURE(n);
-    testing::run_ranks(n, [n](world& w) {
-      const int r = w.rank();
-      // 0 and 1 element, and 300,001 (1.2 MB: 5 to 19 segments).
+    testing::run_ranks(n, [&](world& w) {
       for (std::int64_t len : {std::int64_t{0}, std::int64_t{1}, std::int64_t{300001}})
         for (int root = 0; root < n; ++root) {
           CAPTURE(len);
           CAPTURE(root);
-          auto t = tensor::empty({len}, dtype::int64);
-          for (std::int64_t i = 0; i < len; ++i)
-            t.data_as<std::int64_t>()[i] = r == root ? 1000 * root + 3 * i : -1;
-          w.default_group().broadcast(t, root).wait();
-          bool same = true;
-          for (std::int64_t i = 0; i < len; ++i)
-            same &= t.data_as<std::int64_t>()[i] == 1000 * root + 3 * i;
-          CHECK(same);
-          // The root may write its buffer as soon as its call returned.
-          if (r == root)
-            for (std::int64_t i = 0; i < len; ++i) t.data_as<std::int64_t>()[i] = -7;
+          call(w, len, root);
         }
+      after(w);
     });
   }
+}
+
+}  // namespace
+
+TEST_CASE("the chain's broadcast in one process: 1 to 7 ranks, every root, several segments") {
+  {
+    test::scoped_env forced{"TROUPE_ALGORITHMS", "broadcast=chain"};
+    CHECK(chosen_algorithm(op_code::broadcast, 64, *layout(1, 3), cost_model{}) ==
+          algorithm_kind::broadcast_chain);
+  }
+  chain_cases(
+      "broadcast=chain",
+      [](world& w, std::int64_t len, int root) {
+        const int r = w.rank();
+        auto t = tensor::empty({len}, dtype::int64);
+        for (std::int64_t i = 0; i < len; ++i)
+          t.data_as<std::int64_t>()[i] = r == root ? 1000 * root + 3 * i : -1;
+        w.default_group().broadcast(t, root).wait();
+        bool same = true;
+        for (std::int64_t i = 0; i < len; ++i)
+          same &= t.data_as<std::int64_t>()[i] == 1000 * root + 3 * i;
+        CHECK(same);
+        // The root may write its buffer as soon as its call returned.
+        if (r == root)
+          for (std::int64_t i = 0; i < len; ++i) t.data_as<std::int64_t>()[i] = -7;
+      },
+      [](world&) {});
+}
+
+TEST_CASE("the chain's reduce in one process: 1 to 7 ranks, every root, several segments") {
+  {
+    test::scoped_env forced{"TROUPE_ALGORITHMS", "reduce=chain"};
+    CHECK(chosen_algorithm(op_code::reduce, 64, *layout(1, 3), cost_model{}) ==
+          algorithm_kind::reduce_chain);
+  }
+  chain_cases(
+      "reduce=chain",
+      [](world& w, std::int64_t len, int root) {
+        const int r = w.rank();
+        const std::int64_t n = w.size();
+        auto t = tensor::empty({len}, dtype::int64);
+        for (std::int64_t i = 0; i < len; ++i)
+          t.data_as<std::int64_t>()[i] = 1000 * (r + 1) + 3 * i;
+        w.default_group().reduce(t, {.op = reduce_op::SUM, .root_rank = root}).wait();
+        bool right = true;
+        for (std::int64_t i = 0; i < len; ++i)
+          right &= t.data_as<std::int64_t>()[i] ==
+                   (r == root ? 1000 * (n * (n + 1) / 2) + 3 * i * n : 1000 * (r + 1) + 3 * i);
+        CHECK(right);
+        // Every rank may write its buffer as soon as its call returned.
+        for (std::int64_t i = 0; i < len; ++i) t.data_as<std::int64_t>()[i] = -7;
+      },
+      [](world& w) {
+        // AVG and PREMUL_SUM: scaled once, divided once, at the root.
+        const int r = w.rank(), n = w.size();
+        auto a = tensor::from_vector<double>({double(r), 2.0 * r});
+        w.default_group().reduce(a, {.op = reduce_op::AVG, .root_rank = n - 1}).wait();
+        if (r == n - 1)
+          CHECK(a.to_vector<double>() == std::vector<double>{(n - 1) / 2.0, double(n - 1)});
+        else
+          CHECK(a.to_vector<double>() == std::vector<double>{double(r), 2.0 * r});
+        auto p = tensor::from_vector<double>({1.0, double(r)});
+        w.default_group().reduce(p, {.op = reduce_op::premul_sum(0.5), .root_rank = 0}).wait();
+        if (r == 0)
+          CHECK(p.to_vector<double>() == std::vector<double>{0.5 * n, 0.25 * n * (n - 1)});
+      });
 }
 
 TEST_CASE("recursive doubling's allgather in one process: 4 and 8 ranks, buffers reused at once") {
