@@ -62,12 +62,12 @@ double scatter_allgather_broadcast(const group_topology& t, const cost_model& m,
 
 /// broadcast_chain's pipeline: its segments (chain_segments) pass down
 /// the chain from `root` (chain_order), every rank forwarding one while the
-/// next arrives: the first segment's ranks - 1 hops, then a step for each
-/// further segment, the slowest of the chain's links (and CPUs) bounding
-/// each.
+/// next arrives: the first segment's hops one after another, then a
+/// further segment each time the chain's busiest link or CPU has moved one
+/// (its latencies hidden then).
 double chain_broadcast(const group_topology& t, const cost_model& m, double bytes, int root);
-/// reduce_chain's pipeline: chain_broadcast's reversed, each step's
-/// segment also reduced by its receiver.
+/// reduce_chain's pipeline: chain_broadcast's reversed, each segment also
+/// reduced by each rank it reaches.
 double chain_reduce(const group_topology& t, const cost_model& m, double bytes, int root);
 
 /// Rank 0 exchanging `block` bytes with every other rank at once (gather's
