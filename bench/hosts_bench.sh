@@ -18,7 +18,7 @@
 # --link: each host's link rate, as tc writes it (1gbit, 100mbit; default
 # 1gbit), or none (unshaped veth pairs through a bridge: the CPUs are the
 # limit). --ops: the collectives (default the five above; every worker's op
-# runs, but the link's bound is printed for these five). --quick stops at
+# runs, but the link's bound is printed for these five and reduce). --quick stops at
 # 1 MiB. --repeat K (default 2): every system K times, one round after
 # another; the report keeps each cell's lower median. --no-build uses the
 # build as it is (default: configure and build what is missing, as

@@ -21,6 +21,7 @@
 // rank) over H hosts of R ranks:
 //   allreduce       2(H-1)/H x N  (reduce-scatter + allgather between hosts)
 //   broadcast       N             (every other host receives the whole buffer)
+//   reduce          N             (every other host sends its partial sum once)
 //   allgather       (H-1)/H x N   (each host receives the other hosts' blocks)
 //   reduce_scatter  (H-1)/H x N   (each host receives its blocks' partial sums)
 //   alltoall        R(H-1)/H x N  (every rank's blocks for other hosts; nothing combines)
@@ -83,7 +84,7 @@ double parse_rate(const std::string& s) {
 double link_bytes(const std::string& op, std::size_t bytes, const topology& t) {
   const double n = double(bytes), h = t.hosts;
   if (op == "allreduce") return 2 * (h - 1) / h * n;
-  if (op == "broadcast") return n;
+  if (op == "broadcast" || op == "reduce") return n;
   if (op == "allgather" || op == "reduce_scatter") return (h - 1) / h * n;
   if (op == "alltoall") return t.per_host * (h - 1) / h * n;
   return 0;
@@ -173,9 +174,9 @@ void print_legend(const topology& t) {
     std::printf(
         "link bound: the bytes each host must move across its link (%s, full duplex) when\n"
         "  each host's data crosses once, at the link's rate: allreduce 2(H-1)/H x N (a\n"
-        "  reduce-scatter + allgather between hosts, done once per host), broadcast N,\n"
-        "  allgather and reduce_scatter (H-1)/H x N, alltoall R(H-1)/H x N (H hosts, R\n"
-        "  ranks each, N the size). 'of bound' = bound / time: 1 is the link's rate;\n"
+        "  reduce-scatter + allgather between hosts, done once per host), broadcast and\n"
+        "  reduce N, allgather and reduce_scatter (H-1)/H x N, alltoall R(H-1)/H x N (H\n"
+        "  hosts, R ranks each, N the size). 'of bound' = bound / time: 1 is the link's rate;\n"
         "  TCP/IP headers over a 1500-byte MTU leave about 0.95 of it to the payload.\n"
         "  The shaper's bucket holds 1 ms at the rate (at least 64 KiB): a burst that size\n"
         "  passes at once, so below about 1 MiB a transfer can beat the bound.\n",
@@ -216,7 +217,7 @@ void print_model(const topology& t) {
   std::printf("%-10s %8s | %-26s %12s %12s %8s\n", "op", "size", "algorithm (model's choice)",
               "predicted", "measured", "meas/pred");
   int within = 0, compared = 0;
-  for (const char* op : {"allreduce", "broadcast", "allgather", "reduce_scatter"}) {
+  for (const char* op : {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"}) {
     auto rows = cells.find(op);
     if (rows == cells.end()) continue;
     for (const auto& [bytes, row] : rows->second) {
