@@ -341,8 +341,12 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       candidates.push_back(algorithm_kind::broadcast_hier);
       // The chain carries the buffer once through each host's link (the
       // others up to log2(hosts) or 1.6 times out of the root's), paying
-      // n - 1 hops of fill: large buffers across 3 or more hosts.
-      if (n >= 3) candidates.push_back(algorithm_kind::broadcast_chain);
+      // n - 1 hops of fill: large buffers across hosts. Within one host its
+      // hops through the shared-memory rings each copy every byte twice on
+      // CPUs the ranks share, which the model does not price (4 ranks on 2
+      // CPUs, TROUPE_ENGINE=messages: 1 MiB 585 us, the tree 343; 16 MiB
+      // 12.7 ms, 8.1; 64 MiB 52 both): groups across hosts only.
+      if (n >= 3 && t.hosts() >= 2) candidates.push_back(algorithm_kind::broadcast_chain);
       break;
     case op_code::allgatherv:
       candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};
@@ -353,8 +357,9 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
     case op_code::reduce:
       candidates = {algorithm_kind::reduce_binomial, algorithm_kind::reduce_hier};
       // As the broadcast's chain, reversed (each rank reduces a segment while
-      // the next travels): large buffers across 3 or more hosts.
-      if (n >= 3) candidates.push_back(algorithm_kind::reduce_chain);
+      // the next travels): large buffers across hosts (within one, as the
+      // broadcast's: 4 ranks on 2 CPUs, 64 MiB 78 ms, the tree 67).
+      if (n >= 3 && t.hosts() >= 2) candidates.push_back(algorithm_kind::reduce_chain);
       break;
     case op_code::reduce_scatterv:
       candidates = {algorithm_kind::reduce_scatter_ring};
