@@ -236,7 +236,9 @@ double priced(algorithm_kind kind, std::uint64_t bytes_in, const group_topology&
     case algorithm_kind::broadcast_scatter_allgather:
       return scatter_allgather_broadcast(t, m, bytes);
     case algorithm_kind::broadcast_chain:
-      return chain_broadcast(t, m, bytes, root);
+      return chain_broadcast(t, m, bytes, root, false);
+    case algorithm_kind::broadcast_chain_leaders:
+      return chain_broadcast(t, m, bytes, root, true);
     case algorithm_kind::broadcast_hier: {
       const std::vector<std::string> one_host(static_cast<std::size_t>(per_host), "h");
       return binomial_broadcast(*one_rank_each(hosts), leader, bytes,
@@ -301,6 +303,7 @@ bool runs_on(algorithm_kind k, const group_topology& t) {
     case algorithm_kind::allgather_hier_leaders:
     case algorithm_kind::reduce_scatter_hier_leaders:
     case algorithm_kind::broadcast_hier:
+    case algorithm_kind::broadcast_chain_leaders:
     case algorithm_kind::reduce_hier:
       return hosts;
     case algorithm_kind::allreduce_direct:
@@ -346,7 +349,9 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       // CPUs the ranks share, which the model does not price (4 ranks on 2
       // CPUs, TROUPE_ENGINE=messages: 1 MiB 585 us, the tree 343; 16 MiB
       // 12.7 ms, 8.1; 64 MiB 52 both): groups across hosts only.
-      if (n >= 3 && t.hosts() >= 2) candidates.push_back(algorithm_kind::broadcast_chain);
+      if (n >= 3 && t.hosts() >= 2)
+        candidates.insert(candidates.end(), {algorithm_kind::broadcast_chain,
+                                             algorithm_kind::broadcast_chain_leaders});
       break;
     case op_code::allgatherv:
       candidates = {algorithm_kind::allgather_ring, algorithm_kind::allgather_bruck};

@@ -301,6 +301,8 @@ const char* to_string(algorithm_kind k) noexcept {
       return "broadcast_hier";
     case algorithm_kind::broadcast_chain:
       return "broadcast_chain";
+    case algorithm_kind::broadcast_chain_leaders:
+      return "broadcast_chain (leaders)";
     case algorithm_kind::reduce_chain:
       return "reduce_chain";
     case algorithm_kind::allgather_ring:

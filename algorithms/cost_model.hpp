@@ -227,6 +227,7 @@ enum class algorithm_kind : std::uint8_t {
   broadcast_scatter_allgather,
   broadcast_hier,
   broadcast_chain,
+  broadcast_chain_leaders,
   allgather_ring,
   allgather_bruck,
   allgather_recursive_doubling,

@@ -182,69 +182,81 @@ double scatter_allgather_broadcast(const group_topology& t, const cost_model& m,
 
 namespace {
 
-/// A chain's pipeline along chain_order(t, n, root): its segments pass from
-/// each rank to the next (toward the root where `to_root`), each rank also
-/// doing `work` seconds per byte of a segment (a reduce's). The first
-/// segment's hops one after another (the fill: each a lone transfer, within
-/// a host or across hosts), then a further segment each time the busiest
-/// link or CPU of the chain, all of it busy, has moved one: the latencies
-/// and the waits for the CPUs overlap the transfers then (measured on 4
+/// A chain's pipeline (broadcast_chain, reduce_chain) over chain_links(t,
+/// n, root, through_leaders): its segments pass from each rank to its
+/// children (toward the root where `to_root`), each rank also doing `work`
+/// seconds per byte of a segment (a reduce's). The first segment's hops one
+/// after another down the longest path (the fill: each a lone transfer,
+/// within a host or across hosts), then a further segment each time the
+/// busiest link or CPU, all of them busy, has moved one: the latencies and
+/// the waits for the CPUs overlap the transfers then (measured on 4
 /// emulated hosts x 2 ranks at 1 Gbit/s: 64 MiB's 64 segments took 590 ms
 /// where their bytes take 565 at the link's rate; pricing each segment its
-/// hop's latency and hop_wait on top gave 698).
+/// hop's latency and hop_wait on top gave 698). A rank with several
+/// children copies each further one's segment into the local rings.
 double chain_pipeline(const group_topology& t, const cost_model& m, double bytes, int root,
-                      bool to_root, double work) {
+                      bool through_leaders, bool to_root, double work) {
   const int n = t.size();
   if (n < 2) return 0;
-  const auto order = chain_order(t, n, root);
-  std::vector<int> to(static_cast<std::size_t>(n), -1);
+  const auto links = chain_links(t, n, root, through_leaders);
+  auto parent = [&](int r) { return links.parent[static_cast<std::size_t>(r)]; };
+  auto kids = [&](int r) { return links.children[static_cast<std::size_t>(r)].size(); };
+  // Each rank's first child (its path's next hop), the way the bytes go.
+  auto first = [&](int r) {
+    const auto& c = links.children[static_cast<std::size_t>(r)];
+    return c.empty() ? -1 : c.front();
+  };
+  auto to = [&](int r) {
+    if (!to_root) return first(r);
+    const int p = parent(r);
+    return p >= 0 && first(p) == r ? p : -1;
+  };
+  const int segs = chain_segments(static_cast<std::uint64_t>(bytes), links.depth);
+  const double segment = bytes / segs;
+  // A rank's further children, each one more segment through the rings.
+  double fan_out = 0;
+  for (int r = 0; r < n; ++r)
+    fan_out = std::max(fan_out, std::max<double>(0, static_cast<double>(kids(r)) - 1) *
+                                    (segment / m.local.bandwidth + m.local.overhead));
+  // The fill: the hops of the longest path, from its deepest rank up, a
+  // lone transfer each, priced once per kind (within a host, across hosts).
   auto same_host = [&](int a, int b) {
     return t.hosts() == 0 ||
            t.host_of[static_cast<std::size_t>(a)] == t.host_of[static_cast<std::size_t>(b)];
   };
-  // The fill's hops by kind, and a lone transfer of each kind.
-  int hops[2] = {0, 0};     // within a host, across hosts
-  int first[2] = {-1, -1};  // a hop's sender of each kind
-  for (int p = 0; p + 1 < n; ++p) {
-    const int near = order[static_cast<std::size_t>(p)],
-              far = order[static_cast<std::size_t>(p + 1)];
-    const int from = to_root ? far : near, dest = to_root ? near : far;
-    to[static_cast<std::size_t>(from)] = dest;
-    const int kind = same_host(from, dest) ? 0 : 1;
-    ++hops[kind];
-    if (first[kind] < 0) first[kind] = from;
+  int hops[2] = {0, 0}, from[2] = {-1, -1}, dest[2] = {-1, -1};
+  for (int q = links.deepest; parent(q) >= 0; q = parent(q)) {
+    const int kind = same_host(q, parent(q)) ? 0 : 1;
+    if (hops[kind]++ == 0) {
+      from[kind] = to_root ? q : parent(q);
+      dest[kind] = to_root ? parent(q) : q;
+    }
   }
-  const int segs = chain_segments(static_cast<std::uint64_t>(bytes), n);
-  const double segment = bytes / segs;
-  double fill = 0;
+  double fill = fan_out;
   for (int kind : {0, 1})
     if (hops[kind] > 0)
-      fill +=
-          hops[kind] *
-          (segment * work +
-           step_time(
-               t, m, [&](int r) { return r == first[kind] ? to[static_cast<std::size_t>(r)] : -1; },
-               [&](int) { return segment; }));
+      fill += hops[kind] *
+              (segment * work + step_time(
+                                    t, m, [&](int r) { return r == from[kind] ? dest[kind] : -1; },
+                                    [&](int) { return segment; }));
   // Every rank at once, latencies and CPU turns hidden.
   cost_model busy = m;
   busy.host.latency = busy.local.latency = 0;
   busy.cpu_turn = 0;
-  auto all = [&](const cost_model& x) {
-    return step_time(
-        t, x, [&](int r) { return to[static_cast<std::size_t>(r)]; }, [&](int) { return segment; });
-  };
-  const double steady = std::max(all(busy), all(busy.link_unbounded()) + segment * work);
+  auto all = [&](const cost_model& x) { return step_time(t, x, to, [&](int) { return segment; }); };
+  const double steady = std::max(all(busy), all(busy.link_unbounded()) + fan_out + segment * work);
   return fill + (segs - 1) * steady;
 }
 
 }  // namespace
 
-double chain_broadcast(const group_topology& t, const cost_model& m, double bytes, int root) {
-  return chain_pipeline(t, m, bytes, root, false, 0);
+double chain_broadcast(const group_topology& t, const cost_model& m, double bytes, int root,
+                       bool through_leaders) {
+  return chain_pipeline(t, m, bytes, root, through_leaders, false, 0);
 }
 
 double chain_reduce(const group_topology& t, const cost_model& m, double bytes, int root) {
-  return chain_pipeline(t, m, bytes, root, true, 1 / reducing(t, m));
+  return chain_pipeline(t, m, bytes, root, false, true, 1 / reducing(t, m));
 }
 
 double rooted_direct(const group_topology& t, const cost_model& m, double block, bool root_sends) {

@@ -61,11 +61,13 @@ double binomial_reduce(const group_topology& t, const cost_model& m, double byte
 double scatter_allgather_broadcast(const group_topology& t, const cost_model& m, double bytes);
 
 /// broadcast_chain's pipeline: its segments (chain_segments) pass down
-/// the chain from `root` (chain_order), every rank forwarding one while the
-/// next arrives: the first segment's hops one after another, then a
-/// further segment each time the chain's busiest link or CPU has moved one
-/// (its latencies hidden then).
-double chain_broadcast(const group_topology& t, const cost_model& m, double bytes, int root);
+/// the chain from `root` (chain_links: through every rank, or through the
+/// hosts' leaders, each handing them to its host), every rank forwarding
+/// one while the next arrives: the first segment's hops one after another,
+/// then a further segment each time the chain's busiest link or CPU has
+/// moved one (its latencies hidden then).
+double chain_broadcast(const group_topology& t, const cost_model& m, double bytes, int root,
+                       bool through_leaders);
 /// reduce_chain's pipeline: chain_broadcast's reversed, each segment also
 /// reduced by each rank it reaches.
 double chain_reduce(const group_topology& t, const cost_model& m, double bytes, int root);

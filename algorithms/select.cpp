@@ -46,7 +46,7 @@ std::unique_ptr<algorithm> make_allreduce_hier(bool striped, std::uint64_t bytes
 std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_broadcast_scatter_allgather();
 std::unique_ptr<algorithm> make_broadcast_hier();
-std::unique_ptr<algorithm> make_broadcast_chain();
+std::unique_ptr<algorithm> make_broadcast_chain(bool through_leaders);
 std::unique_ptr<algorithm> make_reduce_chain();
 std::unique_ptr<algorithm> make_reduce_hier();
 std::unique_ptr<algorithm> make_reduce_binomial();
@@ -89,7 +89,8 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cos
     case algorithm_kind::broadcast_hier:
       return make_broadcast_hier();
     case algorithm_kind::broadcast_chain:
-      return make_broadcast_chain();
+    case algorithm_kind::broadcast_chain_leaders:
+      return make_broadcast_chain(k == algorithm_kind::broadcast_chain_leaders);
     case algorithm_kind::reduce_chain:
       return make_reduce_chain();
     case algorithm_kind::reduce_binomial:
@@ -169,6 +170,7 @@ forced parse_forced(const std::string& text) {
          algorithm_kind::broadcast_scatter_allgather},
         {"broadcast", op_code::broadcast, "hier", algorithm_kind::broadcast_hier},
         {"broadcast", op_code::broadcast, "chain", algorithm_kind::broadcast_chain},
+        {"broadcast", op_code::broadcast, "chain_leaders", algorithm_kind::broadcast_chain_leaders},
         {"allgather", op_code::allgatherv, "ring", algorithm_kind::allgather_ring},
         {"allgather", op_code::allgatherv, "bruck", algorithm_kind::allgather_bruck},
         {"allgather", op_code::allgatherv, "recursive_doubling",
@@ -198,7 +200,7 @@ forced parse_forced(const std::string& text) {
                   "TROUPE_ALGORITHMS '" + text + "': '" + item +
                       "' is not COLLECTIVE=ALGORITHM (allreduce=direct|ring|recursive_doubling|"
                       "rabenseifner|hier_striped|hier_leaders, "
-                      "broadcast=binomial|scatter_allgather|hier|chain, "
+                      "broadcast=binomial|scatter_allgather|hier|chain|chain_leaders, "
                       "allgather=ring|bruck|recursive_doubling|hier_striped|hier_leaders, "
                       "reduce=binomial|hier|chain, "
                       "reduce_scatter=ring|halving|hier_striped|hier_leaders, "

@@ -85,6 +85,42 @@ std::vector<int> chain_order(const group_topology& t, int size, int root) {
   return order;
 }
 
+chain_tree chain_links(const group_topology& t, int size, int root, bool through_leaders) {
+  const auto order = chain_order(t, size, root);
+  const bool known = t.hosts() >= 1 && t.size() == size;
+  auto host = [&](int r) { return known ? t.host_of[static_cast<std::size_t>(r)] : 0; };
+  chain_tree c;
+  c.deepest = root;
+  c.parent.assign(static_cast<std::size_t>(size), -1);
+  c.children.resize(static_cast<std::size_t>(size));
+  std::vector<int> depth(static_cast<std::size_t>(size), 1);
+  int entry = order[0];  // the first rank of the host the chain is in
+  for (int p = 1; p < size; ++p) {
+    const int r = order[static_cast<std::size_t>(p)],
+              before = order[static_cast<std::size_t>(p - 1)];
+    int& parent = c.parent[static_cast<std::size_t>(r)];
+    if (!through_leaders || host(r) == host(before)) {
+      parent = before;
+    } else {  // a host's first rank: from the last host's first
+      parent = entry;
+      entry = r;
+    }
+    depth[static_cast<std::size_t>(r)] = depth[static_cast<std::size_t>(parent)] + 1;
+    if (depth[static_cast<std::size_t>(r)] > c.depth) {
+      c.depth = depth[static_cast<std::size_t>(r)];
+      c.deepest = r;
+    }
+  }
+  // Children in chain order, those on other hosts first (the chain's
+  // critical path goes on before the host's own ranks are served).
+  for (bool across : {true, false})
+    for (int r : order)
+      if (const int p = c.parent[static_cast<std::size_t>(r)];
+          p >= 0 && (host(p) != host(r)) == across)
+        c.children[static_cast<std::size_t>(p)].push_back(r);
+  return c;
+}
+
 host_columns::host_columns(const group_topology& t, int rank)
     : t(t),
       mine(t.ranks_on[static_cast<std::size_t>(t.host_of[static_cast<std::size_t>(rank)])]),

@@ -61,6 +61,22 @@ struct group_topology {
 /// crosses into and out of each host once.
 std::vector<int> chain_order(const group_topology& t, int size, int root);
 
+/// The chains' links (broadcast_chain, reduce_chain): each rank's parent
+/// (-1: the root's) and children, the children that cross between hosts
+/// first. Through every rank in chain_order; or, `through_leaders`, through
+/// each host's first rank in that order (the root on its own), each also
+/// starting a chain of its host's other ranks (with no hosts known, the
+/// whole chain is the root's host's). `depth`: the ranks on the longest
+/// path from the root, what chain_segments sizes the segments by, and its
+/// last rank.
+struct chain_tree {
+  std::vector<int> parent;
+  std::vector<std::vector<int>> children;
+  int depth = 1;
+  int deepest = 0;  ///< the (first) rank at that depth
+};
+chain_tree chain_links(const group_topology& t, int size, int root, bool through_leaders);
+
 /// A rank's view of the striped hierarchies' columns (allreduce_hier,
 /// allgather_hier, reduce_scatter_hier; hosts of as many ranks each;
 /// column 0 is the hosts' first ranks, the leaders, on any hosts):
