@@ -261,7 +261,9 @@ double priced(algorithm_kind kind, std::uint64_t bytes_in, const group_topology&
     case algorithm_kind::reduce_binomial:
       return binomial_reduce(t, m, bytes, root);
     case algorithm_kind::reduce_chain:
-      return chain_reduce(t, m, bytes, root);
+      return chain_reduce(t, m, bytes, root, false);
+    case algorithm_kind::reduce_chain_leaders:
+      return chain_reduce(t, m, bytes, root, true);
     case algorithm_kind::reduce_hier:
       // Each host's ranks to its leader, which reduces them; then the
       // leaders' binomial reduction, one per host.
@@ -305,6 +307,7 @@ bool runs_on(algorithm_kind k, const group_topology& t) {
     case algorithm_kind::broadcast_hier:
     case algorithm_kind::broadcast_chain_leaders:
     case algorithm_kind::reduce_hier:
+    case algorithm_kind::reduce_chain_leaders:
       return hosts;
     case algorithm_kind::allreduce_direct:
       return t.size() <= 16;
@@ -364,7 +367,9 @@ choice choose(op_code code, std::uint64_t bytes, const group_topology& t, const 
       // As the broadcast's chain, reversed (each rank reduces a segment while
       // the next travels): large buffers across hosts (within one, as the
       // broadcast's: 4 ranks on 2 CPUs, 64 MiB 78 ms, the tree 67).
-      if (n >= 3 && t.hosts() >= 2) candidates.push_back(algorithm_kind::reduce_chain);
+      if (n >= 3 && t.hosts() >= 2)
+        candidates.insert(candidates.end(),
+                          {algorithm_kind::reduce_chain, algorithm_kind::reduce_chain_leaders});
       break;
     case op_code::reduce_scatterv:
       candidates = {algorithm_kind::reduce_scatter_ring};

@@ -305,6 +305,8 @@ const char* to_string(algorithm_kind k) noexcept {
       return "broadcast_chain (leaders)";
     case algorithm_kind::reduce_chain:
       return "reduce_chain";
+    case algorithm_kind::reduce_chain_leaders:
+      return "reduce_chain (leaders)";
     case algorithm_kind::allgather_ring:
       return "allgather_ring";
     case algorithm_kind::allgather_bruck:

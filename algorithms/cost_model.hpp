@@ -236,6 +236,7 @@ enum class algorithm_kind : std::uint8_t {
   reduce_binomial,
   reduce_hier,
   reduce_chain,
+  reduce_chain_leaders,
   alltoall_pairwise,
   alltoall_bruck,
   reduce_scatter_ring,

@@ -206,18 +206,17 @@ double chain_pipeline(const group_topology& t, const cost_model& m, double bytes
     const auto& c = links.children[static_cast<std::size_t>(r)];
     return c.empty() ? -1 : c.front();
   };
-  auto to = [&](int r) {
-    if (!to_root) return first(r);
-    const int p = parent(r);
-    return p >= 0 && first(p) == r ? p : -1;
-  };
+  auto to = [&](int r) { return to_root ? parent(r) : first(r); };
   const int segs = chain_segments(static_cast<std::uint64_t>(bytes), links.depth);
   const double segment = bytes / segs;
-  // A rank's further children, each one more segment through the rings.
+  // A rank's further children: toward them, each one more segment through
+  // the rings; from them (their messages priced by the step), each one
+  // more segment to reduce.
   double fan_out = 0;
   for (int r = 0; r < n; ++r)
-    fan_out = std::max(fan_out, std::max<double>(0, static_cast<double>(kids(r)) - 1) *
-                                    (segment / m.local.bandwidth + m.local.overhead));
+    fan_out = std::max(fan_out,
+                       std::max<double>(0, static_cast<double>(kids(r)) - 1) *
+                           (segment * (to_root ? work : 1 / m.local.bandwidth) + m.local.overhead));
   // The fill: the hops of the longest path, from its deepest rank up, a
   // lone transfer each, priced once per kind (within a host, across hosts).
   auto same_host = [&](int a, int b) {
@@ -255,8 +254,9 @@ double chain_broadcast(const group_topology& t, const cost_model& m, double byte
   return chain_pipeline(t, m, bytes, root, through_leaders, false, 0);
 }
 
-double chain_reduce(const group_topology& t, const cost_model& m, double bytes, int root) {
-  return chain_pipeline(t, m, bytes, root, false, true, 1 / reducing(t, m));
+double chain_reduce(const group_topology& t, const cost_model& m, double bytes, int root,
+                    bool through_leaders) {
+  return chain_pipeline(t, m, bytes, root, through_leaders, true, 1 / reducing(t, m));
 }
 
 double rooted_direct(const group_topology& t, const cost_model& m, double block, bool root_sends) {

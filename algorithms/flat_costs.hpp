@@ -70,7 +70,8 @@ double chain_broadcast(const group_topology& t, const cost_model& m, double byte
                        bool through_leaders);
 /// reduce_chain's pipeline: chain_broadcast's reversed, each segment also
 /// reduced by each rank it reaches.
-double chain_reduce(const group_topology& t, const cost_model& m, double bytes, int root);
+double chain_reduce(const group_topology& t, const cost_model& m, double bytes, int root,
+                    bool through_leaders);
 
 /// Rank 0 exchanging `block` bytes with every other rank at once (gather's
 /// and scatter's direct algorithms: the root receives them or, where

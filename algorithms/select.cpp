@@ -47,7 +47,7 @@ std::unique_ptr<algorithm> make_broadcast_binomial();
 std::unique_ptr<algorithm> make_broadcast_scatter_allgather();
 std::unique_ptr<algorithm> make_broadcast_hier();
 std::unique_ptr<algorithm> make_broadcast_chain(bool through_leaders);
-std::unique_ptr<algorithm> make_reduce_chain();
+std::unique_ptr<algorithm> make_reduce_chain(bool through_leaders);
 std::unique_ptr<algorithm> make_reduce_hier();
 std::unique_ptr<algorithm> make_reduce_binomial();
 std::unique_ptr<algorithm> make_allgather_ring();
@@ -92,7 +92,8 @@ std::unique_ptr<algorithm> make(algorithm_kind k, std::uint64_t bytes, const cos
     case algorithm_kind::broadcast_chain_leaders:
       return make_broadcast_chain(k == algorithm_kind::broadcast_chain_leaders);
     case algorithm_kind::reduce_chain:
-      return make_reduce_chain();
+    case algorithm_kind::reduce_chain_leaders:
+      return make_reduce_chain(k == algorithm_kind::reduce_chain_leaders);
     case algorithm_kind::reduce_binomial:
       return make_reduce_binomial();
     case algorithm_kind::reduce_hier:
@@ -180,6 +181,7 @@ forced parse_forced(const std::string& text) {
         {"reduce", op_code::reduce, "binomial", algorithm_kind::reduce_binomial},
         {"reduce", op_code::reduce, "hier", algorithm_kind::reduce_hier},
         {"reduce", op_code::reduce, "chain", algorithm_kind::reduce_chain},
+        {"reduce", op_code::reduce, "chain_leaders", algorithm_kind::reduce_chain_leaders},
         {"reduce_scatter", op_code::reduce_scatterv, "ring", algorithm_kind::reduce_scatter_ring},
         {"reduce_scatter", op_code::reduce_scatterv, "halving",
          algorithm_kind::reduce_scatter_halving},
@@ -202,7 +204,7 @@ forced parse_forced(const std::string& text) {
                       "rabenseifner|hier_striped|hier_leaders, "
                       "broadcast=binomial|scatter_allgather|hier|chain|chain_leaders, "
                       "allgather=ring|bruck|recursive_doubling|hier_striped|hier_leaders, "
-                      "reduce=binomial|hier|chain, "
+                      "reduce=binomial|hier|chain|chain_leaders, "
                       "reduce_scatter=ring|halving|hier_striped|hier_leaders, "
                       "alltoall=pairwise|bruck)");
   }

@@ -116,10 +116,16 @@ TEST_CASE("the cost model chooses by size, rank count and hosts") {
     CHECK(chosen(op_code::reduce, bytes, 1, 4) != algorithm_kind::reduce_chain);
     CHECK(choose(op_code::reduce, bytes, *group_topology::flat(4), cost_model{}).kind !=
           algorithm_kind::reduce_chain);
+    CHECK(chosen(op_code::reduce, bytes, 1, 4) != algorithm_kind::reduce_chain_leaders);
   }
-  CHECK(choose(op_code::reduce, 1 << 20, *two_hosts, slow).kind == algorithm_kind::reduce_chain);
-  CHECK(choose(op_code::reduce, 64 << 20, *layout(4, 2), slow, 3).kind ==
-        algorithm_kind::reduce_chain);
+  // (Through every rank or through the hosts' leaders, as the broadcast's.)
+  auto a_chain = [](algorithm_kind k) {
+    return k == algorithm_kind::reduce_chain || k == algorithm_kind::reduce_chain_leaders;
+  };
+  CHECK(a_chain(choose(op_code::reduce, 1 << 20, *two_hosts, slow).kind));
+  CHECK(a_chain(choose(op_code::reduce, 64 << 20, *layout(4, 2), slow, 3).kind));
+  // At thousands of ranks, through the leaders.
+  CHECK(chosen(op_code::reduce, 64 << 20, 512, 8) == algorithm_kind::reduce_chain_leaders);
   CHECK(choose(op_code::reduce, 4, *layout(4, 2), slow, 3).kind != algorithm_kind::reduce_chain);
   // Broadcast at many ranks: the tree for small buffers, scatter and
   // allgather (2N bytes per rank, not log n times N at the root) for large.
@@ -1061,8 +1067,8 @@ TEST_CASE("the striped hierarchy in slices: every op, folds and empty slices") {
 }
 
 TEST_CASE("reduce across emulated hosts, each algorithm, to every root") {
-  for (const char* algorithm : std::initializer_list<const char*>{"reduce=hier", "reduce=binomial",
-                                                                  "reduce=chain", nullptr})
+  for (const char* algorithm : std::initializer_list<const char*>{
+           "reduce=hier", "reduce=binomial", "reduce=chain", "reduce=chain_leaders", nullptr})
     for (const auto& hosts :
          std::vector<std::vector<std::string>>{{"a", "a", "b", "b"},
                                                {"a", "b", "a", "b", "c"},
