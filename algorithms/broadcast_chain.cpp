@@ -26,7 +26,6 @@
 //   place and forward the same payload (unchanged, never copied) to each
 //   child, if any.
 
-#include <algorithm>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"

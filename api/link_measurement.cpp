@@ -61,15 +61,15 @@ constexpr std::int64_t cached_floats = 1 << 18;    // 1 MiB each way: in the cac
 constexpr int warm_pings = 300, pings = 100, exchanges = 5, warm_barriers = 100, barriers = 50,
               warm_exchanges = 50, cached_exchanges = 20;
 
-/// On rank 0, `times` becomes each round's longest over `others` (each
+/// On rank 0, `times` becomes each round's longest over every rank (each
 /// sends its own); the others send theirs.
-void longest_at_rank0(process_group& pg, tensor& times, const std::vector<int>& others) {
+void longest_at_rank0(process_group& pg, tensor& times) {
   if (pg.rank() != 0) {
     pg.send(times, 0).wait();
     return;
   }
   auto theirs = tensor::zeros({times.numel()}, dtype::float64);
-  for (int r : others) {
+  for (int r = 1; r < pg.size(); ++r) {
     pg.recv(theirs, r).wait();
     for (std::int64_t j = 0; j < times.numel(); ++j)
       times.data_as<double>()[j] =
@@ -93,9 +93,7 @@ double slowest_median(process_group& pg, int warm, int count, Round round) {
     round();
     took.data_as<double>()[i] = seconds_since(t);
   }
-  std::vector<int> everyone_else;
-  for (int r = 1; r < pg.size(); ++r) everyone_else.push_back(r);
-  longest_at_rank0(pg, took, everyone_else);
+  longest_at_rank0(pg, took);
   return pg.rank() == 0
              ? median(std::vector<double>(took.data_as<double>(), took.data_as<double>() + count))
              : 0;
@@ -180,22 +178,11 @@ std::string measure_link_costs(process_group& pg, const data_plane& plane, store
   if (k > 1) {
     // The pairs at once: each round lasts until the last pair is done (a
     // pair alone finishes before the rest, the link then left to them).
-    auto took = tensor::zeros({exchanges}, dtype::float64);
-    for (int i = -1; i < exchanges; ++i) {  // round -1 warms the other pairs up
-      pg.barrier().wait();
-      const auto t = clock::now();
+    // One round first warms the other pairs up; the ranks of no pair wait.
+    const double all = slowest_median(pg, 1, exchanges, [&] {
       if (partner >= 0) exchange();
-      if (i >= 0) took.data_as<double>()[i] = seconds_since(t);
-    }
-    std::vector<int> others;
-    for (int i = 0; i < k; ++i)
-      for (int r :
-           {hosts.first[static_cast<std::size_t>(i)], hosts.second[static_cast<std::size_t>(i)]})
-        if (r != 0) others.push_back(r);
-    if (partner >= 0) longest_at_rank0(pg, took, others);
-    if (timer)
-      sample.all =
-          median(std::vector<double>(took.data_as<double>(), took.data_as<double>() + exchanges));
+    });
+    if (timer) sample.all = all;
   }
   // Every rank runs the same steps whatever its own setting says (only
   // rank 0's counts): the barriers also where rank 0 will not use them.
