@@ -6,7 +6,8 @@
 // rank with its host and pid, never a live rank, also when one survivor
 // leaves at once after its own failure; later calls on groups with the dead
 // rank fail at once; a group without it keeps working. Across two emulated
-// hosts (TROUPE_HOSTNAME) the same holds in the hierarchical collectives.
+// hosts (TROUPE_HOSTNAME) the same holds in the hierarchical collectives
+// and in the pipelined chains, killed in the middle of a call.
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -29,7 +31,10 @@ namespace {
 
 constexpr int ranks = 4;
 
-enum class moment { idle, small_loop, large_loop };
+// idle: between calls; small_loop / large_loop: after a few calls of 4 B /
+// 4 MiB, before its next; mid_call: while its own 64 MiB call is under way
+// (the survivors have segments of it in flight, to it and from it).
+enum class moment { idle, small_loop, large_loop, mid_call };
 
 struct plan {
   const char* name;
@@ -42,10 +47,11 @@ struct plan {
   // the other; shared memory inside, TCP across) and the algorithms forced
   // there (TROUPE_ALGORITHMS, with slices of 4 KiB: TROUPE_HIER_SEGMENT).
   const char* algorithms = nullptr;
-  int reduce_root = -1;  // the calls are reduces to this rank (-1: allreduces)
+  int reduce_root = -1;  // the calls are reduces (broadcasts) to (from) this rank
   // Or the calls are alltoall_single without split sizes ("alltoall"),
-  // allgather_into_tensor ("allgather") or reduce_scatter_tensor
-  // ("reduce_scatter"), of `len` elements per rank.
+  // allgather_into_tensor ("allgather"), reduce_scatter_tensor
+  // ("reduce_scatter") or broadcasts from reduce_root ("broadcast"), of
+  // `len` elements per rank.
   const char* collective = "allreduce";
 };
 
@@ -54,30 +60,41 @@ struct board {
   std::atomic<int> ready{0};            // survivors past the first barrier
   std::atomic<long long> killed_at{0};  // now_ns() just before the kill
   std::atomic<int> victim_pid{0};
+  std::atomic<int> call_under_way{0};  // mid_call: the victim's call had not ended at its kill
   std::atomic<long long> detected_ms[ranks] = {};  // kill -> failure, per survivor (+1)
   std::atomic<long long> later_ms[ranks] = {};     // a later call's failure took (+1)
 };
 
+/// The plan's tensors of `len` floats (per rank).
+struct operands {
+  tensor t, all;
+  operands(std::int64_t len, const plan& p)
+      : t(tensor::empty({len}, dtype::float32)),
+        all(tensor::empty(
+            {std::string(p.collective) == "allreduce" || std::string(p.collective) == "broadcast"
+                 ? 0
+                 : len * ranks},
+            dtype::float32)) {}
+};
+
+/// Starts one of the plan's calls on `o`.
+work start_call(process_group& pg, operands& o, const plan& p) {
+  std::fill_n(o.t.data_as<float>(), o.t.numel(), 1.f);
+  std::fill_n(o.all.data_as<float>(), o.all.numel(), 1.f);
+  const std::string what = p.collective;
+  if (what == "alltoall") return pg.alltoall_single(o.all, o.all);
+  if (what == "allgather") return pg.allgather_into_tensor(o.all, o.t);
+  if (what == "reduce_scatter") return pg.reduce_scatter_tensor(o.t, o.all);
+  if (what == "broadcast") return pg.broadcast(o.t, {.root_rank = p.reduce_root});
+  if (p.reduce_root >= 0) return pg.reduce(o.t, {.root_rank = p.reduce_root});
+  return pg.allreduce(o.t);
+}
+
 /// Runs `rounds` of the plan's calls on `len` floats (per rank), stopping at
 /// the first that fails.
 void run_until_failure(process_group& pg, std::int64_t len, int rounds, const plan& p) {
-  auto t = tensor::empty({len}, dtype::float32);
-  const std::string what = p.collective;
-  auto all = tensor::empty({what == "allreduce" ? 0 : len * ranks}, dtype::float32);
-  for (int i = 0; i < rounds; ++i) {
-    std::fill_n(t.data_as<float>(), len, 1.f);
-    std::fill_n(all.data_as<float>(), all.numel(), 1.f);
-    if (what == "alltoall")
-      pg.alltoall_single(all, all).wait();
-    else if (what == "allgather")
-      pg.allgather_into_tensor(all, t).wait();
-    else if (what == "reduce_scatter")
-      pg.reduce_scatter_tensor(t, all).wait();
-    else if (p.reduce_root >= 0)
-      pg.reduce(t, {.root_rank = p.reduce_root}).wait();
-    else
-      pg.allreduce(t).wait();
-  }
+  operands o(len, p);
+  for (int i = 0; i < rounds; ++i) start_call(pg, o, p).wait();
 }
 
 bool rank_body(const plan& p, const std::string& path, board& b, int r) {
@@ -102,10 +119,24 @@ bool rank_body(const plan& p, const std::string& path, board& b, int r) {
   pg.barrier().wait();
   if (r != p.victim) ++b.ready;
   const bool loop = p.when != moment::idle;
-  const std::int64_t len = p.when == moment::large_loop ? (1 << 20) : 1;  // 4 MiB or 4 B
+  const bool large = p.when == moment::large_loop || p.when == moment::mid_call;
+  // 4 B, 4 MiB, or 64 MiB mid call (a call of a few ms is over before a
+  // sleep ends on a busy machine).
+  const std::int64_t len = !large ? 1 : p.when == moment::mid_call ? (1 << 24) : (1 << 20);
   if (r == p.victim) {
     while (b.ready.load() < ranks - 1) std::this_thread::sleep_for(1ms);  // all left the barrier
-    if (loop) run_until_failure(pg, len, p.when == moment::large_loop ? 3 : 20, p);
+    if (loop) run_until_failure(pg, len, large ? 3 : 20, p);
+    operands o(len, p);
+    std::optional<work> under_way;
+    if (p.when == moment::mid_call) {
+      // A quarter of the way through its call, by how long one took here.
+      const auto before = test::now_ns();
+      start_call(pg, o, p).wait();
+      const auto one_call = std::chrono::nanoseconds(test::now_ns() - before);
+      under_way = start_call(pg, o, p);
+      std::this_thread::sleep_for(one_call / 4);
+      b.call_under_way = under_way->is_completed() ? 0 : 1;
+    }
     b.victim_pid = ::getpid();
     b.killed_at = test::now_ns();
     ::kill(::getpid(), SIGKILL);
@@ -196,6 +227,7 @@ void run(const plan& p) {
     CAPTURE(r);
     if (r == p.victim) {
       CHECK(codes[static_cast<std::size_t>(r)] == 128 + SIGKILL);
+      if (p.when == moment::mid_call) CHECK(b.call_under_way.load() == 1);
       continue;
     }
     CHECK(codes[static_cast<std::size_t>(r)] == 0);
@@ -371,6 +403,30 @@ TEST_CASE(
        "reduce_scatter=hier_striped", -1, "reduce_scatter"});
   run({"hosts, hier reduce_scatter, group actors", "tcp", "actors", 1, moment::large_loop, -1,
        "reduce_scatter=hier_leaders", -1, "reduce_scatter"});
+}
+
+TEST_CASE(
+    "across two emulated hosts, a rank killed in the middle of a pipelined chain's call fails "
+    "every survivor in 2 s") {
+  // The chains (a 64 MiB call in 64 segments of 1 MiB, passed rank to
+  // rank): killed while its own call is under way, so the
+  // ranks before it have segments in flight to it and the ranks after it
+  // wait for segments from it; in the middle, at the tail, at a host's
+  // first rank (the leaders' chain), the root's neighbour; both engines.
+  run({"hosts, broadcast chain, middle", "auto", "", 1, moment::mid_call, -1, "broadcast=chain", 0,
+       "broadcast"});
+  run({"hosts, broadcast chain, tail", "auto", "", 3, moment::mid_call, -1, "broadcast=chain", 0,
+       "broadcast"});
+  run({"hosts, broadcast leaders' chain, a leader", "auto", "", 2, moment::mid_call, -1,
+       "broadcast=chain_leaders", 1, "broadcast"});
+  run({"hosts, reduce chain, middle", "auto", "", 2, moment::mid_call, -1, "reduce=chain", 0});
+  run({"hosts, reduce chain, its far end", "auto", "", 0, moment::mid_call, -1, "reduce=chain", 3});
+  run({"hosts, reduce leaders' chain, a leader", "auto", "", 2, moment::mid_call, -1,
+       "reduce=chain_leaders", 1});
+  run({"hosts, reduce chain, group actors", "tcp", "actors", 1, moment::mid_call, -1,
+       "reduce=chain", 3});
+  run({"hosts, broadcast chain between calls", "auto", "", 1, moment::large_loop, -1,
+       "broadcast=chain", 3, "broadcast"});
 }
 
 namespace {
