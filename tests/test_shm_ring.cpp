@@ -154,6 +154,35 @@ TEST_CASE("a writer that fills the ring gets all its bytes through read_some and
   CHECK(wrong == 0);
 }
 
+TEST_CASE("a write to a full ring whose reader takes nothing ends at its deadline, ring open") {
+  const auto name = ring_name("deadline");
+  const std::uint64_t cap = std::uint64_t{64} << 10;
+  auto w = shm_ring::create(name, cap);
+  auto r = open_ring(*w);
+  std::vector<char> bytes(cap + 100, 'x');
+  const auto start = std::chrono::steady_clock::now();
+  // More than the ring holds, its reader reading nothing: false at the
+  // deadline (not at the 20 ms re-checks of a close, not never).
+  CHECK_FALSE(w->write_until(bytes.data(), bytes.size(), start + std::chrono::milliseconds(150)));
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took >= std::chrono::milliseconds(150));
+  CHECK(took < std::chrono::seconds(5));
+  // What fits goes in at once, a deadline already past or not.
+  auto w2 = shm_ring::create(ring_name("deadline-fits"), cap);
+  CHECK(w2->write_until(bytes.data(), 100, start));
+  // Room made before the deadline lets the write finish.
+  auto w3 = shm_ring::create(ring_name("deadline-room"), cap);
+  auto r3 = open_ring(*w3);
+  std::thread reader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::vector<char> in(bytes.size());
+    r3->read(in.data(), in.size());
+  });
+  CHECK(w3->write_until(bytes.data(), bytes.size(),
+                        std::chrono::steady_clock::now() + std::chrono::seconds(20)));
+  reader.join();
+}
+
 TEST_CASE("a reader waiting while bytes keep coming stays awake: its writer wakes it rarely") {
   const auto name = ring_name("linger");
   auto w = shm_ring::create(name, std::size_t{64} << 10);

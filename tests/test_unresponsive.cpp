@@ -385,6 +385,122 @@ TEST_CASE("on the group actors too, a stopped rank is named, 4 and 7 ranks") {
 
 namespace {
 
+/// What each survivor of stop_in_chain saw.
+struct chain_verdicts {
+  double seconds[8];  // its call's end, from its start
+  int outcome[8];     // 1: done; 2: failed naming the stopped rank (unresponsive where the
+                      // detector is on); 3: failed otherwise
+};
+
+/// n ranks across two emulated hosts (TROUPE_HOSTNAME: the first n / 2 on
+/// one) run a 64 MiB pipelined chain (`algorithms`, a broadcast from or a
+/// reduce to `root`) in which rank `stuck` stops (SIGSTOP) right after
+/// issuing it: more than the rings and connections hold, so the ranks before
+/// it wait for it to take their segments, the ranks after it for its
+/// segments. `detector_ms`: TROUPE_UNRESPONSIVE_MS (0: off).
+void stop_in_chain(int n, int stuck, const char* algorithms, const char* collective, int root,
+                   int detector_ms, std::chrono::milliseconds timeout, chain_verdicts& out) {
+  CAPTURE(n);
+  CAPTURE(stuck);
+  CAPTURE(std::string(algorithms));
+  CAPTURE(detector_ms);
+  const auto path = test::temp_store_path();
+  auto codes = test::fork_ranks(n, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", "auto", 1);
+    ::setenv("TROUPE_ENGINE", "messages", 1);
+    ::setenv("TROUPE_ALGORITHMS", algorithms, 1);
+    ::setenv("TROUPE_UNRESPONSIVE_MS", std::to_string(detector_ms).c_str(), 1);
+    ::setenv("TROUPE_HOSTNAME", r < n / 2 ? "host-a" : "host-b", 1);
+    auto s = std::make_shared<file_store>(path, 60s);
+    world w{test::child_world(s, r, n, 60s)};
+    auto& pg = w.default_group();
+    pg.barrier().wait();
+    auto t = tensor::zeros({std::int64_t{1} << 24}, dtype::float32);
+    auto start = [&] {
+      return std::string(collective) == "broadcast"
+                 ? pg.broadcast(t, {.root_rank = root, .timeout = timeout})
+                 : pg.reduce(t, {.root_rank = root, .timeout = timeout});
+    };
+    if (r == stuck) {
+      s->set("stuck_pid", to_bytes(std::to_string(::getpid())));
+      detail::set_tick_period(std::chrono::hours(24));  // as stick_one: issues, then stops
+      auto pending = start();
+      ::raise(SIGSTOP);  // until killed
+      return false;
+    }
+    const auto t0 = clock_type::now();
+    try {
+      start().wait();
+      out.outcome[r] = 1;
+    } catch (const error& e) {
+      const std::string what = e.what();
+      const bool named =
+          what.find("world rank " + std::to_string(stuck) + " ") != std::string::npos &&
+          (detector_ms == 0 || what.find("unresponsive") != std::string::npos);
+      out.outcome[r] = named ? 2 : 3;
+      std::fprintf(stderr, "rank %d of %d: %s\n", r, n, what.c_str());
+    }
+    out.seconds[r] = std::chrono::duration<double>(clock_type::now() - t0).count();
+    if (s->add("done", 1) == n - 1)
+      ::kill(std::atoi(to_string(s->get("stuck_pid")).c_str()), SIGKILL);
+    while (s->add("done", 0) < n - 1) std::this_thread::sleep_for(10ms);
+    return true;
+  });
+  ::unlink(path.c_str());
+  std::string seen;
+  for (int r = 0; r < n; ++r) {
+    if (r == stuck) continue;
+    CHECK(codes[static_cast<std::size_t>(r)] == 0);
+    seen += " rank " + std::to_string(r) + (out.outcome[r] == 1 ? " done" : " failed") + " at " +
+            std::to_string(out.seconds[r]).substr(0, 4) + " s";
+  }
+  CHECK(codes[static_cast<std::size_t>(stuck)] == 128 + SIGKILL);
+  MESSAGE(std::string(algorithms) << ", rank " << stuck << " of " << n << " stopped:" << seen);
+}
+
+}  // namespace
+
+TEST_CASE("a rank stopped in the middle of a 64 MiB chain across two hosts: no survivor waits on") {
+  // With the detector off, a rank writing to the stopped one into a full
+  // shared-memory ring gave up only when the ring closed, which nothing
+  // did: it waited for ever, past its call's timeout. Now every survivor's
+  // call ends by its timeout (plus a margin for a loaded machine).
+  struct chain_case {
+    int n, stuck;
+    const char* algorithms;
+    const char* collective;
+    int root;
+  };
+  const chain_case cases[] = {{4, 1, "broadcast=chain", "broadcast", 0},
+                              {4, 2, "reduce=chain", "reduce", 0},
+                              {7, 4, "broadcast=chain_leaders", "broadcast", 5},
+                              {7, 3, "reduce=chain_leaders", "reduce", 1}};
+  for (const auto& c : cases) {
+    auto& off = *test::shared_page<chain_verdicts>();
+    stop_in_chain(c.n, c.stuck, c.algorithms, c.collective, c.root, 0, 2s, off);
+    for (int r = 0; r < c.n; ++r) {
+      CAPTURE(r);
+      if (r != c.stuck) CHECK(off.seconds[r] < 5.0);
+    }
+    // With the detector on, each one that fails names the stopped rank, as
+    // unresponsive, long before its call's timeout.
+    auto& on = *test::shared_page<chain_verdicts>();
+    stop_in_chain(c.n, c.stuck, c.algorithms, c.collective, c.root, 1000, 30s, on);
+    int failed = 0;
+    for (int r = 0; r < c.n; ++r) {
+      CAPTURE(r);
+      if (r == c.stuck) continue;
+      CHECK(on.outcome[r] != 3);
+      if (on.outcome[r] != 2) continue;
+      ++failed;
+      CHECK(on.seconds[r] < 10.0);
+    }
+    CHECK(failed > 0);
+  }
+}
+
+namespace {
+
 /// The threads of process `pid` whose name is `name` (/proc/PID/task/*/comm).
 std::vector<pid_t> threads_named(pid_t pid, const std::string& name) {
   std::vector<pid_t> out;

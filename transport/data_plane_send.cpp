@@ -1,6 +1,7 @@
 // data_plane (data_plane.hpp): sending frames to ranks in other processes,
 // from the inline engine's waiting threads without blocking on a full
-// socket, and raw bytes for tests that play a rule-breaking peer.
+// socket (or past the operation's deadline on a full ring), and raw bytes for tests that play a
+// rule-breaking peer.
 
 #include "transport/data_plane.hpp"
 
@@ -76,6 +77,35 @@ class nonblocking_stream final : public byte_stream {
   std::string why_;
 };
 
+/// Writes to a link (a shared-memory ring), giving up at the operation's
+/// deadline while the link takes nothing (its reader stopped, or stuck).
+class deadline_link_stream final : public byte_stream {
+ public:
+  deadline_link_stream(link_out& link, std::chrono::steady_clock::time_point deadline)
+      : link_(link), deadline_(deadline) {}
+  bool timed_out() const { return timed_out_; }
+  std::string why() const {
+    const auto t = std::chrono::steady_clock::now() - start_;
+    return "writing to it timed out after " +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(t).count()) +
+           " ms: its link took no more data before the operation's deadline (link closed)";
+  }
+  bool write(const void* data, std::size_t n) override {
+    if (link_.write_until(data, n, deadline_)) return true;
+    timed_out_ = std::chrono::steady_clock::now() >= deadline_;
+    return false;
+  }
+  bool writes_by_copy() const noexcept override { return link_.writes_by_copy(); }
+  bool read(void*, std::size_t) override { return false; }
+  void close() override {}
+
+ private:
+  link_out& link_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool timed_out_ = false;
+};
+
 }  // namespace
 
 template <class Envelope>
@@ -121,14 +151,22 @@ void data_plane::send_inline(int r, const std::string& group, const envelope& en
   {
     std::lock_guard<futex_lock> g{p.out_mtx};
     if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
-    if (p.out != p.out_socket.get()) {
+    if (p.out_link && p.out == p.out_link.get()) {
+      // A ring's reader thread takes its bytes whatever this thread does;
+      // one that took nothing until the deadline is stopped or stuck.
+      deadline_link_stream out{*p.out_link, deadline};
+      if (write_frame(out, group, env, frame_inline) || !out.timed_out()) return;
+      why = out.why();
+      p.out_link->close();
+    } else if (p.out != p.out_socket.get()) {
       write_frame(*p.out, group, env, frame_inline);
       return;
+    } else {
+      nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
+      if (write_frame(out, group, env, frame_inline)) return;
+      why = out.why();
+      p.out_socket->close();
     }
-    nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
-    if (write_frame(out, group, env, frame_inline)) return;
-    why = out.why();
-    p.out_socket->close();
   }
   peer_gone(r, why.empty() ? "writing to its connection failed (connection closed)" : why, true, -1,
             failure_kind::died);

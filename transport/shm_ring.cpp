@@ -101,9 +101,11 @@ void shm_ring::close() {
   futex_wake(ctl_->tail_seq);
 }
 
-/// Waits until `pos` differs from `not_equal_to` or the ring closes.
+/// Waits until `pos` differs from `not_equal_to`, the ring closes or
+/// `deadline` passes (false for the last two).
 bool shm_ring::wait_for(std::atomic<std::uint32_t>& seq, std::atomic<std::uint32_t>& waiting,
-                        const std::atomic<std::uint64_t>& pos, std::uint64_t not_equal_to) {
+                        const std::atomic<std::uint64_t>& pos, std::uint64_t not_equal_to,
+                        std::chrono::steady_clock::time_point deadline) {
   for (int i = 0; i < 4000; ++i) {  // poll a few microseconds first
     if (pos.load(std::memory_order_acquire) != not_equal_to) return true;
     // Closed: data published just before the close still counts.
@@ -118,7 +120,14 @@ bool shm_ring::wait_for(std::atomic<std::uint32_t>& seq, std::atomic<std::uint32
       waiting.store(0);
       return pos.load() != not_equal_to;
     }
-    futex_wait(seq, s, std::chrono::milliseconds(20));  // re-check `closed` every 20 ms
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      waiting.store(0);
+      return false;
+    }
+    // Re-checks `closed` every 20 ms.
+    futex_wait(seq, s,
+               std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(20)));
   }
   waiting.store(0);
   return true;
@@ -152,6 +161,11 @@ void shm_ring::populate() {
 }
 
 bool shm_ring::write(const void* data, std::size_t n) {
+  return write_until(data, n, std::chrono::steady_clock::time_point::max());
+}
+
+bool shm_ring::write_until(const void* data, std::size_t n,
+                           std::chrono::steady_clock::time_point deadline) {
   populate_in_use(ctl_->head.load(std::memory_order_relaxed) + n);
   auto* p = static_cast<const char*>(data);
   const auto cap = capacity_;
@@ -159,7 +173,7 @@ bool shm_ring::write(const void* data, std::size_t n) {
     const auto head = ctl_->head.load(std::memory_order_relaxed);
     auto tail = ctl_->tail.load(std::memory_order_acquire);
     if (head - tail == cap) {
-      if (!wait_for(ctl_->tail_seq, ctl_->writer_waiting, ctl_->tail, tail)) return false;
+      if (!wait_for(ctl_->tail_seq, ctl_->writer_waiting, ctl_->tail, tail, deadline)) return false;
       continue;
     }
     if (ctl_->closed.load(std::memory_order_relaxed)) return false;

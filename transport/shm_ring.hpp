@@ -36,6 +36,9 @@ class shm_ring final : public byte_stream {
   ~shm_ring() override;
 
   bool write(const void* data, std::size_t n) override;
+  /// write(), giving up at `deadline` while the ring has no room (false, as
+  /// when it is closed; the bytes that fitted are in the ring).
+  bool write_until(const void* data, std::size_t n, std::chrono::steady_clock::time_point deadline);
   /// Bytes write() could take now without waiting (the writer's side).
   std::size_t writable() const;
   bool read(void* data, std::size_t n) override;
@@ -75,7 +78,9 @@ class shm_ring final : public byte_stream {
   struct control;
   shm_ring(std::string name, void* base, std::size_t mapped, bool owner);
   bool wait_for(std::atomic<std::uint32_t>& seq, std::atomic<std::uint32_t>& waiting,
-                const std::atomic<std::uint64_t>& pos, std::uint64_t not_equal_to);
+                const std::atomic<std::uint64_t>& pos, std::uint64_t not_equal_to,
+                std::chrono::steady_clock::time_point deadline =
+                    std::chrono::steady_clock::time_point::max());
   /// Maps every page of the data once this side is in use, `through` bytes
   /// having passed it (see shm_ring.cpp).
   void populate_in_use(std::uint64_t through) {
