@@ -18,8 +18,9 @@ namespace troupe::detail {
 class actor_peers {
  public:
   virtual ~actor_peers() = default;
-  /// Delivers collective data to group rank `peer`.
-  virtual void send(int peer, envelope env) = 0;
+  /// Delivers collective data to group rank `peer`; a peer in another
+  /// process that takes nothing until `deadline` (its call's) is given up on.
+  virtual void send(int peer, envelope env, std::chrono::steady_clock::time_point deadline) = 0;
   /// Delivers a point-to-point message to group rank `peer`.
   virtual void send(int peer, p2p_envelope env) = 0;
   /// Whether a payload sent to `peer` is still read after send() returned (so

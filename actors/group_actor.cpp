@@ -27,10 +27,12 @@ namespace {
 /// The op_context of a running collective: sends go through the transport.
 class actor_op_context final : public op_context {
  public:
-  actor_op_context(int rank, int size, collective_call& call, std::uint64_t seq, actor_peers& net)
-      : op_context(rank, size, call), seq_(seq), net_(net) {}
+  actor_op_context(int rank, int size, collective_call& call, std::uint64_t seq, actor_peers& net,
+                   std::chrono::steady_clock::time_point deadline)
+      : op_context(rank, size, call), seq_(seq), net_(net), deadline_(deadline) {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
-    net_.send(peer, envelope{seq_, step, rank(), call().code, std::move(payload), std::move(fp)});
+    net_.send(peer, envelope{seq_, step, rank(), call().code, std::move(payload), std::move(fp)},
+              deadline_);
   }
   bool copies_on_send(int peer) const override { return !net_.reads_after_send(peer); }
   std::string describe_peer(int peer) const override { return net_.describe_peer(peer); }
@@ -38,6 +40,7 @@ class actor_op_context final : public op_context {
  private:
   std::uint64_t seq_;
   actor_peers& net_;
+  std::chrono::steady_clock::time_point deadline_;
 };
 
 using clock = std::chrono::steady_clock;
@@ -444,8 +447,8 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           op.deadline = clock::now() + call->timeout;
           op.call = call;
           op.rp = rp;
-          op.ctx =
-              std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq, *st.net);
+          op.ctx = std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq,
+                                                      *st.net, op.deadline);
           // The group actors run the algorithms for ranks on one host (they
           // carry TROUPE_ENGINE=actors and monitored_barrier, not speed).
           if (!st.topology)

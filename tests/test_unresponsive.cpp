@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -388,8 +389,8 @@ namespace {
 /// What each survivor of stop_in_chain saw.
 struct chain_verdicts {
   double seconds[8];  // its call's end, from its start
-  int outcome[8];     // 1: done; 2: failed naming the stopped rank (unresponsive where the
-                      // detector is on); 3: failed otherwise
+  int outcome[8];     // 1: done (and right); 2: failed naming the stopped rank (unresponsive
+                      // where the detector is on); 3: failed otherwise; 4: done, wrong
 };
 
 /// n ranks across two emulated hosts (TROUPE_HOSTNAME: the first n / 2 on
@@ -398,8 +399,10 @@ struct chain_verdicts {
 /// issuing it: more than the rings and connections hold, so the ranks before
 /// it wait for it to take their segments, the ranks after it for its
 /// segments. `detector_ms`: TROUPE_UNRESPONSIVE_MS (0: off).
-void stop_in_chain(int n, int stuck, const char* algorithms, const char* collective, int root,
-                   int detector_ms, std::chrono::milliseconds timeout, chain_verdicts& out) {
+void stop_in_chain(const char* engine, int n, int stuck, const char* algorithms,
+                   const char* collective, int root, int detector_ms,
+                   std::chrono::milliseconds timeout, chain_verdicts& out) {
+  CAPTURE(std::string(engine));
   CAPTURE(n);
   CAPTURE(stuck);
   CAPTURE(std::string(algorithms));
@@ -407,7 +410,7 @@ void stop_in_chain(int n, int stuck, const char* algorithms, const char* collect
   const auto path = test::temp_store_path();
   auto codes = test::fork_ranks(n, [&](int r) {
     ::setenv("TROUPE_TRANSPORT", "auto", 1);
-    ::setenv("TROUPE_ENGINE", "messages", 1);
+    ::setenv("TROUPE_ENGINE", engine, 1);
     ::setenv("TROUPE_ALGORITHMS", algorithms, 1);
     ::setenv("TROUPE_UNRESPONSIVE_MS", std::to_string(detector_ms).c_str(), 1);
     ::setenv("TROUPE_HOSTNAME", r < n / 2 ? "host-a" : "host-b", 1);
@@ -415,7 +418,10 @@ void stop_in_chain(int n, int stuck, const char* algorithms, const char* collect
     world w{test::child_world(s, r, n, 60s)};
     auto& pg = w.default_group();
     pg.barrier().wait();
-    auto t = tensor::zeros({std::int64_t{1} << 24}, dtype::float32);
+    // A broadcast's root holds 7s, the others 0s; a reduce's ranks 1s.
+    const bool broadcast = std::string(collective) == "broadcast";
+    auto t = tensor::empty({std::int64_t{1} << 24}, dtype::float32);
+    std::fill_n(t.data_as<float>(), t.numel(), broadcast ? (r == root ? 7.f : 0.f) : 1.f);
     auto start = [&] {
       return std::string(collective) == "broadcast"
                  ? pg.broadcast(t, {.root_rank = root, .timeout = timeout})
@@ -432,6 +438,16 @@ void stop_in_chain(int n, int stuck, const char* algorithms, const char* collect
     try {
       start().wait();
       out.outcome[r] = 1;
+      // Done means done right: the root's 7s everywhere, the ranks' sum at a reduce's root.
+      const float want = broadcast ? 7.f : static_cast<float>(n);
+      const auto* v = t.data_as<float>();
+      for (std::int64_t i : {std::int64_t{0}, t.numel() / 2, t.numel() - 1})
+        if ((broadcast || r == root) && v[i] != want) {
+          std::fprintf(stderr, "rank %d: done, but element %lld is %g, not %g\n", r,
+                       static_cast<long long>(i), static_cast<double>(v[i]),
+                       static_cast<double>(want));
+          out.outcome[r] = 4;
+        }
     } catch (const error& e) {
       const std::string what = e.what();
       const bool named =
@@ -444,7 +460,7 @@ void stop_in_chain(int n, int stuck, const char* algorithms, const char* collect
     if (s->add("done", 1) == n - 1)
       ::kill(std::atoi(to_string(s->get("stuck_pid")).c_str()), SIGKILL);
     while (s->add("done", 0) < n - 1) std::this_thread::sleep_for(10ms);
-    return true;
+    return out.outcome[r] != 4;
   });
   ::unlink(path.c_str());
   std::string seen;
@@ -463,8 +479,10 @@ void stop_in_chain(int n, int stuck, const char* algorithms, const char* collect
 TEST_CASE("a rank stopped in the middle of a 64 MiB chain across two hosts: no survivor waits on") {
   // With the detector off, a rank writing to the stopped one into a full
   // shared-memory ring gave up only when the ring closed, which nothing
-  // did: it waited for ever, past its call's timeout. Now every survivor's
-  // call ends by its timeout (plus a margin for a loaded machine).
+  // did: it waited for ever, past its call's timeout (on the group actors
+  // its actor's thread did, and with it the call's timeout). Now every
+  // survivor's call ends by its timeout (plus a margin for a loaded
+  // machine), and one that ends done ends right.
   struct chain_case {
     int n, stuck;
     const char* algorithms;
@@ -477,15 +495,17 @@ TEST_CASE("a rank stopped in the middle of a 64 MiB chain across two hosts: no s
                               {7, 3, "reduce=chain_leaders", "reduce", 1}};
   for (const auto& c : cases) {
     auto& off = *test::shared_page<chain_verdicts>();
-    stop_in_chain(c.n, c.stuck, c.algorithms, c.collective, c.root, 0, 2s, off);
+    stop_in_chain("messages", c.n, c.stuck, c.algorithms, c.collective, c.root, 0, 2s, off);
     for (int r = 0; r < c.n; ++r) {
       CAPTURE(r);
-      if (r != c.stuck) CHECK(off.seconds[r] < 5.0);
+      if (r == c.stuck) continue;
+      CHECK(off.seconds[r] < 5.0);
+      CHECK(off.outcome[r] != 4);
     }
     // With the detector on, each one that fails names the stopped rank, as
     // unresponsive, long before its call's timeout.
     auto& on = *test::shared_page<chain_verdicts>();
-    stop_in_chain(c.n, c.stuck, c.algorithms, c.collective, c.root, 1000, 30s, on);
+    stop_in_chain("messages", c.n, c.stuck, c.algorithms, c.collective, c.root, 1000, 30s, on);
     int failed = 0;
     for (int r = 0; r < c.n; ++r) {
       CAPTURE(r);
@@ -496,6 +516,19 @@ TEST_CASE("a rank stopped in the middle of a 64 MiB chain across two hosts: no s
       CHECK(on.seconds[r] < 10.0);
     }
     CHECK(failed > 0);
+  }
+  // The group actors, the detector off: each call ends by its timeout, done
+  // (the actors may finish the stopped rank's part before the signal takes
+  // its process) or failed.
+  for (const auto& c : {cases[0], cases[3]}) {
+    auto& off = *test::shared_page<chain_verdicts>();
+    stop_in_chain("actors", c.n, c.stuck, c.algorithms, c.collective, c.root, 0, 2s, off);
+    for (int r = 0; r < c.n; ++r) {
+      CAPTURE(r);
+      if (r == c.stuck) continue;
+      CHECK(off.seconds[r] < 5.0);
+      CHECK(off.outcome[r] != 4);
+    }
   }
 }
 

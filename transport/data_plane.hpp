@@ -154,7 +154,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   void map_lent(int r, const p2p_loan& l, const char* op,
                 const std::function<void(std::byte*)>& use);
 
-  void send(int world_rank, const std::string& group, const envelope& env);
+  /// Sends collective data (the group actors' frames); a peer that takes
+  /// nothing until `deadline` (the call's) is given up on, as send_inline.
+  void send(int world_rank, const std::string& group, const envelope& env,
+            std::chrono::steady_clock::time_point deadline);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
   /// Sends a small frame without waiting, from a thread that must not wait
   /// (a reader of frames: two readers each waiting for the other to take
@@ -261,6 +264,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::unique_lock<std::mutex> hold_reading(int r);
 
  private:
+  /// send() and send_inline(): a frame of `kind` (frame_collective or frame_inline).
+  void send_until(int world_rank, const std::string& group, const envelope& env, std::uint8_t kind,
+                  const std::function<void()>& while_full,
+                  std::chrono::steady_clock::time_point deadline);
   struct peer;
   struct route;
   peer& at(int r) const { return peers_.empty() ? *local_ : *peers_[static_cast<std::size_t>(r)]; }

@@ -116,8 +116,10 @@ void data_plane::send_frame(int r, const std::string& group, const Envelope& env
   write_frame(*p.out, group, env);
 }
 
-void data_plane::send(int r, const std::string& group, const envelope& env) {
-  send_frame(r, group, env);
+void data_plane::send(int r, const std::string& group, const envelope& env,
+                      std::chrono::steady_clock::time_point deadline) {
+  static const std::function<void()> nothing;  // reader threads read the sockets
+  send_until(r, group, env, frame_collective, nothing, deadline);
 }
 
 void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
@@ -146,6 +148,12 @@ void data_plane::send_soon(int r, const std::string& group, const p2p_envelope& 
 void data_plane::send_inline(int r, const std::string& group, const envelope& env,
                              const std::function<void()>& while_full,
                              std::chrono::steady_clock::time_point deadline) {
+  send_until(r, group, env, frame_inline, while_full, deadline);
+}
+
+void data_plane::send_until(int r, const std::string& group, const envelope& env, std::uint8_t kind,
+                            const std::function<void()>& while_full,
+                            std::chrono::steady_clock::time_point deadline) {
   auto& p = at(r);
   std::string why;
   {
@@ -155,15 +163,15 @@ void data_plane::send_inline(int r, const std::string& group, const envelope& en
       // A ring's reader thread takes its bytes whatever this thread does;
       // one that took nothing until the deadline is stopped or stuck.
       deadline_link_stream out{*p.out_link, deadline};
-      if (write_frame(out, group, env, frame_inline) || !out.timed_out()) return;
+      if (write_frame(out, group, env, kind) || !out.timed_out()) return;
       why = out.why();
       p.out_link->close();
     } else if (p.out != p.out_socket.get()) {
-      write_frame(*p.out, group, env, frame_inline);
+      write_frame(*p.out, group, env, kind);
       return;
     } else {
       nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
-      if (write_frame(out, group, env, frame_inline)) return;
+      if (write_frame(out, group, env, kind)) return;
       why = out.why();
       p.out_socket->close();
     }
