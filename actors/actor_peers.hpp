@@ -21,8 +21,11 @@ class actor_peers {
   /// Delivers collective data to group rank `peer`; a peer in another
   /// process that takes nothing until `deadline` (its call's) is given up on.
   virtual void send(int peer, envelope env, std::chrono::steady_clock::time_point deadline) = 0;
-  /// Delivers a point-to-point message to group rank `peer`.
-  virtual void send(int peer, p2p_envelope env) = 0;
+  /// Delivers a point-to-point message to group rank `peer`: "", or why it
+  /// could not (a peer in another process that is gone, or took nothing
+  /// until `deadline`, the send's).
+  virtual std::string send(int peer, p2p_envelope env,
+                           std::chrono::steady_clock::time_point deadline) = 0;
   /// Whether a payload sent to `peer` is still read after send() returned (so
   /// the sender must hand over a private copy of a buffer it does not own).
   virtual bool reads_after_send(int peer) const = 0;

@@ -488,8 +488,15 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             // private copy for peers that read the payload later).
             auto payload =
                 st.net->reads_after_send(call->peer) ? call->buffer.clone() : call->buffer;
-            st.net->send(call->peer, p2p_envelope{st.info.rank, call->tag, std::move(payload)});
-            rp.deliver(tensor_list{call->buffer});
+            const auto why =
+                st.net->send(call->peer, p2p_envelope{st.info.rank, call->tag, std::move(payload)},
+                             clock::now() + call->timeout);
+            if (why.empty())
+              rp.deliver(tensor_list{call->buffer});
+            else
+              rp.deliver(make_troupe_error(
+                  static_cast<int>(errc::peer_failure),
+                  where(st, call->name, 0) + " failed: " + left_text(st, call->peer, why)));
             return rp;
           }
           pending_recv r{clock::now() + call->timeout, call, rp};

@@ -24,8 +24,10 @@ void in_process_peers::send(int peer, envelope env, std::chrono::steady_clock::t
   caf::anon_send(peers_->actors[static_cast<std::size_t>(peer)], data_atom::value, std::move(env));
 }
 
-void in_process_peers::send(int peer, p2p_envelope env) {
+std::string in_process_peers::send(int peer, p2p_envelope env,
+                                   std::chrono::steady_clock::time_point) {
   caf::anon_send(peers_->actors[static_cast<std::size_t>(peer)], msg_atom::value, std::move(env));
+  return {};
 }
 
 std::string in_process_peers::describe_peer(int peer) const {

@@ -25,7 +25,8 @@ class mixed_peers final : public actor_peers {
         dp_(std::move(dp)),
         group_(std::move(group)) {}
   void send(int peer, envelope env, std::chrono::steady_clock::time_point deadline) override;
-  void send(int peer, p2p_envelope env) override;
+  std::string send(int peer, p2p_envelope env,
+                   std::chrono::steady_clock::time_point deadline) override;
   std::string describe_peer(int peer) const override;
   /// Local peers read the shared payload later; the data plane writes it out
   /// before send() returns.

@@ -147,7 +147,9 @@ bool mailbox::send_now(const p2p_call& c, std::exception_ptr& failed, std::size_
   try {
     auto plane = plane_.lock();
     if (!plane) return fail_with(errc::aborted, "the world ended");
-    plane->send(global_ranks_[peer], group_, p2p_envelope{rank_, c.tag, c.buffer});
+    const auto why = plane->send(global_ranks_[peer], group_, p2p_envelope{rank_, c.tag, c.buffer},
+                                 std::chrono::steady_clock::now() + c.timeout);
+    if (!why.empty()) return fail_with(errc::peer_failure, left_text(c.peer, why));
   } catch (const error& e) {
     return fail_with(e.code(), e.what());
   } catch (const std::exception& e) {

@@ -566,3 +566,63 @@ TEST_CASE("a write to a stopped peer fails at the operation's timeout, saying ho
   ::unlink(path.c_str());
   CHECK(codes == std::vector<int>{0, 128 + SIGKILL});
 }
+
+TEST_CASE("a send to a stopped peer ends at its timeout, on both engines, over TCP and the rings") {
+  // Rank 1 stops (SIGSTOP), the failure detector off; rank 0 sends it 16
+  // MiB over TCP (eager: written by the sender) and, on one host, sixty-four
+  // 128 KiB messages (eager below 256 KiB: they fill the 4 MiB ring). Each
+  // send ends by its 1 s timeout (plus a margin), failing, naming rank 1 and
+  // saying its write timed out (before, the sender waited for ever).
+  struct way {
+    const char* transport;
+    const char* engine;
+    std::int64_t elements;  // float32 per message
+    int messages;
+  };
+  for (const way w : {way{"tcp", "messages", 4 << 20, 1}, way{"auto", "messages", 32 << 10, 64},
+                      way{"tcp", "actors", 4 << 20, 1}, way{"auto", "actors", 32 << 10, 64}}) {
+    CAPTURE(std::string(w.transport));
+    CAPTURE(std::string(w.engine));
+    const auto path = test::temp_store_path();
+    auto& b = *test::shared_page<split_board>();
+    auto codes = test::fork_ranks(2, [&](int r) {
+      ::setenv("TROUPE_TRANSPORT", w.transport, 1);
+      ::setenv("TROUPE_ENGINE", w.engine, 1);
+      ::setenv("TROUPE_UNRESPONSIVE_MS", "0", 1);
+      auto s = std::make_shared<file_store>(path, 20s);
+      world wd{test::child_world(s, r, 2, 20s)};
+      auto& pg = wd.default_group();
+      pg.barrier().wait();
+      if (r == 1) {
+        b.lender_pid = ::getpid();
+        b.stopping = 1;
+        ::raise(SIGSTOP);
+        return false;  // not reached: rank 0 kills this process
+      }
+      while (b.stopping.load() == 0 || !is_stopped(b.lender_pid.load()))
+        std::this_thread::sleep_for(1ms);
+      bool ok = true;
+      auto t = tensor::zeros({w.elements}, dtype::float32);
+      const auto start = test::now_ns();
+      try {
+        for (int i = 0; i < w.messages; ++i) pg.send(t, 1, {.tag = i, .timeout = 1000ms}).wait(30s);
+        ok &= expect(r, false, "every send to a stopped peer succeeded");
+      } catch (const error& e) {
+        const std::string what = e.what();
+        const auto took_ms = (test::now_ns() - start) / 1000000;
+        ok &= expect(r, what.find("rank 1") != std::string::npos,
+                     "the stopped rank is not named: " + what);
+        ok &= expect(r, what.find("writing to it timed out after") != std::string::npos,
+                     "the send does not say its write timed out: " + what);
+        ok &= expect(r, took_ms < 5000,
+                     "it failed " + std::to_string(took_ms) + " ms after the call (timeout: 1 s)");
+        std::fprintf(stderr, "a send to a stopped peer, after %lld ms: %s\n",
+                     static_cast<long long>(took_ms), what.c_str());
+      }
+      ::kill(b.lender_pid.load(), SIGKILL);
+      return ok;
+    });
+    ::unlink(path.c_str());
+    CHECK(codes == std::vector<int>{0, 128 + SIGKILL});
+  }
+}

@@ -159,6 +159,12 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   void send(int world_rank, const std::string& group, const envelope& env,
             std::chrono::steady_clock::time_point deadline);
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
+  /// A point-to-point frame written by the sender's thread (an eager send),
+  /// unless the peer is gone or takes nothing until
+  /// `deadline`, the send's: it is then failed, as in send_inline): ""
+  /// when written, else why not.
+  std::string send(int world_rank, const std::string& group, const p2p_envelope& env,
+                   std::chrono::steady_clock::time_point deadline);
   /// Sends a small frame without waiting, from a thread that must not wait
   /// (a reader of frames: two readers each waiting for the other to take
   /// its bytes would wait forever): written at once where the connection
@@ -264,10 +270,14 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::unique_lock<std::mutex> hold_reading(int r);
 
  private:
-  /// send() and send_inline(): a frame of `kind` (frame_collective or frame_inline).
-  void send_until(int world_rank, const std::string& group, const envelope& env, std::uint8_t kind,
-                  const std::function<void()>& while_full,
-                  std::chrono::steady_clock::time_point deadline);
+  /// Writes a frame to world rank r (`write_to(stream)`), giving up at
+  /// `deadline` while its connection takes nothing (then closed, and r
+  /// failed); "" when written, else why not (r gone, or given up on).
+  /// Defined in data_plane_send.cpp, its only user.
+  template <class Write>
+  std::string send_until(int world_rank, const Write& write_to,
+                         const std::function<void()>& while_full,
+                         std::chrono::steady_clock::time_point deadline);
   struct peer;
   struct route;
   peer& at(int r) const { return peers_.empty() ? *local_ : *peers_[static_cast<std::size_t>(r)]; }

@@ -106,7 +106,49 @@ class deadline_link_stream final : public byte_stream {
   bool timed_out_ = false;
 };
 
+/// What a sender calls while a socket is full where reader threads read the
+/// sockets: nothing.
+/// Why a frame to a peer that is gone was not written.
+constexpr const char* gone_text = "its connection was closed before this frame";
+
+const std::function<void()>& nothing_to_read() {
+  static const std::function<void()> nothing;
+  return nothing;
+}
+
 }  // namespace
+
+template <class Write>
+std::string data_plane::send_until(int r, const Write& write_to,
+                                   const std::function<void()>& while_full,
+                                   std::chrono::steady_clock::time_point deadline) {
+  auto& p = at(r);
+  std::string why;
+  {
+    std::lock_guard<futex_lock> g{p.out_mtx};
+    // The peer is gone: a call waiting for it fails with why.
+    if (!p.out || p.gone) return gone_text;
+    if (p.out_link && p.out == p.out_link.get()) {
+      // A ring's reader thread takes its bytes whatever this thread does;
+      // one that took nothing until the deadline is stopped or stuck.
+      deadline_link_stream out{*p.out_link, deadline};
+      if (write_to(out)) return {};
+      if (!out.timed_out()) return gone_text;  // closed as the peer went
+      why = out.why();
+      p.out_link->close();
+    } else if (p.out != p.out_socket.get()) {
+      return write_to(*p.out) ? std::string{} : gone_text;
+    } else {
+      nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
+      if (write_to(out)) return {};
+      why = out.why();
+      p.out_socket->close();
+    }
+  }
+  if (why.empty()) why = "writing to its connection failed (connection closed)";
+  peer_gone(r, why, true, -1, failure_kind::died);
+  return why;
+}
 
 template <class Envelope>
 void data_plane::send_frame(int r, const std::string& group, const Envelope& env) {
@@ -118,13 +160,22 @@ void data_plane::send_frame(int r, const std::string& group, const Envelope& env
 
 void data_plane::send(int r, const std::string& group, const envelope& env,
                       std::chrono::steady_clock::time_point deadline) {
-  static const std::function<void()> nothing;  // reader threads read the sockets
-  send_until(r, group, env, frame_collective, nothing, deadline);
+  send_until(
+      r, [&](byte_stream& out) { return write_frame(out, group, env, frame_collective); },
+      nothing_to_read(), deadline);
 }
 
 void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
   note_p2p();
   send_frame(r, group, env);
+}
+
+std::string data_plane::send(int r, const std::string& group, const p2p_envelope& env,
+                             std::chrono::steady_clock::time_point deadline) {
+  note_p2p();
+  return send_until(
+      r, [&](byte_stream& out) { return write_frame(out, group, env); }, nothing_to_read(),
+      deadline);
 }
 
 void data_plane::send_soon(int r, const std::string& group, const p2p_envelope& env) {
@@ -148,36 +199,9 @@ void data_plane::send_soon(int r, const std::string& group, const p2p_envelope& 
 void data_plane::send_inline(int r, const std::string& group, const envelope& env,
                              const std::function<void()>& while_full,
                              std::chrono::steady_clock::time_point deadline) {
-  send_until(r, group, env, frame_inline, while_full, deadline);
-}
-
-void data_plane::send_until(int r, const std::string& group, const envelope& env, std::uint8_t kind,
-                            const std::function<void()>& while_full,
-                            std::chrono::steady_clock::time_point deadline) {
-  auto& p = at(r);
-  std::string why;
-  {
-    std::lock_guard<futex_lock> g{p.out_mtx};
-    if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
-    if (p.out_link && p.out == p.out_link.get()) {
-      // A ring's reader thread takes its bytes whatever this thread does;
-      // one that took nothing until the deadline is stopped or stuck.
-      deadline_link_stream out{*p.out_link, deadline};
-      if (write_frame(out, group, env, kind) || !out.timed_out()) return;
-      why = out.why();
-      p.out_link->close();
-    } else if (p.out != p.out_socket.get()) {
-      write_frame(*p.out, group, env, kind);
-      return;
-    } else {
-      nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
-      if (write_frame(out, group, env, kind)) return;
-      why = out.why();
-      p.out_socket->close();
-    }
-  }
-  peer_gone(r, why.empty() ? "writing to its connection failed (connection closed)" : why, true, -1,
-            failure_kind::died);
+  send_until(
+      r, [&](byte_stream& out) { return write_frame(out, group, env, frame_inline); }, while_full,
+      deadline);
 }
 
 bool data_plane::send_raw(int r, const void* data, std::size_t n) {
