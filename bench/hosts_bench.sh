@@ -43,7 +43,10 @@
 # (overhead=), timed as long as the tables' calls are (--min-time 600
 # where ranks share CPUs, below); each twice,
 # the fit taking the lower median. The report's model is told the same,
-# and compared with other calls than these. (About 40 s.)
+# and compared with other calls than these (About 40 s.), except that
+# where ranks share CPUs its hop_wait comes from a barrier troupe's table
+# launches time first (the pace of a hop there, which moved 30-40% from the
+# calibrating launch's minutes apart).
 # --measure-at-start instead has troupe measure them itself as a user's
 # world does (TROUPE_LINK_COSTS=measure: the benchmark's own layout, at
 # each world's start; api/link_measurement.hpp), and the report's model is
@@ -231,6 +234,16 @@ sharing=$(awk -v r="$ranks" -v c="$cpus" 'BEGIN { if (r > c) printf "%g", r / c 
 [ -z "$sharing" ] || costs+=("ranks_per_cpu=$sharing")
 [ ${#costs[@]} -eq 0 ] || troupe_env=(env "TROUPE_LINK_COSTS=$(IFS=,; echo "${costs[*]}")")
 failed=()
+# Where the ranks share CPUs and troupe was calibrated, its own launches
+# also time a barrier of the layout first (not a table the model is
+# compared with): the report's model takes hop_wait from it, the pace of
+# a hop in the launches it is compared with (at 4 ranks per CPU that pace
+# moved 30-40% between launches minutes apart).
+troupe_common=("${common[@]}")
+if [ "$calibrate" -eq 1 ] && [ -n "$fitted" ] && [ -n "$sharing" ] &&
+  [[ ",$ops," != *,barrier,* ]]; then
+  troupe_common=(--csv "$PWD/$csv" --ops "barrier,$ops" "${quick[@]}" "${iters[@]}" "${window[@]}")
+fi
 
 run() {  # run NAME COMMAND...: one system, logged
   local label=$1 t0=$SECONDS log="$out/logs/$name-$1.log"
@@ -247,7 +260,7 @@ run() {  # run NAME COMMAND...: one system, logged
 for round in $(seq 1 "$repeat"); do
   tag=""
   [ "$repeat" -eq 1 ] || tag="-r$round"
-  run "troupe$tag" troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" "${common[@]}"
+  run "troupe$tag" troupe_on "${hosts_sh[@]}" -- "$per_host" "$hosts" "${troupe_common[@]}"
   if [[ ",$peers," != *,gloo,* ]]; then
     :
   elif [ -x "$build/bench/gloo_bench_worker" ]; then
@@ -280,6 +293,15 @@ if [ "$calibrate" -eq 2 ]; then  # what troupe measured at its first start
   measured=("$(grep -h -o 'troupe link costs: .*' "$out/logs/$name-troupe"*.log 2>/dev/null |
     head -1 | sed 's/^troupe link costs: //')")
   echo "hosts_bench: troupe measured at start: ${measured[0]:-nothing (see the troupe logs)}"
+fi
+if [ "${troupe_common[*]}" != "${common[*]}" ] && [ -f "$csv" ]; then
+  launch_fit=$("$build/bench/bench_hosts_report" "$ccsv" --fit --hosts "$hosts" \
+    --ranks-per-host "$per_host" --link "$link" --cpus-per-host "$host_cpus" \
+    --fit-launch "$PWD/$csv" 2>>"$clog") || launch_fit=""
+  if [ -n "$launch_fit" ]; then
+    measured=("$launch_fit")
+    echo "hosts_bench: the model's hop_wait from the tables' own barrier: $launch_fit"
+  fi
 fi
 if [ -f "$csv" ]; then
   "$build/bench/bench_hosts_report" "$csv" --hosts "$hosts" --ranks-per-host "$per_host" \
