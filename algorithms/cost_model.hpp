@@ -303,7 +303,9 @@ algorithm_kind chosen_algorithm(op_code code, std::uint64_t bytes, const group_t
 /// the collective's one algorithm (predict_fixed), the call ending once
 /// that and the agreement beside it (agreement_time) are done (the two
 /// overlapping less where ranks share CPUs); one rank runs nothing.
+/// `chosen_with` (null: `m`): the model the ranks choose by, where that is
+/// not the one the time is priced with.
 fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,
-                              const cost_model& m);
+                              const cost_model& m, const cost_model* chosen_with = nullptr);
 
 }  // namespace troupe::detail

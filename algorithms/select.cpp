@@ -361,9 +361,9 @@ std::unique_ptr<algorithm> make_across_hosts(const collective_call& part, int ho
 }
 
 fixed_prediction predict_call(op_code code, std::uint64_t bytes, const group_topology& t,
-                              const cost_model& m) {
+                              const cost_model& m, const cost_model* chosen_with) {
   if (t.size() < 2) return {"none (one rank)", 0};
-  const auto kind = chosen_algorithm(code, bytes, t, m);
+  const auto kind = chosen_algorithm(code, bytes, t, chosen_with ? *chosen_with : m);
   auto p = kind == algorithm_kind::other
                ? predict_fixed(code, bytes, t, m)
                : fixed_prediction{to_string(kind), predict(kind, bytes, t, m)};

@@ -28,8 +28,11 @@ cost_model layout_model(const testing::host_layout& layout, const std::string& l
 
 namespace troupe::testing {
 
-prediction predict(const std::string& collective, std::uint64_t bytes, const host_layout& layout,
-                   const std::string& link_costs) {
+namespace {
+
+prediction predict_with(const std::string& collective, std::uint64_t bytes,
+                        const host_layout& layout, const std::string& link_costs,
+                        const std::string* chosen_with) {
   using detail::op_code;
   auto bad = [](const std::string& what) {
     throw error(errc::invalid_argument, "predict: " + what);
@@ -68,8 +71,26 @@ prediction predict(const std::string& collective, std::uint64_t bytes, const hos
   for (long long r = 0; r < ranks; ++r) hosts.push_back(std::to_string(r / layout.ranks_per_host));
   const auto t = detail::group_topology::of_hosts(hosts);
   if (send) return {"send", ranks < 2 ? 0 : detail::send_time(bytes, *t, model, 0, int(ranks / 2))};
-  const auto p = detail::predict_call(code, bytes, *t, model);
+  if (!chosen_with) {
+    const auto p = detail::predict_call(code, bytes, *t, model);
+    return {p.algorithm, p.seconds};
+  }
+  const auto told = detail::layout_model(layout, *chosen_with, "predict");
+  const auto p = detail::predict_call(code, bytes, *t, model, &told);
   return {p.algorithm, p.seconds};
+}
+
+}  // namespace
+
+prediction predict(const std::string& collective, std::uint64_t bytes, const host_layout& layout,
+                   const std::string& link_costs) {
+  return predict_with(collective, bytes, layout, link_costs, nullptr);
+}
+
+prediction predict_chosen_with(const std::string& collective, std::uint64_t bytes,
+                               const host_layout& layout, const std::string& link_costs,
+                               const std::string& chosen_with) {
+  return predict_with(collective, bytes, layout, link_costs, &chosen_with);
 }
 
 }  // namespace troupe::testing

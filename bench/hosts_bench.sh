@@ -240,6 +240,7 @@ failed=()
 # a hop in the launches it is compared with (at 4 ranks per CPU that pace
 # moved 30-40% between launches minutes apart).
 troupe_common=("${common[@]}")
+chosen_with=()
 if [ "$calibrate" -eq 1 ] && [ -n "$fitted" ] && [ -n "$sharing" ] &&
   [[ ",$ops," != *,barrier,* ]]; then
   troupe_common=(--csv "$PWD/$csv" --ops "barrier,$ops" "${quick[@]}" "${iters[@]}" "${window[@]}")
@@ -300,12 +301,14 @@ if [ "${troupe_common[*]}" != "${common[*]}" ] && [ -f "$csv" ]; then
     --fit-launch "$PWD/$csv" 2>>"$clog") || launch_fit=""
   if [ -n "$launch_fit" ]; then
     measured=("$launch_fit")
+    chosen_with=(--chosen-with "$fitted")  # what the ranks chose by
     echo "hosts_bench: the model's hop_wait from the tables' own barrier: $launch_fit"
   fi
 fi
 if [ -f "$csv" ]; then
   "$build/bench/bench_hosts_report" "$csv" --hosts "$hosts" --ranks-per-host "$per_host" \
-    --link "$link" --cpus-per-host "$host_cpus" --link-costs "$(IFS=,; echo "${measured[*]}")" |
+    --link "$link" --cpus-per-host "$host_cpus" --link-costs "$(IFS=,; echo "${measured[*]}")" \
+    "${chosen_with[@]}" |
     tee "$out/$name.txt"
 fi
 echo "hosts_bench: results in $csv; $(($(date +%s) - start)) s in all"

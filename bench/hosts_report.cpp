@@ -9,6 +9,9 @@
 //                      ranks share them where C < R; 0, the default: one each)
 //                      [--link-costs TEXT]   (what the ranks were told in
 //                      TROUPE_LINK_COSTS; default: the link's rate at 95%)
+//                      [--chosen-with TEXT]  (what the ranks were told, where
+//                      --link-costs is what the model prices with: measured
+//                      later, in the tables' own launches)
 //   bench_hosts_report calibration.csv --fit --hosts H ... [--fit-launch hosts.csv]
 //                      prints the cost model's terms measured there, as
 //                      TROUPE_LINK_COSTS items (fit_costs below); with
@@ -66,6 +69,7 @@ struct topology {
   double bits_per_s = 0;     ///< 0: unshaped
   double cpus_per_host = 0;  ///< 0: a CPU for each rank
   std::string costs;         ///< --link-costs: what the ranks were told (TROUPE_LINK_COSTS)
+  std::string chosen_with;   ///< --chosen-with: what they were told where `costs` came later
   int ranks() const { return hosts * per_host; }
 };
 
@@ -216,8 +220,10 @@ void print_model(const topology& t) {
   std::printf(
       "\n### the cost model against the measurement (troupe, %d hosts x %d ranks, link %s)\n\n",
       t.hosts, t.per_host, t.link.c_str());
-  std::printf("%-10s %8s | %-26s %12s %12s %8s\n", "op", "size", "algorithm (model's choice)",
-              "predicted", "measured", "meas/pred");
+  std::printf(
+      "%-10s %8s | %-26s %12s %12s %8s\n", "op", "size",
+      t.chosen_with.empty() ? "algorithm (model's choice)" : "algorithm (the ranks' choice)",
+      "predicted", "measured", "meas/pred");
   int within = 0, compared = 0;
   for (const char* op : {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"}) {
     auto rows = cells.find(op);
@@ -225,8 +231,10 @@ void print_model(const topology& t) {
     for (const auto& [bytes, row] : rows->second) {
       const double measured = time_of(row, "troupe-shm+tcp");
       if (std::isnan(measured)) continue;
-      const auto p =
-          troupe::testing::predict(op, bytes, {t.hosts, t.per_host, t.cpus_per_host}, costs);
+      const troupe::testing::host_layout layout{t.hosts, t.per_host, t.cpus_per_host};
+      const auto p = t.chosen_with.empty() ? troupe::testing::predict(op, bytes, layout, costs)
+                                           : troupe::testing::predict_chosen_with(
+                                                 op, bytes, layout, costs, t.chosen_with);
       const double predicted = p.seconds * 1e6, ratio = measured / predicted;
       ++compared;
       within += ratio >= 0.75 && ratio <= 1.25;
@@ -505,6 +513,8 @@ int main(int argc, char** argv) {
         t.cpus_per_host = std::stod(v);
       else if (a == "--link-costs")
         t.costs = v;
+      else if (a == "--chosen-with")
+        t.chosen_with = v;
       else if (a == "--fit-launch")
         launch = bench::read_csv(v);
       else
@@ -531,6 +541,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "bench_hosts_report: %s\nusage: bench_hosts_report hosts.csv --hosts H "
                  "--ranks-per-host R --link RATE|none [--cpus-per-host C] [--link-costs TEXT]\n"
+                 "                          [--chosen-with TEXT]\n"
                  "       bench_hosts_report calibration.csv --fit --hosts H ... "
                  "[--fit-launch hosts.csv]\n",
                  e.what());

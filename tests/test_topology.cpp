@@ -476,6 +476,41 @@ TEST_CASE("a waiting rank's take of a shared CPU (wait_share) and a send's price
       errc::invalid_argument, {"predict", "'sends'", "send"});
 }
 
+TEST_CASE("predict_chosen_with: the algorithm ranks told one model choose, priced with another") {
+  // A calibration's costs and those of a later launch, whose hops waited
+  // longer (unshaped 2 x 2 on 2 CPUs): told the first, the ranks run the
+  // hierarchy for a 64 KiB allreduce; the second alone would choose
+  // recursive doubling.
+  const std::string told =
+      "host=9.91us:,cpu=2829968197B/s,cpu_cached=4157130935B/s,cpu_send=0.698,cpu_send_cached="
+      "0.797,local=:4356117427B/s,local_cached=10342312131B/s,hop_wait=26.44us,shared_wait=0,"
+      "wait_share=0,overhead=22.97us";
+  const std::string later =
+      "host=9.91us:,cpu=2829968197B/s,cpu_cached=4157130935B/s,cpu_send=0.698,cpu_send_cached="
+      "0.797,local=:4356117427B/s,local_cached=10342312131B/s,hop_wait=37.35us,shared_wait=0,"
+      "wait_share=0,overhead=17.51us";
+  const testing::host_layout two{2, 2, 1};
+  const auto ran = testing::predict("allreduce", 64 << 10, two, told);
+  const auto alone = testing::predict("allreduce", 64 << 10, two, later);
+  REQUIRE(ran.algorithm != alone.algorithm);
+  const auto priced = testing::predict_chosen_with("allreduce", 64 << 10, two, later, told);
+  CHECK(priced.algorithm == ran.algorithm);
+  {
+    // The same as forcing what ran and pricing it with the later costs.
+    test::scoped_env forced{"TROUPE_ALGORITHMS", "allreduce=hier_leaders"};
+    REQUIRE(ran.algorithm == "allreduce_hier (leaders)");
+    CHECK(priced.seconds ==
+          test::relative(testing::predict("allreduce", 64 << 10, two, later).seconds));
+  }
+  // Told the same costs, the same as predict().
+  const auto same = testing::predict_chosen_with("broadcast", 1 << 20, {4, 2, 1}, later, later);
+  CHECK(same.algorithm == testing::predict("broadcast", 1 << 20, {4, 2, 1}, later).algorithm);
+  CHECK(same.seconds == testing::predict("broadcast", 1 << 20, {4, 2, 1}, later).seconds);
+  test::check_error(
+      [&] { testing::predict_chosen_with("allreduce", 4, two, later, "hop_wait=fast"); },
+      errc::invalid_argument, {"hop_wait"});
+}
+
 TEST_CASE("ranks that share CPUs: waits grow, CPU-bound transfers share the CPU") {
   cost_model m;
   const auto t = layout(2, 2);

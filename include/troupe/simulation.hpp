@@ -153,6 +153,15 @@ struct prediction {
 prediction predict(const std::string& collective, std::uint64_t bytes, const host_layout& layout,
                    const std::string& link_costs = "");
 
+/// predict(), the algorithm being the one ranks told `chosen_with`
+/// (TROUPE_LINK_COSTS's syntax; "": the process's model) would choose,
+/// its time priced with `link_costs`: where the ranks ran with one model
+/// and the call is priced with another, measured later (a benchmark's
+/// report pricing what ran with what the run's own launch measured).
+prediction predict_chosen_with(const std::string& collective, std::uint64_t bytes,
+                               const host_layout& layout, const std::string& link_costs,
+                               const std::string& chosen_with);
+
 /// Runs simulate(n, fn) with seeds first, first+1, ... (count of them) and
 /// returns the first seed whose run throws, after printing it and the error
 /// to stderr; nullopt when every run passed.
