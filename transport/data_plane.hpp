@@ -158,6 +158,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// nothing until `deadline` (the call's) is given up on, as send_inline.
   void send(int world_rank, const std::string& group, const envelope& env,
             std::chrono::steady_clock::time_point deadline);
+  /// A point-to-point frame with no call's deadline (a loan's answer or
+  /// withdrawal): given up on, the peer failed, after the world's timeout
+  /// without room (a stopped peer holds no thread for ever).
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
   /// A point-to-point frame written by the sender's thread (an eager send),
   /// unless the peer is gone or takes nothing until
@@ -326,8 +329,6 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   void peer_gone(int rank, const std::string& why, bool crashed, int cause = -1,
                  failure_kind kind = failure_kind::failed);
   void set_route(const std::string& group, const std::function<void(route&)>& change);
-  template <class Envelope>
-  void send_frame(int world_rank, const std::string& group, const Envelope& env);
   /// A loan from world rank r for a group without a loan sink (group_sink::loan):
   /// copies the lent bytes into a message, returns the loan and delivers it.
   void take_loan(int r, const std::string& group, const route& rt, p2p_envelope env);

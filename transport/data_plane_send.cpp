@@ -150,14 +150,6 @@ std::string data_plane::send_until(int r, const Write& write_to,
   return why;
 }
 
-template <class Envelope>
-void data_plane::send_frame(int r, const std::string& group, const Envelope& env) {
-  auto& p = at(r);
-  std::lock_guard<futex_lock> g{p.out_mtx};
-  if (!p.out || p.gone) return;  // the peer is gone: the waiting side fails the call
-  write_frame(*p.out, group, env);
-}
-
 void data_plane::send(int r, const std::string& group, const envelope& env,
                       std::chrono::steady_clock::time_point deadline) {
   send_until(
@@ -166,8 +158,7 @@ void data_plane::send(int r, const std::string& group, const envelope& env,
 }
 
 void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
-  note_p2p();
-  send_frame(r, group, env);
+  send(r, group, env, std::chrono::steady_clock::now() + opts_.timeout);
 }
 
 std::string data_plane::send(int r, const std::string& group, const p2p_envelope& env,
