@@ -88,7 +88,7 @@ void data_plane::close_once() {
   const auto kind = first < 0 ? failure_kind::failed : static_cast<failure_kind>(first % 256);
   for (auto& p : peers_) {
     std::lock_guard<futex_lock> g{p->out_mtx};
-    if (p->out && !p->gone) write_goodbye(*p->out, cause, kind);
+    if (p->out && !p->gone) say_goodbye(*p, cause, kind);
   }
   {
     // From here on no connection is adopted (that happens under mtx_).

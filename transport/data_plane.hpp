@@ -283,6 +283,13 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
                          std::chrono::steady_clock::time_point deadline);
   struct peer;
   struct route;
+  /// Writes with `write_to` to p's connection (the caller holds p.out_mtx),
+  /// giving up at `deadline` while it takes nothing, then closing it: ""
+  /// when written, else why not (data_plane_send.cpp, its only user).
+  template <class Write>
+  static std::string write_bounded(peer& p, const Write& write_to,
+                                   const std::function<void()>& while_full,
+                                   std::chrono::steady_clock::time_point deadline);
   peer& at(int r) const { return peers_.empty() ? *local_ : *peers_[static_cast<std::size_t>(r)]; }
   void accept_loop();
   /// A stranger's hello is complete: adopt its connection or refuse it.
@@ -329,6 +336,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   void peer_gone(int rank, const std::string& why, bool crashed, int cause = -1,
                  failure_kind kind = failure_kind::failed);
   void set_route(const std::string& group, const std::function<void(route&)>& change);
+  /// Writes a goodbye to p (the caller holds p.out_mtx), waiting a second
+  /// at most for room (data_plane_send.cpp).
+  void say_goodbye(peer& p, std::int32_t cause, failure_kind kind);
   /// A loan from world rank r for a group without a loan sink (group_sink::loan):
   /// copies the lent bytes into a message, returns the loan and delivers it.
   void take_loan(int r, const std::string& group, const route& rt, p2p_envelope env);

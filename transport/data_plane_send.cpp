@@ -118,6 +118,28 @@ const std::function<void()>& nothing_to_read() {
 
 }  // namespace
 
+// gone_text when the connection was closed already.
+template <class Write>
+std::string data_plane::write_bounded(peer& p, const Write& write_to,
+                                      const std::function<void()>& while_full,
+                                      std::chrono::steady_clock::time_point deadline) {
+  if (p.out_link && p.out == p.out_link.get()) {
+    // A ring's reader thread takes its bytes whatever this thread does;
+    // one that took nothing until the deadline is stopped or stuck.
+    deadline_link_stream out{*p.out_link, deadline};
+    if (write_to(out)) return {};
+    if (!out.timed_out()) return gone_text;  // closed as the peer went
+    p.out_link->close();
+    return out.why();
+  }
+  if (p.out != p.out_socket.get()) return write_to(*p.out) ? std::string{} : gone_text;
+  nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
+  if (write_to(out)) return {};
+  p.out_socket->close();
+  const auto why = out.why();
+  return why.empty() ? "writing to its connection failed (connection closed)" : why;
+}
+
 template <class Write>
 std::string data_plane::send_until(int r, const Write& write_to,
                                    const std::function<void()>& while_full,
@@ -128,26 +150,19 @@ std::string data_plane::send_until(int r, const Write& write_to,
     std::lock_guard<futex_lock> g{p.out_mtx};
     // The peer is gone: a call waiting for it fails with why.
     if (!p.out || p.gone) return gone_text;
-    if (p.out_link && p.out == p.out_link.get()) {
-      // A ring's reader thread takes its bytes whatever this thread does;
-      // one that took nothing until the deadline is stopped or stuck.
-      deadline_link_stream out{*p.out_link, deadline};
-      if (write_to(out)) return {};
-      if (!out.timed_out()) return gone_text;  // closed as the peer went
-      why = out.why();
-      p.out_link->close();
-    } else if (p.out != p.out_socket.get()) {
-      return write_to(*p.out) ? std::string{} : gone_text;
-    } else {
-      nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
-      if (write_to(out)) return {};
-      why = out.why();
-      p.out_socket->close();
-    }
+    why = write_bounded(p, write_to, while_full, deadline);
+    if (why.empty() || why == gone_text) return why;
   }
-  if (why.empty()) why = "writing to its connection failed (connection closed)";
   peer_gone(r, why, true, -1, failure_kind::died);
   return why;
+}
+
+void data_plane::say_goodbye(peer& p, std::int32_t cause, failure_kind kind) {
+  // A goodbye the peer does not take within a second is not waited for
+  // (a stopped peer must not hold this world's end).
+  write_bounded(
+      p, [&](byte_stream& out) { return write_goodbye(out, cause, kind); }, nothing_to_read(),
+      std::chrono::steady_clock::now() + std::chrono::seconds(1));
 }
 
 void data_plane::send(int r, const std::string& group, const envelope& env,
