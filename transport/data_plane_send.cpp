@@ -106,11 +106,11 @@ class deadline_link_stream final : public byte_stream {
   bool timed_out_ = false;
 };
 
-/// What a sender calls while a socket is full where reader threads read the
-/// sockets: nothing.
 /// Why a frame to a peer that is gone was not written.
 constexpr const char* gone_text = "its connection was closed before this frame";
 
+/// What a sender calls while a socket is full where reader threads read the
+/// sockets: nothing.
 const std::function<void()>& nothing_to_read() {
   static const std::function<void()> nothing;
   return nothing;
@@ -118,7 +118,7 @@ const std::function<void()>& nothing_to_read() {
 
 }  // namespace
 
-// gone_text when the connection was closed already.
+// (data_plane.hpp) Answers gone_text where the connection was closed already.
 template <class Write>
 std::string data_plane::write_bounded(peer& p, const Write& write_to,
                                       const std::function<void()>& while_full,
