@@ -162,10 +162,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// withdrawal): given up on, the peer failed, after the world's timeout
   /// without room (a stopped peer holds no thread for ever).
   void send(int world_rank, const std::string& group, const p2p_envelope& env);
-  /// A point-to-point frame written by the sender's thread (an eager send),
-  /// unless the peer is gone or takes nothing until
-  /// `deadline`, the send's: it is then failed, as in send_inline): ""
-  /// when written, else why not.
+  /// A point-to-point frame written by the sender's thread (an eager send):
+  /// "", or why not where the peer took nothing until `deadline`, the
+  /// send's (it is then failed, as in send_inline); a peer that closed its
+  /// connection is judged by the thread reading it, as before.
   std::string send(int world_rank, const std::string& group, const p2p_envelope& env,
                    std::chrono::steady_clock::time_point deadline);
   /// Sends a small frame without waiting, from a thread that must not wait
@@ -277,10 +277,17 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// `deadline` while its connection takes nothing (then closed, and r
   /// failed); "" when written, else why not (r gone, or given up on).
   /// Defined in data_plane_send.cpp, its only user.
+  /// What send_until does when a write fails on a connection its peer
+  /// closed: fail the peer (the inline engine's frames), or leave it to the
+  /// thread that reads that connection, which reads a goodbye first and so
+  /// blames the rank whose failure made the peer leave (the group actors'
+  /// and point-to-point frames: such a write is not a failure of the send).
+  /// A write that took nothing until its deadline fails the peer either way.
+  enum class on_write_error { fail_peer, leave_to_reader };
   template <class Write>
   std::string send_until(int world_rank, const Write& write_to,
                          const std::function<void()>& while_full,
-                         std::chrono::steady_clock::time_point deadline);
+                         std::chrono::steady_clock::time_point deadline, on_write_error errors);
   struct peer;
   struct route;
   /// Writes with `write_to` to p's connection (the caller holds p.out_mtx),
@@ -289,7 +296,7 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   template <class Write>
   static std::string write_bounded(peer& p, const Write& write_to,
                                    const std::function<void()>& while_full,
-                                   std::chrono::steady_clock::time_point deadline);
+                                   std::chrono::steady_clock::time_point deadline, bool* timed_out);
   peer& at(int r) const { return peers_.empty() ? *local_ : *peers_[static_cast<std::size_t>(r)]; }
   void accept_loop();
   /// A stranger's hello is complete: adopt its connection or refuse it.

@@ -30,6 +30,8 @@ class nonblocking_stream final : public byte_stream {
                      std::chrono::steady_clock::time_point deadline)
       : fd_(fd), while_full_(while_full), deadline_(deadline) {}
   std::string why() const { return why_; }
+  /// Whether the write failed at its deadline (not on a closed connection).
+  bool timed_out() const { return timed_out_; }
   bool write(const void* data, std::size_t n) override {
     auto* p = static_cast<const char*>(data);
     while (n > 0) {
@@ -41,10 +43,12 @@ class nonblocking_stream final : public byte_stream {
       }
       if (w < 0 && errno == EINTR) continue;
       if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (std::chrono::steady_clock::now() >= deadline_)
+        if (std::chrono::steady_clock::now() >= deadline_) {
+          timed_out_ = true;
           return fail("writing to it timed out after " + elapsed() +
                       ": its connection took no more data before the operation's deadline "
                       "(connection closed)");
+        }
         if (while_full_) while_full_();
         pollfd pf{fd_, POLLOUT, 0};
         ::poll(&pf, 1, 1);
@@ -75,6 +79,7 @@ class nonblocking_stream final : public byte_stream {
   std::chrono::steady_clock::time_point deadline_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::string why_;
+  bool timed_out_ = false;
 };
 
 /// Writes to a link (a shared-memory ring), giving up at the operation's
@@ -122,7 +127,8 @@ const std::function<void()>& nothing_to_read() {
 template <class Write>
 std::string data_plane::write_bounded(peer& p, const Write& write_to,
                                       const std::function<void()>& while_full,
-                                      std::chrono::steady_clock::time_point deadline) {
+                                      std::chrono::steady_clock::time_point deadline,
+                                      bool* timed_out) {
   if (p.out_link && p.out == p.out_link.get()) {
     // A ring's reader thread takes its bytes whatever this thread does;
     // one that took nothing until the deadline is stopped or stuck.
@@ -130,12 +136,14 @@ std::string data_plane::write_bounded(peer& p, const Write& write_to,
     if (write_to(out)) return {};
     if (!out.timed_out()) return gone_text;  // closed as the peer went
     p.out_link->close();
+    if (timed_out) *timed_out = true;
     return out.why();
   }
   if (p.out != p.out_socket.get()) return write_to(*p.out) ? std::string{} : gone_text;
   nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
   if (write_to(out)) return {};
   p.out_socket->close();
+  if (timed_out) *timed_out = out.timed_out();
   const auto why = out.why();
   return why.empty() ? "writing to its connection failed (connection closed)" : why;
 }
@@ -143,16 +151,24 @@ std::string data_plane::write_bounded(peer& p, const Write& write_to,
 template <class Write>
 std::string data_plane::send_until(int r, const Write& write_to,
                                    const std::function<void()>& while_full,
-                                   std::chrono::steady_clock::time_point deadline) {
+                                   std::chrono::steady_clock::time_point deadline,
+                                   on_write_error errors) {
   auto& p = at(r);
+  const bool judge = errors == on_write_error::fail_peer;
   std::string why;
+  bool timed_out = false;
   {
     std::lock_guard<futex_lock> g{p.out_mtx};
     // The peer is gone: a call waiting for it fails with why.
-    if (!p.out || p.gone) return gone_text;
-    why = write_bounded(p, write_to, while_full, deadline);
-    if (why.empty() || why == gone_text) return why;
+    if (!p.out || p.gone) return judge ? gone_text : "";
+    why = write_bounded(p, write_to, while_full, deadline, &timed_out);
+    if (why.empty() || why == gone_text) return judge ? why : "";
   }
+  // A connection its peer closed is judged by the thread that reads it,
+  // after the goodbye that may come first (naming the rank whose failure
+  // made that peer leave): left to it where asked. One that took nothing
+  // until the deadline is this rank's to judge.
+  if (!judge && !timed_out) return "";
   peer_gone(r, why, true, -1, failure_kind::died);
   return why;
 }
@@ -162,14 +178,14 @@ void data_plane::say_goodbye(peer& p, std::int32_t cause, failure_kind kind) {
   // (a stopped peer must not hold this world's end).
   write_bounded(
       p, [&](byte_stream& out) { return write_goodbye(out, cause, kind); }, nothing_to_read(),
-      std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      std::chrono::steady_clock::now() + std::chrono::seconds(1), nullptr);
 }
 
 void data_plane::send(int r, const std::string& group, const envelope& env,
                       std::chrono::steady_clock::time_point deadline) {
   send_until(
       r, [&](byte_stream& out) { return write_frame(out, group, env, frame_collective); },
-      nothing_to_read(), deadline);
+      nothing_to_read(), deadline, on_write_error::leave_to_reader);
 }
 
 void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
@@ -181,7 +197,7 @@ std::string data_plane::send(int r, const std::string& group, const p2p_envelope
   note_p2p();
   return send_until(
       r, [&](byte_stream& out) { return write_frame(out, group, env); }, nothing_to_read(),
-      deadline);
+      deadline, on_write_error::leave_to_reader);
 }
 
 void data_plane::send_soon(int r, const std::string& group, const p2p_envelope& env) {
@@ -207,7 +223,7 @@ void data_plane::send_inline(int r, const std::string& group, const envelope& en
                              std::chrono::steady_clock::time_point deadline) {
   send_until(
       r, [&](byte_stream& out) { return write_frame(out, group, env, frame_inline); }, while_full,
-      deadline);
+      deadline, on_write_error::fail_peer);
 }
 
 bool data_plane::send_raw(int r, const void* data, std::size_t n) {
