@@ -3,6 +3,7 @@
 // the same cost model and choice the message engine makes (algorithms/).
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,12 +72,9 @@ prediction predict_with(const std::string& collective, std::uint64_t bytes,
   for (long long r = 0; r < ranks; ++r) hosts.push_back(std::to_string(r / layout.ranks_per_host));
   const auto t = detail::group_topology::of_hosts(hosts);
   if (send) return {"send", ranks < 2 ? 0 : detail::send_time(bytes, *t, model, 0, int(ranks / 2))};
-  if (!chosen_with) {
-    const auto p = detail::predict_call(code, bytes, *t, model);
-    return {p.algorithm, p.seconds};
-  }
-  const auto told = detail::layout_model(layout, *chosen_with, "predict");
-  const auto p = detail::predict_call(code, bytes, *t, model, &told);
+  std::optional<detail::cost_model> told;
+  if (chosen_with) told = detail::layout_model(layout, *chosen_with, "predict");
+  const auto p = detail::predict_call(code, bytes, *t, model, told ? &*told : nullptr);
   return {p.algorithm, p.seconds};
 }
 

@@ -278,13 +278,18 @@ void print_model(const topology& t) {
 /// barrier can miss the tables' pace).
 std::string fit_costs(const std::vector<bench::record>& cal, const topology& t,
                       const std::vector<bench::record>& launch = {}) {
-  auto lowest_of = [&](const char* op, int ranks, std::size_t bytes, bool rings) {
-    double lowest = NAN;  // the lower median of the rounds, as the tables keep
-    for (const auto& r : cal)
+  // The lower median of troupe's rounds in `rows`, as the tables keep.
+  auto lowest_in = [](const std::vector<bench::record>& rows, const char* op, int ranks,
+                      std::size_t bytes, bool rings) {
+    double lowest = NAN;
+    for (const auto& r : rows)
       if (r.system == "troupe" && (r.transport == "rings") == rings && r.op == op &&
           r.ranks == ranks && r.bytes == bytes && !(r.median_us >= lowest))
         lowest = r.median_us;
     return lowest;
+  };
+  auto lowest_of = [&](const char* op, int ranks, std::size_t bytes, bool rings) {
+    return lowest_in(cal, op, ranks, bytes, rings);
   };
   auto measured = [&](const char* op, int ranks, std::size_t bytes) {
     const double lowest = lowest_of(op, ranks, bytes, false);
@@ -375,11 +380,7 @@ std::string fit_costs(const std::vector<bench::record>& cal, const topology& t,
     for (int r = 0; r < t.ranks(); ++r) names.push_back(std::to_string(r / t.per_host));
     troupe::detail::layout_sample sample;
     if (sharing) {
-      double in_launch = NAN;  // the lower median of the tables' rounds
-      for (const auto& r : launch)
-        if (r.system == "troupe" && r.op == "barrier" && r.ranks == t.ranks() &&
-            !(r.median_us >= in_launch))
-          in_launch = r.median_us;
+      const double in_launch = lowest_in(launch, "barrier", t.ranks(), 0, false);
       sample.barrier =
           (std::isnan(in_launch) ? measured("barrier", t.ranks(), 0) : in_launch) * 1e-6;
     }

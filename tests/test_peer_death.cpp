@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -448,6 +449,39 @@ bool is_stopped(int pid) {
   return test::process_state(pid) == 'T';
 }
 
+/// Two ranks in forked processes over `transport` on `engine`, the failure
+/// detector set to `unresponsive_ms` ("": left as it is): after a barrier
+/// rank 1 stops (SIGSTOP); once it is stopped rank 0 runs `body`, then
+/// kills it. Checks that rank 0 exited 0 (body said right) and rank 1 was
+/// killed.
+void with_rank_1_stopped(const char* transport, const char* engine, const char* unresponsive_ms,
+                         const std::function<bool(process_group&)>& body) {
+  const auto path = test::temp_store_path();
+  auto& b = *test::shared_page<split_board>();
+  auto codes = test::fork_ranks(2, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", transport, 1);
+    ::setenv("TROUPE_ENGINE", engine, 1);
+    if (*unresponsive_ms) ::setenv("TROUPE_UNRESPONSIVE_MS", unresponsive_ms, 1);
+    auto s = std::make_shared<file_store>(path, 20s);
+    world w{test::child_world(s, r, 2, 20s)};
+    auto& pg = w.default_group();
+    pg.barrier().wait();
+    if (r == 1) {
+      b.lender_pid = ::getpid();
+      b.stopping = 1;
+      ::raise(SIGSTOP);
+      return false;  // not reached: rank 0 kills this process
+    }
+    while (b.stopping.load() == 0 || !is_stopped(b.lender_pid.load()))
+      std::this_thread::sleep_for(1ms);
+    const bool ok = body(pg);
+    ::kill(b.lender_pid.load(), SIGKILL);
+    return ok;
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 128 + SIGKILL});
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -525,23 +559,8 @@ TEST_CASE("a write to a stopped peer fails at the operation's timeout, saying ho
   // nothing: rank 0's allreduce of 64 MiB fills the connection and its write
   // gives up at the call's 1 s timeout, failing rank 1 with what happened
   // and after how long (not a timeout it never waited for).
-  const auto path = test::temp_store_path();
-  auto& b = *test::shared_page<split_board>();
-  auto codes = test::fork_ranks(2, [&](int r) {
-    ::setenv("TROUPE_TRANSPORT", "tcp", 1);
-    ::setenv("TROUPE_ENGINE", "messages", 1);
-    auto s = std::make_shared<file_store>(path, 20s);
-    world w{test::child_world(s, r, 2, 20s)};
-    auto& pg = w.default_group();
-    pg.barrier().wait();
-    if (r == 1) {
-      b.lender_pid = ::getpid();
-      b.stopping = 1;
-      ::raise(SIGSTOP);
-      return false;  // not reached: rank 0 kills this process
-    }
-    while (b.stopping.load() == 0 || !is_stopped(b.lender_pid.load()))
-      std::this_thread::sleep_for(1ms);
+  with_rank_1_stopped("tcp", "messages", "", [](process_group& pg) {
+    const int r = 0;
     bool ok = true;
     auto big = tensor::zeros({16 << 20}, dtype::float32);
     const auto start = test::now_ns();
@@ -566,11 +585,8 @@ TEST_CASE("a write to a stopped peer fails at the operation's timeout, saying ho
       }
       MESSAGE("a write to a stopped peer: " << what);
     }
-    ::kill(b.lender_pid.load(), SIGKILL);
     return ok;
   });
-  ::unlink(path.c_str());
-  CHECK(codes == std::vector<int>{0, 128 + SIGKILL});
 }
 
 TEST_CASE("a send to a stopped peer ends at its timeout, on both engines, over TCP and the rings") {
@@ -589,24 +605,8 @@ TEST_CASE("a send to a stopped peer ends at its timeout, on both engines, over T
                       way{"tcp", "actors", 4 << 20, 1}, way{"auto", "actors", 32 << 10, 64}}) {
     CAPTURE(std::string(w.transport));
     CAPTURE(std::string(w.engine));
-    const auto path = test::temp_store_path();
-    auto& b = *test::shared_page<split_board>();
-    auto codes = test::fork_ranks(2, [&](int r) {
-      ::setenv("TROUPE_TRANSPORT", w.transport, 1);
-      ::setenv("TROUPE_ENGINE", w.engine, 1);
-      ::setenv("TROUPE_UNRESPONSIVE_MS", "0", 1);
-      auto s = std::make_shared<file_store>(path, 20s);
-      world wd{test::child_world(s, r, 2, 20s)};
-      auto& pg = wd.default_group();
-      pg.barrier().wait();
-      if (r == 1) {
-        b.lender_pid = ::getpid();
-        b.stopping = 1;
-        ::raise(SIGSTOP);
-        return false;  // not reached: rank 0 kills this process
-      }
-      while (b.stopping.load() == 0 || !is_stopped(b.lender_pid.load()))
-        std::this_thread::sleep_for(1ms);
+    with_rank_1_stopped(w.transport, w.engine, "0", [&](process_group& pg) {
+      const int r = 0;
       bool ok = true;
       auto t = tensor::zeros({w.elements}, dtype::float32);
       const auto start = test::now_ns();
@@ -625,10 +625,7 @@ TEST_CASE("a send to a stopped peer ends at its timeout, on both engines, over T
         std::fprintf(stderr, "a send to a stopped peer, after %lld ms: %s\n",
                      static_cast<long long>(took_ms), what.c_str());
       }
-      ::kill(b.lender_pid.load(), SIGKILL);
       return ok;
     });
-    ::unlink(path.c_str());
-    CHECK(codes == std::vector<int>{0, 128 + SIGKILL});
   }
 }

@@ -474,6 +474,29 @@ void stop_in_chain(const char* engine, int n, int stuck, const char* algorithms,
   MESSAGE(std::string(algorithms) << ", rank " << stuck << " of " << n << " stopped:" << seen);
 }
 
+/// A stopped rank's chain: its layout, the stopped rank, the algorithm
+/// forced, the collective and its root.
+struct chain_case {
+  int n, stuck;
+  const char* algorithms;
+  const char* collective;
+  int root;
+};
+
+/// stop_in_chain with the detector off and a 2 s timeout on `engine`:
+/// every survivor's call ends by 5 s (its timeout plus a margin for a
+/// loaded machine), and one that ends done ends right.
+void ends_by_its_timeout(const char* engine, const chain_case& c) {
+  auto& off = *test::shared_page<chain_verdicts>();
+  stop_in_chain(engine, c.n, c.stuck, c.algorithms, c.collective, c.root, 0, 2s, off);
+  for (int r = 0; r < c.n; ++r) {
+    CAPTURE(r);
+    if (r == c.stuck) continue;
+    CHECK(off.seconds[r] < 5.0);
+    CHECK(off.outcome[r] != 4);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a rank stopped in the middle of a 64 MiB chain across two hosts: no survivor waits on") {
@@ -481,27 +504,13 @@ TEST_CASE("a rank stopped in the middle of a 64 MiB chain across two hosts: no s
   // shared-memory ring gave up only when the ring closed, which nothing
   // did: it waited for ever, past its call's timeout (on the group actors
   // its actor's thread did, and with it the call's timeout). Now every
-  // survivor's call ends by its timeout (plus a margin for a loaded
-  // machine), and one that ends done ends right.
-  struct chain_case {
-    int n, stuck;
-    const char* algorithms;
-    const char* collective;
-    int root;
-  };
+  // survivor's call ends by its timeout (ends_by_its_timeout).
   const chain_case cases[] = {{4, 1, "broadcast=chain", "broadcast", 0},
                               {4, 2, "reduce=chain", "reduce", 0},
                               {7, 4, "broadcast=chain_leaders", "broadcast", 5},
                               {7, 3, "reduce=chain_leaders", "reduce", 1}};
   for (const auto& c : cases) {
-    auto& off = *test::shared_page<chain_verdicts>();
-    stop_in_chain("messages", c.n, c.stuck, c.algorithms, c.collective, c.root, 0, 2s, off);
-    for (int r = 0; r < c.n; ++r) {
-      CAPTURE(r);
-      if (r == c.stuck) continue;
-      CHECK(off.seconds[r] < 5.0);
-      CHECK(off.outcome[r] != 4);
-    }
+    ends_by_its_timeout("messages", c);
     // With the detector on, each one that fails names the stopped rank, as
     // unresponsive, long before its call's timeout.
     auto& on = *test::shared_page<chain_verdicts>();
@@ -520,16 +529,7 @@ TEST_CASE("a rank stopped in the middle of a 64 MiB chain across two hosts: no s
   // The group actors, the detector off: each call ends by its timeout, done
   // (the actors may finish the stopped rank's part before the signal takes
   // its process) or failed.
-  for (const auto& c : {cases[0], cases[3]}) {
-    auto& off = *test::shared_page<chain_verdicts>();
-    stop_in_chain("actors", c.n, c.stuck, c.algorithms, c.collective, c.root, 0, 2s, off);
-    for (int r = 0; r < c.n; ++r) {
-      CAPTURE(r);
-      if (r == c.stuck) continue;
-      CHECK(off.seconds[r] < 5.0);
-      CHECK(off.outcome[r] != 4);
-    }
-  }
+  for (const auto& c : {cases[0], cases[3]}) ends_by_its_timeout("actors", c);
 }
 
 namespace {

@@ -290,13 +290,19 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
                          std::chrono::steady_clock::time_point deadline, on_write_error errors);
   struct peer;
   struct route;
+  /// How write_bounded ended, and why where it did not write.
+  struct write_outcome {
+    enum class ended { written, closed, failed, timed_out };
+    ended how = ended::written;
+    std::string why;
+  };
   /// Writes with `write_to` to p's connection (the caller holds p.out_mtx),
-  /// giving up at `deadline` while it takes nothing, then closing it: ""
-  /// when written, else why not (data_plane_send.cpp, its only user).
+  /// giving up at `deadline` while it takes nothing, then closing it
+  /// (data_plane_send.cpp, its only user).
   template <class Write>
-  static std::string write_bounded(peer& p, const Write& write_to,
-                                   const std::function<void()>& while_full,
-                                   std::chrono::steady_clock::time_point deadline, bool* timed_out);
+  static write_outcome write_bounded(peer& p, const Write& write_to,
+                                     const std::function<void()>& while_full,
+                                     std::chrono::steady_clock::time_point deadline);
   peer& at(int r) const { return peers_.empty() ? *local_ : *peers_[static_cast<std::size_t>(r)]; }
   void accept_loop();
   /// A stranger's hello is complete: adopt its connection or refuse it.

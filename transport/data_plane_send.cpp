@@ -123,29 +123,28 @@ const std::function<void()>& nothing_to_read() {
 
 }  // namespace
 
-// (data_plane.hpp) Answers gone_text where the connection was closed already.
 template <class Write>
-std::string data_plane::write_bounded(peer& p, const Write& write_to,
-                                      const std::function<void()>& while_full,
-                                      std::chrono::steady_clock::time_point deadline,
-                                      bool* timed_out) {
+data_plane::write_outcome data_plane::write_bounded(
+    peer& p, const Write& write_to, const std::function<void()>& while_full,
+    std::chrono::steady_clock::time_point deadline) {
+  using ended = write_outcome::ended;
   if (p.out_link && p.out == p.out_link.get()) {
     // A ring's reader thread takes its bytes whatever this thread does;
     // one that took nothing until the deadline is stopped or stuck.
     deadline_link_stream out{*p.out_link, deadline};
     if (write_to(out)) return {};
-    if (!out.timed_out()) return gone_text;  // closed as the peer went
+    if (!out.timed_out()) return {ended::closed, gone_text};  // closed as the peer went
     p.out_link->close();
-    if (timed_out) *timed_out = true;
-    return out.why();
+    return {ended::timed_out, out.why()};
   }
-  if (p.out != p.out_socket.get()) return write_to(*p.out) ? std::string{} : gone_text;
+  if (p.out != p.out_socket.get())
+    return write_to(*p.out) ? write_outcome{} : write_outcome{ended::closed, gone_text};
   nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
   if (write_to(out)) return {};
   p.out_socket->close();
-  if (timed_out) *timed_out = out.timed_out();
   const auto why = out.why();
-  return why.empty() ? "writing to its connection failed (connection closed)" : why;
+  return {out.timed_out() ? ended::timed_out : ended::failed,
+          why.empty() ? "writing to its connection failed (connection closed)" : why};
 }
 
 template <class Write>
@@ -153,24 +152,23 @@ std::string data_plane::send_until(int r, const Write& write_to,
                                    const std::function<void()>& while_full,
                                    std::chrono::steady_clock::time_point deadline,
                                    on_write_error errors) {
+  using ended = write_outcome::ended;
   auto& p = at(r);
   const bool judge = errors == on_write_error::fail_peer;
-  std::string why;
-  bool timed_out = false;
+  write_outcome o;
   {
     std::lock_guard<futex_lock> g{p.out_mtx};
     // The peer is gone: a call waiting for it fails with why.
     if (!p.out || p.gone) return judge ? gone_text : "";
-    why = write_bounded(p, write_to, while_full, deadline, &timed_out);
-    if (why.empty() || why == gone_text) return judge ? why : "";
+    o = write_bounded(p, write_to, while_full, deadline);
   }
   // A connection its peer closed is judged by the thread that reads it,
   // after the goodbye that may come first (naming the rank whose failure
   // made that peer leave): left to it where asked. One that took nothing
   // until the deadline is this rank's to judge.
-  if (!judge && !timed_out) return "";
-  peer_gone(r, why, true, -1, failure_kind::died);
-  return why;
+  if (o.how == ended::written || (!judge && o.how != ended::timed_out)) return "";
+  if (o.how != ended::closed) peer_gone(r, o.why, true, -1, failure_kind::died);
+  return o.why;
 }
 
 void data_plane::say_goodbye(peer& p, std::int32_t cause, failure_kind kind) {
@@ -178,7 +176,7 @@ void data_plane::say_goodbye(peer& p, std::int32_t cause, failure_kind kind) {
   // (a stopped peer must not hold this world's end).
   write_bounded(
       p, [&](byte_stream& out) { return write_goodbye(out, cause, kind); }, nothing_to_read(),
-      std::chrono::steady_clock::now() + std::chrono::seconds(1), nullptr);
+      std::chrono::steady_clock::now() + std::chrono::seconds(1));
 }
 
 void data_plane::send(int r, const std::string& group, const envelope& env,
