@@ -19,8 +19,10 @@ class actor_peers {
  public:
   virtual ~actor_peers() = default;
   /// Delivers collective data to group rank `peer`; a peer in another
-  /// process that takes nothing until `deadline` (its call's) is given up on.
-  virtual void send(int peer, envelope env, std::chrono::steady_clock::time_point deadline) = 0;
+  /// process that takes nothing until `deadline` (its call's) is given up on
+  /// (and failed): "", or why.
+  virtual std::string send(int peer, envelope env,
+                           std::chrono::steady_clock::time_point deadline) = 0;
   /// Delivers a point-to-point message to group rank `peer`: "", or why it
   /// could not (a peer in another process that is gone, or took nothing
   /// until `deadline`, the send's).

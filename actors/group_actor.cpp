@@ -31,8 +31,11 @@ class actor_op_context final : public op_context {
                    std::chrono::steady_clock::time_point deadline)
       : op_context(rank, size, call), seq_(seq), net_(net), deadline_(deadline) {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
-    net_.send(peer, envelope{seq_, step, rank(), call().code, std::move(payload), std::move(fp)},
-              deadline_);
+    if (auto why = net_.send(
+            peer, envelope{seq_, step, rank(), call().code, std::move(payload), std::move(fp)},
+            deadline_);
+        !why.empty())
+      throw peer_given_up(peer, why);
   }
   bool copies_on_send(int peer) const override { return !net_.reads_after_send(peer); }
   std::string describe_peer(int peer) const override { return net_.describe_peer(peer); }
@@ -121,6 +124,27 @@ void schedule_tick(self_ptr self, clock::time_point deadline) {
 
 void fail_everything(self_ptr self, errc code, const std::string& reason);
 
+/// Fails call `seq` at its timeout, `waited` ("waiting for rank 1 (...) to
+/// ..."), as the inline engine words it: "Timed out after 300 ms waiting
+/// for ...". Where `peer` (>= 0) is the rank waited for (to `what`), the
+/// chain of waits is followed to where the wait starts (base/wait_chain.hpp).
+void fail_timed_out(self_ptr self, std::uint64_t seq, std::string waited, int peer,
+                    const std::string& what) {
+  auto& st = self->state;
+  const auto& op = st.ops.at(seq);
+  if (st.info.waits && peer >= 0 && !in_simulation()) {
+    auto name = [&st](int r) { return st.net->describe_peer(r); };
+    waited =
+        blame(waited,
+              wait_chain(*st.info.waits, seq, st.info.rank, st.info.size, peer, what, name,
+                         std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout)),
+              name);
+  }
+  fail_op(self, seq, errc::timeout,
+          timeout_after(op.call->timeout) + (waited.rfind("waiting for", 0) == 0 ? " " : ": ") +
+              waited);
+}
+
 /// Names the members found crashed once crash_grace passed (failing every
 /// call), fails every call past its deadline, then schedules the next check.
 void on_tick(self_ptr self) {
@@ -141,23 +165,15 @@ void on_tick(self_ptr self) {
       fail_op(self, seq, errc::mismatch, mismatch_text(op.ctx->agreed().disagreement(true)));
       continue;
     }
-    auto what = op.alg->on_timeout(*op.ctx);
     // Where the wait starts, when the rank waited for was itself waiting.
-    const int peer = op.ctx->blocked_peer();
-    if (st.info.waits && peer >= 0 && peer < st.info.size && !in_simulation() &&
-        (!op.ctx->awaits_everyone() || op.ctx->agreed().missing_ranks().empty())) {
-      auto name = [&st](int r) { return st.net->describe_peer(r); };
-      what = blame(
-          what,
-          wait_chain(*st.info.waits, seq, st.info.rank, st.info.size, peer, op.ctx->blocked_on(),
-                     name, std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout)),
-          name);
-    }
-    // "Timed out after 300 ms waiting for rank 1 (...) to ...", as the
-    // inline engine words it.
-    fail_op(
-        self, seq, errc::timeout,
-        timeout_after(op.call->timeout) + (what.rfind("waiting for", 0) == 0 ? " " : ": ") + what);
+    // A rank that never came is the one named (on_timeout); this rank's
+    // wait for it is still told, for the ranks whose waits lead here.
+    const bool missing = op.ctx->awaits_everyone() && !op.ctx->agreed().missing_ranks().empty();
+    const int peer = missing ? op.ctx->agreed().missing() : op.ctx->blocked_peer();
+    fail_timed_out(
+        self, seq, op.alg->on_timeout(*op.ctx), peer < st.info.size ? peer : -1,
+        missing ? "join this " + std::string(op.call->name) + " (nothing of it arrived from it)"
+                : op.ctx->blocked_on());
   }
   for (auto i = st.recvs.begin(); i != st.recvs.end();) {
     if (i->second.deadline > now) {
@@ -181,6 +197,13 @@ void on_tick(self_ptr self) {
   if (next) schedule_tick(self, *next);
 }
 
+/// Whether a call moves more than 1 MiB per tensor (a write of it to a
+/// peer in another process may wait for room).
+bool writes_long(const collective_call& c) {
+  const auto bytes = [](const tensor& t) { return t.defined() ? t.nbytes() : 0; };
+  return std::max(bytes(c.input), bytes(c.output)) > (std::size_t{1} << 20);
+}
+
 void advance(self_ptr self, std::uint64_t seq) {
   auto& st = self->state;
   auto i = st.ops.find(seq);
@@ -188,14 +211,21 @@ void advance(self_ptr self, std::uint64_t seq) {
   auto& op = i->second;
   try {
     auto& ctx = *op.ctx;
-    // Messages of a peer whose call differs never reach the algorithm, so
-    // it stops where it is; the agreement says what differs.
-    if (!op.finished && !ctx.disagrees()) op.finished = op.alg->progress(ctx);
-    if (!op.described) {
+    auto describe = [&] {
       op.described = true;
       ctx.describe_to_rest();
       ctx.tell_successor();
-    }
+    };
+    // A large call's first writes may hold this thread up to its deadline
+    // (a peer in another process that takes nothing): its peers hear what
+    // it called first, so that their timeouts see it joined and name the
+    // rank it waited for. A small call's fingerprint goes with its first
+    // message to each peer it sends to.
+    if (!op.described && writes_long(*op.call)) describe();
+    // Messages of a peer whose call differs never reach the algorithm, so
+    // it stops where it is; the agreement says what differs.
+    if (!op.finished && !ctx.disagrees()) op.finished = op.alg->progress(ctx);
+    if (!op.described) describe();
     const bool agreed = ctx.settled();  // throws when the ranks' calls differ
     if (!op.finished || !agreed) {
       // Everything a peer sent arrives before the news that it left, so a call
@@ -206,6 +236,13 @@ void advance(self_ptr self, std::uint64_t seq) {
       return;
     }
     if (op.call->on_success) op.call->on_success();
+  } catch (const peer_given_up& e) {
+    // Its deadline came with data a peer did not take: a timeout waiting
+    // for that peer, as the inline engine says it.
+    const auto what = e.what_waited();
+    fail_timed_out(self, seq, "waiting for " + st.net->describe_peer(e.peer()) + " to " + what,
+                   e.peer(), what);
+    return;
   } catch (const error& e) {
     fail_op(self, seq, e.code(), e.what());
     return;

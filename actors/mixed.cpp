@@ -2,12 +2,14 @@
 
 namespace troupe::detail {
 
-void mixed_peers::send(int peer, envelope env, std::chrono::steady_clock::time_point deadline) {
+std::string mixed_peers::send(int peer, envelope env,
+                              std::chrono::steady_clock::time_point deadline) {
   auto p = static_cast<std::size_t>(peer);
-  if (auto& a = local_->actors[p])
+  if (auto& a = local_->actors[p]) {
     caf::anon_send(a, data_atom::value, std::move(env));
-  else
-    dp_->send(global_ranks_[p], group_, env, deadline);
+    return {};
+  }
+  return dp_->send(global_ranks_[p], group_, env, deadline);
 }
 
 std::string mixed_peers::send(int peer, p2p_envelope env,

@@ -19,6 +19,7 @@
 #include "base/work_state.hpp"
 #include "inline/mailbox.hpp"
 #include "inline/open_engines.hpp"
+#include "store/watchful_store.hpp"
 #include "transport/data_plane.hpp"
 #include "troupe/error.hpp"
 #ifdef TROUPE_HAVE_CUDA
@@ -35,7 +36,7 @@ host_backend::host_backend(const backend_context& ctx)
       key_prefix_(rt_.job() + "/" + ctx.group_name + "/") {
   group_ = spawn_group_actor(
       rt_.system(),
-      group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks, ctx.store,
+      group_info{ctx.group_name, ctx.rank, ctx.size, ctx.global_ranks, unwatched(ctx.store),
                  rt_.leaving_together(), rt_.plane() ? rt_.plane()->link_costs() : std::string()});
   const auto& plane = rt_.plane();
   // Point to point: the mailbox, published before any peer may send to it.
@@ -121,6 +122,10 @@ host_backend::host_backend(const backend_context& ctx)
     engine_ = std::move(f.main);
     messages_ = std::move(f.messages);
     shm_ = f.shm;
+    // A timed-out call's chain of waits is told and read through the
+    // group's store without its watch: it matters most once a member is gone.
+    for (const auto& e : {engine_, messages_})
+      if (e) e->tell_waits_through(unwatched(ctx.store));
     // Beside a shared-memory engine, operations on messages read the
     // peers' announcements from the segment.
     if (messages_) messages_->read_announcements_from(engine_->medium_ptr());

@@ -2,12 +2,50 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "troupe/error.hpp"
 #include "troupe/store.hpp"
 
 namespace troupe::detail {
+namespace {
+
+/// "PEER WHAT", as a rank tells its wait: {PEER, WHAT}, PEER -1 if not so.
+std::pair<int, std::string> told_wait(const std::string& v, int size) {
+  const auto space = v.find(' ');
+  const int next = space == std::string::npos ? -1 : std::atoi(v.c_str());
+  if (next < 0 || next >= size) return {-1, {}};
+  return {next, v.substr(space + 1)};
+}
+
+/// What a rank where a wait starts may be.
+constexpr const char* starts_there =
+    " (a rank that is stopped, busy outside troupe's calls, or never issued this call)";
+
+/// How many ranks' waits a chain that ends in a cycle reads, at most.
+constexpr int cycle_look_limit = 256;
+
+/// Where a cycle of waits among ranks `seen` is held up from: a wait that
+/// another rank told, not into the cycle, for a rank that told none (it
+/// has not timed out: stopped, as a rule). Live ranks wait for each other
+/// in a cycle where their messages are still in flight behind data that a
+/// stopped rank holds up (a chain's rings, full because the rank after it
+/// stopped): {teller, the rank it waits for, what for}; teller -1: none.
+std::tuple<int, int, std::string> held_up_from(store& waits, const std::string& base, int size,
+                                               const std::vector<int>& seen) {
+  auto in = [&](int r) { return std::find(seen.begin(), seen.end(), r) != seen.end(); };
+  for (int r = 0; r < std::min(size, cycle_look_limit); ++r) {
+    if (in(r) || !waits.check({base + std::to_string(r)})) continue;
+    auto [next, what] = told_wait(troupe::to_string(waits.get(base + std::to_string(r))), size);
+    if (next < 0 || in(next) || waits.check({base + std::to_string(next)})) continue;
+    return {r, next, what};
+  }
+  return {-1, -1, {}};
+}
+
+}  // namespace
 
 told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int peer,
                       const std::string& what, const std::function<std::string(int)>& name,
@@ -24,8 +62,17 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
     waits.set(base + std::to_string(rank), to_bytes(std::to_string(peer) + " " + what));
     std::vector<int> seen{rank};
     for (;;) {
-      if (std::find(seen.begin(), seen.end(), at) != seen.end())
-        return {chain + "; so these ranks wait for each other in a cycle", -1};
+      if (std::find(seen.begin(), seen.end(), at) != seen.end()) {
+        chain += "; so these ranks wait for each other in a cycle";
+        const auto [teller, held, held_what] = held_up_from(waits, base, size, seen);
+        if (teller < 0) return {chain, -1};
+        return {chain + ", held up where " + name(teller) + " was waiting for " + name(held) +
+                    " to " + held_what +
+                    ", which has not timed out on this call: the wait "
+                    "starts there" +
+                    starts_there,
+                held};
+      }
       seen.push_back(at);
       const auto key = base + std::to_string(at);
       bool told = waits.check({key});
@@ -40,21 +87,16 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
         }
       }
       if (!told) break;  // `at` waits for nobody on this call
-      const auto v = troupe::to_string(waits.get(key));
-      const auto space = v.find(' ');
-      const int next = space == std::string::npos ? -1 : std::atoi(v.c_str());
-      if (next < 0 || next >= size) break;
-      chain +=
-          "; " + name(at) + " was itself waiting for " + name(next) + " to " + v.substr(space + 1);
+      const auto [next, next_what] = told_wait(troupe::to_string(waits.get(key)), size);
+      if (next < 0) break;
+      chain += "; " + name(at) + " was itself waiting for " + name(next) + " to " + next_what;
       at = next;
     }
   } catch (const std::exception&) {
     // The store is gone or refuses: what was learned so far.
   }
   if (chain.empty()) return {};
-  return {chain +
-              ", which has not timed out on this call: the wait starts there (a rank that "
-              "is stopped, busy outside troupe's calls, or never issued this call)",
+  return {chain + ", which has not timed out on this call: the wait starts there" + starts_there,
           at};
 }
 

@@ -11,6 +11,8 @@
 #include <functional>
 #include <string>
 
+#include "troupe/error.hpp"
+
 namespace troupe {
 class store;
 }
@@ -24,7 +26,9 @@ struct told_waits {
   /// the rank waited for waits for nobody (or the store cannot tell).
   std::string chain;
   /// The group rank where the wait starts (the chain's end), -1 when there is
-  /// no chain or the ranks wait in a cycle.
+  /// no chain or the ranks wait in a cycle that no told wait leads out of
+  /// (a cycle of live ranks whose messages are in flight is held up, as a
+  /// rule, where another rank waits for a stopped one: that one starts it).
   int start = -1;
 };
 
@@ -33,6 +37,25 @@ struct told_waits {
 told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int peer,
                       const std::string& what, const std::function<std::string(int)>& name,
                       std::chrono::milliseconds timeout);
+
+/// What an algorithm's send throws (op_context::transmit, on either
+/// engine) where group rank `peer` took nothing until the call's deadline
+/// (its connection was closed and it failed): the call times out waiting
+/// for that peer, and follows the chain of waits from it (wait_chain) as
+/// any timeout does: a peer that took nothing because it was itself
+/// blocked writing to a stopped rank is not the one blamed.
+class peer_given_up : public error {
+ public:
+  peer_given_up(int peer, const std::string& why)
+      : error(errc::timeout, why), peer_(peer), why_(why) {}
+  int peer() const noexcept { return peer_; }
+  /// "take what it was sent (writing to it timed out after ...)".
+  std::string what_waited() const { return "take what it was sent (" + why_ + ")"; }
+
+ private:
+  int peer_;
+  std::string why_;
+};
 
 /// A timeout's words from `waited` ("waiting for rank 1 (...) to send its
 /// data") and the chain: the rank where the wait starts comes first

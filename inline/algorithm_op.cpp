@@ -6,6 +6,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "base/sim_conductor.hpp"
+#include "base/wait_chain.hpp"
 #include "inline/engine.hpp"
 #include "inline/medium.hpp"
 #include "inline/message_medium.hpp"
@@ -37,8 +38,10 @@ class message_context final : public op_context {
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
     if (step >= agreement_round_step)  // describe, alarm and dissemination rounds
       if (auto* c = inline_counting()) c->described.fetch_add(1, std::memory_order_relaxed);
-    net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload, deadline_, reads_,
-              fp);
+    if (auto why = net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload,
+                             deadline_, reads_, fp);
+        !why.empty())
+      throw peer_given_up(peer, why);
   }
   // Frames to other processes are written out at once; ranks in this
   // process get the tensor itself.

@@ -382,6 +382,11 @@ std::exception_ptr inline_engine::try_step(inline_op& op, inline_context& ctx, b
     // Every rank sees the same disagreement and steps past the operation.
     moved = true;
     return failed(op, e.code(), e.what(), false);
+  } catch (const peer_given_up& e) {
+    // Its deadline came with data a peer did not take: a timeout waiting
+    // for that peer.
+    moved = true;
+    return timed_out(op, e.peer(), e.what_waited());
   } catch (const error& e) {
     // Anything else leaves the protocol state unknown.
     moved = true;
@@ -465,16 +470,7 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
         leave(failed(op, errc::mismatch, mismatch_text(why), true));
         continue;
       }
-      const auto what = op.blocker().second;
-      leave(failed(
-          op, errc::timeout,
-          timeout_after(op.timeout) + " " +
-              (peer < 0
-                   ? std::string("waiting for the peers")
-                   : blame("waiting for " + names_[static_cast<std::size_t>(peer)] + " to " + what,
-                           wait_chain(op, peer, what),
-                           [this](int r) { return names_[static_cast<std::size_t>(r)]; })),
-          true));
+      leave(timed_out(op, peer, op.blocker().second));
       continue;
     }
     break;
@@ -482,6 +478,17 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
   head_reads_.store(queue_.empty() ? reading::all : queue_.front()->reads,
                     std::memory_order_release);
   return moved;
+}
+
+std::exception_ptr inline_engine::timed_out(const inline_op& op, int peer,
+                                            const std::string& what) {
+  auto name = [this](int r) { return names_[static_cast<std::size_t>(r)]; };
+  return failed(op, errc::timeout,
+                timeout_after(op.timeout) + " " +
+                    (peer < 0 ? std::string("waiting for the peers")
+                              : blame("waiting for " + name(peer) + " to " + what,
+                                      wait_chain(op, peer, what), name)),
+                true);
 }
 
 told_waits inline_engine::wait_chain(const inline_op& op, int peer, const std::string& what) {

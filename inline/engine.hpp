@@ -286,6 +286,9 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// rank (base/wait_chain.hpp; empty when `peer` waited for nobody: the
   /// message names it already).
   told_waits wait_chain(const inline_op& op, int peer, const std::string& what);
+  /// Fails `op` at its timeout waiting for group rank `peer` (-1: the peers)
+  /// to `what`, following the chain of waits from it (wait_chain).
+  std::exception_ptr timed_out(const inline_op& op, int peer, const std::string& what);
   reading head_reads();
   void stop(const std::string& reason);
 

@@ -215,20 +215,22 @@ void message_medium::end_op(std::uint64_t op) {
   }
 }
 
-void message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
-                          const tensor& payload, std::chrono::steady_clock::time_point deadline,
-                          reading reads, const fingerprint_ptr& fp) {
+std::string message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
+                                 const tensor& payload,
+                                 std::chrono::steady_clock::time_point deadline, reading reads,
+                                 const fingerprint_ptr& fp) {
   if (is_local(peer)) {
     // Handed over as is: the algorithms never write a payload after sending.
     if (auto p = local_peer(peer))
       p->deliver(op, step, rank_, message{code, payload, false, nullptr, fp});
-    return;
+    return {};
   }
-  if (auto plane = plane_.lock())
-    plane->send_inline(
-        global_ranks_[static_cast<std::size_t>(peer)], group_,
-        envelope{op, step, rank_, static_cast<op_code>(code), payload, fp},
-        [this, reads] { pump(reads); }, deadline);
+  auto plane = plane_.lock();
+  return plane ? plane->send_inline(
+                     global_ranks_[static_cast<std::size_t>(peer)], group_,
+                     envelope{op, step, rank_, static_cast<op_code>(code), payload, fp},
+                     [this, reads] { pump(reads); }, deadline)
+               : std::string{};
 }
 
 /// The world ranks a thread that reads `what` pumps (null: none).

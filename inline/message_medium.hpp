@@ -140,12 +140,13 @@ class message_medium final : public medium, public std::enable_shared_from_this<
 
   /// Sends step `step` of inline operation `op` to group rank `peer` (with
   /// the sender's fingerprint `fp` on its first message of the operation),
-  /// giving up on a peer that takes nothing until `deadline`. A sender that
-  /// reads its peers' connections itself (`reads`) keeps reading them while
-  /// the connection is full.
-  void send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
-            const tensor& payload, std::chrono::steady_clock::time_point deadline, reading reads,
-            const fingerprint_ptr& fp = nullptr);
+  /// giving up on a peer that takes nothing until `deadline`: "", or why it
+  /// was given up on (the peer is failed). A sender that reads its peers'
+  /// connections itself (`reads`) keeps reading them while the connection
+  /// is full.
+  std::string send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
+                   const tensor& payload, std::chrono::steady_clock::time_point deadline,
+                   reading reads, const fingerprint_ptr& fp = nullptr);
   /// Has the message (op, step, src) handed to `fn` by the thread that
   /// delivers it (a reader thread), if it is of collective `code`; the inbox
   /// then gets a consumed message in its place (with `fn`'s exception).

@@ -80,8 +80,6 @@ inline_engines open_inline_engines(const backend_context& ctx, const rank_names&
         std::make_shared<inline_engine>(std::move(msg_med), ctx.rank, ctx.group_name, names);
   }
   out.main = std::make_shared<inline_engine>(std::move(med), ctx.rank, ctx.group_name, names);
-  for (auto* e : {&out.main, &out.messages})
-    if (*e) (*e)->tell_waits_through(ctx.store);
   return out;
 }
 

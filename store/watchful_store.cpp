@@ -100,4 +100,9 @@ void watchful_store::multi_set(const std::vector<std::string>& keys,
   inner_->multi_set(keys, values);
 }
 
+std::shared_ptr<store> unwatched(const std::shared_ptr<store>& s) {
+  const auto* w = dynamic_cast<const watchful_store*>(s.get());
+  return w ? w->inner() : s;
+}
+
 }  // namespace troupe::detail

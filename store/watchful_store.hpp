@@ -34,6 +34,8 @@ class watchful_store final : public store {
   void multi_set(const std::vector<std::string>& keys, const std::vector<bytes>& values) override;
   using store::set;
   using store::wait;
+  /// The store it forwards to.
+  const std::shared_ptr<store>& inner() const noexcept { return inner_; }
 
  private:
   /// Runs the check when the last one is 100 ms old.
@@ -45,5 +47,10 @@ class watchful_store final : public store {
   std::mutex mtx_;
   std::chrono::steady_clock::time_point next_look_{};
 };
+
+/// `s` without its watch where it is a watchful_store: for what must still
+/// be said and read after a member is gone (a timed-out call's chain of
+/// waits, base/wait_chain.hpp, which matters most then).
+std::shared_ptr<store> unwatched(const std::shared_ptr<store>& s);
 
 }  // namespace troupe::detail

@@ -18,6 +18,7 @@
 
 #include "base/agreement.hpp"
 #include "base/call.hpp"
+#include "base/wait_chain.hpp"
 #include "inline/engine.hpp"
 #include "scoped_env.hpp"
 #include "troupe/error.hpp"
@@ -574,4 +575,42 @@ TEST_CASE(
     CHECK(what.find("sends every rank 1 elements but expects to receive 2") != std::string::npos);
     CHECK(std::chrono::steady_clock::now() - start < 5s);  // not at the timeout
   });
+}
+
+TEST_CASE("a chain of waits is followed to the rank that told none, through a cycle too") {
+  // What each rank of call 9 told (base/wait_chain.hpp): "PEER WHAT".
+  using namespace std::chrono_literals;
+  auto name = [](int r) { return "rank " + std::to_string(r); };
+  auto told = [](hash_store& s, int rank, int peer, const std::string& what) {
+    s.set("engines/waits/9/" + std::to_string(rank), to_bytes(std::to_string(peer) + " " + what));
+  };
+  SUBCASE("a straight chain ends at the rank that waits for nobody") {
+    hash_store s;
+    told(s, 2, 3, "send its data");
+    const auto t = detail::wait_chain(s, 9, 1, 5, 2, "send its data", name, 1000ms);
+    CHECK(t.start == 3);
+    CHECK(t.chain.find("rank 2 was itself waiting for rank 3 to send its data, which has not timed "
+                       "out on this call") != std::string::npos);
+    CHECK(detail::blame("waiting for rank 2 to send its data", t, name)
+              .rfind("waiting for rank 3, where a chain of waits starts", 0) == 0);
+  }
+  SUBCASE("a cycle of live ranks held up by one outside it: that one starts the wait") {
+    // Ranks 1 -> 6 -> 5 -> 1 wait for messages still in flight; rank 3
+    // gave up writing to rank 4, which told nothing (stopped).
+    hash_store s;
+    told(s, 6, 5, "join (agreement round 0)");
+    told(s, 5, 1, "join (agreement round 2)");
+    told(s, 3, 4, "take what it was sent (writing to it timed out)");
+    const auto t = detail::wait_chain(s, 9, 1, 7, 6, "join (agreement round 1)", name, 1000ms);
+    CHECK(t.start == 4);
+    CHECK(t.chain.find("in a cycle, held up where rank 3 was waiting for rank 4 to take what it "
+                       "was sent") != std::string::npos);
+  }
+  SUBCASE("a cycle held up by nobody who told: no rank is blamed") {
+    hash_store s;
+    told(s, 2, 1, "send its data");
+    const auto t = detail::wait_chain(s, 9, 1, 3, 2, "send its data", name, 1000ms);
+    CHECK(t.start == -1);
+    CHECK(t.chain.find("wait for each other in a cycle") != std::string::npos);
+  }
 }

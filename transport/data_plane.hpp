@@ -155,9 +155,10 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
                 const std::function<void(std::byte*)>& use);
 
   /// Sends collective data (the group actors' frames); a peer that takes
-  /// nothing until `deadline` (the call's) is given up on, as send_inline.
-  void send(int world_rank, const std::string& group, const envelope& env,
-            std::chrono::steady_clock::time_point deadline);
+  /// nothing until `deadline` (the call's) is given up on, as send_inline:
+  /// "", or why.
+  std::string send(int world_rank, const std::string& group, const envelope& env,
+                   std::chrono::steady_clock::time_point deadline);
   /// A point-to-point frame with no call's deadline (a loan's answer or
   /// withdrawal): given up on, the peer failed, after the world's timeout
   /// without room (a stopped peer holds no thread for ever).
@@ -179,10 +180,11 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// them), so two ranks sending to each other at once never wait on each
   /// other's full buffers.
   /// A peer that takes nothing until `deadline` is given up on (its
-  /// connection is closed: the frame cannot be taken back half written).
-  void send_inline(int world_rank, const std::string& group, const envelope& env,
-                   const std::function<void()>& while_full,
-                   std::chrono::steady_clock::time_point deadline);
+  /// connection is closed: the frame cannot be taken back half written, and
+  /// the peer failed): "", or why it was given up on.
+  std::string send_inline(int world_rank, const std::string& group, const envelope& env,
+                          const std::function<void()>& while_full,
+                          std::chrono::steady_clock::time_point deadline);
 
   /// Where inline frames for `group` go (called on the thread that read
   /// them); answers why it refuses the frame ("": taken), which fails the peer.
@@ -275,7 +277,8 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
  private:
   /// Writes a frame to world rank r (`write_to(stream)`), giving up at
   /// `deadline` while its connection takes nothing (then closed, and r
-  /// failed); "" when written, else why not (r gone, or given up on).
+  /// failed); why where it gave up so, else "" (written, or r gone: the
+  /// calls that wait for r learn why it left).
   /// Defined in data_plane_send.cpp, its only user.
   /// What send_until does when a write fails on a connection its peer
   /// closed: fail the peer (the inline engine's frames), or leave it to the

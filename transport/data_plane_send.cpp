@@ -158,17 +158,18 @@ std::string data_plane::send_until(int r, const Write& write_to,
   write_outcome o;
   {
     std::lock_guard<futex_lock> g{p.out_mtx};
-    // The peer is gone: a call waiting for it fails with why.
-    if (!p.out || p.gone) return judge ? gone_text : "";
+    // The peer is gone: a call waiting for it fails with why it left.
+    if (!p.out || p.gone) return "";
     o = write_bounded(p, write_to, while_full, deadline);
   }
   // A connection its peer closed is judged by the thread that reads it,
   // after the goodbye that may come first (naming the rank whose failure
   // made that peer leave): left to it where asked. One that took nothing
-  // until the deadline is this rank's to judge.
+  // until the deadline is this rank's to judge, and the sender's call's to
+  // fail: it is past its deadline, and its data did not all go.
   if (o.how == ended::written || (!judge && o.how != ended::timed_out)) return "";
   if (o.how != ended::closed) peer_gone(r, o.why, true, -1, failure_kind::died);
-  return o.why;
+  return o.how == ended::timed_out ? o.why : "";
 }
 
 void data_plane::say_goodbye(peer& p, std::int32_t cause, failure_kind kind) {
@@ -179,9 +180,9 @@ void data_plane::say_goodbye(peer& p, std::int32_t cause, failure_kind kind) {
       std::chrono::steady_clock::now() + std::chrono::seconds(1));
 }
 
-void data_plane::send(int r, const std::string& group, const envelope& env,
-                      std::chrono::steady_clock::time_point deadline) {
-  send_until(
+std::string data_plane::send(int r, const std::string& group, const envelope& env,
+                             std::chrono::steady_clock::time_point deadline) {
+  return send_until(
       r, [&](byte_stream& out) { return write_frame(out, group, env, frame_collective); },
       nothing_to_read(), deadline, on_write_error::leave_to_reader);
 }
@@ -216,10 +217,10 @@ void data_plane::send_soon(int r, const std::string& group, const p2p_envelope& 
   });
 }
 
-void data_plane::send_inline(int r, const std::string& group, const envelope& env,
-                             const std::function<void()>& while_full,
-                             std::chrono::steady_clock::time_point deadline) {
-  send_until(
+std::string data_plane::send_inline(int r, const std::string& group, const envelope& env,
+                                    const std::function<void()>& while_full,
+                                    std::chrono::steady_clock::time_point deadline) {
+  return send_until(
       r, [&](byte_stream& out) { return write_frame(out, group, env, frame_inline); }, while_full,
       deadline, on_write_error::fail_peer);
 }
