@@ -20,9 +20,10 @@ std::pair<int, std::string> told_wait(const std::string& v, int size) {
   return {next, v.substr(space + 1)};
 }
 
-/// What a rank where a wait starts may be.
+/// How a chain ends at the rank where the wait starts.
 constexpr const char* starts_there =
-    " (a rank that is stopped, busy outside troupe's calls, or never issued this call)";
+    ", which has not timed out on this call: the wait starts there (a rank that is stopped, "
+    "busy outside troupe's calls, or never issued this call)";
 
 /// How many ranks' waits a chain that ends in a cycle reads, at most.
 constexpr int cycle_look_limit = 256;
@@ -67,10 +68,7 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
         const auto [teller, held, held_what] = held_up_from(waits, base, size, seen);
         if (teller < 0) return {chain, -1};
         return {chain + ", held up where " + name(teller) + " was waiting for " + name(held) +
-                    " to " + held_what +
-                    ", which has not timed out on this call: the wait "
-                    "starts there" +
-                    starts_there,
+                    " to " + held_what + starts_there,
                 held};
       }
       seen.push_back(at);
@@ -96,8 +94,7 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
     // The store is gone or refuses: what was learned so far.
   }
   if (chain.empty()) return {};
-  return {chain + ", which has not timed out on this call: the wait starts there" + starts_there,
-          at};
+  return {chain + starts_there, at};
 }
 
 std::string blame(const std::string& waited, const told_waits& told,

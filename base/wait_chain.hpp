@@ -46,15 +46,13 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
 /// blocked writing to a stopped rank is not the one blamed.
 class peer_given_up : public error {
  public:
-  peer_given_up(int peer, const std::string& why)
-      : error(errc::timeout, why), peer_(peer), why_(why) {}
+  peer_given_up(int peer, const std::string& why) : error(errc::timeout, why), peer_(peer) {}
   int peer() const noexcept { return peer_; }
   /// "take what it was sent (writing to it timed out after ...)".
-  std::string what_waited() const { return "take what it was sent (" + why_ + ")"; }
+  std::string what_waited() const { return "take what it was sent (" + std::string(what()) + ")"; }
 
  private:
   int peer_;
-  std::string why_;
 };
 
 /// A timeout's words from `waited` ("waiting for rank 1 (...) to send its
