@@ -12,6 +12,7 @@
 #include <caf/actor_addr.hpp>
 
 #include "base/call.hpp"
+#include "base/write_stall.hpp"
 
 namespace troupe::detail {
 
@@ -20,9 +21,10 @@ class actor_peers {
   virtual ~actor_peers() = default;
   /// Delivers collective data to group rank `peer`; a peer in another
   /// process that takes nothing until `deadline` (its call's) is given up on
-  /// (and failed): "", or why.
-  virtual std::string send(int peer, envelope env,
-                           std::chrono::steady_clock::time_point deadline) = 0;
+  /// (and failed): "", or why. A write to it blocked long first runs
+  /// `stall` (base/write_stall.hpp), where given.
+  virtual std::string send(int peer, envelope env, std::chrono::steady_clock::time_point deadline,
+                           const write_stall* stall = nullptr) = 0;
   /// Delivers a point-to-point message to group rank `peer`: "", or why it
   /// could not (a peer in another process that is gone, or took nothing
   /// until `deadline`, the send's).

@@ -27,13 +27,24 @@ namespace {
 /// The op_context of a running collective: sends go through the transport.
 class actor_op_context final : public op_context {
  public:
+  /// `waits`: where it tells a write that its peer took nothing of for
+  /// half the timeout (null: nowhere).
   actor_op_context(int rank, int size, collective_call& call, std::uint64_t seq, actor_peers& net,
-                   std::chrono::steady_clock::time_point deadline)
-      : op_context(rank, size, call), seq_(seq), net_(net), deadline_(deadline) {}
+                   std::chrono::steady_clock::time_point deadline, store* waits)
+      : op_context(rank, size, call),
+        seq_(seq),
+        net_(net),
+        deadline_(deadline),
+        waits_(waits),
+        stall_{tell_early_after(timeout()), [this] {
+                 tell_wait_early(*waits_, seq_, this->rank(), writing_to_, "take what it was sent",
+                                 tell_early_after(timeout()));
+               }} {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
+    writing_to_ = peer;
     if (auto why = net_.send(
             peer, envelope{seq_, step, rank(), call().code, std::move(payload), std::move(fp)},
-            deadline_);
+            deadline_, waits_ ? &stall_ : nullptr);
         !why.empty())
       throw peer_given_up(peer, why);
   }
@@ -41,9 +52,16 @@ class actor_op_context final : public op_context {
   std::string describe_peer(int peer) const override { return net_.describe_peer(peer); }
 
  private:
+  std::chrono::milliseconds timeout() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(call().timeout);
+  }
+
   std::uint64_t seq_;
   actor_peers& net_;
   std::chrono::steady_clock::time_point deadline_;
+  store* waits_;
+  int writing_to_ = -1;  // the peer transmit writes to (stall_ tells it)
+  write_stall stall_;
 };
 
 using clock = std::chrono::steady_clock;
@@ -54,8 +72,9 @@ struct running_op {
   std::unique_ptr<algorithm> alg;
   std::unique_ptr<actor_op_context> ctx;
   caf::typed_response_promise<tensor_list> rp;
-  bool described = false;  // this rank's fingerprint went to every peer
-  bool finished = false;   // the algorithm is done (the agreement may still wait)
+  bool described = false;   // this rank's fingerprint went to every peer
+  bool finished = false;    // the algorithm is done (the agreement may still wait)
+  bool told_early = false;  // its wait was told at half its timeout (on_tick)
 };
 
 struct pending_recv {
@@ -145,8 +164,29 @@ void fail_timed_out(self_ptr self, std::uint64_t seq, std::string waited, int pe
               waited);
 }
 
+/// Whom call `op` waits for, and for what, as its timeout names it: a rank
+/// that never came, else the one its algorithm waits for (-1: none known).
+std::pair<int, std::string> waited_for(const group_state& st, const running_op& op) {
+  const bool missing = op.ctx->awaits_everyone() && !op.ctx->agreed().missing_ranks().empty();
+  const int peer = missing ? op.ctx->agreed().missing() : op.ctx->blocked_peer();
+  return {peer < st.info.size ? peer : -1,
+          missing ? "join this " + std::string(op.call->name) + " (nothing of it arrived from it)"
+                  : op.ctx->blocked_on()};
+}
+
+std::chrono::milliseconds timeout_of(const running_op& op) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout);
+}
+
+/// When on_tick next looks at call `op`: at half its timeout, to tell its
+/// wait early (base/wait_chain.hpp), then at its deadline.
+clock::time_point told_early_at(const running_op& op) {
+  return op.told_early ? op.deadline : op.deadline - tell_early_after(timeout_of(op));
+}
+
 /// Names the members found crashed once crash_grace passed (failing every
-/// call), fails every call past its deadline, then schedules the next check.
+/// call), tells the waits of calls at half their timeout, fails every call
+/// past its deadline, then schedules the next check.
 void on_tick(self_ptr self) {
   auto& st = self->state;
   const auto now = clock::now();
@@ -156,8 +196,17 @@ void on_tick(self_ptr self) {
     return;
   }
   std::vector<std::uint64_t> expired;
-  for (auto& [seq, op] : st.ops)
-    if (op.deadline <= now) expired.push_back(seq);
+  for (auto& [seq, op] : st.ops) {
+    if (op.deadline <= now) {
+      expired.push_back(seq);
+    } else if (!op.told_early && told_early_at(op) <= now) {
+      op.told_early = true;
+      const auto [peer, what] = waited_for(st, op);
+      if (st.info.waits && peer >= 0 && !in_simulation())
+        tell_wait_early(*st.info.waits, seq, st.info.rank, peer, what,
+                        tell_early_after(timeout_of(op)));
+    }
+  }
   for (auto seq : expired) {
     auto& op = st.ops[seq];
     // A peer whose call differs, while another never said what it called.
@@ -168,12 +217,8 @@ void on_tick(self_ptr self) {
     // Where the wait starts, when the rank waited for was itself waiting.
     // A rank that never came is the one named (on_timeout); this rank's
     // wait for it is still told, for the ranks whose waits lead here.
-    const bool missing = op.ctx->awaits_everyone() && !op.ctx->agreed().missing_ranks().empty();
-    const int peer = missing ? op.ctx->agreed().missing() : op.ctx->blocked_peer();
-    fail_timed_out(
-        self, seq, op.alg->on_timeout(*op.ctx), peer < st.info.size ? peer : -1,
-        missing ? "join this " + std::string(op.call->name) + " (nothing of it arrived from it)"
-                : op.ctx->blocked_on());
+    const auto [peer, what] = waited_for(st, op);
+    fail_timed_out(self, seq, op.alg->on_timeout(*op.ctx), peer, what);
   }
   for (auto i = st.recvs.begin(); i != st.recvs.end();) {
     if (i->second.deadline > now) {
@@ -191,7 +236,8 @@ void on_tick(self_ptr self) {
                                        std::to_string(c.tag)));
   }
   std::optional<clock::time_point> next;
-  for (auto& kv : st.ops) next = next ? std::min(*next, kv.second.deadline) : kv.second.deadline;
+  for (auto& kv : st.ops)
+    next = next ? std::min(*next, told_early_at(kv.second)) : told_early_at(kv.second);
   for (auto& kv : st.recvs) next = next ? std::min(*next, kv.second.deadline) : kv.second.deadline;
   if (st.crash_due) next = next ? std::min(*next, *st.crash_due) : *st.crash_due;
   if (next) schedule_tick(self, *next);
@@ -484,8 +530,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           op.deadline = clock::now() + call->timeout;
           op.call = call;
           op.rp = rp;
-          op.ctx = std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq,
-                                                      *st.net, op.deadline);
+          op.ctx = std::make_unique<actor_op_context>(
+              st.info.rank, st.info.size, *call, seq, *st.net, op.deadline,
+              in_simulation() ? nullptr : st.info.waits.get());
           // The group actors run the algorithms for ranks on one host (they
           // carry TROUPE_ENGINE=actors and monitored_barrier, not speed).
           if (!st.topology)
@@ -502,7 +549,7 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
             }
             if (!st.ops.count(seq)) return rp;
           }
-          schedule_tick(self, op.deadline);
+          schedule_tick(self, told_early_at(op));
           advance(self, seq);
           return rp;
         },

@@ -20,7 +20,8 @@ members_ptr group_roster::meet(int rank, group_actor self,
   return nullptr;
 }
 
-std::string in_process_peers::send(int peer, envelope env, std::chrono::steady_clock::time_point) {
+std::string in_process_peers::send(int peer, envelope env, std::chrono::steady_clock::time_point,
+                                   const write_stall*) {
   caf::anon_send(peers_->actors[static_cast<std::size_t>(peer)], data_atom::value, std::move(env));
   return {};
 }

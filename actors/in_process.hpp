@@ -57,7 +57,8 @@ class in_process_peers final : public actor_peers {
  public:
   in_process_peers(members_ptr peers, std::vector<int> global_ranks)
       : peers_(std::move(peers)), global_ranks_(std::move(global_ranks)) {}
-  std::string send(int peer, envelope env, std::chrono::steady_clock::time_point deadline) override;
+  std::string send(int peer, envelope env, std::chrono::steady_clock::time_point deadline,
+                   const write_stall* stall = nullptr) override;
   std::string send(int peer, p2p_envelope env,
                    std::chrono::steady_clock::time_point deadline) override;
   std::string describe_peer(int peer) const override;

@@ -3,13 +3,14 @@
 namespace troupe::detail {
 
 std::string mixed_peers::send(int peer, envelope env,
-                              std::chrono::steady_clock::time_point deadline) {
+                              std::chrono::steady_clock::time_point deadline,
+                              const write_stall* stall) {
   auto p = static_cast<std::size_t>(peer);
   if (auto& a = local_->actors[p]) {
     caf::anon_send(a, data_atom::value, std::move(env));
     return {};
   }
-  return dp_->send(global_ranks_[p], group_, env, deadline);
+  return dp_->send(global_ranks_[p], group_, env, deadline, stall);
 }
 
 std::string mixed_peers::send(int peer, p2p_envelope env,

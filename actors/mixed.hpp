@@ -24,7 +24,8 @@ class mixed_peers final : public actor_peers {
         global_ranks_(std::move(global_ranks)),
         dp_(std::move(dp)),
         group_(std::move(group)) {}
-  std::string send(int peer, envelope env, std::chrono::steady_clock::time_point deadline) override;
+  std::string send(int peer, envelope env, std::chrono::steady_clock::time_point deadline,
+                   const write_stall* stall = nullptr) override;
   std::string send(int peer, p2p_envelope env,
                    std::chrono::steady_clock::time_point deadline) override;
   std::string describe_peer(int peer) const override;

@@ -20,6 +20,11 @@ std::pair<int, std::string> told_wait(const std::string& v, int size) {
   return {next, v.substr(space + 1)};
 }
 
+/// Where the ranks tell their waits on call `seq` (a key per group rank).
+std::string waits_base(std::uint64_t seq) {
+  return "engines/waits/" + std::to_string(seq) + "/";
+}
+
 /// How a chain ends at the rank where the wait starts.
 constexpr const char* starts_there =
     ", which has not timed out on this call: the wait starts there (a rank that is stopped, "
@@ -56,7 +61,7 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
   // a tenth of the timeout, 100 ms to 2 s, for their word to arrive.
   const auto grace = std::clamp<milliseconds>(timeout / 10, milliseconds(100), milliseconds(2000));
   const auto until = std::chrono::steady_clock::now() + grace;
-  const std::string base = "engines/waits/" + std::to_string(seq) + "/";
+  const std::string base = waits_base(seq);
   std::string chain;
   int at = peer;
   try {
@@ -95,6 +100,17 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
   }
   if (chain.empty()) return {};
   return {chain + starts_there, at};
+}
+
+void tell_wait_early(store& waits, std::uint64_t seq, int rank, int peer, const std::string& what,
+                     std::chrono::milliseconds waited) noexcept {
+  try {
+    waits.set(waits_base(seq) + std::to_string(rank),
+              to_bytes(std::to_string(peer) + " " + what + " (still waiting after " +
+                       std::to_string(waited.count()) + " ms, half its call's timeout)"));
+  } catch (...) {
+    // The store is gone or refuses: the chain is shorter.
+  }
 }
 
 std::string blame(const std::string& waited, const told_waits& told,

@@ -3,7 +3,10 @@
 // WHAT"), and follows what the peers it waited for said, up to the rank that
 // waits for nobody: the one stopped, busy outside troupe's calls, or that
 // never issued the call. Both engines that run collectives (inline/ and the
-// group actors) tell their timeouts this way.
+// group actors) tell their timeouts this way, and a wait that lasted half
+// the timeout before it: a rank that issued the call earlier (or waited
+// less long for its data) times out first and follows the chain through
+// ranks that have not timed out yet, which a stopped rank holds up as well.
 #pragma once
 
 #include <chrono>
@@ -37,6 +40,17 @@ struct told_waits {
 told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int peer,
                       const std::string& what, const std::function<std::string(int)>& name,
                       std::chrono::milliseconds timeout);
+
+/// How far into a wait a call tells it early, before its timeout (half of it).
+inline std::chrono::milliseconds tell_early_after(std::chrono::milliseconds timeout) {
+  return timeout / 2;
+}
+
+/// Tells, before its timeout, that this rank's call `seq` has waited
+/// `waited` for group rank `peer` to `what` (the word its timeout then
+/// replaces). What the store refuses is left untold.
+void tell_wait_early(store& waits, std::uint64_t seq, int rank, int peer, const std::string& what,
+                     std::chrono::milliseconds waited) noexcept;
 
 /// What an algorithm's send throws (op_context::transmit, on either
 /// engine) where group rank `peer` took nothing until the call's deadline

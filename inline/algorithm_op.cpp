@@ -28,18 +28,27 @@ constexpr auto successor_delay = std::chrono::milliseconds{2};
 /// What the algorithm sees: sends go out at once, messages come from the inbox.
 class message_context final : public op_context {
  public:
-  message_context(message_medium& net, std::uint64_t op, collective_call& call,
-                  inline_clock::time_point deadline, reading reads)
+  message_context(message_medium& net, inline_engine& engine, std::uint64_t op,
+                  collective_call& call, inline_clock::time_point deadline,
+                  std::chrono::milliseconds timeout, reading reads)
       : op_context(net.rank(), net.size(), call),
         net_(net),
+        engine_(engine),
         op_(op),
         deadline_(deadline),
-        reads_(net.reads_while_waiting(reads)) {}
+        timeout_(timeout),
+        reads_(net.reads_while_waiting(reads)),
+        stall_{tell_early_after(timeout), [this] {
+                 engine_.tell_wait_early(this->call().seq, timeout_, writing_to_,
+                                         "take what it was sent");
+               }} {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
     if (step >= agreement_round_step)  // describe, alarm and dissemination rounds
       if (auto* c = inline_counting()) c->described.fetch_add(1, std::memory_order_relaxed);
+    // A write the peer takes nothing of for half the timeout tells so first.
+    writing_to_ = peer;
     if (auto why = net_.send(peer, op_, step, static_cast<std::uint8_t>(call().code), payload,
-                             deadline_, reads_, fp);
+                             deadline_, reads_, fp, &stall_);
         !why.empty())
       throw peer_given_up(peer, why);
   }
@@ -63,9 +72,13 @@ class message_context final : public op_context {
 
  private:
   message_medium& net_;
+  inline_engine& engine_;
   std::uint64_t op_;
   inline_clock::time_point deadline_;
+  std::chrono::milliseconds timeout_;
   reading reads_;
+  int writing_to_ = -1;  // the peer transmit writes to (stall_ tells it)
+  write_stall stall_;
 };
 
 class algorithm_op final : public inline_op {
@@ -76,7 +89,8 @@ class algorithm_op final : public inline_op {
     auto& net = static_cast<message_medium&>(fc.med);
     if (!ctx_) {
       call_->seq = seq;
-      ctx_ = std::make_unique<message_context>(net, op, *call_, deadline, reads);
+      ctx_ =
+          std::make_unique<message_context>(net, fc.engine, op, *call_, deadline, timeout, reads);
       ctx_->set_topology(net.topology());
       alg_ = make_algorithm(*call_, fc.rank, ctx_->topology(), fc.size);
       moved = true;

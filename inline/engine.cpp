@@ -465,6 +465,13 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
       why = med_->lost(op.op, peer, now);
     }
     if (ended) continue;
+    // Half its timeout passed: the wait is told before it times out, for
+    // the ranks whose timeouts come first (base/wait_chain.hpp).
+    if (!op.told_early && now >= op.deadline - tell_early_after(op.timeout) && peer >= 0 &&
+        now < op.deadline) {
+      op.told_early = true;
+      tell_wait_early(op.seq, op.timeout, peer, op.blocker().second);
+    }
     if (now >= op.deadline) {
       if (auto why = op.disagreement(); !why.empty()) {
         leave(failed(op, errc::mismatch, mismatch_text(why), true));
@@ -489,6 +496,12 @@ std::exception_ptr inline_engine::timed_out(const inline_op& op, int peer,
                               : blame("waiting for " + name(peer) + " to " + what,
                                       wait_chain(op, peer, what), name)),
                 true);
+}
+
+void inline_engine::tell_wait_early(std::uint64_t seq, std::chrono::milliseconds timeout, int peer,
+                                    const std::string& what) {
+  if (waits_ && !in_simulation())
+    detail::tell_wait_early(*waits_, seq, rank_, peer, what, tell_early_after(timeout));
 }
 
 told_waits inline_engine::wait_chain(const inline_op& op, int peer, const std::string& what) {

@@ -161,6 +161,8 @@ class inline_op : public recycled {
   /// Whether step() reads `deadline` from its first step on (the message
   /// engine's operations send with it); the shared segment's do not.
   bool steps_with_deadline = true;
+  /// Whether it told its wait at half its timeout (inline_engine::tell_wait_early).
+  bool told_early = false;
   tensor_list outputs;
   /// The sole output instead of `outputs` (no vector per call with one output).
   tensor sole_output;
@@ -237,6 +239,11 @@ class inline_engine : public std::enable_shared_from_this<inline_engine> {
   /// theirs timed out (the group's store): a timeout then names the rank
   /// the wait starts at, not only a neighbour that waited as this one did.
   void tell_waits_through(std::shared_ptr<store> s) { waits_ = std::move(s); }
+  /// Tells, before its timeout (base/wait_chain.hpp), that call `seq` of
+  /// this rank has waited half its `timeout` for group rank `peer` to
+  /// `what`: once per call, from the thread that runs it.
+  void tell_wait_early(std::uint64_t seq, std::chrono::milliseconds timeout, int peer,
+                       const std::string& what);
 
   // What the progress service (inline/progress.cpp) reads and marks.
   std::atomic<bool>& progress_watched() noexcept { return watched_; }

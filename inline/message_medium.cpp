@@ -218,7 +218,7 @@ void message_medium::end_op(std::uint64_t op) {
 std::string message_medium::send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
                                  const tensor& payload,
                                  std::chrono::steady_clock::time_point deadline, reading reads,
-                                 const fingerprint_ptr& fp) {
+                                 const fingerprint_ptr& fp, const write_stall* stall) {
   if (is_local(peer)) {
     // Handed over as is: the algorithms never write a payload after sending.
     if (auto p = local_peer(peer))
@@ -229,7 +229,7 @@ std::string message_medium::send(int peer, std::uint64_t op, std::uint32_t step,
   return plane ? plane->send_inline(
                      global_ranks_[static_cast<std::size_t>(peer)], group_,
                      envelope{op, step, rank_, static_cast<op_code>(code), payload, fp},
-                     [this, reads] { pump(reads); }, deadline)
+                     [this, reads] { pump(reads); }, deadline, stall)
                : std::string{};
 }
 

@@ -43,6 +43,7 @@
 
 #include "algorithms/topology.hpp"
 #include "base/rank_names.hpp"
+#include "base/write_stall.hpp"
 #include "inline/medium.hpp"
 #include "transport/frame.hpp"
 #include "troupe/tensor.hpp"
@@ -143,10 +144,11 @@ class message_medium final : public medium, public std::enable_shared_from_this<
   /// giving up on a peer that takes nothing until `deadline`: "", or why it
   /// was given up on (the peer is failed). A sender that reads its peers'
   /// connections itself (`reads`) keeps reading them while the connection
-  /// is full.
+  /// is full; one blocked long first runs `stall` (base/write_stall.hpp).
   std::string send(int peer, std::uint64_t op, std::uint32_t step, std::uint8_t code,
                    const tensor& payload, std::chrono::steady_clock::time_point deadline,
-                   reading reads, const fingerprint_ptr& fp = nullptr);
+                   reading reads, const fingerprint_ptr& fp = nullptr,
+                   const write_stall* stall = nullptr);
   /// Has the message (op, step, src) handed to `fn` by the thread that
   /// delivers it (a reader thread), if it is of collective `code`; the inbox
   /// then gets a consumed message in its place (with `fn`'s exception).

@@ -606,6 +606,21 @@ TEST_CASE("a chain of waits is followed to the rank that told none, through a cy
     CHECK(t.chain.find("in a cycle, held up where rank 3 was waiting for rank 4 to take what it "
                        "was sent") != std::string::npos);
   }
+  SUBCASE("a rank that has not timed out yet but told its wait early is followed through") {
+    // Rank 2 issued later (its timeout comes later): at half its timeout it
+    // told that it still waited for rank 3 to take its data.
+    hash_store s;
+    detail::tell_wait_early(s, 9, 2, 3, "take what it was sent", 500ms);
+    const auto t = detail::wait_chain(s, 9, 1, 5, 2, "send its data", name, 1000ms);
+    CHECK(t.start == 3);
+    CHECK(t.chain.find("rank 2 was itself waiting for rank 3 to take what it was sent (still "
+                       "waiting after 500 ms, half its call's timeout), which has not timed out") !=
+          std::string::npos);
+    // Its timeout's word replaces the early one.
+    const auto later = detail::wait_chain(s, 9, 2, 5, 4, "send its data", name, 1000ms);
+    CHECK(to_string(s.get("engines/waits/9/2")) == "4 send its data");
+    CHECK(later.start == -1);
+  }
   SUBCASE("a cycle held up by nobody who told: no rank is blamed") {
     hash_store s;
     told(s, 2, 1, "send its data");

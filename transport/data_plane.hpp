@@ -58,6 +58,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/write_stall.hpp"
 #include "transport/frame.hpp"
 #include "transport/handshake.hpp"
 #include "troupe/store.hpp"
@@ -156,9 +157,11 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
 
   /// Sends collective data (the group actors' frames); a peer that takes
   /// nothing until `deadline` (the call's) is given up on, as send_inline:
-  /// "", or why.
+  /// "", or why. `stall`, where given: what a write blocked long does first
+  /// (base/write_stall.hpp).
   std::string send(int world_rank, const std::string& group, const envelope& env,
-                   std::chrono::steady_clock::time_point deadline);
+                   std::chrono::steady_clock::time_point deadline,
+                   const write_stall* stall = nullptr);
   /// A point-to-point frame with no call's deadline (a loan's answer or
   /// withdrawal): given up on, the peer failed, after the world's timeout
   /// without room (a stopped peer holds no thread for ever).
@@ -181,10 +184,12 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// other's full buffers.
   /// A peer that takes nothing until `deadline` is given up on (its
   /// connection is closed: the frame cannot be taken back half written, and
-  /// the peer failed): "", or why it was given up on.
+  /// the peer failed): "", or why it was given up on. `stall`, where
+  /// given: what a write blocked long does first (base/write_stall.hpp).
   std::string send_inline(int world_rank, const std::string& group, const envelope& env,
                           const std::function<void()>& while_full,
-                          std::chrono::steady_clock::time_point deadline);
+                          std::chrono::steady_clock::time_point deadline,
+                          const write_stall* stall = nullptr);
 
   /// Where inline frames for `group` go (called on the thread that read
   /// them); answers why it refuses the frame ("": taken), which fails the peer.
@@ -290,7 +295,8 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   template <class Write>
   std::string send_until(int world_rank, const Write& write_to,
                          const std::function<void()>& while_full,
-                         std::chrono::steady_clock::time_point deadline, on_write_error errors);
+                         std::chrono::steady_clock::time_point deadline, on_write_error errors,
+                         const write_stall* stall = nullptr);
   struct peer;
   struct route;
   /// How write_bounded ended, and why where it did not write.
@@ -300,12 +306,14 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
     std::string why;
   };
   /// Writes with `write_to` to p's connection (the caller holds p.out_mtx),
-  /// giving up at `deadline` while it takes nothing, then closing it
+  /// giving up at `deadline` while it takes nothing, then closing it; a
+  /// write still blocked stall->after into it calls stall->tell once
   /// (data_plane_send.cpp, its only user).
   template <class Write>
   static write_outcome write_bounded(peer& p, const Write& write_to,
                                      const std::function<void()>& while_full,
-                                     std::chrono::steady_clock::time_point deadline);
+                                     std::chrono::steady_clock::time_point deadline,
+                                     const write_stall* stall = nullptr);
   peer& at(int r) const { return peers_.empty() ? *local_ : *peers_[static_cast<std::size_t>(r)]; }
   void accept_loop();
   /// A stranger's hello is complete: adopt its connection or refuse it.

@@ -27,8 +27,8 @@ namespace {
 class nonblocking_stream final : public byte_stream {
  public:
   nonblocking_stream(int fd, const std::function<void()>& while_full,
-                     std::chrono::steady_clock::time_point deadline)
-      : fd_(fd), while_full_(while_full), deadline_(deadline) {}
+                     std::chrono::steady_clock::time_point deadline, const write_stall* stall)
+      : fd_(fd), while_full_(while_full), deadline_(deadline), stall_(stall) {}
   std::string why() const { return why_; }
   /// Whether the write failed at its deadline (not on a closed connection).
   bool timed_out() const { return timed_out_; }
@@ -43,11 +43,16 @@ class nonblocking_stream final : public byte_stream {
       }
       if (w < 0 && errno == EINTR) continue;
       if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (std::chrono::steady_clock::now() >= deadline_) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline_) {
           timed_out_ = true;
           return fail("writing to it timed out after " + elapsed() +
                       ": its connection took no more data before the operation's deadline "
                       "(connection closed)");
+        }
+        if (stall_ && now - start_ >= stall_->after) {
+          stall_->tell();
+          stall_ = nullptr;
         }
         if (while_full_) while_full_();
         pollfd pf{fd_, POLLOUT, 0};
@@ -77,6 +82,7 @@ class nonblocking_stream final : public byte_stream {
   int fd_;
   const std::function<void()>& while_full_;
   std::chrono::steady_clock::time_point deadline_;
+  const write_stall* stall_;  // null once told
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::string why_;
   bool timed_out_ = false;
@@ -84,10 +90,13 @@ class nonblocking_stream final : public byte_stream {
 
 /// Writes to a link (a shared-memory ring), giving up at the operation's
 /// deadline while the link takes nothing (its reader stopped, or stuck).
+/// Where a stall is given, the write first waits until stall->after into
+/// it, tells, then waits on to the deadline.
 class deadline_link_stream final : public byte_stream {
  public:
-  deadline_link_stream(link_out& link, std::chrono::steady_clock::time_point deadline)
-      : link_(link), deadline_(deadline) {}
+  deadline_link_stream(link_out& link, std::chrono::steady_clock::time_point deadline,
+                       const write_stall* stall)
+      : link_(link), deadline_(deadline), stall_(stall) {}
   bool timed_out() const { return timed_out_; }
   std::string why() const {
     const auto t = std::chrono::steady_clock::now() - start_;
@@ -96,7 +105,19 @@ class deadline_link_stream final : public byte_stream {
            " ms: its link took no more data before the operation's deadline (link closed)";
   }
   bool write(const void* data, std::size_t n) override {
-    if (link_.write_until(data, n, deadline_)) return true;
+    auto* p = static_cast<const char*>(data);
+    while (stall_) {
+      const auto tell_at = start_ + stall_->after;
+      if (tell_at >= deadline_) break;
+      std::size_t written = 0;
+      if (link_.write_until(p, n, tell_at, &written)) return true;
+      if (std::chrono::steady_clock::now() < tell_at) return false;  // closed
+      p += written;
+      n -= written;
+      stall_->tell();
+      stall_ = nullptr;
+    }
+    if (link_.write_until(p, n, deadline_)) return true;
     timed_out_ = std::chrono::steady_clock::now() >= deadline_;
     return false;
   }
@@ -107,6 +128,7 @@ class deadline_link_stream final : public byte_stream {
  private:
   link_out& link_;
   std::chrono::steady_clock::time_point deadline_;
+  const write_stall* stall_;  // null once told
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool timed_out_ = false;
 };
@@ -124,14 +146,15 @@ const std::function<void()>& nothing_to_read() {
 }  // namespace
 
 template <class Write>
-data_plane::write_outcome data_plane::write_bounded(
-    peer& p, const Write& write_to, const std::function<void()>& while_full,
-    std::chrono::steady_clock::time_point deadline) {
+data_plane::write_outcome data_plane::write_bounded(peer& p, const Write& write_to,
+                                                    const std::function<void()>& while_full,
+                                                    std::chrono::steady_clock::time_point deadline,
+                                                    const write_stall* stall) {
   using ended = write_outcome::ended;
   if (p.out_link && p.out == p.out_link.get()) {
     // A ring's reader thread takes its bytes whatever this thread does;
     // one that took nothing until the deadline is stopped or stuck.
-    deadline_link_stream out{*p.out_link, deadline};
+    deadline_link_stream out{*p.out_link, deadline, stall};
     if (write_to(out)) return {};
     if (!out.timed_out()) return {ended::closed, gone_text};  // closed as the peer went
     p.out_link->close();
@@ -139,7 +162,7 @@ data_plane::write_outcome data_plane::write_bounded(
   }
   if (p.out != p.out_socket.get())
     return write_to(*p.out) ? write_outcome{} : write_outcome{ended::closed, gone_text};
-  nonblocking_stream out{p.out_socket->fd(), while_full, deadline};
+  nonblocking_stream out{p.out_socket->fd(), while_full, deadline, stall};
   if (write_to(out)) return {};
   p.out_socket->close();
   const auto why = out.why();
@@ -151,7 +174,7 @@ template <class Write>
 std::string data_plane::send_until(int r, const Write& write_to,
                                    const std::function<void()>& while_full,
                                    std::chrono::steady_clock::time_point deadline,
-                                   on_write_error errors) {
+                                   on_write_error errors, const write_stall* stall) {
   using ended = write_outcome::ended;
   auto& p = at(r);
   const bool judge = errors == on_write_error::fail_peer;
@@ -160,7 +183,7 @@ std::string data_plane::send_until(int r, const Write& write_to,
     std::lock_guard<futex_lock> g{p.out_mtx};
     // The peer is gone: a call waiting for it fails with why it left.
     if (!p.out || p.gone) return "";
-    o = write_bounded(p, write_to, while_full, deadline);
+    o = write_bounded(p, write_to, while_full, deadline, stall);
   }
   // A connection its peer closed is judged by the thread that reads it,
   // after the goodbye that may come first (naming the rank whose failure
@@ -181,10 +204,11 @@ void data_plane::say_goodbye(peer& p, std::int32_t cause, failure_kind kind) {
 }
 
 std::string data_plane::send(int r, const std::string& group, const envelope& env,
-                             std::chrono::steady_clock::time_point deadline) {
+                             std::chrono::steady_clock::time_point deadline,
+                             const write_stall* stall) {
   return send_until(
       r, [&](byte_stream& out) { return write_frame(out, group, env, frame_collective); },
-      nothing_to_read(), deadline, on_write_error::leave_to_reader);
+      nothing_to_read(), deadline, on_write_error::leave_to_reader, stall);
 }
 
 void data_plane::send(int r, const std::string& group, const p2p_envelope& env) {
@@ -219,10 +243,11 @@ void data_plane::send_soon(int r, const std::string& group, const p2p_envelope& 
 
 std::string data_plane::send_inline(int r, const std::string& group, const envelope& env,
                                     const std::function<void()>& while_full,
-                                    std::chrono::steady_clock::time_point deadline) {
+                                    std::chrono::steady_clock::time_point deadline,
+                                    const write_stall* stall) {
   return send_until(
       r, [&](byte_stream& out) { return write_frame(out, group, env, frame_inline); }, while_full,
-      deadline, on_write_error::fail_peer);
+      deadline, on_write_error::fail_peer, stall);
 }
 
 bool data_plane::send_raw(int r, const void* data, std::size_t n) {

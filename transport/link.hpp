@@ -48,11 +48,15 @@ class link_out : public byte_stream {
   virtual std::size_t writable() const { return 0; }
   /// write(), giving up at `deadline` while the reader takes nothing (false,
   /// as when the link is closed: a frame half written leaves the link
-  /// useless, and the data plane closes it). A transport whose writes can
+  /// useless unless the rest follows, and the data plane closes it; where
+  /// `written` is given, how many bytes went). A transport whose writes can
   /// wait for room overrides it; the default waits as write() does.
   virtual bool write_until(const void* data, std::size_t n,
-                           std::chrono::steady_clock::time_point /*deadline*/) {
-    return write(data, n);
+                           std::chrono::steady_clock::time_point /*deadline*/,
+                           std::size_t* written = nullptr) {
+    const bool ok = write(data, n);
+    if (written) *written = ok ? n : 0;
+    return ok;
   }
   /// A link reads nothing on this side.
   bool read(void*, std::size_t) override { return false; }

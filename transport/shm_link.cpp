@@ -18,9 +18,9 @@ class ring_out final : public link_out {
  public:
   explicit ring_out(std::unique_ptr<shm_ring> r) : ring_(std::move(r)) {}
   bool write(const void* data, std::size_t n) override { return ring_->write(data, n); }
-  bool write_until(const void* data, std::size_t n,
-                   std::chrono::steady_clock::time_point deadline) override {
-    return ring_->write_until(data, n, deadline);
+  bool write_until(const void* data, std::size_t n, std::chrono::steady_clock::time_point deadline,
+                   std::size_t* written) override {
+    return ring_->write_until(data, n, deadline, written);
   }
   void close() override { ring_->close(); }
   bool writes_by_copy() const noexcept override { return true; }

@@ -165,18 +165,23 @@ bool shm_ring::write(const void* data, std::size_t n) {
 }
 
 bool shm_ring::write_until(const void* data, std::size_t n,
-                           std::chrono::steady_clock::time_point deadline) {
+                           std::chrono::steady_clock::time_point deadline, std::size_t* written) {
   populate_in_use(ctl_->head.load(std::memory_order_relaxed) + n);
   auto* p = static_cast<const char*>(data);
   const auto cap = capacity_;
+  auto gave_up = [&] {
+    if (written) *written = static_cast<std::size_t>(p - static_cast<const char*>(data));
+    return false;
+  };
   while (n > 0) {
     const auto head = ctl_->head.load(std::memory_order_relaxed);
     auto tail = ctl_->tail.load(std::memory_order_acquire);
     if (head - tail == cap) {
-      if (!wait_for(ctl_->tail_seq, ctl_->writer_waiting, ctl_->tail, tail, deadline)) return false;
+      if (!wait_for(ctl_->tail_seq, ctl_->writer_waiting, ctl_->tail, tail, deadline))
+        return gave_up();
       continue;
     }
-    if (ctl_->closed.load(std::memory_order_relaxed)) return false;
+    if (ctl_->closed.load(std::memory_order_relaxed)) return gave_up();
     const auto offset = head % cap;
     const auto chunk =
         std::min<std::uint64_t>({n, cap - (head - tail), cap - offset, publish_step(n)});
@@ -190,6 +195,7 @@ bool shm_ring::write_until(const void* data, std::size_t n,
     p += chunk;
     n -= chunk;
   }
+  if (written) *written = static_cast<std::size_t>(p - static_cast<const char*>(data));
   return true;
 }
 

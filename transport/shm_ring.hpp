@@ -37,8 +37,10 @@ class shm_ring final : public byte_stream {
 
   bool write(const void* data, std::size_t n) override;
   /// write(), giving up at `deadline` while the ring has no room (false, as
-  /// when it is closed; the bytes that fitted are in the ring).
-  bool write_until(const void* data, std::size_t n, std::chrono::steady_clock::time_point deadline);
+  /// when it is closed; the bytes that fitted are in the ring, `*written`
+  /// of them where given).
+  bool write_until(const void* data, std::size_t n, std::chrono::steady_clock::time_point deadline,
+                   std::size_t* written = nullptr);
   /// Bytes write() could take now without waiting (the writer's side).
   std::size_t writable() const;
   bool read(void* data, std::size_t n) override;
