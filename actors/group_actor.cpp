@@ -72,9 +72,10 @@ struct running_op {
   std::unique_ptr<algorithm> alg;
   std::unique_ptr<actor_op_context> ctx;
   caf::typed_response_promise<tensor_list> rp;
-  bool described = false;   // this rank's fingerprint went to every peer
-  bool finished = false;    // the algorithm is done (the agreement may still wait)
-  bool told_early = false;  // its wait was told at half its timeout (on_tick)
+  bool described = false;        // this rank's fingerprint went to every peer
+  bool finished = false;         // the algorithm is done (the agreement may still wait)
+  bool told_early = false;       // its wait was told (on_tick, told_early_at)
+  clock::time_point progressed;  // its issue, or the last message it took
 };
 
 struct pending_recv {
@@ -178,10 +179,12 @@ std::chrono::milliseconds timeout_of(const running_op& op) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout);
 }
 
-/// When on_tick next looks at call `op`: at half its timeout, to tell its
-/// wait early (base/wait_chain.hpp), then at its deadline.
+/// When on_tick next looks at call `op`: once it took nothing for half its
+/// timeout, to tell its wait early (base/wait_chain.hpp), then at its
+/// deadline.
 clock::time_point told_early_at(const running_op& op) {
-  return op.told_early ? op.deadline : op.deadline - tell_early_after(timeout_of(op));
+  return op.told_early ? op.deadline
+                       : std::min(op.deadline, op.progressed + tell_early_after(timeout_of(op)));
 }
 
 /// Names the members found crashed once crash_grace passed (failing every
@@ -200,6 +203,8 @@ void on_tick(self_ptr self) {
     if (op.deadline <= now) {
       expired.push_back(seq);
     } else if (!op.told_early && told_early_at(op) <= now) {
+      // It took nothing for half its timeout: one that still takes tells
+      // nothing early (whom it waits for at a moment is not what holds it up).
       op.told_early = true;
       const auto [peer, what] = waited_for(st, op);
       if (st.info.waits && peer >= 0 && !in_simulation())
@@ -304,6 +309,7 @@ void advance(self_ptr self, std::uint64_t seq) {
 /// Hands one envelope to the running op (its agreement checks what the
 /// sender called).
 void deliver(self_ptr self, running_op& op, std::uint64_t seq, envelope& env) {
+  op.progressed = clock::now();
   try {
     op.ctx->deliver(env.src, env.step, std::move(env.payload), env.fp);
   } catch (const error& e) {
@@ -527,7 +533,8 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           const auto seq = call->seq;
           st.issued = seq;
           auto& op = st.ops[seq];
-          op.deadline = clock::now() + call->timeout;
+          op.progressed = clock::now();
+          op.deadline = op.progressed + call->timeout;
           op.call = call;
           op.rp = rp;
           op.ctx = std::make_unique<actor_op_context>(

@@ -419,7 +419,10 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
       continue;
     }
     bool finished_now = false;
-    if (auto f = try_step(op, ctx, moved, finished_now)) {
+    bool op_moved = false;
+    auto f = try_step(op, ctx, op_moved, finished_now);
+    moved |= op_moved;
+    if (f) {
       leave(std::move(f));
       continue;
     }
@@ -432,6 +435,7 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
     // left it unset.
     if (now == inline_clock::time_point{}) now = inline_clock::now();
     if (op.deadline == inline_clock::time_point{}) op.deadline = now + op.timeout;
+    if (op_moved) op.progressed = now;
     // In a simulation the conductor alone, in virtual time, fails a wait
     // that a killed or frozen rank blocks: the medium's checks run on wall
     // time (a scan period, a grace for ranks that left), which would make
@@ -465,10 +469,12 @@ bool inline_engine::step_head(finished_list& out, inline_clock::time_point& now)
       why = med_->lost(op.op, peer, now);
     }
     if (ended) continue;
-    // Half its timeout passed: the wait is told before it times out, for
-    // the ranks whose timeouts come first (base/wait_chain.hpp).
-    if (!op.told_early && now >= op.deadline - tell_early_after(op.timeout) && peer >= 0 &&
-        now < op.deadline) {
+    // Nothing moved for half its timeout: the wait is told before it times
+    // out, for the ranks whose timeouts come first (base/wait_chain.hpp).
+    // One that still moves tells nothing early: whom it waits for at a
+    // moment is not what holds it up.
+    if (!op.told_early && peer >= 0 && now < op.deadline &&
+        now - std::max(op.progressed, op.deadline - op.timeout) >= tell_early_after(op.timeout)) {
       op.told_early = true;
       tell_wait_early(op.seq, op.timeout, peer, op.blocker().second);
     }

@@ -161,7 +161,10 @@ class inline_op : public recycled {
   /// Whether step() reads `deadline` from its first step on (the message
   /// engine's operations send with it); the shared segment's do not.
   bool steps_with_deadline = true;
-  /// Whether it told its wait at half its timeout (inline_engine::tell_wait_early).
+  /// When a step of it last published or consumed anything (the epoch: not
+  /// since it was issued), and whether it told its wait once it had moved
+  /// nothing for half its timeout (inline_engine::tell_wait_early).
+  inline_clock::time_point progressed;
   bool told_early = false;
   tensor_list outputs;
   /// The sole output instead of `outputs` (no vector per call with one output).
