@@ -36,9 +36,9 @@ class actor_op_context final : public op_context {
         net_(net),
         deadline_(deadline),
         waits_(waits),
-        stall_{tell_early_after(timeout()), [this] {
-                 tell_wait_early(*waits_, seq_, this->rank(), writing_to_, "take what it was sent",
-                                 tell_early_after(timeout()));
+        stall_{tell_early_after(call.timeout), [this] {
+                 tell_wait_early(*waits_, seq_, this->rank(), writing_to_, take_what_it_was_sent,
+                                 this->call().timeout);
                }} {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
     writing_to_ = peer;
@@ -52,10 +52,6 @@ class actor_op_context final : public op_context {
   std::string describe_peer(int peer) const override { return net_.describe_peer(peer); }
 
  private:
-  std::chrono::milliseconds timeout() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(call().timeout);
-  }
-
   std::uint64_t seq_;
   actor_peers& net_;
   std::chrono::steady_clock::time_point deadline_;
@@ -175,16 +171,12 @@ std::pair<int, std::string> waited_for(const group_state& st, const running_op& 
                   : op.ctx->blocked_on()};
 }
 
-std::chrono::milliseconds timeout_of(const running_op& op) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout);
-}
-
 /// When on_tick next looks at call `op`: once it took nothing for half its
 /// timeout, to tell its wait early (base/wait_chain.hpp), then at its
 /// deadline.
 clock::time_point told_early_at(const running_op& op) {
   return op.told_early ? op.deadline
-                       : std::min(op.deadline, op.progressed + tell_early_after(timeout_of(op)));
+                       : std::min(op.deadline, op.progressed + tell_early_after(op.call->timeout));
 }
 
 /// Names the members found crashed once crash_grace passed (failing every
@@ -208,8 +200,7 @@ void on_tick(self_ptr self) {
       op.told_early = true;
       const auto [peer, what] = waited_for(st, op);
       if (st.info.waits && peer >= 0 && !in_simulation())
-        tell_wait_early(*st.info.waits, seq, st.info.rank, peer, what,
-                        tell_early_after(timeout_of(op)));
+        tell_wait_early(*st.info.waits, seq, st.info.rank, peer, what, op.call->timeout);
     }
   }
   for (auto seq : expired) {

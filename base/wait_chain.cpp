@@ -25,6 +25,12 @@ std::string waits_base(std::uint64_t seq) {
   return "engines/waits/" + std::to_string(seq) + "/";
 }
 
+/// Tells that group rank `rank`'s call `seq` waits for `peer` to `what`
+/// ("PEER WHAT", as told_wait reads it).
+void tell(store& waits, std::uint64_t seq, int rank, int peer, const std::string& what) {
+  waits.set(waits_base(seq) + std::to_string(rank), to_bytes(std::to_string(peer) + " " + what));
+}
+
 /// How a chain ends at the rank where the wait starts.
 constexpr const char* starts_there =
     ", which has not timed out on this call: the wait starts there (a rank that is stopped, "
@@ -65,7 +71,7 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
   std::string chain;
   int at = peer;
   try {
-    waits.set(base + std::to_string(rank), to_bytes(std::to_string(peer) + " " + what));
+    tell(waits, seq, rank, peer, what);
     std::vector<int> seen{rank};
     for (;;) {
       if (std::find(seen.begin(), seen.end(), at) != seen.end()) {
@@ -103,11 +109,11 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
 }
 
 void tell_wait_early(store& waits, std::uint64_t seq, int rank, int peer, const std::string& what,
-                     std::chrono::milliseconds waited) noexcept {
+                     std::chrono::milliseconds timeout) noexcept {
   try {
-    waits.set(waits_base(seq) + std::to_string(rank),
-              to_bytes(std::to_string(peer) + " " + what + " (still waiting after " +
-                       std::to_string(waited.count()) + " ms, half its call's timeout)"));
+    tell(waits, seq, rank, peer,
+         what + " (still waiting after " + std::to_string(tell_early_after(timeout).count()) +
+             " ms, half its call's timeout)");
   } catch (...) {
     // The store is gone or refuses: the chain is shorter.
   }

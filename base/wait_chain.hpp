@@ -46,11 +46,14 @@ inline std::chrono::milliseconds tell_early_after(std::chrono::milliseconds time
   return timeout / 2;
 }
 
-/// Tells, before its timeout, that this rank's call `seq` has waited
-/// `waited` for group rank `peer` to `what` (the word its timeout then
-/// replaces). What the store refuses is left untold.
+/// Tells, before its `timeout`, that this rank's call `seq` has waited
+/// tell_early_after(timeout) for group rank `peer` to `what` (the word its
+/// timeout then replaces). What the store refuses is left untold.
 void tell_wait_early(store& waits, std::uint64_t seq, int rank, int peer, const std::string& what,
-                     std::chrono::milliseconds waited) noexcept;
+                     std::chrono::milliseconds timeout) noexcept;
+
+/// What a rank waits for whose write its peer takes nothing of.
+inline constexpr const char* take_what_it_was_sent = "take what it was sent";
 
 /// What an algorithm's send throws (op_context::transmit, on either
 /// engine) where group rank `peer` took nothing until the call's deadline
@@ -63,7 +66,9 @@ class peer_given_up : public error {
   peer_given_up(int peer, const std::string& why) : error(errc::timeout, why), peer_(peer) {}
   int peer() const noexcept { return peer_; }
   /// "take what it was sent (writing to it timed out after ...)".
-  std::string what_waited() const { return "take what it was sent (" + std::string(what()) + ")"; }
+  std::string what_waited() const {
+    return std::string(take_what_it_was_sent) + " (" + what() + ")";
+  }
 
  private:
   int peer_;

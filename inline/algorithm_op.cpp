@@ -40,7 +40,7 @@ class message_context final : public op_context {
         reads_(net.reads_while_waiting(reads)),
         stall_{tell_early_after(timeout), [this] {
                  engine_.tell_wait_early(this->call().seq, timeout_, writing_to_,
-                                         "take what it was sent");
+                                         take_what_it_was_sent);
                }} {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
     if (step >= agreement_round_step)  // describe, alarm and dissemination rounds

@@ -610,7 +610,7 @@ TEST_CASE("a chain of waits is followed to the rank that told none, through a cy
     // Rank 2 issued later (its timeout comes later): at half its timeout it
     // told that it still waited for rank 3 to take its data.
     hash_store s;
-    detail::tell_wait_early(s, 9, 2, 3, "take what it was sent", 500ms);
+    detail::tell_wait_early(s, 9, 2, 3, "take what it was sent", 1000ms);
     const auto t = detail::wait_chain(s, 9, 1, 5, 2, "send its data", name, 1000ms);
     CHECK(t.start == 3);
     CHECK(t.chain.find("rank 2 was itself waiting for rank 3 to take what it was sent (still "

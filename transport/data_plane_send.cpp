@@ -106,9 +106,8 @@ class deadline_link_stream final : public byte_stream {
   }
   bool write(const void* data, std::size_t n) override {
     auto* p = static_cast<const char*>(data);
-    while (stall_) {
+    if (stall_ && start_ + stall_->after < deadline_) {
       const auto tell_at = start_ + stall_->after;
-      if (tell_at >= deadline_) break;
       std::size_t written = 0;
       if (link_.write_until(p, n, tell_at, &written)) return true;
       if (std::chrono::steady_clock::now() < tell_at) return false;  // closed
