@@ -30,6 +30,7 @@
 #include "children.hpp"
 #include "forked_ranks.hpp"
 #include "inline/progress.hpp"
+#include "pausing_store.hpp"
 #include "troupe/troupe.hpp"
 
 using namespace troupe;
@@ -178,6 +179,38 @@ TEST_CASE("a rank busy for 20 s between calls is not declared failed") {
   });
   ::unlink(path.c_str());
   CHECK(codes == std::vector<int>{0, 0, 0, 0});
+}
+
+// A process beats only once its world is built, and a rank late to build
+// it (starved between its store entry and its connections) holds every
+// other back: the silence of a peer counts from when this process listens,
+// not from when that peer's connection came in. Rank 2 stops for 2.5 times
+// the bound as it reads rank 0's address, after ranks 0 and 1 connected to
+// each other; nobody is named then or in the bound after, and the world
+// works.
+TEST_CASE("a rank late to connect makes no peer that connected early look unresponsive") {
+  for (const char* transport : {"shm", "tcp"}) {
+    CAPTURE(std::string(transport));
+    const auto path = test::temp_store_path();
+    auto codes = test::fork_ranks(3, [&](int r) {
+      ::setenv("TROUPE_TRANSPORT", transport, 1);
+      ::setenv("TROUPE_UNRESPONSIVE_MS", "1000", 1);
+      std::shared_ptr<store> s = std::make_shared<file_store>(path, 30s);
+      if (r == 2)
+        s = std::make_shared<test::pausing_store>(
+            s, [](const std::string& key) { return test::pausing_store::is_address_of(key, 0); },
+            [](const bytes&) { std::this_thread::sleep_for(2500ms); });
+      world w{test::child_world(s, r, 3, 30s)};
+      std::this_thread::sleep_for(1500ms);  // past the bound: a verdict would have come
+      auto& pg = w.default_group();
+      auto t = tensor::from_vector<float>({float(r + 1)});
+      pg.allreduce(t, {.timeout = 20s}).wait();
+      pg.barrier({.timeout = 20s}).wait();
+      return test::expect(r, t.to_vector<float>()[0] == 6.f, "the sum after the late rank");
+    });
+    ::unlink(path.c_str());
+    CHECK(codes == std::vector<int>{0, 0, 0});
+  }
 }
 
 namespace {

@@ -237,6 +237,12 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     throw error(errc::backend, std::string("data plane: pipe: ") + std::strerror(errno));
   s.set(prefix + "addr/" + std::to_string(me), opts_.bind_address + " " + std::to_string(port_));
   acceptor_ = std::thread([this] { accept_loop(); });
+  // The failure detector beats each peer as soon as this rank's connection
+  // to it is there (a rank late to build its world holds this one back in
+  // steps 3 and 4: its peers hear this one meanwhile), and listens from
+  // step 4 on (transport/data_plane_heartbeat.cpp).
+  if (opts_.heartbeat.count() > 0 || opts_.unresponsive.count() > 0)
+    heart_ = std::thread([this] { heartbeat_loop(); });
   // 3. Connect to every process peer and introduce ourselves.
   for (int r : all) {
     auto& p = at(r);
@@ -300,6 +306,7 @@ void data_plane::connect(store& s, rendezvous& rdv) {
       if (link->maps_memory) p.memory_closed = true;
     }
     if (p.out_link) p.out_link->opened();
+    std::lock_guard<futex_lock> beating{p.out_mtx};  // the heartbeat may look
     p.out = p.out_link ? static_cast<byte_stream*>(p.out_link.get()) : p.out_socket.get();
   }
   // 4. Wait until every process peer connected to us.
@@ -316,9 +323,8 @@ void data_plane::connect(store& s, rendezvous& rdv) {
     if (std::chrono::steady_clock::now() >= rdv.deadline()) rdv.timed_out(missing, what);
     g.lock();
   }
-  // 5. The failure detector, once every connection is there.
-  if ((opts_.heartbeat.count() > 0 || opts_.unresponsive.count() > 0) && !stopping_)
-    heart_ = std::thread([this] { heartbeat_loop(); });
+  // 5. The failure detector listens, once every connection is there.
+  listening_ = true;
 }
 
 const std::string& data_plane::host_of(int r) const {

@@ -406,6 +406,9 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   std::atomic<std::uint64_t> routes_version_{1};  // bumped by every change of routes_
   std::thread acceptor_;
   std::thread heart_;  // heartbeat_loop
+  // Every process peer connected to this one (connect's step 4): from then
+  // on heartbeat_loop listens, not only beats.
+  std::atomic<bool> listening_{false};
   std::mutex heart_mtx_;
   std::condition_variable heart_cv_;              // wakes heartbeat_loop when the plane stops
   std::map<std::uint64_t, std::thread> readers_;  // running or finished, not yet joined

@@ -14,12 +14,18 @@
 // calls keeps beating):
 //   1. beat: a heartbeat to every peer process whose connection is free now
 //      (a writer that holds it is sending bytes the peer hears anyway) and
-//      would take the few bytes without waiting;
-//   2. listen: the ranks of a peer process not heard for the bound less two
+//      would take the few bytes without waiting; from the moment this rank
+//      connected to it, while it still builds its world;
+//   2. listen, once every peer connected to this rank (its world is built):
+//      the ranks of a peer process not heard for the bound less two
 //      intervals are gone (crashed: what waits for them fails at once,
 //      naming them). Its last bytes came at most an interval before it
 //      stopped, and the check comes at most an interval after the silence
-//      passed: a stopped process is named within the bound. Before that
+//      passed: a stopped process is named within the bound. The silence
+//      counts from when listening started at the earliest: a peer that
+//      connected here early, then waited as this rank did for a rank late
+//      to connect (starved on a loaded host), was heard by nobody listening
+//      meanwhile, and has beaten since it connected. Before a
 //      verdict this thread reads what waits on the peer's connection
 //      itself: on a loaded host the reader thread (a ring's runs at the
 //      lowest priority) may not have run for that long while the peer's
@@ -64,18 +70,26 @@ void data_plane::heartbeat_loop() {
   const auto every = opts_.heartbeat.count() > 0 ? opts_.heartbeat : opts_.unresponsive / 6;
   const auto silence =
       std::chrono::duration_cast<clock::duration>(std::max(opts_.unresponsive - 2 * every, every));
+  bool listening = false;
   std::unique_lock<std::mutex> g{heart_mtx_};
   while (!stopping_) {
     heart_cv_.wait_for(g, every);
     if (stopping_) return;
     g.unlock();
     const auto now = clock::now().time_since_epoch().count();
+    // Listening starts: a peer's silence counts from now, not from when its
+    // connection came (it may have waited for a late rank since, unheard).
+    const bool starts = !listening && listening_.load();
+    listening = listening || starts;
     for (int r = 0; r < opts_.world_size; ++r) {
       auto& p = at(r);
       if (p.local || p.gone.load()) continue;
       beat(p);
+      if (starts) p.heard_ns.store(now, std::memory_order_relaxed);
       auto heard = p.heard_ns.load(std::memory_order_relaxed);
-      if (opts_.unresponsive.count() <= 0 || heard == 0 || now - heard <= silence.count()) continue;
+      if (!listening || opts_.unresponsive.count() <= 0 || heard == 0 ||
+          now - heard <= silence.count())
+        continue;
       // Its bytes may wait unread behind a starved reader thread: read them.
       bool any = false;
       const bool read = try_drain(r, any);
