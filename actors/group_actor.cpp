@@ -1,112 +1,23 @@
 // The group actor: sequence numbers, running collectives, early messages,
-// point-to-point matching, timeouts and aborts of one (group, rank).
+// point-to-point matching and aborts of one (group, rank); its state is in
+// group_actor_state.hpp, its timeouts in group_actor_timeouts.cpp.
 
 #include "actors/group_actor.hpp"
-#include "base/texts.hpp"
 
 #include <algorithm>
 #include <cstdio>
-#include <deque>
-#include <map>
-#include <optional>
 
-#include "actors/actor_peers.hpp"
+#include "actors/group_actor_state.hpp"
 #include "actors/thread_logger.hpp"
-#include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
-#include "base/gone_peers.hpp"
 #include "base/group_ranks.hpp"
 #include "base/sim_conductor.hpp"
-#include "base/wait_chain.hpp"
+#include "base/texts.hpp"
 #include "transport/frame.hpp"
 #include "troupe/error.hpp"
 
 namespace troupe::detail {
-namespace {
-
-/// The op_context of a running collective: sends go through the transport.
-class actor_op_context final : public op_context {
- public:
-  /// `waits`: where it tells a write that its peer took nothing of for
-  /// half the timeout (null: nowhere).
-  actor_op_context(int rank, int size, collective_call& call, std::uint64_t seq, actor_peers& net,
-                   std::chrono::steady_clock::time_point deadline, store* waits)
-      : op_context(rank, size, call),
-        seq_(seq),
-        net_(net),
-        deadline_(deadline),
-        waits_(waits),
-        stall_{tell_early_after(call.timeout), [this] {
-                 tell_wait_early(*waits_, seq_, this->rank(), writing_to_, take_what_it_was_sent,
-                                 this->call().timeout);
-               }} {}
-  void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
-    writing_to_ = peer;
-    if (auto why = net_.send(
-            peer, envelope{seq_, step, rank(), call().code, std::move(payload), std::move(fp)},
-            deadline_, waits_ ? &stall_ : nullptr);
-        !why.empty())
-      throw peer_given_up(peer, why);
-  }
-  bool copies_on_send(int peer) const override { return !net_.reads_after_send(peer); }
-  std::string describe_peer(int peer) const override { return net_.describe_peer(peer); }
-
- private:
-  std::uint64_t seq_;
-  actor_peers& net_;
-  std::chrono::steady_clock::time_point deadline_;
-  store* waits_;
-  int writing_to_ = -1;  // the peer transmit writes to (stall_ tells it)
-  write_stall stall_;
-};
-
-using clock = std::chrono::steady_clock;
-
-struct running_op {
-  clock::time_point deadline;
-  call_ptr call;
-  std::unique_ptr<algorithm> alg;
-  std::unique_ptr<actor_op_context> ctx;
-  caf::typed_response_promise<tensor_list> rp;
-  bool described = false;        // this rank's fingerprint went to every peer
-  bool finished = false;         // the algorithm is done (the agreement may still wait)
-  bool told_early = false;       // its wait was told (on_tick, told_early_at)
-  clock::time_point progressed;  // its issue, or the last message it took
-};
-
-struct pending_recv {
-  clock::time_point deadline;
-  p2p_ptr call;
-  caf::typed_response_promise<tensor_list> rp;
-};
-
-struct group_state {
-  group_info info;
-  std::shared_ptr<actor_peers> net;
-  std::uint64_t issued = 0;  // collectives issued; the last one has seq == issued
-  std::map<std::uint64_t, running_op> ops;
-  std::map<std::uint64_t, std::vector<envelope>> early;  // data for calls not made yet
-  struct early_account {
-    std::size_t messages = 0;
-    std::uint64_t bytes = 0, next_bytes = 0;  // all early payloads, those of seq issued + 1
-  };
-  std::vector<early_account> early_from;        // by sender (bounds: transport/frame.hpp)
-  std::vector<early_account> unmatched_from;    // the same for unmatched p2p messages
-  std::deque<p2p_envelope> unmatched;           // p2p messages nobody asked for yet
-  std::map<std::uint64_t, pending_recv> recvs;  // by post order
-  std::uint64_t next_recv = 0;
-  std::optional<std::pair<errc, std::string>> aborted;
-  std::optional<clock::time_point> next_tick;  // when the pending timeout message fires
-  std::string crashed;                         // members found crashed, not yet named
-  std::optional<clock::time_point> crash_due;  // when they are (crash_grace)
-  gone_peers gone;                             // members that left, and how
-  bool ranks_sorted = false;  // info.global_ranks ascending: a binary search finds a world rank
-  std::vector<std::function<void()>> before_peers;  // see until_peers
-  std::shared_ptr<const group_topology> topology;   // the calls' algorithms see it
-  static inline const char* name = "troupe.group";
-};
-
-using self_ptr = group_actor::stateful_pointer<group_state>;
+namespace group_actor_parts {
 
 std::string where(const group_state& st, const std::string& op, std::uint64_t seq) {
   return call_location(op, st.info.name, st.info.rank, seq);
@@ -128,116 +39,23 @@ void fail_op(self_ptr self, std::uint64_t seq, errc code, const std::string& cau
                                   where(st, op.call->name, seq) + " failed: " + cause));
 }
 
-/// Makes sure a timeout message arrives no later than `deadline`. One timer is
-/// pending at a time (not one per call), since calls share their timeout.
-void schedule_tick(self_ptr self, clock::time_point deadline) {
+void fail_everything(self_ptr self, errc code, const std::string& reason) {
   auto& st = self->state;
-  if (st.next_tick && *st.next_tick <= deadline) return;
-  st.next_tick = deadline;
-  auto delay = std::chrono::duration_cast<std::chrono::microseconds>(deadline - clock::now());
-  self->delayed_send(self, std::max(delay, std::chrono::microseconds{0}), timeout_atom::value);
+  st.aborted = std::make_pair(code, reason);
+  std::vector<std::uint64_t> seqs;
+  for (auto& kv : st.ops) seqs.push_back(kv.first);
+  for (auto s : seqs) fail_op(self, s, code, reason);
+  for (auto& kv : st.recvs)
+    kv.second.rp.deliver(make_troupe_error(
+        static_cast<int>(code), where(st, kv.second.call->name, 0) + " failed: " + reason));
+  st.recvs.clear();
 }
 
-void fail_everything(self_ptr self, errc code, const std::string& reason);
+}  // namespace group_actor_parts
 
-/// Fails call `seq` at its timeout, `waited` ("waiting for rank 1 (...) to
-/// ..."), as the inline engine words it: "Timed out after 300 ms waiting
-/// for ...". Where `peer` (>= 0) is the rank waited for (to `what`), the
-/// chain of waits is followed to where the wait starts (base/wait_chain.hpp).
-void fail_timed_out(self_ptr self, std::uint64_t seq, std::string waited, int peer,
-                    const std::string& what) {
-  auto& st = self->state;
-  const auto& op = st.ops.at(seq);
-  if (st.info.waits && peer >= 0 && !in_simulation()) {
-    auto name = [&st](int r) { return st.net->describe_peer(r); };
-    waited =
-        blame(waited,
-              wait_chain(*st.info.waits, seq, st.info.rank, st.info.size, peer, what, name,
-                         std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout)),
-              name);
-  }
-  fail_op(self, seq, errc::timeout,
-          timeout_after(op.call->timeout) + (waited.rfind("waiting for", 0) == 0 ? " " : ": ") +
-              waited);
-}
+namespace {
 
-/// Whom call `op` waits for, and for what, as its timeout names it: a rank
-/// that never came, else the one its algorithm waits for (-1: none known).
-std::pair<int, std::string> waited_for(const group_state& st, const running_op& op) {
-  const bool missing = op.ctx->awaits_everyone() && !op.ctx->agreed().missing_ranks().empty();
-  const int peer = missing ? op.ctx->agreed().missing() : op.ctx->blocked_peer();
-  return {peer < st.info.size ? peer : -1,
-          missing ? "join this " + std::string(op.call->name) + " (nothing of it arrived from it)"
-                  : op.ctx->blocked_on()};
-}
-
-/// When on_tick next looks at call `op`: once it took nothing for half its
-/// timeout, to tell its wait early (base/wait_chain.hpp), then at its
-/// deadline.
-clock::time_point told_early_at(const running_op& op) {
-  return op.told_early ? op.deadline
-                       : std::min(op.deadline, op.progressed + tell_early_after(op.call->timeout));
-}
-
-/// Names the members found crashed once crash_grace passed (failing every
-/// call), tells the waits of calls at half their timeout, fails every call
-/// past its deadline, then schedules the next check.
-void on_tick(self_ptr self) {
-  auto& st = self->state;
-  const auto now = clock::now();
-  if (st.next_tick && *st.next_tick <= now) st.next_tick.reset();
-  if (st.crash_due && *st.crash_due <= now && !st.aborted) {
-    fail_everything(self, errc::peer_failure, st.crashed);
-    return;
-  }
-  std::vector<std::uint64_t> expired;
-  for (auto& [seq, op] : st.ops) {
-    if (op.deadline <= now) {
-      expired.push_back(seq);
-    } else if (!op.told_early && told_early_at(op) <= now) {
-      // It took nothing for half its timeout: one that still takes tells
-      // nothing early (whom it waits for at a moment is not what holds it up).
-      op.told_early = true;
-      const auto [peer, what] = waited_for(st, op);
-      if (st.info.waits && peer >= 0 && !in_simulation())
-        tell_wait_early(*st.info.waits, seq, st.info.rank, peer, what, op.call->timeout);
-    }
-  }
-  for (auto seq : expired) {
-    auto& op = st.ops[seq];
-    // A peer whose call differs, while another never said what it called.
-    if (op.ctx->disagrees()) {
-      fail_op(self, seq, errc::mismatch, mismatch_text(op.ctx->agreed().disagreement(true)));
-      continue;
-    }
-    // Where the wait starts, when the rank waited for was itself waiting.
-    // A rank that never came is the one named (on_timeout); this rank's
-    // wait for it is still told, for the ranks whose waits lead here.
-    const auto [peer, what] = waited_for(st, op);
-    fail_timed_out(self, seq, op.alg->on_timeout(*op.ctx), peer, what);
-  }
-  for (auto i = st.recvs.begin(); i != st.recvs.end();) {
-    if (i->second.deadline > now) {
-      ++i;
-      continue;
-    }
-    auto r = std::move(i->second);
-    i = st.recvs.erase(i);
-    const auto& c = *r.call;
-    auto from =
-        c.kind == p2p_call::recv_any ? std::string("any rank") : st.net->describe_peer(c.peer);
-    r.rp.deliver(make_troupe_error(static_cast<int>(errc::timeout),
-                                   where(st, c.name, 0) + " failed: " + timeout_after(c.timeout) +
-                                       " waiting for a message from " + from + " with tag " +
-                                       std::to_string(c.tag)));
-  }
-  std::optional<clock::time_point> next;
-  for (auto& kv : st.ops)
-    next = next ? std::min(*next, told_early_at(kv.second)) : told_early_at(kv.second);
-  for (auto& kv : st.recvs) next = next ? std::min(*next, kv.second.deadline) : kv.second.deadline;
-  if (st.crash_due) next = next ? std::min(*next, *st.crash_due) : *st.crash_due;
-  if (next) schedule_tick(self, *next);
-}
+using namespace group_actor_parts;
 
 /// Whether a call moves more than 1 MiB per tensor (a write of it to a
 /// peer in another process may wait for room).
@@ -386,18 +204,6 @@ void peer_left(self_ptr self, int peer, const std::string& why) {
       ++r;
     }
   }
-}
-
-void fail_everything(self_ptr self, errc code, const std::string& reason) {
-  auto& st = self->state;
-  st.aborted = std::make_pair(code, reason);
-  std::vector<std::uint64_t> seqs;
-  for (auto& kv : st.ops) seqs.push_back(kv.first);
-  for (auto s : seqs) fail_op(self, s, code, reason);
-  for (auto& kv : st.recvs)
-    kv.second.rp.deliver(make_troupe_error(
-        static_cast<int>(code), where(st, kv.second.call->name, 0) + " failed: " + reason));
-  st.recvs.clear();
 }
 
 /// Completes a receive with a message (checking its size).
