@@ -713,6 +713,66 @@ void hold_reader(const char* transport) {
   CHECK(codes == std::vector<int>{0, 0});
 }
 
+/// 2 ranks over `transport`, the detector off: rank 1 holds its connection
+/// from rank 0 unread for 2.5 s while rank 0 sends it 200 KiB messages
+/// (eager: written out by the send, over TCP and through a ring), each with
+/// a 1 s timeout. Once the connection is full, a send gives up at its
+/// deadline and closes the connection in the middle of a frame; rank 0
+/// stays alive. Rank 1 receives what came whole, and its next receive names
+/// rank 0 as having closed the connection alive, and why, not as dead.
+void close_mid_frame(const char* transport) {
+  CAPTURE(std::string(transport));
+  const auto path = test::temp_store_path();
+  const auto codes = test::fork_ranks(2, [&](int r) {
+    ::setenv("TROUPE_TRANSPORT", transport, 1);
+    ::setenv("TROUPE_UNRESPONSIVE_MS", "0", 1);
+    auto s = std::make_shared<file_store>(path, 30s);
+    world w{test::child_world(s, r, 2, 30s)};
+    auto& pg = w.default_group();
+    pg.barrier().wait();
+    auto chunk = tensor::zeros({51200}, dtype::float32);  // 200 KiB
+    constexpr int most = 4000;                            // 800 MiB: far past any buffer
+    if (r == 0) {
+      std::string why = "every send went";
+      for (int i = 0; i < most; ++i) {
+        try {
+          pg.send({chunk}, 1, {.tag = 1, .timeout = 1s}).wait();
+        } catch (const error& e) {
+          why = e.what();  // a peer failure: this rank failed rank 1 at its deadline
+          if (std::string(e.what()).find("writing to it timed out") != std::string::npos)
+            why.clear();
+          break;
+        }
+      }
+      s->wait({"judged"}, 30s);  // alive until rank 1 judged
+      return test::expect(r, why.empty(), "rank 0's send timed out: " + why);
+    }
+    {
+      auto held = w.runtime().plane()->hold_reading(0);
+      std::this_thread::sleep_for(2500ms);
+    }
+    std::string what = "every receive succeeded";
+    for (int i = 0; i < most; ++i) {
+      try {
+        pg.recv({chunk}, 0, {.tag = 1, .timeout = 10s}).wait();
+      } catch (const error& e) {
+        what = e.code() == errc::peer_failure ? e.what()
+                                              : "not a peer failure: " + std::string(e.what());
+        break;
+      }
+    }
+    s->set("judged", to_bytes("1"));
+    const bool named =
+        what.find("rank 0") != std::string::npos &&
+        what.find("closed its connection to this rank, its process alive") != std::string::npos &&
+        what.find("writing to it timed out after") != std::string::npos &&
+        what.find("died") == std::string::npos;
+    return test::expect(r, named, "rank 1 names rank 0 closing alive: " + what);
+  });
+  ::unlink(path.c_str());
+  CHECK(codes == std::vector<int>{0, 0});
+}
+
 }  // namespace
 
 TEST_CASE("a peer whose heartbeats wait unread behind a starved reader thread is not failed") {
@@ -724,6 +784,11 @@ TEST_CASE(
     "a peer whose bytes wait unread while a starved thread holds its connection is not failed") {
   hold_reader("shm");
   hold_reader("tcp");
+}
+
+TEST_CASE("a rank whose write gave up at its deadline is named as closing alive, not as dead") {
+  close_mid_frame("tcp");
+  close_mid_frame("shm");
 }
 
 TEST_CASE("a survivor that learns of a stopped rank from another's goodbye names it and why") {

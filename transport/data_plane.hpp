@@ -359,6 +359,15 @@ class data_plane : public std::enable_shared_from_this<data_plane> {
   /// failed (r itself when crashed, else `cause`).
   void peer_gone(int rank, const std::string& why, bool crashed, int cause = -1,
                  failure_kind kind = failure_kind::failed);
+  /// Before this rank closes its connection to a live peer (a write that
+  /// took nothing until its deadline, or a verdict on the peer): `why`,
+  /// sent back on the peer's own connection to this rank, once
+  /// (data_plane_peers.cpp).
+  static void leave_note(peer& p, const std::string& why);
+  /// What peer r said as it closed its connection to this rank (leave_note),
+  /// looked for on this rank's connection to it for a moment; "" where it
+  /// said nothing (it died: that connection ended too).
+  std::string read_note(int r);
   void set_route(const std::string& group, const std::function<void(route&)>& change);
   /// Writes a goodbye to p (the caller holds p.out_mtx), waiting a second
   /// at most for room (data_plane_send.cpp).

@@ -39,6 +39,8 @@ struct data_plane::peer {
   std::unique_ptr<tcp_stream> in_socket;
   std::unique_ptr<link_in> in_link;  // a transport's link, else frames come over in_socket
   std::atomic<bool> gone{false};
+  // This rank told it why it closes their connection (leave_note): once.
+  std::atomic<bool> noted{false};
   // When bytes last came from it (steady clock, ns; 0: not connected yet):
   // the failure detector's evidence that its process runs.
   std::atomic<std::int64_t> heard_ns{0};

@@ -144,8 +144,16 @@ bool data_plane::drain(int r, bool& any) {
   if (why == "stopped" && refusal.empty()) return false;  // a goodbye, already handled
   if (!refusal.empty()) why = refusal;
   if (why == "connection closed" || why.rfind("connection broke", 0) == 0) {
-    peer_gone(r, "its process died or its connection broke (" + why + ")", true, -1,
-              failure_kind::died);
+    // A live rank that closed it said why (data_plane_peers.cpp): it left
+    // this connection, not the world, and is not this rank's culprit.
+    if (const auto note = read_note(r); !note.empty())
+      peer_gone(r,
+                "it closed its connection to this rank, its process alive (as it saw this rank: " +
+                    note + ")",
+                false);
+    else
+      peer_gone(r, "its process died or its connection broke (" + why + ")", true, -1,
+                failure_kind::died);
     return false;
   }
   reject(r, why);  // a frame broke the rules: the peer fails, the process goes on

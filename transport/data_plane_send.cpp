@@ -156,6 +156,7 @@ data_plane::write_outcome data_plane::write_bounded(peer& p, const Write& write_
     deadline_link_stream out{*p.out_link, deadline, stall};
     if (write_to(out)) return {};
     if (!out.timed_out()) return {ended::closed, gone_text};  // closed as the peer went
+    leave_note(p, out.why());  // a frame cut short: no goodbye can follow it
     p.out_link->close();
     return {ended::timed_out, out.why()};
   }
@@ -163,6 +164,7 @@ data_plane::write_outcome data_plane::write_bounded(peer& p, const Write& write_
     return write_to(*p.out) ? write_outcome{} : write_outcome{ended::closed, gone_text};
   nonblocking_stream out{p.out_socket->fd(), while_full, deadline, stall};
   if (write_to(out)) return {};
+  if (out.timed_out()) leave_note(p, out.why());
   p.out_socket->close();
   const auto why = out.why();
   return {out.timed_out() ? ended::timed_out : ended::failed,
