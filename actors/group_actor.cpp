@@ -334,9 +334,9 @@ group_actor spawn_group_actor(caf::actor_system& sys, group_info info) {
           op.deadline = op.progressed + call->timeout;
           op.call = call;
           op.rp = rp;
-          op.ctx = std::make_unique<actor_op_context>(
-              st.info.rank, st.info.size, *call, seq, *st.net, op.deadline,
-              in_simulation() ? nullptr : st.info.waits.get());
+          op.ctx = std::make_unique<actor_op_context>(st.info.rank, st.info.size, *call, seq,
+                                                      *st.net, op.deadline,
+                                                      in_simulation() ? nullptr : st.info.waits);
           // The group actors run the algorithms for ranks on one host (they
           // carry TROUPE_ENGINE=actors and monitored_barrier, not speed).
           if (!st.topology)

@@ -26,14 +26,14 @@ class actor_op_context final : public op_context {
   /// `waits`: where it tells a write that its peer took nothing of for
   /// half the timeout (null: nowhere).
   actor_op_context(int rank, int size, collective_call& call, std::uint64_t seq, actor_peers& net,
-                   std::chrono::steady_clock::time_point deadline, store* waits)
+                   std::chrono::steady_clock::time_point deadline, std::shared_ptr<store> waits)
       : op_context(rank, size, call),
         seq_(seq),
         net_(net),
         deadline_(deadline),
-        waits_(waits),
+        waits_(std::move(waits)),
         stall_{tell_early_after(call.timeout), [this] {
-                 tell_wait_early(*waits_, seq_, this->rank(), writing_to_, take_what_it_was_sent,
+                 tell_wait_early(waits_, seq_, this->rank(), writing_to_, take_what_it_was_sent,
                                  this->call().timeout);
                }} {}
   void transmit(int peer, std::uint32_t step, tensor payload, fingerprint_ptr fp) override {
@@ -51,7 +51,7 @@ class actor_op_context final : public op_context {
   std::uint64_t seq_;
   actor_peers& net_;
   std::chrono::steady_clock::time_point deadline_;
-  store* waits_;
+  std::shared_ptr<store> waits_;
   int writing_to_ = -1;  // the peer transmit writes to (stall_ tells it)
   write_stall stall_;
 };

@@ -35,7 +35,7 @@ void fail_timed_out(self_ptr self, std::uint64_t seq, std::string waited, int pe
     auto name = [&st](int r) { return st.net->describe_peer(r); };
     waited =
         blame(waited,
-              wait_chain(*st.info.waits, seq, st.info.rank, st.info.size, peer, what, name,
+              wait_chain(st.info.waits, seq, st.info.rank, st.info.size, peer, what, name,
                          std::chrono::duration_cast<std::chrono::milliseconds>(op.call->timeout)),
               name);
   }
@@ -83,7 +83,7 @@ void on_tick(self_ptr self) {
       op.told_early = true;
       const auto [peer, what] = waited_for(st, op);
       if (st.info.waits && peer >= 0 && !in_simulation())
-        tell_wait_early(*st.info.waits, seq, st.info.rank, peer, what, op.call->timeout);
+        tell_wait_early(st.info.waits, seq, st.info.rank, peer, what, op.call->timeout);
     }
   }
   for (auto seq : expired) {

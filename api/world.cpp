@@ -19,6 +19,7 @@
 #include "algorithms/cost_model.hpp"
 #include "api/link_measurement.hpp"
 #include "api/rank_threads.hpp"
+#include "base/call_until.hpp"
 #include "base/engine_setting.hpp"
 #include "base/wait_policy.hpp"
 #include "store/watchful_store.hpp"
@@ -322,11 +323,15 @@ void detail::leave_together(world& w) noexcept {
 }
 
 world::~world() {
-  // Survivors that shrink a group count this rank out at once.
-  try {
-    impl_->opts.store->set(impl_->job_key + "/left/" + std::to_string(rank()), to_bytes("1"));
-  } catch (...) {  // the store may be gone with its process
-  }
+  // Survivors that shrink a group count this rank out at once. A store
+  // gone with its process fails this; one whose process stopped would hold
+  // the destructor until the store's timeout: a second at most here.
+  detail::call_until(
+      [s = impl_->opts.store, key = impl_->job_key + "/left/" + std::to_string(rank())] {
+        s->set(key, to_bytes("1"));
+        return true;
+      },
+      std::chrono::steady_clock::now() + std::chrono::seconds(1));
   std::map<std::string, std::shared_ptr<process_group>> groups;
   {
     std::lock_guard<std::mutex> g{impl_->mtx};

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "base/call_until.hpp"
 #include "troupe/error.hpp"
 #include "troupe/store.hpp"
 
@@ -59,28 +61,34 @@ std::tuple<int, int, std::string> held_up_from(store& waits, const std::string& 
 
 }  // namespace
 
-told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int peer,
-                      const std::string& what, const std::function<std::string(int)>& name,
-                      std::chrono::milliseconds timeout) {
+namespace {
+
+/// What the store said of a chain of waits, before anyone is named: each
+/// step (a rank, the rank it waited for, what for), then either a cycle and
+/// where it is held up from, or the rank the chain ends at.
+struct read_waits {
+  std::vector<std::tuple<int, int, std::string>> steps;
+  bool cycle = false;
+  std::tuple<int, int, std::string> held_up{-1, -1, {}};  // held_up_from's
+  int end = -1;
+};
+
+/// Reads the chain from `peer` (see wait_chain); what the store refuses
+/// ends it where it was.
+read_waits read_chain(store& waits, std::uint64_t seq, int rank, int size, int peer,
+                      const std::string& what, std::chrono::steady_clock::time_point until) {
   using std::chrono::milliseconds;
-  // The others time out about when this rank did (each from its own issue):
-  // a tenth of the timeout, 100 ms to 2 s, for their word to arrive.
-  const auto grace = std::clamp<milliseconds>(timeout / 10, milliseconds(100), milliseconds(2000));
-  const auto until = std::chrono::steady_clock::now() + grace;
+  read_waits out;
   const std::string base = waits_base(seq);
-  std::string chain;
   int at = peer;
   try {
     tell(waits, seq, rank, peer, what);
     std::vector<int> seen{rank};
     for (;;) {
       if (std::find(seen.begin(), seen.end(), at) != seen.end()) {
-        chain += "; so these ranks wait for each other in a cycle";
-        const auto [teller, held, held_what] = held_up_from(waits, base, size, seen);
-        if (teller < 0) return {chain, -1};
-        return {chain + ", held up where " + name(teller) + " was waiting for " + name(held) +
-                    " to " + held_what + starts_there,
-                held};
+        out.cycle = true;
+        out.held_up = held_up_from(waits, base, size, seen);
+        return out;
       }
       seen.push_back(at);
       const auto key = base + std::to_string(at);
@@ -96,27 +104,68 @@ told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int p
         }
       }
       if (!told) break;  // `at` waits for nobody on this call
-      const auto [next, next_what] = told_wait(troupe::to_string(waits.get(key)), size);
+      auto [next, next_what] = told_wait(troupe::to_string(waits.get(key)), size);
       if (next < 0) break;
-      chain += "; " + name(at) + " was itself waiting for " + name(next) + " to " + next_what;
+      out.steps.emplace_back(at, next, std::move(next_what));
       at = next;
     }
   } catch (const std::exception&) {
     // The store is gone or refuses: what was learned so far.
   }
-  if (chain.empty()) return {};
-  return {chain + starts_there, at};
+  out.end = at;
+  return out;
 }
 
-void tell_wait_early(store& waits, std::uint64_t seq, int rank, int peer, const std::string& what,
-                     std::chrono::milliseconds timeout) noexcept {
-  try {
-    tell(waits, seq, rank, peer,
-         what + " (still waiting after " + std::to_string(tell_early_after(timeout).count()) +
-             " ms, half its call's timeout)");
-  } catch (...) {
-    // The store is gone or refuses: the chain is shorter.
+/// How long past its tenth of the timeout a chain's reading may take
+/// before the caller goes on without it (a store whose server stopped).
+constexpr std::chrono::milliseconds store_slack{500};
+
+}  // namespace
+
+told_waits wait_chain(const std::shared_ptr<store>& waits, std::uint64_t seq, int rank, int size,
+                      int peer, const std::string& what,
+                      const std::function<std::string(int)>& name,
+                      std::chrono::milliseconds timeout) {
+  using std::chrono::milliseconds;
+  // The others time out about when this rank did (each from its own issue):
+  // a tenth of the timeout, 100 ms to 2 s, for their word to arrive.
+  const auto grace = std::clamp<milliseconds>(timeout / 10, milliseconds(100), milliseconds(2000));
+  const auto until = std::chrono::steady_clock::now() + grace;
+  // The store is read on a thread of its own (base/call_until.hpp): one
+  // whose server stopped holds a call up to the store's own timeout.
+  const auto read =
+      call_until([waits, seq, rank, size, peer, what,
+                  until] { return read_chain(*waits, seq, rank, size, peer, what, until); },
+                 until + store_slack);
+  if (!read) return {};
+  const auto& w = *read;
+  std::string chain;
+  for (const auto& [at, next, next_what] : w.steps)
+    chain += "; " + name(at) + " was itself waiting for " + name(next) + " to " + next_what;
+  if (w.cycle) {
+    chain += "; so these ranks wait for each other in a cycle";
+    const auto& [teller, held, held_what] = w.held_up;
+    if (teller < 0) return {chain, -1};
+    return {chain + ", held up where " + name(teller) + " was waiting for " + name(held) + " to " +
+                held_what + starts_there,
+            held};
   }
+  if (chain.empty()) return {};
+  return {chain + starts_there, w.end};
+}
+
+void tell_wait_early(const std::shared_ptr<store>& waits, std::uint64_t seq, int rank, int peer,
+                     const std::string& what, std::chrono::milliseconds timeout) noexcept {
+  // Never waited for (see wait_chain): a store that does not answer leaves
+  // the chain shorter, not the call later. What it refuses is left untold.
+  call_until(
+      [waits, seq, rank, peer,
+       text = what + " (still waiting after " + std::to_string(tell_early_after(timeout).count()) +
+              " ms, half its call's timeout)"] {
+        tell(*waits, seq, rank, peer, text);
+        return true;
+      },
+      std::chrono::steady_clock::now());
 }
 
 std::string blame(const std::string& waited, const told_waits& told,

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "troupe/error.hpp"
@@ -36,9 +37,12 @@ struct told_waits {
 };
 
 /// Publishes this rank's own wait first; waits up to a tenth of `timeout`
-/// (100 ms to 2 s) for the others' word. `name` names a group rank.
-told_waits wait_chain(store& waits, std::uint64_t seq, int rank, int size, int peer,
-                      const std::string& what, const std::function<std::string(int)>& name,
+/// (100 ms to 2 s) for the others' word. `name` names a group rank. The
+/// store is read on a thread of its own: past that tenth and 500 ms the
+/// caller goes on without a chain (a store whose server stopped).
+told_waits wait_chain(const std::shared_ptr<store>& waits, std::uint64_t seq, int rank, int size,
+                      int peer, const std::string& what,
+                      const std::function<std::string(int)>& name,
                       std::chrono::milliseconds timeout);
 
 /// How far into a wait a call tells it early, before its timeout (half of it).
@@ -48,9 +52,10 @@ inline std::chrono::milliseconds tell_early_after(std::chrono::milliseconds time
 
 /// Tells, before its `timeout`, that this rank's call `seq` has waited
 /// tell_early_after(timeout) for group rank `peer` to `what` (the word its
-/// timeout then replaces). What the store refuses is left untold.
-void tell_wait_early(store& waits, std::uint64_t seq, int rank, int peer, const std::string& what,
-                     std::chrono::milliseconds timeout) noexcept;
+/// timeout then replaces). What the store refuses is left untold; told from
+/// a thread of its own, never waited for.
+void tell_wait_early(const std::shared_ptr<store>& waits, std::uint64_t seq, int rank, int peer,
+                     const std::string& what, std::chrono::milliseconds timeout) noexcept;
 
 /// What a rank waits for whose write its peer takes nothing of.
 inline constexpr const char* take_what_it_was_sent = "take what it was sent";

@@ -506,13 +506,13 @@ std::exception_ptr inline_engine::timed_out(const inline_op& op, int peer,
 
 void inline_engine::tell_wait_early(std::uint64_t seq, std::chrono::milliseconds timeout, int peer,
                                     const std::string& what) {
-  if (waits_ && !in_simulation()) detail::tell_wait_early(*waits_, seq, rank_, peer, what, timeout);
+  if (waits_ && !in_simulation()) detail::tell_wait_early(waits_, seq, rank_, peer, what, timeout);
 }
 
 told_waits inline_engine::wait_chain(const inline_op& op, int peer, const std::string& what) {
   if (!waits_ || in_simulation()) return {};
   return detail::wait_chain(
-      *waits_, op.seq, rank_, size(), peer, what,
+      waits_, op.seq, rank_, size(), peer, what,
       [this](int r) { return names_[static_cast<std::size_t>(r)]; },
       std::chrono::duration_cast<std::chrono::milliseconds>(op.timeout));
 }

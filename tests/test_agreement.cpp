@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "troupe/error.hpp"
 #include "troupe/object_collectives.hpp"
 #include "troupe/process_group.hpp"
+#include "troupe/store.hpp"
 #include "troupe/testing.hpp"
 #include "troupe/world.hpp"
 
@@ -585,8 +587,8 @@ TEST_CASE("a chain of waits is followed to the rank that told none, through a cy
     s.set("engines/waits/9/" + std::to_string(rank), to_bytes(std::to_string(peer) + " " + what));
   };
   SUBCASE("a straight chain ends at the rank that waits for nobody") {
-    hash_store s;
-    told(s, 2, 3, "send its data");
+    auto s = std::make_shared<hash_store>();
+    told(*s, 2, 3, "send its data");
     const auto t = detail::wait_chain(s, 9, 1, 5, 2, "send its data", name, 1000ms);
     CHECK(t.start == 3);
     CHECK(t.chain.find("rank 2 was itself waiting for rank 3 to send its data, which has not timed "
@@ -597,10 +599,10 @@ TEST_CASE("a chain of waits is followed to the rank that told none, through a cy
   SUBCASE("a cycle of live ranks held up by one outside it: that one starts the wait") {
     // Ranks 1 -> 6 -> 5 -> 1 wait for messages still in flight; rank 3
     // gave up writing to rank 4, which told nothing (stopped).
-    hash_store s;
-    told(s, 6, 5, "join (agreement round 0)");
-    told(s, 5, 1, "join (agreement round 2)");
-    told(s, 3, 4, "take what it was sent (writing to it timed out)");
+    auto s = std::make_shared<hash_store>();
+    told(*s, 6, 5, "join (agreement round 0)");
+    told(*s, 5, 1, "join (agreement round 2)");
+    told(*s, 3, 4, "take what it was sent (writing to it timed out)");
     const auto t = detail::wait_chain(s, 9, 1, 7, 6, "join (agreement round 1)", name, 1000ms);
     CHECK(t.start == 4);
     CHECK(t.chain.find("in a cycle, held up where rank 3 was waiting for rank 4 to take what it "
@@ -609,7 +611,7 @@ TEST_CASE("a chain of waits is followed to the rank that told none, through a cy
   SUBCASE("a rank that has not timed out yet but told its wait early is followed through") {
     // Rank 2 issued later (its timeout comes later): at half its timeout it
     // told that it still waited for rank 3 to take its data.
-    hash_store s;
+    auto s = std::make_shared<hash_store>();
     detail::tell_wait_early(s, 9, 2, 3, "take what it was sent", 1000ms);
     const auto t = detail::wait_chain(s, 9, 1, 5, 2, "send its data", name, 1000ms);
     CHECK(t.start == 3);
@@ -618,14 +620,59 @@ TEST_CASE("a chain of waits is followed to the rank that told none, through a cy
           std::string::npos);
     // Its timeout's word replaces the early one.
     const auto later = detail::wait_chain(s, 9, 2, 5, 4, "send its data", name, 1000ms);
-    CHECK(to_string(s.get("engines/waits/9/2")) == "4 send its data");
+    CHECK(to_string(s->get("engines/waits/9/2")) == "4 send its data");
     CHECK(later.start == -1);
   }
   SUBCASE("a cycle held up by nobody who told: no rank is blamed") {
-    hash_store s;
-    told(s, 2, 1, "send its data");
+    auto s = std::make_shared<hash_store>();
+    told(*s, 2, 1, "send its data");
     const auto t = detail::wait_chain(s, 9, 1, 3, 2, "send its data", name, 1000ms);
     CHECK(t.start == -1);
     CHECK(t.chain.find("wait for each other in a cycle") != std::string::npos);
   }
+}
+
+namespace {
+
+/// A store whose server stopped: every call waits `stall` before it fails.
+class stalled_store final : public store {
+ public:
+  explicit stalled_store(duration stall) : store(stall), stall_(stall) {}
+  void set(const std::string&, const bytes&) override { stall(); }
+  bytes get(const std::string&) override { stall(); }
+  std::int64_t add(const std::string&, std::int64_t) override { stall(); }
+  bytes compare_set(const std::string&, const bytes&, const bytes&) override { stall(); }
+  bool check(const std::vector<std::string>&) override { stall(); }
+  void wait(const std::vector<std::string>&, duration) override { stall(); }
+  bool delete_key(const std::string&) override { stall(); }
+  std::int64_t num_keys() override { stall(); }
+  void append(const std::string&, const bytes&) override { stall(); }
+  std::vector<bytes> multi_get(const std::vector<std::string>&) override { stall(); }
+  void multi_set(const std::vector<std::string>&, const std::vector<bytes>&) override { stall(); }
+  using store::wait;
+
+ private:
+  [[noreturn]] void stall() {
+    std::this_thread::sleep_for(stall_);
+    throw error(errc::timeout, "stalled_store: Timed out");
+  }
+  duration stall_;
+};
+
+}  // namespace
+
+TEST_CASE("a store that does not answer holds neither a told wait nor a timeout's chain") {
+  // The store's server stopped (a rank hosting it, as under torchrun): its
+  // calls wait for the store's timeout (here 3 s), far past a call's.
+  using namespace std::chrono_literals;
+  auto s = std::make_shared<stalled_store>(3s);
+  auto name = [](int r) { return "rank " + std::to_string(r); };
+  const auto start = std::chrono::steady_clock::now();
+  detail::tell_wait_early(s, 9, 2, 3, "take what it was sent", 1000ms);
+  CHECK(std::chrono::steady_clock::now() - start < 100ms);  // told from a thread of its own
+  const auto t = detail::wait_chain(s, 9, 1, 5, 2, "send its data", name, 1000ms);
+  CHECK(t.start == -1);
+  CHECK(t.chain.empty());
+  // A tenth of the timeout (100 ms) and the store's slack (500 ms), not 3 s.
+  CHECK(std::chrono::steady_clock::now() - start < 1500ms);
 }

@@ -30,7 +30,9 @@
 #include "children.hpp"
 #include "forked_ranks.hpp"
 #include "inline/progress.hpp"
+#include "loopback.hpp"
 #include "pausing_store.hpp"
+#include "troupe/tcp_store.hpp"
 #include "troupe/troupe.hpp"
 
 using namespace troupe;
@@ -151,6 +153,77 @@ TEST_CASE("a stopped rank is named unresponsive by every survivor, over shared m
     freeze_one(4, 1, transport, bound_1s);
     freeze_one(4, 0, transport, bound_1s);
   }
+}
+
+namespace {
+
+/// 3 ranks in forked processes over TCP, the store served by rank 0's
+/// process (as under torchrun; the store's timeout 60 s): rank 0 stops after
+/// a barrier, ranks 1 and 2 call an allreduce with a 2 s timeout, the
+/// detector's bound `bound_ms` (0: off). Their calls end by 5 s: a wait told
+/// to a store that no longer answers is bounded by the call, not the store.
+void store_host_stops(const char* bound_ms) {
+  CAPTURE(std::string(bound_ms));
+  const auto port = test::free_port();
+  auto* out = test::shared_page<verdicts>();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 3; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("TROUPE_TRANSPORT", "tcp", 1);
+      ::setenv("TROUPE_UNRESPONSIVE_MS", bound_ms, 1);
+      int code = 1;
+      try {
+        tcp_store_options o;
+        o.is_server = r == 0;
+        o.server_name = "rank 0";
+        o.token = "0123456789abcdef";
+        o.timeout = 60s;
+        auto s = std::make_shared<tcp_store>("127.0.0.1", port, o);
+        world w{test::child_world(s, r, 3, 60s)};
+        auto& pg = w.default_group();
+        pg.barrier().wait();
+        if (r == 0) ::raise(SIGSTOP);  // stays here until killed
+        std::this_thread::sleep_for(50ms);
+        const auto t0 = clock_type::now();
+        auto t = tensor::from_vector<float>({1.f});
+        try {
+          pg.allreduce(t, {.timeout = 2s}).wait();
+          std::fprintf(stderr, "rank %d: the allreduce succeeded\n", r);
+        } catch (const error& e) {
+          out->seconds[r] = std::chrono::duration<double>(clock_type::now() - t0).count();
+          out->named[r] = std::string(e.what()).find("rank 0") != std::string::npos;
+          if (!out->named[r]) std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+          code = out->named[r] ? 0 : 1;
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      std::fflush(stderr);
+      ::_exit(code);  // the world's end is not what is measured here
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (int r = 1; r < 3; ++r) {
+    int status = 0;
+    ::waitpid(pids[static_cast<std::size_t>(r)], &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+  }
+  ::kill(pids[0], SIGKILL);
+  ::waitpid(pids[0], nullptr, 0);
+  CHECK(codes == std::vector<int>{0, 0});
+  for (int r = 1; r < 3; ++r) CHECK(out->seconds[r] < 5.0);
+  MESSAGE("the store's host stopped, detector "
+          << std::string(bound_ms) << " ms: ranks 1 and 2 failed after " << out->seconds[1]
+          << " s and " << out->seconds[2] << " s");
+}
+
+}  // namespace
+
+TEST_CASE("a call whose store's host stopped ends by its timeout, naming that rank") {
+  store_host_stops("0");
+  store_host_stops("3000");
 }
 
 TEST_CASE("a rank busy for 20 s between calls is not declared failed") {
